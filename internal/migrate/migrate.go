@@ -1,0 +1,129 @@
+// Package migrate applies a component's embedded, numbered SQL migrations to
+// one schema, once, safely when several processes start at the same time.
+//
+// Each component (the event store, the lease store) keeps its migrations as
+// files named NNNN_description.sql in an embedded filesystem. [Apply] takes a
+// transaction-scoped advisory lock derived from the schema name, creates the
+// schema and the version table if needed, and applies, each in its own
+// transaction with its version row, every file whose number is above the
+// component's recorded version. Gaps in the numbering are refused. The
+// placeholder {{schema}} in a file is replaced by the quoted schema name.
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Migration is one numbered SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Load reads the migrations in dir of fsys, sorted by version; a missing or
+// repeated number is an error.
+func Load(fsys fs.FS, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migrate: file %q is not named NNNN_description.sql", e.Name())
+		}
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: e.Name(), SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("migrate: expected migration %d, found %q (gap or duplicate)", i+1, m.Name)
+		}
+	}
+	return out, nil
+}
+
+// LockKey is the advisory lock key that serialises migrations of one schema.
+func LockKey(schema string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("kumi.migrate." + schema))
+	return int64(h.Sum64())
+}
+
+// Apply brings component's migrations in schema up to date. It is
+// idempotent and safe to run from several processes at once.
+func Apply(ctx context.Context, pool *pgxpool.Pool, schema, component string, migrations []Migration) error {
+	q := pgx.Identifier{schema}.Sanitize()
+	for {
+		applied, err := applyNext(ctx, pool, q, schema, component, migrations)
+		if err != nil {
+			return err
+		}
+		if !applied {
+			return nil
+		}
+	}
+}
+
+func applyNext(ctx context.Context, pool *pgxpool.Pool, q, schema, component string, migrations []Migration) (bool, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migrate %s: begin: %w", component, err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", LockKey(schema)); err != nil {
+		return false, fmt.Errorf("migrate %s: lock: %w", component, err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
+		return false, fmt.Errorf("migrate %s: create schema: %w", component, err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+q+`.schema_migrations (
+		component text NOT NULL, version int NOT NULL, name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (component, version))`); err != nil {
+		return false, fmt.Errorf("migrate %s: version table: %w", component, err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+q+".schema_migrations WHERE component = $1",
+		component).Scan(&current); err != nil {
+		return false, fmt.Errorf("migrate %s: read version: %w", component, err)
+	}
+	if current > len(migrations) {
+		return false, fmt.Errorf("migrate %s: schema %s is at version %d, newer than this binary's %d; upgrade the binary",
+			component, q, current, len(migrations))
+	}
+	if current == len(migrations) {
+		return false, tx.Commit(ctx)
+	}
+	m := migrations[current]
+	if _, err := tx.Exec(ctx, strings.ReplaceAll(m.SQL, "{{schema}}", q)); err != nil {
+		return false, fmt.Errorf("migrate %s: %s: %w", component, m.Name, err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+q+".schema_migrations (component, version, name) VALUES ($1, $2, $3)",
+		component, m.Version, m.Name); err != nil {
+		return false, fmt.Errorf("migrate %s: record %s: %w", component, m.Name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("migrate %s: commit %s: %w", component, m.Name, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,20 @@
+// Package pgtest runs a throwaway PostgreSQL for tests, benchmarks and the
+// demo, and gives each test a fresh schema of its own.
+//
+// # The server
+//
+// [Start] initialises a data directory in a temp dir with the locally
+// installed server binaries (on PATH, or the newest
+// /usr/lib/postgresql/*/bin), starts postgres on a free loopback port and
+// waits until it accepts connections. As root, the server runs as the
+// "postgres" user. It follows its parent when the parent dies.
+//
+// # In tests
+//
+// Call [Main] from a package's TestMain: it starts one server per test binary
+// (or uses DATABASE_URL when set), runs the tests, checks for leaked
+// goroutines with goleak and stops the server. [NewSchema] then gives a test
+// a fresh schema name, dropped when the test ends, so tests run in parallel
+// without sharing rows. [Eventually] polls a condition with a deadline, for
+// tests that must wait on something asynchronous without sleeping blindly.
+package pgtest

@@ -1,0 +1,235 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoServerBinaries is returned by [Start] when no PostgreSQL server
+// binaries (initdb, postgres) can be found on PATH or under
+// /usr/lib/postgresql/*/bin.
+var ErrNoServerBinaries = errors.New("pgtest: no PostgreSQL server binaries found (initdb, postgres); " +
+	"install them with `apt-get install -y postgresql`, or set DATABASE_URL to an existing database")
+
+// Server is a throwaway PostgreSQL server running in a temporary directory.
+// It is started by [Start] and removed, data and all, by [Server.Stop].
+type Server struct {
+	// URL is a connection string for the server's "postgres" database.
+	URL string
+
+	binDir  string
+	dir     string
+	dataDir string
+	port    int
+	cred    *syscall.Credential
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+// Options tune a throwaway server. The zero value is fine for tests.
+type Options struct {
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// Durable keeps fsync on. Off by default: a throwaway server trades
+	// crash safety for speed.
+	Durable bool
+	// MaxConnections defaults to 400.
+	MaxConnections int
+}
+
+// FindBinaries returns the directory holding initdb and postgres: the one on
+// PATH first, then the newest /usr/lib/postgresql/*/bin.
+func FindBinaries() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", ErrNoServerBinaries
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// FreePort asks the kernel for a free TCP port on the loopback interface.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start initialises and starts a throwaway server. As root it runs the server
+// as the unprivileged "postgres" user (initdb refuses root). The server dies
+// with the calling process even if that process is killed.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	binDir, err := FindBinaries()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{binDir: binDir, port: opts.Port}
+	if s.port == 0 {
+		if s.port, err = FreePort(); err != nil {
+			return nil, fmt.Errorf("pgtest: find a free port: %w", err)
+		}
+	}
+	if s.dir, err = os.MkdirTemp("", "kumi-pg-"); err != nil {
+		return nil, fmt.Errorf("pgtest: temp dir: %w", err)
+	}
+	s.dataDir = filepath.Join(s.dir, "data")
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			_ = os.RemoveAll(s.dir)
+			return nil, errors.New("pgtest: running as root needs an unprivileged \"postgres\" user to run the server " +
+				"(`useradd --system postgres`, or install the postgresql package), or set DATABASE_URL")
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(s.dir, uid, gid); err != nil {
+			_ = os.RemoveAll(s.dir)
+			return nil, fmt.Errorf("pgtest: chown temp dir: %w", err)
+		}
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"),
+		"-D", s.dataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	initdb.Dir = s.dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		_ = os.RemoveAll(s.dir)
+		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
+	}
+	maxConn := opts.MaxConnections
+	if maxConn == 0 {
+		maxConn = 400
+	}
+	conf := []string{
+		"listen_addresses = '127.0.0.1'",
+		fmt.Sprintf("port = %d", s.port),
+		fmt.Sprintf("unix_socket_directories = '%s'", s.dir),
+		fmt.Sprintf("max_connections = %d", maxConn),
+		"shared_buffers = 256MB",
+		"synchronous_commit = off",
+		"log_min_messages = fatal",
+		"max_locks_per_transaction = 256",
+	}
+	if !opts.Durable {
+		conf = append(conf, "fsync = off", "full_page_writes = off")
+	}
+	f, err := os.OpenFile(filepath.Join(s.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		_ = os.RemoveAll(s.dir)
+		return nil, fmt.Errorf("pgtest: open postgresql.conf: %w", err)
+	}
+	_, err = f.WriteString("\n" + strings.Join(conf, "\n") + "\n")
+	_ = f.Close()
+	if err != nil {
+		_ = os.RemoveAll(s.dir)
+		return nil, fmt.Errorf("pgtest: write postgresql.conf: %w", err)
+	}
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+	if err := s.launch(ctx); err != nil {
+		_ = os.RemoveAll(s.dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) launch(ctx context.Context) error {
+	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), "-D", s.dataDir)
+	// SIGQUIT is PostgreSQL's immediate shutdown; Pdeathsig makes the
+	// server follow its parent when the parent is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+	logf, err := os.Create(filepath.Join(s.dir, "server.log"))
+	if err != nil {
+		return fmt.Errorf("pgtest: server log: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("pgtest: start postgres: %w", err)
+	}
+	s.cmd = cmd
+	s.exited = make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(s.exited) }()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-s.exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+			if strings.Contains(string(log), "could not bind") || strings.Contains(string(log), "already in use") {
+				return fmt.Errorf("pgtest: port %d is in use; choose another or set DATABASE_URL", s.port)
+			}
+			return fmt.Errorf("pgtest: postgres exited during start-up:\n%s", log)
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pgx.Connect(cctx, s.URL)
+		cancel()
+		if err == nil {
+			_ = conn.Close(ctx)
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.kill()
+			return fmt.Errorf("pgtest: postgres did not accept connections: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *Server) kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
+	select {
+	case <-s.exited:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+	}
+}
+
+// Port returns the TCP port the server listens on.
+func (s *Server) Port() int { return s.port }
+
+// Restart stops the server (fast shutdown: every session is cut) and starts
+// it again on the same port and data directory.
+func (s *Server) Restart(ctx context.Context) error {
+	s.kill()
+	return s.launch(ctx)
+}
+
+// Stop shuts the server down and removes its directory.
+func (s *Server) Stop() {
+	s.kill()
+	_ = os.RemoveAll(s.dir)
+}

@@ -1,0 +1,168 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+)
+
+var (
+	mu       sync.Mutex
+	server   *Server
+	baseURL  string
+	poolOnce sync.Once
+	pool     *pgxpool.Pool
+	poolErr  error
+)
+
+// Main runs a package's tests against one PostgreSQL for the whole test
+// binary: DATABASE_URL when it is set, otherwise a throwaway server started
+// here and stopped afterwards. It fails the run on leaked goroutines. Use it
+// from TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+func Main(m *testing.M, ignore ...goleak.Option) {
+	code := run(m, ignore)
+	os.Exit(code)
+}
+
+func run(m *testing.M, ignore []goleak.Option) int {
+	if url := os.Getenv("DATABASE_URL"); url != "" {
+		baseURL = url
+	} else {
+		s, err := Start(context.Background(), Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		server, baseURL = s, s.URL
+		defer s.Stop()
+	}
+	code := m.Run()
+	if pool != nil {
+		pool.Close()
+	}
+	if code == 0 {
+		opts := append([]goleak.Option{
+			// pgx's pool health checker stops asynchronously after Close.
+			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		}, ignore...)
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// URL returns the connection string of the test database.
+func URL(t testing.TB) string {
+	t.Helper()
+	if baseURL == "" {
+		t.Fatal("pgtest: no database; call pgtest.Main from TestMain")
+	}
+	return baseURL
+}
+
+// TestServer returns the throwaway server, or nil when the tests run against
+// DATABASE_URL (tests that restart the server need the former).
+func TestServer() *Server {
+	mu.Lock()
+	defer mu.Unlock()
+	return server
+}
+
+// Pool returns a pool shared by the package's tests. Do not close it.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	poolOnce.Do(func() {
+		cfg, err := pgxpool.ParseConfig(URL(t))
+		if err != nil {
+			poolErr = err
+			return
+		}
+		cfg.MaxConns = 40
+		pool, poolErr = pgxpool.NewWithConfig(context.Background(), cfg)
+	})
+	if poolErr != nil {
+		t.Fatalf("pgtest: pool: %v", poolErr)
+	}
+	return pool
+}
+
+// NewPool returns a new pool of its own on the test database, closed when
+// the test ends; for tests that play several workers.
+func NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("pgtest: parse url: %v", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// NewSchema returns the name of a schema no other test uses, and drops it
+// with everything in it when the test ends. The schema itself is not
+// created: the code under test creates it when it migrates.
+func NewSchema(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, baseURL)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+	})
+	return name
+}
+
+// Eventually polls cond every few milliseconds until it returns true, and
+// fails the test with msg if that has not happened within timeout.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	if !WaitFor(timeout, cond) {
+		t.Fatalf("pgtest: condition not met within %v: "+msg, append([]any{timeout}, args...)...)
+	}
+}
+
+// WaitFor polls cond with a growing interval (1 ms up to 50 ms) until it
+// returns true or timeout passes, and reports whether it did.
+func WaitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+		if wait < 50*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
