@@ -44,12 +44,16 @@ func run(m *testing.M, ignore []goleak.Option) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
+		mu.Lock()
 		server, baseURL = s, s.URL
-		defer s.Stop()
+		mu.Unlock()
 	}
 	code := m.Run()
 	if pool != nil {
 		pool.Close()
+	}
+	if s := TestServer(); s != nil {
+		s.Stop()
 	}
 	if code == 0 {
 		opts := append([]goleak.Option{

@@ -1,0 +1,217 @@
+package eventsource
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Append writes events to stream atomically, in one statement, if expected
+// holds. It never waits on any row but the stream's own, so appends to
+// different streams do not serialise. The events get global positions
+// shortly after commit, from a [Sequencer].
+func (s *Store) Append(ctx context.Context, stream string, expected ExpectedVersion, events []EventData) (AppendResult, error) {
+	res, err := s.append(ctx, s.pool, stream, expected, events)
+	if err == nil {
+		s.signalAppended()
+	}
+	return res, err
+}
+
+// AppendTx is [Store.Append] inside the caller's transaction: the events
+// commit or roll back with it. A conflict leaves the transaction usable
+// (nothing was written), but an error from PostgreSQL aborts it.
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected ExpectedVersion, events []EventData) (AppendResult, error) {
+	return s.append(ctx, tx, stream, expected, events)
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) append(ctx context.Context, db querier, stream string, expected ExpectedVersion, events []EventData) (AppendResult, error) {
+	name, err := ParseStreamName(stream)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if len(events) == 0 {
+		return AppendResult{}, &EventError{Index: 0, Reason: "empty batch"}
+	}
+	if len(events) > s.cfg.MaxBatchEvents {
+		return AppendResult{}, &EventError{Index: s.cfg.MaxBatchEvents, Reason: fmt.Sprintf("batch has %d events, more than MaxBatchEvents %d", len(events), s.cfg.MaxBatchEvents)}
+	}
+	if expected < StreamExists {
+		return AppendResult{}, &EventError{Index: 0, Reason: fmt.Sprintf("invalid expected version %d", int64(expected))}
+	}
+	n := len(events)
+	ids := make([]uuid.UUID, n)
+	types := make([]string, n)
+	datas := make([]string, n)
+	metas := make([]*string, n)
+	traceMeta := traceMetadata(ctx)
+	for i, e := range events {
+		if err := s.checkEvent(i, e); err != nil {
+			return AppendResult{}, err
+		}
+		ids[i] = e.ID
+		if ids[i] == uuid.Nil {
+			if ids[i], err = uuid.NewV7(); err != nil {
+				return AppendResult{}, fmt.Errorf("kumi: event id: %w", err)
+			}
+		}
+		types[i] = e.Type
+		datas[i] = string(e.Data)
+		meta, err := mergeMetadata(e.Metadata, traceMeta)
+		if err != nil {
+			return AppendResult{}, &EventError{Index: i, Reason: err.Error()}
+		}
+		metas[i] = meta
+	}
+	hash := Hash(name.CardinalID)
+	var sql string
+	args := []any{stream, int64(n), ids, types, datas, metas, name.Category, name.CardinalID, hash}
+	switch expected {
+	case Any:
+		sql = s.sql.appendAny
+	case NoStream:
+		sql = s.sql.appendNoStream
+	case StreamExists:
+		sql = s.sql.appendExists
+	default:
+		sql = s.sql.appendExact
+		args = append(args, int64(expected))
+	}
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return AppendResult{}, fmt.Errorf("kumi: append to %q: %w", stream, err)
+	}
+	var first, last int64 = -1, -1
+	count := 0
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return AppendResult{}, err
+		}
+		if count == 0 || v < first {
+			first = v
+		}
+		if v > last {
+			last = v
+		}
+		count++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		if isUniqueViolation(err, "events_event_id") {
+			return AppendResult{}, fmt.Errorf("%w: an event of the batch to %q already exists", ErrDuplicateEventID, stream)
+		}
+		return AppendResult{}, fmt.Errorf("kumi: append to %q: %w", stream, err)
+	}
+	if count == 0 {
+		actual := int64(-1)
+		err := db.QueryRow(ctx, s.sql.streamVersion, stream).Scan(&actual)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return AppendResult{}, fmt.Errorf("kumi: append to %q: read version: %w", stream, err)
+		}
+		return AppendResult{}, &WrongExpectedVersionError{Stream: stream, Expected: expected, Actual: actual}
+	}
+	return AppendResult{IDs: ids, FirstVersion: first, LastVersion: last}, nil
+}
+
+func (s *Store) checkEvent(i int, e EventData) error {
+	if err := checkText("event type", e.Type, MaxEventTypeLength); err != nil {
+		return &EventError{Index: i, Reason: err.Error()}
+	}
+	if len(e.Data)+len(e.Metadata) > s.cfg.MaxEventSize {
+		return &EventError{Index: i, Reason: fmt.Sprintf("data and metadata are %d bytes, more than MaxEventSize %d", len(e.Data)+len(e.Metadata), s.cfg.MaxEventSize)}
+	}
+	if len(e.Data) == 0 {
+		return &EventError{Index: i, Reason: "empty data (use null or {} for none)"}
+	}
+	if !json.Valid(e.Data) {
+		return &EventError{Index: i, Reason: "data is not valid JSON"}
+	}
+	// PostgreSQL's jsonb refuses \u0000, which encoding/json accepts.
+	if bytes.Contains(e.Data, []byte(`\u0000`)) || bytes.Contains(e.Metadata, []byte(`\u0000`)) {
+		return &EventError{Index: i, Reason: `JSON contains \u0000, which PostgreSQL cannot store`}
+	}
+	if len(e.Metadata) > 0 {
+		if !json.Valid(e.Metadata) {
+			return &EventError{Index: i, Reason: "metadata is not valid JSON"}
+		}
+		if t := bytes.TrimSpace(e.Metadata); len(t) == 0 || t[0] != '{' {
+			if !bytes.Equal(t, []byte("null")) {
+				return &EventError{Index: i, Reason: "metadata must be a JSON object"}
+			}
+		}
+	}
+	return nil
+}
+
+// traceMetadata returns the W3C trace context of ctx's span, or nil.
+func traceMetadata(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return carrier
+}
+
+// mergeMetadata adds the trace keys missing from meta.
+func mergeMetadata(meta json.RawMessage, trace map[string]string) (*string, error) {
+	t := bytes.TrimSpace(meta)
+	if len(trace) == 0 {
+		if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+			return nil, nil
+		}
+		s := string(meta)
+		return &s, nil
+	}
+	m := map[string]json.RawMessage{}
+	if len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		if err := json.Unmarshal(meta, &m); err != nil {
+			return nil, fmt.Errorf("metadata: %v", err)
+		}
+	}
+	for k, v := range trace {
+		if _, ok := m[k]; !ok {
+			b, _ := json.Marshal(v)
+			m[k] = b
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// TraceContext extracts the W3C trace context stored in an event's metadata
+// into ctx, so that a handler's span joins the trace that appended it.
+func TraceContext(ctx context.Context, metadata json.RawMessage) context.Context {
+	if len(metadata) == 0 || !bytes.Contains(metadata, []byte("traceparent")) {
+		return ctx
+	}
+	var m map[string]any
+	if json.Unmarshal(metadata, &m) != nil {
+		return ctx
+	}
+	carrier := propagation.MapCarrier{}
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v, ok := m[k].(string); ok {
+			carrier[k] = v
+		}
+	}
+	return propagation.TraceContext{}.Extract(ctx, carrier)
+}

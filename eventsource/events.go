@@ -1,0 +1,124 @@
+package eventsource
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ExpectedVersion is an append's optimistic-concurrency condition. Versions
+// are 0-based: a stream's first event has version 0.
+type ExpectedVersion int64
+
+const (
+	// Any appends whatever the stream's version.
+	Any ExpectedVersion = -2
+	// NoStream appends only to a stream that has no events.
+	NoStream ExpectedVersion = -1
+	// StreamExists appends only to a stream that has at least one event.
+	StreamExists ExpectedVersion = -3
+)
+
+// Exact appends only when the stream's current version is v.
+func Exact(v int64) ExpectedVersion { return ExpectedVersion(v) }
+
+func (e ExpectedVersion) String() string {
+	switch e {
+	case Any:
+		return "any"
+	case NoStream:
+		return "no stream"
+	case StreamExists:
+		return "stream exists"
+	}
+	return fmt.Sprintf("version %d", int64(e))
+}
+
+// EventData is an event to append.
+type EventData struct {
+	// ID identifies the event; zero means a fresh UUIDv7.
+	ID uuid.UUID
+	// Type is the event type, e.g. "Deposited". Required.
+	Type string
+	// Data is the JSON payload. Required and must be valid JSON.
+	Data json.RawMessage
+	// Metadata is optional JSON object metadata. When the append's context
+	// carries an OpenTelemetry span, its W3C trace context is added under
+	// "traceparent" (and "tracestate") unless already present.
+	Metadata json.RawMessage
+}
+
+// RecordedEvent is an event as stored.
+type RecordedEvent struct {
+	ID       uuid.UUID
+	Stream   string
+	Category string
+	// Version is the event's 0-based version within its stream.
+	Version int64
+	// Position is the event's global position: commit-safe order across
+	// the whole store, assigned by the sequencer shortly after commit.
+	Position int64
+	// Hash is the consumer-group hash of the stream's cardinal id.
+	Hash       int64
+	Type       string
+	Data       json.RawMessage
+	Metadata   json.RawMessage
+	RecordedAt time.Time
+}
+
+// Bucket returns the event's consumer-group member in a group of n.
+func (e *RecordedEvent) Bucket(n int) int { return Member(e.Hash, n) }
+
+// AppendResult describes a successful append.
+type AppendResult struct {
+	// IDs of the appended events, in order.
+	IDs []uuid.UUID
+	// FirstVersion and LastVersion are the versions given to the first and
+	// last events; LastVersion is the stream's new version.
+	FirstVersion, LastVersion int64
+}
+
+// WrongExpectedVersionError reports an append whose expected version did
+// not hold. Nothing was written.
+type WrongExpectedVersionError struct {
+	Stream   string
+	Expected ExpectedVersion
+	// Actual is the stream's current version, -1 if it has no events.
+	Actual int64
+}
+
+func (e *WrongExpectedVersionError) Error() string {
+	return fmt.Sprintf("kumi: append to %q expected %s, but the stream is at version %d", e.Stream, e.Expected, e.Actual)
+}
+
+// Unwrap returns [ErrWrongExpectedVersion].
+func (e *WrongExpectedVersionError) Unwrap() error { return ErrWrongExpectedVersion }
+
+// Sentinel errors; the typed errors that carry detail unwrap to them.
+var (
+	// ErrWrongExpectedVersion is wrapped by [*WrongExpectedVersionError].
+	ErrWrongExpectedVersion = errors.New("kumi: wrong expected version")
+	// ErrDuplicateEventID reports an append carrying an event id the store
+	// already has. Appends with a known id are refused, never silently
+	// ignored: nothing of the batch is written.
+	ErrDuplicateEventID = errors.New("kumi: duplicate event id")
+	// ErrInvalidEvent is wrapped by [*EventError].
+	ErrInvalidEvent = errors.New("kumi: invalid event")
+	// ErrInvalidMember reports a consumer-group member outside [0, size).
+	ErrInvalidMember = errors.New("kumi: invalid consumer-group member")
+)
+
+// EventError reports an event the store refuses. Nothing of the batch is
+// written.
+type EventError struct {
+	Index  int // position of the event in the batch
+	Reason string
+}
+
+func (e *EventError) Error() string { return fmt.Sprintf("kumi: invalid event %d: %s", e.Index, e.Reason) }
+
+// Unwrap returns [ErrInvalidEvent].
+func (e *EventError) Unwrap() error { return ErrInvalidEvent }

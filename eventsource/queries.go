@@ -1,0 +1,87 @@
+package eventsource
+
+import "fmt"
+
+// queries holds the store's SQL, built once for its schema. Every statement
+// of the package is here, in one place to read and review.
+type queries struct {
+	appendAny, appendNoStream, appendExists, appendExact string
+	streamVersion                                        string
+
+	readStreamForward, readStreamBackward string
+	readCategory, readAll                 string
+	headPosition                          string
+
+	sequencerLock, sequencerAssign, sequencerSave, sequencerPending string
+
+	checkpointGet, checkpointList, checkpointSave, checkpointReset string
+
+	deadLetterAdd, deadLetterList, deadLetterGet, deadLetterMark string
+}
+
+const eventColumns = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
+
+func newQueries(q string) queries {
+	// $1 stream, $2 count, $3 ids, $4 types, $5 data, $6 metadata,
+	// $7 category, $8 cardinal id, $9 hash; the CTE s returns the stream's
+	// new version, or no row when the expected version does not hold, in
+	// which case nothing is inserted.
+	insert := func(streamCTE string) string {
+		return fmt.Sprintf(`WITH s AS (%s)
+INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
+SELECT u.id, $1, $7, $8, $9, s.version - $2 + u.ord, u.type, u.data::jsonb, u.meta::jsonb
+FROM s, unnest($3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, type, data, meta, ord)
+RETURNING version`, streamCTE, q)
+	}
+	return queries{
+		appendAny: insert(fmt.Sprintf(`INSERT INTO %s.streams AS st (stream_name, version) VALUES ($1, $2 - 1)
+ON CONFLICT (stream_name) DO UPDATE SET version = st.version + $2 RETURNING version`, q)),
+		appendNoStream: insert(fmt.Sprintf(`INSERT INTO %s.streams (stream_name, version) VALUES ($1, $2 - 1)
+ON CONFLICT (stream_name) DO NOTHING RETURNING version`, q)),
+		appendExists: insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 RETURNING version`, q)),
+		appendExact: insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 AND version = $10 RETURNING version`, q)),
+		streamVersion: fmt.Sprintf(`SELECT version FROM %s.streams WHERE stream_name = $1`, q),
+
+		readStreamForward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`,
+			eventColumns, q),
+		readStreamBackward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version <= $2 ORDER BY version DESC LIMIT $3`,
+			eventColumns, q),
+		readCategory: fmt.Sprintf(`SELECT %s FROM %s.events WHERE category = $1 AND position > $2 ORDER BY position LIMIT $3`,
+			eventColumns, q),
+		readAll: fmt.Sprintf(`SELECT %s FROM %s.events WHERE position > $1 ORDER BY position LIMIT $2`,
+			eventColumns, q),
+		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
+
+		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s.events WHERE position IS NULL)`, q),
+		sequencerLock:    fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
+		// A fresh statement after the lock, so its snapshot sees every
+		// commit before it, the previous sequencer's included.
+		sequencerAssign: fmt.Sprintf(`WITH pending AS (
+  SELECT seq, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
+  FROM (SELECT seq FROM %[1]s.events WHERE position IS NULL ORDER BY seq LIMIT $2) p
+), upd AS (
+  UPDATE %[1]s.events e SET position = pending.pos FROM pending WHERE e.seq = pending.seq RETURNING e.position
+)
+SELECT count(*), coalesce(max(position), $1::bigint) FROM upd`, q),
+		sequencerSave: fmt.Sprintf(`UPDATE %s.sequencer SET last_position = $1 WHERE id = 1`, q),
+
+		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),
+		checkpointList: fmt.Sprintf(`SELECT bucket, position, updated_at FROM %s.checkpoints WHERE subscription = $1 ORDER BY bucket`, q),
+		checkpointSave: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
+ON CONFLICT (subscription, bucket) DO UPDATE SET position = GREATEST(c.position, excluded.position), updated_at = now()
+RETURNING position`, q),
+		checkpointReset: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
+ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, updated_at = now()`, q),
+
+		deadLetterAdd: fmt.Sprintf(`INSERT INTO %s.dead_letters (subscription, bucket, event_id, position, stream_name, reason, attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (subscription, event_id) DO UPDATE SET reason = excluded.reason, attempts = excluded.attempts,
+  created_at = now(), replayed_at = NULL`, q),
+		deadLetterList: fmt.Sprintf(`SELECT subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at
+FROM %s.dead_letters WHERE subscription = $1 AND ($2::int IS NULL OR bucket = $2) AND position > $3
+ORDER BY position LIMIT $4`, q),
+		deadLetterGet: fmt.Sprintf(`SELECT subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at
+FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
+		deadLetterMark: fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now() WHERE subscription = $1 AND event_id = $2`, q),
+	}
+}

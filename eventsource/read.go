@@ -1,0 +1,107 @@
+package eventsource
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Reads page through events from a cursor: a stream version for stream
+// reads, a global position (exclusive) for the others. A limit of 0 or less
+// means 1000.
+
+const defaultReadLimit = 1000
+
+func limitOf(n int) int {
+	if n <= 0 {
+		return defaultReadLimit
+	}
+	return n
+}
+
+// ReadStream returns up to limit events of stream with version >= from, in
+// version order. Events committed but not yet sequenced have Position 0.
+func (s *Store) ReadStream(ctx context.Context, stream string, from int64, limit int) ([]RecordedEvent, error) {
+	if _, err := ParseStreamName(stream); err != nil {
+		return nil, err
+	}
+	return s.query(ctx, s.sql.readStreamForward, stream, from, limitOf(limit))
+}
+
+// ReadStreamBackward returns up to limit events of stream with version <=
+// from, newest first; from < 0 starts at the stream's end.
+func (s *Store) ReadStreamBackward(ctx context.Context, stream string, from int64, limit int) ([]RecordedEvent, error) {
+	if _, err := ParseStreamName(stream); err != nil {
+		return nil, err
+	}
+	if from < 0 {
+		from = 1<<63 - 1
+	}
+	return s.query(ctx, s.sql.readStreamBackward, stream, from, limitOf(limit))
+}
+
+// ReadCategory returns up to limit events of category with position >
+// after, in global order.
+func (s *Store) ReadCategory(ctx context.Context, category string, after int64, limit int) ([]RecordedEvent, error) {
+	if err := ValidateCategory(category); err != nil {
+		return nil, err
+	}
+	return s.query(ctx, s.sql.readCategory, category, after, limitOf(limit))
+}
+
+// ReadAll returns up to limit events of the whole store ($all) with
+// position > after, in global order.
+func (s *Store) ReadAll(ctx context.Context, after int64, limit int) ([]RecordedEvent, error) {
+	return s.query(ctx, s.sql.readAll, after, limitOf(limit))
+}
+
+// ReadMember returns up to limit events of category with position > after
+// that belong to consumer-group member of a group of size, in global order.
+// Every event of a stream belongs to one member. Call
+// [Store.EnsureConsumerGroupIndex] for size once first, or the read scans
+// the whole category.
+func (s *Store) ReadMember(ctx context.Context, category string, member, size int, after int64, limit int) ([]RecordedEvent, error) {
+	if err := ValidateCategory(category); err != nil {
+		return nil, err
+	}
+	if size < 1 || member < 0 || member >= size {
+		return nil, fmt.Errorf("%w: member %d of a group of %d", ErrInvalidMember, member, size)
+	}
+	sql := fmt.Sprintf(`SELECT %s FROM %s.events WHERE category = $1 AND %s = $2 AND position > $3 ORDER BY position LIMIT $4`,
+		eventColumns, s.q, memberExpr(size))
+	return s.query(ctx, sql, category, member, after, limitOf(limit))
+}
+
+// HeadPosition returns the highest global position handed out so far.
+func (s *Store) HeadPosition(ctx context.Context) (int64, error) {
+	var p int64
+	err := s.pool.QueryRow(ctx, s.sql.headPosition).Scan(&p)
+	return p, err
+}
+
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]RecordedEvent, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+func scanEvents(rows pgx.Rows) ([]RecordedEvent, error) {
+	defer rows.Close()
+	var out []RecordedEvent
+	for rows.Next() {
+		var e RecordedEvent
+		var meta []byte
+		if err := rows.Scan(&e.ID, &e.Stream, &e.Category, &e.Version, &e.Position, &e.Hash,
+			&e.Type, &e.Data, &meta, &e.RecordedAt); err != nil {
+			return nil, err
+		}
+		if len(meta) > 0 {
+			e.Metadata = meta
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

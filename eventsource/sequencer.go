@@ -1,0 +1,171 @@
+package eventsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Sequence gives global positions to committed events that have none, in
+// insertion order, and returns how many it sequenced. It is one step of the
+// [Sequencer]; tests and tools call it directly. When another process is
+// sequencing at that moment it returns 0 at once.
+//
+// Why this never skips an event: a reader follows position order from its
+// checkpoint, and positions are handed out only here, after commit, under
+// a lock on the single sequencer row, in increasing order. So an event that
+// commits late gets a later position; it can never appear behind a cursor
+// that has already passed its position. Per-stream order holds because an
+// append to a stream waits for the stream's previous append to commit (the
+// streams row lock) before it takes its insertion number, so a stream's
+// events are inserted, and so sequenced, in version order.
+func (s *Store) Sequence(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := s.sequenceOnce(ctx)
+		total += n
+		if err != nil || n < SequencerBatchDefault {
+			return total, err
+		}
+	}
+}
+
+func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var last int64
+	if err := tx.QueryRow(ctx, s.sql.sequencerLock).Scan(&last); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil // another sequencer holds the row
+		}
+		return 0, fmt.Errorf("kumi: sequencer lock: %w", err)
+	}
+	var n, newLast int64
+	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, SequencerBatchDefault).Scan(&n, &newLast); err != nil {
+		return 0, fmt.Errorf("kumi: sequencer assign: %w", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := tx.Exec(ctx, s.sql.sequencerSave, newLast); err != nil {
+		return 0, fmt.Errorf("kumi: sequencer save: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.NotifyChannel(), fmt.Sprint(newLast)); err != nil {
+		return 0, fmt.Errorf("kumi: sequencer notify: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("kumi: sequencer commit: %w", err)
+	}
+	return int(n), nil
+}
+
+// SequencerOptions tune a [Sequencer]. Zero values mean defaults.
+type SequencerOptions struct {
+	// MinInterval is the poll interval right after work was found, and
+	// MaxInterval the interval it backs off to while idle. Appends made
+	// through this process's Store wake the sequencer at once; appends from
+	// other processes are found by polling. Defaults 5 ms and 50 ms.
+	MinInterval, MaxInterval time.Duration
+	// Logger receives errors at Warn; nil discards.
+	Logger *slog.Logger
+}
+
+// Sequencer runs [Store.Sequence] in the background: at once after a local
+// append, and by polling for other processes' appends. Run one per process
+// that appends or subscribes; several across processes cooperate (one
+// sequences at a time, the others skip).
+type Sequencer struct {
+	store *Store
+	opts  SequencerOptions
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewSequencer returns a stopped sequencer for store.
+func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
+	if opts.MinInterval <= 0 {
+		opts.MinInterval = 5 * time.Millisecond
+	}
+	if opts.MaxInterval < opts.MinInterval {
+		opts.MaxInterval = 50 * time.Millisecond
+		if opts.MaxInterval < opts.MinInterval {
+			opts.MaxInterval = opts.MinInterval
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sequencer{store: store, opts: opts}
+}
+
+// Start runs the sequencer until Stop. It returns at once; calling it on a
+// running sequencer does nothing.
+func (q *Sequencer) Start() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	q.cancel, q.done = cancel, make(chan struct{})
+	go q.run(ctx, q.done)
+}
+
+// Stop stops the sequencer and waits for it. It is idempotent.
+func (q *Sequencer) Stop() {
+	q.mu.Lock()
+	cancel, done := q.cancel, q.done
+	q.cancel, q.done = nil, nil
+	q.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	interval := q.opts.MinInterval
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-q.store.appended:
+		}
+		n, err := q.step(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			q.opts.Logger.Warn("kumi: sequencer step failed", "err", err)
+			interval = q.opts.MaxInterval
+		case n > 0:
+			interval = q.opts.MinInterval
+		default:
+			interval = min(interval*2, q.opts.MaxInterval)
+		}
+		timer.Reset(interval)
+	}
+}
+
+func (q *Sequencer) step(ctx context.Context) (int, error) {
+	var pending bool
+	if err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending).Scan(&pending); err != nil {
+		return 0, err
+	}
+	if !pending {
+		return 0, nil
+	}
+	return q.store.Sequence(ctx)
+}
