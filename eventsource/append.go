@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -91,7 +92,7 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 	}
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
-		return AppendResult{}, fmt.Errorf("kumi: append to %q: %w", stream, err)
+		return AppendResult{}, appendError(stream, err)
 	}
 	var first, last int64 = -1, -1
 	count := 0
@@ -111,10 +112,7 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		if isUniqueViolation(err, "events_event_id") {
-			return AppendResult{}, fmt.Errorf("%w: an event of the batch to %q already exists", ErrDuplicateEventID, stream)
-		}
-		return AppendResult{}, fmt.Errorf("kumi: append to %q: %w", stream, err)
+		return AppendResult{}, appendError(stream, err)
 	}
 	if count == 0 {
 		actual := int64(-1)
@@ -125,6 +123,17 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 		return AppendResult{}, &WrongExpectedVersionError{Stream: stream, Expected: expected, Actual: actual}
 	}
 	return AppendResult{IDs: ids, FirstVersion: first, LastVersion: last}, nil
+}
+
+// appendError classifies an error of the append statement.
+func appendError(stream string, err error) error {
+	switch {
+	case isUniqueViolation(err, "events_event_id"):
+		return fmt.Errorf("%w: an event of the batch to %q already exists", ErrDuplicateEventID, stream)
+	case isDataException(err):
+		return &EventError{Index: -1, Reason: "PostgreSQL refused the batch: " + err.Error()}
+	}
+	return fmt.Errorf("kumi: append to %q: %w", stream, err)
 }
 
 func (s *Store) checkEvent(i int, e EventData) error {
@@ -139,6 +148,11 @@ func (s *Store) checkEvent(i int, e EventData) error {
 	}
 	if !json.Valid(e.Data) {
 		return &EventError{Index: i, Reason: "data is not valid JSON"}
+	}
+	// encoding/json lets invalid UTF-8 through inside strings; PostgreSQL
+	// does not.
+	if !utf8.Valid(e.Data) || !utf8.Valid(e.Metadata) {
+		return &EventError{Index: i, Reason: "data or metadata is not valid UTF-8"}
 	}
 	// PostgreSQL's jsonb refuses \u0000, which encoding/json accepts.
 	if bytes.Contains(e.Data, []byte(`\u0000`)) || bytes.Contains(e.Metadata, []byte(`\u0000`)) {

@@ -114,11 +114,15 @@ var (
 // EventError reports an event the store refuses. Nothing of the batch is
 // written.
 type EventError struct {
-	Index  int // position of the event in the batch
+	// Index is the event's position in the batch, or -1 when PostgreSQL
+	// refused a value and did not say which event held it.
+	Index  int
 	Reason string
 }
 
-func (e *EventError) Error() string { return fmt.Sprintf("kumi: invalid event %d: %s", e.Index, e.Reason) }
+func (e *EventError) Error() string {
+	return fmt.Sprintf("kumi: invalid event %d: %s", e.Index, e.Reason)
+}
 
 // Unwrap returns [ErrInvalidEvent].
 func (e *EventError) Unwrap() error { return ErrInvalidEvent }

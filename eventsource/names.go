@@ -1,8 +1,6 @@
 package eventsource
 
 import (
-	"crypto/md5"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -121,22 +119,3 @@ func checkText(kind, s string, max int) error {
 	}
 	return nil
 }
-
-// Hash is the consumer-group hash of a cardinal id: the first 8 bytes of
-// its MD5 digest as a big-endian signed 64-bit integer. The SQL function
-// cg_hash in the store's schema computes the same value. It is stored with
-// every event, so a member's read never hashes rows at query time.
-func Hash(cardinalID string) int64 {
-	sum := md5.Sum([]byte(cardinalID))
-	return int64(binary.BigEndian.Uint64(sum[:8]))
-}
-
-// Member is the consumer-group member (bucket) of hash in a group of size n:
-// the non-negative remainder ((hash % n) + n) % n, as SQL's cg_member.
-func Member(hash int64, n int) int {
-	m := int64(n)
-	return int(((hash % m) + m) % m)
-}
-
-// BucketOf returns the bucket of a stream in a group of n.
-func BucketOf(stream StreamName, n int) int { return Member(Hash(stream.CardinalID), n) }

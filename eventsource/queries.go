@@ -16,10 +16,17 @@ type queries struct {
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
-	deadLetterAdd, deadLetterList, deadLetterGet, deadLetterMark string
+	deadLetterAdd, deadLetterList, deadLetterGet, deadLetterClaim string
+	deadLetterMark, deadLetterFailed, deadLetterDelete            string
+	readEventByID                                                 string
+
+	indexState string
 }
 
-const eventColumns = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
+const (
+	eventColumns      = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
+	deadLetterColumns = `subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
+)
 
 func newQueries(q string) queries {
 	// $1 stream, $2 count, $3 ids, $4 types, $5 data, $6 metadata,
@@ -38,8 +45,8 @@ RETURNING version`, streamCTE, q)
 ON CONFLICT (stream_name) DO UPDATE SET version = st.version + $2 RETURNING version`, q)),
 		appendNoStream: insert(fmt.Sprintf(`INSERT INTO %s.streams (stream_name, version) VALUES ($1, $2 - 1)
 ON CONFLICT (stream_name) DO NOTHING RETURNING version`, q)),
-		appendExists: insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 RETURNING version`, q)),
-		appendExact: insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 AND version = $10 RETURNING version`, q)),
+		appendExists:  insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 RETURNING version`, q)),
+		appendExact:   insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 AND version = $10 RETURNING version`, q)),
 		streamVersion: fmt.Sprintf(`SELECT version FROM %s.streams WHERE stream_name = $1`, q),
 
 		readStreamForward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`,
@@ -53,7 +60,11 @@ ON CONFLICT (stream_name) DO NOTHING RETURNING version`, q)),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
 		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s.events WHERE position IS NULL)`, q),
-		sequencerLock:    fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
+		// The idle timeout frees the row should this process stall
+		// (paused, partitioned) between the sequencer's statements: no one
+		// else could sequence until then.
+		sequencerLock: fmt.Sprintf(`SELECT last_position, set_config('idle_in_transaction_session_timeout', '10s', true)
+FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// A fresh statement after the lock, so its snapshot sees every
 		// commit before it, the previous sequencer's included.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
@@ -73,15 +84,28 @@ RETURNING position`, q),
 		checkpointReset: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
 ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, updated_at = now()`, q),
 
-		deadLetterAdd: fmt.Sprintf(`INSERT INTO %s.dead_letters (subscription, bucket, event_id, position, stream_name, reason, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (subscription, event_id) DO UPDATE SET reason = excluded.reason, attempts = excluded.attempts,
-  created_at = now(), replayed_at = NULL`, q),
-		deadLetterList: fmt.Sprintf(`SELECT subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at
-FROM %s.dead_letters WHERE subscription = $1 AND ($2::int IS NULL OR bucket = $2) AND position > $3
-ORDER BY position LIMIT $4`, q),
-		deadLetterGet: fmt.Sprintf(`SELECT subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at
-FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
-		deadLetterMark: fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now() WHERE subscription = $1 AND event_id = $2`, q),
+		// A dead letter names an event of the store; its position and
+		// stream are taken from the event, and checked against the
+		// caller's when given ($4 = 0 and $5 = '' mean "not given").
+		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters (subscription, bucket, event_id, position, stream_name, reason, attempts)
+SELECT $1, $2, e.event_id, e.position, e.stream_name, $6, $7 FROM %[1]s.events e
+WHERE e.event_id = $3 AND e.position IS NOT NULL AND ($4::bigint = 0 OR e.position = $4) AND ($5::text = '' OR e.stream_name = $5)
+ON CONFLICT (subscription, event_id) DO UPDATE SET bucket = excluded.bucket, reason = excluded.reason,
+  attempts = excluded.attempts, created_at = now(), replayed_at = NULL
+RETURNING position, stream_name, created_at`, q),
+		deadLetterList: fmt.Sprintf(`SELECT %s FROM %s.dead_letters
+WHERE subscription = $1 AND ($2::int IS NULL OR bucket = $2) AND position > $3 AND ($5 OR replayed_at IS NULL)
+ORDER BY position, event_id LIMIT $4`, deadLetterColumns, q),
+		deadLetterGet: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, deadLetterColumns, q),
+		deadLetterClaim: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2 AND ($3 OR replayed_at IS NULL)
+FOR UPDATE SKIP LOCKED`, deadLetterColumns, q),
+		deadLetterMark:   fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now() WHERE subscription = $1 AND event_id = $2`, q),
+		deadLetterFailed: fmt.Sprintf(`UPDATE %s.dead_letters SET attempts = attempts + 1, reason = $3 WHERE subscription = $1 AND event_id = $2`, q),
+		deadLetterDelete: fmt.Sprintf(`DELETE FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
+		readEventByID:    fmt.Sprintf(`SELECT %s FROM %s.events WHERE event_id = $1`, eventColumns, q),
+
+		indexState: `SELECT i.indisvalid FROM pg_catalog.pg_index i
+JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2`,
 	}
 }

@@ -5,10 +5,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/internal/migrate"
@@ -75,6 +78,12 @@ func (c Config) validate() error {
 	if strings.ContainsAny(c.Schema, schemaNameForbiddenSet) {
 		return &ConfigError{"Schema", "contains NUL"}
 	}
+	if !utf8.ValidString(c.Schema) {
+		return &ConfigError{"Schema", "not valid UTF-8"}
+	}
+	if strings.HasPrefix(strings.ToLower(c.Schema), "pg_") {
+		return &ConfigError{"Schema", `starts with "pg_", which PostgreSQL reserves for system schemas`}
+	}
 	if c.MaxEventSize < 0 {
 		return &ConfigError{"MaxEventSize", "negative"}
 	}
@@ -129,8 +138,24 @@ func (s *Store) Schema() string { return s.cfg.Schema }
 func (s *Store) QuotedSchema() string { return s.q }
 
 // NotifyChannel is the LISTEN channel on which the sequencer announces new
-// global positions.
-func (s *Store) NotifyChannel() string { return s.cfg.Schema + notifyChannelSuffix }
+// global positions: the schema name followed by "_events". A channel name
+// is an identifier, at most 63 bytes, so for a schema name longer than 56
+// bytes it is a prefix of the name, a hash of the whole name and "_events".
+func (s *Store) NotifyChannel() string { return notifyChannel(s.cfg.Schema) }
+
+func notifyChannel(schema string) string {
+	if len(schema)+len(notifyChannelSuffix) <= maxSchemaNameLength {
+		return schema + notifyChannelSuffix
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(schema))
+	// 63 bytes: prefix (up to 38) + "_" + 16 hex digits + "_events".
+	prefix := schema[:38]
+	for !utf8.ValidString(prefix) {
+		prefix = prefix[:len(prefix)-1]
+	}
+	return fmt.Sprintf("%s_%016x%s", prefix, h.Sum64(), notifyChannelSuffix)
+}
 
 // Migrate creates or upgrades the store's schema. It is idempotent and safe
 // to run from several processes at once.
@@ -148,49 +173,6 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	return migrate.Apply(ctx, pool, schema, "eventsource", ms)
 }
 
-// EnsureConsumerGroupIndex creates, if missing, the index that makes a
-// consumer-group member's read of a group of n an index range scan. Workers
-// call it when a subscription starts; it is a no-op after the first call.
-// Creating it on a large table takes a while and blocks appends meanwhile;
-// on a busy store, create it ahead with `kumi migrate --group-size n`.
-func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
-	if n < 1 {
-		return &ConfigError{"group size", "must be at least 1"}
-	}
-	s.cgMu.Lock()
-	defer s.cgMu.Unlock()
-	if s.cgIndexes[n] {
-		return nil
-	}
-	name := pgx.Identifier{fmt.Sprintf("%s%d", cgIndexPrefix, n)}.Sanitize()
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	// Serialise with migrations and other workers creating the same index.
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrate.LockKey(s.cfg.Schema)); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(
-		"CREATE INDEX IF NOT EXISTS %s ON %s.events (category, %s, position) WHERE position IS NOT NULL",
-		name, s.q, memberExpr(n))); err != nil {
-		return fmt.Errorf("kumi: create consumer-group index for %d members: %w", n, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	s.cgIndexes[n] = true
-	return nil
-}
-
-// memberExpr is the SQL expression of an event's member in a group of n. n
-// is an integer literal so that the planner matches it to the
-// consumer-group index.
-func memberExpr(n int) string {
-	return fmt.Sprintf("(((cg_hash %% %d) + %d) %% %d)", n, n, n)
-}
-
 func (s *Store) signalAppended() {
 	select {
 	case s.appended <- struct{}{}:
@@ -200,11 +182,14 @@ func (s *Store) signalAppended() {
 
 // isUniqueViolation reports a unique-constraint violation on the named index.
 func isUniqueViolation(err error, index string) bool {
-	var pgErr interface {
-		SQLState() string
-	}
-	if !errors.As(err, &pgErr) || pgErr.SQLState() != "23505" {
-		return false
-	}
-	return strings.Contains(err.Error(), index)
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == index
+}
+
+// isDataException reports an error PostgreSQL raised for a value it cannot
+// store (SQLSTATE class 22: a number out of jsonb's range, JSON nested too
+// deep for its parser, and the like).
+func isDataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || pgErr.Code == "54001")
 }

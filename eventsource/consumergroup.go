@@ -1,0 +1,152 @@
+package eventsource
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/internal/migrate"
+)
+
+// Hash is the consumer-group hash of a cardinal id: the first 8 bytes of
+// its MD5 digest as a big-endian signed 64-bit integer. The SQL function
+// cg_hash in the store's schema computes the same value. It is stored with
+// every event, so a member's read never hashes rows at query time.
+//
+// MD5 is used for its spread and its availability in stock PostgreSQL, not
+// for security: a stream name chosen to collide only lands in a given
+// bucket.
+func Hash(cardinalID string) int64 {
+	sum := md5.Sum([]byte(cardinalID))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
+}
+
+// Member is the consumer-group member (bucket) of hash in a group of size n:
+// the non-negative remainder ((hash % n) + n) % n, as SQL's cg_member. It
+// panics if n < 1.
+func Member(hash int64, n int) int {
+	m := int64(n)
+	return int(((hash % m) + m) % m)
+}
+
+// BucketOf returns the bucket of a stream in a group of n.
+func BucketOf(stream StreamName, n int) int { return Member(Hash(stream.CardinalID), n) }
+
+// memberExpr is the SQL expression of an event's member in a group of n. n
+// is an integer literal so that the planner matches it to the
+// consumer-group index.
+func memberExpr(n int) string {
+	return fmt.Sprintf("(((cg_hash %% %d) + %d) %% %d)", n, n, n)
+}
+
+// cgIndexLockPoll is how often EnsureConsumerGroupIndex retries the lock
+// that another process holds while it builds an index.
+const cgIndexLockPoll = 50 * time.Millisecond
+
+// EnsureConsumerGroupIndex creates, if missing, the index that makes a
+// consumer-group member's read ([Store.ReadMember]) of a group of n an index
+// range scan. Workers call it when a subscription starts; once the index
+// exists it costs one catalogue lookup per process.
+//
+// The index is built with CREATE INDEX CONCURRENTLY, so appends go on while
+// it is built (on a large store that takes a while; create it ahead with
+// `kumi migrate --group-size n` if you prefer). Several processes may call
+// it at once: one builds, the others wait for it. An invalid index left by
+// an interrupted build is dropped and rebuilt.
+func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
+	if n < 1 {
+		return &ConfigError{"group size", "must be at least 1"}
+	}
+	s.cgMu.Lock()
+	defer s.cgMu.Unlock()
+	if s.cgIndexes[n] {
+		return nil
+	}
+	name := fmt.Sprintf("%s%d", cgIndexPrefix, n)
+	exists, valid, err := s.indexState(ctx, s.pool, name)
+	if err != nil {
+		return err
+	}
+	if !exists || !valid {
+		if err := s.buildConsumerGroupIndex(ctx, name, n); err != nil {
+			return fmt.Errorf("kumi: consumer-group index for %d members: %w", n, err)
+		}
+	}
+	s.cgIndexes[n] = true
+	return nil
+}
+
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) indexState(ctx context.Context, db queryRower, name string) (exists, valid bool, err error) {
+	err = db.QueryRow(ctx, s.sql.indexState, s.cfg.Schema, name).Scan(&valid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
+	return err == nil, valid, err
+}
+
+// buildConsumerGroupIndex builds the index on a connection of its own,
+// outside any transaction (CREATE INDEX CONCURRENTLY needs that), under a
+// session advisory lock so that two processes do not build it at once.
+func (s *Store) buildConsumerGroupIndex(ctx context.Context, name string, n int) (err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	key := migrate.LockKey(s.cfg.Schema + ".cg-index")
+	// Poll for the lock rather than wait in pg_advisory_lock: a waiting
+	// statement holds a snapshot, and the holder's CREATE INDEX
+	// CONCURRENTLY waits for every older snapshot to go, so the two would
+	// deadlock.
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+			return err
+		}
+		if got {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(cgIndexLockPoll):
+		}
+	}
+	defer unlockSession(conn, key)
+
+	exists, valid, err := s.indexState(ctx, conn, name)
+	if err != nil || (exists && valid) {
+		return err
+	}
+	qname := pgx.Identifier{s.cfg.Schema, name}.Sanitize()
+	if exists {
+		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+qname); err != nil {
+			return err
+		}
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf(
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s.events (category, %s, position) WHERE position IS NOT NULL",
+		pgx.Identifier{name}.Sanitize(), s.q, memberExpr(n)))
+	return err
+}
+
+// unlockSession releases a session advisory lock; if that fails, it closes
+// the connection (which releases it) rather than return a locked
+// connection to the pool.
+func unlockSession(conn *pgxpool.Conn, key int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+		_ = conn.Conn().Close(ctx)
+	}
+}

@@ -1,0 +1,280 @@
+package eventsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// MaxDeadLetterReasonLength bounds a dead letter's reason, in bytes; a
+// longer reason is truncated.
+const MaxDeadLetterReasonLength = 8 << 10
+
+// Dead-letter errors.
+var (
+	// ErrDeadLetterNotFound reports that a subscription has no dead letter
+	// for an event.
+	ErrDeadLetterNotFound = errors.New("kumi: dead letter not found")
+	// ErrEventNotFound reports that a dead letter names an event the store
+	// does not have (or has not sequenced yet, or whose position or stream
+	// differ from the ones given).
+	ErrEventNotFound = errors.New("kumi: event not found")
+	// ErrInvalidDeadLetter reports a dead letter with an invalid field.
+	ErrInvalidDeadLetter = errors.New("kumi: invalid dead letter")
+)
+
+// DeadLetter is an event a subscription gave up on: its handler failed
+// Attempts times (or asked for it to be dead-lettered) for Reason. There is
+// at most one per (subscription, event).
+type DeadLetter struct {
+	Subscription string
+	Bucket       int
+	EventID      uuid.UUID
+	// Position and Stream are the event's. When adding a dead letter they
+	// may be left zero: the store fills them in from the event (and checks
+	// them against it when given).
+	Position int64
+	Stream   string
+	// Reason is free text, usually the handler's last error. It is stored
+	// as valid UTF-8 without NUL bytes, at most MaxDeadLetterReasonLength
+	// bytes.
+	Reason   string
+	Attempts int
+	// CreatedAt is set by the store when the letter is added.
+	CreatedAt time.Time
+	// ReplayedAt is set by a successful [Store.ReplayDeadLetters]; nil
+	// until then.
+	ReplayedAt *time.Time
+}
+
+// DeadLetterFilter selects dead letters of a subscription.
+type DeadLetterFilter struct {
+	// Bucket, when not nil, selects one bucket's letters.
+	Bucket *int
+	// After selects letters of events with a position above it: the cursor
+	// for paging (the last letter's Position).
+	After int64
+	// Limit is the page size of [Store.DeadLetters] (0 means 1000), and the
+	// most letters [Store.ReplayDeadLetters] replays (0 means all).
+	Limit int
+	// IncludeReplayed selects letters already replayed too; by default only
+	// pending ones are selected.
+	IncludeReplayed bool
+}
+
+// AddDeadLetter records a dead letter, or replaces the subscription's
+// letter for the same event (which makes it pending again). The event must
+// exist and be sequenced, or the error wraps [ErrEventNotFound]. It returns
+// the letter as stored.
+func (s *Store) AddDeadLetter(ctx context.Context, d DeadLetter) (DeadLetter, error) {
+	return s.addDeadLetter(ctx, s.pool, d)
+}
+
+// AddDeadLetterTx is [Store.AddDeadLetter] inside the caller's
+// transaction: a worker dead-letters an event and moves its fenced
+// checkpoint past it in one commit.
+func (s *Store) AddDeadLetterTx(ctx context.Context, tx pgx.Tx, d DeadLetter) (DeadLetter, error) {
+	return s.addDeadLetter(ctx, tx, d)
+}
+
+func (s *Store) addDeadLetter(ctx context.Context, db queryRower, d DeadLetter) (DeadLetter, error) {
+	if err := ValidateSubscription(d.Subscription); err != nil {
+		return DeadLetter{}, err
+	}
+	switch {
+	case d.Bucket < 0:
+		return DeadLetter{}, fmt.Errorf("%w: negative bucket %d", ErrInvalidDeadLetter, d.Bucket)
+	case d.EventID == uuid.Nil:
+		return DeadLetter{}, fmt.Errorf("%w: no event id", ErrInvalidDeadLetter)
+	case d.Position < 0:
+		return DeadLetter{}, fmt.Errorf("%w: negative position %d", ErrInvalidDeadLetter, d.Position)
+	case d.Attempts < 0:
+		return DeadLetter{}, fmt.Errorf("%w: negative attempts %d", ErrInvalidDeadLetter, d.Attempts)
+	}
+	if d.Stream != "" {
+		if _, err := ParseStreamName(d.Stream); err != nil {
+			return DeadLetter{}, err
+		}
+	}
+	d.Reason = cleanReason(d.Reason)
+	d.ReplayedAt = nil
+	err := db.QueryRow(ctx, s.sql.deadLetterAdd, d.Subscription, d.Bucket, d.EventID, d.Position, d.Stream,
+		d.Reason, d.Attempts).Scan(&d.Position, &d.Stream, &d.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return DeadLetter{}, fmt.Errorf("%w: dead letter for event %s (position %d, stream %q) of %q",
+			ErrEventNotFound, d.EventID, d.Position, d.Stream, d.Subscription)
+	}
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("kumi: add dead letter: %w", err)
+	}
+	return d, nil
+}
+
+// cleanReason makes free text storable: valid UTF-8, no NUL, bounded.
+func cleanReason(r string) string {
+	r = strings.ToValidUTF8(r, "\uFFFD")
+	r = strings.ReplaceAll(r, "\x00", "")
+	if len(r) > MaxDeadLetterReasonLength {
+		r = r[:MaxDeadLetterReasonLength]
+		for !utf8.ValidString(r) {
+			r = r[:len(r)-1]
+		}
+	}
+	return r
+}
+
+// DeadLetters lists a subscription's dead letters in position order,
+// paged by filter.After and filter.Limit.
+func (s *Store) DeadLetters(ctx context.Context, subscription string, filter DeadLetterFilter) ([]DeadLetter, error) {
+	if err := ValidateSubscription(subscription); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.deadLetterList, subscription, filter.Bucket, filter.After,
+		limitOf(filter.Limit), filter.IncludeReplayed)
+	if err != nil {
+		return nil, fmt.Errorf("kumi: list dead letters: %w", err)
+	}
+	return pgx.CollectRows(rows, scanDeadLetter)
+}
+
+// DeadLetter returns a subscription's dead letter for an event, or an error
+// wrapping [ErrDeadLetterNotFound].
+func (s *Store) DeadLetter(ctx context.Context, subscription string, eventID uuid.UUID) (DeadLetter, error) {
+	if err := ValidateSubscription(subscription); err != nil {
+		return DeadLetter{}, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.deadLetterGet, subscription, eventID)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("kumi: read dead letter: %w", err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, scanDeadLetter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return DeadLetter{}, fmt.Errorf("%w: %q has none for event %s", ErrDeadLetterNotFound, subscription, eventID)
+	}
+	return d, err
+}
+
+// DeleteDeadLetter removes a subscription's dead letter for an event (an
+// operator's "discard"); it reports whether there was one.
+func (s *Store) DeleteDeadLetter(ctx context.Context, subscription string, eventID uuid.UUID) (bool, error) {
+	if err := ValidateSubscription(subscription); err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.deadLetterDelete, subscription, eventID)
+	if err != nil {
+		return false, fmt.Errorf("kumi: delete dead letter: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ReplayHandler handles a replayed event. The context carries the event's
+// trace context (see [TraceContext]).
+type ReplayHandler func(ctx context.Context, event RecordedEvent) error
+
+// ReplayDeadLetters hands the events of a subscription's dead letters
+// selected by filter to handler, one at a time in position order, and
+// marks each letter replayed when handler returns nil. It returns how many
+// it replayed.
+//
+// It stops at the first handler error: that letter stays pending, its
+// attempts go up by one and its reason becomes the error, and the error is
+// returned. Replay never touches the subscription's checkpoints: the live
+// subscription goes on from where it is.
+//
+// Each letter is claimed (FOR UPDATE SKIP LOCKED) in a transaction of its
+// own for the duration of its handler, so two replays running at once
+// never hand the same letter to two handlers. Replay is at-least-once: if
+// the process dies after handler returns and before the mark commits, the
+// letter is still pending.
+func (s *Store) ReplayDeadLetters(ctx context.Context, subscription string, filter DeadLetterFilter, handler ReplayHandler) (int, error) {
+	if handler == nil {
+		return 0, &ConfigError{"handler", "nil"}
+	}
+	budget := filter.Limit
+	replayed := 0
+	for {
+		page := filter
+		page.Limit = defaultReadLimit
+		if budget > 0 {
+			page.Limit = min(page.Limit, budget-replayed)
+		}
+		letters, err := s.DeadLetters(ctx, subscription, page)
+		if err != nil {
+			return replayed, err
+		}
+		for _, d := range letters {
+			ok, err := s.replayOne(ctx, d, filter.IncludeReplayed, handler)
+			if err != nil {
+				return replayed, err
+			}
+			if ok {
+				replayed++
+			}
+		}
+		if len(letters) < page.Limit || (budget > 0 && replayed >= budget) {
+			return replayed, nil
+		}
+		filter.After = letters[len(letters)-1].Position
+	}
+}
+
+// replayOne replays one letter; it reports false when another replay holds
+// it or it is no longer pending.
+func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed bool, handler ReplayHandler) (bool, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, s.sql.deadLetterClaim, d.Subscription, d.EventID, includeReplayed)
+	if err != nil {
+		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
+	}
+	if _, err := pgx.CollectExactlyOneRow(rows, scanDeadLetter); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
+	}
+	rows, err = tx.Query(ctx, s.sql.readEventByID, d.EventID)
+	if err != nil {
+		return false, fmt.Errorf("kumi: read dead-lettered event: %w", err)
+	}
+	events, err := scanEvents(rows)
+	if err != nil {
+		return false, fmt.Errorf("kumi: read dead-lettered event: %w", err)
+	}
+	if len(events) == 0 {
+		return false, fmt.Errorf("%w: dead letter of %q names event %s", ErrEventNotFound, d.Subscription, d.EventID)
+	}
+	ev := events[0]
+	if herr := handler(TraceContext(ctx, ev.Metadata), ev); herr != nil {
+		if _, err := tx.Exec(ctx, s.sql.deadLetterFailed, d.Subscription, d.EventID, cleanReason("replay: "+herr.Error())); err != nil {
+			return false, errors.Join(herr, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return false, errors.Join(herr, err)
+		}
+		return false, fmt.Errorf("kumi: replay of event %s (position %d) for %q: %w", ev.ID, ev.Position, d.Subscription, herr)
+	}
+	if _, err := tx.Exec(ctx, s.sql.deadLetterMark, d.Subscription, d.EventID); err != nil {
+		return false, fmt.Errorf("kumi: mark dead letter replayed: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("kumi: mark dead letter replayed: %w", err)
+	}
+	return true, nil
+}
+
+func scanDeadLetter(row pgx.CollectableRow) (DeadLetter, error) {
+	var d DeadLetter
+	err := row.Scan(&d.Subscription, &d.Bucket, &d.EventID, &d.Position, &d.Stream, &d.Reason, &d.Attempts,
+		&d.CreatedAt, &d.ReplayedAt)
+	return d, err
+}

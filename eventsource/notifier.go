@@ -1,0 +1,449 @@
+package eventsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults for [NotifierOptions].
+const (
+	NotifierPollIntervalDefault = time.Second
+	NotifierReconnectMinDefault = 100 * time.Millisecond
+	NotifierReconnectMaxDefault = 10 * time.Second
+	NotifierPingIntervalDefault = 30 * time.Second
+	maxChannelNameLength        = 63
+	notifierDialTimeout         = 10 * time.Second
+)
+
+// Probe is a [Notifier]'s safety poll for one channel: it returns a value
+// that never decreases (a head position, a change counter). When it
+// returns more than the channel has announced, a notification was lost or
+// is late, and the channel's listeners are woken.
+type Probe func(ctx context.Context) (int64, error)
+
+// NotifierOptions configure a [Notifier]. Zero values mean defaults.
+type NotifierOptions struct {
+	// Channels to LISTEN on. At least one; each at most 63 bytes.
+	Channels []string
+	// Probes are the safety polls, by channel; a channel without one is
+	// woken only by notifications and reconnections.
+	Probes map[string]Probe
+	// PollInterval is how often the probes run. Default 1 s; negative
+	// disables them.
+	PollInterval time.Duration
+	// ReconnectMin and ReconnectMax bound the exponential backoff, with
+	// jitter, between attempts to reconnect. Defaults 100 ms and 10 s.
+	ReconnectMin, ReconnectMax time.Duration
+	// PingInterval is how long the connection may stay silent before it is
+	// pinged, to notice a connection that died without a word. Default 30 s.
+	PingInterval time.Duration
+	// Logger receives connection losses at Warn; nil discards.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o NotifierOptions) WithDefaults() NotifierOptions {
+	if o.PollInterval == 0 {
+		o.PollInterval = NotifierPollIntervalDefault
+	}
+	if o.ReconnectMin <= 0 {
+		o.ReconnectMin = NotifierReconnectMinDefault
+	}
+	if o.ReconnectMax <= 0 {
+		o.ReconnectMax = max(NotifierReconnectMaxDefault, o.ReconnectMin)
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = NotifierPingIntervalDefault
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+func (o NotifierOptions) validate() error {
+	if len(o.Channels) == 0 {
+		return &ConfigError{"Channels", "empty; give at least one channel"}
+	}
+	for _, c := range o.Channels {
+		if c == "" || len(c) > maxChannelNameLength || !utf8.ValidString(c) {
+			return &ConfigError{"Channels", fmt.Sprintf("channel %q must be 1 to %d bytes of UTF-8", c, maxChannelNameLength)}
+		}
+		for _, r := range c {
+			if r == 0 {
+				return &ConfigError{"Channels", fmt.Sprintf("channel %q contains NUL", c)}
+			}
+		}
+	}
+	for c, p := range o.Probes {
+		if !slices.Contains(o.Channels, c) {
+			return &ConfigError{"Probes", fmt.Sprintf("probe for channel %q, which is not in Channels", c)}
+		}
+		if p == nil {
+			return &ConfigError{"Probes", fmt.Sprintf("nil probe for channel %q", c)}
+		}
+	}
+	if o.ReconnectMax < o.ReconnectMin {
+		return &ConfigError{"ReconnectMax", "less than ReconnectMin"}
+	}
+	return nil
+}
+
+// Notifier keeps one dedicated LISTEN connection (not a pool connection)
+// for a process and wakes the listeners of each channel when a
+// notification arrives, when the connection comes back after a loss, and
+// when a channel's [Probe] shows that a notification went missing. Wake-ups
+// are ticks on a channel of capacity 1, so a burst of notifications
+// coalesces into one: a listener that wakes re-reads from its own cursor.
+//
+// A lost connection (a restarted server, a network fault) is retried with
+// exponential backoff and jitter, without limit, until [Notifier.Stop].
+type Notifier struct {
+	pool  *pgxpool.Pool
+	opts  NotifierOptions
+	chans map[string]*notifyChannelState
+
+	mu     sync.Mutex // guards cancel and done
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	connected                          atomic.Bool
+	connects, notifications, pollTicks atomic.Int64
+}
+
+type notifyChannelState struct {
+	name   string
+	latest atomic.Int64
+
+	mu        sync.Mutex
+	listeners map[*Listener]struct{}
+}
+
+// NewNotifier returns a stopped notifier on pool's database: it connects
+// with pool's connection settings, but on a connection of its own.
+func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
+	if pool == nil {
+		return nil, &ConfigError{"pool", "nil"}
+	}
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts.Channels = slices.Clone(opts.Channels)
+	opts.Probes = maps.Clone(opts.Probes)
+	n := &Notifier{pool: pool, opts: opts, chans: map[string]*notifyChannelState{}}
+	for _, c := range opts.Channels {
+		n.chans[c] = &notifyChannelState{name: c, listeners: map[*Listener]struct{}{}}
+	}
+	return n, nil
+}
+
+// NewNotifier returns a stopped notifier on the store's database that
+// listens on [Store.NotifyChannel], with [Store.HeadPosition] as its
+// probe, besides whatever opts adds (the lease store's rebalance channel,
+// say, so that a process needs one LISTEN connection in all).
+func (s *Store) NewNotifier(opts NotifierOptions) (*Notifier, error) {
+	ch := s.NotifyChannel()
+	if !slices.Contains(opts.Channels, ch) {
+		opts.Channels = append(slices.Clone(opts.Channels), ch)
+	}
+	if _, ok := opts.Probes[ch]; !ok {
+		opts.Probes = maps.Clone(opts.Probes)
+		if opts.Probes == nil {
+			opts.Probes = map[string]Probe{}
+		}
+		opts.Probes[ch] = s.HeadPosition
+	}
+	return NewNotifier(s.pool, opts)
+}
+
+// Listener receives a channel's wake-ups. Create one with
+// [Notifier.Listen]; Close it when done.
+type Listener struct {
+	ch *notifyChannelState
+	c  chan struct{}
+}
+
+// Listen returns a new listener on channel, which must be one of the
+// notifier's. It may be called before or after Start.
+func (n *Notifier) Listen(channel string) (*Listener, error) {
+	st, ok := n.chans[channel]
+	if !ok {
+		return nil, &ConfigError{"channel", fmt.Sprintf("%q is not one of the notifier's channels %q", channel, n.opts.Channels)}
+	}
+	l := &Listener{ch: st, c: make(chan struct{}, 1)}
+	st.mu.Lock()
+	st.listeners[l] = struct{}{}
+	st.mu.Unlock()
+	return l, nil
+}
+
+// C returns the listener's wake-up channel: capacity 1, never closed. A
+// tick means "look again"; ticks may be spurious, never lost.
+func (l *Listener) C() <-chan struct{} { return l.c }
+
+// Latest returns the highest integer seen on the channel, from
+// notification payloads and the probe: for the store's channel, the head
+// position. 0 until one is seen.
+func (l *Listener) Latest() int64 { return l.ch.latest.Load() }
+
+// Close stops the listener's wake-ups. It is idempotent.
+func (l *Listener) Close() {
+	l.ch.mu.Lock()
+	delete(l.ch.listeners, l)
+	l.ch.mu.Unlock()
+}
+
+// raise records v (if it is more than the channel has seen) and wakes the
+// listeners.
+func (st *notifyChannelState) raise(v int64, known bool) {
+	if known {
+		for {
+			cur := st.latest.Load()
+			if v <= cur || st.latest.CompareAndSwap(cur, v) {
+				break
+			}
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for l := range st.listeners {
+		select {
+		case l.c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Latest returns the highest integer seen on channel (see
+// [Listener.Latest]); 0 for a channel that is not the notifier's.
+func (n *Notifier) Latest(channel string) int64 {
+	if st, ok := n.chans[channel]; ok {
+		return st.latest.Load()
+	}
+	return 0
+}
+
+// NotifierStats are a notifier's counters, for metrics and tests.
+type NotifierStats struct {
+	// Connected reports that the LISTEN connection is up and listening.
+	Connected bool
+	// Connects counts successful connections; Connects-1 are reconnections.
+	Connects int64
+	// Notifications counts notifications received.
+	Notifications int64
+	// PollTicks counts wake-ups raised by a probe: notifications that went
+	// missing or came late.
+	PollTicks int64
+}
+
+// Stats returns the notifier's counters.
+func (n *Notifier) Stats() NotifierStats {
+	return NotifierStats{
+		Connected:     n.connected.Load(),
+		Connects:      n.connects.Load(),
+		Notifications: n.notifications.Load(),
+		PollTicks:     n.pollTicks.Load(),
+	}
+}
+
+// Start connects and listens in the background until [Notifier.Stop] or
+// until ctx is cancelled. It returns at once, without waiting for the
+// connection (see [NotifierStats].Connected); starting a running notifier
+// does nothing.
+func (n *Notifier) Start(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.done != nil {
+		select {
+		case <-n.done: // ended with its context; start afresh
+		default:
+			return nil
+		}
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	n.cancel, n.done = cancel, done
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); n.listenLoop(runCtx) }()
+	go func() { defer wg.Done(); n.pollLoop(runCtx) }()
+	go func() { wg.Wait(); close(done) }()
+	return nil
+}
+
+// Stop stops the notifier and waits for its goroutines and connection to
+// end, or returns ctx.Err() if ctx ends first (they still end soon after).
+// It is idempotent and safe on a notifier never started.
+func (n *Notifier) Stop(ctx context.Context) error {
+	n.mu.Lock()
+	cancel, done := n.cancel, n.done
+	n.cancel, n.done = nil, nil
+	n.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Notifier) listenLoop(ctx context.Context) {
+	defer n.connected.Store(false)
+	attempt := 0
+	for ctx.Err() == nil {
+		conn, err := n.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			n.opts.Logger.Warn("kumi: notifier cannot connect", "err", err, "attempt", attempt+1)
+			if !sleepCtx(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, attempt)) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		n.connects.Add(1)
+		n.connected.Store(true)
+		// Notifications sent while no connection listened are lost: wake
+		// everyone to look again.
+		for _, st := range n.chans {
+			st.raise(0, false)
+		}
+		err = n.receive(ctx, conn)
+		n.connected.Store(false)
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		n.opts.Logger.Warn("kumi: notifier lost its connection; reconnecting", "err", err)
+		if !sleepCtx(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, 0)) {
+			return
+		}
+	}
+}
+
+// connect opens the dedicated connection and LISTENs on every channel.
+func (n *Notifier) connect(ctx context.Context) (*pgx.Conn, error) {
+	dialCtx, cancel := context.WithTimeout(ctx, notifierDialTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(dialCtx, n.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range n.opts.Channels {
+		if _, err := conn.Exec(dialCtx, "LISTEN "+pgx.Identifier{c}.Sanitize()); err != nil {
+			_ = conn.Close(context.WithoutCancel(dialCtx))
+			return nil, fmt.Errorf("listen %q: %w", c, err)
+		}
+	}
+	return conn, nil
+}
+
+// receive delivers notifications until the connection fails or ctx ends. A
+// silent connection is pinged every PingInterval.
+func (n *Notifier) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, n.opts.PingInterval)
+		note, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
+				return err
+			}
+			pingCtx, cancel := context.WithTimeout(ctx, notifierDialTimeout)
+			err = conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("ping: %w", err)
+			}
+			continue
+		}
+		n.notifications.Add(1)
+		if st, ok := n.chans[note.Channel]; ok {
+			v, perr := strconv.ParseInt(note.Payload, 10, 64)
+			st.raise(v, perr == nil)
+		}
+	}
+}
+
+// pollLoop runs the probes every PollInterval.
+func (n *Notifier) pollLoop(ctx context.Context) {
+	if n.opts.PollInterval < 0 || len(n.opts.Probes) == 0 {
+		return
+	}
+	t := time.NewTicker(n.opts.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for c, probe := range n.opts.Probes {
+			st := n.chans[c]
+			probeCtx, cancel := context.WithTimeout(ctx, max(n.opts.PollInterval, time.Second))
+			v, err := probe(probeCtx)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					n.opts.Logger.Debug("kumi: notifier probe failed", "channel", c, "err", err)
+				}
+				continue
+			}
+			if v > st.latest.Load() {
+				n.pollTicks.Add(1)
+				st.raise(v, true)
+			}
+		}
+	}
+}
+
+// backoff returns the wait before retry number attempt: exponential from
+// lo, capped at hi, with "equal jitter" (uniform in [d/2, d]) so that many
+// processes cut off at once do not reconnect in step.
+func backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := lo
+	for i := 0; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept the
+// whole time.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
