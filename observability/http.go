@@ -1,0 +1,125 @@
+package observability
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HandlerOptions configures Handler. Every field is optional.
+type HandlerOptions struct {
+	// Gatherer is what /metrics serves; nil means
+	// prometheus.DefaultGatherer, where Setup registers its exporter.
+	Gatherer prometheus.Gatherer
+	// Telemetry, when Status is nil, supplies /status: the sources
+	// registered with RegisterStatus.
+	Telemetry *Telemetry
+	// Status returns the value /status serves as JSON; it overrides
+	// Telemetry.
+	Status func(context.Context) (any, error)
+	// Healthy reports whether the process is healthy; nil means always.
+	Healthy func(context.Context) error
+}
+
+// StatusPage is the JSON /status serves when the status comes from a
+// Telemetry.
+type StatusPage struct {
+	Time          time.Time            `json:"time"`
+	Subscriptions []SubscriptionStatus `json:"subscriptions"`
+}
+
+// Handler returns an http.Handler serving
+//
+//   - GET /metrics: Prometheus text exposition of o.Gatherer;
+//   - GET /healthz: 200 "ok", or 503 with the error from o.Healthy;
+//   - GET /status: JSON ownership status (StatusPage, or whatever o.Status
+//     returns), 500 with {"error": …} if it fails.
+//
+// Mount it on a service's own mux (for example under a prefix with
+// http.StripPrefix) or run it with Serve.
+func Handler(o HandlerOptions) http.Handler {
+	g := o.Gatherer
+	if g == nil {
+		g = prometheus.DefaultGatherer
+	}
+	status := o.Status
+	if status == nil {
+		tel := o.Telemetry
+		status = func(context.Context) (any, error) {
+			return StatusPage{Time: time.Now().UTC(), Subscriptions: tel.Status()}, nil
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if o.Healthy != nil {
+			if err := o.Healthy(r.Context()); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(err.Error() + "\n"))
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		v, err := status(r.Context())
+		if err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			v = map[string]string{"error": err.Error()}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+	})
+	return mux
+}
+
+// Serve listens on addr (for example "127.0.0.1:9464", or ":0") and serves
+// h until ctx is done, then shuts the server down gracefully (at most five
+// seconds) and returns nil. It returns early with the error if listening
+// or serving fails.
+func Serve(ctx context.Context, addr string, h http.Handler) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return ServeListener(ctx, ln, h)
+}
+
+// ServeListener is Serve on a listener the caller opened (to learn the port
+// of ":0" first). It closes ln.
+func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = srv.Close()
+	}
+	return err
+}

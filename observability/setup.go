@@ -1,0 +1,188 @@
+package observability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// SetupOptions configures Setup. Every field is optional; the environment
+// decides the rest.
+type SetupOptions struct {
+	// ServiceName is service.name when OTEL_SERVICE_NAME (or service.name
+	// in OTEL_RESOURCE_ATTRIBUTES) is unset; empty means "kumi".
+	ServiceName string
+	// ServiceVersion, if set, becomes service.version.
+	ServiceVersion string
+	// Registerer receives the Prometheus exporter's collector; nil means
+	// prometheus.DefaultRegisterer, which Handler serves by default.
+	Registerer prometheus.Registerer
+	// SpanExporter, if set, replaces the exporter chosen from the
+	// environment (tests, or an exporter kumi does not build in).
+	SpanExporter sdktrace.SpanExporter
+	// Logger receives OpenTelemetry's internal errors (failed exports) at
+	// Warn, and notes about unsupported settings; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Setup configures OpenTelemetry the standard way, from the environment,
+// and installs the result as otel's globals — which New uses when given no
+// providers:
+//
+//   - Traces: exported with OTLP when OTEL_TRACES_EXPORTER is "otlp", or is
+//     unset and OTEL_EXPORTER_OTLP_ENDPOINT or
+//     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; over HTTP/protobuf unless
+//     OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL is "grpc". The exporter reads the
+//     other OTEL_EXPORTER_OTLP_* variables (headers, timeout, TLS) and the
+//     SDK reads OTEL_TRACES_SAMPLER(_ARG) and OTEL_BSP_*. Otherwise no
+//     tracer provider is installed: spans cost a no-op, and trace context
+//     still flows from appender to handler through event metadata.
+//   - Metrics: a Prometheus exporter (pull, served by Handler's /metrics)
+//     unless OTEL_METRICS_EXPORTER is "none".
+//   - Resource: service.name from OTEL_SERVICE_NAME or o.ServiceName, plus
+//     OTEL_RESOURCE_ATTRIBUTES, the SDK's and the host's attributes.
+//   - Propagation: W3C TraceContext and Baggage.
+//   - OTEL_SDK_DISABLED=true installs nothing but the propagator.
+//
+// Unsupported exporter names are logged and treated as "none". The returned
+// shutdown flushes pending spans and stops the providers; call it before the
+// process exits. Setup is meant to be called once per process.
+func Setup(ctx context.Context, o SetupOptions) (shutdown func(context.Context) error, err error) {
+	lg := o.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(
+		propagation.TraceContext{}, propagation.Baggage{}))
+	nothing := func(context.Context) error { return nil }
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
+		return nothing, nil
+	}
+
+	name := o.ServiceName
+	if name == "" {
+		name = "kumi"
+	}
+	defaults := []attribute.KeyValue{attribute.String("service.name", name)}
+	if o.ServiceVersion != "" {
+		defaults = append(defaults, attribute.String("service.version", o.ServiceVersion))
+	}
+	// Later options win: the environment overrides the defaults.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(defaults...),
+		resource.WithTelemetrySDK(),
+		resource.WithHost(),
+		resource.WithProcessPID(),
+		resource.WithFromEnv(),
+	)
+	if err != nil && res == nil {
+		return nil, fmt.Errorf("observability: resource: %w", err)
+	}
+
+	exp := o.SpanExporter
+	if exp == nil {
+		exp, err = spanExporterFromEnv(ctx, lg)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	var shutdowns []func(context.Context) error
+	if exp != nil {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		otel.SetTracerProvider(tp)
+		shutdowns = append(shutdowns, tp.Shutdown)
+	}
+
+	switch m := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_METRICS_EXPORTER"))); m {
+	case "", "prometheus":
+		reg := o.Registerer
+		if reg == nil {
+			reg = prometheus.DefaultRegisterer
+		}
+		pe, err := promexporter.New(promexporter.WithRegisterer(reg))
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("observability: prometheus exporter: %w", err), shutdownAll(ctx, shutdowns))
+		}
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(pe), sdkmetric.WithResource(res))
+		otel.SetMeterProvider(mp)
+		shutdowns = append(shutdowns, mp.Shutdown)
+	case "none":
+	default:
+		lg.Warn("observability: unsupported OTEL_METRICS_EXPORTER, metrics disabled", slog.String("value", m))
+	}
+
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		lg.Warn("opentelemetry", slog.Any("err", err))
+	}))
+
+	var once sync.Once
+	var serr error
+	return func(ctx context.Context) error {
+		once.Do(func() { serr = shutdownAll(ctx, shutdowns) })
+		return serr
+	}, nil
+}
+
+func shutdownAll(ctx context.Context, fs []func(context.Context) error) error {
+	var errs []error
+	for i := len(fs) - 1; i >= 0; i-- {
+		errs = append(errs, fs[i](ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// spanExporterFromEnv returns the exporter the environment asks for, or nil
+// for none.
+func spanExporterFromEnv(ctx context.Context, lg *slog.Logger) (sdktrace.SpanExporter, error) {
+	exporter := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")))
+	if exporter == "" {
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			return nil, nil
+		}
+		exporter = "otlp"
+	}
+	switch exporter {
+	case "none":
+		return nil, nil
+	case "otlp":
+	default:
+		lg.Warn("observability: unsupported OTEL_TRACES_EXPORTER, tracing disabled", slog.String("value", exporter))
+		return nil, nil
+	}
+	protocol := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch strings.ToLower(strings.TrimSpace(protocol)) {
+	case "", "http/protobuf":
+		exp, err := otlptracehttp.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("observability: otlp http exporter: %w", err)
+		}
+		return exp, nil
+	case "grpc":
+		exp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("observability: otlp grpc exporter: %w", err)
+		}
+		return exp, nil
+	default:
+		return nil, fmt.Errorf("observability: unsupported OTLP protocol %q (want http/protobuf or grpc)", protocol)
+	}
+}

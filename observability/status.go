@@ -1,0 +1,115 @@
+package observability
+
+import (
+	"context"
+	"sort"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// SubscriptionStatus is one coordinator's view of its subscription: what
+// this worker owns and how far behind each bucket is. It feeds the gauges
+// (kumi.buckets.owned, kumi.lag.*, kumi.queue.depth) and the /status page.
+type SubscriptionStatus struct {
+	Subscription string `json:"subscription"`
+	Worker       string `json:"worker"`
+	// Buckets is the subscription's bucket count N.
+	Buckets int `json:"buckets"`
+	// Members is the number of live workers last seen.
+	Members int `json:"members,omitempty"`
+	// Owned lists the buckets this worker holds, in any order.
+	Owned []BucketStatus `json:"owned"`
+}
+
+// BucketStatus is one owned bucket.
+type BucketStatus struct {
+	Bucket int   `json:"bucket"`
+	Epoch  int64 `json:"epoch"`
+	// State is the reader's state, free text such as "catching_up",
+	// "live", "paused", "handing_off".
+	State string `json:"state,omitempty"`
+	// Checkpoint is the last checkpointed position.
+	Checkpoint int64 `json:"checkpoint"`
+	// LagEvents is the number of events in the bucket past the checkpoint,
+	// LagSeconds the age of the oldest of them (0 when caught up).
+	LagEvents  int64   `json:"lag_events"`
+	LagSeconds float64 `json:"lag_seconds"`
+	// QueueDepth is the number of events waiting in the reader's queue.
+	QueueDepth int `json:"queue_depth"`
+}
+
+// RegisterStatus adds a source of subscription status, typically one per
+// coordinator, and returns a function that removes it (call it when the
+// coordinator stops, so its gauges disappear).
+//
+// f is called on every metrics collection (a Prometheus scrape) and every
+// /status request, from those goroutines: it must be quick and must not
+// block on an actor — return a snapshot the coordinator keeps up to date
+// (for example an atomic.Pointer[SubscriptionStatus] stored after each pass
+// and each checkpoint).
+func (t *Telemetry) RegisterStatus(f func() SubscriptionStatus) (unregister func()) {
+	if t == nil || f == nil {
+		return func() {}
+	}
+	t.mu.Lock()
+	t.next++
+	id := t.next
+	t.sources[id] = f
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		delete(t.sources, id)
+		t.mu.Unlock()
+	}
+}
+
+// Status returns the status of every registered source, sorted by
+// subscription then worker, with owned buckets sorted by number.
+func (t *Telemetry) Status() []SubscriptionStatus {
+	if t == nil {
+		return []SubscriptionStatus{}
+	}
+	t.mu.Lock()
+	fs := make([]func() SubscriptionStatus, 0, len(t.sources))
+	for _, f := range t.sources {
+		fs = append(fs, f)
+	}
+	t.mu.Unlock()
+	out := make([]SubscriptionStatus, 0, len(fs))
+	for _, f := range fs {
+		s := f()
+		owned := append([]BucketStatus(nil), s.Owned...)
+		sort.Slice(owned, func(i, j int) bool { return owned[i].Bucket < owned[j].Bucket })
+		if owned == nil {
+			owned = []BucketStatus{}
+		}
+		s.Owned = owned
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Subscription != out[j].Subscription {
+			return out[i].Subscription < out[j].Subscription
+		}
+		return out[i].Worker < out[j].Worker
+	})
+	return out
+}
+
+// observe is the gauges' callback.
+func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
+	for _, s := range t.Status() {
+		o.ObserveInt64(t.inst.bucketsOwned, int64(len(s.Owned)), metric.WithAttributes(
+			attribute.String(AttrSubscription, s.Subscription),
+			attribute.String(AttrWorker, s.Worker)))
+		for _, b := range s.Owned {
+			opt := metric.WithAttributeSet(attribute.NewSet(
+				attribute.String(AttrSubscription, s.Subscription),
+				attribute.Int(AttrBucket, b.Bucket)))
+			o.ObserveInt64(t.inst.lagEvents, b.LagEvents, opt)
+			o.ObserveFloat64(t.inst.lagSeconds, b.LagSeconds, opt)
+			o.ObserveInt64(t.inst.queueDepth, int64(b.QueueDepth), opt)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+package observability
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Options configures New. Every field is optional.
+type Options struct {
+	// TracerProvider provides kumi's tracer; nil means otel's global
+	// provider, a no-op unless the application (or Setup) configured one.
+	TracerProvider trace.TracerProvider
+	// MeterProvider provides kumi's meter; nil means otel's global provider.
+	MeterProvider metric.MeterProvider
+	// Logger receives the few records kumi's hooks log (ownership lost,
+	// supervision decisions, overflows, reconnects); nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Telemetry is kumi's instrumentation: the runtime calls its hooks at the
+// points where something observable happens, and Telemetry turns them into
+// spans, metrics and (a few) log records. It holds no goroutine and is safe
+// for concurrent use. A nil *Telemetry is valid and records nothing, so a
+// component can take one optionally.
+//
+// With no provider configured, every hook costs a no-op span and no-op
+// metric calls: attributes are only built for recording spans, and metric
+// attribute sets on the delivery path are built once per bucket.
+type Telemetry struct {
+	tracer trace.Tracer
+	meter  metric.Meter
+	logger *slog.Logger
+	inst   instruments
+	reg    metric.Registration
+
+	mu      sync.Mutex
+	next    uint64
+	sources map[uint64]func() SubscriptionStatus
+
+	cacheMu sync.RWMutex
+	cache   map[measureKey]*measure
+}
+
+// New returns a Telemetry using the providers in o. Instrument creation
+// errors (none happen with the SDK and kumi's fixed names) are reported to
+// otel.Handle and leave the affected instrument a no-op.
+func New(o Options) *Telemetry {
+	tp, mp, lg := o.TracerProvider, o.MeterProvider, o.Logger
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if lg == nil {
+		lg = slog.Default()
+	}
+	t := &Telemetry{
+		tracer:  tp.Tracer(ScopeName),
+		meter:   mp.Meter(ScopeName),
+		logger:  lg,
+		sources: map[uint64]func() SubscriptionStatus{},
+		cache:   map[measureKey]*measure{},
+	}
+	var err error
+	t.inst, err = newInstruments(t.meter)
+	reg, rerr := t.meter.RegisterCallback(t.observe,
+		t.inst.bucketsOwned, t.inst.lagEvents, t.inst.lagSeconds, t.inst.queueDepth)
+	if err = errors.Join(err, rerr); err != nil {
+		otel.Handle(err)
+	}
+	t.reg = reg
+	return t
+}
+
+// Close unregisters the gauge callback from the meter provider. Spans and
+// counters still work after Close; only the gauges stop reporting. Call it
+// when the Telemetry is dropped but its provider lives on (tests, or
+// re-creating the runtime in one process).
+func (t *Telemetry) Close() error {
+	if t == nil || t.reg == nil {
+		return nil
+	}
+	return t.reg.Unregister()
+}
+
+// Tracer returns kumi's tracer, for spans the runtime wants beyond the hooks.
+func (t *Telemetry) Tracer() trace.Tracer {
+	if t == nil {
+		return noopTracer
+	}
+	return t.tracer
+}
+
+// Meter returns kumi's meter.
+func (t *Telemetry) Meter() metric.Meter {
+	if t == nil {
+		return noopMeter
+	}
+	return t.meter
+}
+
+// Logger returns the logger the hooks write to.
+func (t *Telemetry) Logger() *slog.Logger {
+	if t == nil {
+		return discardLogger
+	}
+	return t.logger
+}
+
+// instruments are kumi's metric instruments; see names.go for each.
+type instruments struct {
+	bucketsOwned metric.Int64ObservableGauge
+	lagEvents    metric.Int64ObservableGauge
+	lagSeconds   metric.Float64ObservableGauge
+	queueDepth   metric.Int64ObservableGauge
+
+	overflows metric.Int64Counter
+	dropped   metric.Int64Counter
+
+	delivered    metric.Int64Counter
+	acked        metric.Int64Counter
+	retried      metric.Int64Counter
+	deadLettered metric.Int64Counter
+	handlerDur   metric.Float64Histogram
+
+	ownership    metric.Int64Counter
+	leaseOps     metric.Int64Counter
+	leaseDur     metric.Float64Histogram
+	rebalances   metric.Int64Counter
+	reconcileDur metric.Float64Histogram
+
+	fetchDur    metric.Float64Histogram
+	fetchEvents metric.Int64Counter
+
+	reconnects metric.Int64Counter
+	decisions  metric.Int64Counter
+	restarts   metric.Int64Counter
+}
+
+// durationBuckets suit database round trips and handler calls, in seconds
+// (the SDK's default boundaries assume milliseconds).
+var durationBuckets = []float64{
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+}
+
+func newInstruments(m metric.Meter) (instruments, error) {
+	var (
+		i    instruments
+		errs []error
+	)
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit(UnitSeconds), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		errs = append(errs, err)
+		return h
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	var err error
+	i.bucketsOwned = gauge(MetricBucketsOwned, UnitBucket, "Buckets this worker owns, per subscription.")
+	i.lagEvents = gauge(MetricLagEvents, UnitEvent, "Events past the bucket's checkpoint.")
+	i.lagSeconds, err = m.Float64ObservableGauge(MetricLagSeconds, metric.WithUnit(UnitSeconds),
+		metric.WithDescription("Age of the oldest event past the bucket's checkpoint (0 when caught up)."))
+	errs = append(errs, err)
+	i.queueDepth = gauge(MetricQueueDepth, UnitEvent, "Events waiting in the bucket reader's queue.")
+
+	i.overflows = counter(MetricQueueOverflows, UnitOverflow, "Reader queue overflows, per policy.")
+	i.dropped = counter(MetricQueueDropped, UnitEvent, "Events dropped from reader queues by overflows (PauseAndResume re-reads them).")
+
+	i.delivered = counter(MetricEventsDelivered, UnitEvent, "Deliveries to the handler (every attempt).")
+	i.acked = counter(MetricEventsAcked, UnitEvent, "Deliveries the handler acknowledged.")
+	i.retried = counter(MetricEventsRetried, UnitEvent, "Deliveries to be retried (retry, panic, timeout).")
+	i.deadLettered = counter(MetricEventsDeadLettered, UnitEvent, "Events written to the dead-letter table.")
+	i.handlerDur = histogram(MetricHandlerDuration, "Time from delivery to the handler's reply.")
+
+	i.ownership = counter(MetricOwnershipChanges, UnitChange, "Ownership changes, per kind.")
+	i.leaseOps = counter(MetricLeaseOperations, UnitOperation, "Lease-store operations, per operation and outcome.")
+	i.leaseDur = histogram(MetricLeaseDuration, "Lease-store operation latency.")
+	i.rebalances = counter(MetricRebalances, UnitRebalance, "Reconcile passes that changed this worker's set of buckets.")
+	i.reconcileDur = histogram(MetricReconcileDuration, "Reconcile pass duration.")
+
+	i.fetchDur = histogram(MetricFetchDuration, "Event-store reads by the publisher and by catching-up readers.")
+	i.fetchEvents = counter(MetricFetchEvents, UnitEvent, "Events read by the publisher and by catching-up readers.")
+
+	i.reconnects = counter(MetricNotifierReconnects, UnitReconnect, "Reconnects of the notifier's LISTEN connection.")
+	i.decisions = counter(MetricSupervisionDecision, UnitDecision, "Supervision decisions, per actor kind and directive.")
+	i.restarts = counter(MetricSupervisionRestarts, UnitRestart, "Actor restarts decided by supervision.")
+	return i, errors.Join(errs...)
+}
+
+// measure is a pre-built attribute set for the hot paths, boxed once so a
+// measurement allocates nothing.
+type measure struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+type measureKind uint8
+
+const (
+	measureBucket        measureKind = iota // subscription, bucket
+	measureHandler                          // subscription, outcome
+	measureRetry                            // subscription, bucket, outcome
+	measureOverflow                         // subscription, policy
+	measureFetch                            // source, outcome
+	measureFetchCount                       // source
+	measureOwnershipKind                    // subscription, change
+)
+
+type measureKey struct {
+	kind   measureKind
+	sub    string
+	bucket int
+	s      string
+}
+
+func (t *Telemetry) measure(k measureKey) *measure {
+	t.cacheMu.RLock()
+	m := t.cache[k]
+	t.cacheMu.RUnlock()
+	if m != nil {
+		return m
+	}
+	var kv []attribute.KeyValue
+	switch k.kind {
+	case measureBucket:
+		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.Int(AttrBucket, k.bucket)}
+	case measureHandler:
+		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrOutcome, k.s)}
+	case measureRetry:
+		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.Int(AttrBucket, k.bucket), attribute.String(AttrOutcome, k.s)}
+	case measureOverflow:
+		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrPolicy, k.s)}
+	case measureFetch:
+		kv = []attribute.KeyValue{attribute.String(AttrSource, k.sub), attribute.String(AttrOutcome, k.s)}
+	case measureFetchCount:
+		kv = []attribute.KeyValue{attribute.String(AttrSource, k.sub)}
+	case measureOwnershipKind:
+		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrChange, k.s)}
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(kv...))
+	m = &measure{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}}
+	t.cacheMu.Lock()
+	if old := t.cache[k]; old != nil {
+		m = old
+	} else {
+		t.cache[k] = m
+	}
+	t.cacheMu.Unlock()
+	return m
+}
+
+// recording reports whether ctx's span records, i.e. whether it is worth
+// building attributes for it.
+func recording(ctx context.Context) (trace.Span, bool) {
+	s := trace.SpanFromContext(ctx)
+	return s, s.IsRecording()
+}
+
+func outcomeOf(err error) string {
+	if err != nil {
+		return OutcomeError
+	}
+	return OutcomeOK
+}
