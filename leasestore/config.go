@@ -1,0 +1,205 @@
+package leasestore
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Kind is how a [Store] proves that it still holds its buckets.
+type Kind int
+
+const (
+	// KindRow (the default) keeps ownership in the lease rows alone: an
+	// expiry renewed every heartbeat, and [Store.EnsureHeld] failing a
+	// margin before it. Every statement is a short ordinary one, so it works
+	// through a transaction pooler.
+	KindRow Kind = iota
+	// KindSession adds a session advisory lock held on a dedicated
+	// connection. A worker whose session is gone has provably stopped, so
+	// its buckets move on the next pass of any other worker instead of
+	// after a TTL. The dedicated connection must not go through a pooler.
+	KindSession
+)
+
+// String returns "row" or "session", as stored in lease_members.kind.
+func (k Kind) String() string {
+	switch k {
+	case KindRow:
+		return "row"
+	case KindSession:
+		return "session"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+const (
+	// TTLDefault is the lease length when Config.TTL is zero.
+	TTLDefault = 30 * time.Second
+	// HeartbeatDivisorDefault: when Config.Heartbeat is zero it is
+	// TTL / HeartbeatDivisorDefault (6s for the default TTL).
+	HeartbeatDivisorDefault = 5
+	// MarginDivisorDefault: when Config.Margin is zero it is
+	// TTL / MarginDivisorDefault (10s for the default TTL). With the default
+	// heartbeat, 3*Heartbeat + Margin < TTL: one failed or hung renewal
+	// never makes EnsureHeld fail.
+	MarginDivisorDefault = 3
+	// MaxBuckets bounds Config.Buckets.
+	MaxBuckets = 1 << 16
+)
+
+// Config configures a [Store]. The zero value of every optional field means
+// its default; [Config.WithDefaults] fills them in.
+type Config struct {
+	// Schema holding the lease tables ([Migrate] creates them). Required.
+	Schema string
+	// Subscription whose buckets are leased. Required.
+	Subscription string
+	// Worker is this worker's id, unique in the pool; "" mints a UUID.
+	Worker string
+	// Buckets is N, the fixed number of buckets of the subscription (≥ 1).
+	Buckets int
+	// Kind of lease; KindRow by default.
+	Kind Kind
+	// TTL is how long a lease (and a membership) lasts without renewal.
+	TTL time.Duration
+	// Heartbeat is how often the caller runs [Store.Pass]; it also bounds
+	// how long one pass may take. Must be shorter than TTL.
+	Heartbeat time.Duration
+	// Margin is how long before the lease could lapse [Store.EnsureHeld]
+	// starts failing. Heartbeat + Margin must be shorter than TTL.
+	Margin time.Duration
+	// SessionURL is the connection string of KindSession's dedicated
+	// connection; "" uses the pool's connection config. A connection that
+	// is recognisably behind a pooler is refused. Ignored by KindRow.
+	SessionURL string
+	// NoListen disables the LISTEN connection behind [Store.Changes]
+	// (behind a transaction pooler LISTEN does not work); callers then rely
+	// on polling every Heartbeat.
+	NoListen bool
+	// Clock is the monotonic clock [Store.EnsureHeld] judges by; nil is the
+	// real one.
+	Clock Clock
+	// Logger receives ownership changes at Info and failures at Warn; nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with every zero optional field set to its default.
+// It does not mint a worker id; [New] does.
+func (c Config) WithDefaults() Config {
+	if c.TTL == 0 {
+		c.TTL = TTLDefault
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = c.TTL / HeartbeatDivisorDefault
+	}
+	if c.Margin == 0 {
+		c.Margin = c.TTL / MarginDivisorDefault
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// ConfigError reports a field of [Config] that cannot be used.
+type ConfigError struct {
+	Field  string // the Config field, e.g. "Heartbeat"
+	Reason string // what is wrong and how to fix it
+}
+
+func (e *ConfigError) Error() string {
+	return "leasestore: Config." + e.Field + " " + e.Reason
+}
+
+// validate checks a config that has had its defaults applied.
+func (c Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case c.Schema == "":
+		return bad("Schema", "is required")
+	case c.Subscription == "":
+		return bad("Subscription", "is required")
+	case len(c.Subscription) > 200 || strings.ContainsRune(c.Subscription, 0):
+		return bad("Subscription", "must be at most 200 bytes with no NUL")
+	case len(c.Worker) > 200 || strings.ContainsRune(c.Worker, 0):
+		return bad("Worker", "must be at most 200 bytes with no NUL")
+	case c.Buckets < 1 || c.Buckets > MaxBuckets:
+		return bad("Buckets", "is %d; it must be between 1 and %d", c.Buckets, MaxBuckets)
+	case c.Kind != KindRow && c.Kind != KindSession:
+		return bad("Kind", "is %v; use KindRow or KindSession", c.Kind)
+	case c.TTL < 0:
+		return bad("TTL", "is %v; it must be positive", c.TTL)
+	case c.Heartbeat < 0:
+		return bad("Heartbeat", "is %v; it must be positive", c.Heartbeat)
+	case c.Margin < 0:
+		return bad("Margin", "is %v; it must be positive", c.Margin)
+	case c.Heartbeat >= c.TTL:
+		return bad("Heartbeat", "(%v) must be shorter than TTL (%v), or the lease lapses between renewals",
+			c.Heartbeat, c.TTL)
+	case c.Heartbeat+c.Margin >= c.TTL:
+		return bad("Margin", "plus Heartbeat (%v + %v) must be shorter than TTL (%v), "+
+			"or EnsureHeld fails between two renewals that both landed", c.Margin, c.Heartbeat, c.TTL)
+	}
+	return nil
+}
+
+// sessionConfig returns the connection config of KindSession's dedicated
+// connection, refusing one recognisably behind a pooler. Neither the URL
+// nor the parser's message (which repeats it) ever reaches the error.
+func sessionConfig(sessionURL string, poolConfig *pgx.ConnConfig) (*pgx.ConnConfig, error) {
+	cc := poolConfig
+	field := "SessionURL"
+	if sessionURL != "" {
+		parsed, err := pgx.ParseConfig(sessionURL)
+		if err != nil {
+			return nil, &ConfigError{Field: field, Reason: "cannot be parsed as a PostgreSQL connection string (check its syntax)"}
+		}
+		cc = parsed
+	} else {
+		field = "SessionURL (unset, so the pool's connection)"
+	}
+	if fault := poolerFault(cc); fault != "" {
+		return nil, &ConfigError{Field: field, Reason: "looks like a transaction pooler (" + fault + "), " +
+			"which hands the session to other clients between statements and so cannot hold a session lock; " +
+			"give KindSession a direct connection, or use KindRow"}
+	}
+	return cc.Copy(), nil
+}
+
+// poolerFault names the signs that cc connects through a pooler: a Neon
+// pooled endpoint (a host containing "-pooler"), PgBouncer's default port
+// 6432, or a pgbouncer=true parameter. A pooler elsewhere passes unseen.
+func poolerFault(cc *pgx.ConnConfig) string {
+	hosts := []string{cc.Host}
+	ports := []uint16{cc.Port}
+	for _, fb := range cc.Fallbacks {
+		hosts, ports = append(hosts, fb.Host), append(ports, fb.Port)
+	}
+	var signs []string
+	for _, h := range hosts {
+		if strings.Contains(strings.ToLower(h), "-pooler") {
+			signs = append(signs, `a "-pooler" host, which is a pooled endpoint`)
+			break
+		}
+	}
+	for _, p := range ports {
+		if p == 6432 {
+			signs = append(signs, "port 6432, PgBouncer's default")
+			break
+		}
+	}
+	if strings.EqualFold(cc.RuntimeParams["pgbouncer"], "true") {
+		signs = append(signs, "a pgbouncer=true parameter")
+	}
+	return strings.Join(signs, "; ")
+}

@@ -1,0 +1,58 @@
+package leasestore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kumi-run/kumi/eventsource"
+)
+
+// ErrNotHeld reports that this worker may not act on a bucket: it does not
+// hold it, or cannot prove that it still does (see [Store.EnsureHeld]).
+var ErrNotHeld = errors.New("leasestore: bucket not held")
+
+// ErrClosed is returned by the methods of a [Store] after [Store.Close].
+var ErrClosed = errors.New("leasestore: store closed")
+
+// ShardCountMismatch is returned by [Store.EnsureShards] when the
+// subscription already has lease rows for a different number of buckets.
+// Nothing is written.
+type ShardCountMismatch struct {
+	Subscription string
+	Configured   int // Config.Buckets
+	Found        int // the shard count of the existing rows
+}
+
+func (e *ShardCountMismatch) Error() string {
+	return fmt.Sprintf("leasestore: subscription %q has %d buckets in the database but is configured with %d; "+
+		"a subscription's bucket count is fixed: configure %d, or use a new subscription name",
+		e.Subscription, e.Found, e.Configured, e.Found)
+}
+
+// LostFenceError is returned by a fence's Check and by [Store.Guard] when
+// the writer no longer holds the bucket at the epoch it was granted: the
+// write must not land, and the worker must stop working on the bucket. It
+// wraps [eventsource.ErrFenceLost].
+type LostFenceError struct {
+	Subscription string
+	Bucket       int
+	Worker       string // the writer
+	Epoch        int64  // the epoch the writer was granted
+	Owner        string // the owner now; "" when free or when there is no row
+	FoundEpoch   int64  // the epoch now; -1 when there is no row
+}
+
+func (e *LostFenceError) Error() string {
+	now := fmt.Sprintf("owner %q at epoch %d", e.Owner, e.FoundEpoch)
+	switch {
+	case e.FoundEpoch < 0:
+		now = "no lease row (was EnsureShards run?)"
+	case e.Owner == "":
+		now = fmt.Sprintf("free at epoch %d", e.FoundEpoch)
+	}
+	return fmt.Sprintf("leasestore: subscription %q bucket %d: worker %q lost its lease at epoch %d (now %s): %v",
+		e.Subscription, e.Bucket, e.Worker, e.Epoch, now, eventsource.ErrFenceLost)
+}
+
+// Unwrap returns [eventsource.ErrFenceLost].
+func (e *LostFenceError) Unwrap() error { return eventsource.ErrFenceLost }

@@ -1,0 +1,94 @@
+package leasestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// HandOver gives up bucket after its reader has drained (see
+// [PassResult.HandOff]): the pending claimant activates it on its next pass,
+// woken by a notification. The bucket leaves the view first, so EnsureHeld
+// fails for it from the moment HandOver is called. Handing over a bucket
+// that is no longer held is a no-op. Without a pending claim the bucket is
+// simply released.
+func (s *Store) HandOver(ctx context.Context, bucket int) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	gone := s.forget(bucket)
+	h, ok := gone[bucket]
+	if !ok {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, s.st.get("hand_over"), s.cfg.Subscription, s.cfg.Worker, bucket, h.epoch)
+		to, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("leasestore: hand over bucket %d: %w", bucket, err)
+		}
+		if len(to) == 0 {
+			return nil
+		}
+		s.log.Info("lease handed over", "bucket", bucket, "epoch", h.epoch, "to", to[0])
+		return s.notify(ctx, tx, "handoff")
+	})
+}
+
+// Release gives up buckets at once, so that other workers can claim them on
+// their next pass without waiting for expiry (a bucket with a pending claim
+// goes to its claimant). Stop the buckets' readers and flush their
+// checkpoints first. Buckets not held are ignored.
+func (s *Store) Release(ctx context.Context, buckets []int) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if len(buckets) == 0 {
+		return nil
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.forget(buckets...)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, s.st.get("release"), s.cfg.Subscription, s.cfg.Worker, buckets)
+		released, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return fmt.Errorf("leasestore: release: %w", err)
+		}
+		if len(released) == 0 {
+			return nil
+		}
+		s.log.Info("leases released", "buckets", released)
+		return s.notify(ctx, tx, "release")
+	})
+}
+
+// Leave releases every bucket this worker holds, withdraws its claims and
+// deletes its membership, in one transaction, and notifies the others, who
+// rebalance at once. Stop every reader and flush its checkpoint first. A
+// later Pass joins again.
+func (s *Store) Leave(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.viewMu.Lock()
+	s.view = map[int]heldLease{}
+	s.viewMu.Unlock()
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(s.st.get("release_all"), s.cfg.Subscription, s.cfg.Worker)
+		b.Queue(s.st.get("withdraw_all"), s.cfg.Subscription, s.cfg.Worker)
+		b.Queue(s.st.get("member_delete"), s.cfg.Subscription, s.cfg.Worker)
+		b.Queue(s.st.get("notify"), s.channel, "leave:"+s.cfg.Worker)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("leasestore: leave: %w", err)
+		}
+		s.log.Info("left the pool")
+		return nil
+	})
+}

@@ -1,0 +1,132 @@
+package leasestore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// testBundle is one test's database: a fresh migrated schema and a
+// subscription name, on the shared pool unless a test asks for its own.
+type testBundle struct {
+	pool   *pgxpool.Pool
+	schema string
+	sub    string
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.NewSchema(t), sub: "orders"}
+	require.NoError(t, Migrate(ctx, b.pool, b.schema))
+	return b
+}
+
+// config is a store config with short, test-sized times.
+func (b *testBundle) config(kind Kind, n int, worker string) Config {
+	return Config{
+		Schema: b.schema, Subscription: b.sub, Worker: worker, Buckets: n, Kind: kind,
+		TTL: 30 * time.Second, // long: tests that need expiry shorten it
+	}
+}
+
+// open returns a store closed when the test ends.
+func (b *testBundle) open(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	return openOn(t, b.pool, cfg)
+}
+
+func openOn(t *testing.T, pool *pgxpool.Pool, cfg Config) *Store {
+	t.Helper()
+	s, err := New(context.Background(), pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func pass(t *testing.T, s *Store) PassResult {
+	t.Helper()
+	res, err := s.Pass(context.Background())
+	require.NoError(t, err, "pass of %s", s.Worker())
+	return res
+}
+
+func buckets(ls []Lease) []int {
+	out := make([]int, len(ls))
+	for i, l := range ls {
+		out[i] = l.Bucket
+	}
+	return out
+}
+
+func seq(from, to int) []int {
+	var out []int
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// round runs one pass of every store concurrently, then hands over every
+// bucket a pass asked to (as a coordinator whose readers drain at once).
+func round(t *testing.T, stores []*Store) []PassResult {
+	t.Helper()
+	res := make([]PassResult, len(stores))
+	errs := make([]error, len(stores))
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i], errs[i] = s.Pass(context.Background())
+			for _, b := range res[i].HandOff {
+				if errs[i] == nil {
+					errs[i] = s.HandOver(context.Background(), b)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "worker %d", i)
+	}
+	return res
+}
+
+// ownership reads who owns what, by the database's clock.
+func ownership(t *testing.T, s *Store) (owner map[int]string, perWorker map[string][]int) {
+	t.Helper()
+	snap, err := s.Snapshot(context.Background())
+	require.NoError(t, err)
+	owner, perWorker = map[int]string{}, map[string][]int{}
+	for _, b := range snap.Buckets {
+		if b.Held(snap.Now) {
+			owner[b.Bucket] = b.Owner
+			perWorker[b.Owner] = append(perWorker[b.Owner], b.Bucket)
+		}
+	}
+	return owner, perWorker
+}
+
+func describe(perWorker map[string][]int) string {
+	var ws []string
+	for w := range perWorker {
+		ws = append(ws, w)
+	}
+	sort.Strings(ws)
+	out := ""
+	for _, w := range ws {
+		out += fmt.Sprintf("%s:%d ", w, len(perWorker[w]))
+	}
+	return out
+}

@@ -1,0 +1,458 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PassResult is what one [Store.Pass] found and did.
+type PassResult struct {
+	// Owned is every bucket held after the pass, sorted by bucket,
+	// including those in HandOff.
+	Owned []Lease
+	// Claimed is the buckets newly acquired by this pass (a subset of
+	// Owned): start a reader for each, fenced at its Epoch. A bucket whose
+	// epoch changed while held is in Lost and in Claimed.
+	Claimed []Lease
+	// Lost is the buckets held before the pass and no longer held: stop
+	// their readers at once; their fenced writes will fail.
+	Lost []int
+	// HandOff is the held buckets another worker has claimed. Their leases
+	// are no longer extended: stop the reader, flush its checkpoint, then
+	// call [Store.HandOver].
+	HandOff []int
+	// Pending is the buckets this worker has claimed from others and waits
+	// for (it activates them on a later pass, once handed over).
+	Pending []int
+	// Takeovers details the Claimed buckets that had an owner, or this
+	// worker's claim, before: how each came to this worker, for tracing.
+	Takeovers []Takeover
+	// Requested is the two-phase claims this pass placed (also in Pending).
+	Requested []Request
+	// Live is the number of live workers, this one included.
+	Live int
+	// FairShare is ceil(N / Live).
+	FairShare int
+}
+
+// Pass runs one reconcile pass, in one transaction bounded by Heartbeat (a
+// hung pass is abandoned, and counts as a failed renewal): it heartbeats the
+// membership, renews and reconfirms the held buckets, activates this
+// worker's claims whose owner handed over, claims free or expired buckets
+// (or those of owners proven dead) up to the fair share, withdraws claims
+// above it, and places two-phase claims on live owners' surplus when still
+// below it. Call it every Heartbeat, and when [Store.Changes] fires.
+//
+// On an error nothing is changed and the previous view is kept, so
+// EnsureHeld keeps judging by the last renewal that succeeded.
+func (s *Store) Pass(ctx context.Context) (PassResult, error) { return s.pass(ctx, true) }
+
+// Renew runs a pass that only heartbeats and renews: it claims, withdraws
+// and places nothing (Claimed is then always empty).
+func (s *Store) Renew(ctx context.Context) (PassResult, error) { return s.pass(ctx, false) }
+
+// How a bucket came to this worker from another, in [Takeover.Evidence].
+const (
+	EvidenceHandoff     = "handoff"       // its owner handed it over to this worker's claim
+	EvidenceExpired     = "lease_expired" // its owner's lease had expired
+	EvidenceSessionGone = "session_gone"  // its owner's session was proven gone (KindSession)
+)
+
+// Takeover is a bucket this pass took that another worker owned, or that
+// was handed over to this worker's claim.
+type Takeover struct {
+	Bucket   int
+	Epoch    int64  // the epoch granted to this worker
+	From     string // the previous owner; "" for a completed handoff
+	Evidence string // EvidenceHandoff, EvidenceExpired or EvidenceSessionGone
+}
+
+// Request is a two-phase claim placed on another worker's bucket.
+type Request struct {
+	Bucket int
+	Owner  string
+}
+
+type ownedRow struct {
+	bucket  int
+	epoch   int64
+	expires time.Time
+	pending bool // renewed row with a fresh claim against it: handoff
+}
+
+type claimedRow struct {
+	ownedRow
+	prevOwner   string
+	wasMine     bool
+	prevExpired bool
+}
+
+type passOutcome struct {
+	dbNow   time.Time
+	renewed []ownedRow
+	claimed []claimedRow
+	pending []int
+	placed  []Request
+	live    int
+	share   int
+}
+
+func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
+	if s.closed.Load() {
+		return PassResult{}, ErrClosed
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Heartbeat)
+	defer cancel()
+	start := s.cfg.Clock.Now()
+	if !s.ensured {
+		if err := s.ensureShards(ctx); err != nil {
+			return PassResult{}, err
+		}
+	}
+	var pid *int32
+	if s.session != nil {
+		p, err := s.session.ensure(ctx)
+		if err != nil {
+			s.log.Warn("lease session unavailable", "err", err)
+			return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
+		}
+		pid = &p
+	}
+	var out passOutcome
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.passTx(ctx, tx, acquire, pid)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			err = fmt.Errorf("abandoned after one heartbeat (%v): %w", s.cfg.Heartbeat, err)
+		}
+		s.log.Warn("lease pass failed", "err", err)
+		return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
+	}
+	return s.apply(start, out), nil
+}
+
+func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32) (passOutcome, error) {
+	sub, me, n := s.cfg.Subscription, s.cfg.Worker, s.cfg.Buckets
+	claimStale := 2 * s.cfg.TTL
+	b := &pgx.Batch{}
+	b.Queue(s.st.get("member_heartbeat"), s.memberArgs(pid)...)
+	b.Queue(s.st.get("members_view"), sub, me, 10*s.cfg.TTL)
+	b.Queue(s.st.get("renew"), sub, me, s.cfg.TTL, claimStale)
+	b.Queue(s.st.get("my_claims"), sub, me)
+	br := tx.SendBatch(ctx, b)
+	var out passOutcome
+	var events []string
+	var joined bool
+	if err := br.QueryRow().Scan(&joined); err != nil {
+		_ = br.Close()
+		return out, fmt.Errorf("heartbeat: %w%s", err, migrateHint(err))
+	}
+	if joined {
+		events = append(events, "join")
+	}
+	type member struct {
+		worker, kind         string
+		key                  int64
+		live, gone, longGone bool
+	}
+	rows, _ := br.Query()
+	members, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (member, error) {
+		var m member
+		err := r.Scan(&m.worker, &m.kind, &m.key, &m.live, &m.gone, &m.longGone)
+		return m, err
+	})
+	if err != nil {
+		_ = br.Close()
+		return out, fmt.Errorf("members: %w", err)
+	}
+	rows, _ = br.Query()
+	recovered := false
+	out.renewed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ownedRow, error) {
+		var o ownedRow
+		var rec bool
+		err := r.Scan(&o.bucket, &o.epoch, &o.expires, &o.pending, &rec, &out.dbNow)
+		recovered = recovered || rec
+		return o, err
+	})
+	if err != nil {
+		_ = br.Close()
+		return out, fmt.Errorf("renew: %w", err)
+	}
+	rows, _ = br.Query()
+	mine, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		_ = br.Close()
+		return out, fmt.Errorf("claims: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return out, err
+	}
+	if recovered {
+		events = append(events, "recover")
+	}
+
+	live := map[string]bool{}
+	var deadWorkers []string
+	var deadKeys []int64
+	prune := false
+	for _, m := range members {
+		if m.live && !m.gone {
+			live[m.worker] = true
+		}
+		if m.gone {
+			deadWorkers, deadKeys = append(deadWorkers, m.worker), append(deadKeys, m.key)
+		}
+		prune = prune || m.longGone
+	}
+	out.live = len(live) + 1
+	out.share = FairShare(n, out.live)
+	floor := n / out.live
+	held := 0
+	for _, r := range out.renewed {
+		if !r.pending {
+			held++
+		}
+	}
+	pending := make([]int, len(mine))
+	for i, b := range mine {
+		pending[i] = int(b)
+	}
+
+	if acquire {
+		if want := out.share - held; want > 0 {
+			var dead []string
+			if len(deadWorkers) > 0 {
+				if err := tx.QueryRow(ctx, s.st.get("confirm_dead"), sub, deadWorkers, deadKeys).Scan(&dead); err != nil {
+					return out, fmt.Errorf("confirm dead sessions: %w", err)
+				}
+				if len(dead) > 0 {
+					events = append(events, "dead")
+					s.log.Info("lease members' sessions are gone", "dead", dead)
+				}
+			}
+			if dead == nil {
+				dead = []string{}
+			}
+			rows, _ := tx.Query(ctx, s.st.get("claim"), sub, me, want, dead, s.offset, claimStale, n, s.cfg.TTL)
+			out.claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimedRow, error) {
+				var c claimedRow
+				err := r.Scan(&c.bucket, &c.epoch, &c.expires, &c.prevOwner, &c.wasMine, &c.prevExpired, &out.dbNow)
+				return c, err
+			})
+			if err != nil {
+				return out, fmt.Errorf("claim: %w", err)
+			}
+			if len(out.claimed) > 0 {
+				events = append(events, "claim")
+			}
+			for _, c := range out.claimed {
+				held++
+				pending = slices.DeleteFunc(pending, func(b int) bool { return b == c.bucket })
+			}
+		}
+		switch have := held + len(pending); {
+		case have > out.share:
+			rows, _ := tx.Query(ctx, s.st.get("withdraw_claims"), sub, me, have-out.share)
+			gone, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+			if err != nil {
+				return out, fmt.Errorf("withdraw claims: %w", err)
+			}
+			for _, g := range gone {
+				pending = slices.DeleteFunc(pending, func(b int) bool { return b == int(g) })
+			}
+			if len(gone) > 0 {
+				events = append(events, "withdraw")
+			}
+		case have < out.share && len(live) > 0:
+			placed, err := s.place(ctx, tx, have, out.share, floor, live)
+			if err != nil {
+				return out, fmt.Errorf("place claims: %w", err)
+			}
+			for _, p := range placed {
+				pending = append(pending, p.Bucket)
+			}
+			if len(placed) > 0 {
+				out.placed = placed
+				events = append(events, "request")
+			}
+		}
+	}
+	if prune {
+		if _, err := tx.Exec(ctx, s.st.get("prune_members"), sub, me, 10*s.cfg.TTL); err != nil {
+			return out, fmt.Errorf("prune members: %w", err)
+		}
+	}
+	if len(events) > 0 {
+		if err := s.notify(ctx, tx, strings.Join(events, ",")); err != nil {
+			return out, err
+		}
+	}
+	sort.Ints(pending)
+	out.pending = pending
+	return out, nil
+}
+
+// place puts two-phase claims on live owners' surplus, so that this worker
+// (at have, counting its pending claims) reaches the fair share: first on
+// what owners hold above the share, then, while this worker is below
+// floor(N/live), on what they hold above the floor. Placements of one
+// subscription are serialised by a try-lock, so two claimants never count
+// the same surplus; the loser places nothing this pass.
+func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, live map[string]bool) ([]Request, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.st.get("placement_lock"), s.keys.place)
+	b.Queue(s.st.get("loads"), s.cfg.Subscription, s.cfg.Worker)
+	br := tx.SendBatch(ctx, b)
+	var locked bool
+	if err := br.QueryRow().Scan(&locked); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	type load struct {
+		worker     string
+		free, load int
+	}
+	rows, _ := br.Query()
+	loads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (load, error) {
+		var l load
+		err := r.Scan(&l.worker, &l.free, &l.load)
+		return l, err
+	})
+	if err := errors.Join(err, br.Close()); err != nil || !locked {
+		return nil, err
+	}
+	loads = slices.DeleteFunc(loads, func(l load) bool { return !live[l.worker] })
+	takes := map[string]int{}
+	// take moves one bucket at a time from the most loaded owner above limit.
+	take := func(limit, upTo int) {
+		for have < upTo {
+			best := -1
+			for i, l := range loads {
+				if l.free > 0 && l.load > limit && (best < 0 || l.load > loads[best].load ||
+					(l.load == loads[best].load && l.worker < loads[best].worker)) {
+					best = i
+				}
+			}
+			if best < 0 {
+				return
+			}
+			loads[best].free--
+			loads[best].load--
+			takes[loads[best].worker]++
+			have++
+		}
+	}
+	take(share, share)
+	take(floor, floor)
+	if len(takes) == 0 {
+		return nil, nil
+	}
+	owners := make([]string, 0, len(takes))
+	counts := make([]int32, 0, len(takes))
+	for w, k := range takes {
+		owners, counts = append(owners, w), append(counts, int32(k))
+	}
+	rows, _ = tx.Query(ctx, s.st.get("place_claims"), s.cfg.Subscription, s.cfg.Worker, owners, counts)
+	placed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Request, error) {
+		var q Request
+		err := r.Scan(&q.Bucket, &q.Owner)
+		return q, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(placed, func(i, j int) bool { return placed[i].Bucket < placed[j].Bucket })
+	for _, q := range placed {
+		s.log.Info("lease claim placed on surplus", "bucket", q.Bucket, "owner", q.Owner)
+	}
+	return placed, nil
+}
+
+// apply makes a committed pass the new view and reports the differences.
+func (s *Store) apply(start time.Time, out passOutcome) PassResult {
+	res := PassResult{Live: out.live, FairShare: out.share, Pending: out.pending, Requested: out.placed}
+	if res.Pending == nil {
+		res.Pending = []int{}
+	}
+	s.viewMu.Lock()
+	prev := s.view
+	next := make(map[int]heldLease, len(out.renewed)+len(out.claimed))
+	for _, r := range out.renewed {
+		h := heldLease{epoch: r.epoch, expires: r.expires, handoff: r.pending, renewed: start}
+		p, had := prev[r.bucket]
+		same := had && p.epoch == r.epoch
+		if r.pending {
+			// Not extended this pass: judge it by what the database says is
+			// left, and never fresher than the view already had it.
+			h.renewed = start.Add(r.expires.Sub(out.dbNow) - s.cfg.TTL)
+			if same && p.renewed.Before(h.renewed) {
+				h.renewed = p.renewed
+			}
+			res.HandOff = append(res.HandOff, r.bucket)
+		}
+		next[r.bucket] = h
+		if !same {
+			res.Claimed = append(res.Claimed, Lease{Bucket: r.bucket, Epoch: r.epoch, Expires: r.expires})
+		}
+	}
+	for _, c := range out.claimed {
+		next[c.bucket] = heldLease{epoch: c.epoch, expires: c.expires, renewed: start}
+		res.Claimed = append(res.Claimed, Lease{Bucket: c.bucket, Epoch: c.epoch, Expires: c.expires})
+		t := Takeover{Bucket: c.bucket, Epoch: c.epoch, From: c.prevOwner}
+		switch {
+		case c.prevOwner == "" && c.wasMine:
+			t.Evidence = EvidenceHandoff
+		case c.prevOwner == "":
+			continue // a free bucket: a plain claim
+		case c.prevExpired:
+			t.Evidence = EvidenceExpired
+		default:
+			t.Evidence = EvidenceSessionGone
+		}
+		res.Takeovers = append(res.Takeovers, t)
+	}
+	for b, p := range prev {
+		if h, ok := next[b]; !ok || h.epoch != p.epoch {
+			res.Lost = append(res.Lost, b)
+		}
+	}
+	s.view = next
+	s.viewMu.Unlock()
+
+	for b, h := range next {
+		res.Owned = append(res.Owned, Lease{Bucket: b, Epoch: h.epoch, Expires: h.expires})
+	}
+	byBucket := func(l []Lease) {
+		sort.Slice(l, func(i, j int) bool { return l[i].Bucket < l[j].Bucket })
+	}
+	byBucket(res.Owned)
+	byBucket(res.Claimed)
+	sort.Ints(res.Lost)
+	sort.Ints(res.HandOff)
+	sort.Slice(res.Takeovers, func(i, j int) bool { return res.Takeovers[i].Bucket < res.Takeovers[j].Bucket })
+	for _, t := range res.Takeovers {
+		s.log.Info("lease taken over", "bucket", t.Bucket, "epoch", t.Epoch, "from", t.From, "evidence", t.Evidence)
+	}
+	if n := len(res.Claimed) - len(res.Takeovers); n > 0 {
+		s.log.Debug("leases claimed", "count", n)
+	}
+	if len(res.Lost) > 0 {
+		s.log.Info("leases lost", "buckets", res.Lost)
+	}
+	if len(res.HandOff) > 0 {
+		s.log.Debug("leases to hand off", "buckets", res.HandOff)
+	}
+	return res
+}

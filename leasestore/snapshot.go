@@ -1,0 +1,102 @@
+package leasestore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Snapshot is the lease table of one subscription at one moment.
+type Snapshot struct {
+	Subscription string
+	// Now is the database's clock when the snapshot was read; judge every
+	// time of the snapshot against it.
+	Now     time.Time
+	Buckets []BucketState // sorted by bucket
+	Members []Member      // sorted by worker
+}
+
+// BucketState is one lease row. Zero times stand for NULL.
+type BucketState struct {
+	Bucket      int
+	ShardCount  int
+	Owner       string // "" when free
+	Epoch       int64
+	GrantedAt   time.Time // when Owner got it
+	Expires     time.Time
+	Heartbeat   time.Time
+	ClaimWorker string // a pending two-phase claim; "" when none
+	ClaimedAt   time.Time
+}
+
+// Held reports whether the bucket has an owner whose lease is unexpired at
+// now (a database time, such as [Snapshot.Now]).
+func (b BucketState) Held(now time.Time) bool { return b.Owner != "" && b.Expires.After(now) }
+
+// Member is one worker's membership.
+type Member struct {
+	Worker     string
+	Kind       Kind
+	Joined     time.Time
+	Heartbeat  time.Time
+	Expires    time.Time
+	Live       bool // unexpired at Snapshot.Now
+	BackendPID int  // KindSession: the session's backend
+	// SessionGone: KindSession, and its advisory lock is free — its
+	// session is gone, whatever its expiry says.
+	SessionGone bool
+}
+
+// Snapshot reads the subscription's buckets and members, consistently (one
+// repeatable-read transaction), for operators, tests and the CLI.
+func (s *Store) Snapshot(ctx context.Context) (Snapshot, error) {
+	snap := Snapshot{Subscription: s.cfg.Subscription}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			rows, _ := tx.Query(ctx, s.st.get("snapshot_buckets"), s.cfg.Subscription)
+			var err error
+			snap.Buckets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketState, error) {
+				var b BucketState
+				var granted, expires, heartbeat, claimed *time.Time
+				err := r.Scan(&b.Bucket, &b.ShardCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
+					&b.ClaimWorker, &claimed, &snap.Now)
+				b.GrantedAt, b.Expires, b.Heartbeat, b.ClaimedAt = orZero(granted), orZero(expires),
+					orZero(heartbeat), orZero(claimed)
+				return b, err
+			})
+			if err != nil {
+				return err
+			}
+			rows, _ = tx.Query(ctx, s.st.get("snapshot_members"), s.cfg.Subscription)
+			snap.Members, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) {
+				var m Member
+				var kind string
+				err := r.Scan(&m.Worker, &kind, &m.Joined, &m.Heartbeat, &m.Expires, &m.Live, &m.BackendPID,
+					&m.SessionGone)
+				if kind == KindSession.String() {
+					m.Kind = KindSession
+				}
+				return m, err
+			})
+			if err != nil {
+				return err
+			}
+			if snap.Now.IsZero() {
+				return tx.QueryRow(ctx, "SELECT now()").Scan(&snap.Now)
+			}
+			return nil
+		})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("leasestore: snapshot: %w%s", err, migrateHint(err))
+	}
+	return snap, nil
+}
+
+func orZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

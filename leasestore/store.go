@@ -1,0 +1,295 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is one worker's view of one subscription's bucket leases. Its
+// methods are safe for concurrent use; Pass, Renew, HandOver, Release,
+// Leave and EnsureShards run one at a time.
+type Store struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	st      statements
+	log     *slog.Logger
+	usable  time.Duration // TTL - Margin
+	channel string
+	offset  int // where this worker's claim scan starts, to spread rivals
+	keys    struct{ ensure, place int64 }
+	session *session // KindSession only
+
+	opMu    sync.Mutex // serialises the operations that write
+	ensured bool       // EnsureShards succeeded; under opMu
+
+	viewMu sync.RWMutex
+	view   map[int]heldLease // what this worker believes it holds
+
+	changes   chan struct{}
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+// heldLease is one bucket of the view.
+type heldLease struct {
+	epoch   int64
+	expires time.Time // the database's expiry, as last read
+	renewed time.Time // Clock reading when the renewal that set expires STARTED
+	handoff bool      // a claim is pending: draining, no longer renewed
+	fenced  bool      // a fence check found the bucket gone
+}
+
+// Lease is a bucket held by this worker.
+type Lease struct {
+	Bucket int
+	// Epoch is the fencing token of this holding: it grows on every change
+	// of owner. Pass it to [Store.Fence] or [Store.Guard] with every write.
+	Epoch int64
+	// Expires is the database's expiry of the lease when last renewed (by
+	// the database's clock; compare it only with database times).
+	Expires time.Time
+}
+
+// New validates cfg and returns the worker's Store. It joins the pool at
+// once (a membership row), so the other workers count it in their next
+// fair share. KindSession first opens the dedicated connection and takes
+// the session lock. The tables must exist: call [Migrate] first.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("leasestore: New needs a pool")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Worker == "" {
+		cfg.Worker = uuid.NewString()
+	}
+	s := &Store{
+		pool:    pool,
+		cfg:     cfg,
+		st:      renderStatements(cfg.Schema),
+		log:     cfg.Logger.With("subscription", cfg.Subscription, "worker", cfg.Worker),
+		usable:  usableFor(cfg.TTL, cfg.Margin),
+		channel: channelName(cfg.Schema, cfg.Subscription),
+		view:    map[int]heldLease{},
+		changes: make(chan struct{}, 1),
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(cfg.Worker))
+	s.offset = int(h.Sum32() % uint32(cfg.Buckets))
+	s.keys.ensure = lockKey("ensure", cfg.Schema, cfg.Subscription)
+	s.keys.place = lockKey("place", cfg.Schema, cfg.Subscription)
+	if cfg.Kind == KindSession {
+		cc, err := sessionConfig(cfg.SessionURL, pool.Config().ConnConfig)
+		if err != nil {
+			return nil, err
+		}
+		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st)
+		if err := s.session.open(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.join(ctx); err != nil {
+		if s.session != nil {
+			s.session.close()
+		}
+		return nil, err
+	}
+	lctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if !cfg.NoListen {
+		s.wg.Add(1)
+		go s.listen(lctx)
+	}
+	return s, nil
+}
+
+// join registers (or heartbeats) the membership row.
+func (s *Store) join(ctx context.Context) error {
+	var pid *int32
+	if s.session != nil {
+		p := s.session.backendPID()
+		pid = &p
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var joined bool
+		if err := tx.QueryRow(ctx, s.st.get("member_heartbeat"), s.memberArgs(pid)...).Scan(&joined); err != nil {
+			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
+		}
+		if joined {
+			return s.notify(ctx, tx, "join")
+		}
+		return nil
+	})
+}
+
+func (s *Store) memberArgs(pid *int32) []any {
+	var key *int64
+	if s.session != nil {
+		key = &s.session.key
+	}
+	return []any{s.cfg.Subscription, s.cfg.Worker, s.cfg.Kind.String(), s.cfg.TTL, pid, key}
+}
+
+// migrateHint adds advice to an error that says the tables are missing.
+func migrateHint(err error) string {
+	var pgErr interface{ SQLState() string }
+	if errors.As(err, &pgErr) && (pgErr.SQLState() == "42P01" || pgErr.SQLState() == "3F000") {
+		return " (run leasestore.Migrate for this schema first)"
+	}
+	return ""
+}
+
+// Worker returns this worker's id.
+func (s *Store) Worker() string { return s.cfg.Worker }
+
+// Config returns the store's configuration with its defaults applied.
+func (s *Store) Config() Config { return s.cfg }
+
+// EnsureShards creates the subscription's N lease rows if they do not exist.
+// It is idempotent and safe to call from many workers at once. When the rows
+// exist for a different N it returns *[ShardCountMismatch] and writes
+// nothing. [Store.Pass] calls it once if it has not been called.
+func (s *Store) EnsureShards(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	return s.ensureShards(ctx)
+}
+
+func (s *Store) ensureShards(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.st.get("ensure_lock"), s.keys.ensure); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, s.st.get("shard_counts"), s.cfg.Subscription)
+		if err != nil {
+			return err
+		}
+		counts, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
+		}
+		for _, n := range counts {
+			if int(n) != s.cfg.Buckets {
+				return &ShardCountMismatch{Subscription: s.cfg.Subscription, Configured: s.cfg.Buckets, Found: int(n)}
+			}
+		}
+		_, err = tx.Exec(ctx, s.st.get("ensure_rows"), s.cfg.Subscription, s.cfg.Buckets)
+		return err
+	})
+	if err != nil {
+		var mismatch *ShardCountMismatch
+		if errors.As(err, &mismatch) {
+			return mismatch
+		}
+		return fmt.Errorf("leasestore: ensure shards: %w%s", err, migrateHint(err))
+	}
+	s.ensured = true
+	return nil
+}
+
+// EnsureHeld reports whether this worker may still act on bucket outside
+// the database (a fenced write needs no such check). It returns an error
+// wrapping [ErrNotHeld] when the bucket is not in the view, when a fence
+// found it gone, or — KindRow and KindSession alike — once the last renewal
+// that extended it STARTED TTL-Margin ago or more by the Clock: its expiry
+// is then at most Margin away. KindSession also asks its session whether it
+// still holds its lock, and fails if it cannot tell.
+func (s *Store) EnsureHeld(bucket int) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.viewMu.RLock()
+	h, ok := s.view[bucket]
+	s.viewMu.RUnlock()
+	switch {
+	case !ok:
+		return fmt.Errorf("leasestore: bucket %d: not held by worker %s: %w", bucket, s.cfg.Worker, ErrNotHeld)
+	case h.fenced:
+		return fmt.Errorf("leasestore: bucket %d: a fenced write found it taken: %w", bucket, ErrNotHeld)
+	}
+	if now := s.cfg.Clock.Now(); !renewalFresh(h.renewed, now, s.usable) {
+		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago, not under TTL-Margin (%v): %w",
+			bucket, now.Sub(h.renewed), s.usable, ErrNotHeld)
+	}
+	if s.session != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
+		defer cancel()
+		if err := s.session.check(ctx); err != nil {
+			return fmt.Errorf("leasestore: bucket %d: %v: %w", bucket, err, ErrNotHeld)
+		}
+	}
+	return nil
+}
+
+// Held returns the leases this worker believes it holds, sorted by bucket
+// (those being handed off included), as of the last operation.
+func (s *Store) Held() []Lease {
+	s.viewMu.RLock()
+	defer s.viewMu.RUnlock()
+	out := make([]Lease, 0, len(s.view))
+	for b, h := range s.view {
+		out = append(out, Lease{Bucket: b, Epoch: h.epoch, Expires: h.expires})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Bucket < out[j].Bucket })
+	return out
+}
+
+// forget removes buckets from the view before they are given up, so that
+// EnsureHeld fails for them from this moment on.
+func (s *Store) forget(buckets ...int) map[int]heldLease {
+	s.viewMu.Lock()
+	defer s.viewMu.Unlock()
+	gone := map[int]heldLease{}
+	for _, b := range buckets {
+		if h, ok := s.view[b]; ok {
+			gone[b] = h
+			delete(s.view, b)
+		}
+	}
+	return gone
+}
+
+// Close closes the LISTEN and session connections and waits for the
+// listener to stop. It releases no lease: call [Store.Leave] first for a
+// graceful exit. For KindSession, closing the session is what tells the
+// other workers that this one is gone. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		if s.stop != nil {
+			s.stop()
+		}
+		s.wg.Wait()
+		if s.session != nil {
+			s.session.close()
+		}
+	})
+	return nil
+}
+
+// FairShare is the number of buckets each of live workers should hold:
+// ceil(n / live), with live below one counted as one.
+func FairShare(n, live int) int {
+	if live < 1 {
+		live = 1
+	}
+	return (n + live - 1) / live
+}
