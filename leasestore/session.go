@@ -98,9 +98,15 @@ func (ss *session) checkLocked(ctx context.Context) error {
 // ensure checks the session and, when it is gone, opens a new one. It
 // returns the backend pid of the live session.
 func (ss *session) ensure(ctx context.Context) (int32, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err // the caller gave up: leave the session alone
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if err := ss.checkLocked(ctx); err != nil {
+		if ctx.Err() != nil {
+			return 0, err
+		}
 		if err := ss.openLocked(ctx); err != nil {
 			return 0, err
 		}

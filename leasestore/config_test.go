@@ -1,0 +1,168 @@
+package leasestore
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	valid := Config{Schema: "s", Subscription: "orders", Buckets: 8}
+
+	t.Run("DefaultsFollowTheTTL", func(t *testing.T) {
+		c := valid.WithDefaults()
+		require.Equal(t, TTLDefault, c.TTL)
+		require.Equal(t, 6*time.Second, c.Heartbeat)
+		require.Equal(t, 10*time.Second, c.Margin)
+		require.Less(t, 3*c.Heartbeat+c.Margin, c.TTL, "defaults survive one failed renewal")
+		c = Config{TTL: time.Minute}.WithDefaults()
+		require.Equal(t, 12*time.Second, c.Heartbeat)
+		require.Equal(t, 20*time.Second, c.Margin)
+		require.NoError(t, valid.WithDefaults().validate())
+	})
+
+	t.Run("ValidationNamesTheField", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			edit   func(*Config)
+			field  string
+			reason string
+		}{
+			{"SchemaMissing", func(c *Config) { c.Schema = "" }, "Schema", "required"},
+			{"SubscriptionMissing", func(c *Config) { c.Subscription = "" }, "Subscription", "required"},
+			{"SubscriptionWithNUL", func(c *Config) { c.Subscription = "a\x00b" }, "Subscription", "NUL"},
+			{"WorkerTooLong", func(c *Config) { c.Worker = strings.Repeat("w", 201) }, "Worker", "200"},
+			{"NoBuckets", func(c *Config) { c.Buckets = 0 }, "Buckets", "between 1"},
+			{"TooManyBuckets", func(c *Config) { c.Buckets = MaxBuckets + 1 }, "Buckets", "between 1"},
+			{"UnknownKind", func(c *Config) { c.Kind = 7 }, "Kind", "KindRow"},
+			{"NegativeTTL", func(c *Config) { c.TTL = -time.Second }, "TTL", "positive"},
+			{"NegativeMargin", func(c *Config) { c.Margin = -time.Second }, "Margin", "positive"},
+			{"HeartbeatNotUnderTTL", func(c *Config) { c.TTL, c.Heartbeat = time.Second, time.Second }, "Heartbeat", "shorter than TTL"},
+			{"HeartbeatPlusMarginNotUnderTTL", func(c *Config) {
+				c.TTL, c.Heartbeat, c.Margin = 30*time.Second, 10*time.Second, 20*time.Second
+			}, "Margin", "plus Heartbeat"},
+			{"DefaultMarginLeavesNoRoomForALongHeartbeat", func(c *Config) {
+				c.TTL, c.Heartbeat = 30*time.Second, 25*time.Second
+			}, "Margin", "EnsureHeld fails between two renewals"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := valid
+				tc.edit(&c)
+				err := c.WithDefaults().validate()
+				var ce *ConfigError
+				require.ErrorAs(t, err, &ce)
+				require.Equal(t, tc.field, ce.Field)
+				require.Contains(t, err.Error(), "Config."+tc.field)
+				require.Contains(t, ce.Reason, tc.reason)
+				_, err = New(context.Background(), pgtest.Pool(t), c)
+				require.ErrorAs(t, err, &ce, "New validates")
+			})
+		}
+	})
+
+	t.Run("ATightConfigIsAccepted", func(t *testing.T) {
+		c := valid
+		c.TTL, c.Heartbeat, c.Margin = 30*time.Second, 9*time.Second, 20*time.Second
+		require.NoError(t, c.WithDefaults().validate(), "only heartbeat+margin < ttl is enforced")
+	})
+}
+
+func TestPoolerDetection(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-p4ss"
+
+	t.Run("RecognisablePoolersAreRefusedWithoutRepeatingTheURL", func(t *testing.T) {
+		for _, tc := range []struct{ name, url, sign string }{
+			{"NeonPoolerHost", "postgres://app:" + secret + "@ep-cool-darkness-123456-pooler.us-east-2.aws.neon.tech/neondb?sslmode=require", "-pooler"},
+			{"PgBouncerPort", "postgres://app:" + secret + "@db.internal:6432/app", "6432"},
+			{"PgBouncerParameter", "postgresql://app:" + secret + "@db.internal:5432/app?pgbouncer=true", "pgbouncer=true"},
+			{"KeywordValueForm", "host=db.internal port=6432 user=app password=" + secret + " dbname=app", "6432"},
+			{"FallbackHost", "postgres://app:" + secret + "@db1.internal:5432,db2-pooler.internal:5432/app", "-pooler"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				_, err := sessionConfig(tc.url, nil)
+				var ce *ConfigError
+				require.ErrorAs(t, err, &ce)
+				require.Equal(t, "SessionURL", ce.Field)
+				msg := err.Error()
+				require.Contains(t, msg, tc.sign)
+				require.Contains(t, msg, "KindRow")
+				require.NotContains(t, msg, secret)
+				require.NotContains(t, msg, "db.internal")
+				require.NotContains(t, msg, "neon.tech")
+				require.NotContains(t, msg, "app:")
+			})
+		}
+	})
+
+	t.Run("ADirectConnectionPasses", func(t *testing.T) {
+		cc, err := sessionConfig("postgres://app:"+secret+"@db.internal:5432/app", nil)
+		require.NoError(t, err)
+		require.Equal(t, "db.internal", cc.Host)
+	})
+
+	t.Run("AnUnparsableURLIsRefusedWithoutRepeatingIt", func(t *testing.T) {
+		_, err := sessionConfig("postgres://app:"+secret+"@db.internal:notaport/app", nil)
+		var ce *ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.NotContains(t, err.Error(), secret)
+		require.NotContains(t, err.Error(), "db.internal")
+	})
+
+	t.Run("NewRefusesASessionStoreOnAPooledPoolBeforeConnecting", func(t *testing.T) {
+		pc, err := pgxpool.ParseConfig("postgres://app:" + secret + "@127.0.0.1:6432/app?connect_timeout=1")
+		require.NoError(t, err)
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc) // lazy: never connects
+		require.NoError(t, err)
+		defer pool.Close()
+		_, err = New(context.Background(), pool, Config{Schema: "s", Subscription: "orders", Buckets: 4, Kind: KindSession})
+		var ce *ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.Contains(t, ce.Field, "SessionURL")
+		require.Contains(t, err.Error(), "6432")
+		require.NotContains(t, err.Error(), secret)
+	})
+
+	t.Run("RowKindIgnoresTheSessionURL", func(t *testing.T) {
+		b := setup(t)
+		c := b.config(KindRow, 4, "a")
+		c.SessionURL = "postgres://app:" + secret + "@db.internal:6432/app"
+		b.open(t, c)
+	})
+
+	t.Run("SessionKindUsesTheGivenURL", func(t *testing.T) {
+		b := setup(t)
+		c := b.config(KindSession, 4, "a")
+		c.SessionURL = pgtest.URL(t)
+		s := b.open(t, c)
+		require.Len(t, pass(t, s).Owned, 4)
+		require.NoError(t, s.EnsureHeld(0))
+	})
+
+	t.Run("TheSameWorkerIdCannotHoldTwoSessions", func(t *testing.T) {
+		b := setup(t)
+		b.open(t, b.config(KindSession, 4, "twin"))
+		_, err := New(context.Background(), b.pool, b.config(KindSession, 4, "twin"))
+		require.ErrorIs(t, err, errSessionLockHeld)
+	})
+}
+
+func TestStatementsAreAllParsed(t *testing.T) {
+	t.Parallel()
+	st := renderStatements(`we"ird`)
+	for _, name := range []string{"member_heartbeat", "members_view", "renew", "claim", "place_claims", "guard"} {
+		require.Contains(t, st.get(name), `"we""ird".`, name)
+	}
+	require.Panics(t, func() { st.get("nope") })
+	require.Len(t, channelName("a", "b"), len("kumi_lease_")+16)
+	require.NotEqual(t, channelName("a", "bc"), channelName("ab", "c"))
+	require.Equal(t, pgx.Identifier{"x"}.Sanitize(), `"x"`)
+}
