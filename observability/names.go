@@ -75,47 +75,47 @@ const (
 // on spans only; metrics carry the low-cardinality ones (subscription,
 // bucket, worker, outcome, kind, policy, operation, actor, directive).
 const (
-	AttrSubscription = "kumi.subscription"   // subscription (consumer group) name
-	AttrBucket       = "kumi.bucket"         // bucket number, 0..buckets-1
-	AttrBuckets      = "kumi.buckets"        // the subscription's bucket count N
-	AttrWorker       = "kumi.worker"         // this worker's id
-	AttrPeer         = "kumi.peer"           // the other worker of a handoff or steal
-	AttrEpoch        = "kumi.epoch"          // lease epoch granted or held
-	AttrChange       = "kumi.change"         // ownership-change kind (ChangeKind)
-	AttrReason       = "kumi.reason"         // why, short text
-	AttrEvidence     = "kumi.evidence"       // liveness evidence of a steal
-	AttrAttempt      = "kumi.attempt"        // delivery attempt, from 1
-	AttrPosition     = "kumi.position"       // global position of an event
-	AttrStream       = "kumi.stream"         // stream name
-	AttrEventType    = "kumi.event.type"     // event type
-	AttrEventVersion = "kumi.event.version"  // event version within its stream
-	AttrOutcome      = "kumi.outcome"        // Outcome of a delivery, or ok/error
-	AttrOperation    = "kumi.operation"      // lease operation (LeaseOp)
-	AttrSource       = "kumi.source"         // fetch source: publisher or reader
-	AttrFrom         = "kumi.from"           // fetch: position read from (exclusive)
-	AttrLast         = "kumi.last"           // fetch: last position read
-	AttrCount        = "kumi.count"          // fetch: events read
-	AttrSubscribers  = "kumi.subscribers"    // publisher fetch: subscribed queues
-	AttrPolicy       = "kumi.policy"         // overflow policy
-	AttrDepth        = "kumi.depth"          // queue depth at overflow
-	AttrCapacity     = "kumi.capacity"       // queue capacity
-	AttrDropped      = "kumi.dropped"        // events dropped by an overflow
-	AttrActor        = "kumi.actor"          // actor kind: coordinator, reader, …
-	AttrChild        = "kumi.child"          // failed actor's id (spans only)
-	AttrStrategy     = "kumi.strategy"       // supervision strategy
-	AttrDirective    = "kumi.directive"      // supervision directive
-	AttrRestarts     = "kumi.restarts"       // failures within the window
-	AttrBackoff      = "kumi.backoff"        // restart backoff, seconds
-	AttrMembers      = "kumi.members"        // live workers seen by a pass
-	AttrFairShare    = "kumi.fair_share"     // ceil(N / live workers)
-	AttrOwned        = "kumi.owned"          // buckets owned after a pass
-	AttrClaimed      = "kumi.claimed"        // buckets claimed in a pass
-	AttrTaken        = "kumi.taken"          // buckets taken by handoff in a pass
-	AttrStolen       = "kumi.stolen"         // buckets stolen in a pass
-	AttrGiven        = "kumi.given"          // buckets handed off in a pass
-	AttrShed         = "kumi.shed"           // buckets shed in a pass
-	AttrReleased     = "kumi.released"       // buckets released in a pass
-	AttrLost         = "kumi.lost"           // buckets lost (renew failed, fence lost) in a pass
+	AttrSubscription = "kumi.subscription"  // subscription (consumer group) name
+	AttrBucket       = "kumi.bucket"        // bucket number, 0..buckets-1
+	AttrBuckets      = "kumi.buckets"       // the subscription's bucket count N
+	AttrWorker       = "kumi.worker"        // this worker's id
+	AttrPeer         = "kumi.peer"          // the other worker of a handoff or steal
+	AttrEpoch        = "kumi.epoch"         // lease epoch granted or held
+	AttrChange       = "kumi.change"        // ownership-change kind (ChangeKind)
+	AttrReason       = "kumi.reason"        // why, short text
+	AttrEvidence     = "kumi.evidence"      // liveness evidence of a steal
+	AttrAttempt      = "kumi.attempt"       // delivery attempt, from 1
+	AttrPosition     = "kumi.position"      // global position of an event
+	AttrStream       = "kumi.stream"        // stream name
+	AttrEventType    = "kumi.event.type"    // event type
+	AttrEventVersion = "kumi.event.version" // event version within its stream
+	AttrOutcome      = "kumi.outcome"       // Outcome of a delivery, or ok/error
+	AttrOperation    = "kumi.operation"     // lease operation (LeaseOp)
+	AttrSource       = "kumi.source"        // fetch source: publisher or reader
+	AttrFrom         = "kumi.from"          // fetch: position read from (exclusive)
+	AttrLast         = "kumi.last"          // fetch: last position read
+	AttrCount        = "kumi.count"         // fetch: events read
+	AttrSubscribers  = "kumi.subscribers"   // publisher fetch: subscribed queues
+	AttrPolicy       = "kumi.policy"        // overflow policy
+	AttrDepth        = "kumi.depth"         // queue depth at overflow
+	AttrCapacity     = "kumi.capacity"      // queue capacity
+	AttrDropped      = "kumi.dropped"       // events dropped by an overflow
+	AttrActor        = "kumi.actor"         // actor kind: coordinator, reader, …
+	AttrChild        = "kumi.child"         // failed actor's id (spans only)
+	AttrStrategy     = "kumi.strategy"      // supervision strategy
+	AttrDirective    = "kumi.directive"     // supervision directive
+	AttrRestarts     = "kumi.restarts"      // failures within the window
+	AttrBackoff      = "kumi.backoff"       // restart backoff, seconds
+	AttrMembers      = "kumi.members"       // live workers seen by a pass
+	AttrFairShare    = "kumi.fair_share"    // ceil(N / live workers)
+	AttrOwned        = "kumi.owned"         // buckets owned after a pass
+	AttrClaimed      = "kumi.claimed"       // buckets claimed in a pass
+	AttrTaken        = "kumi.taken"         // buckets taken by handoff in a pass
+	AttrStolen       = "kumi.stolen"        // buckets stolen in a pass
+	AttrGiven        = "kumi.given"         // buckets handed off in a pass
+	AttrShed         = "kumi.shed"          // buckets shed in a pass
+	AttrReleased     = "kumi.released"      // buckets released in a pass
+	AttrLost         = "kumi.lost"          // buckets lost (renew failed, fence lost) in a pass
 
 	// OpenTelemetry messaging semantic conventions, on delivery and fetch
 	// spans.
@@ -135,27 +135,27 @@ const MessagingSystem = "kumi"
 // the unit ("_seconds") and "_total" for counters: kumi.events.acked becomes
 // kumi_events_acked_total.
 const (
-	MetricBucketsOwned        = "kumi.buckets.owned"        // gauge {bucket}: subscription, worker
-	MetricLagEvents           = "kumi.lag.events"           // gauge {event}: subscription, bucket
-	MetricLagSeconds          = "kumi.lag.time"             // gauge s: subscription, bucket
-	MetricQueueDepth          = "kumi.queue.depth"          // gauge {event}: subscription, bucket
-	MetricQueueOverflows      = "kumi.queue.overflows"      // counter {overflow}: subscription, policy
-	MetricQueueDropped        = "kumi.queue.dropped"        // counter {event}: subscription, policy
-	MetricEventsDelivered     = "kumi.events.delivered"     // counter {event}: subscription, bucket
-	MetricEventsAcked         = "kumi.events.acked"         // counter {event}: subscription, bucket
-	MetricEventsRetried       = "kumi.events.retried"       // counter {event}: subscription, bucket, outcome
-	MetricEventsDeadLettered  = "kumi.events.dead_lettered" // counter {event}: subscription, bucket
-	MetricHandlerDuration     = "kumi.handler.duration"     // histogram s: subscription, outcome
-	MetricOwnershipChanges    = "kumi.ownership.changes"    // counter {change}: subscription, change
-	MetricLeaseOperations     = "kumi.lease.operations"     // counter {operation}: subscription, operation, outcome
-	MetricLeaseDuration       = "kumi.lease.duration"       // histogram s: subscription, operation
-	MetricRebalances          = "kumi.rebalances"           // counter {rebalance}: subscription
-	MetricReconcileDuration   = "kumi.reconcile.duration"   // histogram s: subscription, outcome
-	MetricFetchDuration       = "kumi.fetch.duration"       // histogram s: source, outcome
-	MetricFetchEvents         = "kumi.fetch.events"         // counter {event}: source
-	MetricNotifierReconnects  = "kumi.notifier.reconnects"  // counter {reconnect}
+	MetricBucketsOwned        = "kumi.buckets.owned"         // gauge {bucket}: subscription, worker
+	MetricLagEvents           = "kumi.lag.events"            // gauge {event}: subscription, bucket
+	MetricLagSeconds          = "kumi.lag.time"              // gauge s: subscription, bucket
+	MetricQueueDepth          = "kumi.queue.depth"           // gauge {event}: subscription, bucket
+	MetricQueueOverflows      = "kumi.queue.overflows"       // counter {overflow}: subscription, policy
+	MetricQueueDropped        = "kumi.queue.dropped"         // counter {event}: subscription, policy
+	MetricEventsDelivered     = "kumi.events.delivered"      // counter {event}: subscription, bucket
+	MetricEventsAcked         = "kumi.events.acked"          // counter {event}: subscription, bucket
+	MetricEventsRetried       = "kumi.events.retried"        // counter {event}: subscription, bucket, outcome
+	MetricEventsDeadLettered  = "kumi.events.dead_lettered"  // counter {event}: subscription, bucket
+	MetricHandlerDuration     = "kumi.handler.duration"      // histogram s: subscription, outcome
+	MetricOwnershipChanges    = "kumi.ownership.changes"     // counter {change}: subscription, change
+	MetricLeaseOperations     = "kumi.lease.operations"      // counter {operation}: subscription, operation, outcome
+	MetricLeaseDuration       = "kumi.lease.duration"        // histogram s: subscription, operation
+	MetricRebalances          = "kumi.rebalances"            // counter {rebalance}: subscription
+	MetricReconcileDuration   = "kumi.reconcile.duration"    // histogram s: subscription, outcome
+	MetricFetchDuration       = "kumi.fetch.duration"        // histogram s: source, outcome
+	MetricFetchEvents         = "kumi.fetch.events"          // counter {event}: source
+	MetricNotifierReconnects  = "kumi.notifier.reconnects"   // counter {reconnect}
 	MetricSupervisionDecision = "kumi.supervision.decisions" // counter {decision}: actor, directive
-	MetricSupervisionRestarts = "kumi.supervision.restarts" // counter {restart}: actor
+	MetricSupervisionRestarts = "kumi.supervision.restarts"  // counter {restart}: actor
 )
 
 // Metric units (UCUM, as OpenTelemetry recommends).
