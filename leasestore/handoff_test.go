@@ -1,0 +1,203 @@
+package leasestore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// The two-phase handoff and membership, for both kinds.
+func TestHandoff(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AJoiningWorkerGetsItsShareThroughHandoff", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 8, "a"))
+			bw := b.open(t, b.config(kind, 8, "b"))
+			round(t, []*Store{a, bw})
+			require.Len(t, a.Held(), 4)
+			require.Len(t, bw.Held(), 4)
+
+			c := b.open(t, b.config(kind, 8, "c"))
+			res := pass(t, c)
+			require.Equal(t, 3, res.Live)
+			require.Equal(t, 3, res.FairShare)
+			require.Empty(t, res.Owned)
+			require.Len(t, res.Requested, 2, "one from each owner above the share of 3")
+			require.NotEqual(t, res.Requested[0].Owner, res.Requested[1].Owner)
+			var fromA int
+			for _, q := range res.Requested {
+				if q.Owner == "a" {
+					fromA = q.Bucket
+				}
+			}
+			before := a.Held()
+
+			resA := pass(t, a)
+			require.Equal(t, []int{fromA}, resA.HandOff, "A's reconfirm fails while C's claim is pending")
+			require.Len(t, resA.Owned, 4, "A still holds it while it drains")
+			for i, l := range resA.Owned {
+				if l.Bucket == fromA {
+					require.Equal(t, before[i].Expires, l.Expires, "a bucket under claim is not extended")
+				} else {
+					require.True(t, l.Expires.After(before[i].Expires), "the others are renewed")
+				}
+			}
+			require.NoError(t, a.EnsureHeld(fromA), "draining is still within the lease")
+			require.NoError(t, a.HandOver(context.Background(), fromA))
+			require.ErrorIs(t, a.EnsureHeld(fromA), ErrNotHeld, "handed over: given up at once")
+
+			res = pass(t, c)
+			require.Equal(t, []int{fromA}, buckets(res.Claimed), "C activates what A handed over")
+			require.Equal(t, []Takeover{{Bucket: fromA, Epoch: res.Claimed[0].Epoch, From: "", Evidence: EvidenceHandoff}},
+				res.Takeovers)
+			require.EqualValues(t, 2, res.Claimed[0].Epoch)
+			require.Len(t, res.Pending, 1, "B's bucket is still to come")
+
+			round(t, []*Store{a, bw})
+			res = pass(t, c)
+			require.Len(t, res.Owned, 2)
+			_, per := ownership(t, c)
+			require.Equal(t, "a:3 b:3 c:2 ", describe(per))
+		})
+	})
+
+	t.Run("AStaleClaimIsRecoveredByTheOwner", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 4, "a"))
+			require.Len(t, pass(t, a).Owned, 4)
+			claimant := b.open(t, shortTTL(b.config(KindRow, 4, "dies")))
+			require.Len(t, pass(t, claimant).Requested, 2)
+			require.Len(t, pass(t, a).HandOff, 2)
+			require.NoError(t, claimant.Close()) // dies without leaving: its membership lapses
+			var res PassResult
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				res = pass(t, a)
+				return len(res.HandOff) == 0
+			}, "A never recovered the dead claimant's claims")
+			require.Len(t, res.Owned, 4)
+			require.Empty(t, res.Lost)
+			snap, err := a.Snapshot(context.Background())
+			require.NoError(t, err)
+			for _, bk := range snap.Buckets {
+				require.Empty(t, bk.ClaimWorker)
+				require.True(t, bk.Held(snap.Now))
+			}
+		})
+	})
+
+	t.Run("AHandedOverBucketWhoseClaimantDiedIsClaimedByAnother", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 2, "a"))
+			require.Len(t, pass(t, a).Owned, 2)
+			claimant := b.open(t, shortTTL(b.config(KindRow, 2, "dies")))
+			require.Len(t, pass(t, claimant).Requested, 1)
+			res := pass(t, a)
+			require.Len(t, res.HandOff, 1)
+			require.NoError(t, a.HandOver(context.Background(), res.HandOff[0]))
+			require.NoError(t, claimant.Close())
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				res = pass(t, a)
+				return len(res.Owned) == 2
+			}, "the bucket handed to a dead claimant was never recovered")
+			require.Len(t, res.Claimed, 1)
+			require.EqualValues(t, 2, res.Claimed[0].Epoch)
+		})
+	})
+
+	t.Run("ClaimsAboveTheShareAreWithdrawn", func(t *testing.T) {
+		b := setup(t)
+		a := b.open(t, b.config(KindRow, 8, "a"))
+		require.Len(t, pass(t, a).Owned, 8)
+		bw := b.open(t, b.config(KindRow, 8, "b"))
+		require.Len(t, pass(t, bw).Pending, 4)
+		b.open(t, b.config(KindRow, 8, "c"))
+		b.open(t, b.config(KindRow, 8, "d"))
+		res := pass(t, bw)
+		require.Equal(t, 2, res.FairShare)
+		require.Len(t, res.Pending, 2, "B withdraws the claims above its new share")
+	})
+
+	t.Run("LeaveReleasesEverythingAndTheOthersRebalanceAtOnce", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 8, "a"))
+			bw := b.open(t, b.config(kind, 8, "b"))
+			round(t, []*Store{a, bw})
+			require.NoError(t, a.Leave(context.Background()))
+			require.Empty(t, a.Held())
+			res := pass(t, bw)
+			require.Equal(t, 1, res.Live)
+			require.Len(t, res.Owned, 8)
+			require.Empty(t, res.Takeovers, "left buckets are free, not taken over")
+			snap, err := bw.Snapshot(context.Background())
+			require.NoError(t, err)
+			require.Len(t, snap.Members, 1)
+			require.Equal(t, "b", snap.Members[0].Worker)
+		})
+	})
+
+	t.Run("HeartbeatsNeverMoveALeaseBack", func(t *testing.T) {
+		b := setup(t)
+		a := b.open(t, b.config(KindRow, 2, "a"))
+		pass(t, a)
+		ctx := context.Background()
+		// As if a newer heartbeat had landed before a delayed one.
+		later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+		for _, table := range []string{"lease_buckets", "lease_members"} {
+			_, err := b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, table}.Sanitize()+
+				" SET expires_at = $1, heartbeat_at = $1", later)
+			require.NoError(t, err)
+		}
+		res := pass(t, a)
+		for _, l := range res.Owned {
+			require.True(t, l.Expires.Equal(later), "a renewal never shortens a lease")
+		}
+		snap, err := a.Snapshot(ctx)
+		require.NoError(t, err)
+		require.True(t, snap.Members[0].Expires.Equal(later))
+		require.True(t, snap.Members[0].Heartbeat.Equal(later))
+		require.True(t, snap.Buckets[0].Heartbeat.Equal(later))
+	})
+
+	t.Run("AHungPassIsAbandonedWithinOneHeartbeat", func(t *testing.T) {
+		b := setup(t)
+		c := b.config(KindRow, 2, "a")
+		c.TTL, c.Heartbeat, c.Margin = 3*time.Second, 300*time.Millisecond, time.Second
+		a := b.open(t, c)
+		pass(t, a)
+		ctx := context.Background()
+		blocker, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = blocker.Rollback(ctx) }()
+		_, err = blocker.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{b.schema, "lease_members"}.Sanitize()+" FOR UPDATE")
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = a.Pass(ctx)
+		require.Error(t, err)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Contains(t, err.Error(), "abandoned after one heartbeat")
+		require.Less(t, time.Since(start), c.Heartbeat+2*time.Second)
+		require.Len(t, a.Held(), 2, "the view is kept")
+		require.NoError(t, a.EnsureHeld(0), "and judged by the last renewal that landed")
+		require.NoError(t, blocker.Rollback(ctx))
+		require.Empty(t, pass(t, a).Lost)
+	})
+
+	t.Run("HandingOverOrReleasingABucketNotHeldIsANoOp", func(t *testing.T) {
+		b := setup(t)
+		a := b.open(t, b.config(KindRow, 2, "a"))
+		require.NoError(t, a.HandOver(context.Background(), 1))
+		require.NoError(t, a.Release(context.Background(), []int{0, 1}))
+		require.NoError(t, a.Release(context.Background(), nil))
+		require.Len(t, pass(t, a).Claimed, 2)
+	})
+}

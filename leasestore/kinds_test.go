@@ -1,0 +1,109 @@
+package leasestore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// balancedPair returns two workers of kind holding 4 of 8 buckets each.
+func balancedPair(t *testing.T, b *testBundle, cfg func(Config) Config) (a, bw *Store) {
+	t.Helper()
+	a = b.open(t, cfg(b.config(KindSession, 8, "a")))
+	bw = b.open(t, cfg(b.config(KindSession, 8, "b")))
+	round(t, []*Store{a, bw})
+	require.Len(t, a.Held(), 4)
+	require.Len(t, bw.Held(), 4)
+	return a, bw
+}
+
+func TestLeaseKinds(t *testing.T) {
+	t.Parallel()
+	same := func(c Config) Config { return c }
+
+	t.Run("SessionKindMovesAKilledWorkersBucketsOnTheNextPassWithoutATTLWait", func(t *testing.T) {
+		b := setup(t)
+		a, bw := balancedPair(t, b, same) // 30s TTL: any takeover within the test is by evidence
+		lostByA := buckets(a.Held())
+		var killed bool
+		require.NoError(t, b.pool.QueryRow(context.Background(),
+			"SELECT pg_terminate_backend($1, 5000)", a.session.backendPID()).Scan(&killed))
+		require.True(t, killed)
+
+		res := pass(t, bw)
+		require.Equal(t, 1, res.Live, "a member whose session is gone is not live")
+		require.Len(t, res.Owned, 8)
+		require.Equal(t, lostByA, buckets(res.Claimed))
+		for _, tk := range res.Takeovers {
+			require.Equal(t, "a", tk.From)
+			require.Equal(t, EvidenceSessionGone, tk.Evidence)
+			require.EqualValues(t, 2, tk.Epoch)
+		}
+		for _, bk := range lostByA {
+			require.ErrorIs(t, a.EnsureHeld(bk), ErrNotHeld, "A's EnsureHeld asks its dead session")
+		}
+
+		res = pass(t, a) // A opens a new session and rejoins
+		require.Equal(t, lostByA, res.Lost)
+		require.Empty(t, res.Owned)
+		require.Equal(t, 2, res.Live)
+		require.Len(t, res.Pending, 4, "and claims its share back, two-phase")
+	})
+
+	t.Run("SessionKindTreatsAClosedWorkerAsGoneAtOnce", func(t *testing.T) {
+		b := setup(t)
+		a, bw := balancedPair(t, b, same)
+		require.NoError(t, a.Close()) // the process ends without Leave: its socket closes
+		pgtest.Eventually(t, 5*time.Second, func() bool {
+			return len(pass(t, bw).Owned) == 8
+		}, "B never took the closed worker's buckets")
+	})
+
+	t.Run("RowKindNeedsTheTTLForTheSame", func(t *testing.T) {
+		b := setup(t)
+		a := b.open(t, shortTTL(b.config(KindRow, 8, "a")))
+		bw := b.open(t, shortTTL(b.config(KindRow, 8, "b")))
+		round(t, []*Store{a, bw})
+		require.NoError(t, a.Close()) // crashed: no session to prove it
+		res := pass(t, bw)
+		require.Len(t, res.Owned, 4, "a live-looking owner keeps its buckets until its lease expires")
+		require.Equal(t, 2, res.Live)
+		start := time.Now()
+		pgtest.Eventually(t, 10*time.Second, func() bool {
+			res = pass(t, bw)
+			return len(res.Owned) == 8
+		}, "B never took the expired buckets")
+		require.Greater(t, time.Since(start), 100*time.Millisecond, "the move waited for expiry")
+		for _, tk := range res.Takeovers {
+			require.Equal(t, EvidenceExpired, tk.Evidence)
+		}
+	})
+
+	t.Run("SessionKindStillExpiresAWorkerThatStopsRenewing", func(t *testing.T) {
+		b := setup(t)
+		a, bw := balancedPair(t, b, shortTTL)
+		_ = a // hung: its session stays up but it never renews
+		pgtest.Eventually(t, 10*time.Second, func() bool {
+			return len(pass(t, bw).Owned) == 8
+		}, "a hung session-kind worker's buckets never expired")
+		for _, l := range bw.Held() {
+			require.NoError(t, bw.EnsureHeld(l.Bucket))
+		}
+	})
+
+	t.Run("SessionKindEnsureHeldAsksTheSessionEveryTime", func(t *testing.T) {
+		b := setup(t)
+		a := b.open(t, b.config(KindSession, 2, "a"))
+		pass(t, a)
+		require.NoError(t, a.EnsureHeld(0))
+		a.session.close() // as if the connection dropped
+		require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld)
+		res := pass(t, a) // a new session, and nobody took anything meanwhile
+		require.Empty(t, res.Lost)
+		require.NoError(t, a.EnsureHeld(0))
+	})
+}
