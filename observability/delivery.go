@@ -55,7 +55,7 @@ func (t *Telemetry) StartDelivery(ctx context.Context, info DeliveryInfo) (conte
 	if t == nil {
 		return ctx, DeliverySpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanDeliver, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := t.tracer.Start(ctx, SpanDeliver, consumerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String(AttrMessagingSystem, MessagingSystem),

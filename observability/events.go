@@ -50,7 +50,7 @@ func (t *Telemetry) Overflow(ctx context.Context, o OverflowInfo) {
 	if span, ok := recording(ctx); ok {
 		span.AddEvent(EventOverflow, trace.WithAttributes(attrs()...))
 	} else {
-		_, span := t.tracer.Start(ctx, SpanOverflow, trace.WithSpanKind(trace.SpanKindInternal))
+		_, span := t.tracer.Start(ctx, SpanOverflow, internalSpan...)
 		if span.IsRecording() {
 			span.SetAttributes(attrs()...)
 		}
@@ -133,7 +133,7 @@ func (t *Telemetry) SupervisionDecision(ctx context.Context, s SupervisionInfo) 
 	if span, ok := recording(ctx); ok {
 		span.AddEvent(EventSupervision, trace.WithAttributes(attrs()...))
 	} else {
-		_, span := t.tracer.Start(ctx, SpanSupervision, trace.WithSpanKind(trace.SpanKindInternal))
+		_, span := t.tracer.Start(ctx, SpanSupervision, internalSpan...)
 		if span.IsRecording() {
 			span.SetAttributes(attrs()...)
 			span.AddEvent(EventSupervision)

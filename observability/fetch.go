@@ -26,7 +26,7 @@ func (t *Telemetry) StartPublisherFetch(ctx context.Context, from int64, subscri
 	if t == nil {
 		return ctx, FetchSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanPublisherFetch, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := t.tracer.Start(ctx, SpanPublisherFetch, consumerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String(AttrMessagingSystem, MessagingSystem),
@@ -46,7 +46,7 @@ func (t *Telemetry) StartReaderFetch(ctx context.Context, subscription string, b
 	if t == nil {
 		return ctx, FetchSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanReaderFetch, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := t.tracer.Start(ctx, SpanReaderFetch, consumerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String(AttrMessagingSystem, MessagingSystem),

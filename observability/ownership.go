@@ -13,6 +13,12 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
+// Span start options, allocated once: they are on the delivery path.
+var (
+	consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	internalSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+)
+
 var (
 	noopTracer    = tracenoop.NewTracerProvider().Tracer(ScopeName)
 	noopMeter     = metricnoop.NewMeterProvider().Meter(ScopeName)

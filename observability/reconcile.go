@@ -42,7 +42,7 @@ func (t *Telemetry) StartReconcile(ctx context.Context, subscription, worker str
 	if t == nil {
 		return ctx, ReconcileSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanReconcile, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := t.tracer.Start(ctx, SpanReconcile, internalSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String(AttrSubscription, subscription),
