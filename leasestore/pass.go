@@ -308,15 +308,14 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 // (at have, counting its pending claims) reaches the fair share: first on
 // what owners hold above the share, then, while this worker is below
 // floor(N/live), on what they hold above the floor. Placements of one
-// subscription are serialised by a try-lock, so two claimants never count
-// the same surplus; the loser places nothing this pass.
+// subscription are serialised by a transaction lock, so two claimants never
+// count the same surplus, and joiners arriving together all place at once.
 func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, live map[string]bool) ([]Request, error) {
 	b := &pgx.Batch{}
 	b.Queue(s.st.get("placement_lock"), s.keys.place)
 	b.Queue(s.st.get("loads"), s.cfg.Subscription, s.cfg.Worker)
 	br := tx.SendBatch(ctx, b)
-	var locked bool
-	if err := br.QueryRow().Scan(&locked); err != nil {
+	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
 		return nil, err
 	}
@@ -330,7 +329,7 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, li
 		err := r.Scan(&l.worker, &l.free, &l.load)
 		return l, err
 	})
-	if err := errors.Join(err, br.Close()); err != nil || !locked {
+	if err := errors.Join(err, br.Close()); err != nil {
 		return nil, err
 	}
 	loads = slices.DeleteFunc(loads, func(l load) bool { return !live[l.worker] })
@@ -364,13 +363,31 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, li
 	for w, k := range takes {
 		owners, counts = append(owners, w), append(counts, int32(k))
 	}
-	rows, _ = tx.Query(ctx, s.st.get("place_claims"), s.cfg.Subscription, s.cfg.Worker, owners, counts)
+	// In a savepoint with a short lock_timeout: an owner's pass holding its
+	// rows is waited for briefly; one that holds them longer (or waits for
+	// this very lock) makes this pass place nothing, and nothing else fails.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wait := min(s.cfg.Heartbeat/4, 250*time.Millisecond)
+	if _, err := sp.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
+		return nil, errors.Join(err, sp.Rollback(ctx))
+	}
+	rows, _ = sp.Query(ctx, s.st.get("place_claims"), s.cfg.Subscription, s.cfg.Worker, owners, counts)
 	placed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Request, error) {
 		var q Request
 		err := r.Scan(&q.Bucket, &q.Owner)
 		return q, err
 	})
 	if err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil || ctx.Err() != nil {
+			return nil, errors.Join(err, rbErr)
+		}
+		s.log.Debug("lease claims not placed: owners busy", "err", err)
+		return nil, nil
+	}
+	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT; lock_timeout stays for this tx
 		return nil, err
 	}
 	sort.Slice(placed, func(i, j int) bool { return placed[i].Bucket < placed[j].Bucket })

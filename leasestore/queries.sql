@@ -147,9 +147,10 @@ RETURNING l.bucket;
 
 -- name: placement_lock
 -- Serialises two-phase claim placement of one subscription, so that two
--- claimants never both count the same surplus. Try-lock: a pass that loses
--- simply places nothing this time.
-SELECT pg_try_advisory_xact_lock($1);
+-- claimants never both count the same surplus: the next placer's loads
+-- read what the previous one committed. It is the last lock a pass takes
+-- and is held only to its commit, so the wait is short and cannot deadlock.
+SELECT pg_advisory_xact_lock($1);
 
 -- name: loads
 -- Per other worker: unclaimed live-leased buckets it owns (the ones a claim
@@ -167,6 +168,8 @@ GROUP BY w;
 -- name: place_claims
 -- The first phase of a handoff: mark $4[i] of owner $3[i]'s buckets as
 -- claimed by this worker. The owner's next renew sees it and hands over.
+-- No SKIP LOCKED: the owner is often mid-pass (the same notification woke
+-- both), so this waits for its renew, bounded by a lock_timeout.
 WITH want AS (SELECT * FROM unnest($3::text[], $4::int[]) AS w(owner, k)),
 pick AS (
     SELECT p.bucket FROM want w CROSS JOIN LATERAL (
@@ -175,7 +178,7 @@ pick AS (
           AND l.claim_worker IS NULL AND l.expires_at > now()
         ORDER BY l.bucket DESC
         LIMIT w.k
-        FOR UPDATE SKIP LOCKED) p
+        FOR UPDATE) p
 )
 UPDATE {{schema}}.lease_buckets l SET claim_worker = $2, claimed_at = now()
 FROM pick
