@@ -137,7 +137,7 @@ const MessagingSystem = "kumi"
 const (
 	MetricBucketsOwned        = "kumi.buckets.owned"         // gauge {bucket}: subscription, worker
 	MetricLagEvents           = "kumi.lag.events"            // gauge {event}: subscription, bucket
-	MetricLagSeconds          = "kumi.lag.time"              // gauge s: subscription, bucket
+	MetricLagSeconds          = "kumi.lag.seconds"           // gauge s: subscription, bucket
 	MetricQueueDepth          = "kumi.queue.depth"           // gauge {event}: subscription, bucket
 	MetricQueueOverflows      = "kumi.queue.overflows"       // counter {overflow}: subscription, policy
 	MetricQueueDropped        = "kumi.queue.dropped"         // counter {event}: subscription, policy
