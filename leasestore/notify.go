@@ -80,6 +80,7 @@ func (s *Store) listenOnce(ctx context.Context) (connected bool, err error) {
 		if err != nil {
 			return true, err
 		}
+		s.received.Add(1)
 		if _, from, _ := strings.Cut(n.Payload, ":"); from != s.cfg.Worker {
 			s.signal()
 		}

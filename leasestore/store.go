@@ -37,6 +37,7 @@ type Store struct {
 	view   map[int]heldLease // what this worker believes it holds
 
 	changes   chan struct{}
+	received  atomic.Int64 // notifications received, its own included
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
 	closed    atomic.Bool
