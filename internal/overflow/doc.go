@@ -1,0 +1,78 @@
+// Package overflow is the bounded, overflow-aware queue between kumi's
+// Publisher and each BucketReader, and the protoactor mailbox built on it.
+//
+// The Publisher reads new events once and posts them, as batches, to every
+// reader. A slow reader must neither block the Publisher nor grow without
+// bound, so each reader's mailbox bounds the batches it holds and applies
+// the reader's [Policy] when a batch finds it full — as the batch is
+// posted, under one short lock, never blocking or spinning. Everything else
+// a reader receives (handler acks, timers, control messages, PoisonPill)
+// passes unbounded, and system messages keep their own unbounded queue, so
+// a reader with a full queue can still be stopped at once.
+//
+// # Policies
+//
+//   - [PauseAndResume] (the default, lossless): the queue enters [Paused],
+//     discards the batches it holds and refuses batches until the reader
+//     calls [Queue.Resume]. The reader re-reads what it missed from the
+//     store.
+//   - [DropSubscription]: the queue enters [Overflowed] for good and the
+//     reader ends its subscription with the [*OverflowError] (which wraps
+//     [ErrOverflowed]).
+//   - [DropOldest]: the oldest queued batch is evicted to make room; lossy,
+//     counted in [Stats.Evicted].
+//
+// A [Batch] is any message with an OverflowBatch method (or whatever
+// [Config.IsBatch] says), judged inside a protoactor envelope.
+//
+// # Signals
+//
+// A reader learns of a state change from its own mailbox, in order with its
+// other messages: a [*PausedSignal] when the queue pauses, an
+// [*OverflowedSignal] when it overflows. [Queue.State], [Queue.Err] and
+// [Queue.Stats] answer the same questions at any time.
+//
+// # The reader's protocol
+//
+// Events are appended to the store before the Publisher posts them. So
+// after [Queue.Resume] returns, every batch the queue refused holds only
+// events that a store read starting now will see, and every later batch is
+// queued. A reader therefore never loses an event if, on a [*PausedSignal]
+// (and likewise when it starts):
+//
+//  1. it calls [Queue.Hold], so that live batches wait for the catch-up
+//     instead of overtaking it (they stay bounded: if they fill the queue,
+//     it pauses again and the reader starts over);
+//  2. it calls [Queue.Resume];
+//  3. it reads the store from the position of the last event it delivered
+//     up to the tail (reads may run outside the actor and come back as
+//     ordinary messages: those are not held);
+//  4. it calls [Queue.Release] and, for the batches that follow, skips
+//     events at or below the last position it delivered.
+//
+// A queue can be held before its actor is spawned, which closes the same
+// race for a reader's first catch-up: hold, subscribe to the Publisher,
+// spawn, catch up, release.
+//
+// # The mailbox
+//
+// [Queue.Mailbox] returns an [actor.MailboxProducer] for one actor:
+//
+//	q, err := overflow.New(overflow.Config{Capacity: 64, Policy: overflow.PauseAndResume})
+//	props := actor.PropsFromProducer(newReader(q), actor.WithMailbox(q.Mailbox()))
+//
+// It schedules like protoactor's default mailbox (system messages first,
+// suspension while a failed actor awaits its supervisor, the dispatcher's
+// throughput), but it never blocks a poster, as protoactor's Bounded does,
+// and it goes idle as soon as nothing is deliverable — a refused or held
+// batch schedules no work — where BoundedDropping spins a core for ever
+// after its first drop. The queue lives as long as the actor: it survives
+// restarts, so a restarted reader should check [Queue.State] on Started.
+//
+// # Observability
+//
+// [Queue.Stats] is a consistent snapshot — state, depth, and counters of
+// batches posted, delivered and dropped, of evictions, pauses, resumes and
+// overflows — for gauges and counters. [Config.OnTransition] is called on
+// every state change, in order, for logs, traces or event counters.
+package overflow
