@@ -5,6 +5,11 @@
 -- judged, so it errs towards "not yet expired".
 -- $1 is always the subscription, $2 (where present) this worker.
 
+-- name: shards_present
+-- The fast path of EnsureShards: rows and their shard counts, no lock.
+SELECT count(*)::int, coalesce(min(shard_count), 0), coalesce(max(shard_count), 0)
+FROM {{schema}}.lease_buckets WHERE subscription = $1;
+
 -- name: ensure_lock
 -- Serialises EnsureShards of one subscription across processes.
 SELECT pg_advisory_xact_lock($1);

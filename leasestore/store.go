@@ -69,12 +69,12 @@ type Lease struct {
 // fair share. KindSession first opens the dedicated connection and takes
 // the session lock. The tables must exist: call [Migrate] first.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	if pool == nil {
-		return nil, errors.New("leasestore: New needs a pool")
-	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if pool == nil {
+		return nil, errors.New("leasestore: New needs a pool")
 	}
 	if cfg.Worker == "" {
 		cfg.Worker = uuid.NewString()
@@ -175,7 +175,13 @@ func (s *Store) EnsureShards(ctx context.Context) error {
 }
 
 func (s *Store) ensureShards(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	var rows, lo, hi int
+	err := s.pool.QueryRow(ctx, s.st.get("shards_present"), s.cfg.Subscription).Scan(&rows, &lo, &hi)
+	if err == nil && rows == s.cfg.Buckets && lo == s.cfg.Buckets && hi == s.cfg.Buckets {
+		s.ensured = true // every worker but the first takes this path
+		return nil
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, s.st.get("ensure_lock"), s.keys.ensure); err != nil {
 			return err
 		}

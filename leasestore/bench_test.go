@@ -1,0 +1,181 @@
+package leasestore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// countingTracer counts the statements a pool sends and the round trips
+// they take (a pipelined batch is one round trip).
+type countingTracer struct{ stmts, trips atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.stmts.Add(1)
+	c.trips.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.trips.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.stmts.Add(1)
+}
+func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func tracedPool(b *testing.B, conns int32) (*pgxpool.Pool, *countingTracer) {
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr := &countingTracer{}
+	cfg.ConnConfig.Tracer = tr
+	cfg.MaxConns = conns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool, tr
+}
+
+func benchStores(b *testing.B, pool *pgxpool.Pool, kind Kind, workers, n int) []*Store {
+	schema := pgtest.NewSchema(b)
+	if err := Migrate(context.Background(), pool, schema); err != nil {
+		b.Fatal(err)
+	}
+	stores := make([]*Store, workers)
+	for i := range stores {
+		s, err := New(context.Background(), pool, Config{
+			Schema: schema, Subscription: "bench", Worker: fmt.Sprintf("w%02d", i), Buckets: n,
+			Kind: kind, NoListen: true,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		stores[i] = s
+	}
+	return stores
+}
+
+// One steady-state reconcile pass of one worker of a balanced pool: 32
+// workers on N=1024, 32 buckets each, every lease renewed.
+func BenchmarkPass(b *testing.B) {
+	for _, kind := range []Kind{KindRow, KindSession} {
+		b.Run(fmt.Sprintf("N=1024/workers=32/%s", kind), func(b *testing.B) {
+			pool, tr := tracedPool(b, 40)
+			stores := benchStores(b, pool, kind, 32, 1024)
+			for range 2 {
+				var wg sync.WaitGroup
+				for _, s := range stores {
+					wg.Add(1)
+					go func() { defer wg.Done(); _, _ = s.Pass(context.Background()) }()
+				}
+				wg.Wait()
+			}
+			if got := len(stores[0].Held()); got != 32 {
+				b.Fatalf("not balanced: worker 0 holds %d", got)
+			}
+			s := stores[0]
+			stmts0, trips0 := tr.stmts.Load(), tr.trips.Load()
+			b.ResetTimer()
+			for range b.N {
+				res, err := s.Pass(context.Background())
+				if err != nil || len(res.Owned) != 32 || len(res.Claimed) != 0 {
+					b.Fatalf("pass: %v, owned %d", err, len(res.Owned))
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(tr.stmts.Load()-stmts0)/float64(b.N), "stmts/pass")
+			b.ReportMetric(float64(tr.trips.Load()-trips0)/float64(b.N), "roundtrips/pass")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/pass")
+		})
+	}
+}
+
+// A whole pool's first pass at once: 32 workers (connections and statement
+// caches warm) find N=1024 free buckets and run one pass each, concurrently.
+func BenchmarkPoolRound(b *testing.B) {
+	pool, tr := tracedPool(b, 40)
+	stores := benchStores(b, pool, KindRow, 32, 1024)
+	ctx := context.Background()
+	reset := "UPDATE " + pgx.Identifier{stores[0].cfg.Schema, "lease_buckets"}.Sanitize() +
+		" SET owner = NULL, expires_at = NULL, claim_worker = NULL, claimed_at = NULL"
+	roundOnce := func() {
+		var wg sync.WaitGroup
+		for _, s := range stores {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = s.Pass(ctx) }()
+		}
+		wg.Wait()
+	}
+	roundOnce() // warm up: connections, prepared statements
+	var elapsed time.Duration
+	var stmts int64
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		if _, err := pool.Exec(ctx, reset); err != nil {
+			b.Fatal(err)
+		}
+		stmts0 := tr.stmts.Load()
+		b.StartTimer()
+		start := time.Now()
+		roundOnce()
+		elapsed += time.Since(start)
+		b.StopTimer()
+		stmts += tr.stmts.Load() - stmts0
+		for _, s := range stores {
+			if len(s.Held()) != 32 {
+				b.Fatalf("the round left %s with %d", s.Worker(), len(s.Held()))
+			}
+		}
+	}
+	b.ReportMetric(float64(stmts)/float64(32*b.N), "stmts/pass")
+	b.ReportMetric(float64(elapsed.Microseconds())/float64(b.N)/1000, "ms/round")
+}
+
+// Claims per second under contention: 16 workers on N=1024 each loop
+// claiming its fair share and releasing it, all at once.
+func BenchmarkClaimContention(b *testing.B) {
+	pool, _ := tracedPool(b, 24)
+	stores := benchStores(b, pool, KindRow, 16, 1024)
+	if err := stores[0].EnsureShards(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	var claims, ops atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ops.Add(1) <= int64(b.N) {
+				res, err := s.Pass(context.Background())
+				if err != nil {
+					continue
+				}
+				claims.Add(int64(len(res.Claimed)))
+				if err := s.Release(context.Background(), buckets(res.Owned)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(claims.Load())/b.Elapsed().Seconds(), "claims/s")
+	b.ReportMetric(float64(claims.Load())/float64(b.N), "claims/op")
+}
