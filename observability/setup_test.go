@@ -203,7 +203,7 @@ func TestSetupSpanExporterOption(t *testing.T) {
 	require.Len(t, spans, 2)
 	res := map[string]string{}
 	for _, kv := range spans[0].Resource.Attributes() {
-		res[string(kv.Key)] = kv.Value.Emit()
+		res[string(kv.Key)] = kv.Value.String()
 	}
 	assert.Equal(t, "kumi-inmem", res["service.name"])
 	assert.Equal(t, "v0.0.1", res["service.version"])
