@@ -146,36 +146,43 @@ func BenchmarkPoolRound(b *testing.B) {
 	b.ReportMetric(float64(elapsed.Microseconds())/float64(b.N)/1000, "ms/round")
 }
 
-// Claims per second under contention: 16 workers on N=1024 each loop
-// claiming its fair share and releasing it, all at once.
+// Claims per second under contention: 16 workers on N=1024; one op is a
+// round in which every worker, at once, claims its fair share (64) and
+// releases it again.
 func BenchmarkClaimContention(b *testing.B) {
 	pool, _ := tracedPool(b, 24)
 	stores := benchStores(b, pool, KindRow, 16, 1024)
-	if err := stores[0].EnsureShards(context.Background()); err != nil {
+	ctx := context.Background()
+	if err := stores[0].EnsureShards(ctx); err != nil {
 		b.Fatal(err)
 	}
-	var claims, ops atomic.Int64
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for _, s := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ops.Add(1) <= int64(b.N) {
-				res, err := s.Pass(context.Background())
-				if err != nil {
-					continue
-				}
-				claims.Add(int64(len(res.Claimed)))
-				if err := s.Release(context.Background(), buckets(res.Owned)); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
+	var claims, failed atomic.Int64
+	cycle := func(s *Store) {
+		res, err := s.Pass(ctx)
+		if err != nil {
+			failed.Add(1)
+			return
+		}
+		claims.Add(int64(len(res.Claimed)))
+		if err := s.Release(ctx, buckets(res.Owned)); err != nil {
+			failed.Add(1)
+		}
 	}
-	wg.Wait()
+	for _, s := range stores { // warm up
+		cycle(s)
+	}
+	claims.Store(0)
+	b.ResetTimer()
+	for range b.N {
+		var wg sync.WaitGroup
+		for _, s := range stores {
+			wg.Add(1)
+			go func() { defer wg.Done(); cycle(s) }()
+		}
+		wg.Wait()
+	}
 	b.StopTimer()
 	b.ReportMetric(float64(claims.Load())/b.Elapsed().Seconds(), "claims/s")
 	b.ReportMetric(float64(claims.Load())/float64(b.N), "claims/op")
+	b.ReportMetric(float64(failed.Load())/float64(b.N), "failed/op")
 }

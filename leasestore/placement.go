@@ -1,0 +1,105 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// place puts two-phase claims on live owners' surplus, so that this worker
+// (at have, counting its pending claims) reaches the fair share: first on
+// what owners hold above the share, then, while this worker is below
+// floor(N/live), on what they hold above the floor. Placements of one
+// subscription are serialised by a transaction lock, so two claimants never
+// count the same surplus, and joiners arriving together all place at once.
+func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, live map[string]bool) ([]Request, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.st.get("placement_lock"), s.keys.place)
+	b.Queue(s.st.get("loads"), s.cfg.Subscription, s.cfg.Worker)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	type load struct {
+		worker     string
+		free, load int
+	}
+	rows, _ := br.Query()
+	loads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (load, error) {
+		var l load
+		err := r.Scan(&l.worker, &l.free, &l.load)
+		return l, err
+	})
+	if err := errors.Join(err, br.Close()); err != nil {
+		return nil, err
+	}
+	loads = slices.DeleteFunc(loads, func(l load) bool { return !live[l.worker] })
+	takes := map[string]int{}
+	// take moves one bucket at a time from the most loaded owner above limit.
+	take := func(limit, upTo int) {
+		for have < upTo {
+			best := -1
+			for i, l := range loads {
+				if l.free > 0 && l.load > limit && (best < 0 || l.load > loads[best].load ||
+					(l.load == loads[best].load && l.worker < loads[best].worker)) {
+					best = i
+				}
+			}
+			if best < 0 {
+				return
+			}
+			loads[best].free--
+			loads[best].load--
+			takes[loads[best].worker]++
+			have++
+		}
+	}
+	take(share, share)
+	take(floor, floor)
+	if len(takes) == 0 {
+		return nil, nil
+	}
+	owners := make([]string, 0, len(takes))
+	counts := make([]int32, 0, len(takes))
+	for w, k := range takes {
+		owners, counts = append(owners, w), append(counts, int32(k))
+	}
+	// In a savepoint with a short lock_timeout: an owner's pass holding its
+	// rows is waited for briefly; one that holds them longer (or waits for
+	// this very lock) makes this pass place nothing, and nothing else fails.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wait := min(s.cfg.Heartbeat/4, 250*time.Millisecond)
+	if _, err := sp.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
+		return nil, errors.Join(err, sp.Rollback(ctx))
+	}
+	rows, _ = sp.Query(ctx, s.st.get("place_claims"), s.cfg.Subscription, s.cfg.Worker, owners, counts)
+	placed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Request, error) {
+		var q Request
+		err := r.Scan(&q.Bucket, &q.Owner)
+		return q, err
+	})
+	if err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil || ctx.Err() != nil {
+			return nil, errors.Join(err, rbErr)
+		}
+		s.log.Debug("lease claims not placed: owners busy", "err", err)
+		return nil, nil
+	}
+	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT; lock_timeout stays for this tx
+		return nil, err
+	}
+	sort.Slice(placed, func(i, j int) bool { return placed[i].Bucket < placed[j].Bucket })
+	for _, q := range placed {
+		s.log.Info("lease claim placed on surplus", "bucket", q.Bucket, "owner", q.Owner)
+	}
+	return placed, nil
+}
