@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
@@ -105,5 +108,43 @@ func TestLeaseKinds(t *testing.T) {
 		res := pass(t, a) // a new session, and nobody took anything meanwhile
 		require.Empty(t, res.Lost)
 		require.NoError(t, a.EnsureHeld(0))
+	})
+
+	t.Run("RowKindKeepsNoSessionStateSoItWorksThroughATransactionPooler", func(t *testing.T) {
+		// As behind PgBouncer in transaction mode: the simple protocol (no
+		// prepared statements), and a different server session for every
+		// transaction (each connection is dropped after one use).
+		cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+		require.NoError(t, err)
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		cfg.AfterRelease = func(*pgx.Conn) bool { return false }
+		pooled, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		require.NoError(t, err)
+		defer pooled.Close()
+		b := setup(t)
+		b.pool = pooled
+		table := checkpointTable(t, &testBundle{pool: pgtest.Pool(t), schema: b.schema}, 4)
+		open := func(w string) *Store {
+			c := b.config(KindRow, 4, w)
+			c.NoListen = true // LISTEN needs a session
+			return b.open(t, c)
+		}
+		a := open("a")
+		require.Len(t, pass(t, a).Owned, 4)
+		bw := open("b")
+		require.Len(t, pass(t, bw).Requested, 2)
+		res := pass(t, a)
+		for _, bk := range res.HandOff {
+			require.NoError(t, a.HandOver(context.Background(), bk))
+		}
+		res = pass(t, bw)
+		require.Len(t, res.Claimed, 2)
+		l := res.Claimed[0]
+		require.NoError(t, fencedWrite(context.Background(), pooled, table, bw.Fence(l.Bucket, l.Epoch), l.Bucket, 1, "b", l.Epoch))
+		require.ErrorIs(t, fencedWrite(context.Background(), pooled, table, a.Fence(l.Bucket, 1), l.Bucket, 2, "a", 1),
+			eventsource.ErrFenceLost)
+		require.NoError(t, a.EnsureHeld(buckets(a.Held())[0]))
+		require.NoError(t, a.Leave(context.Background()))
+		require.Len(t, pass(t, bw).Owned, 4)
 	})
 }
