@@ -115,6 +115,7 @@ type ConfigError struct {
 	Reason string // what is wrong and how to fix it
 }
 
+// Error returns "leasestore: Config.<Field> <Reason>".
 func (e *ConfigError) Error() string {
 	return "leasestore: Config." + e.Field + " " + e.Reason
 }

@@ -18,11 +18,12 @@ var ErrClosed = errors.New("leasestore: store closed")
 // subscription already has lease rows for a different number of buckets.
 // Nothing is written.
 type ShardCountMismatch struct {
-	Subscription string
-	Configured   int // Config.Buckets
-	Found        int // the shard count of the existing rows
+	Subscription string // the subscription whose rows exist
+	Configured   int    // Config.Buckets
+	Found        int    // the shard count of the existing rows
 }
 
+// Error says both counts and how to fix the configuration.
 func (e *ShardCountMismatch) Error() string {
 	return fmt.Sprintf("leasestore: subscription %q has %d buckets in the database but is configured with %d; "+
 		"a subscription's bucket count is fixed: configure %d, or use a new subscription name",
@@ -34,14 +35,15 @@ func (e *ShardCountMismatch) Error() string {
 // write must not land, and the worker must stop working on the bucket. It
 // wraps [eventsource.ErrFenceLost].
 type LostFenceError struct {
-	Subscription string
-	Bucket       int
+	Subscription string // the lease's subscription
+	Bucket       int    // the bucket written
 	Worker       string // the writer
 	Epoch        int64  // the epoch the writer was granted
 	Owner        string // the owner now; "" when free or when there is no row
 	FoundEpoch   int64  // the epoch now; -1 when there is no row
 }
 
+// Error names the bucket, the epoch the writer held and who holds it now.
 func (e *LostFenceError) Error() string {
 	now := fmt.Sprintf("owner %q at epoch %d", e.Owner, e.FoundEpoch)
 	switch {

@@ -68,7 +68,7 @@ const (
 // Takeover is a bucket this pass took that another worker owned, or that
 // was handed over to this worker's claim.
 type Takeover struct {
-	Bucket   int
+	Bucket   int    // the bucket taken
 	Epoch    int64  // the epoch granted to this worker
 	From     string // the previous owner; "" for a completed handoff
 	Evidence string // EvidenceHandoff, EvidenceExpired or EvidenceSessionGone
@@ -76,8 +76,8 @@ type Takeover struct {
 
 // Request is a two-phase claim placed on another worker's bucket.
 type Request struct {
-	Bucket int
-	Owner  string
+	Bucket int    // the bucket claimed
+	Owner  string // its owner, who is to hand it over
 }
 
 type ownedRow struct {

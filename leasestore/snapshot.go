@@ -10,7 +10,7 @@ import (
 
 // Snapshot is the lease table of one subscription at one moment.
 type Snapshot struct {
-	Subscription string
+	Subscription string // the store's subscription
 	// Now is the database's clock when the snapshot was read; judge every
 	// time of the snapshot against it.
 	Now     time.Time
@@ -20,15 +20,15 @@ type Snapshot struct {
 
 // BucketState is one lease row. Zero times stand for NULL.
 type BucketState struct {
-	Bucket      int
-	ShardCount  int
-	Owner       string // "" when free
-	Epoch       int64
+	Bucket      int       // 0..ShardCount-1
+	ShardCount  int       // N
+	Owner       string    // "" when free
+	Epoch       int64     // grows by one on every change of owner
 	GrantedAt   time.Time // when Owner got it
-	Expires     time.Time
-	Heartbeat   time.Time
-	ClaimWorker string // a pending two-phase claim; "" when none
-	ClaimedAt   time.Time
+	Expires     time.Time // the lease's expiry (database clock)
+	Heartbeat   time.Time // the owner's last renewal
+	ClaimWorker string    // a pending two-phase claim; "" when none
+	ClaimedAt   time.Time // when ClaimWorker placed it
 }
 
 // Held reports whether the bucket has an owner whose lease is unexpired at
@@ -37,13 +37,13 @@ func (b BucketState) Held(now time.Time) bool { return b.Owner != "" && b.Expire
 
 // Member is one worker's membership.
 type Member struct {
-	Worker     string
-	Kind       Kind
-	Joined     time.Time
-	Heartbeat  time.Time
-	Expires    time.Time
-	Live       bool // unexpired at Snapshot.Now
-	BackendPID int  // KindSession: the session's backend
+	Worker     string    // the worker id
+	Kind       Kind      // its lease kind
+	Joined     time.Time // when its row was created
+	Heartbeat  time.Time // its last heartbeat
+	Expires    time.Time // when its membership lapses without a heartbeat
+	Live       bool      // unexpired at Snapshot.Now
+	BackendPID int       // KindSession: the session's backend
 	// SessionGone: KindSession, and its advisory lock is free — its
 	// session is gone, whatever its expiry says.
 	SessionGone bool

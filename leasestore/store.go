@@ -55,7 +55,7 @@ type heldLease struct {
 
 // Lease is a bucket held by this worker.
 type Lease struct {
-	Bucket int
+	Bucket int // 0..N-1
 	// Epoch is the fencing token of this holding: it grows on every change
 	// of owner. Pass it to [Store.Fence] or [Store.Guard] with every write.
 	Epoch int64
