@@ -33,6 +33,14 @@ func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected
 	return s.append(ctx, tx, stream, expected, events)
 }
 
+// Append statement modes, indexes of queries.append.
+const (
+	modeAny = iota
+	modeNoStream
+	modeExists
+	modeExact
+)
+
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -77,17 +85,24 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 		metas[i] = meta
 	}
 	hash := Hash(name.CardinalID)
-	var sql string
-	args := []any{stream, int64(n), ids, types, datas, metas, name.Category, name.CardinalID, hash}
+	mode := modeExact
 	switch expected {
 	case Any:
-		sql = s.sql.appendAny
+		mode = modeAny
 	case NoStream:
-		sql = s.sql.appendNoStream
+		mode = modeNoStream
 	case StreamExists:
-		sql = s.sql.appendExists
-	default:
-		sql = s.sql.appendExact
+		mode = modeExists
+	}
+	var args []any
+	sql := s.sql.append[mode][0]
+	if n == 1 {
+		sql = s.sql.append[mode][1]
+		args = []any{stream, int64(n), ids[0], types[0], datas[0], metas[0], name.Category, name.CardinalID, hash}
+	} else {
+		args = []any{stream, int64(n), ids, types, datas, metas, name.Category, name.CardinalID, hash}
+	}
+	if mode == modeExact {
 		args = append(args, int64(expected))
 	}
 	rows, err := db.Query(ctx, sql, args...)

@@ -2,7 +2,6 @@ package eventsource_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 
@@ -11,9 +10,6 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 )
 
-func ev(typ, data string) eventsource.EventData {
-	return eventsource.EventData{Type: typ, Data: json.RawMessage(data)}
-}
 
 func TestAppend(t *testing.T) {
 	t.Parallel()

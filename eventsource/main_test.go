@@ -2,6 +2,8 @@ package eventsource_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,4 +21,33 @@ func newStore(t testing.TB) *eventsource.Store {
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(context.Background()))
 	return s
+}
+
+// ev returns an event to append.
+func ev(typ, data string) eventsource.EventData {
+	return eventsource.EventData{Type: typ, Data: json.RawMessage(data)}
+}
+
+// mustAppend appends and fails the test on error.
+func mustAppend(t testing.TB, s *eventsource.Store, stream string, events ...eventsource.EventData) eventsource.AppendResult {
+	t.Helper()
+	res, err := s.Append(context.Background(), stream, eventsource.Any, events)
+	require.NoError(t, err)
+	return res
+}
+
+// sequenceAll gives positions to everything committed.
+func sequenceAll(t testing.TB, s *eventsource.Store) {
+	t.Helper()
+	_, err := s.Sequence(context.Background())
+	require.NoError(t, err)
+}
+
+// countRows counts the rows of one of the store's tables.
+func countRows(t testing.TB, s *eventsource.Store, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, s.Pool().QueryRow(context.Background(),
+		fmt.Sprintf("SELECT count(*) FROM %s.%s", s.QuotedSchema(), table)).Scan(&n))
+	return n
 }

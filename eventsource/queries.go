@@ -5,14 +5,16 @@ import "fmt"
 // queries holds the store's SQL, built once for its schema. Every statement
 // of the package is here, in one place to read and review.
 type queries struct {
-	appendAny, appendNoStream, appendExists, appendExact string
-	streamVersion                                        string
+	// append holds the append statements by expected-version mode (see
+	// appendMode) for a batch [0] and for a single event [1].
+	append        [4][2]string
+	streamVersion string
 
 	readStreamForward, readStreamBackward string
 	readCategory, readAll                 string
 	headPosition                          string
 
-	sequencerLock, sequencerAssign, sequencerSave, sequencerPending string
+	sequencerLock, sequencerAssign, sequencerPending string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -30,23 +32,35 @@ const (
 
 func newQueries(q string) queries {
 	// $1 stream, $2 count, $3 ids, $4 types, $5 data, $6 metadata,
-	// $7 category, $8 cardinal id, $9 hash; the CTE s returns the stream's
-	// new version, or no row when the expected version does not hold, in
-	// which case nothing is inserted.
-	insert := func(streamCTE string) string {
+	// $7 category, $8 cardinal id, $9 hash, $10 the expected version; the
+	// CTE s returns the stream's new version, or no row when the expected
+	// version does not hold, in which case nothing is inserted. The
+	// single-event form takes scalars for $3 to $6: cheaper to encode and
+	// to plan than one-element arrays.
+	batch := func(streamCTE string) string {
 		return fmt.Sprintf(`WITH s AS (%s)
 INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
 SELECT u.id, $1, $7, $8, $9, s.version - $2 + u.ord, u.type, u.data::jsonb, u.meta::jsonb
 FROM s, unnest($3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, type, data, meta, ord)
 RETURNING version`, streamCTE, q)
 	}
+	single := func(streamCTE string) string {
+		return fmt.Sprintf(`WITH s AS (%s)
+INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
+SELECT $3::uuid, $1, $7, $8, $9, s.version, $4::text, $5::text::jsonb, $6::text::jsonb FROM s
+RETURNING version`, streamCTE, q)
+	}
+	both := func(streamCTE string) [2]string { return [2]string{batch(streamCTE), single(streamCTE)} }
 	return queries{
-		appendAny: insert(fmt.Sprintf(`INSERT INTO %s.streams AS st (stream_name, version) VALUES ($1, $2 - 1)
+		append: [4][2]string{
+			modeAny: both(fmt.Sprintf(`INSERT INTO %s.streams AS st (stream_name, version) VALUES ($1, $2::bigint - 1)
 ON CONFLICT (stream_name) DO UPDATE SET version = st.version + $2 RETURNING version`, q)),
-		appendNoStream: insert(fmt.Sprintf(`INSERT INTO %s.streams (stream_name, version) VALUES ($1, $2 - 1)
+			modeNoStream: both(fmt.Sprintf(`INSERT INTO %s.streams (stream_name, version) VALUES ($1, $2::bigint - 1)
 ON CONFLICT (stream_name) DO NOTHING RETURNING version`, q)),
-		appendExists:  insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 RETURNING version`, q)),
-		appendExact:   insert(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 AND version = $10 RETURNING version`, q)),
+			modeExists: both(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 RETURNING version`, q)),
+			modeExact: both(fmt.Sprintf(`UPDATE %s.streams SET version = version + $2 WHERE stream_name = $1 AND version = $10
+RETURNING version`, q)),
+		},
 		streamVersion: fmt.Sprintf(`SELECT version FROM %s.streams WHERE stream_name = $1`, q),
 
 		readStreamForward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`,
@@ -66,15 +80,22 @@ ON CONFLICT (stream_name) DO NOTHING RETURNING version`, q)),
 		sequencerLock: fmt.Sprintf(`SELECT last_position, set_config('idle_in_transaction_session_timeout', '10s', true)
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// A fresh statement after the lock, so its snapshot sees every
-		// commit before it, the previous sequencer's included.
+		// commit before it, the previous sequencer's included. It assigns
+		// positions, saves the new head and notifies it (delivered at
+		// commit) in one round trip.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
   SELECT seq, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
   FROM (SELECT seq FROM %[1]s.events WHERE position IS NULL ORDER BY seq LIMIT $2) p
 ), upd AS (
   UPDATE %[1]s.events e SET position = pending.pos FROM pending WHERE e.seq = pending.seq RETURNING e.position
+), head AS (
+  SELECT count(*) AS n, coalesce(max(position), $1::bigint) AS last FROM upd
+), save AS (
+  UPDATE %[1]s.sequencer SET last_position = head.last FROM head WHERE id = 1 AND head.n > 0 RETURNING last_position
 )
-SELECT count(*), coalesce(max(position), $1::bigint) FROM upd`, q),
-		sequencerSave: fmt.Sprintf(`UPDATE %s.sequencer SET last_position = $1 WHERE id = 1`, q),
+SELECT head.n, head.last, (SELECT count(*) FROM save),
+  (SELECT count(*) FROM (SELECT pg_notify($3, h.last::text) FROM head h WHERE h.n > 0) notified)
+FROM head`, q),
 
 		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),
 		checkpointList: fmt.Sprintf(`SELECT bucket, position, updated_at FROM %s.checkpoints WHERE subscription = $1 ORDER BY bucket`, q),

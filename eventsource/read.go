@@ -68,9 +68,15 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 	if size < 1 || member < 0 || member >= size {
 		return nil, fmt.Errorf("%w: member %d of a group of %d", ErrInvalidMember, member, size)
 	}
-	sql := fmt.Sprintf(`SELECT %s FROM %s.events WHERE category = $1 AND %s = $2 AND position > $3 ORDER BY position LIMIT $4`,
+	return s.query(ctx, s.memberSQL(size), category, member, after, limitOf(limit))
+}
+
+// memberSQL is the read of a member of a group of size: the member
+// expression is written out with size as a literal, as in the
+// consumer-group index, so that the planner can use the index.
+func (s *Store) memberSQL(size int) string {
+	return fmt.Sprintf(`SELECT %s FROM %s.events WHERE category = $1 AND %s = $2 AND position > $3 ORDER BY position LIMIT $4`,
 		eventColumns, s.q, memberExpr(size))
-	return s.query(ctx, sql, category, member, after, limitOf(limit))
 }
 
 // HeadPosition returns the highest global position handed out so far.

@@ -48,18 +48,13 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 		}
 		return 0, fmt.Errorf("kumi: sequencer lock: %w", err)
 	}
-	var n, newLast int64
-	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, SequencerBatchDefault).Scan(&n, &newLast); err != nil {
+	var n, newLast, saved, notified int64
+	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, SequencerBatchDefault, s.NotifyChannel()).
+		Scan(&n, &newLast, &saved, &notified); err != nil {
 		return 0, fmt.Errorf("kumi: sequencer assign: %w", err)
 	}
 	if n == 0 {
 		return 0, nil
-	}
-	if _, err := tx.Exec(ctx, s.sql.sequencerSave, newLast); err != nil {
-		return 0, fmt.Errorf("kumi: sequencer save: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.NotifyChannel(), fmt.Sprint(newLast)); err != nil {
-		return 0, fmt.Errorf("kumi: sequencer notify: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("kumi: sequencer commit: %w", err)
@@ -138,14 +133,23 @@ func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 	interval := q.opts.MinInterval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var last time.Time
 	for {
+		local := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-q.store.appended:
+			local = true
 		}
-		n, err := q.step(ctx)
+		// At most one step per MinInterval: a busy store is sequenced in
+		// batches, not one round trip per append.
+		if wait := q.opts.MinInterval - time.Since(last); wait > 0 && !sleepCtx(ctx, wait) {
+			return
+		}
+		last = time.Now()
+		n, err := q.step(ctx, local)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			q.opts.Logger.Warn("kumi: sequencer step failed", "err", err)
@@ -159,13 +163,17 @@ func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 	}
 }
 
-func (q *Sequencer) step(ctx context.Context) (int, error) {
-	var pending bool
-	if err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending).Scan(&pending); err != nil {
-		return 0, err
-	}
-	if !pending {
-		return 0, nil
+// step sequences what is pending. After a local append there is work for
+// sure; otherwise a cheap look first saves a transaction when idle.
+func (q *Sequencer) step(ctx context.Context, local bool) (int, error) {
+	if !local {
+		var pending bool
+		if err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending).Scan(&pending); err != nil {
+			return 0, err
+		}
+		if !pending {
+			return 0, nil
+		}
 	}
 	return q.store.Sequence(ctx)
 }

@@ -10,6 +10,12 @@ CREATE TABLE {{schema}}.streams (
 -- Events. seq is the insertion order (handed out before commit, so it can
 -- commit out of order); position is the global order, assigned after commit
 -- by the sequencer in commit-safe order, NULL until then.
+--
+-- Per-stream order rests on seq being handed out in time order: an append
+-- takes its seq only after it holds its stream's row lock, so after the
+-- stream's previous append committed. Keep the identity's CACHE at 1: with
+-- a cache, each session hands out numbers from its own range, and a later
+-- append could get a smaller seq than an earlier one.
 CREATE TABLE {{schema}}.events (
     seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     position    bigint,
@@ -26,7 +32,7 @@ CREATE TABLE {{schema}}.events (
 );
 CREATE UNIQUE INDEX events_event_id ON {{schema}}.events (event_id);
 CREATE UNIQUE INDEX events_stream_version ON {{schema}}.events (stream_name, version);
-CREATE UNIQUE INDEX events_position ON {{schema}}.events (position);
+CREATE UNIQUE INDEX events_position ON {{schema}}.events (position) WHERE position IS NOT NULL;
 CREATE INDEX events_category_position ON {{schema}}.events (category, position) WHERE position IS NOT NULL;
 CREATE INDEX events_unsequenced ON {{schema}}.events (seq) WHERE position IS NULL;
 
