@@ -1,0 +1,117 @@
+package supervision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/kumi-run/kumi/eventsource"
+)
+
+type marker struct{ config, permanent, transient bool }
+
+func (m marker) Error() string        { return "marked" }
+func (m marker) ConfigError() bool    { return m.config }
+func (m marker) PermanentError() bool { return m.permanent }
+func (m marker) TransientError() bool { return m.transient }
+
+func pg(code string) error { return &pgconn.PgError{Code: code} }
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"Nil", nil, Unknown},
+		{"Plain", errors.New("boom"), Unknown},
+		{"FenceLost", eventsource.ErrFenceLost, FenceLost},
+		{"FenceLostWrapped", fmt.Errorf("checkpoint: %w", eventsource.ErrFenceLost), FenceLost},
+		{"FenceLostBeatsTransient", errors.Join(pg("40001"), eventsource.ErrFenceLost), FenceLost},
+		{"ConfigError", &ConfigError{Field: "X", Err: errors.New("bad")}, Config},
+		{"ConfigMarker", fmt.Errorf("wrapped: %w", marker{config: true}), Config},
+		{"PermanentMarker", marker{permanent: true}, Permanent},
+		{"TransientMarker", marker{transient: true}, Transient},
+		{"MarkerSaysNo", marker{}, Unknown},
+		{"ConnectionException", pg("08006"), Transient},
+		{"SerializationFailure", pg("40001"), Transient},
+		{"Deadlock", fmt.Errorf("append: %w", pg("40P01")), Transient},
+		{"LockNotAvailable", pg("55P03"), Transient},
+		{"AdminShutdown", pg("57P01"), Transient},
+		{"CrashShutdown", pg("57P02"), Transient},
+		{"CannotConnectNow", pg("57P03"), Transient},
+		{"TooManyConnections", pg("53300"), Transient},
+		{"OutOfMemory", pg("53200"), Transient},
+		{"QueryCanceled", pg("57014"), Unknown},
+		{"UniqueViolation", pg("23505"), Unknown},
+		{"InvalidPassword", pg("28P01"), Config},
+		{"NoSuchDatabase", pg("3D000"), Config},
+		{"NoSuchSchema", pg("3F000"), Config},
+		{"NoSuchTable", pg("42P01"), Config},
+		{"InsufficientPrivilege", pg("42501"), Config},
+		{"SyntaxError", pg("42601"), Unknown},
+		{"DeadlineExceeded", fmt.Errorf("read bucket: %w", context.DeadlineExceeded), Transient},
+		{"Canceled", context.Canceled, Unknown},
+		{"EOF", io.EOF, Transient},
+		{"UnexpectedEOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), Transient},
+		{"NetOpError", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, Transient},
+		{"DNSError", &net.DNSError{Err: "timeout", Name: "db", IsTimeout: true}, Transient},
+		{"ConnReset", fmt.Errorf("write: %w", syscall.ECONNRESET), Transient},
+		{"BrokenPipe", syscall.EPIPE, Transient},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := Classify(tc.err); got != tc.want {
+				t.Errorf("Classify(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaultDecider(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		reason any
+		class  Class
+		dir    actor.Directive
+	}{
+		{pg("40001"), Transient, actor.RestartDirective},
+		{eventsource.ErrFenceLost, FenceLost, actor.StopDirective},
+		{&ConfigError{Field: "X", Err: errors.New("bad")}, Config, actor.EscalateDirective},
+		{marker{permanent: true}, Permanent, actor.StopDirective},
+		{"a string panic", Unknown, actor.RestartDirective},
+		{42, Unknown, actor.RestartDirective},
+	} {
+		if c, d := DefaultDecider(tc.reason); c != tc.class || d != tc.dir {
+			t.Errorf("DefaultDecider(%v) = %v, %v; want %v, %v", tc.reason, c, d, tc.class, tc.dir)
+		}
+	}
+}
+
+func TestReasonError(t *testing.T) {
+	t.Parallel()
+	err := errors.New("x")
+	if ReasonError(nil) != nil || ReasonError(err) != err || ReasonError("s").Error() != "s" || ReasonError(7).Error() != "7" {
+		t.Error("ReasonError")
+	}
+}
+
+func TestNames(t *testing.T) {
+	t.Parallel()
+	if FenceLost.String() != "fence_lost" || Class(99).String() != "Class(99)" ||
+		EqualJitter.String() != "equal" || Jitter(9).String() != "Jitter(9)" {
+		t.Error("String")
+	}
+	ce := &ConfigError{Field: "Options.Window", Err: errors.New("-1s is negative")}
+	if ce.Error() != "kumi: invalid configuration: Options.Window: -1s is negative" {
+		t.Errorf("Error() = %q", ce.Error())
+	}
+}
