@@ -1,0 +1,307 @@
+package actors
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/observability"
+)
+
+type (
+	passTick struct{}
+	passDone struct {
+		res   leasestore.PassResult
+		err   error
+		ctx   context.Context
+		span  observability.ReconcileSpan
+		start time.Time
+		lags  map[int]bucketLag
+	}
+	handedOver struct {
+		bucket int
+		start  time.Time
+		err    error
+	}
+	stopGroup struct{}
+	groupLeft struct{ err error }
+)
+
+type readerRef struct {
+	pid      *actor.PID
+	epoch    int64
+	queue    *overflow.Queue
+	draining bool
+	stopping bool
+}
+
+// coordinator is the one actor per process per subscription group. It owns
+// the reconcile timer: each pass (run off the mailbox) heartbeats
+// membership, renews, claims up to the fair share and sheds surplus by
+// handoff; the coordinator then brings its BucketReader children in line.
+type coordinator struct {
+	g       *group
+	readers map[int]*readerRef
+	owned   map[int]leasestore.Lease
+	handoff map[int]bool
+	passing bool
+	again   bool
+	leaving bool
+	left    bool
+	giving  map[int]bool // HandOver calls under way
+	cancel  context.CancelFunc
+	bg      context.Context
+}
+
+func (c *coordinator) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		c.start(ctx)
+	case *actor.Stopping:
+		if c.cancel != nil {
+			c.cancel()
+		}
+	case passTick:
+		c.pass(ctx)
+	case *passDone:
+		c.onPass(ctx, msg)
+	case *readerDrained:
+		c.onDrained(ctx, msg)
+	case *handedOver:
+		delete(c.giving, msg.bucket)
+		c.g.telemetry.lease(context.Background(), observability.LeaseHandoffGive, msg.start, msg.err)
+		if msg.err != nil {
+			c.g.logger.Warn("kumi: handoff failed; the next pass retries", "bucket", msg.bucket, "err", msg.err)
+		} else {
+			c.g.telemetry.ownership(context.Background(), observability.ChangeHandoffGive, msg.bucket, c.owned[msg.bucket].Epoch, "", "drained for a claimant", "", nil)
+			delete(c.owned, msg.bucket)
+		}
+		delete(c.handoff, msg.bucket)
+		c.g.setOwned(c.owned, c.handoff)
+		c.pass(ctx)
+		c.maybeLeave(ctx)
+	case *readerLostFence:
+		if l, ok := c.owned[msg.Bucket]; ok {
+			c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", msg.Bucket, "epoch", l.Epoch, "err", msg.Err)
+			delete(c.owned, msg.Bucket)
+			c.g.setOwned(c.owned, c.handoff)
+		}
+		c.pass(ctx)
+	case *readerProgress:
+		c.g.setProgress(msg.Bucket, msg.Position)
+	case *actor.Terminated:
+		for b, ref := range c.readers {
+			if ref.pid.Equal(msg.Who) {
+				delete(c.readers, b)
+			}
+		}
+		c.syncReaders(ctx)
+		c.maybeLeave(ctx)
+	case stopGroup:
+		c.beginLeave(ctx)
+	case *groupLeft:
+		c.g.finish(msg.err)
+		ctx.Stop(ctx.Self())
+	}
+}
+
+func (c *coordinator) start(ctx actor.Context) {
+	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
+	c.bg, c.cancel = context.WithCancel(context.Background())
+	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
+	changes := c.g.leases.Changes()
+	go func() {
+		t := time.NewTicker(c.g.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case <-t.C:
+			case <-changes:
+			}
+			root.Send(self, passTick{})
+		}
+	}()
+	c.pass(ctx)
+}
+
+// pass runs one reconcile pass off the mailbox; ticks during a pass are
+// folded into one more pass after it.
+func (c *coordinator) pass(ctx actor.Context) {
+	if c.leaving {
+		return
+	}
+	if c.passing {
+		c.again = true
+		return
+	}
+	c.passing, c.again = true, false
+	self, root, bg, g := ctx.Self(), ctx.ActorSystem().Root, c.bg, c.g
+	go func() {
+		cctx, cancel := context.WithTimeout(bg, g.opts.DatabaseTimeout)
+		defer cancel()
+		sctx, span := g.telemetry.startReconcile(context.Background())
+		start := time.Now()
+		res, err := g.leases.Pass(cctx)
+		done := &passDone{res: res, err: err, ctx: sctx, span: span, start: start}
+		if err == nil {
+			done.lags = g.measureLag(cctx, res.Owned)
+		}
+		if bg.Err() == nil {
+			root.Send(self, done)
+		} else {
+			span.End(observability.PassSummary{Err: bg.Err()})
+		}
+	}()
+}
+
+func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
+	c.passing = false
+	defer func() {
+		if c.again {
+			c.pass(ctx)
+		}
+	}()
+	c.g.telemetry.lease(p.ctx, observability.LeaseRenew, p.start, p.err)
+	if p.err != nil {
+		p.span.End(observability.PassSummary{Owned: len(c.owned), Err: p.err})
+		c.g.logger.Warn("kumi: reconcile pass failed; keeping the current readers", "err", p.err)
+		return
+	}
+	res := p.res
+	summary := c.g.telemetry.passChanges(p.ctx, res, c.owned, c.handoff)
+	p.span.End(summary)
+	if c.leaving {
+		return
+	}
+	owned := map[int]leasestore.Lease{}
+	for _, l := range res.Owned {
+		owned[l.Bucket] = l
+	}
+	c.owned = owned
+	for _, b := range res.HandOff {
+		c.handoff[b] = true
+	}
+	for b := range c.handoff {
+		if _, ok := owned[b]; !ok {
+			delete(c.handoff, b)
+		}
+	}
+	c.g.setOwned(c.owned, c.handoff)
+	c.g.setPass(res, p.lags)
+	c.syncReaders(ctx)
+}
+
+// syncReaders brings the reader children in line with what is owned:
+// stop readers of buckets lost (or held at another epoch), drain readers of
+// buckets being handed off, spawn readers for owned buckets without one.
+func (c *coordinator) syncReaders(ctx actor.Context) {
+	for b, ref := range c.readers {
+		l, ok := c.owned[b]
+		if (!ok || l.Epoch != ref.epoch) && !ref.stopping && !ref.draining {
+			ref.stopping = true
+			ctx.Stop(ref.pid)
+		}
+	}
+	for b := range c.handoff {
+		ref := c.readers[b]
+		switch {
+		case ref == nil:
+			c.handOver(ctx, b)
+		case !ref.draining && !ref.stopping:
+			ref.draining = true
+			ctx.Send(ref.pid, &drainReader{})
+		}
+	}
+	if c.leaving {
+		return
+	}
+	buckets := make([]int, 0, len(c.owned))
+	for b := range c.owned {
+		buckets = append(buckets, b)
+	}
+	sort.Ints(buckets)
+	for _, b := range buckets {
+		if c.readers[b] == nil && !c.handoff[b] {
+			c.spawn(ctx, c.owned[b])
+		}
+	}
+}
+
+func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
+	q, err := overflow.New(overflow.Config{
+		Capacity:     c.g.opts.QueueCapacity,
+		Policy:       c.g.opts.Overflow,
+		OnTransition: c.g.telemetry.queueTransition(l.Bucket, c.g.opts.Overflow),
+	})
+	if err != nil {
+		panic(&OptionError{"QueueCapacity", c.g.opts.QueueCapacity, err.Error()}) // validated at StartGroup
+	}
+	r := func() actor.Actor {
+		return &reader{g: c.g, bucket: l.Bucket, epoch: l.Epoch, fence: c.g.leases.Fence(l.Bucket, l.Epoch), queue: q}
+	}
+	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor))
+	pid := ctx.Spawn(props)
+	c.readers[l.Bucket] = &readerRef{pid: pid, epoch: l.Epoch, queue: q}
+	c.g.registerQueue(l.Bucket, q)
+}
+
+func (c *coordinator) handOver(ctx actor.Context, bucket int) {
+	if c.handoff[bucket] && c.readers[bucket] == nil && !c.giving[bucket] && !c.leaving {
+		c.giving[bucket] = true
+		self, root, leases, timeout := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout
+		go func() {
+			cctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			err := leases.HandOver(cctx, bucket)
+			root.Send(self, &handedOver{bucket: bucket, start: start, err: err})
+		}()
+	}
+}
+
+func (c *coordinator) onDrained(ctx actor.Context, d *readerDrained) {
+	c.g.setProgress(d.Bucket, d.Position)
+	// The reader stops itself; its Terminated removes it, and then the
+	// bucket is handed over (or, when leaving, released by Leave).
+}
+
+// beginLeave is the graceful stop: drain every reader, then release every
+// lease and leave the membership, so other workers take over at once.
+func (c *coordinator) beginLeave(ctx actor.Context) {
+	if c.leaving {
+		return
+	}
+	c.leaving = true
+	for _, ref := range c.readers {
+		if !ref.draining && !ref.stopping {
+			ref.draining = true
+			ctx.Send(ref.pid, &drainReader{})
+		}
+	}
+	c.maybeLeave(ctx)
+}
+
+func (c *coordinator) maybeLeave(ctx actor.Context) {
+	if !c.leaving || c.left || len(c.readers) > 0 || len(c.giving) > 0 {
+		return
+	}
+	c.left = true
+	self, root, leases, timeout := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout
+	for b, l := range c.owned {
+		c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "graceful stop", "", nil)
+	}
+	c.owned = map[int]leasestore.Lease{}
+	c.g.setOwned(c.owned, nil)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		root.Send(self, &groupLeft{err: leases.Leave(cctx)})
+	}()
+	c.cancel()
+}

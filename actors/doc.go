@@ -1,0 +1,51 @@
+// Package actors is kumi's runtime: the actors that turn leased buckets
+// into running, supervised readers of a category, and the front door a
+// service calls.
+//
+// # Using it
+//
+// A service creates (or already has) a protoactor [actor.ActorSystem], a
+// pgx pool and an [eventsource.Store], starts one [Runtime] per process with
+// [NewRuntime], and a [Group] per subscription with [Runtime.StartGroup],
+// giving the props of its Handler actor. Every process that starts the same
+// subscription shares its buckets: start the binary N times and the workers
+// divide the buckets among themselves through leases in PostgreSQL.
+// [Group.Stop] is graceful: readers finish their in-flight event, flush their
+// checkpoints and release their leases, so the others take over at once.
+//
+// # The Handler contract
+//
+// The handler actor receives a [*Delivery] for each event of the buckets
+// this worker owns — one event at a time per bucket, so per-stream order
+// holds — and answers with ctx.Respond: [Ack], [Retry] (after a delay, within
+// the group's [RetryPolicy]) or [DeadLetter]. A panic or no answer within
+// HandlerTimeout counts as a retry; when the retry budget is spent the event
+// goes to the dead-letter table and the bucket moves on. A handler whose
+// writes go to the same database can make them exactly-once with
+// [CommitWithCheckpoint].
+//
+// # The actors
+//
+//   - The Publisher (one per Runtime) reads new events once per notification
+//     (plus a safety poll) and posts each reader the batch of its bucket's
+//     events through the reader's bounded queue, whose overflow policy
+//     (internal/overflow) never blocks the publisher. Each batch names the
+//     range of positions it covers, so a reader that lost batches to an
+//     overflow sees the gap and re-reads it from the database: no policy
+//     loses an event for a group.
+//   - The Coordinator (one per Group) runs a reconcile pass every lease
+//     heartbeat, and at once on a rebalance notification: membership
+//     heartbeat, renew, claim up to the fair share, cooperative handoff of
+//     surplus (leasestore). It spawns a BucketReader for each newly owned
+//     bucket, stops the reader of each lost one, and drains a reader before
+//     handing its bucket over. Its database calls run off its mailbox.
+//   - A BucketReader (one per owned bucket, child of the Coordinator) loads
+//     its fenced checkpoint, catches up through SQL, then follows the
+//     publisher; it delivers to its own Handler child and moves the
+//     checkpoint after acks in batches, fenced by its lease epoch. A lost
+//     fence, or a row lease it can no longer be sure of, stops it at once.
+//
+// Failures are supervised (package supervision): a transient database error
+// restarts a reader with exponential backoff; a lost fence stops it; invalid
+// configuration escalates.
+package actors

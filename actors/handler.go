@@ -1,0 +1,112 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumi-run/kumi/eventsource"
+)
+
+// Delivery is the message a Handler actor receives for each event. The
+// handler must answer it with ctx.Respond and one of [Ack], [Retry] or
+// [DeadLetter]. A panic while handling it, or no answer within the group's
+// HandlerTimeout, counts as a [Retry].
+type Delivery struct {
+	// Event is the event to handle.
+	Event eventsource.RecordedEvent
+	// Attempt counts deliveries of this event: 0 the first time, 1 after
+	// the first retry, and so on.
+	Attempt int
+	// Subscription and Bucket say whose delivery this is.
+	Subscription string
+	Bucket       int
+	// Epoch is the lease epoch under which the bucket is held.
+	Epoch int64
+	// Fence guards writes made on behalf of this delivery: pass it to
+	// [CommitWithCheckpoint] (or check it in your own transaction) so that a
+	// worker that lost the bucket cannot commit.
+	Fence eventsource.Fence
+	// Context carries the delivery's trace span, a child of the trace that
+	// appended the event. Use it for the handler's own spans and calls.
+	Context context.Context
+
+	id uint64
+}
+
+// Ack reports that the event was handled; the checkpoint may move past it.
+type Ack struct {
+	// Committed says the handler already committed the checkpoint with its
+	// own writes (see [CommitWithCheckpoint]).
+	Committed bool
+}
+
+// Retry asks for the event to be delivered again after a delay, within the
+// group's retry policy; when the policy's attempts are spent the event is
+// dead-lettered.
+type Retry struct {
+	After  time.Duration
+	Reason string
+}
+
+// DeadLetter records the event in the dead-letter table and moves on.
+type DeadLetter struct {
+	Reason string
+}
+
+// handlerPanicked is sent to the delivery's future when the handler
+// panicked while handling it, so the reader retries at once instead of
+// waiting for the timeout.
+type handlerPanicked struct {
+	reason any
+}
+
+// panicReporter answers the sender of a message whose handling panicked,
+// then lets the panic go on to the supervisor, which restarts the handler.
+func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		if _, ok := env.Message.(*Delivery); ok && env.Sender != nil {
+			defer func() {
+				if r := recover(); r != nil {
+					c.ActorSystem().Root.Send(env.Sender, &handlerPanicked{reason: r})
+					panic(r)
+				}
+			}()
+		}
+		next(c, env)
+	}
+}
+
+// handlerProps returns a copy of the user's props with kumi's panic
+// reporter and supervisor.
+func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy) *actor.Props {
+	p := *user
+	return p.Configure(actor.WithReceiverMiddleware(panicReporter), actor.WithSupervisor(supervisor))
+}
+
+// CommitWithCheckpoint runs fn in a transaction that also moves the
+// delivery's checkpoint to its event, and commits both only if the delivery's
+// fence still holds. A projection that writes to the same database through
+// it is exactly-once: a worker that lost the bucket cannot commit, and the
+// next owner starts after the committed checkpoint. Respond with
+// Ack{Committed: true} afterwards. A lost fence returns an error wrapping
+// [eventsource.ErrFenceLost]: respond with Ack as well (the new owner will
+// redo the event), or simply return.
+func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Delivery, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if d == nil || d.Fence == nil {
+		return fmt.Errorf("kumi: CommitWithCheckpoint needs a delivery with a fence")
+	}
+	return pgx.BeginFunc(ctx, store.Pool(), func(tx pgx.Tx) error {
+		if err := d.Fence.Check(ctx, tx); err != nil {
+			return err
+		}
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+		_, err := store.SaveCheckpointTx(ctx, tx, d.Subscription, d.Bucket, d.Event.Position, nil)
+		return err
+	})
+}

@@ -1,0 +1,165 @@
+package actors
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/supervision"
+)
+
+// Defaults for [GroupOptions].
+const (
+	BatchSizeDefault          = 100
+	QueueCapacityDefault      = 256
+	HandlerTimeoutDefault     = 30 * time.Second
+	MaxAttemptsDefault        = 5
+	CheckpointEveryDefault    = 100
+	CheckpointIntervalDefault = 200 * time.Millisecond
+	DatabaseTimeoutDefault    = 30 * time.Second
+)
+
+// LeaseOptions choose the lease kind and its timings; see leasestore.Config.
+type LeaseOptions struct {
+	// Kind is leasestore.KindRow (default) or leasestore.KindSession.
+	Kind leasestore.Kind
+	// TTL, Heartbeat and Margin are the row lease's timings; zero means
+	// leasestore's defaults (30 s, ttl/5, ttl/3). Heartbeat is also the
+	// interval between reconcile passes, for both kinds.
+	TTL, Heartbeat, Margin time.Duration
+	// SessionURL is the session kind's dedicated connection; "" uses the
+	// pool's settings.
+	SessionURL string
+}
+
+// RetryPolicy bounds deliveries of one event.
+type RetryPolicy struct {
+	// MaxAttempts is the number of deliveries of an event before it is
+	// dead-lettered. Default 5.
+	MaxAttempts int
+	// Backoff spaces retries; a handler's Retry.After, when longer, wins.
+	Backoff supervision.Backoff
+}
+
+// GroupOptions configure one subscription group: a subscription to a
+// category divided into Buckets, whose buckets this worker shares with every
+// other worker running the same group.
+type GroupOptions struct {
+	// Subscription names the group; every worker of it uses the same name.
+	Subscription string
+	// Category is the category the group handles.
+	Category string
+	// Buckets is N, fixed for the life of the subscription.
+	Buckets int
+	// Handler makes the handler actor; each bucket gets one of its own.
+	// It receives *Delivery and answers Ack, Retry or DeadLetter.
+	Handler *actor.Props
+	// Worker identifies this worker; "" means a fresh id.
+	Worker string
+
+	Lease LeaseOptions
+	Retry RetryPolicy
+	// BatchSize is the catch-up page size per bucket. Default 100.
+	BatchSize int
+	// QueueCapacity bounds each reader's queue of live batches. Default 256.
+	QueueCapacity int
+	// Overflow is what a full queue does; default PauseAndResume.
+	Overflow overflow.Policy
+	// HandlerTimeout bounds the wait for a handler's answer; a timeout
+	// counts as a retry. Default 30 s.
+	HandlerTimeout time.Duration
+	// CheckpointEvery and CheckpointInterval batch checkpoint writes: a
+	// write after this many acks, or this long after the last. Defaults
+	// 100 and 200 ms.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// DatabaseTimeout bounds each database call of the readers and the
+	// coordinator. Default 30 s.
+	DatabaseTimeout time.Duration
+	// Logger receives the group's logs; nil means the runtime's.
+	Logger *slog.Logger
+}
+
+// OptionError reports an invalid option, naming it.
+type OptionError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("kumi: invalid option %s = %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// ConfigError marks the error as invalid configuration for supervision.
+func (e *OptionError) ConfigError() bool { return true }
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o GroupOptions) WithDefaults() GroupOptions {
+	if o.BatchSize == 0 {
+		o.BatchSize = BatchSizeDefault
+	}
+	if o.QueueCapacity == 0 {
+		o.QueueCapacity = QueueCapacityDefault
+	}
+	if o.HandlerTimeout == 0 {
+		o.HandlerTimeout = HandlerTimeoutDefault
+	}
+	if o.Retry.MaxAttempts == 0 {
+		o.Retry.MaxAttempts = MaxAttemptsDefault
+	}
+	if o.Retry.Backoff.Max == 0 {
+		o.Retry.Backoff.Max = 10 * time.Second
+	}
+	o.Retry.Backoff = o.Retry.Backoff.WithDefaults()
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = CheckpointEveryDefault
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = CheckpointIntervalDefault
+	}
+	if o.DatabaseTimeout == 0 {
+		o.DatabaseTimeout = DatabaseTimeoutDefault
+	}
+	return o
+}
+
+// Validate checks the options (after defaults), naming the first bad field.
+func (o GroupOptions) Validate() error {
+	if err := eventsource.ValidateSubscription(o.Subscription); err != nil {
+		return &OptionError{"Subscription", o.Subscription, err.Error()}
+	}
+	if err := eventsource.ValidateCategory(o.Category); err != nil {
+		return &OptionError{"Category", o.Category, err.Error()}
+	}
+	switch {
+	case o.Buckets < 1:
+		return &OptionError{"Buckets", o.Buckets, "must be at least 1"}
+	case o.Buckets > 65536:
+		return &OptionError{"Buckets", o.Buckets, "must be at most 65536"}
+	case o.Handler == nil:
+		return &OptionError{"Handler", nil, "required: the props of your handler actor"}
+	case o.BatchSize < 1 || o.BatchSize > 10000:
+		return &OptionError{"BatchSize", o.BatchSize, "must be in [1, 10000]"}
+	case o.QueueCapacity < 1:
+		return &OptionError{"QueueCapacity", o.QueueCapacity, "must be at least 1"}
+	case o.HandlerTimeout < 0:
+		return &OptionError{"HandlerTimeout", o.HandlerTimeout, "must be positive"}
+	case o.Retry.MaxAttempts < 1:
+		return &OptionError{"Retry.MaxAttempts", o.Retry.MaxAttempts, "must be at least 1"}
+	case o.Retry.Backoff.Validate() != nil:
+		return &OptionError{"Retry.Backoff", o.Retry.Backoff, o.Retry.Backoff.Validate().Error()}
+	case o.CheckpointEvery < 1:
+		return &OptionError{"CheckpointEvery", o.CheckpointEvery, "must be at least 1"}
+	case o.CheckpointInterval < 0:
+		return &OptionError{"CheckpointInterval", o.CheckpointInterval, "must be positive"}
+	case o.DatabaseTimeout < 0:
+		return &OptionError{"DatabaseTimeout", o.DatabaseTimeout, "must be positive"}
+	}
+	return nil
+}
