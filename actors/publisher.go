@@ -56,11 +56,11 @@ type subscriber struct {
 // notification and fans them out to the subscribed readers' bounded queues.
 // It never waits on a reader: a post applies the reader's overflow policy.
 type publisher struct {
-	store   *eventsource.Store
-	wake    <-chan struct{}
-	poll    time.Duration
-	logger  *slog.Logger
-	tel     *telemetry
+	store  *eventsource.Store
+	wake   <-chan struct{}
+	poll   time.Duration
+	logger *slog.Logger
+	tel    *telemetry
 
 	pos      int64
 	subs     map[string]*subscriber // by PID id

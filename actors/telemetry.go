@@ -2,8 +2,8 @@ package actors
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
