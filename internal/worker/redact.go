@@ -1,0 +1,12 @@
+package worker
+
+import "regexp"
+
+var urlPassword = regexp.MustCompile(`(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@`)
+var kvPassword = regexp.MustCompile(`(password=)\S+`)
+
+// RedactURL replaces passwords in connection strings within s by "xxxxx".
+func RedactURL(s string) string {
+	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
+	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
+}

@@ -1,0 +1,230 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/actors"
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/observability"
+)
+
+// Config configures a worker process.
+type Config struct {
+	DatabaseURL  string
+	Schema       string
+	Subscription string
+	Category     string
+	Buckets      int
+	Worker       string
+	LeaseKind    leasestore.Kind
+	TTL          time.Duration
+	Heartbeat    time.Duration
+	Margin       time.Duration
+	// HandlerDelay makes the handler slow (per event).
+	HandlerDelay time.Duration
+	// Exactly commits the sink row and the checkpoint together.
+	Exactly bool
+	// QueueCapacity bounds the readers' queues (0: default).
+	QueueCapacity int
+	// MetricsAddr, when set, serves /metrics, /healthz and /status.
+	MetricsAddr string
+	// Quiet silences the logs; Verbose logs at Debug.
+	Quiet, Verbose bool
+}
+
+// ParseFlags reads a worker's configuration from command-line arguments,
+// with DATABASE_URL as the default database.
+func ParseFlags(args []string, stderr io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := Config{}
+	var kind string
+	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.Schema, "schema", "kumi", "schema of the event store")
+	fs.StringVar(&c.Subscription, "subscription", "demo", "subscription name")
+	fs.StringVar(&c.Category, "category", "account", "category to handle")
+	fs.IntVar(&c.Buckets, "buckets", 16, "number of buckets")
+	fs.StringVar(&c.Worker, "worker", "", "worker id (default: a fresh one)")
+	fs.StringVar(&kind, "lease", "row", "lease kind: row or session")
+	fs.DurationVar(&c.TTL, "ttl", 3*time.Second, "lease ttl")
+	fs.DurationVar(&c.Heartbeat, "heartbeat", 500*time.Millisecond, "lease heartbeat and reconcile interval")
+	fs.DurationVar(&c.Margin, "margin", time.Second, "lease margin")
+	fs.DurationVar(&c.HandlerDelay, "handler-delay", 0, "time the handler takes per event")
+	fs.BoolVar(&c.Exactly, "exactly-once", false, "commit the sink row and the checkpoint in one fenced transaction")
+	fs.IntVar(&c.QueueCapacity, "queue-capacity", 0, "reader queue capacity in batches (0: default)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464)")
+	fs.BoolVar(&c.Quiet, "quiet", false, "no logs")
+	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch kind {
+	case "row":
+		c.LeaseKind = leasestore.KindRow
+	case "session":
+		c.LeaseKind = leasestore.KindSession
+	default:
+		return c, fmt.Errorf("-lease %q: use row or session", kind)
+	}
+	if c.DatabaseURL == "" {
+		return c, errors.New("no database: pass -database-url or set DATABASE_URL")
+	}
+	return c, nil
+}
+
+// SinkDDL creates the sink table in schema.
+func SinkDDL(schema string) string {
+	q := pgx.Identifier{schema}.Sanitize()
+	return `CREATE TABLE IF NOT EXISTS ` + q + `.sink (
+  subscription text NOT NULL,
+  event_id uuid NOT NULL,
+  position bigint NOT NULL,
+  stream text NOT NULL,
+  version bigint NOT NULL,
+  worker text NOT NULL,
+  deliveries int NOT NULL DEFAULT 1,
+  first_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (subscription, event_id))`
+}
+
+// Run runs a worker until ctx ends or a SIGTERM/SIGINT arrives, then stops
+// it gracefully.
+func Run(ctx context.Context, c Config) error {
+	level := slog.LevelInfo
+	if c.Verbose {
+		level = slog.LevelDebug
+	}
+	var logger *slog.Logger
+	if c.Quiet {
+		logger = slog.New(slog.DiscardHandler)
+	} else {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	shutdown, err := observability.Setup(ctx, observability.SetupOptions{ServiceName: "kumi-worker", Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+
+	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid database URL: %w", redact(err))
+	}
+	pcfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return redact(err)
+	}
+	defer pool.Close()
+	store, err := eventsource.New(pool, eventsource.Config{Schema: c.Schema})
+	if err != nil {
+		return err
+	}
+	system := actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(logger)))
+	tel := observability.New(observability.Options{Logger: logger})
+	defer tel.Close()
+	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{Logger: logger, Telemetry: tel})
+	if err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, SinkDDL(c.Schema)); err != nil {
+		_ = rt.Stop(context.Background())
+		return err
+	}
+	if c.Worker == "" {
+		c.Worker = fmt.Sprintf("w-%d-%s", os.Getpid(), uuid.NewString()[:4])
+	}
+	worker := c.Worker
+	group, err := rt.StartGroup(ctx, actors.GroupOptions{
+		Subscription: c.Subscription, Category: c.Category, Buckets: c.Buckets, Worker: worker,
+		Handler:       sinkHandler(store, c),
+		QueueCapacity: c.QueueCapacity,
+		Lease:         actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin},
+	})
+	if err != nil {
+		_ = rt.Stop(context.Background())
+		return err
+	}
+	if c.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", c.MetricsAddr)
+		if err != nil {
+			_ = rt.Stop(context.Background())
+			return err
+		}
+		go func() {
+			_ = observability.ServeListener(ctx, ln, observability.Handler(observability.HandlerOptions{Telemetry: tel}))
+		}()
+	}
+	logger.Info("worker started", "worker", group.Worker(), "subscription", c.Subscription, "buckets", c.Buckets, "lease", c.LeaseKind.String())
+	select {
+	case <-ctx.Done():
+	case <-group.Done():
+	}
+	logger.Info("worker stopping", "worker", group.Worker())
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return rt.Stop(sctx)
+}
+
+// sinkHandler records each delivery in the sink table.
+func sinkHandler(store *eventsource.Store, c Config) *actor.Props {
+	q := pgx.Identifier{c.Schema}.Sanitize()
+	upsert := `INSERT INTO ` + q + `.sink AS s (subscription, event_id, position, stream, version, worker)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (subscription, event_id) DO UPDATE SET deliveries = s.deliveries + 1`
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		d, ok := ctx.Message().(*actors.Delivery)
+		if !ok {
+			return
+		}
+		if c.HandlerDelay > 0 {
+			time.Sleep(c.HandlerDelay)
+		}
+		e := d.Event
+		args := []any{d.Subscription, e.ID, e.Position, e.Stream, e.Version, c.Worker}
+		cctx, cancel := context.WithTimeout(d.Context, 10*time.Second)
+		defer cancel()
+		if c.Exactly {
+			err := actors.CommitWithCheckpoint(cctx, store, d, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, upsert, args...)
+				return err
+			})
+			switch {
+			case errors.Is(err, eventsource.ErrFenceLost):
+				ctx.Respond(actors.Ack{}) // the new owner redoes it
+			case err != nil:
+				ctx.Respond(actors.Retry{Reason: err.Error()})
+			default:
+				ctx.Respond(actors.Ack{Committed: true})
+			}
+			return
+		}
+		if _, err := store.Pool().Exec(cctx, upsert, args...); err != nil {
+			ctx.Respond(actors.Retry{Reason: err.Error()})
+			return
+		}
+		ctx.Respond(actors.Ack{})
+	})
+}
+
+// redact drops passwords from an error message.
+func redact(err error) error { return errors.New(RedactURL(err.Error())) }
