@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/overflow"
 )
 
 type marker struct{ config, permanent, transient bool }
@@ -39,6 +40,7 @@ func TestClassify(t *testing.T) {
 		{"ConfigError", &ConfigError{Field: "X", Err: errors.New("bad")}, Config},
 		{"ConfigMarker", fmt.Errorf("wrapped: %w", marker{config: true}), Config},
 		{"PermanentMarker", marker{permanent: true}, Permanent},
+		{"QueueOverflow", fmt.Errorf("bucket 3: %w", &overflow.OverflowError{Capacity: 64}), Permanent},
 		{"TransientMarker", marker{transient: true}, Transient},
 		{"MarkerSaysNo", marker{}, Unknown},
 		{"ConnectionException", pg("08006"), Transient},

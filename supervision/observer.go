@@ -37,8 +37,11 @@ type Decision struct {
 	Time time.Time
 }
 
-// Observer receives every [Decision], on the supervisor's goroutine, before
-// the decision is carried out. It must be quick and must not block.
+// Observer receives every [Decision], before the decision is carried out,
+// on the goroutine of the supervisor that made it (for a guardian, of the
+// failed actor). A [Strategy] shared by several supervisors calls it
+// concurrently. It must be quick, must not block and must be safe for
+// concurrent use.
 type Observer interface {
 	Observe(Decision)
 }

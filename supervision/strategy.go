@@ -153,6 +153,10 @@ var errClosed = errors.New("supervision: strategy closed")
 func (s *Strategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor, child *actor.PID,
 	rs *actor.RestartStatistics, reason any, message any,
 ) {
+	if rs == nil { // protoactor always passes them; a direct caller might not
+		rs = actor.NewRestartStatistics()
+	}
+	// Decide: class, directive, budget, delay.
 	class, directive := s.opts.Decider(reason)
 	d := Decision{
 		Strategy:  s.name,
@@ -184,6 +188,7 @@ func (s *Strategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor
 		d.Directive = actor.StopDirective // a guardian has nobody to escalate to
 	}
 
+	// Whom the directive applies to, and how a restart happens.
 	var targets []*actor.PID
 	switch d.Directive {
 	case actor.ResumeDirective:
@@ -209,6 +214,7 @@ func (s *Strategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor
 		}
 	}
 
+	// Report, then act.
 	s.opts.Observer.Observe(d)
 	system.EventStream.Publish(&actor.SupervisorEvent{Child: child, Reason: reason, Directive: d.Directive})
 
