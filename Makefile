@@ -32,3 +32,23 @@ fmt:
 ## demo: several worker processes sharing a subscription, live in the terminal.
 demo:
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
+
+## chaos: the long form of the multi-process fault scenarios (figures in docs/benchmarks.md).
+chaos:
+	KUMI_CHAOS=long $(GO) test -count=1 -timeout 60m -v -run 'Test' ./test/integration/
+
+## fuzz: each fuzz target for a short while (seed corpora run in `make test`).
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParseStreamName -fuzztime $(FUZZTIME) ./test/fuzz/
+	$(GO) test -run '^$$' -fuzz FuzzHash -fuzztime $(FUZZTIME) ./test/fuzz/
+	$(GO) test -run '^$$' -fuzz FuzzLeaseConfig -fuzztime $(FUZZTIME) ./test/fuzz/
+
+## jaeger: build (once, cached) and start Jaeger v2 on loopback.
+jaeger:
+	tools/jaeger/jaeger.sh start
+
+## test-jaeger: end-to-end: two workers and a producer export to a real Jaeger.
+test-jaeger:
+	tools/jaeger/jaeger.sh start >/dev/null
+	KUMI_JAEGER_URL=http://127.0.0.1:16686 $(GO) test -count=1 -tags jaeger -v -run 'Jaeger' ./observability/... ./test/e2e/
