@@ -141,7 +141,7 @@ func hammer(t *testing.T, kind Kind, workers, n int, run time.Duration) {
 	o := &observer{t: t, b: b, maxEpoch: map[int]int64{}}
 	for i := range workers {
 		c := b.config(kind, n, fmt.Sprintf("w%02d", i))
-		c.TTL, c.Heartbeat, c.Margin, c.NoListen = 500*time.Millisecond, 200*time.Millisecond, 150*time.Millisecond, true
+		c.TTL, c.Heartbeat, c.Margin, c.NoListen = 800*time.Millisecond, 300*time.Millisecond, 250*time.Millisecond, true
 		o.workers = append(o.workers, &hammerWorker{s: openOn(t, b.pool, c), beliefs: map[int]belief{}})
 	}
 	var st hammerStats
@@ -225,7 +225,7 @@ func step(ctx context.Context, rng *rand.Rand, kind Kind, w *hammerWorker, b *te
 			}
 		}
 	case r < 85: // a pause longer than the TTL: it wakes up a zombie
-		time.Sleep(time.Duration(550+rng.IntN(200)) * time.Millisecond)
+		time.Sleep(time.Duration(850+rng.IntN(200)) * time.Millisecond)
 	case r < 88 && kind == KindSession: // its session dies under it
 		if pid := w.s.session.backendPID(); pid != 0 {
 			_, _ = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1, 2000)", pid)

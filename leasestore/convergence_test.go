@@ -77,7 +77,11 @@ func TestConvergence(t *testing.T) {
 			workers = append(workers, b.open(t, b.config(KindRow, 64, fmt.Sprintf("late%d", i))))
 		}
 		for r := 1; ; r++ {
-			round(t, workers)
+			for i, res := range round(t, workers) {
+				t.Logf("round %d %s: owned %d claimed %d handoff %d pending %d requested %d live %d",
+					r, workers[i].Worker(), len(res.Owned), len(res.Claimed), len(res.HandOff), len(res.Pending),
+					len(res.Requested), res.Live)
+			}
 			all, _, lo, hi := split(t, first, workers)
 			if all && lo == 8 && hi == 8 {
 				t.Logf("7 joiners had their shares after %d passes", r)

@@ -77,7 +77,7 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, li
 	if err != nil {
 		return nil, err
 	}
-	wait := min(s.cfg.Heartbeat/4, 250*time.Millisecond)
+	wait := min(s.cfg.Heartbeat/4, time.Second)
 	if _, err := sp.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
 		return nil, errors.Join(err, sp.Rollback(ctx))
 	}

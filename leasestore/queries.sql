@@ -174,7 +174,8 @@ GROUP BY w;
 -- The first phase of a handoff: mark $4[i] of owner $3[i]'s buckets as
 -- claimed by this worker. The owner's next renew sees it and hands over.
 -- No SKIP LOCKED: the owner is often mid-pass (the same notification woke
--- both), so this waits for its renew, bounded by a lock_timeout.
+-- both), so this waits for its renew, bounded by a lock_timeout
+-- (min(heartbeat/4, 1s)).
 WITH want AS (SELECT * FROM unnest($3::text[], $4::int[]) AS w(owner, k)),
 pick AS (
     SELECT p.bucket FROM want w CROSS JOIN LATERAL (
