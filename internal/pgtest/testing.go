@@ -47,6 +47,9 @@ func run(m *testing.M, ignore []goleak.Option) int {
 		mu.Lock()
 		server, baseURL = s, s.URL
 		mu.Unlock()
+		// Examples read the database from the environment, as a user's
+		// program would.
+		_ = os.Setenv("DATABASE_URL", s.URL)
 	}
 	code := m.Run()
 	if pool != nil {
