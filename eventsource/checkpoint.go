@@ -17,9 +17,25 @@ type Checkpoint struct {
 	UpdatedAt time.Time
 }
 
+// ErrInvalidCheckpoint reports a negative bucket or position.
+var ErrInvalidCheckpoint = errors.New("kumi: invalid checkpoint")
+
+func checkCheckpoint(subscription string, bucket int, position int64) error {
+	if err := ValidateSubscription(subscription); err != nil {
+		return err
+	}
+	if bucket < 0 || position < 0 {
+		return fmt.Errorf("%w: bucket %d, position %d (both must be >= 0)", ErrInvalidCheckpoint, bucket, position)
+	}
+	return nil
+}
+
 // Checkpoint returns the position stored for (subscription, bucket), 0 if
 // none.
 func (s *Store) Checkpoint(ctx context.Context, subscription string, bucket int) (int64, error) {
+	if err := checkCheckpoint(subscription, bucket, 0); err != nil {
+		return 0, err
+	}
 	var p int64
 	err := s.pool.QueryRow(ctx, s.sql.checkpointGet, subscription, bucket).Scan(&p)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -30,6 +46,9 @@ func (s *Store) Checkpoint(ctx context.Context, subscription string, bucket int)
 
 // Checkpoints lists the stored checkpoints of a subscription by bucket.
 func (s *Store) Checkpoints(ctx context.Context, subscription string) ([]Checkpoint, error) {
+	if err := ValidateSubscription(subscription); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, s.sql.checkpointList, subscription)
 	if err != nil {
 		return nil, err
@@ -61,11 +80,8 @@ func (s *Store) SaveCheckpoint(ctx context.Context, subscription string, bucket 
 // transaction, so that a handler can commit its own writes and the
 // checkpoint together: exactly-once for projections in the same database.
 func (s *Store) SaveCheckpointTx(ctx context.Context, tx pgx.Tx, subscription string, bucket int, position int64, fence Fence) (int64, error) {
-	if err := ValidateSubscription(subscription); err != nil {
+	if err := checkCheckpoint(subscription, bucket, position); err != nil {
 		return 0, err
-	}
-	if bucket < 0 || position < 0 {
-		return 0, fmt.Errorf("%w: checkpoint bucket %d position %d", ErrInvalidMember, bucket, position)
 	}
 	if fence != nil {
 		if err := fence.Check(ctx, tx); err != nil {
@@ -83,7 +99,7 @@ func (s *Store) SaveCheckpointTx(ctx context.Context, tx pgx.Tx, subscription st
 // backwards included: an operator's tool (replay from an earlier point).
 // Workers never call it. Use a fence to make sure no live owner races it.
 func (s *Store) ResetCheckpoint(ctx context.Context, subscription string, bucket int, position int64, fence Fence) error {
-	if err := ValidateSubscription(subscription); err != nil {
+	if err := checkCheckpoint(subscription, bucket, position); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
