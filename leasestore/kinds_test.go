@@ -109,7 +109,11 @@ func TestLeaseKinds(t *testing.T) {
 		require.NoError(t, a.EnsureHeld(0))
 		a.session.close() // as if the connection dropped
 		require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld)
-		res := pass(t, a) // a new session, and nobody took anything meanwhile
+		require.NoError(t, a.session.open(context.Background()))
+		err := a.EnsureHeld(0)
+		require.ErrorIs(t, err, ErrNotHeld, "a new session does not vouch for leases before a pass confirms them")
+		require.Contains(t, err.Error(), "new session")
+		res := pass(t, a) // nobody took anything meanwhile
 		require.Empty(t, res.Lost)
 		require.NoError(t, a.EnsureHeld(0))
 	})

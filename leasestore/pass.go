@@ -2,7 +2,6 @@ package leasestore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -110,6 +109,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Heartbeat)
 	defer cancel()
 	start := s.cfg.Clock.Now()
@@ -119,13 +119,14 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		}
 	}
 	var pid *int32
+	var gen uint64
 	if s.session != nil {
-		p, err := s.session.ensure(ctx)
+		p, g, err := s.session.ensure(ctx)
 		if err != nil {
 			s.log.Warn("lease session unavailable", "err", err)
 			return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
 		}
-		pid = &p
+		pid, gen = &p, g
 	}
 	var out passOutcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -134,13 +135,13 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		if ctx.Err() != nil && parent.Err() == nil {
 			err = fmt.Errorf("abandoned after one heartbeat (%v): %w", s.cfg.Heartbeat, err)
 		}
 		s.log.Warn("lease pass failed", "err", err)
 		return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
 	}
-	return s.apply(start, out), nil
+	return s.apply(start, gen, out), nil
 }
 
 func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32) (passOutcome, error) {
@@ -305,7 +306,7 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 }
 
 // apply makes a committed pass the new view and reports the differences.
-func (s *Store) apply(start time.Time, out passOutcome) PassResult {
+func (s *Store) apply(start time.Time, gen uint64, out passOutcome) PassResult {
 	res := PassResult{Live: out.live, FairShare: out.share, Pending: out.pending, Requested: out.placed}
 	if res.Pending == nil {
 		res.Pending = []int{}
@@ -314,7 +315,7 @@ func (s *Store) apply(start time.Time, out passOutcome) PassResult {
 	prev := s.view
 	next := make(map[int]heldLease, len(out.renewed)+len(out.claimed))
 	for _, r := range out.renewed {
-		h := heldLease{epoch: r.epoch, expires: r.expires, handoff: r.pending, renewed: start}
+		h := heldLease{epoch: r.epoch, expires: r.expires, handoff: r.pending, renewed: start, gen: gen}
 		p, had := prev[r.bucket]
 		same := had && p.epoch == r.epoch
 		if r.pending {
@@ -332,7 +333,7 @@ func (s *Store) apply(start time.Time, out passOutcome) PassResult {
 		}
 	}
 	for _, c := range out.claimed {
-		next[c.bucket] = heldLease{epoch: c.epoch, expires: c.expires, renewed: start}
+		next[c.bucket] = heldLease{epoch: c.epoch, expires: c.expires, renewed: start, gen: gen}
 		res.Claimed = append(res.Claimed, Lease{Bucket: c.bucket, Epoch: c.epoch, Expires: c.expires})
 		t := Takeover{Bucket: c.bucket, Epoch: c.epoch, From: c.prevOwner}
 		switch {

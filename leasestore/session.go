@@ -22,6 +22,7 @@ type session struct {
 	mu   sync.Mutex
 	conn *pgx.Conn
 	pid  int32
+	gen  uint64 // grows with every session opened: leases confirmed under an older one are not vouched for
 }
 
 func newSession(cfg *pgx.ConnConfig, key int64, st statements) *session {
@@ -57,6 +58,7 @@ func (ss *session) openLocked(ctx context.Context) error {
 		}
 		if ok {
 			ss.conn, ss.pid = conn, pid
+			ss.gen++
 			return nil
 		}
 		if attempt == 4 {
@@ -73,12 +75,12 @@ func (ss *session) openLocked(ctx context.Context) error {
 	}
 }
 
-// check asks the session itself whether it still holds its lock. Any
-// failure to answer counts as no.
-func (ss *session) check(ctx context.Context) error {
+// check asks the session itself whether it still holds its lock, and
+// returns its generation. Any failure to answer counts as no.
+func (ss *session) check(ctx context.Context) (uint64, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.checkLocked(ctx)
+	return ss.gen, ss.checkLocked(ctx)
 }
 
 func (ss *session) checkLocked(ctx context.Context) error {
@@ -96,22 +98,22 @@ func (ss *session) checkLocked(ctx context.Context) error {
 }
 
 // ensure checks the session and, when it is gone, opens a new one. It
-// returns the backend pid of the live session.
-func (ss *session) ensure(ctx context.Context) (int32, error) {
+// returns the backend pid and the generation of the live session.
+func (ss *session) ensure(ctx context.Context) (int32, uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err // the caller gave up: leave the session alone
+		return 0, 0, err // the caller gave up: leave the session alone
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if err := ss.checkLocked(ctx); err != nil {
 		if ctx.Err() != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if err := ss.openLocked(ctx); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
-	return ss.pid, nil
+	return ss.pid, ss.gen, nil
 }
 
 // backendPID is the pid of the current session's backend (0 if none).

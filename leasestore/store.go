@@ -51,6 +51,7 @@ type heldLease struct {
 	renewed time.Time // Clock reading when the renewal that set expires STARTED
 	handoff bool      // a claim is pending: draining, no longer renewed
 	fenced  bool      // a fence check found the bucket gone
+	gen     uint64    // KindSession: the session generation the pass that renewed it ran under
 }
 
 // Lease is a bucket held by this worker.
@@ -218,7 +219,8 @@ func (s *Store) ensureShards(ctx context.Context) error {
 // found it gone, or — KindRow and KindSession alike — once the last renewal
 // that extended it STARTED TTL-Margin ago or more by the Clock: its expiry
 // is then at most Margin away. KindSession also asks its session whether it
-// still holds its lock, and fails if it cannot tell.
+// still holds its lock, and fails if it cannot tell, or if the session was
+// replaced since the last pass confirmed the bucket.
 func (s *Store) EnsureHeld(bucket int) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -239,8 +241,14 @@ func (s *Store) EnsureHeld(bucket int) error {
 	if s.session != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
 		defer cancel()
-		if err := s.session.check(ctx); err != nil {
+		gen, err := s.session.check(ctx)
+		if err != nil {
 			return fmt.Errorf("leasestore: bucket %d: %v: %w", bucket, err, ErrNotHeld)
+		}
+		if gen != h.gen {
+			// The session was replaced since the lease was last confirmed:
+			// others may have taken it meanwhile. The next pass tells.
+			return fmt.Errorf("leasestore: bucket %d: not yet confirmed under the new session: %w", bucket, ErrNotHeld)
 		}
 	}
 	return nil
