@@ -61,7 +61,7 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		c.start(ctx)
-	case *actor.Stopping:
+	case *actor.Stopping, *actor.Restarting:
 		if c.cancel != nil {
 			c.cancel()
 		}

@@ -159,6 +159,7 @@ func (r *reader) start(ctx actor.Context) {
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
 	r.queue.Hold()
+	_ = r.queue.Resume() // a restart clears a pause the last incarnation left
 	r.handler = ctx.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor))
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
 	r.after(ctx, r.g.opts.CheckpointInterval, &flushTick{gen: r})

@@ -149,7 +149,10 @@ type group struct {
 	telemetry         *telemetry
 	handlerSupervisor *supervision.Strategy
 	readerSupervisor  *supervision.Strategy
-	interval          time.Duration
+	// coordinatorSupervisor restarts a failed coordinator (its readers
+	// stop with it; the restarted one reclaims and respawns).
+	coordinatorSupervisor *supervision.Strategy
+	interval              time.Duration
 
 	mu         sync.Mutex
 	owned      map[int]leasestore.Lease
@@ -229,8 +232,11 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	if g.readerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("reader")}); err != nil {
 		return fail(err)
 	}
+	if g.coordinatorSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("coordinator")}); err != nil {
+		return fail(err)
+	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &coordinator{g: g} },
-		actor.WithSupervisor(g.readerSupervisor))
+		actor.WithSupervisor(g.readerSupervisor), actor.WithGuardian(g.coordinatorSupervisor))
 	group := &Group{g: g, coordinator: rt.system.Root.Spawn(props)}
 	rt.mu.Lock()
 	rt.groups[group] = struct{}{}
@@ -278,6 +284,7 @@ func (g *group) finish(err error) {
 	g.err = err
 	g.handlerSupervisor.Close()
 	g.readerSupervisor.Close()
+	g.coordinatorSupervisor.Close()
 	_ = g.leases.Close()
 	g.unregister()
 	close(g.done)
