@@ -89,6 +89,7 @@ func BenchmarkPass(b *testing.B) {
 			}
 			s := stores[0]
 			stmts0, trips0 := tr.stmts.Load(), tr.trips.Load()
+			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				res, err := s.Pass(context.Background())
