@@ -116,7 +116,8 @@ type Notifier struct {
 	opts  NotifierOptions
 	chans map[string]*notifyChannelState
 
-	mu     sync.Mutex // guards cancel and done
+	mu     sync.Mutex // guards runCtx, cancel and done
+	runCtx context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -268,13 +269,13 @@ func (n *Notifier) Start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.done != nil {
-		select {
-		case <-n.done: // ended with its context; start afresh
-		default:
-			return nil
+		if n.runCtx.Err() == nil {
+			return nil // running
 		}
+		<-n.done // ended (or ending) with its context: start afresh
 	}
 	runCtx, cancel := context.WithCancel(ctx)
+	n.runCtx = runCtx
 	done := make(chan struct{})
 	n.cancel, n.done = cancel, done
 	var wg sync.WaitGroup
