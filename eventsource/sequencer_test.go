@@ -1,0 +1,193 @@
+package eventsource_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+func positionOf(t *testing.T, s *eventsource.Store, stream string, version int64) int64 {
+	t.Helper()
+	evs, err := s.ReadStream(context.Background(), stream, version, 1)
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	return evs[0].Position
+}
+
+func TestSequencer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("AppendsAreSequencedInTheBackground", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
+		q.Start()
+		defer q.Stop()
+		mustAppend(t, s, "order-1", ev("A", `{}`))
+		pgtest.Eventually(t, 5*time.Second, func() bool {
+			h, err := s.HeadPosition(ctx)
+			return err == nil && h == 1
+		}, "sequenced")
+	})
+
+	t.Run("AnotherProcesssAppendsAreFoundByPolling", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: s.Schema()})
+		require.NoError(t, err)
+		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{MaxInterval: 20 * time.Millisecond})
+		q.Start()
+		defer q.Stop()
+		mustAppend(t, other, "order-1", ev("A", `{}`))
+		pgtest.Eventually(t, 5*time.Second, func() bool {
+			h, err := s.HeadPosition(ctx)
+			return err == nil && h == 1
+		}, "sequenced")
+	})
+
+	t.Run("ConcurrentSequencersHandOutEachPositionOnce", func(t *testing.T) {
+		t.Parallel()
+		schema := pgtest.NewSchema(t)
+		const procs, appends = 4, 150
+		var stores []*eventsource.Store
+		for range procs {
+			s, err := eventsource.New(pgtest.NewPool(t, 4), eventsource.Config{Schema: schema})
+			require.NoError(t, err)
+			require.NoError(t, s.Migrate(ctx))
+			q := eventsource.NewSequencer(s, eventsource.SequencerOptions{MinInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond})
+			q.Start()
+			defer q.Stop()
+			stores = append(stores, s)
+		}
+		var wg sync.WaitGroup
+		for p, s := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range appends {
+					_, err := s.Append(ctx, fmt.Sprintf("p%d-%d", p, i%7), eventsource.Any, []eventsource.EventData{ev("A", `{}`)})
+					if !assertNoError(t, err) {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		total := int64(procs * appends)
+		pgtest.Eventually(t, 10*time.Second, func() bool {
+			h, err := stores[0].HeadPosition(ctx)
+			return err == nil && h == total
+		}, "all sequenced")
+		var n, lo, hi, distinct int64
+		require.NoError(t, stores[0].Pool().QueryRow(ctx, "SELECT count(*), min(position), max(position), count(DISTINCT position) FROM "+
+			stores[0].QuotedSchema()+".events").Scan(&n, &lo, &hi, &distinct))
+		require.Equal(t, []int64{total, 1, total, total}, []int64{n, lo, hi, distinct}, "positions are exactly 1..n")
+	})
+
+	t.Run("ALongRunningAppenderHoldsNobodyBack", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		tx, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = s.AppendTx(ctx, tx, "slow-1", eventsource.Any, []eventsource.EventData{ev("Slow", `{}`)})
+		require.NoError(t, err)
+
+		// Appended after the open transaction, committed before it.
+		mustAppend(t, s, "fast-1", ev("Fast", `{}`))
+		n, err := s.Sequence(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the committed event is sequenced while the earlier one is still open")
+		fast := positionOf(t, s, "fast-1", 0)
+		require.Equal(t, int64(1), fast)
+
+		require.NoError(t, tx.Commit(ctx))
+		sequenceAll(t, s)
+		slow := positionOf(t, s, "slow-1", 0)
+		require.Greater(t, slow, fast, "the late commit gets a later position, so no cursor past 1 misses it")
+	})
+
+	t.Run("AStreamsAppendsAreSequencedInVersionOrder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		tx, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = s.AppendTx(ctx, tx, "order-1", eventsource.Any, []eventsource.EventData{ev("First", `{}`)})
+		require.NoError(t, err)
+		// A second append to the same stream waits for the first's lock...
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Append(ctx, "order-1", eventsource.Any, []eventsource.EventData{ev("Second", `{}`)})
+			done <- err
+		}()
+		pgtest.Eventually(t, 5*time.Second, func() bool {
+			var waiting bool
+			err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND query LIKE '%streams%' AND datname = current_database())`).Scan(&waiting)
+			return err == nil && waiting
+		}, "the second append waits")
+		// ...and meanwhile other streams go on.
+		mustAppend(t, s, "order-2", ev("Other", `{}`))
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, <-done)
+		sequenceAll(t, s)
+		require.Less(t, positionOf(t, s, "order-1", 0), positionOf(t, s, "order-1", 1))
+	})
+
+	t.Run("SequenceReturnsAtOnceWhileAnotherSequences", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		mustAppend(t, s, "order-1", ev("A", `{}`))
+		tx, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, "SELECT 1 FROM "+s.QuotedSchema()+".sequencer FOR UPDATE")
+		require.NoError(t, err)
+		n, err := s.Sequence(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		require.NoError(t, tx.Rollback(ctx))
+		n, err = s.Sequence(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	})
+
+	t.Run("StartAndStopAreIdempotent", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
+		q.Stop()
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 10 {
+					if (i+j)%2 == 0 {
+						q.Start()
+					} else {
+						q.Stop()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		q.Start()
+		mustAppend(t, s, "order-1", ev("A", `{}`))
+		pgtest.Eventually(t, 5*time.Second, func() bool {
+			h, err := s.HeadPosition(ctx)
+			return err == nil && h == 1
+		}, "sequenced")
+		q.Stop()
+		q.Stop()
+	})
+}
