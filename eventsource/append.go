@@ -29,6 +29,14 @@ func (s *Store) Append(ctx context.Context, stream string, expected ExpectedVers
 // AppendTx is [Store.Append] inside the caller's transaction: the events
 // commit or roll back with it. A conflict leaves the transaction usable
 // (nothing was written), but an error from PostgreSQL aborts it.
+//
+// Use READ COMMITTED (PostgreSQL's default): under REPEATABLE READ or
+// SERIALIZABLE, an append to a stream that another transaction appended to
+// since this one began fails with a serialization error (SQLSTATE 40001),
+// to be retried. A transaction that appends to several streams should take
+// them in a fixed order (by name, say), or two such transactions can
+// deadlock. After the commit, [Store.WakeSequencer] gets the events their
+// positions at once rather than at the sequencer's next poll.
 func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, stream string, expected ExpectedVersion, events []EventData) (AppendResult, error) {
 	return s.append(ctx, tx, stream, expected, events)
 }

@@ -12,9 +12,9 @@ import (
 // Checkpoint is a subscription's progress in one bucket: the global
 // position of the last event it handled.
 type Checkpoint struct {
-	Bucket    int
-	Position  int64
-	UpdatedAt time.Time
+	Bucket    int       // the consumer-group bucket
+	Position  int64     // the last handled global position
+	UpdatedAt time.Time // when it was last written
 }
 
 // ErrInvalidCheckpoint reports a negative bucket or position.

@@ -33,9 +33,12 @@ var (
 // Attempts times (or asked for it to be dead-lettered) for Reason. There is
 // at most one per (subscription, event).
 type DeadLetter struct {
+	// Subscription and Bucket are the subscription and consumer-group
+	// bucket that gave up on the event.
 	Subscription string
 	Bucket       int
-	EventID      uuid.UUID
+	// EventID is the event's id.
+	EventID uuid.UUID
 	// Position and Stream are the event's. When adding a dead letter they
 	// may be left zero: the store fills them in from the event (and checks
 	// them against it when given).
@@ -44,7 +47,8 @@ type DeadLetter struct {
 	// Reason is free text, usually the handler's last error. It is stored
 	// as valid UTF-8 without NUL bytes, at most MaxDeadLetterReasonLength
 	// bytes.
-	Reason   string
+	Reason string
+	// Attempts is how many times the handler was tried.
 	Attempts int
 	// CreatedAt is set by the store when the letter is added.
 	CreatedAt time.Time

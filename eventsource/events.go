@@ -25,6 +25,7 @@ const (
 // Exact appends only when the stream's current version is v.
 func Exact(v int64) ExpectedVersion { return ExpectedVersion(v) }
 
+// String names the mode, or the exact version.
 func (e ExpectedVersion) String() string {
 	switch e {
 	case Any:
@@ -53,7 +54,9 @@ type EventData struct {
 
 // RecordedEvent is an event as stored.
 type RecordedEvent struct {
-	ID       uuid.UUID
+	// ID is the event's id, unique in the store.
+	ID uuid.UUID
+	// Stream is the stream's full name, Category its category.
 	Stream   string
 	Category string
 	// Version is the event's 0-based version within its stream.
@@ -62,10 +65,15 @@ type RecordedEvent struct {
 	// the whole store, assigned by the sequencer shortly after commit.
 	Position int64
 	// Hash is the consumer-group hash of the stream's cardinal id.
-	Hash       int64
-	Type       string
-	Data       json.RawMessage
-	Metadata   json.RawMessage
+	Hash int64
+	// Type is the event type given at append.
+	Type string
+	// Data is the JSON payload, as PostgreSQL's jsonb renders it (keys
+	// sorted by length then bytes, insignificant white space normalised).
+	Data json.RawMessage
+	// Metadata is the JSON object metadata, nil if none.
+	Metadata json.RawMessage
+	// RecordedAt is the time of the appending transaction.
 	RecordedAt time.Time
 }
 
@@ -84,12 +92,14 @@ type AppendResult struct {
 // WrongExpectedVersionError reports an append whose expected version did
 // not hold. Nothing was written.
 type WrongExpectedVersionError struct {
+	// Stream is the stream appended to, Expected the append's condition.
 	Stream   string
 	Expected ExpectedVersion
 	// Actual is the stream's current version, -1 if it has no events.
 	Actual int64
 }
 
+// Error describes the conflict.
 func (e *WrongExpectedVersionError) Error() string {
 	return fmt.Sprintf("kumi: append to %q expected %s, but the stream is at version %d", e.Stream, e.Expected, e.Actual)
 }
@@ -116,10 +126,12 @@ var (
 type EventError struct {
 	// Index is the event's position in the batch, or -1 when PostgreSQL
 	// refused a value and did not say which event held it.
-	Index  int
+	Index int
+	// Reason says what is wrong with the event.
 	Reason string
 }
 
+// Error describes the refused event.
 func (e *EventError) Error() string {
 	return fmt.Sprintf("kumi: invalid event %d: %s", e.Index, e.Reason)
 }

@@ -2,10 +2,15 @@ package eventsource_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -50,4 +55,26 @@ func countRows(t testing.TB, s *eventsource.Store, table string) int {
 	require.NoError(t, s.Pool().QueryRow(context.Background(),
 		fmt.Sprintf("SELECT count(*) FROM %s.%s", s.QuotedSchema(), table)).Scan(&n))
 	return n
+}
+
+// exampleDB returns a pool on the test database and a fresh schema name
+// for an example, and a function that drops the schema and closes the
+// pool. In your code: pgxpool.New(ctx, os.Getenv("DATABASE_URL")).
+func exampleDB() (*pgxpool.Pool, string, func()) {
+	ctx := context.Background()
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		url = pgtest.TestServer().URL
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "example_" + hex.EncodeToString(b[:])
+	return pool, schema, func() {
+		_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		pool.Close()
+	}
 }

@@ -27,9 +27,10 @@ var ErrInvalidName = errors.New("kumi: invalid name")
 type NameError struct {
 	Kind   string // "stream", "category", "event type" or "subscription"
 	Name   string // the offending name, truncated to 80 bytes
-	Reason string
+	Reason string // what is wrong with it
 }
 
+// Error describes the refused name.
 func (e *NameError) Error() string {
 	return fmt.Sprintf("kumi: invalid %s name %q: %s", e.Kind, e.Name, e.Reason)
 }
@@ -49,10 +50,10 @@ func nameErr(kind, name, reason string) error {
 // ("account-7+snapshot" has category "account", id "7+snapshot" and cardinal
 // id "7", and shares a bucket with "account-7").
 type StreamName struct {
-	Name       string
-	Category   string
-	ID         string
-	CardinalID string
+	Name       string // the whole name
+	Category   string // before the first '-'
+	ID         string // after the first '-'
+	CardinalID string // the ID before any '+'
 }
 
 // ParseStreamName validates and splits a stream name. It refuses an empty or

@@ -62,6 +62,12 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
+// WakeSequencer wakes this process's [Sequencer] at once. [Store.Append]
+// does it itself; call it after committing a transaction that used
+// [Store.AppendTx], or the sequencer finds those events at its next poll
+// (MaxInterval, 50 ms by default).
+func (s *Store) WakeSequencer() { s.signalAppended() }
+
 // SequencerOptions tune a [Sequencer]. Zero values mean defaults.
 type SequencerOptions struct {
 	// MinInterval is the poll interval right after work was found, and

@@ -47,10 +47,11 @@ type Config struct {
 
 // ConfigError reports an invalid configuration field.
 type ConfigError struct {
-	Field  string
-	Reason string
+	Field  string // the field (or argument) at fault
+	Reason string // what is wrong with it
 }
 
+// Error names the field and the problem.
 func (e *ConfigError) Error() string { return "kumi: invalid config " + e.Field + ": " + e.Reason }
 
 // ConfigError marks the error as an invalid configuration (see

@@ -1,0 +1,120 @@
+// Package eventsource is kumi's event store on PostgreSQL: streams of JSON
+// events with optimistic concurrency, a global order that a subscriber can
+// follow from a checkpoint without ever skipping an event, consumer-group
+// reads, fenced checkpoints, dead letters, and a LISTEN/NOTIFY notifier.
+// The actor runtime (package actors) subscribes through it; the lease
+// store (package leasestore) gates its checkpoint writes with a [Fence].
+//
+// A [Store] is a pgx pool plus a schema name. [New] builds one without
+// touching the database; [Store.Migrate] creates or upgrades the schema.
+// Every process that appends or subscribes also runs a [Sequencer] and,
+// usually, one [Notifier]:
+//
+//	store, err := eventsource.New(pool, eventsource.Config{Schema: "kumi"})
+//	err = store.Migrate(ctx)
+//	seq := eventsource.NewSequencer(store, eventsource.SequencerOptions{})
+//	seq.Start()
+//	defer seq.Stop()
+//
+// # Streams
+//
+// A stream is named "category-id": the category is the text before the
+// first '-', the id the rest. The cardinal id is the id before any '+', so
+// "account-7+snapshot" belongs with "account-7" in consumer groups.
+// [ParseStreamName] validates and splits a name; an invalid one (empty
+// category or id, over [MaxStreamNameLength] bytes, invalid UTF-8, control
+// characters including NUL, surrounding white space) is refused with a
+// [*NameError] wrapping [ErrInvalidName], and nothing is written.
+//
+// # Appending
+//
+// [Store.Append] writes a batch of [EventData] to one stream atomically, in
+// a single statement, if its [ExpectedVersion] holds: [Any], [NoStream],
+// [StreamExists] or [Exact](v). Versions are 0-based. A conflict is a
+// [*WrongExpectedVersionError] carrying the stream's actual version;
+// nothing is written. [Store.AppendTx] does the same inside the caller's
+// pgx transaction. Event ids are UUIDv7 unless given; an id the store
+// already has is refused ([ErrDuplicateEventID]) with the whole batch,
+// never silently skipped. Data is JSON; metadata, when given, a JSON
+// object; both are checked before anything is sent ([*EventError]). When
+// the append's context carries an OpenTelemetry span, its W3C trace
+// context is added to the metadata, and [TraceContext] restores it on the
+// handler's side.
+//
+// An append locks only its stream's row, so appends to different streams
+// never wait for each other.
+//
+// # Global order without skipped events
+//
+// Each event gets a global position, its place in the store-wide order
+// that readers follow with "position > cursor". Positions are not handed
+// out by the append (a sequence value taken before commit can commit after
+// a larger one, and a reader that has moved past it would skip it).
+// Instead a [Sequencer] assigns them after commit: [Store.Sequence] takes
+// the single sequencer row FOR UPDATE SKIP LOCKED, then, in a fresh
+// statement that sees every committed event, numbers the committed events
+// that have no position yet in insertion order, continuing from the last
+// position, and commits. One sequencer runs at a time across all
+// processes; the others skip. An event that commits late is simply
+// numbered later, after every position a reader can already have passed.
+// A stream's events are numbered in version order because an append to a
+// stream only takes its insertion number once the previous append to the
+// stream has committed. Until it is sequenced, an event is in its stream
+// ([Store.ReadStream], with Position 0) but not in global order.
+//
+// docs/eventsource.md compares this with the alternatives (a lock per
+// category, an xid/xmin watermark) and lists its costs.
+//
+// # Reading
+//
+// [Store.ReadStream] and [Store.ReadStreamBackward] page through a stream
+// by version. [Store.ReadCategory], [Store.ReadAll] and [Store.ReadMember]
+// page through global order from a position (exclusive). [Store.HeadPosition]
+// is the last position handed out.
+//
+// # Consumer groups
+//
+// A group of n members splits a category by stream: member
+// [Member]([Hash](cardinal id), n). [Hash] is the first 8 bytes of the MD5
+// of the cardinal id as a big-endian signed integer, computed identically
+// by the SQL function cg_hash, and stored with every event so that a
+// member's read never hashes rows. [Store.EnsureConsumerGroupIndex] builds
+// (concurrently, without blocking appends) the index that makes
+// [Store.ReadMember] for a group of n a range scan.
+//
+// # Checkpoints and fences
+//
+// A subscription's progress is a [Checkpoint] per (subscription, bucket).
+// [Store.SaveCheckpoint] only moves it forward (GREATEST), and takes a
+// [Fence] that is checked inside the write's transaction: a worker that
+// lost its bucket (a zombie) gets the fence's error, wrapping
+// [ErrFenceLost], and its write changes nothing. [Store.SaveCheckpointTx]
+// does it inside the caller's transaction, so that a handler can commit
+// its own writes and the checkpoint together. [Store.ResetCheckpoint] is
+// the operator's way back.
+//
+// # Dead letters
+//
+// [Store.AddDeadLetter] records an event a subscription gave up on, with
+// reason and attempts; [Store.DeadLetters] and [Store.DeadLetter] read them;
+// [Store.ReplayDeadLetters] hands their events to a handler again and marks
+// them replayed, without ever touching the subscription's checkpoint.
+//
+// # Notifications
+//
+// After each batch the sequencer NOTIFYs [Store.NotifyChannel] with the new
+// head position. A [Notifier] keeps one dedicated LISTEN connection per
+// process for any number of channels (the lease store's included), wakes
+// each [Listener] through a channel of capacity 1 (bursts coalesce),
+// reconnects with exponential backoff and jitter after a lost connection
+// (a restarted server included), and runs a safety poll ([Probe]) so that a
+// lost notification only delays a reader.
+//
+// # Schema and migrations
+//
+// All tables live in the configured schema (default "kumi"); every
+// identifier is quoted, so any name PostgreSQL accepts is safe, a hostile
+// one included. Migrations are embedded SQL files, applied in order, each
+// in a transaction with its version, under an advisory lock: [Migrate] is
+// idempotent and safe when several processes start at once.
+package eventsource
