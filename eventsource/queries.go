@@ -76,8 +76,13 @@ RETURNING version`, q)),
 		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s.events WHERE position IS NULL)`, q),
 		// The idle timeout frees the row should this process stall
 		// (paused, partitioned) between the sequencer's statements: no one
-		// else could sequence until then.
-		sequencerLock: fmt.Sprintf(`SELECT last_position, set_config('idle_in_transaction_session_timeout', '10s', true)
+		// else could sequence until then. With synchronous_commit off, the
+		// sequencer's commit is made durable anyway (flushing, with it,
+		// every append before it in the WAL): positions that readers have
+		// seen must survive a crash, or they would be handed out again to
+		// other events, behind the readers' checkpoints.
+		sequencerLock: fmt.Sprintf(`SELECT last_position, set_config('idle_in_transaction_session_timeout', '10s', true),
+  CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// A fresh statement after the lock, so its snapshot sees every
 		// commit before it, the previous sequencer's included. It assigns
