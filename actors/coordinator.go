@@ -237,7 +237,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	q, err := overflow.New(overflow.Config{
 		Capacity:     c.g.opts.QueueCapacity,
 		Policy:       c.g.opts.Overflow,
-		OnTransition: c.g.telemetry.queueTransition(l.Bucket, c.g.opts.Overflow),
+		OnTransition: c.g.queueTransition(l.Bucket),
 	})
 	if err != nil {
 		panic(&OptionError{"QueueCapacity", c.g.opts.QueueCapacity, err.Error()}) // validated at StartGroup

@@ -96,6 +96,8 @@ type reader struct {
 	draining   bool
 	stopped    bool
 	ready      bool
+	held       bool // the queue is held (see updateHold)
+	overflowed error
 }
 
 func (r *reader) Receive(ctx actor.Context) {
@@ -127,7 +129,12 @@ func (r *reader) Receive(ctx actor.Context) {
 		// past our cursor and trigger a catch-up from the database.
 		r.queue.Resume()
 	case *overflow.OverflowedSignal:
-		panic(msg.Err)
+		// The subscription ends with the typed error, but first the event
+		// in flight is finished and the checkpoint flushed, so that the
+		// next reader of the bucket repeats nothing.
+		r.overflowed = msg.Err
+		r.draining = true
+		r.maybeFinishDrain(ctx)
 	case *redeliver:
 		if msg.gen == r && r.inflight != nil && r.inflight.id == msg.id {
 			r.send(ctx)
@@ -158,7 +165,7 @@ func (r *reader) Receive(ctx actor.Context) {
 func (r *reader) start(ctx actor.Context) {
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
-	r.queue.Hold()
+	r.updateHold()
 	_ = r.queue.Resume() // a restart clears a pause the last incarnation left
 	r.handler = ctx.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor))
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
@@ -207,10 +214,8 @@ func (r *reader) after(ctx actor.Context, d time.Duration, msg any) {
 // Live batches stay in the (bounded) queue meanwhile, so that they cannot
 // overtake the catch-up.
 func (r *reader) catchUp(ctx actor.Context, target int64) {
-	if !r.catching {
-		r.catching = true
-		r.queue.Hold()
-	}
+	r.catching = true
+	r.updateHold()
 	r.target = max(r.target, target)
 	r.readPage(ctx)
 }
@@ -253,7 +258,7 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 			r.readPage(ctx) // a batch arrived while reading: read on
 		} else {
 			r.catching = false
-			r.queue.Release()
+			r.updateHold()
 		}
 	} else {
 		r.readPage(ctx)
@@ -278,7 +283,24 @@ func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
 		}
 	}
 	r.cursor = max(r.cursor, b.To)
+	r.updateHold()
 	r.pump(ctx)
+}
+
+// updateHold keeps live batches in the bounded queue — where the overflow
+// policy applies — while the reader catches up or already holds a batch's
+// worth of events; it takes the next batch only when it has room.
+func (r *reader) updateHold() {
+	want := r.catching || len(r.pending) >= r.g.opts.BatchSize
+	if want == r.held {
+		return
+	}
+	r.held = want
+	if want {
+		r.queue.Hold()
+	} else {
+		r.queue.Release()
+	}
 }
 
 // pump delivers the next pending event if none is in flight.
@@ -338,11 +360,11 @@ func (r *reader) onReply(ctx actor.Context, res any, err error, span observabili
 		return
 	case DeadLetter:
 		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
-		r.deadLetter(ctx, m.Reason)
+		r.deadLetter(ctx, m.Reason, d.Attempt+1)
 		return
 	case *DeadLetter:
 		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
-		r.deadLetter(ctx, m.Reason)
+		r.deadLetter(ctx, m.Reason, d.Attempt+1)
 		return
 	case Retry:
 		retry, reason = m.After, m.Reason
@@ -363,7 +385,7 @@ func (r *reader) onReply(ctx actor.Context, res any, err error, span observabili
 	if d.Attempt >= r.g.opts.Retry.MaxAttempts {
 		reason = fmt.Sprintf("retry budget of %d attempts spent; last: %s", r.g.opts.Retry.MaxAttempts, reason)
 		span.End(observability.OutcomeDeadLetter, errors.New(reason))
-		r.deadLetter(ctx, reason)
+		r.deadLetter(ctx, reason, d.Attempt)
 		return
 	}
 	if outcome == observability.OutcomePanic {
@@ -375,11 +397,13 @@ func (r *reader) onReply(ctx actor.Context, res any, err error, span observabili
 	r.after(ctx, delay, &redeliver{gen: r, id: d.id})
 }
 
-func (r *reader) deadLetter(ctx actor.Context, reason string) {
+// deadLetter records the in-flight event, delivered attempts times, as a
+// dead letter, then moves on.
+func (r *reader) deadLetter(ctx actor.Context, reason string, attempts int) {
 	d := r.inflight
 	dl := eventsource.DeadLetter{
 		Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.Event.ID,
-		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: d.Attempt + 1,
+		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: attempts,
 	}
 	id := d.id
 	r.async(ctx, func(c context.Context) any {
@@ -401,6 +425,7 @@ func (r *reader) done(ctx actor.Context, committed bool) {
 		r.flushed = max(r.flushed, pos)
 	}
 	r.sinceFlush++
+	r.updateHold()
 	if r.sinceFlush >= r.g.opts.CheckpointEvery {
 		r.flush(ctx, false)
 	}
@@ -447,6 +472,9 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	}
 	if r.flushing {
 		return
+	}
+	if r.overflowed != nil {
+		panic(r.overflowed) // a permanent error: supervision stops the reader
 	}
 	ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
 	r.shutdown(ctx)

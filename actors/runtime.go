@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -164,6 +165,20 @@ type group struct {
 	done       chan struct{}
 	err        error
 	unregister func()
+	// dropped counts the live batches the readers' queues dropped on a
+	// pause or an overflow (each re-read from the store).
+	dropped atomic.Int64
+}
+
+// queueTransition counts and reports a reader queue's pause or overflow.
+func (g *group) queueTransition(bucket int) func(overflow.Transition) {
+	report := g.telemetry.queueTransition(bucket, g.opts.Overflow)
+	return func(tr overflow.Transition) {
+		if tr.To != overflow.Active {
+			g.dropped.Add(1)
+		}
+		report(tr)
+	}
 }
 
 // bucketLag is a bucket's backlog as measured after a pass.
