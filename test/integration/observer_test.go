@@ -1,0 +1,378 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// The observer sees the run only through the database. Triggers installed
+// in the scenario's schema log, in the writer's own transaction (so a
+// rolled-back or fenced-out write leaves no trace),
+//
+//   - every change of a bucket's owner or epoch, with the previous owner's
+//     expiry, the taker's now(), and whether the taker holds the previous
+//     owner's session lock (liveness evidence) — obs_lease_log;
+//   - every membership heartbeat, that is every pass a worker completes —
+//     obs_member_log;
+//   - every checkpoint write, old and new value — obs_checkpoint_log;
+//   - every delivery the sink records, first or duplicate, and by whose
+//     session (application_name is the worker id) — obs_delivery_log;
+//
+// and a poller reads the lease and checkpoint tables every few
+// milliseconds, for the fair-split waits and as a second regression check.
+const observerDDL = `
+CREATE TABLE IF NOT EXISTS {{s}}.obs_lease_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, bucket int NOT NULL,
+    old_owner text, new_owner text, old_epoch bigint, new_epoch bigint,
+    old_expires timestamptz, tx_now timestamptz NOT NULL, at timestamptz NOT NULL,
+    evidence boolean NOT NULL, app text);
+CREATE INDEX IF NOT EXISTS obs_lease_log_bucket ON {{s}}.obs_lease_log (subscription, bucket, at);
+CREATE OR REPLACE FUNCTION {{s}}.obs_lease() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {{s}}.obs_lease_log (subscription, bucket, old_owner, new_owner, old_epoch, new_epoch,
+        old_expires, tx_now, at, evidence, app)
+    VALUES (NEW.subscription, NEW.bucket, OLD.owner, NEW.owner, OLD.epoch, NEW.epoch,
+        OLD.expires_at, now(), clock_timestamp(),
+        OLD.owner IS NOT NULL AND NEW.owner IS NOT NULL AND EXISTS (
+            SELECT 1 FROM {{s}}.lease_members m
+            JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                AND l.pid = pg_backend_pid()
+                AND l.classid = ((m.lock_key >> 32) & 4294967295)::oid
+                AND l.objid = (m.lock_key & 4294967295)::oid
+            WHERE m.subscription = NEW.subscription AND m.worker = OLD.owner AND m.lock_key IS NOT NULL),
+        current_setting('application_name'));
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_lease ON {{s}}.lease_buckets;
+CREATE TRIGGER obs_lease AFTER UPDATE ON {{s}}.lease_buckets FOR EACH ROW
+    WHEN (OLD.owner IS DISTINCT FROM NEW.owner OR OLD.epoch IS DISTINCT FROM NEW.epoch)
+    EXECUTE FUNCTION {{s}}.obs_lease();
+
+CREATE TABLE IF NOT EXISTS {{s}}.obs_member_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, worker text NOT NULL, op text NOT NULL,
+    heartbeat_at timestamptz, expires_at timestamptz, at timestamptz NOT NULL);
+CREATE OR REPLACE FUNCTION {{s}}.obs_member() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO {{s}}.obs_member_log (subscription, worker, op, heartbeat_at, expires_at, at)
+        VALUES (OLD.subscription, OLD.worker, TG_OP, OLD.heartbeat_at, OLD.expires_at, clock_timestamp());
+    ELSE
+        INSERT INTO {{s}}.obs_member_log (subscription, worker, op, heartbeat_at, expires_at, at)
+        VALUES (NEW.subscription, NEW.worker, TG_OP, NEW.heartbeat_at, NEW.expires_at, clock_timestamp());
+    END IF;
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_member ON {{s}}.lease_members;
+CREATE TRIGGER obs_member AFTER INSERT OR UPDATE OR DELETE ON {{s}}.lease_members FOR EACH ROW
+    EXECUTE FUNCTION {{s}}.obs_member();
+
+CREATE TABLE IF NOT EXISTS {{s}}.obs_checkpoint_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, bucket int NOT NULL,
+    old_position bigint, new_position bigint NOT NULL, at timestamptz NOT NULL, app text);
+CREATE OR REPLACE FUNCTION {{s}}.obs_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {{s}}.obs_checkpoint_log (subscription, bucket, old_position, new_position, at, app)
+    VALUES (NEW.subscription, NEW.bucket, CASE WHEN TG_OP = 'UPDATE' THEN OLD.position END,
+        NEW.position, clock_timestamp(), current_setting('application_name'));
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_checkpoint ON {{s}}.checkpoints;
+CREATE TRIGGER obs_checkpoint AFTER INSERT OR UPDATE ON {{s}}.checkpoints FOR EACH ROW
+    EXECUTE FUNCTION {{s}}.obs_checkpoint();
+
+CREATE TABLE IF NOT EXISTS {{s}}.obs_delivery_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, event_id uuid NOT NULL, stream text NOT NULL,
+    version bigint NOT NULL, position bigint NOT NULL, first boolean NOT NULL,
+    at timestamptz NOT NULL, app text);
+CREATE OR REPLACE FUNCTION {{s}}.obs_delivery() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {{s}}.obs_delivery_log (subscription, event_id, stream, version, position, first, at, app)
+    VALUES (NEW.subscription, NEW.event_id, NEW.stream, NEW.version, NEW.position, TG_OP = 'INSERT',
+        clock_timestamp(), current_setting('application_name'));
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_delivery ON {{s}}.sink;
+CREATE TRIGGER obs_delivery AFTER INSERT OR UPDATE ON {{s}}.sink FOR EACH ROW
+    EXECUTE FUNCTION {{s}}.obs_delivery();
+`
+
+// prepareSchema migrates the event store and lease tables, creates the
+// workers' sink table and installs the observer's logs.
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := eventsource.Migrate(ctx, pool, schema); err != nil {
+		return err
+	}
+	if err := leasestore.Migrate(ctx, pool, schema); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, worker.SinkDDL(schema)); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, strings.ReplaceAll(observerDDL, "{{s}}", pgx.Identifier{schema}.Sanitize()))
+	return err
+}
+
+// sample is one read of the lease table.
+type sample struct {
+	at      time.Time // the database's clock_timestamp() of the read
+	owner   []string  // by bucket; "" when free or expired
+	checked bool      // the read succeeded
+}
+
+// observer polls the lease and checkpoint tables and, at the end, reads
+// the logs into a report.
+type observer struct {
+	t        testing.TB
+	pool     *pgxpool.Pool
+	q        string
+	sub, cat string
+	n        int
+
+	mu          sync.Mutex
+	last        sample
+	seq         int
+	cpSeen      map[int]int64
+	regressions []string
+	pollErrors  int
+	cond        *sync.Cond
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newObserver(t testing.TB, url, schema, sub, cat string, n int, every time.Duration) *observer {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("observer: %v", err)
+	}
+	cfg.MaxConns = 4
+	cfg.ConnConfig.RuntimeParams["application_name"] = "observer"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("observer: %v", err)
+	}
+	o := &observer{t: t, pool: pool, q: pgx.Identifier{schema}.Sanitize(), sub: sub, cat: cat, n: n,
+		cpSeen: map[int]int64{}, done: make(chan struct{})}
+	o.cond = sync.NewCond(&o.mu)
+	ctx, cancel := context.WithCancel(context.Background())
+	o.cancel = cancel
+	go o.poll(ctx, every)
+	t.Cleanup(func() { o.close(); pool.Close() })
+	return o
+}
+
+func (o *observer) close() {
+	o.cancel()
+	<-o.done
+}
+
+func (o *observer) poll(ctx context.Context, every time.Duration) {
+	defer close(o.done)
+	defer func() { o.mu.Lock(); o.cond.Broadcast(); o.mu.Unlock() }()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	leases := fmt.Sprintf(`SELECT bucket, CASE WHEN owner IS NOT NULL AND expires_at > clock_timestamp() THEN owner ELSE '' END,
+		clock_timestamp() FROM %s.lease_buckets WHERE subscription = $1`, o.q)
+	cps := fmt.Sprintf(`SELECT bucket, position FROM %s.checkpoints WHERE subscription = $1`, o.q)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s := sample{owner: make([]string, o.n)}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rows, err := o.pool.Query(cctx, leases, o.sub)
+		if err == nil {
+			for rows.Next() {
+				var b int
+				var owner string
+				if err = rows.Scan(&b, &owner, &s.at); err != nil {
+					break
+				}
+				if b >= 0 && b < o.n {
+					s.owner[b] = owner
+				}
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		var got map[int]int64
+		if err == nil {
+			got = map[int]int64{}
+			rows, err = o.pool.Query(cctx, cps, o.sub)
+			if err == nil {
+				for rows.Next() {
+					var b int
+					var pos int64
+					if err = rows.Scan(&b, &pos); err != nil {
+						break
+					}
+					got[b] = pos
+				}
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
+			}
+		}
+		cancel()
+		o.mu.Lock()
+		if err != nil || s.at.IsZero() {
+			o.pollErrors++
+			o.mu.Unlock()
+			continue
+		}
+		s.checked = true
+		for b, pos := range got {
+			if prev, ok := o.cpSeen[b]; ok && pos < prev {
+				o.regressions = append(o.regressions, fmt.Sprintf("bucket %d: %d after %d", b, pos, prev))
+			}
+			o.cpSeen[b] = max(o.cpSeen[b], pos)
+		}
+		o.last = s
+		o.seq++
+		o.cond.Broadcast()
+		o.mu.Unlock()
+	}
+}
+
+// next waits for a sample read after the call and returns it.
+func (o *observer) next(ctx context.Context) (sample, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	seq := o.seq
+	for o.seq == seq || o.seq == seq+1 { // seq+1 may have started before the call
+		if ctx.Err() != nil {
+			return sample{}, false
+		}
+		select {
+		case <-o.done:
+			return sample{}, false
+		default:
+		}
+		waitCond(o.cond, 100*time.Millisecond)
+	}
+	return o.last, true
+}
+
+// waitCond waits on c (locked) for at most d.
+func waitCond(c *sync.Cond, d time.Duration) {
+	t := time.AfterFunc(d, func() { c.L.Lock(); c.Broadcast(); c.L.Unlock() })
+	c.Wait()
+	t.Stop()
+}
+
+// fair reports whether s shows every bucket held by one of live, each of
+// them holding between floor(N/k) and ceil(N/k).
+func fair(s sample, live []string) bool {
+	if len(live) == 0 {
+		return false
+	}
+	n := len(s.owner)
+	counts := map[string]int{}
+	for _, w := range live {
+		counts[w] = 0
+	}
+	for _, w := range s.owner {
+		if _, ok := counts[w]; !ok {
+			return false // free, expired, or held by someone not live
+		}
+		counts[w]++
+	}
+	lo, hi := n/len(live), (n+len(live)-1)/len(live)
+	for _, c := range counts {
+		if c < lo || c > hi {
+			return false
+		}
+	}
+	return true
+}
+
+// waitFairSplit waits until a sample shows a fair split among live() and
+// returns when it was read; false after timeout.
+func (o *observer) waitFairSplit(live func() []string, timeout time.Duration) (time.Time, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		s, ok := o.next(ctx)
+		if !ok {
+			return time.Time{}, false
+		}
+		if fair(s, live()) {
+			return s.at, true
+		}
+	}
+}
+
+// waitOwnedBy waits until no bucket is held by worker and every bucket is
+// held; it returns when that was read.
+func (o *observer) waitTakenFrom(worker string, timeout time.Duration) (time.Time, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		s, ok := o.next(ctx)
+		if !ok {
+			return time.Time{}, false
+		}
+		done := true
+		for _, w := range s.owner {
+			if w == "" || w == worker {
+				done = false
+				break
+			}
+		}
+		if done {
+			return s.at, true
+		}
+	}
+}
+
+// owned returns the buckets each worker holds in the latest sample.
+func (o *observer) owned() map[string][]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string][]int{}
+	for b, w := range o.last.owner {
+		out[w] = append(out[w], b)
+	}
+	return out
+}
+
+// ownedSummary renders owned() for failure messages.
+func (o *observer) ownedSummary() string {
+	m := o.owned()
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		name := k
+		if name == "" {
+			name = "(free)"
+		}
+		fmt.Fprintf(&b, "%s:%d ", name, len(m[k]))
+	}
+	return b.String()
+}

@@ -1,0 +1,40 @@
+package integration
+
+import (
+	"os"
+	"time"
+
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// The short form (CI, the default) runs every scenario for seconds; the
+// long form (KUMI_CHAOS=long, `make chaos`) for about a minute each. The
+// switch changes durations and counts, never which scenarios run.
+var long = os.Getenv("KUMI_CHAOS") == "long"
+
+// pick returns short in the short form and long in the long form.
+func pick[T any](short, longForm T) T {
+	if long {
+		return longForm
+	}
+	return short
+}
+
+// form names the form in summary lines.
+func form() string { return pick("short", "long") }
+
+// leaseTimings are the lease settings the worker processes run with: short
+// enough that a scenario sees several ttls, with heartbeat + margin < ttl
+// and 3·heartbeat + margin ≤ ttl (one failed renewal is ridden out).
+type leaseTimings struct {
+	TTL, Heartbeat, Margin time.Duration
+}
+
+func defaultLease() leaseTimings {
+	return pick(
+		leaseTimings{TTL: 1500 * time.Millisecond, Heartbeat: 150 * time.Millisecond, Margin: 500 * time.Millisecond},
+		leaseTimings{TTL: 3 * time.Second, Heartbeat: 300 * time.Millisecond, Margin: time.Second},
+	)
+}
+
+func kindName(k leasestore.Kind) string { return k.String() }

@@ -1,0 +1,295 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// report is what a scenario found, from the database.
+type report struct {
+	scenario string
+	kind     string
+
+	appended, handled, lost, duplicates int64
+	// regressions: checkpoint writes that moved a checkpoint back (every
+	// write is logged), plus decreases the poller saw.
+	regressions int64
+	// overlaps: changes of owner that took a lease which was still valid
+	// by the database's clock without liveness evidence (the previous
+	// owner's session lock held by the taker) and without its consent.
+	overlaps int64
+	// Takeovers by their justification.
+	expired, evidence, consent int64
+	// stale: deliveries recorded in the sink by a worker that did not own
+	// the event's bucket at that moment (by the lease log).
+	stale        int64
+	staleByOwner map[string]int64 // "worker bucket" → stale deliveries
+	// order: first deliveries of a stream out of version order, or with a
+	// version missing before them.
+	order int64
+	// failovers: per fault, from the fault until every bucket the worker
+	// held had another owner. convergences: per join, from the process
+	// start until a fair split that includes it.
+	failovers, convergences []time.Duration
+	// maxUnowned: the longest a bucket was free (or lapsed) before its next
+	// owner claimed it; maxMissed: the most passes its claimant began in
+	// that time without claiming it.
+	maxUnowned time.Duration
+	maxMissed  int
+	extra      []string
+}
+
+// fault is a fault injected into one worker at a time.
+type fault struct {
+	worker string
+	at     time.Time
+}
+
+// settle waits until every committed event of the category is sequenced
+// and in the sink; false if that does not happen within timeout.
+func (o *observer) settle(timeout time.Duration) bool {
+	q := fmt.Sprintf(`SELECT count(*) FILTER (WHERE position IS NULL),
+		count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM %[1]s.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id))
+		FROM %[1]s.events e WHERE e.category = $1`, o.q)
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var unsequenced, missing int64
+		err := o.pool.QueryRow(ctx, q, o.cat, o.sub).Scan(&unsequenced, &missing)
+		cancel()
+		if err == nil && unsequenced == 0 && missing == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type transition struct {
+	bucket                int
+	oldOwner, newOwner    string
+	oldExpires, txNow, at time.Time
+	evidence              bool
+}
+
+// collect reads the logs into a report.
+func (o *observer) collect(scenario, kind string, faults []fault) report {
+	o.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := report{scenario: scenario, kind: kind, staleByOwner: map[string]int64{}}
+	must := func(err error, what string) {
+		if err != nil {
+			o.t.Fatalf("observer: %s: %v", what, err)
+		}
+	}
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.events WHERE category = $1`, o.q), o.cat).
+		Scan(&r.appended), "appended")
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), coalesce(sum(deliveries - 1), 0) FROM %s.sink
+		WHERE subscription = $1`, o.q), o.sub).Scan(&r.handled, &r.duplicates), "handled")
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.events e WHERE e.category = $1
+		AND NOT EXISTS (SELECT 1 FROM %[1]s.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id)`, o.q),
+		o.cat, o.sub).Scan(&r.lost), "lost")
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.obs_checkpoint_log
+		WHERE subscription = $1 AND new_position < old_position`, o.q), o.sub).Scan(&r.regressions), "regressions")
+	o.mu.Lock()
+	r.regressions += int64(len(o.regressions))
+	o.mu.Unlock()
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM (
+		SELECT version, lag(version) OVER (PARTITION BY stream ORDER BY id) AS prev
+		FROM %s.obs_delivery_log WHERE subscription = $1 AND first) x
+		WHERE version <> coalesce(prev, -1) + 1`, o.q), o.sub).Scan(&r.order), "order")
+
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT d.app, %[1]s.cg_member(e.cg_hash, $2), count(*)
+		FROM %[1]s.obs_delivery_log d
+		JOIN %[1]s.events e ON e.event_id = d.event_id
+		LEFT JOIN LATERAL (
+			SELECT l.new_owner FROM %[1]s.obs_lease_log l
+			WHERE l.subscription = d.subscription AND l.bucket = %[1]s.cg_member(e.cg_hash, $2) AND l.at <= d.at
+			ORDER BY l.at DESC LIMIT 1) o ON true
+		WHERE d.subscription = $1 AND o.new_owner IS DISTINCT FROM d.app
+		GROUP BY 1, 2`, o.q), o.sub, o.n)
+	must(err, "stale")
+	for rows.Next() {
+		var app string
+		var b int
+		var n int64
+		must(rows.Scan(&app, &b, &n), "stale")
+		r.stale += n
+		r.staleByOwner[fmt.Sprintf("%s b%d", app, b)] = n
+	}
+	must(rows.Err(), "stale")
+
+	trs := o.transitions(ctx)
+	for _, tr := range trs {
+		switch {
+		case tr.newOwner == "" || tr.oldOwner == tr.newOwner:
+		case tr.oldOwner == "":
+			r.consent++ // from a release or a handover
+		case tr.evidence:
+			r.evidence++
+		case tr.oldExpires.Before(tr.txNow):
+			r.expired++
+		default:
+			r.overlaps++
+		}
+	}
+	passes := o.passes(ctx)
+	byBucket := map[int][]transition{}
+	for _, tr := range trs {
+		byBucket[tr.bucket] = append(byBucket[tr.bucket], tr)
+	}
+	for _, list := range byBucket {
+		for i, tr := range list {
+			if tr.newOwner == "" || i == 0 {
+				continue
+			}
+			// The bucket was unowned from the release before it, or from
+			// the expiry of the lease it took.
+			var from time.Time
+			switch prev := list[i-1]; {
+			case tr.oldOwner == "" && prev.newOwner == "":
+				from = prev.at
+			case tr.oldOwner != "" && !tr.evidence && tr.oldExpires.Before(tr.txNow):
+				from = tr.oldExpires
+			default:
+				continue
+			}
+			r.maxUnowned = max(r.maxUnowned, tr.at.Sub(from))
+			missed := 0
+			for _, p := range passes[tr.newOwner] {
+				if p.After(from) && p.Before(tr.txNow) {
+					missed++
+				}
+			}
+			r.maxMissed = max(r.maxMissed, missed)
+		}
+	}
+	for _, f := range faults {
+		if d, ok := failover(byBucket, f); ok {
+			r.failovers = append(r.failovers, d)
+		} else {
+			r.extra = append(r.extra, "no-failover:"+f.worker)
+		}
+	}
+	return r
+}
+
+// failover returns how long after f every bucket its worker held had
+// another owner; false if one never did.
+func failover(byBucket map[int][]transition, f fault) (time.Duration, bool) {
+	var worst time.Duration
+	held := 0
+	for _, list := range byBucket {
+		owner := ""
+		i := 0
+		for ; i < len(list) && !list[i].at.After(f.at); i++ {
+			owner = list[i].newOwner
+		}
+		if owner != f.worker {
+			continue
+		}
+		held++
+		moved := false
+		for ; i < len(list); i++ {
+			if list[i].newOwner != "" && list[i].newOwner != f.worker {
+				worst = max(worst, list[i].at.Sub(f.at))
+				moved = true
+				break
+			}
+		}
+		if !moved {
+			return 0, false
+		}
+	}
+	return worst, held > 0
+}
+
+func (o *observer) transitions(ctx context.Context) []transition {
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT bucket, coalesce(old_owner, ''), coalesce(new_owner, ''),
+		old_expires, tx_now, at, evidence
+		FROM %s.obs_lease_log WHERE subscription = $1 ORDER BY bucket, id`, o.q), o.sub)
+	if err != nil {
+		o.t.Fatalf("observer: lease log: %v", err)
+	}
+	trs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (transition, error) {
+		var tr transition
+		var oldExp *time.Time
+		err := r.Scan(&tr.bucket, &tr.oldOwner, &tr.newOwner, &oldExp, &tr.txNow, &tr.at, &tr.evidence)
+		if oldExp != nil {
+			tr.oldExpires = *oldExp
+		}
+		return tr, err
+	})
+	if err != nil {
+		o.t.Fatalf("observer: lease log: %v", err)
+	}
+	return trs
+}
+
+// passes returns the start of every pass each worker completed (its
+// membership heartbeats), in order.
+func (o *observer) passes(ctx context.Context) map[string][]time.Time {
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT worker, heartbeat_at FROM %s.obs_member_log
+		WHERE subscription = $1 AND op <> 'DELETE' ORDER BY id`, o.q), o.sub)
+	if err != nil {
+		o.t.Fatalf("observer: member log: %v", err)
+	}
+	out := map[string][]time.Time{}
+	var w string
+	var hb time.Time
+	_, err = pgx.ForEachRow(rows, []any{&w, &hb}, func() error {
+		if l := out[w]; len(l) == 0 || hb.After(l[len(l)-1]) {
+			out[w] = append(out[w], hb)
+		}
+		return nil
+	})
+	if err != nil {
+		o.t.Fatalf("observer: member log: %v", err)
+	}
+	return out
+}
+
+// line is the scenario's one summary line.
+func (r report) line() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SUMMARY %s form=%s", r.scenario, form())
+	if r.kind != "" {
+		fmt.Fprintf(&b, " lease=%s", r.kind)
+	}
+	fmt.Fprintf(&b, " appended=%d handled=%d lost=%d duplicates=%d regressions=%d overlaps=%d stale=%d order=%d",
+		r.appended, r.handled, r.lost, r.duplicates, r.regressions, r.overlaps, r.stale, r.order)
+	fmt.Fprintf(&b, " takeovers(expired/evidence/consent)=%d/%d/%d", r.expired, r.evidence, r.consent)
+	fmt.Fprintf(&b, " failover_p50=%s failover_max=%s (n=%d)", pct(r.failovers, 50), pct(r.failovers, 100), len(r.failovers))
+	fmt.Fprintf(&b, " convergence_p50=%s convergence_max=%s (n=%d)", pct(r.convergences, 50), pct(r.convergences, 100), len(r.convergences))
+	fmt.Fprintf(&b, " max_unowned=%s max_missed_passes=%d", round(r.maxUnowned), r.maxMissed)
+	for _, e := range r.extra {
+		b.WriteString(" " + e)
+	}
+	return b.String()
+}
+
+// pct is the p-th percentile (nearest rank) of ds, "-" when empty.
+func pct(ds []time.Duration, p int) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (p*len(s)+99)/100 - 1
+	return round(s[max(0, min(i, len(s)-1))]).String()
+}
+
+func round(d time.Duration) time.Duration {
+	if d > time.Second {
+		return d.Round(10 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
