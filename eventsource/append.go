@@ -117,25 +117,21 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 	if err != nil {
 		return AppendResult{}, appendError(stream, err)
 	}
-	var first, last int64 = -1, -1
+	var last, inserted int64
 	count := 0
 	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
+		if err := rows.Scan(&last, &inserted); err != nil {
 			rows.Close()
 			return AppendResult{}, err
-		}
-		if count == 0 || v < first {
-			first = v
-		}
-		if v > last {
-			last = v
 		}
 		count++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return AppendResult{}, appendError(stream, err)
+	}
+	if count == 1 && inserted != int64(n) {
+		return AppendResult{}, fmt.Errorf("kumi: append to %q inserted %d of %d events", stream, inserted, n)
 	}
 	if count == 0 {
 		actual := int64(-1)
@@ -145,7 +141,7 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 		}
 		return AppendResult{}, &WrongExpectedVersionError{Stream: stream, Expected: expected, Actual: actual}
 	}
-	return AppendResult{IDs: ids, FirstVersion: first, LastVersion: last}, nil
+	return AppendResult{IDs: ids, FirstVersion: last - int64(n) + 1, LastVersion: last}, nil
 }
 
 // appendError classifies an error of the append statement.

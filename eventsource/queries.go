@@ -37,18 +37,22 @@ func newQueries(q string) queries {
 	// version does not hold, in which case nothing is inserted. The
 	// single-event form takes scalars for $3 to $6: cheaper to encode and
 	// to plan than one-element arrays.
+	// The statement returns one row, the stream's new version and the
+	// count of events inserted, or none.
 	batch := func(streamCTE string) string {
-		return fmt.Sprintf(`WITH s AS (%s)
+		return fmt.Sprintf(`WITH s AS (%s), ins AS (
 INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
 SELECT u.id, $1, $7, $8, $9, s.version - $2 + u.ord, u.type, u.data::jsonb, u.meta::jsonb
 FROM s, unnest($3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, type, data, meta, ord)
-RETURNING version`, streamCTE, q)
+RETURNING 1)
+SELECT s.version, (SELECT count(*) FROM ins) FROM s`, streamCTE, q)
 	}
 	single := func(streamCTE string) string {
-		return fmt.Sprintf(`WITH s AS (%s)
+		return fmt.Sprintf(`WITH s AS (%s), ins AS (
 INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
 SELECT $3::uuid, $1, $7, $8, $9, s.version, $4::text, $5::text::jsonb, $6::text::jsonb FROM s
-RETURNING version`, streamCTE, q)
+RETURNING 1)
+SELECT s.version, (SELECT count(*) FROM ins) FROM s`, streamCTE, q)
 	}
 	both := func(streamCTE string) [2]string { return [2]string{batch(streamCTE), single(streamCTE)} }
 	return queries{
@@ -81,18 +85,23 @@ RETURNING version`, q)),
 		// every append before it in the WAL): positions that readers have
 		// seen must survive a crash, or they would be handed out again to
 		// other events, behind the readers' checkpoints.
+		// The join settings pin the assignment's plan to what suits a
+		// batch among millions of rows: a nested loop of TID lookups.
 		sequencerLock: fmt.Sprintf(`SELECT last_position, set_config('idle_in_transaction_session_timeout', '10s', true),
-  CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END
+  CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
+  set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// A fresh statement after the lock, so its snapshot sees every
 		// commit before it, the previous sequencer's included. It assigns
 		// positions, saves the new head and notifies it (delivered at
-		// commit) in one round trip.
+		// commit) in one round trip. Rows are updated by ctid: only the
+		// sequencer updates events, and it holds the lock, so a row found
+		// by the first part is still there for the second.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
-  SELECT seq, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
-  FROM (SELECT seq FROM %[1]s.events WHERE position IS NULL ORDER BY seq LIMIT $2) p
+  SELECT ctid, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
+  FROM (SELECT ctid, seq FROM %[1]s.events WHERE position IS NULL ORDER BY seq LIMIT $2) p
 ), upd AS (
-  UPDATE %[1]s.events e SET position = pending.pos FROM pending WHERE e.seq = pending.seq RETURNING e.position
+  UPDATE %[1]s.events e SET position = pending.pos FROM pending WHERE e.ctid = pending.ctid RETURNING e.position
 ), head AS (
   SELECT count(*) AS n, coalesce(max(position), $1::bigint) AS last FROM upd
 ), save AS (

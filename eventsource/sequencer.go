@@ -42,7 +42,7 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	var last int64
-	if err := tx.QueryRow(ctx, s.sql.sequencerLock).Scan(&last, nil, nil); err != nil {
+	if err := tx.QueryRow(ctx, s.sql.sequencerLock).Scan(&last, nil, nil, nil, nil); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return 0, nil // another sequencer holds the row
 		}

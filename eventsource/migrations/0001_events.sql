@@ -17,7 +17,7 @@ CREATE TABLE {{schema}}.streams (
 -- a cache, each session hands out numbers from its own range, and a later
 -- append could get a smaller seq than an earlier one.
 CREATE TABLE {{schema}}.events (
-    seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    seq         bigint GENERATED ALWAYS AS IDENTITY,
     position    bigint,
     event_id    uuid   NOT NULL,
     stream_name text   NOT NULL,
@@ -31,7 +31,7 @@ CREATE TABLE {{schema}}.events (
     recorded_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE UNIQUE INDEX events_event_id ON {{schema}}.events (event_id);
-CREATE UNIQUE INDEX events_stream_version ON {{schema}}.events (stream_name, version);
+ALTER TABLE {{schema}}.events ADD CONSTRAINT events_pkey PRIMARY KEY (stream_name, version);
 CREATE UNIQUE INDEX events_position ON {{schema}}.events (position) WHERE position IS NOT NULL;
 CREATE INDEX events_category_position ON {{schema}}.events (category, position) WHERE position IS NOT NULL;
 CREATE INDEX events_unsequenced ON {{schema}}.events (seq) WHERE position IS NULL;
