@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"testing"
@@ -88,7 +89,9 @@ func TestJaegerSeesOwnershipChangesAndJoinedDeliveries(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	require.NoError(t, jaegertest.Ready(ctx, base))
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	require.NoError(t, jaegertest.Ready(ctx, base, jaegertest.WithClient(client)))
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	svcA, svcB, svcP := "kumi-e2e-a-"+run, "kumi-e2e-b-"+run, "kumi-e2e-producer-"+run
 	schema := pgtest.NewSchema(t)
@@ -116,7 +119,7 @@ func TestJaegerSeesOwnershipChangesAndJoinedDeliveries(t *testing.T) {
 
 	// Failover: a stops dead (no graceful release); b steals on expiry.
 	require.NoError(t, a.tp.ForceFlush(ctx))
-	a.sys.Shutdown()
+	a.group.Abort()
 	pgtest.Eventually(t, time.Minute, func() bool { return b.owned(t) == 4 }, "b takes a's buckets after their ttl")
 	require.NoError(t, b.tp.ForceFlush(ctx))
 	require.NoError(t, ptp.ForceFlush(ctx))
@@ -127,7 +130,7 @@ func TestJaegerSeesOwnershipChangesAndJoinedDeliveries(t *testing.T) {
 	spansB, err := jaegertest.WaitForSpans(ctx, base, svcB, func(spans []jaegertest.Span) bool {
 		return len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseHandoffTake), hasOwnership)) > 0 &&
 			len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseSteal), hasOwnership)) > 0
-	}, jaegertest.Lookback(time.Hour))
+	}, jaegertest.Lookback(time.Hour), jaegertest.WithClient(client))
 	require.NoError(t, err, "b's handoff.take and steal spans reach Jaeger")
 	steal := jaegertest.Filter(spansB, jaegertest.Operation(observability.SpanLeaseSteal))[0]
 	require.Equal(t, "lease_expired", steal.Tag(observability.AttrEvidence))
@@ -136,13 +139,13 @@ func TestJaegerSeesOwnershipChangesAndJoinedDeliveries(t *testing.T) {
 	_, err = jaegertest.WaitForSpans(ctx, base, svcA, func(spans []jaegertest.Span) bool {
 		return len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseHandoffGive), hasOwnership)) > 0 &&
 			len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseClaim), hasOwnership)) > 0
-	}, jaegertest.Lookback(time.Hour))
+	}, jaegertest.Lookback(time.Hour), jaegertest.WithClient(client))
 	require.NoError(t, err, "a's claim and handoff.give spans reach Jaeger")
 
 	// The delivery span (from a or b) is in the producer's trace.
 	var deliver jaegertest.Span
 	for _, svc := range []string{svcA, svcB} {
-		spans, err := jaegertest.QuerySpans(ctx, base, svc, jaegertest.WithOperation(observability.SpanDeliver), jaegertest.Lookback(time.Hour))
+		spans, err := jaegertest.QuerySpans(ctx, base, svc, jaegertest.WithOperation(observability.SpanDeliver), jaegertest.Lookback(time.Hour), jaegertest.WithClient(client))
 		require.NoError(t, err)
 		for _, s := range jaegertest.Filter(spans, jaegertest.Tagged(observability.AttrMessagingMessageID, res.IDs[0].String())) {
 			deliver = s
@@ -154,4 +157,5 @@ func TestJaegerSeesOwnershipChangesAndJoinedDeliveries(t *testing.T) {
 	ctxStop, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelStop()
 	require.NoError(t, b.rt.Stop(ctxStop))
+	require.NoError(t, a.rt.Stop(ctxStop))
 }

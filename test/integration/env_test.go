@@ -92,7 +92,7 @@ func (e *env) join(slot string, o startOpts) *proc {
 // finish stops the load, waits for every event to reach the sink, reads
 // the report, prints its summary line, stops the workers gracefully and
 // checks their processes and logs.
-func (e *env) finish(scenario string) report {
+func (e *env) finish(scenario string, also ...func(*report)) report {
 	e.t.Helper()
 	if e.load != nil {
 		e.load.stop()
@@ -102,6 +102,9 @@ func (e *env) finish(scenario string) report {
 	r.convergences = e.joins
 	if e.load != nil {
 		r.extra = append(r.extra, fmt.Sprintf("append_errors=%d", e.load.failed.Load()))
+	}
+	for _, f := range also {
+		f(&r)
 	}
 	fmt.Println(r.line())
 	if !settled {
@@ -129,6 +132,9 @@ func requireSafe(t *testing.T, r report) {
 	}
 	if r.overlaps != 0 {
 		t.Errorf("%s: %d leases taken while still valid without evidence", r.scenario, r.overlaps)
+	}
+	if r.staleCheckpoints != 0 {
+		t.Errorf("%s: %d checkpoint writes landed from a worker that did not own the bucket", r.scenario, r.staleCheckpoints)
 	}
 	if r.order != 0 {
 		t.Errorf("%s: %d first deliveries out of stream order", r.scenario, r.order)

@@ -376,3 +376,45 @@ func (o *observer) ownedSummary() string {
 	}
 	return b.String()
 }
+
+// lastPass returns the start of the last pass of worker that landed
+// before t (its last membership heartbeat): the worker's EnsureHeld judges
+// by a renewal that started no later than that.
+func (o *observer) lastPass(worker string, before time.Time) time.Time {
+	o.t.Helper()
+	var at *time.Time
+	err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT max(heartbeat_at) FROM %s.obs_member_log
+		WHERE subscription = $1 AND worker = $2 AND at < $3`, o.q), o.sub, worker, before).Scan(&at)
+	if err != nil || at == nil {
+		o.t.Fatalf("observer: last pass of %s: %v", worker, err)
+	}
+	return *at
+}
+
+// firstGrant returns when worker was next granted a bucket after t, or a
+// far future time if it never was.
+func (o *observer) firstGrant(worker string, after time.Time) time.Time {
+	o.t.Helper()
+	var at *time.Time
+	err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT min(tx_now) FROM %s.obs_lease_log
+		WHERE subscription = $1 AND new_owner = $2 AND at > $3`, o.q), o.sub, worker, after).Scan(&at)
+	if err != nil {
+		o.t.Fatalf("observer: first grant of %s: %v", worker, err)
+	}
+	if at == nil {
+		return after.Add(24 * time.Hour)
+	}
+	return *at
+}
+
+// deadLetters counts the subscription's dead letters.
+func (o *observer) deadLetters() int64 {
+	o.t.Helper()
+	var n int64
+	err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT count(*) FROM %s.dead_letters WHERE subscription = $1`, o.q),
+		o.sub).Scan(&n)
+	if err != nil {
+		o.t.Fatalf("observer: dead letters: %v", err)
+	}
+	return n
+}

@@ -29,6 +29,9 @@ type report struct {
 	// the event's bucket at that moment (by the lease log).
 	stale        int64
 	staleByOwner map[string]int64 // "worker bucket" → stale deliveries
+	// staleCheckpoints: checkpoint writes that landed while the writer did
+	// not own the bucket (the fence must stop every one).
+	staleCheckpoints int64
 	// order: first deliveries of a stream out of version order, or with a
 	// version missing before them.
 	order int64
@@ -126,6 +129,14 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 		r.staleByOwner[fmt.Sprintf("%s b%d", app, b)] = n
 	}
 	must(rows.Err(), "stale")
+
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_checkpoint_log c
+		LEFT JOIN LATERAL (
+			SELECT l.new_owner FROM %[1]s.obs_lease_log l
+			WHERE l.subscription = c.subscription AND l.bucket = c.bucket AND l.at <= c.at
+			ORDER BY l.at DESC LIMIT 1) o ON true
+		WHERE c.subscription = $1 AND o.new_owner IS DISTINCT FROM c.app`, o.q), o.sub).Scan(&r.staleCheckpoints),
+		"stale checkpoints")
 
 	trs := o.transitions(ctx)
 	for _, tr := range trs {
@@ -264,8 +275,8 @@ func (r report) line() string {
 	if r.kind != "" {
 		fmt.Fprintf(&b, " lease=%s", r.kind)
 	}
-	fmt.Fprintf(&b, " appended=%d handled=%d lost=%d duplicates=%d regressions=%d overlaps=%d stale=%d order=%d",
-		r.appended, r.handled, r.lost, r.duplicates, r.regressions, r.overlaps, r.stale, r.order)
+	fmt.Fprintf(&b, " appended=%d handled=%d lost=%d duplicates=%d regressions=%d overlaps=%d stale=%d stale_checkpoints=%d order=%d",
+		r.appended, r.handled, r.lost, r.duplicates, r.regressions, r.overlaps, r.stale, r.staleCheckpoints, r.order)
 	fmt.Fprintf(&b, " takeovers(expired/evidence/consent)=%d/%d/%d", r.expired, r.evidence, r.consent)
 	fmt.Fprintf(&b, " failover_p50=%s failover_max=%s (n=%d)", pct(r.failovers, 50), pct(r.failovers, 100), len(r.failovers))
 	fmt.Fprintf(&b, " convergence_p50=%s convergence_max=%s (n=%d)", pct(r.convergences, 50), pct(r.convergences, 100), len(r.convergences))

@@ -1,0 +1,73 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// TestZombie: a worker is frozen with SIGSTOP past its ttl while events
+// flow; the others take its buckets once its leases expire (a frozen
+// process keeps its session open, so even session leases wait for the
+// expiry). Woken with SIGCONT, it must stop on its lost leases: no
+// delivery starts between the moment its EnsureHeld had to fail (its last
+// landed renewal + ttl − margin) and its next grant, no checkpoint of its
+// lands, and it rejoins. Its late writes (the delivery in flight when it
+// froze) are counted.
+func TestZombie(t *testing.T) {
+	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
+		t.Run(kind.String(), func(t *testing.T) {
+			e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: 32, Kind: kind, HandlerDelay: time.Millisecond})
+			e.startWorkers(4, startOpts{})
+			e.startLoad(pick(150, 300), 200)
+			time.Sleep(pick(time.Second, 5*time.Second))
+
+			z := e.c.current("w1")
+			watch := watchDeliveries(z)
+			defer watch.stop()
+			time.Sleep(200 * time.Millisecond)
+			frozen := time.Now()
+			e.c.pause(z)
+			e.faults = append(e.faults, fault{worker: z.id, at: frozen})
+			if _, ok := e.o.waitTakenFrom(z.id, 60*time.Second); !ok {
+				t.Fatalf("the zombie's buckets were never taken: %s", e.o.ownedSummary())
+			}
+			time.Sleep(pick(time.Second, 10*time.Second))
+			woke := time.Now()
+			e.c.resume(z)
+			at, ok := e.o.waitFairSplit(e.c.live, 60*time.Second)
+			if !ok {
+				t.Errorf("the zombie never rejoined: %s", e.o.ownedSummary())
+			} else {
+				e.joins = append(e.joins, at.Sub(woke))
+			}
+			time.Sleep(pick(time.Second, 5*time.Second))
+
+			r := e.finish("zombie", func(r *report) {
+				mustStop := e.o.lastPass(z.id, woke).Add(e.cfg.Lease.TTL - e.cfg.Lease.Margin)
+				regrant := e.o.firstGrant(z.id, woke)
+				n, first := watch.startedWithin(mustStop, regrant)
+				var late int64
+				for k, v := range r.staleByOwner {
+					var w string
+					var b int
+					if _, err := fmt.Sscanf(k, "%s b%d", &w, &b); err == nil && w == z.id {
+						late += v
+					}
+				}
+				r.extra = append(r.extra, fmt.Sprintf("zombie_late_writes=%d zombie_deliveries_after_fence=%v", late, n))
+				if watch.latest() == 0 {
+					t.Errorf("the zombie's /metrics never showed a delivery")
+				}
+				if n > 0 {
+					t.Errorf("zombie %s started %v deliveries after its leases could no longer be trusted (%v) and before its next grant (%v); first seen %v",
+						z.id, n, mustStop.Format(time.StampMilli), regrant.Format(time.StampMilli), first.Format(time.StampMilli))
+				}
+			})
+			requireSafe(t, r)
+		})
+	}
+}
