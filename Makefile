@@ -50,5 +50,4 @@ jaeger:
 
 ## test-jaeger: end-to-end: two workers and a producer export to a real Jaeger.
 test-jaeger:
-	tools/jaeger/jaeger.sh start >/dev/null
-	KUMI_JAEGER_URL=http://127.0.0.1:16686 $(GO) test -count=1 -tags jaeger -v -run 'Jaeger' ./observability/... ./test/e2e/
+	eval "$$(tools/jaeger/jaeger.sh start)" && $(GO) test -count=1 -tags jaeger -v -run 'Jaeger' ./observability/... ./test/e2e/

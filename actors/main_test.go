@@ -151,12 +151,7 @@ func (w *testWorker) stop(t *testing.T) {
 // kill stops a worker without any graceful step: its actors stop, its
 // connections close, and its leases stay in the table until they expire.
 func (w *testWorker) kill(t *testing.T) {
-	g := w.group.g
-	w.rt.mu.Lock()
-	delete(w.rt.groups, w.group)
-	w.rt.mu.Unlock()
-	_ = w.sys.Root.StopFuture(w.group.coordinator).Wait()
-	g.finish(nil)
+	w.group.Abort()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, w.rt.Stop(ctx))

@@ -288,6 +288,20 @@ func (gr *Group) Stop(ctx context.Context) error {
 	return gr.g.err
 }
 
+// Abort stops the group at once, as a crash would: readers stop without
+// finishing their in-flight events or flushing checkpoints, and no lease is
+// released. Other workers take the buckets over when the leases expire (for
+// the session kind, at once: the session closes). Events after the last
+// flushed checkpoint are delivered again by the next owner. Use [Group.Stop]
+// for a graceful stop.
+func (gr *Group) Abort() {
+	_ = gr.g.rt.system.Root.StopFuture(gr.coordinator).Wait()
+	gr.g.finish(nil)
+	gr.g.rt.mu.Lock()
+	delete(gr.g.rt.groups, gr)
+	gr.g.rt.mu.Unlock()
+}
+
 func (g *group) finish(err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

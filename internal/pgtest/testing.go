@@ -62,6 +62,9 @@ func run(m *testing.M, ignore []goleak.Option) int {
 		opts := append([]goleak.Option{
 			// pgx's pool health checker stops asynchronously after Close.
 			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+			// protoactor's dead-letter throttle ends its goroutine one
+			// period after the last dead letter.
+			goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
 		}, ignore...)
 		if err := goleak.Find(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)

@@ -1,3 +1,5 @@
+//go:build jaeger
+
 package jaegertest_test
 
 import (
@@ -24,13 +26,12 @@ import (
 )
 
 // TestRealJaeger exports kumi spans over OTLP/HTTP to a running Jaeger and
-// reads them back through its query API. It runs when KUMI_JAEGER_URL is
-// set — `eval "$(tools/jaeger/jaeger.sh start)"` sets it and
-// OTEL_EXPORTER_OTLP_ENDPOINT.
+// reads them back through its query API. It is built with the jaeger tag
+// and needs KUMI_JAEGER_URL: `make test-jaeger` starts Jaeger and sets it.
 func TestRealJaeger(t *testing.T) {
 	base := os.Getenv("KUMI_JAEGER_URL")
 	if base == "" {
-		t.Skip("KUMI_JAEGER_URL not set; run `eval \"$(tools/jaeger/jaeger.sh start)\"` first")
+		t.Fatal("KUMI_JAEGER_URL is not set: run `make test-jaeger`, which starts Jaeger and sets it")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -32,8 +32,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // OTEL_EXPORTER_OTLP_ENDPOINT) as service.
 func exporter(t *testing.T, service string) *sdktrace.TracerProvider {
 	t.Helper()
-	exp, err := otlptracehttp.New(context.Background())
+	client := &http.Client{}
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithHTTPClient(client))
 	require.NoError(t, err)
+	t.Cleanup(client.CloseIdleConnections)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(100*time.Millisecond)),
 		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", service))))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
