@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// database is where the demo runs: the user's (DATABASE_URL) or a
+// throwaway server of its own.
+type database struct {
+	url      string // given to the workers through their environment
+	schema   string
+	embedded *pgtest.Server
+	pool     *pgxpool.Pool
+	store    *eventsource.Store
+	// dropSchema: the schema is the demo's own, made for this run.
+	dropSchema bool
+	// describe says where the data lives, without a password.
+	describe string
+}
+
+// openDatabase connects to DATABASE_URL, or starts the embedded server.
+// Its errors say what to do and never repeat a password.
+func openDatabase(ctx context.Context, cfg config) (*database, error) {
+	db := &database{}
+	if url := os.Getenv("DATABASE_URL"); url != "" {
+		if cfg.pgPort != 0 {
+			return nil, errors.New("-pg-port is for the embedded PostgreSQL, but DATABASE_URL is set")
+		}
+		db.url = url
+		db.schema = cfg.schema
+		if db.schema == "" {
+			var b [3]byte
+			_, _ = rand.Read(b[:])
+			db.schema = "kumi_demo_" + hex.EncodeToString(b[:])
+			db.dropSchema = !cfg.keep
+		}
+		db.describe = fmt.Sprintf("DATABASE_URL, schema %q", db.schema)
+		if db.dropSchema {
+			db.describe += " (dropped on exit)"
+		}
+	} else {
+		if cfg.schema != "" || cfg.keep {
+			return nil, errors.New("-schema and -keep are for DATABASE_URL; the embedded PostgreSQL is removed on exit")
+		}
+		s, err := pgtest.Start(ctx, pgtest.Options{Port: cfg.pgPort, MaxConnections: 200})
+		if err != nil {
+			hint := ""
+			if cfg.pgPort != 0 {
+				hint = " (-pg-port 0 picks a free port)"
+			}
+			return nil, fmt.Errorf("start the embedded PostgreSQL: %w%s", err, hint)
+		}
+		db.embedded, db.url, db.schema = s, s.URL, eventsource.SchemaDefault
+		db.describe = fmt.Sprintf("embedded PostgreSQL on 127.0.0.1:%d (removed on exit)", s.Port())
+	}
+	pool, err := worker.ConnectPool(ctx, db.url, 6)
+	if err != nil {
+		db.close()
+		if db.embedded == nil {
+			return nil, fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		return nil, err
+	}
+	db.pool = pool
+	if db.store, err = eventsource.New(pool, eventsource.Config{Schema: db.schema}); err != nil {
+		db.close()
+		return nil, fmt.Errorf("-schema: %w", err)
+	}
+	if err := db.migrate(ctx); err != nil {
+		db.close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// migrate creates the tables before the workers start (they would, too)
+// and the sink the workers record deliveries in.
+func (db *database) migrate(ctx context.Context) error {
+	if err := db.store.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate the event store: %w", err)
+	}
+	if err := leasestore.Migrate(ctx, db.pool, db.schema); err != nil {
+		return fmt.Errorf("migrate the lease store: %w", err)
+	}
+	if _, err := db.pool.Exec(ctx, worker.SinkDDL(db.schema)); err != nil {
+		return fmt.Errorf("create the sink table: %w", err)
+	}
+	return nil
+}
+
+// close drops the demo's own schema and stops the embedded server.
+func (db *database) close() {
+	if db.pool != nil {
+		if db.dropSchema {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, _ = db.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{db.schema}.Sanitize()+" CASCADE")
+			cancel()
+		}
+		db.pool.Close()
+	}
+	if db.embedded != nil {
+		db.embedded.Stop()
+	}
+}
+
+// kumiCommand is how to look at this run with the operator CLI.
+func (db *database) kumiCommand(subscription, category string) string {
+	schema := ""
+	if db.schema != eventsource.SchemaDefault {
+		schema = " --schema " + db.schema
+	}
+	prefix := ""
+	if db.embedded != nil {
+		prefix = fmt.Sprintf("DATABASE_URL='%s' ", db.embedded.URL)
+	}
+	return fmt.Sprintf("%sgo run ./cmd/kumi%s status -s %s -c %s", prefix, schema, subscription, category)
+}

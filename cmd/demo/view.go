@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/term"
+
+	"github.com/kumi-run/kumi/internal/worker"
+)
+
+// sample is one reading of the database: the subscription's buckets and
+// the sink's counts per worker.
+type sample struct {
+	at         time.Time
+	in         worker.Inspection
+	handled    int64            // distinct events in the sink
+	deliveries int64            // sink deliveries, duplicates included
+	byWorker   map[string]int64 // distinct events first handled by each worker
+}
+
+// poll reads a sample, logs the ownership changes since the last one and
+// updates the rates.
+func (d *demo) poll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	in, err := worker.Inspect(ctx, d.db.store, subscription, category)
+	if err != nil {
+		d.warnOnce("poll", "reading the subscription's state failed: %s", worker.RedactURL(err.Error()))
+		return
+	}
+	s := &sample{at: time.Now(), in: in, byWorker: map[string]int64{}}
+	rows, _ := d.db.pool.Query(ctx, `SELECT worker, count(*), sum(deliveries) FROM `+
+		pgx.Identifier{d.db.schema}.Sanitize()+`.sink WHERE subscription = $1 GROUP BY worker`, subscription)
+	for rows.Next() {
+		var w string
+		var n, dl int64
+		if err := rows.Scan(&w, &n, &dl); err != nil {
+			break
+		}
+		s.byWorker[w] = n
+		s.handled += n
+		s.deliveries += dl
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		d.warnOnce("sink", "reading the sink failed: %s", worker.RedactURL(err.Error()))
+		return
+	}
+	prev := d.cur
+	d.cur = s
+	if prev == nil {
+		d.ownership(nil, s)
+		return
+	}
+	d.ownership(prev, s)
+	if dt := s.at.Sub(prev.at).Seconds(); dt > 0 {
+		d.rate = smooth(d.rate, float64(s.handled-prev.handled)/dt)
+		for w, n := range s.byWorker {
+			d.wrate[w] = smooth(d.wrate[w], float64(n-prev.byWorker[w])/dt)
+		}
+	}
+}
+
+func smooth(old, now float64) float64 { return 0.6*old + 0.4*now }
+
+func (d *demo) warnOnce(key, format string, args ...any) {
+	if d.warned[key] {
+		return
+	}
+	d.warned[key] = true
+	d.logf("warn", format, args...)
+}
+
+// ownership logs the buckets whose effective owner (one with an unexpired
+// lease) changed between two samples, grouped by who took them.
+func (d *demo) ownership(prev, cur *sample) {
+	type key struct{ to, from, how string }
+	moved := map[key][]int{}
+	var keys []key
+	prevOwner := map[int]worker.BucketRow{}
+	if prev != nil {
+		for _, r := range prev.in.Rows {
+			prevOwner[r.Bucket] = r
+		}
+	}
+	for _, r := range cur.in.Rows {
+		p := prevOwner[r.Bucket]
+		was, now := effective(p), effective(r)
+		if was == now && (now == "" || p.Epoch == r.Epoch) {
+			continue
+		}
+		var k key
+		switch {
+		case now != "":
+			k = key{to: now, from: was, how: "took"}
+		case r.Owner == "":
+			k = key{from: was, how: "released"}
+		default:
+			k = key{from: was, how: "expired"}
+		}
+		if _, ok := moved[k]; !ok {
+			keys = append(keys, k)
+		}
+		moved[k] = append(moved[k], r.Bucket)
+	}
+	for _, k := range keys {
+		list := joinInts(moved[k])
+		switch k.how {
+		case "took":
+			from := ""
+			if k.from != "" {
+				from = " from " + k.from
+			}
+			d.logf("owner", "%s took %s%s", k.to, list, from)
+		case "released":
+			d.logf("owner", "%s released %s", k.from, list)
+		case "expired":
+			d.logf("owner", "%s's lease on %s expired", k.from, list)
+		}
+	}
+}
+
+// effective is a bucket's owner if its lease is unexpired, else "".
+func effective(r worker.BucketRow) string {
+	if r.Live {
+		return r.Owner
+	}
+	return ""
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, " ")
+}
+
+// render draws the live view, or in plain mode prints a status line every
+// second.
+func (d *demo) render() {
+	if !d.tui {
+		if d.cur != nil && time.Since(d.lastLine) >= time.Second {
+			d.lastLine = time.Now()
+			fmt.Fprintf(d.out, "%7.1fs  %-7s %s\n", time.Since(d.start).Seconds(), "status", d.statusLine())
+		}
+		return
+	}
+	d.screen.draw(d.frame(d.screen.width()))
+}
+
+// statusLine is plain mode's periodic summary.
+func (d *demo) statusLine() string {
+	s := d.cur
+	owned := s.in.OwnedBy()
+	var names []string
+	for w := range owned {
+		names = append(names, w)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, w := range names {
+		parts = append(parts, fmt.Sprintf("%s:%d", w, owned[w]))
+	}
+	var lag int64
+	for _, r := range s.in.Rows {
+		lag += max(r.Lag, 0)
+	}
+	return fmt.Sprintf("appended %d · handled %d (%.0f/s) · duplicates %d · lag %d · owners %s",
+		d.prod.appended.Load(), s.handled, d.rate, s.deliveries-s.handled, lag, strings.Join(parts, " "))
+}
+
+// frame is the live view, one string per line.
+func (d *demo) frame(width int) []string {
+	c := colors(os.Getenv("NO_COLOR") == "")
+	var lines []string
+	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	elapsed := time.Since(d.start).Truncate(100 * time.Millisecond)
+	clock := elapsed.String()
+	if d.cfg.duration > 0 {
+		clock += " / " + d.cfg.duration.String()
+	}
+	add("%skumi demo%s  subscription %s · category %s · %d buckets · %s leases (ttl %v) · %s  %s[%s]%s",
+		c.bold, c.reset, subscription, category, d.cfg.buckets, d.cfg.lease, d.cfg.ttl, clock, c.dim, d.phase, c.reset)
+	add("%sdatabase%s  %s", c.dim, c.reset, d.db.describe)
+	add("%straces%s    %s", c.dim, c.reset, d.tracing)
+	if d.cur == nil {
+		add("")
+		add("waiting for the first reading…")
+		return lines
+	}
+	s := d.cur
+	add("%sproducer%s  %d appended at %d/s target · head position %d", c.dim, c.reset, d.prod.appended.Load(),
+		d.cfg.rate, s.in.Head)
+	add("%shandled%s   %d distinct (%.0f/s) · %d deliveries · %d duplicates", c.dim, c.reset, s.handled, d.rate,
+		s.deliveries, s.deliveries-s.handled)
+	add("")
+
+	owned := s.in.OwnedBy()
+	members := map[string]bool{}
+	for _, m := range s.in.Members {
+		members[m.Worker] = m.Live && !m.SessionGone
+	}
+	add("%sWORKER  PID      STATE     MEMBER  BUCKETS  HANDLED  RATE%s", c.bold, c.reset)
+	for _, p := range d.fleet.all() {
+		member := "-"
+		if live, ok := members[p.name]; ok {
+			member = map[bool]string{true: "live", false: "lapsed"}[live]
+		}
+		state := p.State()
+		add("%s  %-7d  %-8s  %-6s  %7d  %7d  %4.0f/s", c.worker(p.name, fmt.Sprintf("%-6s", p.name)), p.Pid(),
+			state, member, owned[p.name], s.byWorker[p.name], d.wrate[p.name])
+	}
+	add("")
+
+	const cell = 38
+	cols := max(1, min(4, (width+2)/(cell+3)))
+	head := fmt.Sprintf("%-6s %-6s %5s %10s %6s", "BUCKET", "OWNER", "EPOCH", "CHECKPOINT", "LAG")
+	add("%s%s%s", c.bold, strings.Repeat(head+"   ", cols-1)+head, c.reset)
+	rows := s.in.Rows
+	per := (len(rows) + cols - 1) / cols
+	for i := range per {
+		var cells []string
+		for col := range cols {
+			j := col*per + i
+			if j >= len(rows) {
+				break
+			}
+			r := rows[j]
+			owner := "-"
+			switch {
+			case r.Live && r.ClaimWorker != "":
+				owner = r.Owner + "→"
+			case r.Live:
+				owner = r.Owner
+			case r.Owner != "":
+				owner = r.Owner + "✗"
+			}
+			lag := "-"
+			if r.Lag >= 0 {
+				lag = strconv.FormatInt(r.Lag, 10)
+			}
+			text := fmt.Sprintf("%6d %s %5d %10d %6s", r.Bucket, c.worker(r.Owner, fmt.Sprintf("%-6s", owner)), r.Epoch,
+				r.Checkpoint, lag)
+			cells = append(cells, text)
+		}
+		add("%s", strings.Join(cells, "   "))
+	}
+	add("%s→ handing over to a claimant · ✗ lease expired%s", c.dim, c.reset)
+	add("")
+	if d.final != nil && d.phase != "running" {
+		add("missing %d of %d appended", d.final.Missing, d.final.Appended)
+	}
+	n := 8
+	start := max(0, len(d.log)-n)
+	for _, e := range d.log[start:] {
+		add("%s%7.1fs%s  %-7s %s", c.dim, e.at.Seconds(), c.reset, e.kind, e.text)
+	}
+	for range n - (len(d.log) - start) {
+		add("")
+	}
+	if d.keys != nil && d.phase == "running" {
+		add("%skeys: a add a worker · l graceful leave · k kill -9 the busiest · q finish%s", c.dim, c.reset)
+	}
+	return lines
+}
+
+// palette holds the escape sequences of the view (empty with NO_COLOR).
+type palette struct {
+	bold, dim, reset string
+	on               bool
+}
+
+func colors(on bool) palette {
+	if !on {
+		return palette{}
+	}
+	return palette{bold: "\x1b[1m", dim: "\x1b[2m", reset: "\x1b[0m", on: true}
+}
+
+// worker colours text by the worker id it names ("w3").
+func (p palette) worker(id, text string) string {
+	if !p.on || len(id) < 2 || id[0] != 'w' {
+		return text
+	}
+	n, err := strconv.Atoi(id[1:])
+	if err != nil {
+		return text
+	}
+	codes := []string{"36", "33", "35", "32", "34", "31", "96", "93", "95", "92"}
+	return "\x1b[" + codes[(n-1)%len(codes)] + "m" + text + "\x1b[0m"
+}
+
+// screen redraws a frame in place: it moves the cursor back up over the
+// previous frame and overwrites it, so the terminal's scroll-back keeps
+// what came before and the last frame stays when the demo ends.
+type screen struct {
+	out    io.Writer
+	fd     int
+	height int // lines of the previous frame
+	closed bool
+}
+
+func newScreen(out io.Writer) *screen {
+	s := &screen{out: out, fd: -1}
+	if f, ok := out.(*os.File); ok {
+		s.fd = int(f.Fd())
+	}
+	fmt.Fprint(out, "\x1b[?25l") // hide the cursor
+	return s
+}
+
+func (s *screen) width() int {
+	if s.fd >= 0 {
+		if w, _, err := term.GetSize(s.fd); err == nil && w > 0 {
+			return w
+		}
+	}
+	return 100
+}
+
+func (s *screen) draw(lines []string) {
+	if s.closed {
+		return
+	}
+	w := s.width()
+	var b strings.Builder
+	if s.height > 0 {
+		fmt.Fprintf(&b, "\r\x1b[%dA", s.height)
+	}
+	for _, l := range lines {
+		b.WriteString(truncate(l, w-1))
+		b.WriteString("\x1b[K\r\n") // \r: in raw mode \n does not return
+	}
+	b.WriteString("\x1b[J")
+	s.height = len(lines)
+	_, _ = io.WriteString(s.out, b.String())
+}
+
+// close shows the cursor again; the last frame stays on the screen.
+func (s *screen) close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	fmt.Fprint(s.out, "\x1b[?25h")
+}
+
+// truncate cuts s to n visible columns, keeping escape sequences whole.
+func truncate(s string, n int) string {
+	var b strings.Builder
+	visible := 0
+	cut := false
+	for i := 0; i < len(s); {
+		if s[i] == 0x1b {
+			j := i + 1
+			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e || s[j] == '[') {
+				j++
+			}
+			if j < len(s) {
+				j++
+			}
+			b.WriteString(s[i:j])
+			i = j
+			continue
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		if visible >= n {
+			cut = true
+			i += size
+			continue
+		}
+		b.WriteString(s[i : i+size])
+		visible++
+		i += size
+	}
+	if cut {
+		b.WriteString("\x1b[0m")
+	}
+	return b.String()
+}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumi-run/kumi/eventsource"
+)
+
+type deadLettersCmd struct {
+	List    dlListCmd    `cmd:"" help:"List a subscription's dead letters, by position."`
+	Show    dlShowCmd    `cmd:"" help:"Show one dead letter and its event."`
+	Replay  dlReplayCmd  `cmd:"" help:"Hand dead-lettered events to a command, one at a time; mark each replayed when the command succeeds. Checkpoints are never moved."`
+	Discard dlDiscardCmd `cmd:"" help:"Delete dead letters (their events stay in the store)."`
+}
+
+type dlListCmd struct {
+	Subscription string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
+	Bucket       *int   `placeholder:"B" help:"Only this bucket's letters."`
+	After        int64  `placeholder:"POSITION" help:"Only letters of events after this position (to page)."`
+	Limit        int    `default:"100" placeholder:"N" help:"At most this many."`
+	All          bool   `help:"Include letters already replayed."`
+	JSON         bool   `name:"json" help:"Print JSON."`
+}
+
+type letterJSON struct {
+	Subscription string     `json:"subscription"`
+	Bucket       int        `json:"bucket"`
+	EventID      uuid.UUID  `json:"event_id"`
+	Position     int64      `json:"position"`
+	Stream       string     `json:"stream"`
+	Reason       string     `json:"reason"`
+	Attempts     int        `json:"attempts"`
+	CreatedAt    time.Time  `json:"created_at"`
+	ReplayedAt   *time.Time `json:"replayed_at"`
+}
+
+func letterOut(d eventsource.DeadLetter) letterJSON {
+	return letterJSON{Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.EventID, Position: d.Position,
+		Stream: d.Stream, Reason: d.Reason, Attempts: d.Attempts, CreatedAt: d.CreatedAt, ReplayedAt: d.ReplayedAt}
+}
+
+func (c *dlListCmd) Run(e *env) error {
+	if err := checkBucketFlag(c.Bucket); err != nil {
+		return err
+	}
+	if c.Limit < 1 {
+		return usageErrorf("--limit %d: must be at least 1", c.Limit)
+	}
+	store, err := e.connect()
+	if err != nil {
+		return err
+	}
+	letters, err := store.DeadLetters(e.ctx, c.Subscription, eventsource.DeadLetterFilter{
+		Bucket: c.Bucket, After: c.After, Limit: c.Limit, IncludeReplayed: c.All})
+	if err != nil {
+		return asUsage(notMigrated(e, err))
+	}
+	if c.JSON {
+		out := make([]letterJSON, 0, len(letters))
+		for _, d := range letters {
+			out = append(out, letterOut(d))
+		}
+		return e.printJSON(out)
+	}
+	if len(letters) == 0 {
+		what := "pending dead letters"
+		if c.All {
+			what = "dead letters"
+		}
+		fmt.Fprintf(e.stdout, "%q has no %s\n", c.Subscription, what)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tBUCKET\tEVENT\tSTREAM\tATTEMPTS\tCREATED\tSTATE\tREASON")
+	for _, d := range letters {
+		state := "pending"
+		if d.ReplayedAt != nil {
+			state = "replayed"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, d.Bucket, d.EventID, d.Stream, d.Attempts,
+			d.CreatedAt.UTC().Format(time.RFC3339), state, oneLine(d.Reason, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(letters) == c.Limit {
+		fmt.Fprintf(e.stdout, "(more may follow: --after %d)\n", letters[len(letters)-1].Position)
+	}
+	return nil
+}
+
+type dlShowCmd struct {
+	Subscription string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
+	Event        string `arg:"" name:"event-id" help:"The dead-lettered event's id."`
+	JSON         bool   `name:"json" help:"Print JSON."`
+}
+
+func (c *dlShowCmd) Run(e *env) error {
+	id, err := parseEventID(c.Event)
+	if err != nil {
+		return err
+	}
+	store, err := e.connect()
+	if err != nil {
+		return err
+	}
+	d, err := store.DeadLetter(e.ctx, c.Subscription, id)
+	if err != nil {
+		return asUsage(notMigrated(e, err))
+	}
+	ev, evErr := eventAt(e.ctx, store, d)
+	if c.JSON {
+		out := struct {
+			letterJSON
+			Event *eventJSON `json:"event"`
+		}{letterJSON: letterOut(d)}
+		if evErr == nil {
+			ej := eventOut(d.Subscription, ev)
+			out.Event = &ej
+		}
+		return e.printJSON(out)
+	}
+	state := "pending"
+	if d.ReplayedAt != nil {
+		state = "replayed at " + d.ReplayedAt.UTC().Format(time.RFC3339)
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "subscription  %s\nbucket        %d\nevent         %s\nposition      %d\nstream        %s\n",
+		d.Subscription, d.Bucket, d.EventID, d.Position, d.Stream)
+	fmt.Fprintf(w, "attempts      %d\ncreated       %s\nstate         %s\nreason        %s\n",
+		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, d.Reason)
+	if evErr != nil {
+		fmt.Fprintf(w, "event         (not readable: %v)\n", evErr)
+		return nil
+	}
+	fmt.Fprintf(w, "type          %s\nversion       %d\nrecorded      %s\n", ev.Type, ev.Version,
+		ev.RecordedAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "data          %s\n", indentJSON(ev.Data))
+	if len(ev.Metadata) > 0 {
+		fmt.Fprintf(w, "metadata      %s\n", indentJSON(ev.Metadata))
+	}
+	return nil
+}
+
+// eventAt reads a dead letter's event by its position.
+func eventAt(ctx context.Context, store *eventsource.Store, d eventsource.DeadLetter) (eventsource.RecordedEvent, error) {
+	evs, err := store.ReadAll(ctx, d.Position-1, 1)
+	if err != nil {
+		return eventsource.RecordedEvent{}, err
+	}
+	if len(evs) == 0 || evs[0].ID != d.EventID {
+		return eventsource.RecordedEvent{}, fmt.Errorf("no event %s at position %d", d.EventID, d.Position)
+	}
+	return evs[0], nil
+}
+
+type eventJSON struct {
+	Subscription string          `json:"subscription"`
+	EventID      uuid.UUID       `json:"event_id"`
+	Stream       string          `json:"stream"`
+	Version      int64           `json:"version"`
+	Position     int64           `json:"position"`
+	Type         string          `json:"type"`
+	Data         json.RawMessage `json:"data"`
+	Metadata     json.RawMessage `json:"metadata,omitempty"`
+	RecordedAt   time.Time       `json:"recorded_at"`
+}
+
+func eventOut(subscription string, ev eventsource.RecordedEvent) eventJSON {
+	return eventJSON{Subscription: subscription, EventID: ev.ID, Stream: ev.Stream, Version: ev.Version,
+		Position: ev.Position, Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata, RecordedAt: ev.RecordedAt}
+}
+
+type dlReplayCmd struct {
+	Subscription string   `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
+	Exec         string   `placeholder:"COMMAND" help:"Shell command run once per event, with the event as JSON on stdin and KUMI_SUBSCRIPTION, KUMI_EVENT_ID, KUMI_STREAM, KUMI_POSITION, KUMI_EVENT_TYPE set. Exit status 0 marks the letter replayed; any other stops the replay and leaves that letter pending."`
+	Event        []string `placeholder:"ID" help:"Replay only this event's letter (repeatable)."`
+	Bucket       *int     `placeholder:"B" help:"Only this bucket's letters."`
+	Limit        int      `placeholder:"N" help:"At most this many letters (default: all selected)."`
+	Again        bool     `help:"Include letters already replayed."`
+	DryRun       bool     `name:"dry-run" help:"List the letters that would be replayed and run nothing."`
+}
+
+func (c *dlReplayCmd) Run(e *env) error {
+	if c.Exec == "" && !c.DryRun {
+		return usageErrorf("say what handles the events: --exec COMMAND (or --dry-run to list them); " +
+			"to replay through your own handler, call eventsource.Store.ReplayDeadLetters from your service")
+	}
+	if err := checkBucketFlag(c.Bucket); err != nil {
+		return err
+	}
+	if c.Limit < 0 {
+		return usageErrorf("--limit %d: must not be negative", c.Limit)
+	}
+	if len(c.Event) > 0 && (c.Bucket != nil || c.Limit != 0) {
+		return usageErrorf("--event selects letters itself: drop --bucket and --limit")
+	}
+	ids := make([]uuid.UUID, 0, len(c.Event))
+	for _, s := range c.Event {
+		id, err := parseEventID(s)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	store, err := e.connect()
+	if err != nil {
+		return err
+	}
+	handler := c.handler(e)
+	total := 0
+	if len(ids) > 0 {
+		for _, id := range ids {
+			d, err := store.DeadLetter(e.ctx, c.Subscription, id)
+			if err != nil {
+				return asUsage(notMigrated(e, err))
+			}
+			if d.ReplayedAt != nil && !c.Again {
+				fmt.Fprintf(e.stdout, "event %s: already replayed at %s (--again to replay it anyway)\n",
+					id, d.ReplayedAt.UTC().Format(time.RFC3339))
+				continue
+			}
+			if c.DryRun {
+				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, d.Stream)
+				continue
+			}
+			// The one letter of this bucket at this position: positions
+			// are unique, so After = position-1, Limit 1 selects it.
+			b := d.Bucket
+			want := d.EventID
+			n, err := store.ReplayDeadLetters(e.ctx, c.Subscription, eventsource.DeadLetterFilter{
+				Bucket: &b, After: d.Position - 1, Limit: 1, IncludeReplayed: c.Again},
+				func(ctx context.Context, ev eventsource.RecordedEvent) error {
+					if ev.ID != want {
+						return fmt.Errorf("kumi replay: expected event %s, was handed %s (another replay ran at once?)", want, ev.ID)
+					}
+					return handler(ctx, ev)
+				})
+			total += n
+			if err != nil {
+				return replayFailed(e, total, err)
+			}
+			if n == 0 {
+				fmt.Fprintf(e.stdout, "event %s: not replayed (another replay holds it, or it was replayed meanwhile)\n", id)
+			}
+		}
+	} else {
+		filter := eventsource.DeadLetterFilter{Bucket: c.Bucket, Limit: c.Limit, IncludeReplayed: c.Again}
+		if c.DryRun {
+			return c.dryRun(e, store, filter)
+		}
+		n, err := store.ReplayDeadLetters(e.ctx, c.Subscription, filter, handler)
+		total += n
+		if err != nil {
+			return replayFailed(e, total, asUsage(notMigrated(e, err)))
+		}
+	}
+	if !c.DryRun {
+		fmt.Fprintf(e.stdout, "replayed %d dead letter(s) of %q; checkpoints unchanged\n", total, c.Subscription)
+	}
+	return nil
+}
+
+func (c *dlReplayCmd) dryRun(e *env, store *eventsource.Store, filter eventsource.DeadLetterFilter) error {
+	n := 0
+	for {
+		page := filter
+		page.Limit = 1000
+		if filter.Limit > 0 {
+			page.Limit = min(page.Limit, filter.Limit-n)
+		}
+		letters, err := store.DeadLetters(e.ctx, c.Subscription, page)
+		if err != nil {
+			return asUsage(notMigrated(e, err))
+		}
+		for _, d := range letters {
+			fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, d.Stream)
+		}
+		n += len(letters)
+		if len(letters) < page.Limit || (filter.Limit > 0 && n >= filter.Limit) {
+			fmt.Fprintf(e.stdout, "%d dead letter(s) would be replayed\n", n)
+			return nil
+		}
+		filter.After = letters[len(letters)-1].Position
+	}
+}
+
+func replayFailed(e *env, done int, err error) error {
+	fmt.Fprintf(e.stdout, "replayed %d dead letter(s) before the failure; checkpoints unchanged\n", done)
+	return fmt.Errorf("%w (that letter stays pending, its attempts counted)", err)
+}
+
+// handler runs c.Exec for one event.
+func (c *dlReplayCmd) handler(e *env) eventsource.ReplayHandler {
+	return func(ctx context.Context, ev eventsource.RecordedEvent) error {
+		in, err := json.Marshal(eventOut(c.Subscription, ev))
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", c.Exec)
+		cmd.Stdin = bytes.NewReader(append(in, '\n'))
+		var tail tailWriter
+		cmd.Stdout = e.stdout
+		cmd.Stderr = io.MultiWriter(e.stderr, &tail)
+		cmd.Env = append(os.Environ(),
+			"KUMI_SUBSCRIPTION="+c.Subscription,
+			"KUMI_EVENT_ID="+ev.ID.String(),
+			"KUMI_STREAM="+ev.Stream,
+			fmt.Sprintf("KUMI_POSITION=%d", ev.Position),
+			"KUMI_EVENT_TYPE="+ev.Type,
+		)
+		if err := cmd.Run(); err != nil {
+			if last := tail.last(); last != "" {
+				return fmt.Errorf("--exec for event %s (position %d): %w: %s", ev.ID, ev.Position, err, last)
+			}
+			return fmt.Errorf("--exec for event %s (position %d): %w", ev.ID, ev.Position, err)
+		}
+		return nil
+	}
+}
+
+type dlDiscardCmd struct {
+	Subscription string   `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
+	Events       []string `arg:"" name:"event-id" help:"The ids of the events whose letters to delete."`
+}
+
+func (c *dlDiscardCmd) Run(e *env) error {
+	ids := make([]uuid.UUID, 0, len(c.Events))
+	for _, s := range c.Events {
+		id, err := parseEventID(s)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	store, err := e.connect()
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, id := range ids {
+		ok, err := store.DeleteDeadLetter(e.ctx, c.Subscription, id)
+		if err != nil {
+			return asUsage(notMigrated(e, err))
+		}
+		if ok {
+			fmt.Fprintf(e.stdout, "discarded the dead letter of event %s\n", id)
+		} else {
+			missing = append(missing, id.String())
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%q has no dead letter for event %s", c.Subscription, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func parseEventID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, usageErrorf("event id %q is not a UUID", s)
+	}
+	return id, nil
+}
+
+func checkBucketFlag(b *int) error {
+	if b != nil && *b < 0 {
+		return usageErrorf("--bucket %d: buckets are numbered from 0", *b)
+	}
+	return nil
+}
+
+// oneLine flattens s to one line of at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func indentJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "              ", "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// tailWriter keeps the last line written to it.
+type tailWriter struct{ buf []byte }
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 4096 {
+		t.buf = t.buf[len(t.buf)-4096:]
+	}
+	return len(p), nil
+}
+
+func (t *tailWriter) last() string {
+	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// notMigrated adds the migrate hint to "relation/schema does not exist".
+func notMigrated(e *env, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("%w (schema %q has no kumi tables: run `kumi migrate`, or pass the right --schema)", err, e.schema)
+	}
+	return err
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+type relinquishCmd struct {
+	Subscription string        `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
+	Bucket       int           `required:"" placeholder:"B" help:"The bucket whose owner should hand it over."`
+	To           string        `placeholder:"WORKER" help:"The live worker to place the claim for (default: the least loaded live worker other than the owner)."`
+	Wait         time.Duration `default:"0s" placeholder:"DURATION" help:"Wait up to this long for the bucket to change hands and say where it went (0: do not wait)."`
+}
+
+// Run places the first phase of leasestore's two-phase handoff — a pending
+// claim — in the name of a live member other than the owner. The owner's next
+// reconfirm sees it, stops the bucket's reader, flushes its checkpoint and
+// hands the bucket over; the claimant activates it on its next pass. This
+// is the path a joining worker's claim takes, so nothing is delivered
+// twice and nothing is skipped. The claim names a live member because
+// leasestore treats a claim by anyone else as stale and clears it.
+func (c *relinquishCmd) Run(e *env) error {
+	if c.Bucket < 0 {
+		return usageErrorf("--bucket %d: buckets are numbered from 0", c.Bucket)
+	}
+	if c.Wait < 0 {
+		return usageErrorf("--wait %v: must not be negative", c.Wait)
+	}
+	store, err := e.connect()
+	if err != nil {
+		return err
+	}
+	in, err := worker.Inspect(e.ctx, store, c.Subscription, "")
+	if err != nil {
+		return asUsage(err)
+	}
+	if in.Buckets == 0 {
+		return fmt.Errorf("subscription %q has no buckets in schema %q: no worker has started it", c.Subscription, in.Schema)
+	}
+	if c.Bucket >= in.Buckets {
+		return usageErrorf("--bucket %d: subscription %q has buckets 0 to %d", c.Bucket, c.Subscription, in.Buckets-1)
+	}
+	row, ok := rowOf(in, c.Bucket)
+	if !ok {
+		return fmt.Errorf("subscription %q has no lease row for bucket %d", c.Subscription, c.Bucket)
+	}
+	switch {
+	case row.Owner == "":
+		return fmt.Errorf("bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", c.Bucket)
+	case !row.Live:
+		return fmt.Errorf("bucket %d's lease (owner %s) expired %s: the next pass of any worker takes it without a handoff",
+			c.Bucket, row.Owner, ago(in.Now, row.Expires))
+	case row.ClaimWorker != "":
+		return fmt.Errorf("bucket %d already has a pending claim by %s (placed %s): its owner %s is handing it over",
+			c.Bucket, row.ClaimWorker, ago(in.Now, row.ClaimedAt), row.Owner)
+	}
+	load := map[string]int{}
+	live := map[string]bool{}
+	for _, m := range in.Members {
+		if m.Live && !m.SessionGone {
+			live[m.Worker] = true
+			load[m.Worker] += 0
+		}
+	}
+	for _, r := range in.Rows {
+		if r.Live {
+			load[r.Owner]++
+		}
+		if r.ClaimWorker != "" {
+			load[r.ClaimWorker]++
+		}
+	}
+	target := c.To
+	switch {
+	case target == row.Owner:
+		return usageErrorf("--to %s: that worker is the bucket's owner", target)
+	case target != "" && !live[target]:
+		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", target, c.Subscription, c.Subscription)
+	case target == "":
+		var candidates []string
+		for w := range live {
+			if w != row.Owner {
+				candidates = append(candidates, w)
+			}
+		}
+		if len(candidates) == 0 {
+			return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
+				"(start another worker first; to stop %s, stop it gracefully)", row.Owner, c.Subscription, c.Bucket, row.Owner)
+		}
+		sort.Slice(candidates, func(i, j int) bool {
+			if load[candidates[i]] != load[candidates[j]] {
+				return load[candidates[i]] < load[candidates[j]]
+			}
+			return candidates[i] < candidates[j]
+		})
+		target = candidates[0]
+	}
+
+	var owner string
+	var epoch int64
+	err = pgx.BeginFunc(e.ctx, store.Pool(), func(tx pgx.Tx) error {
+		// The owner's renewal may hold the row for a moment; never wait long.
+		if _, err := tx.Exec(e.ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
+			return err
+		}
+		q := store.QuotedSchema()
+		err := tx.QueryRow(e.ctx, `UPDATE `+q+`.lease_buckets l SET claim_worker = $3, claimed_at = now()
+WHERE l.subscription = $1 AND l.bucket = $2
+  AND l.owner IS NOT NULL AND l.owner <> $3 AND l.expires_at > now() AND l.claim_worker IS NULL
+  AND EXISTS (SELECT 1 FROM `+q+`.lease_members m
+              WHERE m.subscription = l.subscription AND m.worker = $3 AND m.expires_at > now())
+RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epoch)
+		if err != nil {
+			return err
+		}
+		// Wake the workers at once; without it they see the claim on their
+		// next pass. The channel is leasestore's (docs/leases.md).
+		_, err = tx.Exec(e.ctx, "SELECT pg_notify($1, $2)", leaseChannel(store.Schema(), c.Subscription), "request:kumi-cli")
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's membership); "+
+			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, target, c.Subscription)
+	}
+	if err != nil {
+		return fmt.Errorf("place the claim: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s: it drains the bucket's reader, "+
+		"flushes its checkpoint and hands over on its next pass\n", owner, c.Bucket, epoch, target)
+	share := leasestore.FairShare(in.Buckets, max(in.LiveMembers(), 1))
+	if load[target] >= share {
+		fmt.Fprintf(e.stdout, "note: %s already holds its fair share (%d of ceil(%d/%d) = %d), so it will withdraw the claim; "+
+			"%s then keeps the bucket, or hands it over and claims it again — nothing is delivered twice either way\n",
+			target, load[target], in.Buckets, in.LiveMembers(), share, owner)
+	}
+	if c.Wait == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(c.Wait)
+	for {
+		cur, err := worker.Inspect(e.ctx, store, c.Subscription, "")
+		if err != nil {
+			return err
+		}
+		r, _ := rowOf(cur, c.Bucket)
+		if r.Epoch > epoch && r.Owner != "" {
+			fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, r.Owner, r.Epoch)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if r.ClaimWorker == "" && r.Owner == owner && r.Epoch == epoch {
+				fmt.Fprintf(e.stdout, "the claim was withdrawn: %s still holds bucket %d at epoch %d\n", owner, c.Bucket, epoch)
+				return nil
+			}
+			return fmt.Errorf("bucket %d did not change hands within %v (owner %q, claim %q); `kumi status -s %s` shows it",
+				c.Bucket, c.Wait, r.Owner, r.ClaimWorker, c.Subscription)
+		}
+		select {
+		case <-e.ctx.Done():
+			return e.ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// leaseChannel is leasestore's NOTIFY channel for a subscription: a hash
+// of the schema and the subscription (leasestore/sql.go, channelName). A
+// mismatch would only cost the wake-up: workers poll every heartbeat.
+func leaseChannel(schema, subscription string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(schema + "\x00" + subscription))
+	return fmt.Sprintf("kumi_lease_%016x", h.Sum64())
+}
+
+func rowOf(in worker.Inspection, bucket int) (worker.BucketRow, bool) {
+	for _, r := range in.Rows {
+		if r.Bucket == bucket {
+			return r, true
+		}
+	}
+	return worker.BucketRow{}, false
+}

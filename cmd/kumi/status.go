@@ -1,0 +1,247 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kumi-run/kumi/internal/worker"
+)
+
+type statusCmd struct {
+	Subscription string `short:"s" placeholder:"NAME" help:"The subscription to show; without it, a line per subscription of the schema."`
+	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it)."`
+	JSON         bool   `name:"json" help:"Print JSON instead of tables."`
+}
+
+func (s *statusCmd) Run(e *env) error {
+	store, err := e.connect()
+	if err != nil {
+		return err
+	}
+	if s.Subscription == "" {
+		if s.Category != "" {
+			return usageErrorf("--category needs --subscription")
+		}
+		subs, err := worker.Subscriptions(e.ctx, store)
+		if err != nil {
+			return err
+		}
+		return s.printOverview(e, subs)
+	}
+	in, err := worker.Inspect(e.ctx, store, s.Subscription, s.Category)
+	if err != nil {
+		return asUsage(err)
+	}
+	if len(in.Rows) == 0 {
+		return fmt.Errorf("subscription %q has no buckets in schema %q: no worker has started it "+
+			"(`kumi status` without --subscription lists the subscriptions)", s.Subscription, in.Schema)
+	}
+	if s.JSON {
+		return e.printJSON(statusJSON(in))
+	}
+	printStatus(e.stdout, in)
+	return nil
+}
+
+func (s *statusCmd) printOverview(e *env, subs []worker.SubscriptionSummary) error {
+	if s.JSON {
+		type row struct {
+			Subscription string `json:"subscription"`
+			Buckets      int    `json:"buckets"`
+			Held         int    `json:"held"`
+			Members      int    `json:"live_members"`
+			Checkpoints  int    `json:"checkpoints"`
+			DeadLetters  int    `json:"pending_dead_letters"`
+		}
+		out := make([]row, 0, len(subs))
+		for _, s := range subs {
+			out = append(out, row(s))
+		}
+		return e.printJSON(out)
+	}
+	if len(subs) == 0 {
+		fmt.Fprintf(e.stdout, "schema %q has no subscriptions yet\n", e.schema)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE MEMBERS\tCHECKPOINTS\tDEAD LETTERS")
+	for _, s := range subs {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", s.Subscription, s.Buckets, s.Held, s.Members, s.Checkpoints, s.DeadLetters)
+	}
+	return tw.Flush()
+}
+
+// printStatus writes an inspection as two tables: members, then buckets.
+func printStatus(w io.Writer, in worker.Inspection) {
+	held := 0
+	for _, r := range in.Rows {
+		if r.Live {
+			held++
+		}
+	}
+	fmt.Fprintf(w, "subscription %q in schema %q: %d buckets, %d held, %d live members, head position %d\n",
+		in.Subscription, in.Schema, in.Buckets, held, in.LiveMembers(), in.Head)
+	fmt.Fprintf(w, "(times are the database's: %s)\n\n", in.Now.UTC().Format(time.RFC3339))
+
+	owned := in.OwnedBy()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMBER\tKIND\tLIVE\tHEARTBEAT\tEXPIRES\tOWNS")
+	for _, m := range in.Members {
+		live := "yes"
+		switch {
+		case m.SessionGone:
+			live = "no (session gone)"
+		case !m.Live:
+			live = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.Worker, m.Kind, live, ago(in.Now, m.Heartbeat),
+			until(in.Now, m.Expires), owned[m.Worker])
+	}
+	if len(in.Members) == 0 {
+		fmt.Fprintln(tw, "(none)\t\t\t\t\t")
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUCKET\tOWNER\tEPOCH\tLEASE\tCLAIM\tCHECKPOINT\tLAG")
+	for _, r := range in.Rows {
+		owner, lease := r.Owner, until(in.Now, r.Expires)
+		switch {
+		case r.Owner == "":
+			owner, lease = "-", "free"
+		case !r.Live:
+			lease = "expired " + ago(in.Now, r.Expires)
+		}
+		claim := "-"
+		if r.ClaimWorker != "" {
+			claim = fmt.Sprintf("%s (%s)", r.ClaimWorker, ago(in.Now, r.ClaimedAt))
+		}
+		lag := "-"
+		if r.Lag >= 0 {
+			lag = fmt.Sprint(r.Lag)
+			if r.Lag > 0 && !r.Oldest.IsZero() {
+				lag += fmt.Sprintf(" (oldest %s)", ago(in.Now, r.Oldest))
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%s\n", r.Bucket, owner, r.Epoch, lease, claim, r.Checkpoint, lag)
+	}
+	_ = tw.Flush()
+	if in.Category == "" {
+		fmt.Fprintln(w, "\n(lag: pass --category to measure it)")
+	}
+}
+
+// ago says how long before now t was, "-" for a zero t.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return roundDur(now.Sub(t)) + " ago"
+}
+
+// until says how long after now t is, or how long ago it passed.
+func until(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	if d := t.Sub(now); d >= 0 {
+		return "in " + roundDur(d)
+	}
+	return "expired " + ago(now, t)
+}
+
+func roundDur(d time.Duration) string {
+	if d < 0 {
+		d = -d
+	}
+	switch {
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+type memberJSON struct {
+	Worker      string    `json:"worker"`
+	Kind        string    `json:"kind"`
+	Live        bool      `json:"live"`
+	SessionGone bool      `json:"session_gone"`
+	JoinedAt    time.Time `json:"joined_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	BackendPID  int       `json:"backend_pid,omitempty"`
+	Owns        int       `json:"owns"`
+}
+
+type bucketJSON struct {
+	Bucket           int        `json:"bucket"`
+	Owner            string     `json:"owner"`
+	Live             bool       `json:"live"`
+	Epoch            int64      `json:"epoch"`
+	GrantedAt        *time.Time `json:"granted_at"`
+	ExpiresAt        *time.Time `json:"expires_at"`
+	ExpiresInSeconds *float64   `json:"expires_in_seconds"`
+	ClaimWorker      string     `json:"claim_worker,omitempty"`
+	ClaimedAt        *time.Time `json:"claimed_at,omitempty"`
+	Checkpoint       int64      `json:"checkpoint"`
+	CheckpointAt     *time.Time `json:"checkpoint_at"`
+	// Lag is null when no category was given.
+	Lag           *int64   `json:"lag"`
+	OldestSeconds *float64 `json:"oldest_lag_seconds,omitempty"`
+}
+
+type statusOut struct {
+	Schema       string       `json:"schema"`
+	Subscription string       `json:"subscription"`
+	Category     string       `json:"category,omitempty"`
+	Now          time.Time    `json:"now"`
+	Head         int64        `json:"head"`
+	BucketCount  int          `json:"bucket_count"`
+	LiveMembers  int          `json:"live_members"`
+	Members      []memberJSON `json:"members"`
+	Buckets      []bucketJSON `json:"buckets"`
+}
+
+func statusJSON(in worker.Inspection) statusOut {
+	owned := in.OwnedBy()
+	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
+		Head: in.Head, BucketCount: in.Buckets, LiveMembers: in.LiveMembers(),
+		Members: []memberJSON{}, Buckets: []bucketJSON{}}
+	for _, m := range in.Members {
+		out.Members = append(out.Members, memberJSON{Worker: m.Worker, Kind: m.Kind.String(), Live: m.Live && !m.SessionGone,
+			SessionGone: m.SessionGone, JoinedAt: m.Joined, HeartbeatAt: m.Heartbeat, ExpiresAt: m.Expires,
+			BackendPID: m.BackendPID, Owns: owned[m.Worker]})
+	}
+	for _, r := range in.Rows {
+		b := bucketJSON{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch,
+			GrantedAt: timePtr(r.GrantedAt), ExpiresAt: timePtr(r.Expires), ClaimWorker: r.ClaimWorker,
+			ClaimedAt: timePtr(r.ClaimedAt), Checkpoint: r.Checkpoint, CheckpointAt: timePtr(r.CheckpointAt)}
+		if !r.Expires.IsZero() {
+			s := r.Expires.Sub(in.Now).Seconds()
+			b.ExpiresInSeconds = &s
+		}
+		if r.Lag >= 0 {
+			lag := r.Lag
+			b.Lag = &lag
+			if !r.Oldest.IsZero() && lag > 0 {
+				s := in.Now.Sub(r.Oldest).Seconds()
+				b.OldestSeconds = &s
+			}
+		}
+		out.Buckets = append(out.Buckets, b)
+	}
+	return out
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
