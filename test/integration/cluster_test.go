@@ -60,12 +60,18 @@ type proc struct {
 
 	mu       sync.Mutex
 	expected bool // the harness killed or stopped it
-	paused   bool
+	paused   bool // SIGSTOPped
+	cut      bool // its proxy cuts it off
 	exitErr  error
 }
 
 func newCluster(t testing.TB, cfg clusterConfig) *cluster {
-	c := &cluster{t: t, cfg: cfg, logDir: t.TempDir(), slots: map[string]*proc{}, incs: map[string]int{}}
+	logDir := t.TempDir()
+	if d := os.Getenv("KUMI_CHAOS_LOGS"); d != "" {
+		logDir = filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "_"))
+		_ = os.MkdirAll(logDir, 0o755)
+	}
+	c := &cluster{t: t, cfg: cfg, logDir: logDir, slots: map[string]*proc{}, incs: map[string]int{}}
 	t.Cleanup(c.shutdown)
 	return c
 }
@@ -213,6 +219,14 @@ func (c *cluster) pause(p *proc) {
 	_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGSTOP)
 }
 
+// markCut records that p is cut off from the database (or no longer), so
+// that live() leaves it out.
+func (c *cluster) markCut(p *proc, cut bool) {
+	p.mu.Lock()
+	p.cut = cut
+	p.mu.Unlock()
+}
+
 // resume is SIGCONT.
 func (c *cluster) resume(p *proc) {
 	p.mu.Lock()
@@ -234,9 +248,9 @@ func (c *cluster) live() []string {
 	var ids []string
 	for _, p := range c.slots {
 		p.mu.Lock()
-		paused := p.paused
+		away := p.paused || p.cut
 		p.mu.Unlock()
-		if p.running() && !paused {
+		if p.running() && !away {
 			ids = append(ids, p.id)
 		}
 	}
