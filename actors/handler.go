@@ -34,7 +34,25 @@ type Delivery struct {
 	// appended the event. Use it for the handler's own spans and calls.
 	Context context.Context
 
-	id uint64
+	id      uint64
+	replyTo *actor.PID
+}
+
+// Respond answers the delivery from outside its handling: a handler that
+// finishes an event later (after work of its own) keeps the *Delivery and
+// calls d.Respond(ctx, Ack{}) from whatever message it is handling then.
+// While handling the Delivery itself, plain ctx.Respond does the same.
+func (d *Delivery) Respond(ctx actor.SenderContext, reply any) {
+	ctx.Send(d.replyTo, &handlerReply{id: d.id, attempt: d.Attempt, msg: reply})
+}
+
+// handlerReply is a handler's answer, tagged with the delivery it answers
+// so that a late answer to an earlier attempt is never taken for the
+// current one.
+type handlerReply struct {
+	id      uint64
+	attempt int
+	msg     any
 }
 
 // Ack reports that the event was handled; the checkpoint may move past it.
@@ -57,21 +75,20 @@ type DeadLetter struct {
 	Reason string
 }
 
-// handlerPanicked is sent to the delivery's future when the handler
-// panicked while handling it, so the reader retries at once instead of
-// waiting for the timeout.
+// handlerPanicked answers a delivery whose handling panicked, so the
+// reader retries at once instead of waiting for the timeout.
 type handlerPanicked struct {
 	reason any
 }
 
-// panicReporter answers the sender of a message whose handling panicked,
+// panicReporter answers the reader of a delivery whose handling panicked,
 // then lets the panic go on to the supervisor, which restarts the handler.
 func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
 	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-		if _, ok := env.Message.(*Delivery); ok && env.Sender != nil {
+		if d, ok := env.Message.(*Delivery); ok {
 			defer func() {
 				if r := recover(); r != nil {
-					c.ActorSystem().Root.Send(env.Sender, &handlerPanicked{reason: r})
+					c.ActorSystem().Root.Send(d.replyTo, &handlerReply{id: d.id, attempt: d.Attempt, msg: &handlerPanicked{reason: r}})
 					panic(r)
 				}
 			}()
@@ -80,11 +97,25 @@ func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
 	}
 }
 
+// replyTagger tags what a handler sends to its reader while it handles a
+// Delivery (ctx.Respond) with that delivery.
+func replyTagger(next actor.SenderFunc) actor.SenderFunc {
+	return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
+		if d, ok := c.Message().(*Delivery); ok && target.Equal(d.replyTo) {
+			if _, tagged := env.Message.(*handlerReply); !tagged {
+				env.Message = &handlerReply{id: d.id, attempt: d.Attempt, msg: env.Message}
+			}
+		}
+		next(c, target, env)
+	}
+}
+
 // handlerProps returns a copy of the user's props with kumi's panic
-// reporter and supervisor.
+// reporter, reply tagger and supervisor.
 func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy) *actor.Props {
 	p := *user
-	return p.Configure(actor.WithReceiverMiddleware(panicReporter), actor.WithSupervisor(supervisor))
+	return p.Configure(actor.WithReceiverMiddleware(panicReporter), actor.WithSenderMiddleware(replyTagger),
+		actor.WithSupervisor(supervisor))
 }
 
 // CommitWithCheckpoint runs fn in a transaction that also moves the

@@ -142,7 +142,7 @@ func startWorker(t *testing.T, schema, name string, opts GroupOptions) *testWork
 }
 
 // stop is the graceful stop.
-func (w *testWorker) stop(t *testing.T) {
+func (w *testWorker) stop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, w.rt.Stop(ctx))
@@ -150,7 +150,7 @@ func (w *testWorker) stop(t *testing.T) {
 
 // kill stops a worker without any graceful step: its actors stop, its
 // connections close, and its leases stay in the table until they expire.
-func (w *testWorker) kill(t *testing.T) {
+func (w *testWorker) kill(t testing.TB) {
 	w.group.Abort()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -168,7 +168,7 @@ func (w *testWorker) owned() []int {
 }
 
 // seed appends n events round-robin over streams of category.
-func seed(t *testing.T, store *eventsource.Store, category string, streams, n int) {
+func seed(t testing.TB, store *eventsource.Store, category string, streams, n int) {
 	t.Helper()
 	ctx := context.Background()
 	for i := 0; i < n; i++ {
@@ -178,7 +178,7 @@ func seed(t *testing.T, store *eventsource.Store, category string, streams, n in
 	}
 }
 
-func newTestStore(t *testing.T) (*eventsource.Store, string) {
+func newTestStore(t testing.TB) (*eventsource.Store, string) {
 	t.Helper()
 	schema := pgtest.NewSchema(t)
 	s, err := eventsource.New(pgtest.Pool(t), eventsource.Config{Schema: schema})

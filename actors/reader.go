@@ -98,6 +98,10 @@ type reader struct {
 	ready      bool
 	held       bool // the queue is held (see updateHold)
 	overflowed error
+	span       observability.DeliverySpan
+	sentAt     time.Time
+	waiting    bool // the in-flight delivery awaits the handler's answer
+	tick       time.Duration
 }
 
 func (r *reader) Receive(ctx actor.Context) {
@@ -136,7 +140,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.draining = true
 		r.maybeFinishDrain(ctx)
 	case *redeliver:
-		if msg.gen == r && r.inflight != nil && r.inflight.id == msg.id {
+		if msg.gen == r && r.inflight != nil && r.inflight.id == msg.id && !r.waiting {
 			r.send(ctx)
 		}
 	case *deadLettered:
@@ -154,8 +158,11 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *flushTick:
 		if msg.gen == r {
 			r.flush(ctx, true)
-			r.after(ctx, r.g.opts.CheckpointInterval, &flushTick{gen: r})
+			r.checkTimeout(ctx)
+			r.after(ctx, r.tick, &flushTick{gen: r})
 		}
+	case *handlerReply:
+		r.onHandlerReply(ctx, msg)
 	case *drainReader:
 		r.draining = true
 		r.maybeFinishDrain(ctx)
@@ -169,7 +176,9 @@ func (r *reader) start(ctx actor.Context) {
 	_ = r.queue.Resume() // a restart clears a pause the last incarnation left
 	r.handler = ctx.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor))
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
-	r.after(ctx, r.g.opts.CheckpointInterval, &flushTick{gen: r})
+	// One timer serves the checkpoint interval and the handler timeout.
+	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
+	r.after(ctx, r.tick, &flushTick{gen: r})
 	r.async(ctx, func(c context.Context) any {
 		pos, err := r.g.store.Checkpoint(c, r.g.opts.Subscription, r.bucket)
 		return &checkpointLoaded{gen: r, pos: pos, err: err}
@@ -181,6 +190,10 @@ func (r *reader) shutdown(ctx actor.Context) {
 		return
 	}
 	r.stopped = true
+	if r.waiting {
+		r.waiting = false
+		r.span.End(observability.OutcomeCancelled, nil)
+	}
 	ctx.Send(r.g.publisher, &unsubscribe{PID: ctx.Self()})
 	if r.cancel != nil {
 		r.cancel()
@@ -329,16 +342,29 @@ func (r *reader) pump(ctx actor.Context) {
 // send delivers the in-flight event (again) to the handler.
 func (r *reader) send(ctx actor.Context) {
 	d := *r.inflight // a copy per attempt: the handler may keep it
-	var span observability.DeliverySpan
-	d.Context, span = r.g.telemetry.startDelivery(r.bg, &d)
-	f := ctx.RequestFuture(r.handler, &d, r.g.opts.HandlerTimeout)
-	ctx.ReenterAfter(f, func(res any, err error) {
-		if r.inflight == nil || r.inflight.id != d.id || r.stopped {
-			span.End(observability.OutcomeCancelled, nil)
-			return
-		}
-		r.onReply(ctx, res, err, span)
-	})
+	d.replyTo = ctx.Self()
+	d.Context, r.span = r.g.telemetry.startDelivery(r.bg, &d)
+	r.sentAt, r.waiting = time.Now(), true
+	ctx.Request(r.handler, &d)
+}
+
+// onHandlerReply matches a handler's answer to the delivery in flight.
+func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
+	if r.inflight == nil || !r.waiting || m.id != r.inflight.id || m.attempt != r.inflight.Attempt || r.stopped {
+		return // an answer to an attempt given up on (timeout), or to a stopped reader
+	}
+	r.waiting = false
+	r.onReply(ctx, m.msg, nil, r.span)
+}
+
+var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
+
+// checkTimeout treats a delivery unanswered for HandlerTimeout as a retry.
+func (r *reader) checkTimeout(ctx actor.Context) {
+	if r.inflight != nil && r.waiting && time.Since(r.sentAt) >= r.g.opts.HandlerTimeout {
+		r.waiting = false
+		r.onReply(ctx, nil, errHandlerTimeout, r.span)
+	}
 }
 
 // onReply acts on the handler's answer to the in-flight delivery.

@@ -1,0 +1,204 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// benchEvents is the pipeline drain's size; KUMI_BENCH_EVENTS overrides it.
+func benchEvents() int {
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_EVENTS")); err == nil && n > 0 {
+		return n
+	}
+	return 1_000_000
+}
+
+// seedBench inserts n events of category "bench" over 10,000 streams
+// straight into the table (as appends would have written them) and
+// sequences them.
+func seedBench(b *testing.B, s *eventsource.Store, n int) {
+	ctx := context.Background()
+	q := s.QuotedSchema()
+	_, err := s.Pool().Exec(ctx, fmt.Sprintf(`
+INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT gen_random_uuid(), 'bench-' || (i %% 10000), 'bench', (i %% 10000)::text, %[1]s.cg_hash((i %% 10000)::text),
+       i / 10000, 'Seeded', jsonb_build_object('i', i)
+FROM generate_series(0, %[2]d - 1) AS i ORDER BY i`, q, n))
+	require.NoError(b, err)
+	got, err := s.Sequence(ctx)
+	require.NoError(b, err)
+	require.Equal(b, n, got)
+	_, err = s.Pool().Exec(ctx, "VACUUM ANALYZE "+q+".events")
+	require.NoError(b, err)
+}
+
+// benchWorker is a worker of the benchmarks: its own pool, actor system and
+// runtime.
+func benchWorker(b *testing.B, schema, name string, o GroupOptions) *testWorker {
+	b.Helper()
+	ctx := context.Background()
+	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.NewPool(b, 24)}
+	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
+	require.NoError(b, err)
+	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{})
+	require.NoError(b, err)
+	o.Worker = name
+	w.group, err = w.rt.StartGroup(ctx, o)
+	require.NoError(b, err)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = w.rt.Stop(ctx)
+	})
+	return w
+}
+
+func counting(n *atomic.Int64) *actor.Props {
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		if _, ok := ctx.Message().(*Delivery); ok {
+			n.Add(1)
+			ctx.Respond(Ack{})
+		}
+	})
+}
+
+// BenchmarkPipelineDrain: pre-appended events, 16 buckets, two workers,
+// a no-op handler; beside the store's read-only 16-member drain of the same
+// rows in the same run.
+func BenchmarkPipelineDrain(b *testing.B) {
+	ctx := context.Background()
+	n := benchEvents()
+	store, schema := newTestStore(b)
+	seedBench(b, store, n)
+	require.NoError(b, store.EnsureConsumerGroupIndex(ctx, 16))
+
+	// The store alone: 16 members read their buckets in parallel.
+	start := time.Now()
+	var wg sync.WaitGroup
+	var read atomic.Int64
+	for m := 0; m < 16; m++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var after int64
+			for {
+				evs, err := store.ReadMember(ctx, "bench", m, 16, after, BatchSizeDefault)
+				if err != nil || len(evs) == 0 {
+					return
+				}
+				read.Add(int64(len(evs)))
+				after = evs[len(evs)-1].Position
+			}
+		}()
+	}
+	wg.Wait()
+	storeTime := time.Since(start)
+	require.Equal(b, int64(n), read.Load())
+
+	var handled atomic.Int64
+	o := GroupOptions{Subscription: "drain", Category: "bench", Buckets: 16, Handler: counting(&handled), Lease: fastLease(), CheckpointEvery: 1000, BatchSize: 1000}
+	start = time.Now()
+	benchWorker(b, schema, "a", o)
+	benchWorker(b, schema, "b", o)
+	pgtest.Eventually(b, time.Hour, func() bool { return handled.Load() >= int64(n) }, "drained")
+	pipeTime := time.Since(start)
+
+	storeRate, pipeRate := float64(n)/storeTime.Seconds(), float64(n)/pipeTime.Seconds()
+	b.ReportMetric(pipeRate, "events/s")
+	b.ReportMetric(storeRate, "store-events/s")
+	b.ReportMetric(100*pipeRate/storeRate, "%-of-store")
+	b.Logf("pipeline drain of %d events, 16 buckets, 2 workers: %.0f events/s (%v); store's read-only drain %.0f events/s (%v): %.0f%%",
+		n, pipeRate, pipeTime, storeRate, storeTime, 100*pipeRate/storeRate)
+}
+
+// BenchmarkLiveLatency: append → handler start, at a steady 1,000 events/s.
+func BenchmarkLiveLatency(b *testing.B) {
+	ctx := context.Background()
+	store, schema := newTestStore(b)
+	var mu sync.Mutex
+	var lat []time.Duration
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			if ns, err := strconv.ParseInt(string(d.Event.Data), 10, 64); err == nil {
+				mu.Lock()
+				lat = append(lat, time.Since(time.Unix(0, ns)))
+				mu.Unlock()
+			}
+			ctx.Respond(Ack{})
+		}
+	})
+	w := benchWorker(b, schema, "a", GroupOptions{Subscription: "live", Category: "live", Buckets: 8, Handler: handler, Lease: fastLease()})
+	pgtest.Eventually(b, time.Minute, func() bool { return len(w.owned()) == 8 }, "owns every bucket")
+	const rate, seconds = 1000, 5
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	for i := 0; i < rate*seconds; i++ {
+		<-tick.C
+		go func() {
+			_, err := store.Append(ctx, fmt.Sprintf("live-%d", i%500), eventsource.Any,
+				[]eventsource.EventData{{Type: "Tick", Data: []byte(strconv.FormatInt(time.Now().UnixNano(), 10))}})
+			if err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	pgtest.Eventually(b, time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(lat) == rate*seconds }, "all handled")
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99, pmax := lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+	b.Logf("live latency append→handler at %d events/s for %ds (one worker in-process with the appender; a remote appender adds the sequencer's poll, 5–50 ms): p50 %v, p99 %v, max %v",
+		rate, seconds, p50, p99, pmax)
+}
+
+// BenchmarkRebalance: a join's convergence and a graceful handoff, and the
+// failover after a hard kill, for both lease kinds.
+func BenchmarkRebalance(b *testing.B) {
+	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
+		b.Run(kind.String(), func(b *testing.B) {
+			_, schema := newTestStore(b)
+			lease := LeaseOptions{Kind: kind, TTL: 3 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: time.Second}
+			var n atomic.Int64
+			o := GroupOptions{Subscription: "rebalance", Category: "acct", Buckets: 32, Handler: counting(&n), Lease: lease}
+			a := benchWorker(b, schema, "a", o)
+			pgtest.Eventually(b, time.Minute, func() bool { return len(a.owned()) == 32 }, "a owns all")
+			start := time.Now()
+			bw := benchWorker(b, schema, "b", o)
+			pgtest.Eventually(b, time.Minute, func() bool { return fairSplit(32, a, bw) }, "b joins")
+			join := time.Since(start)
+			start = time.Now()
+			c := benchWorker(b, schema, "c", o)
+			pgtest.Eventually(b, time.Minute, func() bool { return fairSplit(32, a, bw, c) }, "c joins")
+			join3 := time.Since(start)
+			start = time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			require.NoError(b, c.group.Stop(ctx))
+			cancel()
+			pgtest.Eventually(b, time.Minute, func() bool { return fairSplit(32, a, bw) }, "c leaves gracefully")
+			leave := time.Since(start)
+			start = time.Now()
+			bw.group.Abort()
+			pgtest.Eventually(b, time.Minute, func() bool { return len(a.owned()) == 32 }, "a takes over after the kill")
+			failover := time.Since(start)
+			b.ReportMetric(join.Seconds()*1000, "join-ms")
+			b.ReportMetric(leave.Seconds()*1000, "leave-ms")
+			b.ReportMetric(failover.Seconds()*1000, "failover-ms")
+			b.Logf("%s lease, N=32, ttl 3s, heartbeat 500ms: 2nd worker joins (fair split) in %v, 3rd in %v; graceful leave rebalanced in %v; hard kill failed over in %v",
+				kind, join, join3, leave, failover)
+		})
+	}
+}
