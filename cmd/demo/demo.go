@@ -292,10 +292,12 @@ func because(why string) string {
 }
 
 func (d *demo) exited(ex exit) {
-	switch ex.state {
-	case stateLeft:
+	switch {
+	case ex.state == stateLeft && ex.err == nil:
 		d.logf("left", "%s stopped gracefully", ex.p.name)
-	case stateKilled:
+	case ex.state == stateLeft:
+		d.logf("left", "%s stopped, with %v: %s", ex.p.name, ex.err, worker.RedactURL(ex.lastLine))
+	case ex.state == stateKilled:
 		d.logf("gone", "%s is dead", ex.p.name)
 	default:
 		detail := ""

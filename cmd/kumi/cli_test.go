@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	db := []string{"DATABASE_URL=" + pgtest.URL(t)}
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stream string // "stdout" or "stderr"
+		want   string
+	}{
+		{"NoArgumentsPrintsHelpToStderr", nil, exitUsage, "stderr", "Usage: kumi <command>"},
+		{"HelpExitsZero", []string{"--help"}, exitOK, "stdout", "relinquish"},
+		{"CommandHelpNamesItsFlags", []string{"checkpoints", "reset", "--help"}, exitOK, "stdout", "--force"},
+		{"UnknownCommand", []string{"frobnicate"}, exitUsage, "stderr", `unexpected argument frobnicate`},
+		{"UnknownFlag", []string{"status", "--bogus"}, exitUsage, "stderr", "unknown flag --bogus"},
+		{"MissingSubcommand", []string{"dead-letters"}, exitUsage, "stderr", `expected one of "list"`},
+		{"MissingRequiredFlag", []string{"dead-letters", "list"}, exitUsage, "stderr", "--subscription"},
+		{"BadNumber", []string{"relinquish", "-s", "x", "--bucket", "two"}, exitUsage, "stderr", "--bucket"},
+		{"NegativeBucket", []string{"relinquish", "-s", "x", "--bucket=-1"}, exitUsage, "stderr", "numbered from 0"},
+		{"BadEventID", []string{"dead-letters", "show", "-s", "x", "nope"}, exitUsage, "stderr", `"nope" is not a UUID`},
+		{"ReplayNeedsExec", []string{"dead-letters", "replay", "-s", "x"}, exitUsage, "stderr", "--exec COMMAND"},
+		{"ResetNeedsBuckets", []string{"checkpoints", "reset", "-s", "x", "--position", "0"}, exitUsage, "stderr", "--bucket B"},
+		{"ResetNeedsPosition", []string{"checkpoints", "reset", "-s", "x", "--bucket", "1"}, exitUsage, "stderr", "--position"},
+		{"ResetNegativePosition", []string{"checkpoints", "reset", "-s", "x", "--bucket", "1", "--position=-5"}, exitUsage, "stderr", "positions are >= 0"},
+		{"CategoryWithoutSubscription", []string{"status", "-c", "account"}, exitUsage, "stderr", "--category needs --subscription"},
+		{"BadGroupSize", []string{"migrate", "--group-size", "0"}, exitUsage, "stderr", "--group-size 0"},
+		{"InvalidSubscriptionName", []string{"status", "-s", " padded"}, exitUsage, "stderr", "white space"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := kumi(t, db, c.args...)
+			require.Equal(t, c.code, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			out := r.stdout
+			if c.stream == "stderr" {
+				out = r.stderr
+			}
+			require.Contains(t, out, c.want)
+		})
+	}
+}
+
+func TestDatabaseErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("NoDatabaseIsAUsageError", func(t *testing.T) {
+		t.Parallel()
+		r := kumi(t, nil, "status")
+		require.Equal(t, exitUsage, r.code)
+		require.Contains(t, r.stderr, "set DATABASE_URL or pass --database-url")
+	})
+	t.Run("UnparsableURLNeverShowsThePassword", func(t *testing.T) {
+		t.Parallel()
+		r := kumi(t, []string{"DATABASE_URL=postgres://admin:hunter2@127.0.0.1:notaport/db"}, "status")
+		require.Equal(t, exitRuntime, r.code)
+		require.Contains(t, r.stderr, "not a valid PostgreSQL connection string")
+		require.Contains(t, r.stderr, "invalid port")
+		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
+	t.Run("UnreachableServerNeverShowsThePassword", func(t *testing.T) {
+		t.Parallel()
+		port, err := pgtest.FreePort()
+		require.NoError(t, err)
+		r := kumi(t, nil, "--database-url", "postgres://admin:hunter2@127.0.0.1:"+itoa(port)+"/db?connect_timeout=5", "status")
+		require.Equal(t, exitRuntime, r.code)
+		require.Contains(t, r.stderr, "cannot connect to the database")
+		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
+	t.Run("KeyValueStringNeverShowsThePassword", func(t *testing.T) {
+		t.Parallel()
+		port, err := pgtest.FreePort()
+		require.NoError(t, err)
+		r := kumi(t, []string{"DATABASE_URL=host=127.0.0.1 port=" + itoa(port) + " user=admin password=hunter2 connect_timeout=5"}, "status")
+		require.Equal(t, exitRuntime, r.code)
+		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
+	t.Run("UnmigratedSchemaSaysToMigrate", func(t *testing.T) {
+		t.Parallel()
+		r := kumi(t, []string{"DATABASE_URL=" + pgtest.URL(t)}, "--schema", pgtest.NewSchema(t), "status")
+		require.Equal(t, exitRuntime, r.code)
+		require.Contains(t, r.stderr, "kumi migrate")
+	})
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.NewSchema(t)
+	env := []string{"DATABASE_URL=" + pgtest.URL(t)}
+	for range 2 { // idempotent
+		r := kumi(t, env, "--schema", schema, "migrate", "--group-size", "4")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `schema "`+schema+`" is up to date: eventsource version 1, leasestore version 1`)
+		require.Contains(t, r.stdout, "consumer-group index for 4 buckets: present")
+	}
+	var n int
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'events_cg_4'`, schema).Scan(&n))
+	require.Equal(t, 1, n)
+	r := kumi(t, env, "--schema", schema, "status")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "has no subscriptions yet")
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const n = 4
+	evs := b.appendEvents(t, "account", 10, 40)
+	a := b.lease(t, "balances", "worker-a", n)
+	res, err := a.Pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Owned, n)
+	// Bucket 1 has handled everything up to the 10th event.
+	_, err = b.store.SaveCheckpoint(ctx, "balances", 1, evs[9].Position, a.Fence(1, res.Owned[1].Epoch))
+	require.NoError(t, err)
+	wantLag := map[int]int64{}
+	for _, e := range evs {
+		if bk := e.Bucket(n); bk != 1 || e.Position > evs[9].Position {
+			wantLag[bk]++
+		}
+	}
+
+	t.Run("TableShowsMembersOwnersAndLag", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "status", "-s", "balances", "-c", "account")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `subscription "balances" in schema "`+b.schema+`": 4 buckets, 4 held, 1 live members, head position 40`)
+		require.Regexp(t, `(?m)^worker-a\s+row\s+yes\s+\S+ ago\s+in \S+\s+4$`, r.stdout)
+		require.Regexp(t, `(?m)^1\s+worker-a\s+1\s+in \S+\s+-\s+`+itoa(int(evs[9].Position))+`\s+`+itoa(int(wantLag[1]))+`\b`, r.stdout)
+	})
+	t.Run("JSONHasEveryField", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "status", "-s", "balances", "-c", "account", "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		st := decode[statusOut](t, r.stdout)
+		require.Equal(t, "balances", st.Subscription)
+		require.Equal(t, n, st.BucketCount)
+		require.EqualValues(t, 40, st.Head)
+		require.Len(t, st.Members, 1)
+		require.True(t, st.Members[0].Live)
+		require.Equal(t, n, st.Members[0].Owns)
+		require.Len(t, st.Buckets, n)
+		for _, bk := range st.Buckets {
+			require.Equal(t, "worker-a", bk.Owner)
+			require.EqualValues(t, 1, bk.Epoch)
+			require.NotNil(t, bk.ExpiresInSeconds)
+			require.Greater(t, *bk.ExpiresInSeconds, 0.0)
+			require.NotNil(t, bk.Lag)
+			require.Equal(t, wantLag[bk.Bucket], *bk.Lag, "bucket %d", bk.Bucket)
+		}
+		require.Equal(t, evs[9].Position, st.Buckets[1].Checkpoint)
+	})
+	t.Run("WithoutCategoryLagIsUnknown", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "status", "-s", "balances", "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		for _, bk := range decode[statusOut](t, r.stdout).Buckets {
+			require.Nil(t, bk.Lag)
+		}
+	})
+	t.Run("OverviewListsSubscriptions", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "status")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Regexp(t, `(?m)^balances\s+4\s+4\s+1\s+1\s+0$`, r.stdout)
+		r = b.run(t, "status", "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `"subscription": "balances"`)
+	})
+	t.Run("UnknownSubscriptionIsAnError", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "status", "-s", "nope")
+		require.Equal(t, exitRuntime, r.code)
+		require.Contains(t, r.stderr, `subscription "nope" has no buckets`)
+	})
+	t.Run("StatusJoinsNoPool", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "status", "-s", "balances", "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Len(t, decode[statusOut](t, r.stdout).Members, 1, "status must not register itself as a member")
+	})
+}
+
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs := b.appendEvents(t, "order", 3, 6)
+	for i, e := range evs[:4] {
+		_, err := b.store.AddDeadLetter(ctx, eventsource.DeadLetter{Subscription: "shipping", Bucket: i % 2,
+			EventID: e.ID, Reason: "boom " + itoa(i) + "\nsecond line", Attempts: 5})
+		require.NoError(t, err)
+	}
+	_, err := b.store.SaveCheckpoint(ctx, "shipping", 0, evs[5].Position, nil)
+	require.NoError(t, err)
+
+	t.Run("ListShowsPendingLettersByPosition", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "dead-letters", "list", "-s", "shipping")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		require.Len(t, lines, 5, r.stdout)
+		require.Contains(t, lines[1], evs[0].ID.String())
+		require.Contains(t, lines[1], "boom 0 second line")
+		r = b.run(t, "dead-letters", "list", "-s", "shipping", "--bucket", "1", "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		ls := decode[[]letterJSON](t, r.stdout)
+		require.Len(t, ls, 2)
+		require.Equal(t, evs[1].ID, ls[0].EventID)
+		require.Equal(t, evs[3].ID, ls[1].EventID)
+		r = b.run(t, "dead-letters", "list", "-s", "shipping", "--limit", "1")
+		require.Contains(t, r.stdout, "(more may follow: --after "+itoa(int(evs[0].Position))+")")
+	})
+	t.Run("ShowPrintsTheLetterAndItsEvent", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "dead-letters", "show", "-s", "shipping", evs[2].ID.String())
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, "stream        "+evs[2].Stream)
+		require.Contains(t, r.stdout, "type          Deposited")
+		require.Contains(t, r.stdout, `"i": 2`)
+		r = b.run(t, "dead-letters", "show", "-s", "shipping", evs[2].ID.String(), "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		type shown struct {
+			letterJSON
+			Event *eventJSON `json:"event"`
+		}
+		got := decode[shown](t, r.stdout)
+		require.Equal(t, 5, got.Attempts)
+		require.NotNil(t, got.Event)
+		require.JSONEq(t, `{"i":2}`, string(got.Event.Data))
+	})
+	t.Run("ShowUnknownLetterIsAnError", func(t *testing.T) {
+		t.Parallel()
+		r := b.run(t, "dead-letters", "show", "-s", "shipping", uuid.NewString())
+		require.Equal(t, exitRuntime, r.code)
+		require.Contains(t, r.stderr, "dead letter not found")
+	})
+}
+
+// Replay and discard change the letters, so they have a schema of their own.
+func TestDeadLetterReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs := b.appendEvents(t, "order", 3, 5)
+	for _, e := range evs {
+		_, err := b.store.AddDeadLetter(ctx, eventsource.DeadLetter{Subscription: "shipping", Bucket: 0,
+			EventID: e.ID, Reason: "boom", Attempts: 3})
+		require.NoError(t, err)
+	}
+	_, err := b.store.SaveCheckpoint(ctx, "shipping", 0, evs[4].Position, nil)
+	require.NoError(t, err)
+	dir := t.TempDir()
+
+	// A failing command stops the replay and leaves that letter pending.
+	r := b.run(t, "dead-letters", "replay", "-s", "shipping", "--event", evs[1].ID.String(),
+		"--exec", `echo "no luck" >&2; exit 3`)
+	require.Equal(t, exitRuntime, r.code, r.stdout)
+	require.Contains(t, r.stderr, "exit status 3: no luck")
+	require.Contains(t, r.stderr, "stays pending")
+	d, err := b.store.DeadLetter(ctx, "shipping", evs[1].ID)
+	require.NoError(t, err)
+	require.Nil(t, d.ReplayedAt)
+	require.Equal(t, 4, d.Attempts)
+
+	// One event by id: the command gets it as JSON, and its environment.
+	out := filepath.Join(dir, "one.json")
+	r = b.run(t, "dead-letters", "replay", "-s", "shipping", "--event", evs[1].ID.String(),
+		"--exec", `cat > `+out+`; echo "$KUMI_EVENT_ID $KUMI_STREAM $KUMI_POSITION $KUMI_SUBSCRIPTION" >> `+out)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "replayed 1 dead letter(s)")
+	got, err := os.ReadFile(out)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
+	require.Len(t, lines, 2)
+	ev := decode[eventJSON](t, lines[0])
+	require.Equal(t, evs[1].ID, ev.EventID)
+	require.Equal(t, "shipping", ev.Subscription)
+	require.Equal(t, evs[1].ID.String()+" "+evs[1].Stream+" "+itoa(int(evs[1].Position))+" shipping", lines[1])
+
+	// Already replayed: skipped unless --again.
+	r = b.run(t, "dead-letters", "replay", "-s", "shipping", "--event", evs[1].ID.String(), "--exec", "true")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "already replayed")
+
+	// Dry run lists the rest and changes nothing.
+	r = b.run(t, "dead-letters", "replay", "-s", "shipping", "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "4 dead letter(s) would be replayed")
+
+	// The rest, in position order, through one command each.
+	log := filepath.Join(dir, "all.log")
+	r = b.run(t, "dead-letters", "replay", "-s", "shipping", "--exec", `echo "$KUMI_POSITION" >> `+log)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "replayed 4 dead letter(s)")
+	got, err = os.ReadFile(log)
+	require.NoError(t, err)
+	want := []string{}
+	for _, i := range []int{0, 2, 3, 4} {
+		want = append(want, itoa(int(evs[i].Position)))
+	}
+	require.Equal(t, want, strings.Fields(string(got)))
+
+	// Replay never moves the checkpoint.
+	cp, err := b.store.Checkpoint(ctx, "shipping", 0)
+	require.NoError(t, err)
+	require.Equal(t, evs[4].Position, cp)
+	r = b.run(t, "dead-letters", "list", "-s", "shipping")
+	require.Contains(t, r.stdout, "no pending dead letters")
+	r = b.run(t, "dead-letters", "list", "-s", "shipping", "--all", "--json")
+	require.Len(t, decode[[]letterJSON](t, r.stdout), 5)
+
+	// Discard deletes; a missing one is an error naming it.
+	r = b.run(t, "dead-letters", "discard", "-s", "shipping", evs[0].ID.String())
+	require.Equal(t, exitOK, r.code, r.stderr)
+	r = b.run(t, "dead-letters", "discard", "-s", "shipping", evs[0].ID.String())
+	require.Equal(t, exitRuntime, r.code)
+	require.Contains(t, r.stderr, "no dead letter for event "+evs[0].ID.String())
+}
+
+func TestCheckpoints(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs := b.appendEvents(t, "account", 8, 20)
+	a := b.lease(t, "balances", "worker-a", 4)
+	res, err := a.Pass(ctx)
+	require.NoError(t, err)
+	for _, l := range res.Owned {
+		_, err := b.store.SaveCheckpoint(ctx, "balances", l.Bucket, evs[19].Position, a.Fence(l.Bucket, l.Epoch))
+		require.NoError(t, err)
+	}
+
+	r := b.run(t, "checkpoints", "show", "-s", "balances", "-c", "account")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^2\s+20\s+\S+ ago\s+worker-a\s+1\s+0$`, r.stdout)
+
+	// Refused while worker-a holds the bucket, naming the owner.
+	r = b.run(t, "checkpoints", "reset", "-s", "balances", "--bucket", "2", "--position", "0")
+	require.Equal(t, exitRuntime, r.code, r.stdout)
+	require.Contains(t, r.stderr, "bucket 2 is held by worker-a (epoch 1")
+	require.Contains(t, r.stderr, "--force")
+	cp, err := b.store.Checkpoint(ctx, "balances", 2)
+	require.NoError(t, err)
+	require.Equal(t, evs[19].Position, cp)
+
+	// --force resets it anyway, with a warning.
+	r = b.run(t, "checkpoints", "reset", "-s", "balances", "--bucket", "2", "--position", "5", "--force")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "bucket 2: checkpoint 20 -> 5")
+	require.Contains(t, r.stderr, "warning: bucket 2 is held by worker-a")
+	cp, err = b.store.Checkpoint(ctx, "balances", 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, cp)
+
+	r = b.run(t, "checkpoints", "reset", "-s", "balances", "--bucket", "4", "--position", "0")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "has buckets 0 to 3")
+
+	// Once the owner has left, every bucket resets, backwards.
+	require.NoError(t, a.Leave(ctx))
+	r = b.run(t, "checkpoints", "reset", "-s", "balances", "--all-buckets", "--position", "0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "bucket 3: checkpoint 20 -> 0")
+	r = b.run(t, "checkpoints", "show", "-s", "balances", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	cps := decode[[]checkpointJSON](t, r.stdout)
+	require.Len(t, cps, 4)
+	for _, c := range cps {
+		require.Zero(t, c.Position)
+		require.Empty(t, c.Owner)
+	}
+}
+
+func TestRelinquish(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	a := b.lease(t, "balances", "worker-a", 4)
+	// worker-b joined (New registers it) but has run no pass: worker-a
+	// takes its fair share of two, and worker-b is the least loaded.
+	bw := b.lease(t, "balances", "worker-b", 4)
+	res, err := a.Pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Owned, 2)
+	bucket, epoch := res.Owned[0].Bucket, res.Owned[0].Epoch
+	free := -1
+	for i := range 4 {
+		if !slices.ContainsFunc(res.Owned, func(l leasestore.Lease) bool { return l.Bucket == i }) {
+			free = i
+			break
+		}
+	}
+
+	t.Run("RefusesAFreeBucket", func(t *testing.T) {
+		r := b.run(t, "relinquish", "-s", "balances", "--bucket", itoa(free))
+		require.Equal(t, exitRuntime, r.code)
+		require.Contains(t, r.stderr, "has no owner")
+	})
+	t.Run("RefusesATargetThatIsNotAMember", func(t *testing.T) {
+		r := b.run(t, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--to", "ghost")
+		require.Equal(t, exitUsage, r.code)
+		require.Contains(t, r.stderr, "--to ghost: not a live member")
+	})
+	t.Run("RefusesTheOwnerAsTarget", func(t *testing.T) {
+		r := b.run(t, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--to", "worker-a")
+		require.Equal(t, exitUsage, r.code)
+	})
+
+	// Ask, and wait in the background while the two workers run their passes.
+	cmd := exec.Command(kumiBin, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--wait", "30s")
+	cmd.Env = cleanEnv(b.env)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var claim string
+		_ = b.store.Pool().QueryRow(ctx, `SELECT coalesce(claim_worker, '') FROM `+b.store.QuotedSchema()+
+			`.lease_buckets WHERE subscription = 'balances' AND bucket = $1`, bucket).Scan(&claim)
+		return claim == "worker-b"
+	}, "the claim for worker-b is placed")
+
+	again := b.run(t, "relinquish", "-s", "balances", "--bucket", itoa(bucket))
+	require.Equal(t, exitRuntime, again.code)
+	require.Contains(t, again.stderr, "already has a pending claim by worker-b")
+
+	// The owner's next pass sees the claim: it drains and hands over.
+	res, err = a.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{bucket}, res.HandOff)
+	require.NoError(t, a.HandOver(ctx, bucket))
+	// The claimant activates it at the next epoch.
+	resB, err := bw.Pass(ctx)
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(resB.Claimed, func(l leasestore.Lease) bool {
+		return l.Bucket == bucket && l.Epoch == epoch+1
+	}), "claimed: %+v", resB.Claimed)
+
+	require.NoError(t, cmd.Wait(), out.String())
+	require.Contains(t, out.String(), "asked worker-a to hand bucket "+itoa(bucket)+" (epoch 1) over to worker-b")
+	require.Contains(t, out.String(), "bucket "+itoa(bucket)+" is now held by worker-b at epoch 2")
+
+	t.Run("RefusesWhenNobodyElseIsLive", func(t *testing.T) {
+		require.NoError(t, bw.Leave(ctx))
+		_, err := a.Pass(ctx)
+		require.NoError(t, err)
+		own := a.Held()[0].Bucket
+		r := b.run(t, "relinquish", "-s", "balances", "--bucket", itoa(own))
+		require.Equal(t, exitRuntime, r.code)
+		require.Contains(t, r.stderr, "worker-a is the only live worker")
+	})
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

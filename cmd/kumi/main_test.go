@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// kumiBin is the CLI under test, built once by TestMain.
+var kumiBin string
+
+func TestMain(m *testing.M) {
+	bin, err := build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kumi tests: build the binary:", err)
+		os.Exit(2)
+	}
+	kumiBin = bin
+	pgtest.Main(m)
+}
+
+// build builds the kumi binary next to the test binary, in go test's own
+// temporary directory (removed when the run ends), with the race detector
+// when the tests have it.
+func build() (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	dir := ""
+	if exe, err := os.Executable(); err == nil {
+		dir = filepath.Dir(exe)
+	}
+	if f, err := os.CreateTemp(dir, "probe"); err == nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	} else if dir, err = os.MkdirTemp("", "kumi-cli-test-"); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "kumi")
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool, append(args, "github.com/kumi-run/kumi/cmd/kumi")...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// result is one run of the binary.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// kumi runs the binary with args; env entries replace the environment's
+// DATABASE_URL and KUMI_SCHEMA, which are otherwise removed.
+func kumi(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kumiBin, args...)
+	cmd.Env = cleanEnv(env)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("run kumi %v: %v", args, err)
+	}
+	require.NotContains(t, r.stderr, "DATA RACE", "kumi %v", args)
+	return r
+}
+
+func cleanEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "KUMI_SCHEMA=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// bundle is one test's database: a fresh schema, migrated, and a store.
+type bundle struct {
+	env    []string // DATABASE_URL and KUMI_SCHEMA for the binary
+	schema string
+	store  *eventsource.Store
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	schema := pgtest.NewSchema(t)
+	store, err := eventsource.New(pgtest.Pool(t), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, store.Migrate(ctx))
+	require.NoError(t, leasestore.Migrate(ctx, store.Pool(), schema))
+	return &bundle{env: []string{"DATABASE_URL=" + pgtest.URL(t), "KUMI_SCHEMA=" + schema}, schema: schema, store: store}
+}
+
+// run runs the binary against the bundle's schema.
+func (b *bundle) run(t *testing.T, args ...string) result {
+	t.Helper()
+	return kumi(t, b.env, args...)
+}
+
+// appendEvents appends n events to category's streams (round robin over
+// streams of them) and sequences them; it returns them as recorded.
+func (b *bundle) appendEvents(t *testing.T, category string, streams, n int) []eventsource.RecordedEvent {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		_, err := b.store.Append(ctx, fmt.Sprintf("%s-%d", category, i%streams), eventsource.Any,
+			[]eventsource.EventData{{Type: "Deposited", Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}})
+		require.NoError(t, err)
+	}
+	_, err := b.store.Sequence(ctx)
+	require.NoError(t, err)
+	evs, err := b.store.ReadCategory(ctx, category, 0, 10_000)
+	require.NoError(t, err)
+	require.Len(t, evs, n)
+	return evs
+}
+
+// lease creates a worker's lease store (it joins the pool at once) and
+// closes it at the end of the test.
+func (b *bundle) lease(t *testing.T, subscription, worker string, buckets int) *leasestore.Store {
+	t.Helper()
+	s, err := leasestore.New(context.Background(), b.store.Pool(), leasestore.Config{
+		Schema: b.schema, Subscription: subscription, Worker: worker, Buckets: buckets, NoListen: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func decode[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal([]byte(s), &v), s)
+	return v
+}
