@@ -30,6 +30,9 @@ type env struct {
 
 	faults []fault
 	joins  []time.Duration
+	// failoverTimes are measured by the scenario itself (a database
+	// restart has no one worker to fail over from).
+	failoverTimes []time.Duration
 }
 
 const (
@@ -100,6 +103,7 @@ func (e *env) finish(scenario string, also ...func(*report)) report {
 	settled := e.o.settle(pick(60*time.Second, 180*time.Second))
 	r := e.o.collect(scenario, e.cfg.Kind.String(), e.faults)
 	r.convergences = e.joins
+	r.failovers = append(r.failovers, e.failoverTimes...)
 	if e.load != nil {
 		r.extra = append(r.extra, fmt.Sprintf("append_errors=%d", e.load.failed.Load()))
 	}

@@ -418,3 +418,48 @@ func (o *observer) deadLetters() int64 {
 	}
 	return n
 }
+
+// waitWorking waits until every one of workers has completed a pass that
+// began after t and has had a delivery recorded after t; it returns when
+// the last of them did, false after timeout.
+func (o *observer) waitWorking(workers []string, t time.Time, timeout time.Duration) (time.Time, bool) {
+	q := fmt.Sprintf(`SELECT w,
+		(SELECT min(at) FROM %[1]s.obs_member_log m WHERE m.subscription = $1 AND m.worker = w AND m.heartbeat_at > $3),
+		(SELECT min(at) FROM %[1]s.obs_delivery_log d WHERE d.subscription = $1 AND d.app = w AND d.at > $3)
+		FROM unnest($2::text[]) AS w`, o.q)
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rows, err := o.pool.Query(ctx, q, o.sub, workers, t)
+		var last time.Time
+		ready := err == nil
+		if err == nil {
+			for rows.Next() {
+				var w string
+				var pass, delivery *time.Time
+				if err := rows.Scan(&w, &pass, &delivery); err != nil || pass == nil || delivery == nil {
+					ready = false
+					continue
+				}
+				last = maxTime(last, maxTime(*pass, *delivery))
+			}
+			rows.Close()
+			ready = ready && rows.Err() == nil
+		}
+		cancel()
+		if ready {
+			return last, true
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
