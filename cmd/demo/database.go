@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,13 +58,16 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 		if cfg.schema != "" || cfg.keep {
 			return nil, errors.New("-schema and -keep are for DATABASE_URL; the embedded PostgreSQL is removed on exit")
 		}
+		if err := portFree(cfg.pgPort); err != nil {
+			return nil, err
+		}
 		s, err := pgtest.Start(ctx, pgtest.Options{Port: cfg.pgPort, MaxConnections: 200})
 		if err != nil {
-			hint := ""
-			if cfg.pgPort != 0 {
-				hint = " (-pg-port 0 picks a free port)"
+			if cfg.pgPort != 0 && strings.Contains(err.Error(), "could not create any TCP/IP sockets") {
+				// Taken between the check above and the server's start.
+				return nil, portInUse(cfg.pgPort)
 			}
-			return nil, fmt.Errorf("start the embedded PostgreSQL: %w%s", err, hint)
+			return nil, fmt.Errorf("start the embedded PostgreSQL: %w", err)
 		}
 		db.embedded, db.url, db.schema = s, s.URL, eventsource.SchemaDefault
 		db.describe = fmt.Sprintf("embedded PostgreSQL on 127.0.0.1:%d (removed on exit)", s.Port())
@@ -115,6 +120,24 @@ func (db *database) close() {
 	if db.embedded != nil {
 		db.embedded.Stop()
 	}
+}
+
+// portFree checks that the embedded server's port can be bound (0 is
+// always fine: a free one is picked).
+func portFree(port int) error {
+	if port == 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return portInUse(port)
+	}
+	return ln.Close()
+}
+
+func portInUse(port int) error {
+	return fmt.Errorf("start the embedded PostgreSQL: port %d is in use on 127.0.0.1: "+
+		"pass another -pg-port (-pg-port 0 picks a free one), or set DATABASE_URL to use a running server", port)
 }
 
 // kumiCommand is how to look at this run with the operator CLI.

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/internal/worker"
+)
+
+// demoBin is the demo under test, built once by TestMain.
+var demoBin string
+
+func TestMain(m *testing.M) {
+	bin, err := build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo tests: build the binary:", err)
+		os.Exit(2)
+	}
+	demoBin = bin
+	pgtest.Main(m)
+}
+
+// build builds the demo next to the test binary, in go test's own
+// temporary directory (removed when the run ends), with the race detector
+// when the tests have it: the worker processes are the same binary, so a
+// race in a worker fails the run too.
+func build() (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	dir := ""
+	if exe, err := os.Executable(); err == nil {
+		dir = filepath.Dir(exe)
+	}
+	if f, err := os.CreateTemp(dir, "probe"); err == nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	} else if dir, err = os.MkdirTemp("", "kumi-demo-test-"); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "demo")
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool, append(args, "github.com/kumi-run/kumi/cmd/demo")...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%v\n%s", err, b)
+	}
+	return out, nil
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runDemoBin runs the demo binary with env added to an environment without
+// DATABASE_URL.
+func runDemoBin(t *testing.T, timeout time.Duration, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, demoBin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "OTEL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("run demo %v: %v", args, err)
+	}
+	require.NoError(t, ctx.Err(), "the demo did not end within %v:\n%s\n%s", timeout, r.stdout, r.stderr)
+	require.NotContains(t, r.stdout+r.stderr, "DATA RACE")
+	return r
+}
+
+var checkLine = regexp.MustCompile(`(?m)^check: appended (\d+), handled (\d+) distinct, (\d+) deliveries`)
+
+// The end-to-end run of issue 6: real worker processes, a join, a graceful
+// leave and a kill -9 in a few seconds, and nothing lost.
+func TestShortRunLosesNothing(t *testing.T) {
+	t.Parallel()
+	kinds := []string{"row", "session"}
+	if testing.Short() {
+		kinds = kinds[:1]
+	}
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			r := runDemoBin(t, 3*time.Minute, []string{"DATABASE_URL=" + pgtest.URL(t)},
+				"-short", "-no-tui", "-v", "-lease", kind)
+			out := r.stdout + r.stderr
+			require.Equal(t, exitOK, r.code, out)
+			for _, want := range []string{
+				" join ", "w3 started",
+				" leave ", "sent SIGTERM", " left ", "stopped gracefully",
+				" kill ", "killed with SIGKILL", " gone ",
+				" took ",
+				"— nothing lost",
+			} {
+				require.Contains(t, r.stdout, want)
+			}
+			m := checkLine.FindStringSubmatch(r.stdout)
+			require.NotNil(t, m, r.stdout)
+			appended, _ := strconv.Atoi(m[1])
+			handled, _ := strconv.Atoi(m[2])
+			require.Greater(t, appended, 100, "the producer ran")
+			require.Equal(t, appended, handled, "every appended event handled")
+			// The demo's schema in DATABASE_URL is dropped on exit.
+			schema := regexp.MustCompile(`schema "(kumi_demo_[0-9a-f]+)"`).FindStringSubmatch(r.stdout)
+			require.NotNil(t, schema, r.stdout)
+			var n int
+			require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
+				`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema[1]).Scan(&n))
+			require.Zero(t, n, "schema %s left behind", schema[1])
+		})
+	}
+}
+
+func TestBadFlagsExitTwo(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ args, want string }{
+		{"-workers 0", "-workers 0: use 1 to 32"},
+		{"-lease lock", `-lease "lock": use row or session`},
+		{"-rate -1", "-rate -1"},
+		{"-bogus", "flag provided but not defined: -bogus"},
+		{"extra", `unexpected argument "extra"`},
+	} {
+		t.Run(c.args, func(t *testing.T) {
+			t.Parallel()
+			r := runDemoBin(t, time.Minute, nil, strings.Fields(c.args)...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, c.want)
+		})
+	}
+	t.Run("HelpExitsZero", func(t *testing.T) {
+		t.Parallel()
+		r := runDemoBin(t, time.Minute, nil, "-h")
+		require.Equal(t, exitOK, r.code)
+		require.Contains(t, r.stderr, "-short")
+	})
+}
+
+func TestDatabaseErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("BadURLNeverShowsThePassword", func(t *testing.T) {
+		t.Parallel()
+		r := runDemoBin(t, time.Minute, []string{"DATABASE_URL=postgres://admin:hunter2@127.0.0.1:notaport/db"}, "-short")
+		require.Equal(t, exitFail, r.code)
+		require.Contains(t, r.stderr, "DATABASE_URL: the database URL is not a valid PostgreSQL connection string")
+		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
+	t.Run("UnreachableDatabaseNeverShowsThePassword", func(t *testing.T) {
+		t.Parallel()
+		port, err := pgtest.FreePort()
+		require.NoError(t, err)
+		r := runDemoBin(t, time.Minute, []string{fmt.Sprintf(
+			"DATABASE_URL=postgres://admin:hunter2@127.0.0.1:%d/db?connect_timeout=5", port)}, "-short")
+		require.Equal(t, exitFail, r.code)
+		require.Contains(t, r.stderr, "DATABASE_URL: cannot connect to the database")
+		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
+	t.Run("EmbeddedPortInUse", func(t *testing.T) {
+		t.Parallel()
+		if _, err := pgtest.FindBinaries(); err != nil {
+			t.Skip(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		port := ln.Addr().(*net.TCPAddr).Port
+		r := runDemoBin(t, 2*time.Minute, nil, "-short", "-pg-port", strconv.Itoa(port))
+		require.Equal(t, exitFail, r.code, r.stdout)
+		require.Contains(t, r.stderr, fmt.Sprintf("port %d is in use", port))
+		require.Contains(t, r.stderr, "-pg-port 0")
+	})
+	t.Run("PgPortWithDatabaseURLIsRefused", func(t *testing.T) {
+		t.Parallel()
+		r := runDemoBin(t, time.Minute, []string{"DATABASE_URL=" + pgtest.URL(t)}, "-pg-port", "5999")
+		require.Equal(t, exitFail, r.code)
+		require.Contains(t, r.stderr, "-pg-port is for the embedded PostgreSQL")
+	})
+}
+
+// The check itself: a missing sink row fails it, a duplicate is reported,
+// and with -exactly-once a duplicate fails it too.
+func TestCheckCountsFromTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.NewSchema(t)
+	store, err := eventsource.New(pgtest.Pool(t), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	db := &database{schema: schema, pool: pgtest.Pool(t), store: store}
+	require.NoError(t, db.migrate(ctx))
+	var ids []string
+	for i := range 3 {
+		res, err := store.Append(ctx, fmt.Sprintf("account-%d", i), eventsource.Any,
+			[]eventsource.EventData{{Type: "Deposited", Data: []byte(`{}`)}})
+		require.NoError(t, err)
+		ids = append(ids, res.IDs[0].String())
+	}
+	_, err = store.Append(ctx, "other-1", eventsource.Any, []eventsource.EventData{{Type: "X", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	_, err = store.Sequence(ctx)
+	require.NoError(t, err)
+	sink := func(id string, deliveries int) {
+		_, err := db.pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema}.Sanitize()+
+			`.sink (subscription, event_id, position, stream, version, worker, deliveries) VALUES ('demo', $1, 0, 's-1', 0, 'w1', $2)`,
+			id, deliveries)
+		require.NoError(t, err)
+	}
+	sink(ids[0], 1)
+	sink(ids[1], 2)
+
+	tl, err := count(ctx, db, subscription, category)
+	require.NoError(t, err)
+	require.Equal(t, tally{Appended: 3, Handled: 2, Deliveries: 3, Missing: 1}, tl)
+	line, ok := tl.verdict(false)
+	require.False(t, ok)
+	require.Contains(t, line, "FAILED: 1 events were not handled")
+
+	sink(ids[2], 1)
+	tl, err = count(ctx, db, subscription, category)
+	require.NoError(t, err)
+	line, ok = tl.verdict(false)
+	require.True(t, ok, line)
+	require.Equal(t, "check: appended 3, handled 3 distinct, 4 deliveries (1 duplicates: at-least-once redelivery after the kill, see docs/guarantees.md) — nothing lost", line)
+	line, ok = tl.verdict(true)
+	require.False(t, ok, line)
+	require.Contains(t, line, "duplicates despite -exactly-once")
+}
+
+func TestInspectReadsWithoutJoining(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.NewSchema(t)
+	store, err := eventsource.New(pgtest.Pool(t), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = worker.Inspect(ctx, store, "demo", "")
+	require.ErrorIs(t, err, worker.ErrNotMigrated)
+	db := &database{schema: schema, pool: pgtest.Pool(t), store: store}
+	require.NoError(t, db.migrate(ctx))
+	in, err := worker.Inspect(ctx, store, "demo", category)
+	require.NoError(t, err)
+	require.Empty(t, in.Rows)
+	require.Empty(t, in.Members)
+}
+
+func TestShortChangesOnlyTheDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := parseFlags([]string{"-short", "-workers", "4"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 4, c.workers)
+	require.Equal(t, 8, c.buckets)
+	require.Equal(t, 6*time.Second, c.duration)
+	require.Equal(t, 1500*time.Millisecond, c.ttl)
+	require.Less(t, 3*c.heartbeat()+c.margin(), c.ttl)
+}
+
+func TestTruncateKeepsEscapes(t *testing.T) {
+	t.Parallel()
+	s := "\x1b[1mbold\x1b[0m and ✗ more"
+	require.Equal(t, "\x1b[1mbold\x1b[0m a\x1b[0m", truncate(s, 6))
+	require.Equal(t, s, truncate(s, 100))
+	require.Equal(t, "ab✗\x1b[0m", truncate("ab✗cd", 3))
+}
