@@ -34,7 +34,7 @@ func watchDeliveries(p *proc) *deliveryWatch {
 		defer client.CloseIdleConnections()
 		for ctx.Err() == nil {
 			at := time.Now()
-			if v, ok := scrapeDelivered(ctx, client, "http://"+p.metricsAddr+"/metrics"); ok {
+			if v, ok := scrapeSum(ctx, client, "http://"+p.metricsAddr+"/metrics", "kumi_events_delivered"); ok {
 				w.mu.Lock()
 				w.samples = append(w.samples, deliverySample{at: at, total: v})
 				w.mu.Unlock()
@@ -48,7 +48,8 @@ func watchDeliveries(p *proc) *deliveryWatch {
 	return w
 }
 
-func scrapeDelivered(ctx context.Context, c *http.Client, url string) (float64, bool) {
+// scrapeSum sums the samples of every metric whose name starts with prefix.
+func scrapeSum(ctx context.Context, c *http.Client, url, prefix string) (float64, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, false
@@ -63,7 +64,7 @@ func scrapeDelivered(ctx context.Context, c *http.Client, url string) (float64, 
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "kumi_events_delivered") {
+		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
 		f := strings.Fields(line)
