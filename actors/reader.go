@@ -141,6 +141,10 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.maybeFinishDrain(ctx)
 	case *redeliver:
 		if msg.gen == r && r.inflight != nil && r.inflight.id == msg.id && !r.waiting {
+			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
+				r.lostFence(ctx, err) // every delivery, a retry too, needs a lease it can trust
+				return
+			}
 			r.send(ctx)
 		}
 	case *deadLettered:
