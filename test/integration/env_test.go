@@ -114,8 +114,10 @@ func (e *env) finish(scenario string, also ...func(*report)) report {
 	if !settled {
 		e.t.Errorf("%d events never reached the sink; workers own: %s", r.lost, e.o.ownedSummary())
 	}
-	e.c.stopAll()
-	e.c.checkProcesses()
+	if e.c != nil {
+		e.c.stopAll()
+		e.c.checkProcesses()
+	}
 	return r
 }
 

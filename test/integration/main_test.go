@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
@@ -21,7 +23,12 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	workerBin = bin
-	pgtest.Main(m)
+	pgtest.Main(m,
+		// protoactor's dead-letter throttle (in-process scenarios) ends its
+		// goroutine one period after the last dead letter, which may be
+		// after the tests end.
+		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
+	)
 }
 
 // buildWorker builds ./workerbin next to the test binary (go test's own
