@@ -71,12 +71,25 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 	return s.query(ctx, s.memberSQL(size), category, member, after, limitOf(limit))
 }
 
-// memberSQL is the read of a member of a group of size: the member
-// expression is written out with size as a literal, as in the
-// consumer-group index, so that the planner can use the index.
+// memberSQL is the read of a member of a group of size, written so that
+// only the consumer-group index (category, member, position) can serve it,
+// as one ordered range scan from the cursor to the end of the member:
+//
+//   - the member expression is written out with size as a literal, as in
+//     the index;
+//   - "(member, position) > ($2, $3) AND member <= $2" means "member = $2
+//     AND position > $3", but gives the index's start and end: with the
+//     plain form, a btree scan starts at the member's first entry and
+//     filters up to the cursor (quadratic over a drain), and the planner
+//     may prefer the global position index and filter out the other
+//     members' rows (every row of the category read once per member);
+//   - ORDER BY member, position is the index's order (member is constant in
+//     the result).
 func (s *Store) memberSQL(size int) string {
-	return fmt.Sprintf(`SELECT %s FROM %s.events WHERE category = $1 AND %s = $2 AND position > $3 ORDER BY position LIMIT $4`,
-		eventColumns, s.q, memberExpr(size))
+	m := memberExpr(size)
+	return fmt.Sprintf(`SELECT %s FROM %s.events
+WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2
+ORDER BY %s, position LIMIT $4`, eventColumns, s.q, m, m, m)
 }
 
 // HeadPosition returns the highest global position handed out so far.
