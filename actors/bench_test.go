@@ -109,20 +109,28 @@ func BenchmarkPipelineDrain(b *testing.B) {
 	storeTime := time.Since(start)
 	require.Equal(b, int64(n), read.Load())
 
-	var handled atomic.Int64
-	o := GroupOptions{Subscription: "drain", Category: "bench", Buckets: 16, Handler: counting(&handled), Lease: fastLease(), CheckpointEvery: 1000, BatchSize: 1000}
-	start = time.Now()
-	benchWorker(b, schema, "a", o)
-	benchWorker(b, schema, "b", o)
-	pgtest.Eventually(b, time.Hour, func() bool { return handled.Load() >= int64(n) }, "drained")
-	pipeTime := time.Since(start)
-
-	storeRate, pipeRate := float64(n)/storeTime.Seconds(), float64(n)/pipeTime.Seconds()
-	b.ReportMetric(pipeRate, "events/s")
+	storeRate := float64(n) / storeTime.Seconds()
 	b.ReportMetric(storeRate, "store-events/s")
-	b.ReportMetric(100*pipeRate/storeRate, "%-of-store")
-	b.Logf("pipeline drain of %d events, 16 buckets, 2 workers: %.0f events/s (%v); store's read-only drain %.0f events/s (%v): %.0f%%",
-		n, pipeRate, pipeTime, storeRate, storeTime, 100*pipeRate/storeRate)
+	b.Logf("store's read-only 16-member drain of %d events: %.0f events/s (%v)", n, storeRate, storeTime)
+	for _, inFlight := range benchInFlight() {
+		var handled atomic.Int64
+		o := GroupOptions{Subscription: fmt.Sprintf("drain-%d", inFlight), Category: "bench", Buckets: 16,
+			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: inFlight, CheckpointEvery: 1000}
+		start = time.Now()
+		a := benchWorker(b, schema, "a", o)
+		bw := benchWorker(b, schema, "b", o)
+		pgtest.Eventually(b, time.Hour, func() bool { return handled.Load() >= int64(n) }, "drained")
+		pipeTime := time.Since(start)
+		pipeRate := float64(n) / pipeTime.Seconds()
+		b.ReportMetric(pipeRate, fmt.Sprintf("events/s-inflight-%d", inFlight))
+		b.ReportMetric(100*pipeRate/storeRate, fmt.Sprintf("%%-of-store-inflight-%d", inFlight))
+		b.Logf("pipeline drain, 16 buckets, 2 workers, no-op handler, MaxInFlight %d: %.0f events/s (%v): %.0f%% of the store's drain",
+			inFlight, pipeRate, pipeTime, 100*pipeRate/storeRate)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = a.rt.Stop(ctx)
+		_ = bw.rt.Stop(ctx)
+		cancel()
+	}
 }
 
 // BenchmarkLiveLatency: append → handler start, at a steady 1,000 events/s.
@@ -201,4 +209,13 @@ func BenchmarkRebalance(b *testing.B) {
 				kind, join, join3, leave, failover)
 		})
 	}
+}
+
+// benchInFlight is the MaxInFlight values the drain runs with;
+// KUMI_BENCH_INFLIGHT (one number) narrows it.
+func benchInFlight() []int {
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_INFLIGHT")); err == nil && n > 0 {
+		return []int{n}
+	}
+	return []int{1, 32}
 }

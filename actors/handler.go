@@ -34,8 +34,9 @@ type Delivery struct {
 	// appended the event. Use it for the handler's own spans and calls.
 	Context context.Context
 
-	id      uint64
-	replyTo *actor.PID
+	id        uint64
+	replyTo   *actor.PID
+	exclusive bool // MaxInFlight is 1: no other event of the bucket is in flight
 }
 
 // Respond answers the delivery from outside its handling: a handler that
@@ -129,6 +130,11 @@ func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy) *actor
 func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Delivery, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if d == nil || d.Fence == nil {
 		return fmt.Errorf("kumi: CommitWithCheckpoint needs a delivery with a fence")
+	}
+	if !d.exclusive {
+		// With several events of a bucket in flight, this event's position
+		// may lie past an unfinished one: committing it would skip that one.
+		return &OptionError{"MaxInFlight", ">1", "CommitWithCheckpoint needs MaxInFlight 1 (the default)"}
 	}
 	return pgx.BeginFunc(ctx, store.Pool(), func(tx pgx.Tx) error {
 		if err := d.Fence.Check(ctx, tx); err != nil {

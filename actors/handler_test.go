@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -299,4 +300,52 @@ func TestZombie(t *testing.T) {
 		return p == head
 	}, "the new owner's checkpoint reaches the head")
 	_ = fmt.Sprint
+}
+
+// With several events of a bucket in flight, events of one stream still go
+// one at a time and in order, retries included; the checkpoint never passes
+// an unfinished event.
+func TestSeveralInFlightKeepPerStreamOrderThroughRetries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 12, 600)
+	var seen attempts
+	rec := newRecorder()
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			if seen.add(d.Event.ID) == 1 && d.Event.Position%7 == 0 {
+				ctx.Respond(Retry{Reason: "once more"})
+				return
+			}
+			rec.begin("w", d.Event)
+			rec.end("w", d.Event)
+			if d.Event.Position%50 == 0 {
+				// CommitWithCheckpoint refuses: it needs MaxInFlight 1.
+				err := CommitWithCheckpoint(d.Context, store, d, func(context.Context, pgx.Tx) error { return nil })
+				var oe *OptionError
+				if !errors.As(err, &oe) || oe.Field != "MaxInFlight" {
+					panic(fmt.Sprintf("CommitWithCheckpoint with MaxInFlight 16: %v", err))
+				}
+			}
+			ctx.Respond(Ack{})
+		}
+	})
+	o := groupOpts("window", 2, nil, "w")
+	o.Handler, o.Retry, o.MaxInFlight = handler, fastRetry(3), 16
+	w := startWorker(t, schema, "w", o)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "all handled (got %d)", rec.distinct())
+	require.Empty(t, rec.order, "per-stream order")
+	require.Zero(t, rec.duplicates())
+	w.stop(t)
+	head, err := store.HeadPosition(ctx)
+	require.NoError(t, err)
+	cps, err := store.Checkpoints(ctx, "window")
+	require.NoError(t, err)
+	for _, c := range cps {
+		require.LessOrEqual(t, c.Position, head)
+	}
+	dls, err := store.DeadLetters(ctx, "window", eventsource.DeadLetterFilter{})
+	require.NoError(t, err)
+	require.Empty(t, dls)
 }

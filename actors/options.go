@@ -16,6 +16,7 @@ import (
 // Defaults for [GroupOptions].
 const (
 	BatchSizeDefault          = 100
+	MaxInFlightDefault        = 1
 	QueueCapacityDefault      = 256
 	HandlerTimeoutDefault     = 30 * time.Second
 	MaxAttemptsDefault        = 5
@@ -70,6 +71,12 @@ type GroupOptions struct {
 	QueueCapacity int
 	// Overflow is what a full queue does; default PauseAndResume.
 	Overflow overflow.Policy
+	// MaxInFlight is how many events of a bucket may be with the handler at
+	// once. Events of one stream are always delivered one at a time, in
+	// order; raising it lets events of other streams go ahead, which pays
+	// when the handler is fast or asynchronous. Default 1: strictly one at a
+	// time, which [CommitWithCheckpoint] (exactly-once) requires.
+	MaxInFlight int
 	// HandlerTimeout bounds the wait for a handler's answer; a timeout
 	// counts as a retry. Default 30 s.
 	HandlerTimeout time.Duration
@@ -106,6 +113,9 @@ func (o GroupOptions) WithDefaults() GroupOptions {
 	}
 	if o.QueueCapacity == 0 {
 		o.QueueCapacity = QueueCapacityDefault
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = MaxInFlightDefault
 	}
 	if o.HandlerTimeout == 0 {
 		o.HandlerTimeout = HandlerTimeoutDefault
@@ -148,6 +158,8 @@ func (o GroupOptions) Validate() error {
 		return &OptionError{"BatchSize", o.BatchSize, "must be in [1, 10000]"}
 	case o.QueueCapacity < 1:
 		return &OptionError{"QueueCapacity", o.QueueCapacity, "must be at least 1"}
+	case o.MaxInFlight < 1 || o.MaxInFlight > 1024:
+		return &OptionError{"MaxInFlight", o.MaxInFlight, "must be in [1, 1024]"}
 	case o.HandlerTimeout < 0:
 		return &OptionError{"HandlerTimeout", o.HandlerTimeout, "must be positive"}
 	case o.Retry.MaxAttempts < 1:

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
-	"github.com/kumi-run/kumi/observability"
 )
 
 // OverflowBatch marks a liveBatch as bounded by the reader's overflow queue.
@@ -82,12 +80,12 @@ type reader struct {
 	bg      context.Context
 	cancel  context.CancelFunc
 
-	cursor     int64 // every event of the bucket up to here is queued or handled
-	pending    []eventsource.RecordedEvent
+	cursor     int64                       // every event of the bucket up to here is queued or handled
+	pending    []eventsource.RecordedEvent // read, not yet in the window
+	win        window                      // events being delivered
 	catching   bool
 	reading    bool
 	target     int64 // catch-up must cover at least this position
-	inflight   *Delivery
 	nextID     uint64
 	acked      int64 // last handled position
 	flushed    int64
@@ -98,9 +96,6 @@ type reader struct {
 	ready      bool
 	held       bool // the queue is held (see updateHold)
 	overflowed error
-	span       observability.DeliverySpan
-	sentAt     time.Time
-	waiting    bool // the in-flight delivery awaits the handler's answer
 	tick       time.Duration
 }
 
@@ -140,21 +135,13 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.draining = true
 		r.maybeFinishDrain(ctx)
 	case *redeliver:
-		if msg.gen == r && r.inflight != nil && r.inflight.id == msg.id && !r.waiting {
-			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-				r.lostFence(ctx, err) // every delivery, a retry too, needs a lease it can trust
-				return
-			}
-			r.send(ctx)
+		if msg.gen == r {
+			r.redeliver(ctx, msg.id)
 		}
 	case *deadLettered:
-		if msg.gen != r || r.inflight == nil || r.inflight.id != msg.id {
-			return
+		if msg.gen == r {
+			r.onDeadLettered(ctx, msg)
 		}
-		if msg.err != nil {
-			panic(fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, msg.err))
-		}
-		r.done(ctx, false)
 	case *flushDone:
 		if msg.gen == r {
 			r.onFlushed(ctx, msg)
@@ -162,7 +149,7 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *flushTick:
 		if msg.gen == r {
 			r.flush(ctx, true)
-			r.checkTimeout(ctx)
+			r.checkTimeouts(ctx)
 			r.after(ctx, r.tick, &flushTick{gen: r})
 		}
 	case *handlerReply:
@@ -194,10 +181,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 		return
 	}
 	r.stopped = true
-	if r.waiting {
-		r.waiting = false
-		r.span.End(observability.OutcomeCancelled, nil)
-	}
+	r.win.cancel()
 	ctx.Send(r.g.publisher, &unsubscribe{PID: ctx.Self()})
 	if r.cancel != nil {
 		r.cancel()
@@ -318,207 +302,4 @@ func (r *reader) updateHold() {
 	} else {
 		r.queue.Release()
 	}
-}
-
-// pump delivers the next pending event if none is in flight.
-func (r *reader) pump(ctx actor.Context) {
-	if r.inflight != nil || r.draining || len(r.pending) == 0 {
-		r.maybeFinishDrain(ctx)
-		return
-	}
-	if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-		r.lostFence(ctx, err)
-		return
-	}
-	e := r.pending[0]
-	r.nextID++
-	r.inflight = &Delivery{
-		Event:        e,
-		Subscription: r.g.opts.Subscription,
-		Bucket:       r.bucket,
-		Epoch:        r.epoch,
-		Fence:        r.fence,
-		id:           r.nextID,
-	}
-	r.send(ctx)
-}
-
-// send delivers the in-flight event (again) to the handler.
-func (r *reader) send(ctx actor.Context) {
-	d := *r.inflight // a copy per attempt: the handler may keep it
-	d.replyTo = ctx.Self()
-	d.Context, r.span = r.g.telemetry.startDelivery(r.bg, &d)
-	r.sentAt, r.waiting = time.Now(), true
-	ctx.Request(r.handler, &d)
-}
-
-// onHandlerReply matches a handler's answer to the delivery in flight.
-func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
-	if r.inflight == nil || !r.waiting || m.id != r.inflight.id || m.attempt != r.inflight.Attempt || r.stopped {
-		return // an answer to an attempt given up on (timeout), or to a stopped reader
-	}
-	r.waiting = false
-	r.onReply(ctx, m.msg, nil, r.span)
-}
-
-var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
-
-// checkTimeout treats a delivery unanswered for HandlerTimeout as a retry.
-func (r *reader) checkTimeout(ctx actor.Context) {
-	if r.inflight != nil && r.waiting && time.Since(r.sentAt) >= r.g.opts.HandlerTimeout {
-		r.waiting = false
-		r.onReply(ctx, nil, errHandlerTimeout, r.span)
-	}
-}
-
-// onReply acts on the handler's answer to the in-flight delivery.
-func (r *reader) onReply(ctx actor.Context, res any, err error, span observability.DeliverySpan) {
-	d := r.inflight
-	var retry time.Duration
-	var reason string
-	outcome := observability.OutcomeRetry
-	switch m := res.(type) {
-	case Ack, *Ack:
-		span.End(observability.OutcomeAck, nil)
-		committed := false
-		if a, ok := m.(Ack); ok {
-			committed = a.Committed
-		} else if a, ok := m.(*Ack); ok && a != nil {
-			committed = a.Committed
-		}
-		r.done(ctx, committed)
-		return
-	case DeadLetter:
-		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
-		r.deadLetter(ctx, m.Reason, d.Attempt+1)
-		return
-	case *DeadLetter:
-		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
-		r.deadLetter(ctx, m.Reason, d.Attempt+1)
-		return
-	case Retry:
-		retry, reason = m.After, m.Reason
-	case *Retry:
-		retry, reason = m.After, m.Reason
-	case *handlerPanicked:
-		reason = fmt.Sprintf("handler panicked: %v", m.reason)
-		outcome = observability.OutcomePanic
-	default:
-		if err != nil {
-			reason = fmt.Sprintf("no reply within %v", r.g.opts.HandlerTimeout)
-			outcome = observability.OutcomeTimeout
-		} else {
-			reason = fmt.Sprintf("unexpected reply %T: answer Ack, Retry or DeadLetter", res)
-		}
-	}
-	d.Attempt++
-	if d.Attempt >= r.g.opts.Retry.MaxAttempts {
-		reason = fmt.Sprintf("retry budget of %d attempts spent; last: %s", r.g.opts.Retry.MaxAttempts, reason)
-		span.End(observability.OutcomeDeadLetter, errors.New(reason))
-		r.deadLetter(ctx, reason, d.Attempt)
-		return
-	}
-	if outcome == observability.OutcomePanic {
-		span.EndPanic(reason, nil)
-	} else {
-		span.End(outcome, errors.New(reason))
-	}
-	delay := max(retry, r.g.opts.Retry.Backoff.Next(d.Attempt))
-	r.after(ctx, delay, &redeliver{gen: r, id: d.id})
-}
-
-// deadLetter records the in-flight event, delivered attempts times, as a
-// dead letter, then moves on.
-func (r *reader) deadLetter(ctx actor.Context, reason string, attempts int) {
-	d := r.inflight
-	dl := eventsource.DeadLetter{
-		Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.Event.ID,
-		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: attempts,
-	}
-	id := d.id
-	r.async(ctx, func(c context.Context) any {
-		_, err := r.g.store.AddDeadLetter(c, dl)
-		return &deadLettered{gen: r, id: id, err: err}
-	})
-}
-
-// done moves past the in-flight event.
-func (r *reader) done(ctx actor.Context, committed bool) {
-	pos := r.inflight.Event.Position
-	r.inflight = nil
-	r.pending = r.pending[1:]
-	if len(r.pending) == 0 {
-		r.pending = nil
-	}
-	r.acked = pos
-	if committed {
-		r.flushed = max(r.flushed, pos)
-	}
-	r.sinceFlush++
-	r.updateHold()
-	if r.sinceFlush >= r.g.opts.CheckpointEvery {
-		r.flush(ctx, false)
-	}
-	if r.catching {
-		r.readPage(ctx)
-	}
-	r.pump(ctx)
-}
-
-// flush writes the checkpoint, fenced, unless a write is under way.
-func (r *reader) flush(ctx actor.Context, force bool) {
-	if r.flushing || r.acked <= r.flushed || (!force && r.sinceFlush < r.g.opts.CheckpointEvery) {
-		return
-	}
-	r.flushing, r.sinceFlush = true, 0
-	pos, o := r.acked, r.g.opts
-	r.async(ctx, func(c context.Context) any {
-		_, err := r.g.store.SaveCheckpoint(c, o.Subscription, r.bucket, pos, r.fence)
-		return &flushDone{gen: r, pos: pos, err: err}
-	})
-}
-
-func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
-	r.flushing = false
-	if f.err != nil {
-		if errors.Is(f.err, eventsource.ErrFenceLost) {
-			r.lostFence(ctx, f.err)
-			return
-		}
-		panic(fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err))
-	}
-	r.flushed = max(r.flushed, f.pos)
-	ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
-	r.maybeFinishDrain(ctx)
-}
-
-func (r *reader) maybeFinishDrain(ctx actor.Context) {
-	if !r.draining || r.inflight != nil || r.stopped {
-		return
-	}
-	if r.acked > r.flushed {
-		r.flush(ctx, true)
-		return
-	}
-	if r.flushing {
-		return
-	}
-	if r.overflowed != nil {
-		panic(r.overflowed) // a permanent error: supervision stops the reader
-	}
-	ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
-	r.shutdown(ctx)
-	ctx.Stop(ctx.Self())
-}
-
-// lostFence stops the reader at once: another worker holds the bucket, or
-// this one can no longer be sure it does.
-func (r *reader) lostFence(ctx actor.Context, err error) {
-	if r.stopped {
-		return
-	}
-	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
-	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
-	r.shutdown(ctx)
-	ctx.Stop(ctx.Self())
 }

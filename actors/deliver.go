@@ -1,0 +1,318 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/observability"
+)
+
+// The delivery window. A reader takes events from its pending list, in
+// position order, into a window of at most MaxInFlight slots, and sends a
+// slot to the handler when no earlier event of the same stream is still
+// unfinished: per-stream order holds, and events of other streams need not
+// wait. The checkpoint moves over the finished prefix of the window only,
+// so it never passes an unfinished event. With MaxInFlight 1 (the default)
+// the reader delivers strictly one event at a time.
+
+type slotState uint8
+
+const (
+	slotWaiting       slotState = iota // its stream has an earlier event unfinished
+	slotSent                           // the handler has it; no answer yet
+	slotRetrying                       // a redelivery is scheduled
+	slotDeadLettering                  // its dead letter is being written
+	slotDone
+)
+
+type slot struct {
+	d      Delivery
+	state  slotState
+	sentAt time.Time
+	span   observability.DeliverySpan
+}
+
+type window struct {
+	slots []*slot          // in position order
+	byID  map[uint64]*slot // slots sent at least once
+	busy  map[string]bool  // streams with a slot sent, retrying or dead-lettering
+}
+
+// active counts the slots the handler or the store is working on.
+func (w *window) active() int {
+	n := 0
+	for _, s := range w.slots {
+		if s.state == slotSent || s.state == slotDeadLettering {
+			n++
+		}
+	}
+	return n
+}
+
+// cancel ends the spans of unanswered deliveries when the reader stops.
+func (w *window) cancel() {
+	for _, s := range w.slots {
+		if s.state == slotSent {
+			s.state = slotWaiting
+			s.span.End(observability.OutcomeCancelled, nil)
+		}
+	}
+}
+
+// pump fills the window from the pending events and sends every slot whose
+// stream is free.
+func (r *reader) pump(ctx actor.Context) {
+	if r.win.byID == nil {
+		r.win.byID, r.win.busy = map[uint64]*slot{}, map[string]bool{}
+	}
+	if r.stopped {
+		return
+	}
+	if !r.draining {
+		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.pending) > 0 {
+			e := r.pending[0]
+			r.pending = r.pending[1:]
+			r.nextID++
+			r.win.slots = append(r.win.slots, &slot{d: Delivery{
+				Event: e, Subscription: r.g.opts.Subscription, Bucket: r.bucket, Epoch: r.epoch,
+				Fence: r.fence, id: r.nextID, exclusive: r.g.opts.MaxInFlight == 1,
+			}})
+		}
+		if len(r.pending) == 0 {
+			r.pending = nil
+		}
+		for _, s := range r.win.slots {
+			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] {
+				continue
+			}
+			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
+				r.lostFence(ctx, err) // every delivery needs a lease it can trust
+				return
+			}
+			r.win.busy[s.d.Event.Stream] = true
+			r.win.byID[s.d.id] = s
+			r.send(ctx, s)
+		}
+	}
+	r.updateHold()
+	if r.catching {
+		r.readPage(ctx)
+	}
+	r.maybeFinishDrain(ctx)
+}
+
+// send delivers a slot's event (again) to the handler.
+func (r *reader) send(ctx actor.Context, s *slot) {
+	d := s.d // a copy per attempt: the handler may keep it
+	d.replyTo = ctx.Self()
+	d.Context, s.span = r.g.telemetry.startDelivery(r.bg, &d)
+	s.state, s.sentAt = slotSent, time.Now()
+	ctx.Request(r.handler, &d)
+}
+
+// redeliver sends a retried slot again once its delay has passed.
+func (r *reader) redeliver(ctx actor.Context, id uint64) {
+	s := r.win.byID[id]
+	if s == nil || s.state != slotRetrying || r.stopped {
+		return
+	}
+	if r.draining {
+		return // left for the next owner: the checkpoint stays before it
+	}
+	if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
+		r.lostFence(ctx, err) // a retry, too, needs a lease it can trust
+		return
+	}
+	r.send(ctx, s)
+}
+
+// onHandlerReply matches a handler's answer to its slot.
+func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
+	s := r.win.byID[m.id]
+	if s == nil || s.state != slotSent || m.attempt != s.d.Attempt || r.stopped {
+		return // an answer to an attempt given up on (timeout), or to a stopped reader
+	}
+	r.onReply(ctx, s, m.msg, nil)
+}
+
+var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
+
+// checkTimeouts treats a delivery unanswered for HandlerTimeout as a retry.
+func (r *reader) checkTimeouts(ctx actor.Context) {
+	now := time.Now()
+	for _, s := range r.win.slots {
+		if s.state == slotSent && now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
+			r.onReply(ctx, s, nil, errHandlerTimeout)
+		}
+	}
+}
+
+// onReply acts on the handler's answer (or its absence) for a slot.
+func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
+	span := s.span
+	var retry time.Duration
+	var reason string
+	outcome := observability.OutcomeRetry
+	switch m := res.(type) {
+	case Ack:
+		span.End(observability.OutcomeAck, nil)
+		r.finish(ctx, s, m.Committed)
+		return
+	case *Ack:
+		span.End(observability.OutcomeAck, nil)
+		r.finish(ctx, s, m != nil && m.Committed)
+		return
+	case DeadLetter:
+		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
+		r.deadLetter(ctx, s, m.Reason, s.d.Attempt+1)
+		return
+	case *DeadLetter:
+		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
+		r.deadLetter(ctx, s, m.Reason, s.d.Attempt+1)
+		return
+	case Retry:
+		retry, reason = m.After, m.Reason
+	case *Retry:
+		retry, reason = m.After, m.Reason
+	case *handlerPanicked:
+		reason = fmt.Sprintf("handler panicked: %v", m.reason)
+		outcome = observability.OutcomePanic
+	default:
+		if err != nil {
+			reason = fmt.Sprintf("no answer within %v", r.g.opts.HandlerTimeout)
+			outcome = observability.OutcomeTimeout
+		} else {
+			reason = fmt.Sprintf("unexpected answer %T: answer Ack, Retry or DeadLetter", res)
+		}
+	}
+	s.d.Attempt++
+	if s.d.Attempt >= r.g.opts.Retry.MaxAttempts {
+		reason = fmt.Sprintf("retry budget of %d attempts spent; last: %s", r.g.opts.Retry.MaxAttempts, reason)
+		span.End(observability.OutcomeDeadLetter, errors.New(reason))
+		r.deadLetter(ctx, s, reason, s.d.Attempt)
+		return
+	}
+	if outcome == observability.OutcomePanic {
+		span.EndPanic(reason, nil)
+	} else {
+		span.End(outcome, errors.New(reason))
+	}
+	s.state = slotRetrying
+	r.after(ctx, max(retry, r.g.opts.Retry.Backoff.Next(s.d.Attempt)), &redeliver{gen: r, id: s.d.id})
+	r.maybeFinishDrain(ctx)
+}
+
+// deadLetter records a slot's event, delivered attempts times, as a dead
+// letter; the slot finishes when the row is written.
+func (r *reader) deadLetter(ctx actor.Context, s *slot, reason string, attempts int) {
+	s.state = slotDeadLettering
+	d := s.d
+	dl := eventsource.DeadLetter{
+		Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.Event.ID,
+		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: attempts,
+	}
+	r.async(ctx, func(c context.Context) any {
+		_, err := r.g.store.AddDeadLetter(c, dl)
+		return &deadLettered{gen: r, id: d.id, err: err}
+	})
+}
+
+func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) {
+	s := r.win.byID[m.id]
+	if s == nil || s.state != slotDeadLettering {
+		return
+	}
+	if m.err != nil {
+		panic(fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err))
+	}
+	r.finish(ctx, s, false)
+}
+
+// finish marks a slot done, frees its stream, and moves the acknowledged
+// position over the window's finished prefix.
+func (r *reader) finish(ctx actor.Context, s *slot, committed bool) {
+	s.state = slotDone
+	delete(r.win.byID, s.d.id)
+	delete(r.win.busy, s.d.Event.Stream)
+	for len(r.win.slots) > 0 && r.win.slots[0].state == slotDone {
+		r.acked = r.win.slots[0].d.Event.Position
+		r.win.slots = r.win.slots[1:]
+		r.sinceFlush++
+	}
+	if len(r.win.slots) == 0 {
+		r.win.slots = nil
+	}
+	if committed {
+		r.flushed = max(r.flushed, s.d.Event.Position)
+	}
+	if r.sinceFlush >= r.g.opts.CheckpointEvery {
+		r.flush(ctx, false)
+	}
+	r.pump(ctx)
+}
+
+// flush writes the checkpoint, fenced, unless a write is under way.
+func (r *reader) flush(ctx actor.Context, force bool) {
+	if r.flushing || r.acked <= r.flushed || (!force && r.sinceFlush < r.g.opts.CheckpointEvery) {
+		return
+	}
+	r.flushing, r.sinceFlush = true, 0
+	pos, o := r.acked, r.g.opts
+	r.async(ctx, func(c context.Context) any {
+		_, err := r.g.store.SaveCheckpoint(c, o.Subscription, r.bucket, pos, r.fence)
+		return &flushDone{gen: r, pos: pos, err: err}
+	})
+}
+
+func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
+	r.flushing = false
+	if f.err != nil {
+		if errors.Is(f.err, eventsource.ErrFenceLost) {
+			r.lostFence(ctx, f.err)
+			return
+		}
+		panic(fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err))
+	}
+	r.flushed = max(r.flushed, f.pos)
+	ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
+	r.maybeFinishDrain(ctx)
+}
+
+// maybeFinishDrain ends a drain once no slot is with the handler or being
+// dead-lettered and the checkpoint is flushed. Retrying and unsent slots
+// are left to the next owner: the checkpoint stays before them.
+func (r *reader) maybeFinishDrain(ctx actor.Context) {
+	if !r.draining || r.stopped || r.win.active() > 0 {
+		return
+	}
+	if r.acked > r.flushed {
+		r.flush(ctx, true)
+		return
+	}
+	if r.flushing {
+		return
+	}
+	if r.overflowed != nil {
+		panic(r.overflowed) // a permanent error: supervision stops the reader
+	}
+	ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
+	r.shutdown(ctx)
+	ctx.Stop(ctx.Self())
+}
+
+// lostFence stops the reader at once: another worker holds the bucket, or
+// this one can no longer be sure it does.
+func (r *reader) lostFence(ctx actor.Context, err error) {
+	if r.stopped {
+		return
+	}
+	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
+	r.shutdown(ctx)
+	ctx.Stop(ctx.Self())
+}
