@@ -52,6 +52,7 @@ type coordinator struct {
 	again   bool
 	leaving bool
 	left    bool
+	halted  bool // stopping or restarting
 	giving  map[int]bool // HandOver calls under way
 	cancel  context.CancelFunc
 	bg      context.Context
@@ -62,6 +63,9 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *actor.Started:
 		c.start(ctx)
 	case *actor.Stopping, *actor.Restarting:
+		// The actor stops (or restarts): its readers stop with it, and
+		// none may be spawned again meanwhile.
+		c.halted = true
 		if c.cancel != nil {
 			c.cancel()
 		}
@@ -133,7 +137,7 @@ func (c *coordinator) start(ctx actor.Context) {
 // pass runs one reconcile pass off the mailbox; ticks during a pass are
 // folded into one more pass after it.
 func (c *coordinator) pass(ctx actor.Context) {
-	if c.leaving {
+	if c.leaving || c.halted {
 		return
 	}
 	if c.passing {
@@ -201,6 +205,9 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 // stop readers of buckets lost (or held at another epoch), drain readers of
 // buckets being handed off, spawn readers for owned buckets without one.
 func (c *coordinator) syncReaders(ctx actor.Context) {
+	if c.halted {
+		return
+	}
 	for b, ref := range c.readers {
 		l, ok := c.owned[b]
 		if (!ok || l.Epoch != ref.epoch) && !ref.stopping && !ref.draining {
