@@ -71,6 +71,9 @@ func ParseStreamName(name string) (StreamName, error) {
 	if cat == "" {
 		return StreamName{}, nameErr("stream", name, "empty category")
 	}
+	if strings.TrimSpace(cat) != cat {
+		return StreamName{}, nameErr("stream", name, "category has leading or trailing white space")
+	}
 	if len(cat) > MaxCategoryLength {
 		return StreamName{}, nameErr("stream", name, fmt.Sprintf("category longer than %d bytes", MaxCategoryLength))
 	}

@@ -49,6 +49,9 @@ const (
 	MarginDivisorDefault = 3
 	// MaxBuckets bounds Config.Buckets.
 	MaxBuckets = 1 << 16
+	// MinTTL is the shortest lease: below it, timers and the database's
+	// timestamps are too coarse for the margin arithmetic.
+	MinTTL = 10 * time.Millisecond
 )
 
 // Config configures a [Store]. The zero value of every optional field means
@@ -138,12 +141,12 @@ func (c Config) validate() error {
 		return bad("Buckets", "is %d; it must be between 1 and %d", c.Buckets, MaxBuckets)
 	case c.Kind != KindRow && c.Kind != KindSession:
 		return bad("Kind", "is %v; use KindRow or KindSession", c.Kind)
-	case c.TTL < 0:
-		return bad("TTL", "is %v; it must be positive", c.TTL)
-	case c.Heartbeat < 0:
-		return bad("Heartbeat", "is %v; it must be positive", c.Heartbeat)
-	case c.Margin < 0:
-		return bad("Margin", "is %v; it must be positive", c.Margin)
+	case c.TTL < MinTTL:
+		return bad("TTL", "is %v; it must be at least %v", c.TTL, MinTTL)
+	case c.Heartbeat <= 0:
+		return bad("Heartbeat", "is %v; it must be positive (0 means TTL/%d)", c.Heartbeat, HeartbeatDivisorDefault)
+	case c.Margin <= 0:
+		return bad("Margin", "is %v; it must be positive (0 means TTL/%d)", c.Margin, MarginDivisorDefault)
 	case c.Heartbeat >= c.TTL:
 		return bad("Heartbeat", "(%v) must be shorter than TTL (%v), or the lease lapses between renewals",
 			c.Heartbeat, c.TTL)
