@@ -45,7 +45,9 @@ func TestConfig(t *testing.T) {
 			{"UnknownKind", func(c *Config) { c.Kind = 7 }, "Kind", "KindRow"},
 			{"NegativeTTL", func(c *Config) { c.TTL = -time.Second }, "TTL", "at least 10ms"},
 			{"TinyTTLRoundsHeartbeatToZero", func(c *Config) { c.TTL = 3 * time.Nanosecond }, "TTL", "at least 10ms"},
-			{"ZeroHeartbeatAfterDefaults", func(c *Config) { c.TTL, c.Heartbeat, c.Margin = 20*time.Millisecond, -time.Nanosecond, time.Millisecond }, "Heartbeat", "positive"},
+			{"ZeroHeartbeatAfterDefaults", func(c *Config) {
+				c.TTL, c.Heartbeat, c.Margin = 20*time.Millisecond, -time.Nanosecond, time.Millisecond
+			}, "Heartbeat", "positive"},
 			{"NegativeMargin", func(c *Config) { c.Margin = -time.Second }, "Margin", "positive"},
 			{"HeartbeatNotUnderTTL", func(c *Config) { c.TTL, c.Heartbeat = time.Second, time.Second }, "Heartbeat", "shorter than TTL"},
 			{"HeartbeatPlusMarginNotUnderTTL", func(c *Config) {
