@@ -86,7 +86,11 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	}
 	rt.sequencer = eventsource.NewSequencer(store, opts.Sequencer)
 	rt.sequencer.Start()
-	notifier, err := store.NewNotifier(eventsource.NotifierOptions{Logger: logger, PollInterval: opts.PollInterval})
+	var reconnects atomic.Int64
+	notifier, err := store.NewNotifier(eventsource.NotifierOptions{Logger: logger, PollInterval: opts.PollInterval,
+		OnReconnect: func(err error) {
+			rt.telemetry.t.NotifierReconnect(context.Background(), int(reconnects.Add(1)), err)
+		}})
 	if err != nil {
 		rt.sequencer.Stop()
 		return nil, err

@@ -52,6 +52,9 @@ type NotifierOptions struct {
 	PingInterval time.Duration
 	// Logger receives connection losses at Warn; nil discards.
 	Logger *slog.Logger
+	// OnReconnect, if set, is called each time the connection is lost and
+	// the notifier starts to reconnect (for metrics). It must not block.
+	OnReconnect func(err error)
 }
 
 // WithDefaults returns o with zero fields set to their defaults.
@@ -339,6 +342,9 @@ func (n *Notifier) listenLoop(ctx context.Context) {
 			return
 		}
 		n.opts.Logger.Warn("kumi: notifier lost its connection; reconnecting", "err", err)
+		if n.opts.OnReconnect != nil {
+			n.opts.OnReconnect(err)
+		}
 		if !sleepCtx(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, 0)) {
 			return
 		}
