@@ -189,8 +189,8 @@ func (d *demo) frame(width int) []string {
 	if d.cfg.duration > 0 {
 		clock += " / " + d.cfg.duration.String()
 	}
-	add("%skumi demo%s  subscription %s · category %s · %d buckets · %s leases (ttl %v) · %s  %s[%s]%s",
-		c.bold, c.reset, subscription, category, d.cfg.buckets, d.cfg.lease, d.cfg.ttl, clock, c.dim, d.phase, c.reset)
+	add("%skumi demo%s  %s [%s]  subscription %s on %s · %d buckets · %s leases, ttl %v",
+		c.bold, c.reset, clock, d.phase, subscription, category, d.cfg.buckets, d.cfg.lease, d.cfg.ttl)
 	add("%sdatabase%s  %s", c.dim, c.reset, d.db.describe)
 	add("%straces%s    %s", c.dim, c.reset, d.tracing)
 	if d.cur == nil {
@@ -217,8 +217,12 @@ func (d *demo) frame(width int) []string {
 			member = map[bool]string{true: "live", false: "lapsed"}[live]
 		}
 		state := p.State()
+		rate := d.wrate[p.name]
+		if state != stateRunning && state != stateLeaving {
+			rate = 0
+		}
 		add("%s  %-7d  %-8s  %-6s  %7d  %7d  %4.0f/s", c.worker(p.name, fmt.Sprintf("%-6s", p.name)), p.Pid(),
-			state, member, owned[p.name], s.byWorker[p.name], d.wrate[p.name])
+			state, member, owned[p.name], s.byWorker[p.name], rate)
 	}
 	add("")
 
