@@ -41,7 +41,7 @@ func TestNetworkCut(t *testing.T) {
 			e.faults = append(e.faults, fault{worker: cut.id, at: at})
 			e.c.markCut(cut, true)
 			if _, ok := e.o.waitTakenFrom(cut.id, 60*time.Second); !ok {
-				t.Fatalf("the cut worker's buckets were never taken: %s", e.o.ownedSummary())
+				t.Fatalf("the cut worker's buckets were never taken: %s; its sessions:%s", e.o.ownedSummary(), e.o.sessionsOf(cut.id))
 			}
 			// Long enough, in the long form, for a handler's write to time
 			// out (10 s) and be retried while still cut off.

@@ -463,3 +463,29 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// sessionsOf describes worker's open sessions and the lease rows they
+// lock, for failure messages: a frozen or cut-off worker caught inside a
+// transaction keeps its row locks, and claims skip locked rows.
+func (o *observer) sessionsOf(worker string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT a.pid, a.state, coalesce(now() - a.state_change, '0'::interval)::text,
+		left(a.query, 80), coalesce((SELECT string_agg(l.mode, ',') FROM pg_locks l
+			WHERE l.pid = a.pid AND l.relation = '%s.lease_buckets'::regclass), '')
+		FROM pg_stat_activity a WHERE a.application_name = $1 ORDER BY a.pid`, o.q), worker)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	var pid int
+	var state, since, query, locks string
+	_, err = pgx.ForEachRow(rows, []any{&pid, &state, &since, &query, &locks}, func() error {
+		fmt.Fprintf(&b, "\n  pid %d %s for %s, lease_buckets locks [%s]: %s", pid, state, since, locks, query)
+		return nil
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return b.String()
+}

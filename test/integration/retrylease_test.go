@@ -20,7 +20,8 @@ import (
 
 // TestRetriedDeliveryRechecksItsLease: a handler that keeps asking for a
 // retry must stop being called once its worker can no longer be sure of
-// the bucket. The network-cut scenario can only hit this by chance (a
+// the bucket. (This harness found that a retry skipped EnsureHeld; fixed
+// in actors, commit 9fe9fc6 — this is its regression test.) The network-cut scenario can only hit this by chance (a
 // delivery must be in flight when the cut comes); here it is made certain,
 // in one process: one bucket, one event whose handler always answers
 // Retry, and then the lease row is locked by another transaction, so

@@ -33,7 +33,7 @@ func TestZombie(t *testing.T) {
 			e.c.pause(z)
 			e.faults = append(e.faults, fault{worker: z.id, at: frozen})
 			if _, ok := e.o.waitTakenFrom(z.id, 60*time.Second); !ok {
-				t.Fatalf("the zombie's buckets were never taken: %s", e.o.ownedSummary())
+				t.Fatalf("the zombie's buckets were never taken: %s; its sessions:%s", e.o.ownedSummary(), e.o.sessionsOf(z.id))
 			}
 			time.Sleep(pick(time.Second, 10*time.Second))
 			woke := time.Now()
