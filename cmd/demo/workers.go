@@ -34,16 +34,11 @@ type proc struct {
 	done     chan struct{}
 }
 
+// State is the process's state: stateRunning, stateLeaving, …
 func (p *proc) State() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state
-}
-
-func (p *proc) setState(s string) {
-	p.mu.Lock()
-	p.state = s
-	p.mu.Unlock()
 }
 
 // Pid returns the process id.

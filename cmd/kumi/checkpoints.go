@@ -35,6 +35,7 @@ type checkpointJSON struct {
 	Lag       *int64     `json:"lag"`
 }
 
+// Run prints the checkpoints of every bucket.
 func (c *cpShowCmd) Run(e *env) error {
 	store, err := e.connect()
 	if err != nil {
@@ -112,12 +113,15 @@ type heldError struct {
 	expires time.Duration
 }
 
+// Error names the owner and says what to do.
 func (h *heldError) Error() string {
 	return fmt.Sprintf("bucket %d is held by %s (epoch %d, lease expires in %s): its reader would undo the reset; "+
 		"stop the subscription's workers (or wait until none holds it) and retry, or pass --force",
 		h.bucket, h.owner, h.epoch, roundDur(h.expires))
 }
 
+// Run resets the selected buckets' checkpoints, each in a transaction
+// fenced against a live owner.
 func (c *cpResetCmd) Run(e *env) error {
 	if *c.Position < 0 {
 		return usageErrorf("--position %d: positions are >= 0", *c.Position)

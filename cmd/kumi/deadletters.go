@@ -52,6 +52,7 @@ func letterOut(d eventsource.DeadLetter) letterJSON {
 		Stream: d.Stream, Reason: d.Reason, Attempts: d.Attempts, CreatedAt: d.CreatedAt, ReplayedAt: d.ReplayedAt}
 }
 
+// Run lists letters.
 func (c *dlListCmd) Run(e *env) error {
 	if err := checkBucketFlag(c.Bucket); err != nil {
 		return err
@@ -108,6 +109,7 @@ type dlShowCmd struct {
 	JSON         bool   `name:"json" help:"Print JSON."`
 }
 
+// Run prints one letter and its event.
 func (c *dlShowCmd) Run(e *env) error {
 	id, err := parseEventID(c.Event)
 	if err != nil {
@@ -194,6 +196,7 @@ type dlReplayCmd struct {
 	DryRun       bool     `name:"dry-run" help:"List the letters that would be replayed and run nothing."`
 }
 
+// Run replays the selected letters through --exec (or lists them).
 func (c *dlReplayCmd) Run(e *env) error {
 	if c.Exec == "" && !c.DryRun {
 		return usageErrorf("say what handles the events: --exec COMMAND (or --dry-run to list them); " +
@@ -337,6 +340,7 @@ type dlDiscardCmd struct {
 	Events       []string `arg:"" name:"event-id" help:"The ids of the events whose letters to delete."`
 }
 
+// Run deletes letters.
 func (c *dlDiscardCmd) Run(e *env) error {
 	ids := make([]uuid.UUID, 0, len(c.Events))
 	for _, s := range c.Events {
@@ -403,6 +407,7 @@ func indentJSON(raw json.RawMessage) string {
 // tailWriter keeps the last line written to it.
 type tailWriter struct{ buf []byte }
 
+// Write keeps the last 4 KiB written.
 func (t *tailWriter) Write(p []byte) (int, error) {
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > 4096 {

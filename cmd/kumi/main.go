@@ -86,6 +86,7 @@ func (e *env) printJSON(v any) error {
 // usageError is a problem with the arguments found after parsing: exit 2.
 type usageError struct{ msg string }
 
+// Error returns the message.
 func (u *usageError) Error() string { return u.msg }
 
 func usageErrorf(format string, args ...any) error {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func TestMain(m *testing.M) {
 func build() (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("the go tool is needed to build the binary under test: %w", err)
 	}
 	dir := ""
 	if exe, err := os.Executable(); err == nil {

@@ -13,6 +13,7 @@ type migrateCmd struct {
 	GroupSize []int `name:"group-size" placeholder:"N" help:"Also build the consumer-group index for subscriptions of N buckets (repeatable). Workers build it when they start otherwise; on a large store build it ahead."`
 }
 
+// Run applies the migrations and builds the asked-for indexes.
 func (m *migrateCmd) Run(e *env) error {
 	for _, n := range m.GroupSize {
 		if n < 1 || n > leasestore.MaxBuckets {

@@ -15,6 +15,7 @@ type statusCmd struct {
 	JSON         bool   `name:"json" help:"Print JSON instead of tables."`
 }
 
+// Run prints the overview, or one subscription's state.
 func (s *statusCmd) Run(e *env) error {
 	store, err := e.connect()
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 // joins the pool as a member when it is created, and an observer that
 // joins changes every worker's fair share.
 type Inspection struct {
+	// Schema and Subscription are the ones inspected.
 	Schema       string
 	Subscription string
 	// Category is the one given to Inspect; "" when lag was not measured.
@@ -33,12 +34,16 @@ type Inspection struct {
 	Head int64
 	// Buckets is the subscription's N (0 when it has no lease rows yet).
 	Buckets int
+	// Members are the subscription's membership rows, live or not, by
+	// worker id.
 	Members []leasestore.Member
-	Rows    []BucketRow
+	// Rows are the buckets, by number.
+	Rows []BucketRow
 }
 
 // BucketRow is one bucket: its lease row and its checkpoint.
 type BucketRow struct {
+	// BucketState is the lease row, as leasestore.Store.Snapshot reports it.
 	leasestore.BucketState
 	// Live reports an owner whose lease is unexpired at Inspection.Now.
 	Live bool
