@@ -135,8 +135,18 @@ func TestNoSkippedEvents(t *testing.T) {
 		err := s1.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT last_position FROM %[1]s.sequencer),
 			(SELECT coalesce(max(position), 0) FROM %[1]s.events WHERE category = 'alpha'),
 			(SELECT count(*) FROM %[1]s.events WHERE position IS NULL)`, s1.QuotedSchema())).Scan(&head, &alphaHead, &pending)
+		if err != nil {
+			t.Logf("waiting: %v", err)
+		}
 		return err == nil && pending == 0 && all.at() == head && alpha.at() == alphaHead
-	}, "readers at $all %d of %d, alpha %d of %d", all.at(), head, alpha.at(), alphaHead)
+	}, "readers behind: %s", func() string {
+		var pending, minSeq, low, maxSeq int64
+		_ = s1.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s.events WHERE position IS NULL),
+			(SELECT coalesce(min(seq), 0) FROM %[1]s.events WHERE position IS NULL), (SELECT low_seq FROM %[1]s.sequencer),
+			(SELECT max(seq) FROM %[1]s.events)`, s1.QuotedSchema())).Scan(&pending, &minSeq, &low, &maxSeq)
+		return fmt.Sprintf("$all at %d of %d, alpha at %d of %d; %d unsequenced from seq %d, watermark %d, last seq %d",
+			all.at(), head, alpha.at(), alphaHead, pending, minSeq, low, maxSeq)
+	}())
 	stopReaders()
 	readers.Wait()
 	t.Logf("readers caught up %v after the start", time.Since(start))
@@ -177,6 +187,13 @@ func TestNoSkippedEvents(t *testing.T) {
 		FROM %s.events) x WHERE late`, s1.QuotedSchema())).Scan(&late))
 	t.Logf("%d events committed behind a later-inserted one", late)
 	require.Positive(t, late)
+
+	// The sequencer's search watermark followed: it is not stuck at 0.
+	var low, maxSeq int64
+	require.NoError(t, s1.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT low_seq FROM %[1]s.sequencer), (SELECT max(seq) FROM %[1]s.events)`,
+		s1.QuotedSchema())).Scan(&low, &maxSeq))
+	t.Logf("watermark at seq %d of %d", low, maxSeq)
+	require.Greater(t, low, maxSeq/2)
 }
 
 // appendTx runs one appender transaction and returns its events and

@@ -14,7 +14,7 @@ type queries struct {
 	readCategory, readAll                 string
 	headPosition                          string
 
-	sequencerLock, sequencerAssign, sequencerPending string
+	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -77,39 +77,56 @@ RETURNING version`, q)),
 			eventColumns, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
-		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s.events WHERE position IS NULL)`, q),
+		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s.events
+WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1))`, q),
+		// $1 is the quoted events table. The sequence's last value is read
+		// before the lock statement, which assigns the transaction's xid
+		// (see Store.sequenceOnce).
+		sequencerLastSeq: `SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
 		// The idle timeout frees the row should this process stall
 		// (paused, partitioned) between the sequencer's statements: no one
 		// else could sequence until then. With synchronous_commit off, the
 		// sequencer's commit is made durable anyway (flushing, with it,
 		// every append before it in the WAL): positions that readers have
 		// seen must survive a crash, or they would be handed out again to
-		// other events, behind the readers' checkpoints.
-		// The join settings pin the assignment's plan to what suits a
-		// batch among millions of rows: a nested loop of TID lookups.
-		sequencerLock: fmt.Sprintf(`SELECT last_position, set_config('idle_in_transaction_session_timeout', '10s', true),
+		// other events, behind the readers' checkpoints. The join settings
+		// pin the assignment's plan to what suits a batch among millions of
+		// rows: a nested loop of TID lookups.
+		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint,
+  set_config('idle_in_transaction_session_timeout', '10s', true),
   CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// A fresh statement after the lock, so its snapshot sees every
-		// commit before it, the previous sequencer's included. It assigns
-		// positions, saves the new head and notifies it (delivered at
-		// commit) in one round trip. Rows are updated by ctid: only the
-		// sequencer updates events, and it holds the lock, so a row found
-		// by the first part is still there for the second.
+		// commit before it, the previous sequencer's included. It numbers
+		// the committed events without a position above the watermark $4,
+		// in seq order, after position $1, at most $2 of them; moves the
+		// watermark (see Store.sequenceOnce: $5 and $6 are a candidate seq
+		// and xid); saves the new head and watermark; and notifies the head
+		// (delivered at commit): one round trip. Rows are updated by ctid:
+		// only the sequencer updates events, and it holds the lock, so a
+		// row found by the first part is still there for the second.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
-  SELECT ctid, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
-  FROM (SELECT ctid, seq FROM %[1]s.events WHERE position IS NULL ORDER BY seq LIMIT $2) p
+  SELECT ctid, seq, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
+  FROM (SELECT ctid, seq FROM %[1]s.events WHERE position IS NULL AND seq > $4 ORDER BY seq LIMIT $2) p
 ), upd AS (
   UPDATE %[1]s.events e SET position = pending.pos FROM pending WHERE e.ctid = pending.ctid RETURNING e.position
 ), head AS (
-  SELECT count(*) AS n, coalesce(max(position), $1::bigint) AS last FROM upd
+  SELECT (SELECT count(*) FROM upd) AS n, (SELECT coalesce(max(position), $1::bigint) FROM upd) AS last,
+    (SELECT max(seq) FROM pending) AS max_seq,
+    pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
+), low AS (
+  SELECT CASE WHEN $6::bigint > 0 AND h.xmin >= $6::bigint
+    THEN GREATEST($4::bigint, CASE WHEN h.n < $2::bigint THEN $5::bigint ELSE LEAST($5::bigint, h.max_seq) END)
+    ELSE $4::bigint END AS low
+  FROM head h
 ), save AS (
-  UPDATE %[1]s.sequencer SET last_position = head.last FROM head WHERE id = 1 AND head.n > 0 RETURNING last_position
+  UPDATE %[1]s.sequencer SET last_position = h.last, low_seq = l.low FROM head h, low l
+  WHERE id = 1 AND (h.n > 0 OR l.low <> $4::bigint) RETURNING 1
 )
-SELECT head.n, head.last, (SELECT count(*) FROM save),
-  (SELECT count(*) FROM (SELECT pg_notify($3, h.last::text) FROM head h WHERE h.n > 0) notified)
-FROM head`, q),
+SELECT h.n, h.last, l.low, h.xmin, (SELECT count(*) FROM save),
+  (SELECT count(*) FROM (SELECT pg_notify($3, hh.last::text) FROM head hh WHERE hh.n > 0) notified)
+FROM head h, low l`, q),
 
 		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),
 		checkpointList: fmt.Sprintf(`SELECT bucket, position, updated_at FROM %s.checkpoints WHERE subscription = $1 ORDER BY bucket`, q),

@@ -2,71 +2,10 @@ package eventsource
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// Sequence gives global positions to committed events that have none, in
-// insertion order, and returns how many it sequenced. It is one step of the
-// [Sequencer]; tests and tools call it directly. When another process is
-// sequencing at that moment it returns 0 at once.
-//
-// Why this never skips an event: a reader follows position order from its
-// checkpoint, and positions are handed out only here, after commit, under
-// a lock on the single sequencer row, in increasing order. So an event that
-// commits late gets a later position; it can never appear behind a cursor
-// that has already passed its position. Per-stream order holds because an
-// append to a stream waits for the stream's previous append to commit (the
-// streams row lock) before it takes its insertion number, so a stream's
-// events are inserted, and so sequenced, in version order.
-func (s *Store) Sequence(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, err := s.sequenceOnce(ctx)
-		total += n
-		if err != nil || n < SequencerBatchDefault {
-			return total, err
-		}
-	}
-}
-
-func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	var last int64
-	if err := tx.QueryRow(ctx, s.sql.sequencerLock).Scan(&last, nil, nil, nil, nil); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, nil // another sequencer holds the row
-		}
-		return 0, fmt.Errorf("kumi: sequencer lock: %w", err)
-	}
-	var n, newLast, saved, notified int64
-	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, SequencerBatchDefault, s.NotifyChannel()).
-		Scan(&n, &newLast, &saved, &notified); err != nil {
-		return 0, fmt.Errorf("kumi: sequencer assign: %w", err)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("kumi: sequencer commit: %w", err)
-	}
-	return int(n), nil
-}
-
-// WakeSequencer wakes this process's [Sequencer] at once. [Store.Append]
-// does it itself; call it after committing a transaction that used
-// [Store.AppendTx], or the sequencer finds those events at its next poll
-// (MaxInterval, 50 ms by default).
-func (s *Store) WakeSequencer() { s.signalAppended() }
 
 // SequencerOptions tune a [Sequencer]. Zero values mean defaults.
 type SequencerOptions struct {

@@ -115,6 +115,53 @@ func TestSequencer(t *testing.T) {
 		require.Greater(t, slow, fast, "the late commit gets a later position, so no cursor past 1 misses it")
 	})
 
+	t.Run("TheSearchWatermarkStaysBelowAnOpenAppendersEvents", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		watermark := func() (low, maxSeq int64) {
+			require.NoError(t, s.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT low_seq FROM %[1]s.sequencer),
+				(SELECT coalesce(max(seq), 0) FROM %[1]s.events)`, s.QuotedSchema())).Scan(&low, &maxSeq))
+			return low, maxSeq
+		}
+		mustAppend(t, s, "before-1", ev("A", `{}`))
+		rolledBack, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		_, err = s.AppendTx(ctx, rolledBack, "gone-1", eventsource.Any, []eventsource.EventData{ev("Gone", `{}`)})
+		require.NoError(t, err)
+		require.NoError(t, rolledBack.Rollback(ctx))
+		// One step proposes a watermark, a later one confirms it once every
+		// transaction older than the proposal has ended (in the whole
+		// cluster: other tests' included).
+		pgtest.Eventually(t, 10*time.Second, func() bool {
+			sequenceAll(t, s)
+			low, _ := watermark()
+			return low == 2
+		}, "the watermark passes a rolled-back event")
+
+		open, err := s.Pool().Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = open.Rollback(ctx) }()
+		_, err = s.AppendTx(ctx, open, "slow-1", eventsource.Any, []eventsource.EventData{ev("Slow", `{}`)})
+		require.NoError(t, err)
+		// before-1 is seq 1, gone-1 seq 2, slow-1 seq 3.
+		for i := range 5 {
+			mustAppend(t, s, fmt.Sprintf("fast-%d", i), ev("Fast", `{}`))
+			sequenceAll(t, s)
+		}
+		low, _ := watermark()
+		require.Equal(t, int64(2), low, "the watermark stays below the open transaction's event")
+		require.Equal(t, int64(6), positionOf(t, s, "fast-4", 0), "the others are sequenced meanwhile")
+
+		require.NoError(t, open.Commit(ctx))
+		sequenceAll(t, s)
+		require.Equal(t, int64(7), positionOf(t, s, "slow-1", 0))
+		pgtest.Eventually(t, 10*time.Second, func() bool {
+			sequenceAll(t, s)
+			low, maxSeq := watermark()
+			return low == maxSeq
+		}, "with nothing open, the watermark catches up")
+	})
+
 	t.Run("AStreamsAppendsAreSequencedInVersionOrder", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

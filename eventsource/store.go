@@ -106,6 +106,9 @@ type Store struct {
 
 	cgMu      sync.Mutex
 	cgIndexes map[int]bool
+
+	seqMu   sync.Mutex
+	seqCand seqCandidate // the sequencer's next watermark candidate
 }
 
 // New returns a store over pool. It does not touch the database: call

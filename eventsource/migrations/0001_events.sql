@@ -36,11 +36,15 @@ CREATE UNIQUE INDEX events_position ON {{schema}}.events (position) WHERE positi
 CREATE INDEX events_category_position ON {{schema}}.events (category, position) WHERE position IS NOT NULL;
 CREATE INDEX events_unsequenced ON {{schema}}.events (seq) WHERE position IS NULL;
 
--- The sequencer's single row: the last global position handed out. The
--- sequencer holds it FOR UPDATE while it assigns positions.
+-- The sequencer's single row: the last global position handed out, and
+-- low_seq, a watermark below which every event is sequenced or was rolled
+-- back, so that the sequencer's search for unsequenced events starts there
+-- rather than at the first of the index entries its updates left dead. The
+-- sequencer holds the row FOR UPDATE while it assigns positions.
 CREATE TABLE {{schema}}.sequencer (
     id            int PRIMARY KEY CHECK (id = 1),
-    last_position bigint NOT NULL
+    last_position bigint NOT NULL,
+    low_seq       bigint NOT NULL DEFAULT 0
 );
 INSERT INTO {{schema}}.sequencer (id, last_position) VALUES (1, 0);
 
