@@ -52,7 +52,7 @@ type coordinator struct {
 	again   bool
 	leaving bool
 	left    bool
-	halted  bool // stopping or restarting
+	halted  bool         // stopping or restarting
 	giving  map[int]bool // HandOver calls under way
 	cancel  context.CancelFunc
 	bg      context.Context

@@ -36,6 +36,10 @@ type LeaseOptions struct {
 	// SessionURL is the session kind's dedicated connection; "" uses the
 	// pool's settings.
 	SessionURL string
+	// NoListen turns off the lease store's LISTEN connection (behind a
+	// transaction pooler, where LISTEN does not work): rebalances are then
+	// found by the passes alone, one heartbeat later.
+	NoListen bool
 }
 
 // RetryPolicy bounds deliveries of one event.

@@ -221,6 +221,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		Heartbeat:    opts.Lease.Heartbeat,
 		Margin:       opts.Lease.Margin,
 		SessionURL:   opts.Lease.SessionURL,
+		NoListen:     opts.Lease.NoListen,
 		Logger:       logger,
 	})
 	if err != nil {

@@ -74,6 +74,11 @@ func LockKey(schema string) int64 {
 // idempotent and safe to run from several processes at once.
 func Apply(ctx context.Context, pool *pgxpool.Pool, schema, component string, migrations []Migration) error {
 	q := pgx.Identifier{schema}.Sanitize()
+	// An up-to-date schema needs no lock and no DDL, so a worker can run as
+	// a role without CREATE privileges once an operator has migrated.
+	if current, err := currentVersion(ctx, pool, q, component); err == nil && current == len(migrations) {
+		return nil
+	}
 	for {
 		applied, err := applyNext(ctx, pool, q, schema, component, migrations)
 		if err != nil {
@@ -83,6 +88,15 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema, component string, mi
 			return nil
 		}
 	}
+}
+
+// currentVersion reads component's version without creating anything; an
+// error means it cannot tell (no schema or table yet, no privilege).
+func currentVersion(ctx context.Context, pool *pgxpool.Pool, q, component string) (int, error) {
+	var v int
+	err := pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+q+".schema_migrations WHERE component = $1",
+		component).Scan(&v)
+	return v, err
 }
 
 func applyNext(ctx context.Context, pool *pgxpool.Pool, q, schema, component string, migrations []Migration) (bool, error) {

@@ -184,7 +184,8 @@ func (s *Server) launch(ctx context.Context) error {
 		select {
 		case <-s.exited:
 			log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-			if strings.Contains(string(log), "could not bind") || strings.Contains(string(log), "already in use") {
+			if strings.Contains(string(log), "could not bind") || strings.Contains(string(log), "already in use") ||
+				strings.Contains(string(log), "could not create any TCP/IP sockets") {
 				return fmt.Errorf("pgtest: port %d is in use; choose another or set DATABASE_URL", s.port)
 			}
 			return fmt.Errorf("pgtest: postgres exited during start-up:\n%s", log)
