@@ -73,11 +73,8 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if err := store.Migrate(ctx); err != nil {
-		return nil, fmt.Errorf("kumi: migrate event store: %w", err)
-	}
-	if err := leasestore.Migrate(ctx, store.Pool(), store.Schema()); err != nil {
-		return nil, fmt.Errorf("kumi: migrate lease store: %w", err)
+	if err := Migrate(ctx, store); err != nil {
+		return nil, err
 	}
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{}}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
@@ -106,6 +103,20 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	rt.notifier, rt.listener = notifier, listener
 	rt.publisher = system.Root.Spawn(newPublisherProps(store, listener.C(), opts.PollInterval, logger, rt.telemetry))
 	return rt, nil
+}
+
+// Migrate creates or upgrades everything kumi keeps in the store's schema:
+// the event store's tables and the lease store's. It is idempotent, safe
+// from several processes at once, and issues no DDL on an up-to-date
+// schema. NewRuntime calls it.
+func Migrate(ctx context.Context, store *eventsource.Store) error {
+	if err := store.Migrate(ctx); err != nil {
+		return fmt.Errorf("kumi: migrate event store: %w", err)
+	}
+	if err := leasestore.Migrate(ctx, store.Pool(), store.Schema()); err != nil {
+		return fmt.Errorf("kumi: migrate lease store: %w", err)
+	}
+	return nil
 }
 
 // Store returns the runtime's event store.
