@@ -138,6 +138,10 @@ func TestOptionsAreValidatedNamingTheField(t *testing.T) {
 		"QueueCapacity":     func(o *GroupOptions) { o.QueueCapacity = -1 },
 		"Retry.MaxAttempts": func(o *GroupOptions) { o.Retry.MaxAttempts = -1 },
 		"HandlerTimeout":    func(o *GroupOptions) { o.HandlerTimeout = -time.Second },
+		"MaxInFlight":       func(o *GroupOptions) { o.MaxInFlight = 5000 },
+		"Lease.Heartbeat":   func(o *GroupOptions) { o.Lease.TTL, o.Lease.Heartbeat = time.Second, 2*time.Second },
+		"Lease.TTL":         func(o *GroupOptions) { o.Lease.TTL = time.Nanosecond },
+		"Retry.Backoff":     func(o *GroupOptions) { o.Retry.Backoff.Multiplier = 0.5 },
 	}
 	for field, mutate := range cases {
 		o := base

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -176,6 +177,14 @@ func (o GroupOptions) Validate() error {
 		return &OptionError{"CheckpointInterval", o.CheckpointInterval, "must be positive"}
 	case o.DatabaseTimeout < 0:
 		return &OptionError{"DatabaseTimeout", o.DatabaseTimeout, "must be positive"}
+	}
+	lc := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Buckets: o.Buckets, Kind: o.Lease.Kind,
+		TTL: o.Lease.TTL, Heartbeat: o.Lease.Heartbeat, Margin: o.Lease.Margin}
+	var ce *leasestore.ConfigError
+	if err := lc.Validate(); errors.As(err, &ce) {
+		return &OptionError{"Lease." + ce.Field, nil, ce.Reason}
+	} else if err != nil {
+		return &OptionError{"Lease", nil, err.Error()}
 	}
 	return nil
 }

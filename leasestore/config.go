@@ -123,6 +123,10 @@ func (e *ConfigError) Error() string {
 	return "leasestore: Config." + e.Field + " " + e.Reason
 }
 
+// Validate checks c as [New] does, after its defaults: the error is a
+// *[ConfigError] naming the field.
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
 // validate checks a config that has had its defaults applied.
 func (c Config) validate() error {
 	bad := func(field, format string, args ...any) error {

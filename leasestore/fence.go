@@ -35,6 +35,9 @@ func (s *Store) Fence(bucket int, epoch int64) eventsource.Fence {
 // A transaction guarding several buckets should guard them in ascending
 // bucket order, the order in which a pass locks them.
 func (s *Store) Guard(ctx context.Context, tx pgx.Tx, bucket int, epoch int64) error {
+	if err := s.boundLocks(ctx, tx); err != nil {
+		return fmt.Errorf("leasestore: guard bucket %d: %w", bucket, err)
+	}
 	var owner string
 	var found int64
 	err := tx.QueryRow(ctx, s.st.get("guard"), s.cfg.Subscription, bucket).Scan(&owner, &found)
@@ -55,4 +58,16 @@ func (s *Store) Guard(ctx context.Context, tx pgx.Tx, bucket int, epoch int64) e
 	s.log.Info("lease fence lost", "bucket", bucket, "epoch", epoch, "owner", owner, "found_epoch", found)
 	return &LostFenceError{Subscription: s.cfg.Subscription, Bucket: bucket, Worker: s.cfg.Worker,
 		Epoch: epoch, Owner: owner, FoundEpoch: found}
+}
+
+// boundLocks makes PostgreSQL end tx's session if it sits idle inside the
+// transaction for a TTL: a worker frozen (SIGSTOP, a long pause, a network
+// blackhole) while it holds lease-row locks would otherwise keep every
+// other worker's FOR UPDATE SKIP LOCKED claim off those rows until it
+// wakes, long after its lease expired. SET LOCAL scope: it ends with tx,
+// so it is safe through a transaction pooler.
+func (s *Store) boundLocks(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
+		fmt.Sprintf("%dms", max(s.cfg.TTL.Milliseconds(), 1)))
+	return err
 }

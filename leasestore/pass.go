@@ -130,6 +130,9 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	}
 	var out passOutcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.boundLocks(ctx, tx); err != nil {
+			return err
+		}
 		var err error
 		out, err = s.passTx(ctx, tx, acquire, pid)
 		return err
