@@ -13,19 +13,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	pgtest.Main(m,
-		// protoactor's dead-letter throttle ends its goroutine one period
-		// after the last dead letter, which may be after the tests end.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-	)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func quietSystem() *actor.ActorSystem {
 	var h slog.Handler = slog.DiscardHandler

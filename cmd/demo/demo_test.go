@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -27,44 +26,13 @@ import (
 var demoBin string
 
 func TestMain(m *testing.M) {
-	bin, err := build()
+	bin, err := pgtest.BuildBinary("github.com/kumi-run/kumi/cmd/demo", "demo")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo tests: build the binary:", err)
 		os.Exit(2)
 	}
 	demoBin = bin
 	pgtest.Main(m)
-}
-
-// build builds the demo next to the test binary, in go test's own
-// temporary directory (removed when the run ends), with the race detector
-// when the tests have it: the worker processes are the same binary, so a
-// race in a worker fails the run too.
-func build() (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("the go tool is needed to build the binary under test: %w", err)
-	}
-	dir := ""
-	if exe, err := os.Executable(); err == nil {
-		dir = filepath.Dir(exe)
-	}
-	if f, err := os.CreateTemp(dir, "probe"); err == nil {
-		_ = f.Close()
-		_ = os.Remove(f.Name())
-	} else if dir, err = os.MkdirTemp("", "kumi-demo-test-"); err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "demo")
-	args := []string{"build", "-o", out}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goTool, append(args, "github.com/kumi-run/kumi/cmd/demo")...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%v\n%s", err, b)
-	}
-	return out, nil
 }
 
 type result struct {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,43 +23,13 @@ import (
 var kumiBin string
 
 func TestMain(m *testing.M) {
-	bin, err := build()
+	bin, err := pgtest.BuildBinary("github.com/kumi-run/kumi/cmd/kumi", "kumi")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kumi tests: build the binary:", err)
 		os.Exit(2)
 	}
 	kumiBin = bin
 	pgtest.Main(m)
-}
-
-// build builds the kumi binary next to the test binary, in go test's own
-// temporary directory (removed when the run ends), with the race detector
-// when the tests have it.
-func build() (string, error) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("the go tool is needed to build the binary under test: %w", err)
-	}
-	dir := ""
-	if exe, err := os.Executable(); err == nil {
-		dir = filepath.Dir(exe)
-	}
-	if f, err := os.CreateTemp(dir, "probe"); err == nil {
-		_ = f.Close()
-		_ = os.Remove(f.Name())
-	} else if dir, err = os.MkdirTemp("", "kumi-cli-test-"); err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "kumi")
-	args := []string{"build", "-o", out}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goTool, append(args, "github.com/kumi-run/kumi/cmd/kumi")...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%v\n%s", err, b)
-	}
-	return out, nil
 }
 
 // result is one run of the binary.
