@@ -92,6 +92,11 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 		}
 		return 0, fmt.Errorf("kumi: sequencer lock: %w", err)
 	}
+	if cand.xid > xid {
+		// Xids went backwards: another server (a restored dump). The
+		// candidate means nothing here.
+		cand = seqCandidate{}
+	}
 	var n, newLast, newLow, xmin, saved, notified int64
 	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, SequencerBatchDefault, s.NotifyChannel(), low, cand.seq, cand.xid).
 		Scan(&n, &newLast, &newLow, &xmin, &saved, &notified); err != nil {
