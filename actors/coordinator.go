@@ -252,7 +252,8 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	r := func() actor.Actor {
 		return &reader{g: c.g, bucket: l.Bucket, epoch: l.Epoch, fence: c.g.leases.Fence(l.Bucket, l.Epoch), queue: q}
 	}
-	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor))
+	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor),
+		actor.WithDispatcher(c.g.rt.dispatcher))
 	pid := ctx.Spawn(props)
 	c.readers[l.Bucket] = &readerRef{pid: pid, epoch: l.Epoch, queue: q}
 	c.g.registerQueue(l.Bucket, q)

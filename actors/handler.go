@@ -112,11 +112,11 @@ func replyTagger(next actor.SenderFunc) actor.SenderFunc {
 }
 
 // handlerProps returns a copy of the user's props with kumi's panic
-// reporter, reply tagger and supervisor.
-func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy) *actor.Props {
+// reporter, reply tagger, supervisor and dispatcher.
+func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy, d actor.Dispatcher) *actor.Props {
 	p := *user
 	return p.Configure(actor.WithReceiverMiddleware(panicReporter), actor.WithSenderMiddleware(replyTagger),
-		actor.WithSupervisor(supervisor))
+		actor.WithSupervisor(supervisor), actor.WithDispatcher(d))
 }
 
 // CommitWithCheckpoint runs fn in a transaction that also moves the

@@ -165,7 +165,7 @@ func (r *reader) start(ctx actor.Context) {
 	r.catching = true // until the checkpoint is loaded and read through
 	r.updateHold()
 	_ = r.queue.Resume() // a restart clears a pause the last incarnation left
-	r.handler = ctx.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor))
+	r.handler = ctx.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher))
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))

@@ -48,6 +48,9 @@ type Runtime struct {
 	notifier  *eventsource.Notifier
 	listener  *eventsource.Listener
 	publisher *actor.PID
+	// dispatcher runs the readers' and handlers' mailboxes on reused
+	// goroutines.
+	dispatcher *dispatcher
 
 	mu      sync.Mutex
 	groups  map[*Group]struct{}
@@ -76,7 +79,8 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	if err := Migrate(ctx, store); err != nil {
 		return nil, err
 	}
-	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{}}
+	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
+		dispatcher: newDispatcher(64, 300)}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
 	if opts.Sequencer.Logger == nil {
 		opts.Sequencer.Logger = logger
@@ -142,6 +146,7 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		rt.listener.Close()
 		errs = append(errs, rt.notifier.Stop(ctx))
 		rt.sequencer.Stop()
+		rt.dispatcher.close()
 	}
 	return errors.Join(errs...)
 }
