@@ -113,8 +113,11 @@ func scanEvents(rows pgx.Rows) ([]RecordedEvent, error) {
 	for rows.Next() {
 		var e RecordedEvent
 		var meta []byte
+		// data scans as raw bytes: into a json.RawMessage pgx would run
+		// json.Unmarshal over every payload, and PostgreSQL has already
+		// validated it.
 		if err := rows.Scan(&e.ID, &e.Stream, &e.Category, &e.Version, &e.Position, &e.Hash,
-			&e.Type, &e.Data, &meta, &e.RecordedAt); err != nil {
+			&e.Type, (*[]byte)(&e.Data), &meta, &e.RecordedAt); err != nil {
 			return nil, err
 		}
 		if len(meta) > 0 {
