@@ -180,6 +180,7 @@ type group struct {
 	handoff    map[int]bool
 	progress   map[int]int64
 	lags       map[int]bucketLag
+	lagAt      time.Time
 	members    int
 	queues     map[int]*overflow.Queue
 	done       chan struct{}
@@ -373,11 +374,28 @@ func (g *group) setPass(res leasestore.PassResult, lags map[int]bucketLag) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.members = res.Live
-	g.lags = lags
+	if lags != nil {
+		g.lags = lags
+	}
 }
 
-// measureLag reads each owned bucket's checkpoint and backlog.
+// lagInterval spaces the lag measurements: counting a backlog costs a
+// range scan per bucket, too much for every pass.
+const lagInterval = 5 * time.Second
+
+// measureLag reads each owned bucket's checkpoint and backlog, at most once
+// per lagInterval (nil otherwise: keep the last measurement).
 func (g *group) measureLag(ctx context.Context, owned []leasestore.Lease) map[int]bucketLag {
+	now := time.Now()
+	g.mu.Lock()
+	due := now.Sub(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
+	if due {
+		g.lagAt = now
+	}
+	g.mu.Unlock()
+	if !due {
+		return nil
+	}
 	out := make(map[int]bucketLag, len(owned))
 	if len(owned) == 0 {
 		return out

@@ -10,7 +10,9 @@ import (
 // belong to member of a group of size, and when the oldest of them was
 // recorded (zero when there are none): a bucket's backlog behind its
 // checkpoint. It uses the consumer-group index (see
-// [Store.EnsureConsumerGroupIndex]); its cost grows with the backlog.
+// [Store.EnsureConsumerGroupIndex]); its cost grows with the backlog, so it
+// counts at most MaxLagCount events: a count of MaxLagCount means "at
+// least".
 func (s *Store) MemberLag(ctx context.Context, category string, member, size int, after int64) (int64, time.Time, error) {
 	if err := ValidateCategory(category); err != nil {
 		return 0, time.Time{}, err
@@ -20,10 +22,14 @@ func (s *Store) MemberLag(ctx context.Context, category string, member, size int
 	}
 	var n int64
 	var oldest *time.Time
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM %s.events WHERE category = $1 AND %s = $2 AND position > $3`,
-		s.q, memberExpr(size)), category, member, after).Scan(&n, &oldest)
+	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM (
+  SELECT recorded_at FROM %s.events WHERE category = $1 AND %s = $2 AND position > $3 ORDER BY position LIMIT $4) lag`,
+		s.q, memberExpr(size)), category, member, after, MaxLagCount).Scan(&n, &oldest)
 	if oldest == nil {
 		return n, time.Time{}, err
 	}
 	return n, *oldest, err
 }
+
+// MaxLagCount caps [Store.MemberLag]'s count.
+const MaxLagCount = 100_000
