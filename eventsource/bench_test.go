@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,6 +232,13 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 	indexed := time.Since(start)
 	b.Logf("drain seed: %d events inserted in %v, sequenced in %v (%.0f events/s), indexed and vacuumed in %v",
 		drainEvents, seeded.Round(time.Millisecond), sequenced.Round(time.Millisecond), drainEvents/sequenced.Seconds(), indexed.Round(time.Millisecond))
+
+	// The plan of a member's page, for the record.
+	rows, err := pool.Query(ctx, "EXPLAIN "+s.MemberSQL(drainMembers), "bench", 3, drainEvents/2, drainPage)
+	require.NoError(b, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(b, err)
+	b.Logf("member read plan: %s", strings.TrimSpace(plan[min(1, len(plan)-1)]))
 
 	rawSQL := fmt.Sprintf(`SELECT event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at
 		FROM %s.events WHERE category = $1 AND position > $2 AND position <= $3 ORDER BY position LIMIT $4`, s.QuotedSchema())

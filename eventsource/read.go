@@ -84,11 +84,13 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 //     may prefer the global position index and filter out the other
 //     members' rows (every row of the category read once per member);
 //   - ORDER BY member, position is the index's order (member is constant in
-//     the result).
+//     the result);
+//   - "position IS NOT NULL" matches the partial index's predicate, which
+//     the planner cannot infer from a row comparison.
 func (s *Store) memberSQL(size int) string {
 	m := memberExpr(size)
 	return fmt.Sprintf(`SELECT %s FROM %s.events
-WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2
+WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
 ORDER BY %s, position LIMIT $4`, eventColumns, s.q, m, m, m)
 }
 
