@@ -359,8 +359,8 @@ func drainParallel(b *testing.B, member func(m int) (int, error)) time.Duration 
 	return d
 }
 
-// scanRaw decodes rows into the same fields a RecordedEvent has and
-// returns the count and the last position.
+// scanRaw decodes rows into the same fields a RecordedEvent has, the way
+// the store does, and returns the count and the last position.
 func scanRaw(rows pgx.Rows) (int, int64, error) {
 	defer rows.Close()
 	n, last := 0, int64(0)
@@ -368,7 +368,7 @@ func scanRaw(rows pgx.Rows) (int, int64, error) {
 		var e eventsource.RecordedEvent
 		var meta []byte
 		if err := rows.Scan(&e.ID, &e.Stream, &e.Category, &e.Version, &e.Position, &e.Hash,
-			&e.Type, &e.Data, &meta, &e.RecordedAt); err != nil {
+			&e.Type, (*[]byte)(&e.Data), &meta, &e.RecordedAt); err != nil {
 			return n, last, err
 		}
 		n++

@@ -78,11 +78,11 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 //   - the member expression is written out with size as a literal, as in
 //     the index;
 //   - "(member, position) > ($2, $3) AND member <= $2" means "member = $2
-//     AND position > $3", but gives the index's start and end: with the
-//     plain form, a btree scan starts at the member's first entry and
-//     filters up to the cursor (quadratic over a drain), and the planner
-//     may prefer the global position index and filter out the other
-//     members' rows (every row of the category read once per member);
+//     AND position > $3", but no other index can serve it: given the plain
+//     form, the planner may prefer the global position index and filter
+//     out the other members' rows (every row of the category read once per
+//     member). (A row comparison over all three index columns would not
+//     do: the btree would start each page at the member's first entry.);
 //   - ORDER BY member, position is the index's order (member is constant in
 //     the result);
 //   - "position IS NOT NULL" matches the partial index's predicate, which

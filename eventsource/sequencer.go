@@ -10,9 +10,12 @@ import (
 // SequencerOptions tune a [Sequencer]. Zero values mean defaults.
 type SequencerOptions struct {
 	// MinInterval is the poll interval right after work was found, and
-	// MaxInterval the interval it backs off to while idle. Appends made
-	// through this process's Store wake the sequencer at once; appends from
-	// other processes are found by polling. Defaults 5 ms and 50 ms.
+	// also the least time between two steps, so that a busy store is
+	// sequenced in batches rather than one transaction per append.
+	// MaxInterval is the interval it backs off to while idle. Appends made
+	// through this process's Store wake the sequencer at once (at most
+	// MinInterval after its last step); appends from other processes are
+	// found by polling. Defaults 5 ms and 50 ms.
 	MinInterval, MaxInterval time.Duration
 	// Logger receives errors at Warn; nil discards.
 	Logger *slog.Logger
