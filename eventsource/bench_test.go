@@ -105,6 +105,8 @@ func BenchmarkAppend(b *testing.B) {
 				require.NoError(b, pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&lsn))
 				return lsn
 			}
+			meter := newCPUMeter(ctx, pool)
+			var rawCPU, storeCPU cpuSample
 			var rawTime, storeTime, seqLag time.Duration
 			var rawWAL, storeWAL int64
 			var ratios []float64
@@ -112,8 +114,9 @@ func BenchmarkAppend(b *testing.B) {
 			for round := range b.N * benchRounds {
 				var rawD, storeD time.Duration
 				runRaw := func() {
-					w0 := walNow()
+					w0, c0 := walNow(), meter.now()
 					rawD = runWriters(b, c.writers, c.calls, raw)
+					meter.add(&rawCPU, c0)
 					rawWAL += walNow() - w0
 				}
 				if round%2 == 0 {
@@ -121,7 +124,7 @@ func BenchmarkAppend(b *testing.B) {
 				}
 				head0, err := s.HeadPosition(ctx)
 				require.NoError(b, err)
-				w0 := walNow()
+				w0, c0 := walNow(), meter.now()
 				storeD = runWriters(b, c.writers, c.calls, kumi)
 				// How long after the last append the last event got its
 				// position.
@@ -131,6 +134,7 @@ func BenchmarkAppend(b *testing.B) {
 					return err == nil && h == head0+perRound
 				}))
 				seqLag += time.Since(appended)
+				meter.add(&storeCPU, c0) // the sequencer's work included
 				storeWAL += walNow() - w0
 				if round%2 == 1 {
 					runRaw()
@@ -150,10 +154,19 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(lag.Microseconds())/1000, "ms-seq-lag")
 			b.ReportMetric(float64(storeWAL)/events, "WAL-B/event")
 			b.ReportMetric(float64(rawWAL)/events, "raw-WAL-B/event")
+			us := func(sec float64) float64 { return sec / events * 1e6 }
+			b.ReportMetric(us(storeCPU.client), "client-µs/event")
+			b.ReportMetric(us(rawCPU.client), "raw-client-µs/event")
+			cpu := fmt.Sprintf("client CPU %.1f µs/event (raw %.1f)", us(storeCPU.client), us(rawCPU.client))
+			if storeCPU.server >= 0 && rawCPU.server >= 0 {
+				b.ReportMetric(us(storeCPU.server), "server-µs/event")
+				b.ReportMetric(us(rawCPU.server), "raw-server-µs/event")
+				cpu = fmt.Sprintf("server CPU %.1f µs/event (raw %.1f), %s", us(storeCPU.server), us(rawCPU.server), cpu)
+			}
 			b.Logf("append %s: kumi %.0f events/s, raw INSERT %.0f events/s: %.0f%% of raw (median of %d rounds, %.0f events); "+
-				"last position assigned %v after the last append; WAL %.0f bytes/event (raw %.0f, sequencing included)",
+				"last position assigned %v after the last append; sequencing included: WAL %.0f bytes/event (raw %.0f), %s",
 				c.name, storeRate, rawRate, ratio, len(ratios), events, lag.Round(time.Millisecond),
-				float64(storeWAL)/events, float64(rawWAL)/events)
+				float64(storeWAL)/events, float64(rawWAL)/events, cpu)
 		})
 	}
 }
