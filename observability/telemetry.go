@@ -44,8 +44,7 @@ type Telemetry struct {
 	next    uint64
 	sources map[uint64]func() SubscriptionStatus
 
-	cacheMu sync.RWMutex
-	cache   map[measureKey]*measure
+	cache sync.Map // measureKey → *measure; read on every delivery, so lock-free
 }
 
 // New returns a Telemetry using the providers in o. Instrument creation
@@ -67,7 +66,6 @@ func New(o Options) *Telemetry {
 		meter:   mp.Meter(ScopeName),
 		logger:  lg,
 		sources: map[uint64]func() SubscriptionStatus{},
-		cache:   map[measureKey]*measure{},
 	}
 	var err error
 	t.inst, err = newInstruments(t.meter)
@@ -231,11 +229,8 @@ type measureKey struct {
 }
 
 func (t *Telemetry) measure(k measureKey) *measure {
-	t.cacheMu.RLock()
-	m := t.cache[k]
-	t.cacheMu.RUnlock()
-	if m != nil {
-		return m
+	if m, ok := t.cache.Load(k); ok {
+		return m.(*measure)
 	}
 	var kv []attribute.KeyValue
 	switch k.kind {
@@ -255,15 +250,8 @@ func (t *Telemetry) measure(k measureKey) *measure {
 		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrChange, k.s)}
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kv...))
-	m = &measure{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}}
-	t.cacheMu.Lock()
-	if old := t.cache[k]; old != nil {
-		m = old
-	} else {
-		t.cache[k] = m
-	}
-	t.cacheMu.Unlock()
-	return m
+	m, _ := t.cache.LoadOrStore(k, &measure{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}})
+	return m.(*measure)
 }
 
 // recording reports whether ctx's span records, i.e. whether it is worth
