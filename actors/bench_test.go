@@ -96,7 +96,7 @@ func BenchmarkPipelineDrain(b *testing.B) {
 			defer wg.Done()
 			var after int64
 			for {
-				evs, err := store.ReadMember(ctx, "bench", m, 16, after, BatchSizeDefault)
+				evs, err := store.ReadMember(ctx, "bench", m, 16, after, benchPage())
 				if err != nil || len(evs) == 0 {
 					return
 				}
@@ -111,11 +111,11 @@ func BenchmarkPipelineDrain(b *testing.B) {
 
 	storeRate := float64(n) / storeTime.Seconds()
 	b.ReportMetric(storeRate, "store-events/s")
-	b.Logf("store's read-only 16-member drain of %d events: %.0f events/s (%v)", n, storeRate, storeTime)
+	b.Logf("store's read-only 16-member drain of %d events, pages of %d: %.0f events/s (%v)", n, benchPage(), storeRate, storeTime)
 	for _, inFlight := range benchInFlight() {
 		var handled atomic.Int64
 		o := GroupOptions{Subscription: fmt.Sprintf("drain-%d", inFlight), Category: "bench", Buckets: 16,
-			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: inFlight, CheckpointEvery: 1000}
+			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: inFlight, CheckpointEvery: 1000, BatchSize: benchPage()}
 		start = time.Now()
 		a := benchWorker(b, schema, "a", o)
 		bw := benchWorker(b, schema, "b", o)
@@ -209,6 +209,15 @@ func BenchmarkRebalance(b *testing.B) {
 				kind, join, join3, leave, failover)
 		})
 	}
+}
+
+// benchPage is the page size of both drains: the readers' BatchSize and
+// the store drain's page; KUMI_BENCH_PAGE overrides the default, 100.
+func benchPage() int {
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_PAGE")); err == nil && n > 0 {
+		return n
+	}
+	return BatchSizeDefault
 }
 
 // benchInFlight is the MaxInFlight values the drain runs with;

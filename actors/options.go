@@ -16,7 +16,7 @@ import (
 
 // Defaults for [GroupOptions].
 const (
-	BatchSizeDefault          = 100
+	BatchSizeDefault          = 500
 	MaxInFlightDefault        = 1
 	QueueCapacityDefault      = 256
 	HandlerTimeoutDefault     = 30 * time.Second
@@ -70,7 +70,9 @@ type GroupOptions struct {
 
 	Lease LeaseOptions
 	Retry RetryPolicy
-	// BatchSize is the catch-up page size per bucket. Default 100.
+	// BatchSize is the catch-up page size per bucket, and how many read
+	// events a reader holds before it leaves live batches in its queue.
+	// Default 500.
 	BatchSize int
 	// QueueCapacity bounds each reader's queue of live batches. Default 256.
 	QueueCapacity int
