@@ -89,13 +89,18 @@ WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id =
 		// sequencer's commit is made durable anyway (flushing, with it,
 		// every append before it in the WAL): positions that readers have
 		// seen must survive a crash, or they would be handed out again to
-		// other events, behind the readers' checkpoints. The join settings
-		// pin the assignment's plan to what suits a batch among millions of
-		// rows: a nested loop of TID lookups.
+		// other events, behind the readers' checkpoints. The planner
+		// settings pin the assignment's plan to what suits a batch among
+		// millions of rows, whatever the statistics say (a plan cached
+		// while the table was small would otherwise read a whole backlog
+		// and sort it for every batch): an ordered scan of the unsequenced
+		// index that stops after the batch, and a nested loop of TID
+		// lookups.
 		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint,
   set_config('idle_in_transaction_session_timeout', '10s', true),
   CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
-  set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
+  set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+  set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// A fresh statement after the lock, so its snapshot sees every
 		// commit before it, the previous sequencer's included. It numbers

@@ -81,7 +81,7 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 	var lastSeq, last, low, xid int64
 	err = br.QueryRow().Scan(&lastSeq)
 	if err == nil {
-		err = br.QueryRow().Scan(&last, &low, &xid, nil, nil, nil, nil)
+		err = br.QueryRow().Scan(&last, &low, &xid, nil, nil, nil, nil, nil, nil, nil)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
