@@ -60,7 +60,11 @@
 // A stream's events are numbered in version order because an append to a
 // stream only takes its insertion number once the previous append to the
 // stream has committed. Until it is sequenced, an event is in its stream
-// ([Store.ReadStream], with Position 0) but not in global order.
+// ([Store.ReadStream], with Position 0) but not in global order. The
+// sequencer's search for unsequenced events starts at a watermark below
+// which everything is known to be sequenced or rolled back, so that it
+// never wades through the index entries its own updates left behind
+// (docs/eventsource.md has the argument that this is safe).
 //
 // docs/eventsource.md compares this with the alternatives (a lock per
 // category, an xid/xmin watermark) and lists its costs.
@@ -70,7 +74,7 @@
 // [Store.ReadStream] and [Store.ReadStreamBackward] page through a stream
 // by version. [Store.ReadCategory], [Store.ReadAll] and [Store.ReadMember]
 // page through global order from a position (exclusive). [Store.HeadPosition]
-// is the last position handed out.
+// is the last position handed out; [Store.MemberLag] is a bucket's backlog.
 //
 // # Consumer groups
 //
