@@ -245,3 +245,41 @@ func TestEnsureConsumerGroupIndex(t *testing.T) {
 		require.Contains(t, def, "cg_hash % (4)")
 	})
 }
+
+func TestMemberLag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 3))
+	n, oldest, err := s.MemberLag(ctx, "lag", 0, 3, 0)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.True(t, oldest.IsZero())
+
+	for i := range 30 {
+		mustAppend(t, s, fmt.Sprintf("lag-%d", i%6), ev("E", `{}`))
+	}
+	mustAppend(t, s, "other-1", ev("E", `{}`))
+	sequenceAll(t, s)
+	evs, err := s.ReadCategory(ctx, "lag", 0, 0)
+	require.NoError(t, err)
+	for m := range 3 {
+		var want []eventsource.RecordedEvent
+		for _, e := range evs {
+			if e.Bucket(3) == m {
+				want = append(want, e)
+			}
+		}
+		n, oldest, err := s.MemberLag(ctx, "lag", m, 3, 0)
+		require.NoError(t, err)
+		require.Equal(t, int64(len(want)), n, "member %d", m)
+		if len(want) > 0 {
+			require.True(t, oldest.Equal(want[0].RecordedAt))
+			n, _, err = s.MemberLag(ctx, "lag", m, 3, want[0].Position)
+			require.NoError(t, err)
+			require.Equal(t, int64(len(want)-1), n, "behind the first of member %d", m)
+		}
+	}
+	_, _, err = s.MemberLag(ctx, "lag", 3, 3, 0)
+	require.ErrorIs(t, err, eventsource.ErrInvalidMember)
+}

@@ -22,9 +22,14 @@ func (s *Store) MemberLag(ctx context.Context, category string, member, size int
 	}
 	var n int64
 	var oldest *time.Time
+	// The member read's shape (see memberSQL): one range scan of the
+	// consumer-group index, which no other index can serve.
+	m := memberExpr(size)
 	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM (
-  SELECT recorded_at FROM %s.events WHERE category = $1 AND %s = $2 AND position > $3 ORDER BY position LIMIT $4) lag`,
-		s.q, memberExpr(size)), category, member, after, MaxLagCount).Scan(&n, &oldest)
+  SELECT recorded_at FROM %s.events
+  WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
+  ORDER BY %s, position LIMIT $4) lag`,
+		s.q, m, m, m), category, member, after, MaxLagCount).Scan(&n, &oldest)
 	if oldest == nil {
 		return n, time.Time{}, err
 	}
