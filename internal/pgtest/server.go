@@ -138,6 +138,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		"synchronous_commit = off",
 		"log_min_messages = fatal",
 		"max_locks_per_transaction = 256",
+		// Commit times, for tests that judge when a change became visible.
+		"track_commit_timestamp = on",
 	}
 	if !opts.Durable {
 		conf = append(conf, "fsync = off", "full_page_writes = off")

@@ -79,7 +79,11 @@ type transition struct {
 	bucket                int
 	oldOwner, newOwner    string
 	oldExpires, txNow, at time.Time
-	evidence              bool
+	// committed is when the change's transaction committed (from
+	// track_commit_timestamp, which internal/pgtest turns on); zero when
+	// the server does not record it.
+	committed time.Time
+	evidence  bool
 }
 
 // collect reads the logs into a report.
@@ -167,7 +171,12 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 			var from time.Time
 			switch prev := list[i-1]; {
 			case tr.oldOwner == "" && prev.newOwner == "":
+				// Free once the release committed: a pass that began
+				// before that could not see it.
 				from = prev.at
+				if prev.committed.After(from) {
+					from = prev.committed
+				}
 			case tr.oldOwner != "" && !tr.evidence && tr.oldExpires.Before(tr.txNow):
 				from = tr.oldExpires
 			default:
@@ -225,17 +234,21 @@ func failover(byBucket map[int][]transition, f fault) (time.Duration, bool) {
 
 func (o *observer) transitions(ctx context.Context) []transition {
 	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT bucket, coalesce(old_owner, ''), coalesce(new_owner, ''),
-		old_expires, tx_now, at, evidence
+		old_expires, tx_now, at, evidence,
+		CASE WHEN current_setting('track_commit_timestamp') = 'on' THEN pg_xact_commit_timestamp(xmin) END
 		FROM %s.obs_lease_log WHERE subscription = $1 ORDER BY bucket, id`, o.q), o.sub)
 	if err != nil {
 		o.t.Fatalf("observer: lease log: %v", err)
 	}
 	trs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (transition, error) {
 		var tr transition
-		var oldExp *time.Time
-		err := r.Scan(&tr.bucket, &tr.oldOwner, &tr.newOwner, &oldExp, &tr.txNow, &tr.at, &tr.evidence)
+		var oldExp, committed *time.Time
+		err := r.Scan(&tr.bucket, &tr.oldOwner, &tr.newOwner, &oldExp, &tr.txNow, &tr.at, &tr.evidence, &committed)
 		if oldExp != nil {
 			tr.oldExpires = *oldExp
+		}
+		if committed != nil {
+			tr.committed = *committed
 		}
 		return tr, err
 	})
