@@ -245,11 +245,17 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 	if p.err != nil {
 		panic(fmt.Errorf("kumi: bucket %d: catch-up read: %w", r.bucket, p.err))
 	}
-	for _, e := range p.events {
-		if e.Position > r.cursor {
-			r.pending = append(r.pending, e)
-			r.cursor = e.Position
-		}
+	events := p.events
+	for len(events) > 0 && events[0].Position <= r.cursor {
+		events = events[1:] // already delivered from a live batch
+	}
+	if len(r.pending) == 0 {
+		r.pending = events // no copy: the page becomes the pending list
+	} else {
+		r.pending = append(r.pending, events...)
+	}
+	if n := len(events); n > 0 {
+		r.cursor = max(r.cursor, events[n-1].Position)
 	}
 	if len(p.events) < r.g.opts.BatchSize {
 		// Everything of the bucket up to the read's snapshot is queued, and

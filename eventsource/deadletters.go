@@ -250,7 +250,7 @@ func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed boo
 	if err != nil {
 		return false, fmt.Errorf("kumi: read dead-lettered event: %w", err)
 	}
-	events, err := scanEvents(rows)
+	events, err := scanEvents(rows, 1)
 	if err != nil {
 		return false, fmt.Errorf("kumi: read dead-lettered event: %w", err)
 	}

@@ -26,7 +26,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from int64, limit
 	if _, err := ParseStreamName(stream); err != nil {
 		return nil, err
 	}
-	return s.query(ctx, s.sql.readStreamForward, stream, from, limitOf(limit))
+	return s.query(ctx, limitOf(limit), s.sql.readStreamForward, stream, from, limitOf(limit))
 }
 
 // ReadStreamBackward returns up to limit events of stream with version <=
@@ -38,7 +38,7 @@ func (s *Store) ReadStreamBackward(ctx context.Context, stream string, from int6
 	if from < 0 {
 		from = 1<<63 - 1
 	}
-	return s.query(ctx, s.sql.readStreamBackward, stream, from, limitOf(limit))
+	return s.query(ctx, limitOf(limit), s.sql.readStreamBackward, stream, from, limitOf(limit))
 }
 
 // ReadCategory returns up to limit events of category with position >
@@ -47,13 +47,13 @@ func (s *Store) ReadCategory(ctx context.Context, category string, after int64, 
 	if err := ValidateCategory(category); err != nil {
 		return nil, err
 	}
-	return s.query(ctx, s.sql.readCategory, category, after, limitOf(limit))
+	return s.query(ctx, limitOf(limit), s.sql.readCategory, category, after, limitOf(limit))
 }
 
 // ReadAll returns up to limit events of the whole store ($all) with
 // position > after, in global order.
 func (s *Store) ReadAll(ctx context.Context, after int64, limit int) ([]RecordedEvent, error) {
-	return s.query(ctx, s.sql.readAll, after, limitOf(limit))
+	return s.query(ctx, limitOf(limit), s.sql.readAll, after, limitOf(limit))
 }
 
 // ReadMember returns up to limit events of category with position > after
@@ -68,7 +68,7 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 	if size < 1 || member < 0 || member >= size {
 		return nil, fmt.Errorf("%w: member %d of a group of %d", ErrInvalidMember, member, size)
 	}
-	return s.query(ctx, s.memberSQL(size), category, member, after, limitOf(limit))
+	return s.query(ctx, limitOf(limit), s.memberSQL(size), category, member, after, limitOf(limit))
 }
 
 // memberSQL is the read of a member of a group of size, written so that
@@ -101,17 +101,19 @@ func (s *Store) HeadPosition(ctx context.Context) (int64, error) {
 	return p, err
 }
 
-func (s *Store) query(ctx context.Context, sql string, args ...any) ([]RecordedEvent, error) {
+// query runs a read of at most limit events (the slice is sized for it
+// once: events are large, and growing the slice copies them).
+func (s *Store) query(ctx context.Context, limit int, sql string, args ...any) ([]RecordedEvent, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
-	return scanEvents(rows)
+	return scanEvents(rows, limit)
 }
 
-func scanEvents(rows pgx.Rows) ([]RecordedEvent, error) {
+func scanEvents(rows pgx.Rows, limit int) ([]RecordedEvent, error) {
 	defer rows.Close()
-	var out []RecordedEvent
+	out := make([]RecordedEvent, 0, min(limit, 10_000))
 	for rows.Next() {
 		var e RecordedEvent
 		var meta []byte
