@@ -31,7 +31,10 @@ const (
 )
 
 type slot struct {
-	d      Delivery
+	// d is the delivery of the current attempt. It is handed to the
+	// handler as is; a retry makes a new one, so a handler that keeps a
+	// *Delivery never sees it change.
+	d      *Delivery
 	state  slotState
 	sentAt time.Time
 	span   observability.DeliverySpan
@@ -78,9 +81,9 @@ func (r *reader) pump(ctx actor.Context) {
 			e := r.pending[0]
 			r.pending = r.pending[1:]
 			r.nextID++
-			r.win.slots = append(r.win.slots, &slot{d: Delivery{
+			r.win.slots = append(r.win.slots, &slot{d: &Delivery{
 				Event: e, Subscription: r.g.opts.Subscription, Bucket: r.bucket, Epoch: r.epoch,
-				Fence: r.fence, id: r.nextID, exclusive: r.g.opts.MaxInFlight == 1,
+				Fence: r.fence, id: r.nextID, exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
 			}})
 		}
 		if len(r.pending) == 0 {
@@ -108,11 +111,9 @@ func (r *reader) pump(ctx actor.Context) {
 
 // send delivers a slot's event (again) to the handler.
 func (r *reader) send(ctx actor.Context, s *slot) {
-	d := s.d // a copy per attempt: the handler may keep it
-	d.replyTo = ctx.Self()
-	d.Context, s.span = r.g.telemetry.startDelivery(r.bg, &d)
+	s.d.Context, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
 	s.state, s.sentAt = slotSent, time.Now()
-	ctx.Request(r.handler, &d)
+	ctx.Request(r.handler, s.d)
 }
 
 // redeliver sends a retried slot again once its delay has passed.
@@ -190,7 +191,9 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 			reason = fmt.Sprintf("unexpected answer %T: answer Ack, Retry or DeadLetter", res)
 		}
 	}
-	s.d.Attempt++
+	next := *s.d // a new delivery per attempt (see slot.d)
+	next.Attempt++
+	s.d = &next
 	if s.d.Attempt >= r.g.opts.Retry.MaxAttempts {
 		reason = fmt.Sprintf("retry budget of %d attempts spent; last: %s", r.g.opts.Retry.MaxAttempts, reason)
 		span.End(observability.OutcomeDeadLetter, errors.New(reason))
