@@ -158,9 +158,8 @@ func TestDatabaseErrors(t *testing.T) {
 	})
 	t.Run("EmbeddedPortInUse", func(t *testing.T) {
 		t.Parallel()
-		if _, err := pgtest.FindBinaries(); err != nil {
-			t.Skip(err)
-		}
+		_, err := pgtest.FindBinaries()
+		require.NoError(t, err, "this test starts the embedded server: it needs the local server binaries")
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		defer ln.Close()
