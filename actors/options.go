@@ -106,6 +106,7 @@ type OptionError struct {
 	Reason string
 }
 
+// Error names the field, its value and what is wrong with it.
 func (e *OptionError) Error() string {
 	return fmt.Sprintf("kumi: invalid option %s = %v: %s", e.Field, e.Value, e.Reason)
 }
