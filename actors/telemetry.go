@@ -48,7 +48,7 @@ func (t *telemetry) startDelivery(bg context.Context, d *Delivery) (context.Cont
 	parent := eventsource.TraceContext(bg, d.Event.Metadata)
 	return t.t.StartDelivery(parent, observability.DeliveryInfo{
 		Subscription: d.Subscription, Bucket: d.Bucket, Worker: t.worker,
-		Category: d.Event.Category, Stream: d.Event.Stream, EventID: d.Event.ID.String(),
+		Category: d.Event.Category, Stream: d.Event.Stream, EventUUID: d.Event.ID,
 		EventType: d.Event.Type, Version: d.Event.Version, Position: d.Event.Position, Attempt: d.Attempt,
 	})
 }

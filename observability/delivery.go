@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -19,9 +21,12 @@ type DeliveryInfo struct {
 	Worker       string
 	// The event: its category, stream, id, type, version and global
 	// position. Ids go on the span only, never on metrics.
-	Category  string
-	Stream    string
-	EventID   string
+	Category string
+	Stream   string
+	EventID  string
+	// EventUUID stands for EventID when that is empty; it is formatted only
+	// for a recording span (formatting a UUID on every delivery costs).
+	EventUUID uuid.UUID
 	EventType string
 	Version   int64
 	Position  int64
@@ -57,6 +62,9 @@ func (t *Telemetry) StartDelivery(ctx context.Context, info DeliveryInfo) (conte
 	}
 	ctx, span := t.tracer.Start(ctx, SpanDeliver, consumerSpan...)
 	if span.IsRecording() {
+		if info.EventID == "" && info.EventUUID != uuid.Nil {
+			info.EventID = info.EventUUID.String()
+		}
 		span.SetAttributes(
 			attribute.String(AttrMessagingSystem, MessagingSystem),
 			attribute.String(AttrMessagingOperationType, "process"),
