@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -50,14 +51,18 @@ FROM generate_series(0, %[2]d - 1) AS i ORDER BY i`, q, n))
 // runtime.
 func benchWorker(b *testing.B, schema, name string, o GroupOptions) *testWorker {
 	b.Helper()
-	ctx := context.Background()
+	w := benchRuntime(b, schema, name)
+	w.startGroup(b, o)
+	return w
+}
+
+// benchRuntime starts a worker's runtime without a group.
+func benchRuntime(b *testing.B, schema, name string) *testWorker {
+	b.Helper()
 	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.NewPool(b, 24)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(b, err)
-	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{})
-	require.NoError(b, err)
-	o.Worker = name
-	w.group, err = w.rt.StartGroup(ctx, o)
+	w.rt, err = NewRuntime(context.Background(), w.sys, s, RuntimeOptions{})
 	require.NoError(b, err)
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -65,6 +70,14 @@ func benchWorker(b *testing.B, schema, name string, o GroupOptions) *testWorker 
 		_ = w.rt.Stop(ctx)
 	})
 	return w
+}
+
+func (w *testWorker) startGroup(b *testing.B, o GroupOptions) {
+	b.Helper()
+	o.Worker = w.name
+	g, err := w.rt.StartGroup(context.Background(), o)
+	require.NoError(b, err)
+	w.group = g
 }
 
 func counting(n *atomic.Int64) *actor.Props {
@@ -116,9 +129,24 @@ func BenchmarkPipelineDrain(b *testing.B) {
 		var handled atomic.Int64
 		o := GroupOptions{Subscription: fmt.Sprintf("drain-%d", inFlight), Category: "bench", Buckets: 16,
 			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: inFlight, CheckpointEvery: 1000, BatchSize: benchPage()}
+		// Both workers start at once, as a pool would: each joins the
+		// membership before its first pass, so each claims its share at
+		// once instead of one taking all and handing half over.
+		a, bw := benchRuntime(b, schema, "a"), benchRuntime(b, schema, "b")
 		start = time.Now()
-		a := benchWorker(b, schema, "a", o)
-		bw := benchWorker(b, schema, "b", o)
+		var starting sync.WaitGroup
+		errs := make([]error, 2)
+		for i, w := range []*testWorker{a, bw} {
+			starting.Add(1)
+			go func() {
+				defer starting.Done()
+				wo := o
+				wo.Worker = w.name
+				w.group, errs[i] = w.rt.StartGroup(context.Background(), wo)
+			}()
+		}
+		starting.Wait()
+		require.NoError(b, errors.Join(errs...))
 		pgtest.Eventually(b, time.Hour, func() bool { return handled.Load() >= int64(n) }, "drained")
 		pipeTime := time.Since(start)
 		pipeRate := float64(n) / pipeTime.Seconds()
