@@ -67,7 +67,10 @@ func (s *Store) Guard(ctx context.Context, tx pgx.Tx, bucket int, epoch int64) e
 // wakes, long after its lease expired. SET LOCAL scope: it ends with tx,
 // so it is safe through a transaction pooler.
 func (s *Store) boundLocks(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, "SELECT set_config('idle_in_transaction_session_timeout', $1, true)",
-		fmt.Sprintf("%dms", max(s.cfg.TTL.Milliseconds(), 1)))
+	_, err := tx.Exec(ctx, boundLocksSQL, s.boundLocksArg())
 	return err
 }
+
+const boundLocksSQL = "SELECT set_config('idle_in_transaction_session_timeout', $1, true)"
+
+func (s *Store) boundLocksArg() string { return fmt.Sprintf("%dms", max(s.cfg.TTL.Milliseconds(), 1)) }

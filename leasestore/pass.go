@@ -130,9 +130,6 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	}
 	var out passOutcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := s.boundLocks(ctx, tx); err != nil {
-			return err
-		}
 		var err error
 		out, err = s.passTx(ctx, tx, acquire, pid)
 		return err
@@ -151,6 +148,9 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	sub, me, n := s.cfg.Subscription, s.cfg.Worker, s.cfg.Buckets
 	claimStale := 2 * s.cfg.TTL
 	b := &pgx.Batch{}
+	// First, in the same round trip: bound this transaction's row locks
+	// (see boundLocks).
+	b.Queue(boundLocksSQL, s.boundLocksArg())
 	b.Queue(s.st.get("member_heartbeat"), s.memberArgs(pid)...)
 	b.Queue(s.st.get("members_view"), sub, me, 10*s.cfg.TTL)
 	b.Queue(s.st.get("renew"), sub, me, s.cfg.TTL, claimStale)
@@ -159,6 +159,10 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	var out passOutcome
 	var events []string
 	var joined bool
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return out, fmt.Errorf("bound locks: %w", err)
+	}
 	if err := br.QueryRow().Scan(&joined); err != nil {
 		_ = br.Close()
 		return out, fmt.Errorf("heartbeat: %w%s", err, migrateHint(err))
