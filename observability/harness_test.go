@@ -13,12 +13,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
 
+	"github.com/kumi-run/kumi/internal/leaktest"
 	"github.com/kumi-run/kumi/observability"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // harness is a Telemetry wired to the SDK's in-memory exporter and a
 // manual metric reader.

@@ -7,20 +7,10 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"go.uber.org/goleak"
+	"github.com/kumi-run/kumi/internal/leaktest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// protoactor's dead-letter throttle starts a goroutine that waits one
-		// throttle interval (1 s by default) after the first dead letter of an
-		// interval — a message to an actor that has just stopped is enough.
-		// The goroutine ends by itself; its function is inlined into
-		// NewDeadLetter, hence both names.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewThrottle.func1.1"),
-	)
-}
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // waitTimeout bounds every wait in these tests; nothing sleeps to let
 // things happen.

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
+
+	"github.com/kumi-run/kumi/internal/leaktest"
 )
 
 var (
@@ -59,13 +61,7 @@ func run(m *testing.M, ignore []goleak.Option) int {
 		s.Stop()
 	}
 	if code == 0 {
-		opts := append([]goleak.Option{
-			// pgx's pool health checker stops asynchronously after Close.
-			goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-			// protoactor's dead-letter throttle ends its goroutine one
-			// period after the last dead letter.
-			goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-		}, ignore...)
+		opts := append(leaktest.Ignore(), ignore...)
 		if err := goleak.Find(opts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			return 1

@@ -13,12 +13,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/kumi-run/kumi/internal/leaktest"
 	"github.com/kumi-run/kumi/observability/jaegertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // fakeJaeger serves testdata/traces.json (recorded from Jaeger v1.76.0)
 // after `after` requests, and records the last query.

@@ -3,7 +3,7 @@ package fuzz_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/kumi-run/kumi/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
