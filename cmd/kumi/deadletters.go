@@ -211,13 +211,9 @@ func (c *dlReplayCmd) Run(e *env) error {
 	if len(c.Event) > 0 && (c.Bucket != nil || c.Limit != 0) {
 		return usageErrorf("--event selects letters itself: drop --bucket and --limit")
 	}
-	ids := make([]uuid.UUID, 0, len(c.Event))
-	for _, s := range c.Event {
-		id, err := parseEventID(s)
-		if err != nil {
-			return err
-		}
-		ids = append(ids, id)
+	ids, err := parseEventIDs(c.Event)
+	if err != nil {
+		return err
 	}
 	store, err := e.connect()
 	if err != nil {
@@ -342,13 +338,9 @@ type dlDiscardCmd struct {
 
 // Run deletes letters.
 func (c *dlDiscardCmd) Run(e *env) error {
-	ids := make([]uuid.UUID, 0, len(c.Events))
-	for _, s := range c.Events {
-		id, err := parseEventID(s)
-		if err != nil {
-			return err
-		}
-		ids = append(ids, id)
+	ids, err := parseEventIDs(c.Events)
+	if err != nil {
+		return err
 	}
 	store, err := e.connect()
 	if err != nil {
@@ -378,6 +370,19 @@ func parseEventID(s string) (uuid.UUID, error) {
 		return uuid.Nil, usageErrorf("event id %q is not a UUID", s)
 	}
 	return id, nil
+}
+
+// parseEventIDs parses event ids given on the command line.
+func parseEventIDs(args []string) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, 0, len(args))
+	for _, s := range args {
+		id, err := parseEventID(s)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 func checkBucketFlag(b *int) error {
