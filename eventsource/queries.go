@@ -15,6 +15,7 @@ type queries struct {
 	headPosition                          string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
+	sequencerBacklog                                                   string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -77,40 +78,46 @@ RETURNING version`, q)),
 			eventColumns, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
-		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s.events
-WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1))`, q),
-		// $1 is the quoted events table. The sequence's last value is read
+		// The head, and the age of the oldest unsequenced event above the
+		// watermark in insertion order (NULL when there is none): the
+		// sequencer's cheap look when idle, and its progress report.
+		sequencerPending: fmt.Sprintf(`SELECT s.last_position, (SELECT extract(epoch FROM now() - e.recorded_at)::float8
+  FROM %[1]s.events e WHERE e.position IS NULL AND e.seq > s.low_seq ORDER BY e.seq LIMIT 1)
+FROM %[1]s.sequencer s WHERE s.id = 1`, q),
+		// How many committed events wait above the watermark, counting at
+		// most $1: for a stuck sequencer's report.
+		sequencerBacklog: fmt.Sprintf(`SELECT count(*) FROM (SELECT FROM %[1]s.events
+WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1) LIMIT $1) b`, q),
+		// The transaction's own settings first, then the sequence's last
+		// value; $1 is the quoted events table. This statement runs under
+		// the session's timeouts (a role's or a database's), every later
+		// one under the sequencer's: $2 and $3 are its statement and lock
+		// timeouts, and a transaction_timeout (PostgreSQL 17 and later) is
+		// lifted, so that whatever a DBA sets, a step that the sequencer's
+		// own bounds allow can finish. The idle timeout frees the row
+		// should this process stall (paused, partitioned) between the
+		// sequencer's statements: no one else could sequence until then.
+		// With synchronous_commit off, the sequencer's commit is made
+		// durable anyway (flushing, with it, every append before it in the
+		// WAL): positions that readers have seen must survive a crash, or
+		// they would be handed out again to other events, behind the
+		// readers' checkpoints. The planner settings pin the assignment's
+		// plan to what suits a batch among millions of rows, whatever the
+		// statistics say (a plan cached while the table was small would
+		// otherwise read a whole backlog and sort it for every batch): an
+		// ordered scan of the unsequenced index that stops after the
+		// batch, and a nested loop of TID lookups. The last value is read
 		// before the lock statement, which assigns the transaction's xid
 		// (see Store.sequenceOnce).
-		sequencerLastSeq: `SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
-		// The idle timeout frees the row should this process stall
-		// (paused, partitioned) between the sequencer's statements: no one
-		// else could sequence until then. With synchronous_commit off, the
-		// sequencer's commit is made durable anyway (flushing, with it,
-		// every append before it in the WAL): positions that readers have
-		// seen must survive a crash, or they would be handed out again to
-		// other events, behind the readers' checkpoints. The planner
-		// settings pin the assignment's plan to what suits a batch among
-		// millions of rows, whatever the statistics say (a plan cached
-		// while the table was small would otherwise read a whole backlog
-		// and sort it for every batch): an ordered scan of the unsequenced
-		// index that stops after the batch, and a nested loop of TID
-		// lookups.
-		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint,
+		sequencerLastSeq: `SELECT set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true),
+  CASE WHEN current_setting('transaction_timeout', true) IS NOT NULL THEN set_config('transaction_timeout', '0', true) END,
   set_config('idle_in_transaction_session_timeout', '10s', true),
   CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-  set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)
+  set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
+  coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
+		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
-		// A fresh statement after the lock, so its snapshot sees every
-		// commit before it, the previous sequencer's included. It numbers
-		// the committed events without a position above the watermark $4,
-		// in seq order, after position $1, at most $2 of them; moves the
-		// watermark (see Store.sequenceOnce: $5 and $6 are a candidate seq
-		// and xid); saves the new head and watermark; and notifies the head
-		// (delivered at commit): one round trip. Rows are updated by ctid:
-		// only the sequencer updates events, and it holds the lock, so a
-		// row found by the first part is still there for the second.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
   SELECT ctid, seq, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
   FROM (SELECT ctid, seq FROM %[1]s.events WHERE position IS NULL AND seq > $4 ORDER BY seq LIMIT $2) p

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Sequence gives global positions to committed events that have none, in
@@ -21,12 +24,91 @@ import (
 // append to a stream waits for the stream's previous append to commit (the
 // streams row lock) before it takes its insertion number (seq), so a
 // stream's events are inserted, and so sequenced, in version order.
+//
+// Each step sets its own statement and lock timeouts (SET LOCAL: see
+// [SequencerStatementTimeout]), whatever the role or database sets; a step
+// that times out all the same is retried at once with half the batch, down
+// to a single event, and the batch grows back after steps that succeed.
 func (s *Store) Sequence(ctx context.Context) (int, error) {
+	b := newStepSize()
+	return s.sequence(ctx, &b, SequencerStatementTimeout)
+}
+
+// Defaults of the sequencer's transaction.
+const (
+	// SequencerStatementTimeout is the statement_timeout each sequencer
+	// transaction sets for itself (SET LOCAL), overriding the role's or
+	// the database's: far above what a step of SequencerBatchDefault
+	// events needs (tens of milliseconds), short enough that a step stuck
+	// on a sick server ends and is retried with a smaller batch.
+	SequencerStatementTimeout = 5 * time.Second
+	// SequencerLockTimeout is the lock_timeout each sequencer transaction
+	// sets for itself: a step waiting behind DDL on the events table gives
+	// up and backs off instead of queueing the store's appends' positions
+	// behind an unbounded wait.
+	SequencerLockTimeout = 2 * time.Second
+	// growAfter is the number of full steps in a row after which a halved
+	// batch doubles again.
+	growAfter = 4
+)
+
+// stepSize is the sequencer's adaptive batch: halved when a step times out,
+// doubled back towards SequencerBatchDefault after growAfter full steps in
+// a row. timeouts counts the steps that timed out.
+type stepSize struct {
+	n, streak int
+	timeouts  int64
+}
+
+func newStepSize() stepSize { return stepSize{n: SequencerBatchDefault} }
+
+// timedOut records a step that was cancelled by a timeout; it reports
+// whether a smaller batch is left to try.
+func (b *stepSize) timedOut() bool {
+	b.streak = 0
+	b.timeouts++
+	if b.n == 1 {
+		return false
+	}
+	b.n = max(b.n/2, 1)
+	return true
+}
+
+// done records a step that sequenced n events.
+func (b *stepSize) done(n int) {
+	if n < b.n {
+		b.streak = 0
+		return
+	}
+	if b.streak++; b.streak >= growAfter && b.n < SequencerBatchDefault {
+		b.n, b.streak = min(b.n*2, SequencerBatchDefault), 0
+	}
+}
+
+// isTimeout reports whether err is a statement cancelled by a timeout
+// (statement_timeout, or a transaction_timeout): work that a smaller batch
+// may finish in time.
+func isTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "25P04")
+}
+
+// sequence runs steps of b's size until one sequences less than a full
+// batch, adapting b to timeouts.
+func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration) (int, error) {
 	total := 0
 	for {
-		n, err := s.sequenceOnce(ctx)
+		size := b.n
+		n, err := s.sequenceOnce(ctx, size, timeout)
 		total += n
-		if err != nil || n < SequencerBatchDefault {
+		switch {
+		case err == nil:
+			b.done(n)
+			if n < size {
+				return total, nil
+			}
+		case ctx.Err() == nil && isTimeout(err) && b.timedOut():
+		default:
 			return total, err
 		}
 	}
@@ -36,7 +118,8 @@ func (s *Store) Sequence(ctx context.Context) (int, error) {
 // inserted by a transaction whose xid is below xid.
 type seqCandidate struct{ seq, xid int64 }
 
-// sequenceOnce runs one sequencer transaction.
+// sequenceOnce runs one sequencer transaction, of at most limit events,
+// each of its statements after the first bounded by timeout.
 //
 // The watermark. Every sequenced event leaves a dead entry in the partial
 // index of unsequenced events, until VACUUM; a search from the start of
@@ -63,25 +146,26 @@ type seqCandidate struct{ seq, xid int64 }
 // for this bound, compared within one server's lifetime (the candidate is
 // kept in memory); the watermark itself is a seq, so it survives dump and
 // restore.
-func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
+func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Duration) (int, error) {
 	s.seqMu.Lock()
 	cand := s.seqCand
 	s.seqMu.Unlock()
 
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("kumi: sequencer begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	// One round trip, two statements in order: M, then the lock and X.
+	// One round trip, two statements in order: the settings and M, then
+	// the lock and X.
 	batch := &pgx.Batch{}
-	batch.Queue(s.sql.sequencerLastSeq, s.q+".events")
+	batch.Queue(s.sql.sequencerLastSeq, s.q+".events", pgInterval(timeout), pgInterval(SequencerLockTimeout))
 	batch.Queue(s.sql.sequencerLock)
 	br := tx.SendBatch(ctx, batch)
 	var lastSeq, last, low, xid int64
-	err = br.QueryRow().Scan(&lastSeq)
+	err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lastSeq)
 	if err == nil {
-		err = br.QueryRow().Scan(&last, &low, &xid, nil, nil, nil, nil, nil, nil, nil)
+		err = br.QueryRow().Scan(&last, &low, &xid)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -98,7 +182,7 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 		cand = seqCandidate{}
 	}
 	var n, newLast, newLow, xmin, saved, notified int64
-	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, SequencerBatchDefault, s.NotifyChannel(), low, cand.seq, cand.xid).
+	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, limit, s.NotifyChannel(), low, cand.seq, cand.xid).
 		Scan(&n, &newLast, &newLow, &xmin, &saved, &notified); err != nil {
 		return 0, fmt.Errorf("kumi: sequencer assign: %w", err)
 	}
@@ -109,12 +193,18 @@ func (s *Store) sequenceOnce(ctx context.Context) (int, error) {
 	}
 	// A candidate is used once its xid is below a snapshot's xmin; then
 	// (or if there is none) this step's becomes the next one.
+	s.seqMu.Lock()
 	if cand.xid == 0 || xmin >= cand.xid {
-		s.seqMu.Lock()
-		s.seqCand = seqCandidate{seq: lastSeq, xid: xid}
-		s.seqMu.Unlock()
+		s.seqCand.seq, s.seqCand.xid = lastSeq, xid
 	}
+	s.seqMu.Unlock()
 	return int(n), nil
+}
+
+// pgInterval formats d for a PostgreSQL time setting, in milliseconds (at
+// least 1: 0 would mean no limit).
+func pgInterval(d time.Duration) string {
+	return strconv.FormatInt(max(d.Milliseconds(), 1), 10) + "ms"
 }
 
 // WakeSequencer wakes this process's [Sequencer] at once. [Store.Append]

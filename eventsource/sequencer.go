@@ -2,9 +2,13 @@ package eventsource
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // SequencerOptions tune a [Sequencer]. Zero values mean defaults.
@@ -17,21 +21,94 @@ type SequencerOptions struct {
 	// MinInterval after its last step); appends from other processes are
 	// found by polling. Defaults 5 ms and 50 ms.
 	MinInterval, MaxInterval time.Duration
-	// Logger receives errors at Warn; nil discards.
+	// Logger receives a failure at Warn (the first of a run of equal
+	// ones; the rest at Debug), a stuck backlog at Warn every
+	// SequencerReportInterval and a recovery at Info; nil discards.
 	Logger *slog.Logger
 }
+
+// Timings of a [Sequencer]'s error handling.
+const (
+	// SequencerRetryMin and SequencerRetryMax bound the exponential
+	// backoff, with jitter (uniform in [d/2, d]), after a failed step.
+	// Appends do not cut a backoff short.
+	SequencerRetryMin = 100 * time.Millisecond
+	SequencerRetryMax = 5 * time.Second
+	// SequencerStuckAfter is how long steps fail, or the backlog waits
+	// while the head does not move, before the sequencer reports itself
+	// stuck: at Warn, then every SequencerReportInterval while it lasts.
+	SequencerStuckAfter     = 10 * time.Second
+	SequencerReportInterval = 10 * time.Second
+	// sequencerBacklogCountMax bounds the count of a stuck report.
+	sequencerBacklogCountMax = 1_000_000
+)
+
+// SequencerStats is a snapshot of a [Sequencer]'s health, for metrics and
+// status pages.
+type SequencerStats struct {
+	// Attempts counts the sequencer's tries: a look for pending events
+	// or a step, failed ones included. Failures counts failed tries;
+	// Failing is the number of failed tries in a row now (0 when
+	// healthy), since FailingSince, the last one's error LastError.
+	Attempts, Failures int64
+	Failing            int
+	FailingSince       time.Time
+	LastError          error
+	// Batch is the current step size: SequencerBatchDefault, or less for
+	// a while after steps were cancelled by a timeout (Timeouts counts
+	// them).
+	Batch    int
+	Timeouts int64
+	// BacklogAge is the age of the oldest unsequenced committed event,
+	// as of the last look plus the time since (0 when there was none).
+	// Backlog is the number of unsequenced committed events counted for
+	// the last stuck report (at most 1,000,000; -1 when not counted or
+	// when the count failed).
+	BacklogAge time.Duration
+	Backlog    int64
+	// Head is the last position handed out, as of the last look or step;
+	// LastProgress when it last moved (by any process's sequencer).
+	Head         int64
+	LastProgress time.Time
+	// Stuck reports that steps have failed, or the backlog waited with the
+	// head still, for SequencerStuckAfter.
+	Stuck bool
+}
+
+// clock is the Sequencer's time source; tests inject a fake one.
+type clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Sequencer runs [Store.Sequence] in the background: at once after a local
 // append, and by polling for other processes' appends. Run one per process
 // that appends or subscribes; several across processes cooperate (one
 // sequences at a time, the others skip).
+//
+// A failed step is retried after an exponential backoff with jitter
+// (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
+// is retried at once with half the batch (see [Store.Sequence]). Its
+// health is in [Sequencer.Stats].
 type Sequencer struct {
 	store *Store
 	opts  SequencerOptions
+	clk   clock
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	statsMu sync.Mutex
+	stats   SequencerStats
+	lookAt  time.Time // when BacklogAge was measured
+	errKey  string    // the kind of the last failure logged at Warn
+	report  time.Time // the last stuck report
 }
 
 // NewSequencer returns a stopped sequencer for store.
@@ -48,7 +125,8 @@ func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Sequencer{store: store, opts: opts}
+	return &Sequencer{store: store, opts: opts, clk: realClock{},
+		stats: SequencerStats{Batch: SequencerBatchDefault, Backlog: -1}}
 }
 
 // Start runs the sequencer until Stop. It returns at once; calling it on a
@@ -76,52 +154,208 @@ func (q *Sequencer) Stop() {
 	}
 }
 
+// Stats returns a snapshot of the sequencer's health.
+func (q *Sequencer) Stats() SequencerStats {
+	q.statsMu.Lock()
+	defer q.statsMu.Unlock()
+	st := q.stats
+	if st.BacklogAge > 0 {
+		st.BacklogAge += q.clk.Now().Sub(q.lookAt)
+	}
+	return st
+}
+
+// sleep waits d on the sequencer's clock; false when ctx ended first.
+func (q *Sequencer) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-q.clk.After(d):
+		return true
+	}
+}
+
 func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	interval := q.opts.MinInterval
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	var last time.Time
+	batch := newStepSize()
+	var (
+		interval time.Duration // 0: at once
+		retry    bool          // waiting out a backoff, which appends do not cut short
+		last     time.Time
+	)
 	for {
 		local := false
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-q.store.appended:
-			local = true
+		if retry || interval > 0 {
+			var wake <-chan struct{}
+			if !retry {
+				wake = q.store.appended
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.clk.After(interval):
+			case <-wake:
+				local = true
+			}
 		}
 		// At most one step per MinInterval: a busy store is sequenced in
 		// batches, not one round trip per append.
-		if wait := q.opts.MinInterval - time.Since(last); wait > 0 && !sleepCtx(ctx, wait) {
+		if !last.IsZero() && !q.sleep(ctx, q.opts.MinInterval-q.clk.Now().Sub(last)) {
 			return
 		}
-		last = time.Now()
-		n, err := q.step(ctx, local)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			q.opts.Logger.Warn("kumi: sequencer step failed", "err", err)
-			interval = q.opts.MaxInterval
-		case n > 0:
-			interval = q.opts.MinInterval
-		default:
-			interval = min(interval*2, q.opts.MaxInterval)
+		last = q.clk.Now()
+		n, err := q.step(ctx, local, &batch)
+		if ctx.Err() != nil {
+			return
 		}
-		timer.Reset(interval)
+		interval, retry = q.record(ctx, n, err, &batch, interval)
 	}
 }
 
 // step sequences what is pending. After a local append there is work for
-// sure; otherwise a cheap look first saves a transaction when idle.
-func (q *Sequencer) step(ctx context.Context, local bool) (int, error) {
+// sure; otherwise a cheap look first saves a transaction when idle. A
+// look cancelled by a timeout (a role's statement_timeout: it runs on the
+// session's settings) does not stop the step, which sets its own.
+func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int, error) {
 	if !local {
-		var pending bool
-		if err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending).Scan(&pending); err != nil {
+		var head int64
+		var age *float64
+		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending).Scan(&head, &age)
+		q.countAttempt()
+		switch {
+		case err == nil:
+			q.looked(head, age)
+			if age == nil {
+				return 0, nil
+			}
+		case !isTimeout(err) || ctx.Err() != nil:
 			return 0, err
 		}
-		if !pending {
-			return 0, nil
+	}
+	q.countAttempt()
+	timeouts := batch.timeouts
+	n, err := q.store.sequence(ctx, batch, SequencerStatementTimeout)
+	q.statsMu.Lock()
+	q.stats.Batch, q.stats.Timeouts = batch.n, q.stats.Timeouts+batch.timeouts-timeouts
+	q.statsMu.Unlock()
+	return n, err
+}
+
+func (q *Sequencer) countAttempt() {
+	q.statsMu.Lock()
+	q.stats.Attempts++
+	q.statsMu.Unlock()
+}
+
+// looked records a look: the head, and the oldest unsequenced event's age
+// in seconds (nil: none).
+func (q *Sequencer) looked(head int64, age *float64) {
+	now := q.clk.Now()
+	q.statsMu.Lock()
+	defer q.statsMu.Unlock()
+	if head != q.stats.Head || q.stats.LastProgress.IsZero() {
+		q.stats.Head, q.stats.LastProgress = head, now
+	}
+	q.stats.BacklogAge, q.lookAt = 0, now
+	if age != nil {
+		q.stats.BacklogAge = max(time.Duration(*age*float64(time.Second)), time.Nanosecond)
+	}
+}
+
+// record accounts for a step that sequenced n events or failed with err,
+// logs what needs it, and returns the wait before the next step and
+// whether it is a backoff.
+func (q *Sequencer) record(ctx context.Context, n int, err error, batch *stepSize, interval time.Duration) (time.Duration, bool) {
+	now := q.clk.Now()
+	log := q.opts.Logger
+	q.statsMu.Lock()
+	st := &q.stats
+	if err == nil {
+		if st.Failing > 0 {
+			log.Info("kumi: sequencer recovered", "failures", st.Failing, "after", now.Sub(st.FailingSince))
+		}
+		st.Failing, st.FailingSince, st.LastError, q.errKey = 0, time.Time{}, nil, ""
+		if n > 0 {
+			// A step that sequenced events and returned has caught up
+			// with its snapshot. (One that sequenced none may have found
+			// another process holding the row.)
+			st.BacklogAge, q.lookAt = 0, now
+			st.Head, st.LastProgress = st.Head+int64(n), now
+		}
+	} else {
+		st.Failures++
+		if st.Failing++; st.Failing == 1 {
+			st.FailingSince = now
+		}
+		st.LastError = err
+		if key := errorKey(err); key != q.errKey {
+			q.errKey = key
+			log.Warn("kumi: sequencer step failed", "err", err, "failures", st.Failing)
+		} else {
+			log.Debug("kumi: sequencer step failed", "err", err, "failures", st.Failing)
 		}
 	}
-	return q.store.Sequence(ctx)
+	st.Stuck = (st.Failing > 0 && now.Sub(st.FailingSince) >= SequencerStuckAfter) ||
+		(st.BacklogAge > 0 && !st.LastProgress.IsZero() && now.Sub(st.LastProgress) >= SequencerStuckAfter)
+	stuck := st.Stuck && now.Sub(q.report) >= SequencerReportInterval
+	if stuck {
+		q.report = now
+	}
+	failing := st.Failing
+	q.statsMu.Unlock()
+
+	if stuck {
+		q.reportStuck(ctx)
+	}
+	switch {
+	case failing > 0:
+		return backoff(SequencerRetryMin, SequencerRetryMax, failing-1), true
+	case n > 0:
+		return q.opts.MinInterval, false
+	default:
+		return min(max(interval*2, q.opts.MinInterval), q.opts.MaxInterval), false
+	}
+}
+
+// errorKey tells failures apart for the log: by SQLSTATE when there is one.
+func errorKey(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return err.Error()
+}
+
+// reportStuck logs why the backlog waits: the last error, how long steps
+// have failed, the oldest event's age and the backlog's size (counted now,
+// in a transaction with the sequencer's own timeouts, up to 1,000,000).
+func (q *Sequencer) reportStuck(ctx context.Context) {
+	count := int64(-1)
+	_ = pgx.BeginFunc(ctx, q.store.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, pgInterval(SequencerStatementTimeout)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, q.store.sql.sequencerBacklog, sequencerBacklogCountMax).Scan(&count)
+	})
+	st := q.Stats()
+	q.statsMu.Lock()
+	q.stats.Backlog = count
+	q.statsMu.Unlock()
+	reason := "no error: the head has not moved (is another process's sequencer stuck?)"
+	if st.LastError != nil {
+		reason = st.LastError.Error()
+	}
+	q.opts.Logger.Warn("kumi: sequencer stuck: events wait for positions",
+		"reason", reason, "failures", st.Failing, "failing_for", durationSince(q.clk.Now(), st.FailingSince),
+		"unsequenced", count, "oldest_age", st.BacklogAge, "batch", st.Batch, "head", st.Head)
+}
+
+func durationSince(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return now.Sub(t)
 }

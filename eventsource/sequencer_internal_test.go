@@ -1,0 +1,39 @@
+package eventsource
+
+import "testing"
+
+func TestStepSizeHalvesOnTimeoutsAndGrowsBack(t *testing.T) {
+	b := newStepSize()
+	var sizes []int
+	for b.timedOut() {
+		sizes = append(sizes, b.n)
+	}
+	if b.n != 1 || len(sizes) != 12 || sizes[0] != SequencerBatchDefault/2 {
+		t.Fatalf("halving from %d: %v, ends at %d; want down to 1 in 12 steps", SequencerBatchDefault, sizes, b.n)
+	}
+	// Partial steps say nothing about a larger batch: no growth.
+	for range 3 * growAfter {
+		b.done(0)
+	}
+	if b.n != 1 {
+		t.Fatalf("grew to %d after partial steps", b.n)
+	}
+	steps := 0
+	for b.n < SequencerBatchDefault {
+		b.done(b.n)
+		steps++
+		if steps > 100 {
+			t.Fatal("never grows back")
+		}
+	}
+	if b.n != SequencerBatchDefault || steps != 13*growAfter {
+		t.Fatalf("grew back to %d in %d full steps; want %d in %d", b.n, steps, SequencerBatchDefault, 13*growAfter)
+	}
+	b.done(b.n)
+	if b.n != SequencerBatchDefault {
+		t.Fatalf("grew past the default: %d", b.n)
+	}
+	if b.timeouts != 13 {
+		t.Fatalf("counted %d timeouts, want 13", b.timeouts)
+	}
+}
