@@ -15,7 +15,7 @@ type queries struct {
 	headPosition                          string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
-	sequencerBacklog                                                   string
+	sequencerBacklog, sequencerLowerWatermark                          string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -78,11 +78,14 @@ RETURNING version`, q)),
 			eventColumns, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
-		// The head, and the age of the oldest unsequenced event above the
-		// watermark in insertion order (NULL when there is none): the
-		// sequencer's cheap look when idle, and its progress report.
+		// The head, the age of the oldest unsequenced event above the
+		// watermark in insertion order (NULL when there is none), the
+		// watermark and the sequence's last value ($1 is the quoted events
+		// table): the sequencer's cheap look when idle, which also notices
+		// a reset of the sequence (see Store.sequenceOnce).
 		sequencerPending: fmt.Sprintf(`SELECT s.last_position, (SELECT extract(epoch FROM now() - e.recorded_at)::float8
-  FROM %[1]s.events e WHERE e.position IS NULL AND e.seq > s.low_seq ORDER BY e.seq LIMIT 1)
+  FROM %[1]s.events e WHERE e.position IS NULL AND e.seq > s.low_seq ORDER BY e.seq LIMIT 1),
+  s.low_seq, coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)
 FROM %[1]s.sequencer s WHERE s.id = 1`, q),
 		// How many committed events wait above the watermark, counting at
 		// most $1: for a stuck sequencer's report.
@@ -118,6 +121,9 @@ WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id =
   coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
 		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
+		// After a reset of the events' sequence (see Store.sequenceOnce):
+		// the watermark goes down to $1.
+		sequencerLowerWatermark: fmt.Sprintf(`UPDATE %s.sequencer SET low_seq = $1 WHERE id = 1`, q),
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
   SELECT ctid, seq, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
   FROM (SELECT ctid, seq FROM %[1]s.events WHERE position IS NULL AND seq > $4 ORDER BY seq LIMIT $2) p

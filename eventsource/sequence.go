@@ -29,6 +29,10 @@ import (
 // [SequencerStatementTimeout]), whatever the role or database sets; a step
 // that times out all the same is retried at once with half the batch, down
 // to a single event, and the batch grows back after steps that succeed.
+//
+// When it finds that the events' identity sequence was reset below the
+// search watermark, it recovers (see sequenceOnce), goes on, and returns
+// the events it sequenced with a [*SequenceResetError].
 func (s *Store) Sequence(ctx context.Context) (int, error) {
 	b := newStepSize()
 	return s.sequence(ctx, &b, SequencerStatementTimeout)
@@ -94,29 +98,71 @@ func isTimeout(err error) bool {
 }
 
 // sequence runs steps of b's size until one sequences less than a full
-// batch, adapting b to timeouts.
+// batch, adapting b to timeouts. A reset of the sequence is reported after
+// the steps that follow it.
 func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration) (int, error) {
 	total := 0
+	var reset error
 	for {
 		size := b.n
 		n, err := s.sequenceOnce(ctx, size, timeout)
 		total += n
+		var re *SequenceResetError
 		switch {
+		case errors.As(err, &re):
+			reset = err
+			b.done(n)
 		case err == nil:
 			b.done(n)
 			if n < size {
-				return total, nil
+				return total, reset
 			}
 		case ctx.Err() == nil && isTimeout(err) && b.timedOut():
 		default:
-			return total, err
+			return total, errors.Join(reset, err)
 		}
 	}
 }
 
 // seqCandidate is a proposed watermark: every event with seq <= seq was
-// inserted by a transaction whose xid is below xid.
-type seqCandidate struct{ seq, xid int64 }
+// inserted by a transaction whose xid is below xid. It also carries seen,
+// the highest last value of the sequence that this store's steps have read
+// since the last reset they found.
+type seqCandidate struct{ seq, xid, seen int64 }
+
+// ErrSequenceReset is wrapped by [*SequenceResetError].
+var ErrSequenceReset = errors.New("kumi: the events' seq sequence was reset")
+
+// SequenceResetError reports that the identity sequence of the events'
+// seq column went backwards: below the sequencer's search watermark, or
+// below the value this process last read. New events then draw seqs that
+// the sequencer's search, which starts above the watermark, would never
+// reach. The sequencer has already recovered when it returns this error:
+// it lowered the watermark to 0 and sequenced what it found, skipping
+// nothing. Set the sequence back above every seq in use (the message says
+// how), so that new events stop sharing seqs with old ones.
+type SequenceResetError struct {
+	// Schema is the store's schema.
+	Schema string
+	// LastValue is the sequence's last value as read; Watermark the
+	// watermark (low_seq) it was found below; Seen the last value this
+	// process had read before (0 if none).
+	LastValue, Watermark, Seen int64
+}
+
+// Error says what happened and what to do.
+func (e *SequenceResetError) Error() string {
+	return fmt.Sprintf("kumi: the events' seq sequence in schema %q went back to %d (watermark %d, last seen %d): "+
+		"the sequencer lowered its watermark to 0 and sequences the new events (nothing is skipped); "+
+		"set the sequence above the events' seqs: SELECT setval(pg_get_serial_sequence('%s.events', 'seq'), (SELECT max(seq) FROM %s.events))",
+		e.Schema, e.LastValue, e.Watermark, e.Seen, pgIdent(e.Schema), pgIdent(e.Schema))
+}
+
+// Unwrap returns [ErrSequenceReset].
+func (e *SequenceResetError) Unwrap() error { return ErrSequenceReset }
+
+// pgIdent quotes a schema name for the SQL of a message.
+func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 
 // sequenceOnce runs one sequencer transaction, of at most limit events,
 // each of its statements after the first bounded by timeout.
@@ -146,6 +192,29 @@ type seqCandidate struct{ seq, xid int64 }
 // for this bound, compared within one server's lifetime (the candidate is
 // kept in memory); the watermark itself is a seq, so it survives dump and
 // restore.
+//
+// A reset of the sequence. All of this assumes that seqs only grow. If the
+// sequence is set back (ALTER SEQUENCE … RESTART, a logical-replication or
+// blue/green move that does not carry sequence values), new events draw
+// seqs at or below the watermark, and a search above it never finds them.
+// While seqs only grow, the watermark is never above M (it is raised to at
+// most an earlier M), and M never below the M of an earlier step; so M
+// below the watermark, or below the M this process read in a step that
+// began before this one, proves a reset. The step then lowers the
+// watermark to 0, in its own transaction before it assigns, and drops the
+// candidate (whose M may count seqs drawn again since). Lowering the
+// watermark can never skip an event: it only lengthens the search, which
+// then covers every seq. The watermark climbs back by the proof above,
+// which holds across a reset (a transaction that drew a seq up to M after
+// the reset still had its xid before M was read; those before the reset
+// are long over). The events found are numbered in seq order, which after
+// a reset is the order in which they were appended, and after every event
+// already sequenced; so no cursor misses them and a stream's order holds
+// (a stream whose append was in flight across the reset aside: its later
+// event, with a seq drawn after the reset, could be numbered first). A
+// reset undone by more appends than the old last value before any step
+// reads the sequence goes unnoticed; the message of the error asks for the
+// sequence to be set back above the events' seqs.
 func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Duration) (int, error) {
 	s.seqMu.Lock()
 	cand := s.seqCand
@@ -176,6 +245,14 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 		}
 		return 0, fmt.Errorf("kumi: sequencer lock: %w", err)
 	}
+	var reset *SequenceResetError
+	if lastSeq < low || lastSeq < cand.seen { // see seqWentBack
+		reset = &SequenceResetError{Schema: s.cfg.Schema, LastValue: lastSeq, Watermark: low, Seen: cand.seen}
+		if _, err := tx.Exec(ctx, s.sql.sequencerLowerWatermark, 0); err != nil {
+			return 0, fmt.Errorf("kumi: sequencer lowering the watermark after a reset: %w", err)
+		}
+		low, cand = 0, seqCandidate{}
+	}
 	if cand.xid > xid {
 		// Xids went backwards: another server (a restored dump). The
 		// candidate means nothing here.
@@ -186,7 +263,7 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 		Scan(&n, &newLast, &newLow, &xmin, &saved, &notified); err != nil {
 		return 0, fmt.Errorf("kumi: sequencer assign: %w", err)
 	}
-	if saved > 0 {
+	if saved > 0 || reset != nil {
 		if err := tx.Commit(ctx); err != nil {
 			return 0, fmt.Errorf("kumi: sequencer commit: %w", err)
 		}
@@ -197,8 +274,24 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 	if cand.xid == 0 || xmin >= cand.xid {
 		s.seqCand.seq, s.seqCand.xid = lastSeq, xid
 	}
+	s.seqCand.seen = max(s.seqCand.seen, lastSeq)
+	if reset != nil {
+		s.seqCand.seen = lastSeq
+	}
 	s.seqMu.Unlock()
+	if reset != nil {
+		return int(n), reset
+	}
 	return int(n), nil
+}
+
+// seqWentBack reports whether lastSeq, the sequence's last value read
+// after low, the watermark, proves a reset: below the watermark, or below
+// what a step of this store read before.
+func (s *Store) seqWentBack(lastSeq, low int64) bool {
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	return lastSeq < low || lastSeq < s.seqCand.seen
 }
 
 // pgInterval formats d for a PostgreSQL time setting, in milliseconds (at

@@ -23,7 +23,8 @@ type SequencerOptions struct {
 	MinInterval, MaxInterval time.Duration
 	// Logger receives a failure at Warn (the first of a run of equal
 	// ones; the rest at Debug), a stuck backlog at Warn every
-	// SequencerReportInterval and a recovery at Info; nil discards.
+	// SequencerReportInterval, a recovery at Info and a reset of the
+	// events' sequence at Error; nil discards.
 	Logger *slog.Logger
 }
 
@@ -59,6 +60,9 @@ type SequencerStats struct {
 	// them).
 	Batch    int
 	Timeouts int64
+	// Resets counts resets of the events' sequence found and recovered
+	// from (see [SequenceResetError]).
+	Resets int64
 	// BacklogAge is the age of the oldest unsequenced committed event,
 	// as of the last look plus the time since (0 when there was none).
 	// Backlog is the number of unsequenced committed events counted for
@@ -216,19 +220,20 @@ func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 }
 
 // step sequences what is pending. After a local append there is work for
-// sure; otherwise a cheap look first saves a transaction when idle. A
+// sure; otherwise a cheap look first saves a transaction when idle (unless
+// it shows the sequence reset: the step deals with that). A
 // look cancelled by a timeout (a role's statement_timeout: it runs on the
 // session's settings) does not stop the step, which sets its own.
 func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int, error) {
 	if !local {
-		var head int64
+		var head, low, lastSeq int64
 		var age *float64
-		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending).Scan(&head, &age)
+		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending, q.store.q+".events").Scan(&head, &age, &low, &lastSeq)
 		q.countAttempt()
 		switch {
 		case err == nil:
 			q.looked(head, age)
-			if age == nil {
+			if age == nil && !q.store.seqWentBack(lastSeq, low) {
 				return 0, nil
 			}
 		case !isTimeout(err) || ctx.Err() != nil:
@@ -271,8 +276,17 @@ func (q *Sequencer) looked(head int64, age *float64) {
 func (q *Sequencer) record(ctx context.Context, n int, err error, batch *stepSize, interval time.Duration) (time.Duration, bool) {
 	now := q.clk.Now()
 	log := q.opts.Logger
+	var reset *SequenceResetError
+	if errors.As(err, &reset) {
+		log.Error("kumi: sequencer found the events' sequence reset, and recovered", "err", reset)
+		err = stripReset(err)
+	}
+
 	q.statsMu.Lock()
 	st := &q.stats
+	if reset != nil {
+		st.Resets++
+	}
 	if err == nil {
 		if st.Failing > 0 {
 			log.Info("kumi: sequencer recovered", "failures", st.Failing, "after", now.Sub(st.FailingSince))
@@ -318,6 +332,24 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, batch *stepSiz
 	default:
 		return min(max(interval*2, q.opts.MinInterval), q.opts.MaxInterval), false
 	}
+}
+
+// stripReset returns err without its reset report: nil when that was all
+// of it, the rest when Store.sequence joined a later failure to it.
+func stripReset(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, ErrSequenceReset) {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	if errors.Is(err, ErrSequenceReset) {
+		return nil
+	}
+	return err
 }
 
 // errorKey tells failures apart for the log: by SQLSTATE when there is one.

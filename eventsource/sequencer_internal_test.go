@@ -1,6 +1,9 @@
 package eventsource
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 func TestStepSizeHalvesOnTimeoutsAndGrowsBack(t *testing.T) {
 	b := newStepSize()
@@ -35,5 +38,20 @@ func TestStepSizeHalvesOnTimeoutsAndGrowsBack(t *testing.T) {
 	}
 	if b.timeouts != 13 {
 		t.Fatalf("counted %d timeouts, want 13", b.timeouts)
+	}
+}
+
+func TestStripReset(t *testing.T) {
+	reset := &SequenceResetError{Schema: "s", LastValue: 1, Watermark: 10}
+	other := errors.New("boom")
+	for _, c := range []struct {
+		in, want error
+	}{
+		{nil, nil}, {reset, nil}, {other, other}, {errors.Join(reset, other), other},
+	} {
+		got := stripReset(c.in)
+		if (got == nil) != (c.want == nil) || (got != nil && !errors.Is(got, c.want)) || errors.Is(got, ErrSequenceReset) {
+			t.Errorf("stripReset(%v) = %v, want %v", c.in, got, c.want)
+		}
 	}
 }

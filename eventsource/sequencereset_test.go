@@ -1,0 +1,100 @@
+package eventsource_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// If the events' identity sequence is reset below the sequencer's search
+// watermark (ALTER SEQUENCE … RESTART; a logical-replication or blue/green
+// move that does not carry sequence values), the events appended after it
+// draw seqs the search never reached: before, they were never sequenced,
+// and nothing said so. The sequencer must find the reset, report it once,
+// and sequence every event, skipping none, in each stream's order.
+func TestSequencerRecoversFromAResetSequence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	var low int64
+	watermark := func() int64 {
+		require.NoError(t, s.Pool().QueryRow(ctx, "SELECT low_seq FROM "+s.QuotedSchema()+".sequencer").Scan(&low))
+		return low
+	}
+	restart := func() {
+		var seq string
+		require.NoError(t, s.Pool().QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'seq')", s.QuotedSchema()+".events").Scan(&seq))
+		_, err := s.Pool().Exec(ctx, "ALTER SEQUENCE "+seq+" RESTART WITH 1")
+		require.NoError(t, err)
+	}
+	appendSome := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			mustAppend(t, s, fmt.Sprintf("acct-%d", i%4), ev("E", fmt.Sprintf(`{"i":%d}`, i)))
+		}
+	}
+	head := func() int64 {
+		h, err := s.HeadPosition(ctx)
+		require.NoError(t, err)
+		return h
+	}
+
+	appendSome(0, 20)
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		sequenceAll(t, s)
+		return watermark() == 20
+	}, "the watermark reaches the last seq")
+
+	// A reset found by a step of this process: Sequence recovers and says so.
+	restart()
+	appendSome(20, 5) // seqs 1..5, below the watermark
+	n, err := s.Sequence(ctx)
+	var reset *eventsource.SequenceResetError
+	require.ErrorAs(t, err, &reset)
+	require.ErrorIs(t, err, eventsource.ErrSequenceReset)
+	require.Equal(t, eventsource.SequenceResetError{Schema: s.Schema(), LastValue: 5, Watermark: 20, Seen: 20}, *reset)
+	require.Contains(t, err.Error(), "setval(", "the message says what to do")
+	require.Equal(t, 5, n)
+	require.Equal(t, int64(25), head())
+	n, err = s.Sequence(ctx)
+	require.NoError(t, err, "reported once")
+	require.Zero(t, n)
+
+	// Let the watermark climb past the new seqs, then reset again and let a
+	// Sequencer of another process (which has seen nothing before) find it.
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		sequenceAll(t, s)
+		return watermark() == 5
+	}, "the watermark climbs again after a reset")
+	restart()
+	appendSome(25, 3) // seqs 1..3 below the watermark 5
+	other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: s.Schema()})
+	require.NoError(t, err)
+	logs := &logCounter{}
+	q := eventsource.NewSequencer(other, eventsource.SequencerOptions{Logger: slog.New(logs), MaxInterval: 5 * time.Millisecond})
+	q.Start()
+	defer q.Stop()
+	pgtest.Eventually(t, 10*time.Second, func() bool { return head() == 28 }, "the events after the second reset are sequenced")
+	appendSome(28, 10) // seqs 4..13, across the old watermark
+	pgtest.Eventually(t, 10*time.Second, func() bool { return head() == 38 }, "and those after them")
+	q.Stop()
+	require.Equal(t, int64(1), q.Stats().Resets, "the reset is reported once")
+	require.Equal(t, 1, logs.count(slog.LevelError), "in one log line")
+
+	// Every event once, at positions 1..38, each stream in version order.
+	evs, err := s.ReadAll(ctx, 0, 1000)
+	require.NoError(t, err)
+	require.Len(t, evs, 38)
+	next := map[string]int64{}
+	for i, e := range evs {
+		require.Equal(t, int64(i+1), e.Position)
+		require.Equal(t, next[e.Stream], e.Version, "stream %s in version order", e.Stream)
+		next[e.Stream]++
+	}
+}
