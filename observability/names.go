@@ -158,6 +158,25 @@ const (
 	MetricSupervisionRestarts = "kumi.supervision.restarts"  // counter {restart}: actor
 )
 
+// The sequencer's metrics (see [Telemetry.RegisterSequencer]); no
+// attributes: one sequencer per process.
+const (
+	MetricSequencerBacklogSeconds = "kumi.sequencer.backlog.seconds" // gauge s
+	MetricSequencerFailing        = "kumi.sequencer.failing"         // gauge {failure}
+	MetricSequencerStuck          = "kumi.sequencer.stuck"           // gauge {sequencer}: 0 or 1
+	MetricSequencerBatch          = "kumi.sequencer.batch"           // gauge {event}
+	MetricSequencerTimeouts       = "kumi.sequencer.timeouts"        // counter {step}
+	MetricSequencerResets         = "kumi.sequencer.resets"          // counter {reset}
+)
+
+// Units of the sequencer's metrics.
+const (
+	UnitFailure   = "{failure}"
+	UnitSequencer = "{sequencer}"
+	UnitStep      = "{step}"
+	UnitReset     = "{reset}"
+)
+
 // Metric units (UCUM, as OpenTelemetry recommends).
 const (
 	UnitSeconds   = "s"
