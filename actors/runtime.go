@@ -52,6 +52,9 @@ type Runtime struct {
 	// goroutines.
 	dispatcher *dispatcher
 
+	// unregisterSequencer stops the kumi.sequencer.* metrics.
+	unregisterSequencer func()
+
 	mu      sync.Mutex
 	groups  map[*Group]struct{}
 	stopped bool
@@ -105,6 +108,11 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 		return nil, err
 	}
 	rt.notifier, rt.listener = notifier, listener
+	rt.unregisterSequencer = rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
+		st := rt.sequencer.Stats()
+		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
+			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets}
+	})
 	rt.publisher = system.Root.Spawn(newPublisherProps(store, listener.C(), opts.PollInterval, logger, rt.telemetry))
 	return rt, nil
 }
@@ -145,6 +153,7 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		_ = rt.system.Root.StopFuture(rt.publisher).Wait()
 		rt.listener.Close()
 		errs = append(errs, rt.notifier.Stop(ctx))
+		rt.unregisterSequencer()
 		rt.sequencer.Stop()
 		rt.dispatcher.close()
 	}

@@ -1,0 +1,44 @@
+package actors
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/observability"
+)
+
+// The runtime reports its sequencer as the kumi.sequencer.* metrics while
+// it runs, and stops reporting it when it stops.
+func TestRuntimeReportsItsSequencer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, _ := newTestStore(t)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
+	tel := observability.New(observability.Options{MeterProvider: mp, Logger: testLoggerOrDiscard()})
+	rt, err := NewRuntime(ctx, quietSystem(), store, RuntimeOptions{Telemetry: tel})
+	require.NoError(t, err)
+	_, err = store.Append(ctx, "acct-1", eventsource.Any, []eventsource.EventData{{Type: "A", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+
+	var rm metricdata.ResourceMetrics
+	pgtest.Eventually(t, waitLong, func() bool {
+		h, err := store.HeadPosition(ctx)
+		return err == nil && h == 1
+	}, "sequenced")
+	require.NoError(t, reader.Collect(ctx, &rm))
+	require.Equal(t, map[string]float64{"": eventsource.SequencerBatchDefault}, sums(rm, observability.MetricSequencerBatch, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerStuck, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerResets, ""))
+
+	require.NoError(t, rt.Stop(ctx))
+	require.NoError(t, reader.Collect(ctx, &rm))
+	require.Empty(t, sums(rm, observability.MetricSequencerBatch, ""), "gone once stopped")
+}
