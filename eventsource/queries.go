@@ -15,7 +15,7 @@ type queries struct {
 	headPosition                          string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
-	sequencerBacklog, sequencerLowerWatermark                          string
+	sequencerBacklog, sequencerTimeout, sequencerLowerWatermark        string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -87,8 +87,10 @@ RETURNING version`, q)),
   FROM %[1]s.events e WHERE e.position IS NULL AND e.seq > s.low_seq ORDER BY e.seq LIMIT 1),
   s.low_seq, coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)
 FROM %[1]s.sequencer s WHERE s.id = 1`, q),
-		// How many committed events wait above the watermark, counting at
-		// most $1: for a stuck sequencer's report.
+		// A stuck sequencer's report counts the committed events that wait
+		// above the watermark, at most $1 of them, in a transaction whose
+		// statement timeout the first statement sets to its $1.
+		sequencerTimeout: `SELECT set_config('statement_timeout', $1, true)`,
 		sequencerBacklog: fmt.Sprintf(`SELECT count(*) FROM (SELECT FROM %[1]s.events
 WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1) LIMIT $1) b`, q),
 		// The transaction's own settings first, then the sequence's last

@@ -70,8 +70,10 @@ type SequencerStats struct {
 	// when the count failed).
 	BacklogAge time.Duration
 	Backlog    int64
-	// Head is the last position handed out, as of the last look or step;
-	// LastProgress when it last moved (by any process's sequencer).
+	// Head is the last position handed out, as of the sequencer's last
+	// look (taken when it polls); LastProgress is when a look last saw it
+	// move (any process's sequencer may have moved it) or a step of this
+	// one last sequenced events.
 	Head         int64
 	LastProgress time.Time
 	// Stuck reports that steps have failed, or the backlog waited with the
@@ -215,15 +217,15 @@ func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		interval, retry = q.record(ctx, n, err, &batch, interval)
+		interval, retry = q.record(ctx, n, err, interval)
 	}
 }
 
 // step sequences what is pending. After a local append there is work for
-// sure; otherwise a cheap look first saves a transaction when idle (unless
-// it shows the sequence reset: the step deals with that). A
-// look cancelled by a timeout (a role's statement_timeout: it runs on the
-// session's settings) does not stop the step, which sets its own.
+// sure; otherwise a cheap look first saves a transaction when idle, unless
+// it shows the sequence reset (the step deals with that). A look cancelled
+// by a timeout (a role's statement_timeout: it runs on the session's
+// settings) does not stop the step, which sets its own.
 func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int, error) {
 	if !local {
 		var head, low, lastSeq int64
@@ -273,7 +275,7 @@ func (q *Sequencer) looked(head int64, age *float64) {
 // record accounts for a step that sequenced n events or failed with err,
 // logs what needs it, and returns the wait before the next step and
 // whether it is a backoff.
-func (q *Sequencer) record(ctx context.Context, n int, err error, batch *stepSize, interval time.Duration) (time.Duration, bool) {
+func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.Duration) (time.Duration, bool) {
 	now := q.clk.Now()
 	log := q.opts.Logger
 	var reset *SequenceResetError
@@ -296,8 +298,7 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, batch *stepSiz
 			// A step that sequenced events and returned has caught up
 			// with its snapshot. (One that sequenced none may have found
 			// another process holding the row.)
-			st.BacklogAge, q.lookAt = 0, now
-			st.Head, st.LastProgress = st.Head+int64(n), now
+			st.BacklogAge, q.lookAt, st.LastProgress = 0, now, now
 		}
 	} else {
 		st.Failures++
@@ -367,7 +368,7 @@ func errorKey(err error) string {
 func (q *Sequencer) reportStuck(ctx context.Context) {
 	count := int64(-1)
 	_ = pgx.BeginFunc(ctx, q.store.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, pgInterval(SequencerStatementTimeout)); err != nil {
+		if _, err := tx.Exec(ctx, q.store.sql.sequencerTimeout, pgInterval(SequencerStatementTimeout)); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, q.store.sql.sequencerBacklog, sequencerBacklogCountMax).Scan(&count)
