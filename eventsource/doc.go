@@ -66,6 +66,14 @@
 // never wades through the index entries its own updates left behind
 // (docs/eventsource.md has the argument that this is safe).
 //
+// Each sequencer transaction sets its own statement and lock timeouts, so
+// a role's or a database's statement_timeout cannot stop it; a step cut
+// by a timeout all the same is retried with half the batch. A failed step
+// is retried after an exponential backoff with jitter, and
+// [Sequencer.Stats] (and a log line) report a backlog that is stuck, and
+// why. A reset of the sequence behind the insertion numbers is found and
+// recovered from without skipping anything ([SequenceResetError]).
+//
 // docs/eventsource.md compares this with the alternatives (a lock per
 // category, an xid/xmin watermark) and lists its costs.
 //
