@@ -244,3 +244,51 @@ func TestSequencerBacksOffOnErrors(t *testing.T) {
 	require.Contains(t, logs.warns[len(logs.warns)-1], "stuck")
 	require.Contains(t, logs.warns[len(logs.warns)-1], "read-only", "the report says why")
 }
+
+// Events that wait while the head does not move, without any error (here:
+// another "process" holds the sequencer row and does nothing), are
+// reported as stuck too, with that as the reason; it clears once the head
+// moves again.
+func TestSequencerReportsABacklogThatDoesNotMove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	mustAppend(t, s, "order-1", ev("A", `{}`))
+	holder, err := s.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, "SELECT 1 FROM "+s.QuotedSchema()+".sequencer FOR UPDATE")
+	require.NoError(t, err)
+
+	other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: s.Schema()})
+	require.NoError(t, err)
+	logs := &logCounter{}
+	clk := newFakeClock()
+	q := eventsource.NewSequencerWithClock(other, eventsource.SequencerOptions{Logger: slog.New(logs), MaxInterval: time.Second}, clk)
+	q.Start()
+	defer q.Stop()
+	var waited time.Duration
+	for waited <= eventsource.SequencerStuckAfter {
+		tm := clk.next(t)
+		waited += tm.d
+		clk.fire(tm)
+	}
+	tm := clk.next(t)
+	st := q.Stats()
+	require.True(t, st.Stuck)
+	require.Zero(t, st.Failures, "nothing failed")
+	require.Equal(t, int64(1), st.Backlog)
+	require.Len(t, logs.warns, 1, "one stuck report")
+	require.Contains(t, logs.warns[0], "head has not moved")
+
+	require.NoError(t, holder.Rollback(ctx))
+	for i := 0; st.Stuck; i++ {
+		require.Less(t, i, 100, "still stuck after the row was freed")
+		clk.fire(tm)
+		tm = clk.next(t)
+		st = q.Stats()
+	}
+	h, err := s.HeadPosition(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), h, "sequenced once the row is free")
+}
