@@ -77,7 +77,10 @@ type Config struct {
 	Margin time.Duration
 	// SessionURL is the connection string of KindSession's dedicated
 	// connection; "" uses the pool's connection config. A connection that
-	// is recognisably behind a pooler is refused. Ignored by KindRow.
+	// is recognisably behind a pooler is refused; so is one that does not
+	// reach the pool's server and database, or reaches a standby (a
+	// *[SessionMismatchError], checked whenever the session is opened).
+	// Ignored by KindRow.
 	SessionURL string
 	// NoListen disables the LISTEN connection behind [Store.Changes]
 	// (behind a transaction pooler LISTEN does not work); callers then rely

@@ -100,7 +100,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st)
+		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st, pool)
 		if err := s.session.open(ctx); err != nil {
 			return nil, err
 		}
