@@ -166,7 +166,7 @@ func TestStatementsAreAllParsed(t *testing.T) {
 		require.Contains(t, st.get(name), `"we""ird".`, name)
 	}
 	require.Panics(t, func() { st.get("nope") })
-	require.Len(t, channelName("a", "b"), len("kumi_lease_")+16)
-	require.NotEqual(t, channelName("a", "bc"), channelName("ab", "c"))
+	require.Len(t, ChannelName("a", "b"), len("kumi_lease_")+16)
+	require.NotEqual(t, ChannelName("a", "bc"), ChannelName("ab", "c"))
 	require.Equal(t, pgx.Identifier{"x"}.Sanitize(), `"x"`)
 }

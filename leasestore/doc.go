@@ -48,7 +48,9 @@
 //
 // # Fencing
 //
-// Every change of owner increments the bucket's epoch. [Store.Guard] (and
+// Every change of owner increments the bucket's epoch, and so does
+// [FenceOut], an operator's fence (a checkpoint reset) that no earlier
+// holder may undo. [Store.Guard] (and
 // the fence of [Store.Fence]) locks the lease row FOR SHARE inside the
 // writer's transaction and checks owner and epoch, so a zombie whose bucket
 // moved writes nothing and gets a [LostFenceError] wrapping

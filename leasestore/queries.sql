@@ -293,3 +293,19 @@ SELECT current_database(), pg_is_in_recovery(),
               AND objid = (($1::bigint) & 4294967295)::oid
               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
     ''::text;
+
+-- name: operator_lock
+-- FenceOut: lock the lease row against every pass and fenced write, and
+-- read its owner, epoch and time left (NULL when free or lapsed). $2 bucket.
+SELECT coalesce(owner, ''), epoch,
+    CASE WHEN owner IS NOT NULL AND expires_at > now() THEN expires_at - now() END
+FROM {{schema}}.lease_buckets
+WHERE subscription = $1 AND bucket = $2
+FOR UPDATE;
+
+-- name: operator_bump
+-- FenceOut: fence out every holding granted so far. Owner, expiry and
+-- claim stay: the owner's next renew returns the new epoch. $2 bucket.
+UPDATE {{schema}}.lease_buckets SET epoch = epoch + 1
+WHERE subscription = $1 AND bucket = $2
+RETURNING epoch;

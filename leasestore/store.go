@@ -58,7 +58,8 @@ type heldLease struct {
 type Lease struct {
 	Bucket int // 0..N-1
 	// Epoch is the fencing token of this holding: it grows on every change
-	// of owner. Pass it to [Store.Fence] or [Store.Guard] with every write.
+	// of owner and on every [FenceOut]. Pass it to [Store.Fence] or
+	// [Store.Guard] with every write.
 	Epoch int64
 	// Expires is the database's expiry of the lease when last renewed (by
 	// the database's clock; compare it only with database times).
@@ -86,7 +87,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		st:      renderStatements(cfg.Schema),
 		log:     cfg.Logger.With("subscription", cfg.Subscription, "worker", cfg.Worker),
 		usable:  usableFor(cfg.TTL, cfg.Margin),
-		channel: channelName(cfg.Schema, cfg.Subscription),
+		channel: ChannelName(cfg.Schema, cfg.Subscription),
 		view:    map[int]heldLease{},
 		changes: make(chan struct{}, 1),
 	}
