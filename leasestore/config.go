@@ -111,8 +111,8 @@ type Config struct {
 	// (behind a transaction pooler LISTEN does not work); callers then rely
 	// on polling every Heartbeat.
 	NoListen bool
-	// Clock is the monotonic clock [Store.EnsureHeld] judges by; nil is the
-	// real one.
+	// Clock is the clock [Store.EnsureHeld] judges by; nil is the real one
+	// (SystemClock).
 	Clock Clock
 	// Logger receives ownership changes at Info and failures at Warn; nil
 	// discards.

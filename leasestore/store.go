@@ -48,7 +48,7 @@ type Store struct {
 type heldLease struct {
 	epoch   int64
 	expires time.Time // the database's expiry, as last read
-	renewed time.Time // Clock reading when the renewal that set expires STARTED
+	renewed reading   // Clock reading when the renewal that set expires STARTED
 	handoff bool      // a claim is pending: draining, no longer renewed
 	fenced  bool      // a fence check found the bucket gone
 	gen     uint64    // KindSession: the session generation the pass that renewed it ran under
@@ -218,8 +218,10 @@ func (s *Store) ensureShards(ctx context.Context) error {
 // the database (a fenced write needs no such check). It returns an error
 // wrapping [ErrNotHeld] when the bucket is not in the view, when a fence
 // found it gone, or — KindRow and KindSession alike — once the last renewal
-// that extended it STARTED TTL-Margin ago or more by the Clock: its expiry
-// is then at most Margin away. KindSession also asks its session whether it
+// that extended it STARTED TTL-Margin ago or more by the Clock (by its
+// monotonic reading or its boot clock, whichever says older, so that a host
+// suspended past the margin fails on resume): its expiry is then at most
+// Margin away. KindSession also asks its session whether it
 // still holds its lock, and fails if it cannot tell, or if the session was
 // replaced since the last pass confirmed the bucket.
 func (s *Store) EnsureHeld(bucket int) error {
@@ -235,9 +237,9 @@ func (s *Store) EnsureHeld(bucket int) error {
 	case h.fenced:
 		return fmt.Errorf("leasestore: bucket %d: a fenced write found it taken: %w", bucket, ErrNotHeld)
 	}
-	if now := s.cfg.Clock.Now(); !renewalFresh(h.renewed, now, s.usable) {
-		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago, not under TTL-Margin (%v): %w",
-			bucket, now.Sub(h.renewed), s.usable, ErrNotHeld)
+	if now := readClock(s.cfg.Clock); !renewalFresh(h.renewed, now, s.usable) {
+		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago (suspensions of the host "+
+			"included), not under TTL-Margin (%v): %w", bucket, h.renewed.since(now), s.usable, ErrNotHeld)
 	}
 	if s.session != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
