@@ -103,7 +103,7 @@ type cpResetCmd struct {
 	Bucket       []int  `placeholder:"B" help:"The bucket to reset (repeatable)."`
 	AllBuckets   bool   `name:"all-buckets" help:"Reset every bucket of the subscription."`
 	Position     *int64 `required:"" placeholder:"POSITION" help:"The new checkpoint: the bucket's next delivery is its first event after this global position (0: from the start)."`
-	Force        bool   `help:"Reset even a bucket a live owner holds. The owner is fenced out like any earlier holder (the bucket's epoch grows): its reader restarts from the new checkpoint on its next pass, and events it had in flight may be delivered again; see docs/operations.md."`
+	Force        bool   `help:"Reset even a bucket a live owner holds. The owner is fenced out like any earlier holder (the bucket's epoch grows): its reader restarts from the new checkpoint on its next pass, and what the old reader delivers until then may be delivered again; see docs/operations.md."`
 	BeyondHead   bool   `name:"beyond-head" help:"Accept a --position past the store's head: the bucket then skips every event until the head passes it."`
 }
 
@@ -188,8 +188,8 @@ func (c *cpResetCmd) Run(e *env) error {
 			switch {
 			case out.Live:
 				fmt.Fprintf(e.stderr, "kumi checkpoints reset: warning: bucket %d is held by %s: fenced out "+
-					"(epoch %d -> %d); its reader restarts from the new checkpoint on its next pass, and events "+
-					"it had in flight may be delivered again\n", b, out.Owner, out.Epoch-1, out.Epoch)
+					"(epoch %d -> %d); its reader restarts from the new checkpoint on its next pass, and what "+
+					"its old reader delivers until then may be delivered again\n", b, out.Owner, out.Epoch-1, out.Epoch)
 			case out.Found:
 				fmt.Fprintf(e.stdout, "bucket %d: earlier holders fenced out (epoch %d -> %d)\n", b, out.Epoch-1, out.Epoch)
 			}
