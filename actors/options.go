@@ -158,8 +158,8 @@ func (o GroupOptions) Validate() error {
 	switch {
 	case o.Buckets < 1:
 		return &OptionError{"Buckets", o.Buckets, "must be at least 1"}
-	case o.Buckets > 65536:
-		return &OptionError{"Buckets", o.Buckets, "must be at most 65536"}
+	case o.Buckets > leasestore.MaxBuckets:
+		return &OptionError{"Buckets", o.Buckets, fmt.Sprintf("must be at most %d (leasestore.MaxBuckets)", leasestore.MaxBuckets)}
 	case o.Handler == nil:
 		return &OptionError{"Handler", nil, "required: the props of your handler actor"}
 	case o.BatchSize < 1 || o.BatchSize > 10000:

@@ -3,8 +3,10 @@ package leasestore
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -47,11 +49,29 @@ const (
 	// heartbeat, 3*Heartbeat + Margin < TTL: one failed or hung renewal
 	// never makes EnsureHeld fail.
 	MarginDivisorDefault = 3
-	// MaxBuckets bounds Config.Buckets.
-	MaxBuckets = 1 << 16
-	// MinTTL is the shortest lease: below it, timers and the database's
-	// timestamps are too coarse for the margin arithmetic.
-	MinTTL = 10 * time.Millisecond
+	// MaxBuckets bounds Config.Buckets. Every bucket a worker holds is a
+	// reader with its goroutines and queue: one worker holding 65,536 (a
+	// pool shrunk to one survivor) collapsed — 65,000 goroutines, ~1.9 GB,
+	// its passes too slow to renew — while 8,192 ran fine.
+	MaxBuckets = 1 << 13
+	// MinHeartbeat is the shortest heartbeat. A pass is three round trips
+	// and a commit, bounded by the heartbeat: below a few tens of
+	// milliseconds it is abandoned under ordinary load (every renewal lost,
+	// a warning each time) and the pass loop becomes the database's main
+	// load.
+	MinHeartbeat = 50 * time.Millisecond
+	// MinTTL is the shortest lease: HeartbeatDivisorDefault × MinHeartbeat,
+	// so that the default heartbeat (TTL/5) is never below MinHeartbeat and
+	// a lease outlives several passes.
+	MinTTL = HeartbeatDivisorDefault * MinHeartbeat
+	// MaxTTL is the longest lease: PostgreSQL's largest
+	// idle_in_transaction_session_timeout (INT_MAX milliseconds, about 24.8
+	// days), which every pass and fenced write sets to the TTL (see
+	// docs/leases.md, frozen workers).
+	MaxTTL = math.MaxInt32 * time.Millisecond
+	// MaxWorkerLength is the longest Config.Worker (and Subscription), in
+	// bytes.
+	MaxWorkerLength = 200
 )
 
 // Config configures a [Store]. The zero value of every optional field means
@@ -59,32 +79,40 @@ const (
 type Config struct {
 	// Schema holding the lease tables ([Migrate] creates them). Required.
 	Schema string
-	// Subscription whose buckets are leased. Required.
+	// Subscription whose buckets are leased. Required; the same rules as
+	// Worker.
 	Subscription string
-	// Worker is this worker's id, unique in the pool; "" mints a UUID.
+	// Worker is this worker's id, unique in the pool; "" mints a UUID. At
+	// most MaxWorkerLength bytes of UTF-8 with no control characters (C0,
+	// C1) and no bidirectional controls.
 	Worker string
 	// Buckets is N, the fixed number of buckets of the subscription (≥ 1).
 	Buckets int
 	// Kind of lease; KindRow by default.
 	Kind Kind
-	// TTL is how long a lease (and a membership) lasts without renewal.
+	// TTL is how long a lease (and a membership) lasts without renewal,
+	// between MinTTL and MaxTTL.
 	TTL time.Duration
 	// Heartbeat is how often the caller runs [Store.Pass]; it also bounds
-	// how long one pass may take. Must be shorter than TTL.
+	// how long one pass may take. At least MinHeartbeat, and shorter than
+	// TTL.
 	Heartbeat time.Duration
 	// Margin is how long before the lease could lapse [Store.EnsureHeld]
 	// starts failing. Heartbeat + Margin must be shorter than TTL.
 	Margin time.Duration
 	// SessionURL is the connection string of KindSession's dedicated
 	// connection; "" uses the pool's connection config. A connection that
-	// is recognisably behind a pooler is refused. Ignored by KindRow.
+	// is recognisably behind a pooler is refused; so is one that does not
+	// reach the pool's server and database, or reaches a standby (a
+	// *[SessionMismatchError], checked whenever the session is opened).
+	// Ignored by KindRow.
 	SessionURL string
 	// NoListen disables the LISTEN connection behind [Store.Changes]
 	// (behind a transaction pooler LISTEN does not work); callers then rely
 	// on polling every Heartbeat.
 	NoListen bool
-	// Clock is the monotonic clock [Store.EnsureHeld] judges by; nil is the
-	// real one.
+	// Clock is the clock [Store.EnsureHeld] judges by; nil is the real one
+	// (SystemClock).
 	Clock Clock
 	// Logger receives ownership changes at Info and failures at Warn; nil
 	// discards.
@@ -137,18 +165,23 @@ func (c Config) validate() error {
 		return bad("Schema", "is required")
 	case c.Subscription == "":
 		return bad("Subscription", "is required")
-	case len(c.Subscription) > 200 || strings.ContainsRune(c.Subscription, 0):
-		return bad("Subscription", "must be at most 200 bytes with no NUL")
-	case len(c.Worker) > 200 || strings.ContainsRune(c.Worker, 0):
-		return bad("Worker", "must be at most 200 bytes with no NUL")
+	case textFault(c.Subscription) != "":
+		return bad("Subscription", "%s", textFault(c.Subscription))
+	case textFault(c.Worker) != "":
+		return bad("Worker", "%s", textFault(c.Worker))
 	case c.Buckets < 1 || c.Buckets > MaxBuckets:
 		return bad("Buckets", "is %d; it must be between 1 and %d", c.Buckets, MaxBuckets)
 	case c.Kind != KindRow && c.Kind != KindSession:
 		return bad("Kind", "is %v; use KindRow or KindSession", c.Kind)
-	case c.TTL < MinTTL:
-		return bad("TTL", "is %v; it must be at least %v", c.TTL, MinTTL)
+	case c.TTL < MinTTL || c.TTL > MaxTTL:
+		return bad("TTL", "is %v; it must be between %v and %v (at least %d heartbeats of at least %v; "+
+			"at most PostgreSQL's largest idle_in_transaction_session_timeout)",
+			c.TTL, MinTTL, MaxTTL, HeartbeatDivisorDefault, MinHeartbeat)
 	case c.Heartbeat <= 0:
 		return bad("Heartbeat", "is %v; it must be positive (0 means TTL/%d)", c.Heartbeat, HeartbeatDivisorDefault)
+	case c.Heartbeat < MinHeartbeat:
+		return bad("Heartbeat", "is %v; it must be at least %v and shorter than TTL (%v): "+
+			"a pass, bounded by the heartbeat, needs that long", c.Heartbeat, MinHeartbeat, c.TTL)
 	case c.Margin <= 0:
 		return bad("Margin", "is %v; it must be positive (0 means TTL/%d)", c.Margin, MarginDivisorDefault)
 	case c.Heartbeat >= c.TTL:
@@ -159,6 +192,31 @@ func (c Config) validate() error {
 			"or EnsureHeld fails between two renewals that both landed", c.Margin, c.Heartbeat, c.TTL)
 	}
 	return nil
+}
+
+// textFault says what makes s unusable as a worker id or subscription —
+// it is stored, logged and printed by kumi status — or "" when it is fine:
+// more than MaxWorkerLength bytes, invalid UTF-8, C0 and C1 control
+// characters (NUL, ESC, NEL, CSI ...) and the bidirectional controls
+// that reorder what a terminal shows (U+061C, U+200E, U+200F,
+// U+202A–U+202E, U+2066–U+2069).
+func textFault(s string) string {
+	if len(s) > MaxWorkerLength {
+		return fmt.Sprintf("is %d bytes; it must be at most %d", len(s), MaxWorkerLength)
+	}
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range s {
+		switch {
+		case r < 0x20 || (r >= 0x7f && r <= 0x9f):
+			return fmt.Sprintf("contains the control character %U; use printable characters", r)
+		case r == 0x061c || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
+			return fmt.Sprintf("contains the bidirectional control %U, which reorders what a terminal shows; "+
+				"use printable characters", r)
+		}
+	}
+	return ""
 }
 
 // sessionConfig returns the connection config of KindSession's dedicated

@@ -38,16 +38,35 @@ func TestConfig(t *testing.T) {
 		}{
 			{"SchemaMissing", func(c *Config) { c.Schema = "" }, "Schema", "required"},
 			{"SubscriptionMissing", func(c *Config) { c.Subscription = "" }, "Subscription", "required"},
-			{"SubscriptionWithNUL", func(c *Config) { c.Subscription = "a\x00b" }, "Subscription", "NUL"},
+			{"SubscriptionWithNUL", func(c *Config) { c.Subscription = "a\x00b" }, "Subscription", "control character U+0000"},
 			{"WorkerTooLong", func(c *Config) { c.Worker = strings.Repeat("w", 201) }, "Worker", "200"},
 			{"NoBuckets", func(c *Config) { c.Buckets = 0 }, "Buckets", "between 1"},
 			{"TooManyBuckets", func(c *Config) { c.Buckets = MaxBuckets + 1 }, "Buckets", "between 1"},
 			{"UnknownKind", func(c *Config) { c.Kind = 7 }, "Kind", "KindRow"},
-			{"NegativeTTL", func(c *Config) { c.TTL = -time.Second }, "TTL", "at least 10ms"},
-			{"TinyTTLRoundsHeartbeatToZero", func(c *Config) { c.TTL = 3 * time.Nanosecond }, "TTL", "at least 10ms"},
+			{"NegativeTTL", func(c *Config) { c.TTL = -time.Second }, "TTL", "between 250ms and 596h31m23.647s"},
+			{"TinyTTLRoundsHeartbeatToZero", func(c *Config) { c.TTL = 3 * time.Nanosecond }, "TTL", "between 250ms"},
+			// Issue 18: every pass abandoned, thousands of warnings, nothing delivered.
+			{"TenMillisecondTTL", func(c *Config) { c.TTL = 10 * time.Millisecond }, "TTL", "between 250ms"},
+			// Issue 18: invalid value for parameter "idle_in_transaction_session_timeout".
+			{"TwoHundredDayTTL", func(c *Config) { c.TTL = 200 * 24 * time.Hour }, "TTL", "idle_in_transaction_session_timeout"},
 			{"ZeroHeartbeatAfterDefaults", func(c *Config) {
-				c.TTL, c.Heartbeat, c.Margin = 20*time.Millisecond, -time.Nanosecond, time.Millisecond
+				c.TTL, c.Heartbeat, c.Margin = time.Second, -time.Nanosecond, time.Millisecond
 			}, "Heartbeat", "positive"},
+			// Issue 18: ~10,000 warnings a second.
+			{"MicrosecondHeartbeat", func(c *Config) { c.Heartbeat = time.Microsecond }, "Heartbeat", "at least 50ms"},
+			{"DefaultHeartbeatIsTTLOverFiveSoTheTTLFloorKeepsItPossible", func(c *Config) {
+				c.TTL = MinTTL - time.Millisecond
+			}, "TTL", "at least"},
+			{"WorkerWithAnEscape", func(c *Config) { c.Worker = "w\x1b[2J" }, "Worker", "control character"},
+			{"WorkerWithANewline", func(c *Config) { c.Worker = "w\nx" }, "Worker", "control character"},
+			{"WorkerWithAC1Control", func(c *Config) { c.Worker = "w\u009b2J" }, "Worker", "control character"},
+			{"WorkerWithNEL", func(c *Config) { c.Worker = "w\u0085" }, "Worker", "control character"},
+			{"WorkerWithABidiOverride", func(c *Config) { c.Worker = "w\u202egnp.exe" }, "Worker", "bidirectional"},
+			{"WorkerWithABidiIsolate", func(c *Config) { c.Worker = "w\u2066x" }, "Worker", "bidirectional"},
+			{"WorkerNotUTF8", func(c *Config) { c.Worker = "w\xff" }, "Worker", "UTF-8"},
+			{"SubscriptionWithABidiOverride", func(c *Config) { c.Subscription = "a\u202eb" }, "Subscription", "bidirectional"},
+			// Issue 18: one worker collapses at N = 65,536.
+			{"SixtyFiveThousandBuckets", func(c *Config) { c.Buckets = 65536 }, "Buckets", "between 1 and 8192"},
 			{"NegativeMargin", func(c *Config) { c.Margin = -time.Second }, "Margin", "positive"},
 			{"HeartbeatNotUnderTTL", func(c *Config) { c.TTL, c.Heartbeat = time.Second, time.Second }, "Heartbeat", "shorter than TTL"},
 			{"HeartbeatPlusMarginNotUnderTTL", func(c *Config) {
@@ -70,6 +89,29 @@ func TestConfig(t *testing.T) {
 				require.ErrorAs(t, err, &ce, "New validates")
 			})
 		}
+	})
+
+	t.Run("TheTimingBoundsAreAccepted", func(t *testing.T) {
+		for _, c := range []Config{
+			{TTL: MinTTL}, // default heartbeat TTL/5 = MinHeartbeat
+			{TTL: MinTTL, Heartbeat: MinHeartbeat, Margin: MinTTL - MinHeartbeat - time.Nanosecond},
+			{TTL: MaxTTL},
+			{TTL: MaxTTL, Heartbeat: MaxTTL / 2, Margin: MaxTTL / 4},
+		} {
+			c.Schema, c.Subscription, c.Buckets, c.Worker = "s", "orders", MaxBuckets, "worker-ü 7"
+			require.NoError(t, c.Validate(), "%+v", c)
+		}
+	})
+
+	t.Run("TheLongestTTLIsOnePostgreSQLAccepts", func(t *testing.T) {
+		b := setup(t)
+		c := b.config(KindRow, 2, "a")
+		c.TTL = MaxTTL
+		s := b.open(t, c)
+		res := pass(t, s)
+		require.Len(t, res.Owned, 2)
+		table := checkpointTable(t, b, 2)
+		require.NoError(t, fencedWrite(context.Background(), b.pool, table, s.Fence(0, res.Owned[0].Epoch), 0, 1, "a", res.Owned[0].Epoch))
 	})
 
 	t.Run("ATightConfigIsAccepted", func(t *testing.T) {
@@ -166,7 +208,7 @@ func TestStatementsAreAllParsed(t *testing.T) {
 		require.Contains(t, st.get(name), `"we""ird".`, name)
 	}
 	require.Panics(t, func() { st.get("nope") })
-	require.Len(t, channelName("a", "b"), len("kumi_lease_")+16)
-	require.NotEqual(t, channelName("a", "bc"), channelName("ab", "c"))
+	require.Len(t, ChannelName("a", "b"), len("kumi_lease_")+16)
+	require.NotEqual(t, ChannelName("a", "bc"), ChannelName("ab", "c"))
 	require.Equal(t, pgx.Identifier{"x"}.Sanitize(), `"x"`)
 }

@@ -48,7 +48,9 @@
 //
 // # Fencing
 //
-// Every change of owner increments the bucket's epoch. [Store.Guard] (and
+// Every change of owner increments the bucket's epoch, and so does
+// [FenceOut], an operator's fence (a checkpoint reset) that no earlier
+// holder may undo. [Store.Guard] (and
 // the fence of [Store.Fence]) locks the lease row FOR SHARE inside the
 // writer's transaction and checks owner and epoch, so a zombie whose bucket
 // moved writes nothing and gets a [LostFenceError] wrapping
@@ -58,7 +60,8 @@
 //
 // [KindRow] needs nothing but ordinary short statements and works through a
 // transaction pooler. [Store.EnsureHeld] fails once the last renewal that
-// landed started TTL−Margin ago by the worker's own monotonic [Clock], so an
+// landed started TTL−Margin ago by the worker's own [Clock] (monotonic, and
+// on Linux CLOCK_BOOTTIME, which counts a suspended host's sleep), so an
 // action it lets through that completes within Margin lands before any rival
 // can hold the lease. With the defaults (TTL 30s, heartbeat TTL/5, margin
 // TTL/3) it rides out one failed or hung renewal. [KindSession] adds a

@@ -58,3 +58,47 @@ func (e *LostFenceError) Error() string {
 
 // Unwrap returns [eventsource.ErrFenceLost].
 func (e *LostFenceError) Unwrap() error { return eventsource.ErrFenceLost }
+
+// SessionMismatch names what differs between KindSession's dedicated
+// connection and the pool, in [SessionMismatchError.Mismatch].
+type SessionMismatch string
+
+const (
+	// MismatchServer: the two connections reach different PostgreSQL
+	// clusters (their system identifiers differ).
+	MismatchServer SessionMismatch = "server"
+	// MismatchDatabase: they reach different databases of one server.
+	MismatchDatabase SessionMismatch = "database"
+	// MismatchStandby: one of them reaches a server in recovery (a
+	// standby), whose locks the primary does not see.
+	MismatchStandby SessionMismatch = "standby"
+	// MismatchLock: the pool does not see the session's advisory lock
+	// although nothing else differs that kumi can read (without the
+	// privilege to read the system identifier, this is how another server
+	// shows; or a proxy routes the two connections apart).
+	MismatchLock SessionMismatch = "lock"
+)
+
+// SessionMismatchError is returned by [New], and by a pass that reopens
+// the session, when KindSession's dedicated connection (Config.SessionURL)
+// does not reach the pool's server and database, or either reaches a
+// standby. Advisory locks are per server and per database: other workers
+// would not see this worker's session lock, would take its buckets as
+// those of a dead worker while it runs, and both would deliver. Nothing is
+// written; the session is closed. The fields hold what each side reported
+// (database names, system identifiers, recovery states), never a URL or a
+// password.
+type SessionMismatchError struct {
+	Mismatch SessionMismatch // what differs
+	Session  string          // what the session connection reached
+	Pool     string          // what the pool reached
+}
+
+// Error names the mismatch, both sides and the fix.
+func (e *SessionMismatchError) Error() string {
+	return fmt.Sprintf("leasestore: KindSession's connection (Config.SessionURL) and the pool do not reach "+
+		"the same primary database (%s mismatch: the session reaches %s, the pool %s); advisory locks are "+
+		"per server and per database, so the other workers would not see this worker's session lock and would "+
+		"take its buckets while it runs: point SessionURL at the pool's primary server and database, or leave it empty",
+		e.Mismatch, e.Session, e.Pool)
+}

@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func simulate(ttl, heartbeat, margin, latency time.Duration, failed map[int]bool
 			}
 			last = start
 		}
-		if renewalFresh(origin.Add(last), origin.Add(t), usable) {
+		if renewalFresh(reading{mono: origin.Add(last), boot: last}, reading{mono: origin.Add(t), boot: t}, usable) {
 			minRoom = min(minRoom, last+ttl-t)
 		} else if firstFail < 0 {
 			firstFail = t
@@ -135,6 +136,23 @@ func TestEnsureHeldMargin(t *testing.T) {
 		require.NoError(t, s.EnsureHeld(0))
 	})
 
+	t.Run("AHostSuspendedPastTheMarginFailsOnResume", func(t *testing.T) {
+		// The monotonic clock stands still while the host sleeps: by it
+		// alone the last renewal is 1s old after a 40s sleep.
+		s, clock := setupClocked(t)
+		clock.Advance(time.Second)
+		clock.Suspend(40 * time.Second)
+		err := s.EnsureHeld(0)
+		require.ErrorIs(t, err, ErrNotHeld, "the lease has expired (and may be taken) while the host slept")
+		require.Contains(t, err.Error(), "TTL-Margin")
+		pass(t, s)
+		require.NoError(t, s.EnsureHeld(0), "a renewal after the resume makes it usable again")
+		clock.Suspend(20*time.Second - time.Nanosecond)
+		require.NoError(t, s.EnsureHeld(0), "a short sleep counts like any pause")
+		clock.Suspend(time.Nanosecond)
+		require.ErrorIs(t, s.EnsureHeld(0), ErrNotHeld)
+	})
+
 	t.Run("ManyFailedRenewalsStopTheWorkerAMarginBeforeExpiry", func(t *testing.T) {
 		s, clock := setupClocked(t)
 		for range 3 {
@@ -146,4 +164,15 @@ func TestEnsureHeldMargin(t *testing.T) {
 		require.ErrorIs(t, s.EnsureHeld(0), ErrNotHeld)
 		require.Len(t, s.Held(), 2, "it still believes it owns them; it just may not act")
 	})
+}
+
+func TestSystemClockReadsTheBootClock(t *testing.T) {
+	t.Parallel()
+	var c Clock = SystemClock{}
+	a := c.Boottime()
+	b := c.Boottime()
+	require.GreaterOrEqual(t, b, a, "it never goes back")
+	if runtime.GOOS == "linux" {
+		require.Less(t, b, wallClock(), "on Linux it is CLOCK_BOOTTIME (time since boot), not the wall clock")
+	}
 }

@@ -112,7 +112,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Heartbeat)
 	defer cancel()
-	start := s.cfg.Clock.Now()
+	start := readClock(s.cfg.Clock)
 	if !s.ensured {
 		if err := s.ensureShards(ctx); err != nil {
 			return PassResult{}, err
@@ -313,7 +313,7 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 }
 
 // apply makes a committed pass the new view and reports the differences.
-func (s *Store) apply(start time.Time, gen uint64, out passOutcome) PassResult {
+func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 	res := PassResult{Live: out.live, FairShare: out.share, Pending: out.pending, Requested: out.placed}
 	if res.Pending == nil {
 		res.Pending = []int{}
@@ -328,9 +328,9 @@ func (s *Store) apply(start time.Time, gen uint64, out passOutcome) PassResult {
 		if r.pending {
 			// Not extended this pass: judge it by what the database says is
 			// left, and never fresher than the view already had it.
-			h.renewed = start.Add(r.expires.Sub(out.dbNow) - s.cfg.TTL)
-			if same && p.renewed.Before(h.renewed) {
-				h.renewed = p.renewed
+			h.renewed = start.add(r.expires.Sub(out.dbNow) - s.cfg.TTL)
+			if same {
+				h.renewed = h.renewed.older(p.renewed)
 			}
 			res.HandOff = append(res.HandOff, r.bucket)
 		}

@@ -269,3 +269,43 @@ SELECT EXISTS (
     WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted AND objsubid = 1
       AND classid = ((($1::bigint) >> 32) & 4294967295)::oid
       AND objid = (($1::bigint) & 4294967295)::oid);
+
+-- name: session_identity
+-- Where a connection is: its database, whether it is a standby, whether it
+-- sees the session lock $1 granted to backend $2 in its own database (the
+-- check that matters: it is what members_view and confirm_dead rely on),
+-- and the cluster's system identifier (needs EXECUTE on pg_control_system,
+-- which PUBLIC has by default; see session_identity_plain).
+SELECT current_database(), pg_is_in_recovery(),
+    EXISTS (SELECT 1 FROM pg_locks
+            WHERE pid = $2 AND locktype = 'advisory' AND granted AND objsubid = 1
+              AND classid = ((($1::bigint) >> 32) & 4294967295)::oid
+              AND objid = (($1::bigint) & 4294967295)::oid
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
+    (SELECT system_identifier FROM pg_control_system())::text;
+
+-- name: session_identity_plain
+-- session_identity for a role that may not call pg_control_system.
+SELECT current_database(), pg_is_in_recovery(),
+    EXISTS (SELECT 1 FROM pg_locks
+            WHERE pid = $2 AND locktype = 'advisory' AND granted AND objsubid = 1
+              AND classid = ((($1::bigint) >> 32) & 4294967295)::oid
+              AND objid = (($1::bigint) & 4294967295)::oid
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
+    ''::text;
+
+-- name: operator_lock
+-- FenceOut: lock the lease row against every pass and fenced write, and
+-- read its owner, epoch and time left (NULL when free or lapsed). $2 bucket.
+SELECT coalesce(owner, ''), epoch,
+    CASE WHEN owner IS NOT NULL AND expires_at > now() THEN expires_at - now() END
+FROM {{schema}}.lease_buckets
+WHERE subscription = $1 AND bucket = $2
+FOR UPDATE;
+
+-- name: operator_bump
+-- FenceOut: fence out every holding granted so far. Owner, expiry and
+-- claim stay: the owner's next renew returns the new epoch. $2 bucket.
+UPDATE {{schema}}.lease_buckets SET epoch = epoch + 1
+WHERE subscription = $1 AND bucket = $2
+RETURNING epoch;

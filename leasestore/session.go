@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // session is KindSession's dedicated connection and the session advisory
@@ -18,6 +20,7 @@ type session struct {
 	cfg  *pgx.ConnConfig
 	key  int64
 	stmt statements
+	pool *pgxpool.Pool // the store's pool: the session must reach its server and database
 
 	mu   sync.Mutex
 	conn *pgx.Conn
@@ -25,17 +28,18 @@ type session struct {
 	gen  uint64 // grows with every session opened: leases confirmed under an older one are not vouched for
 }
 
-func newSession(cfg *pgx.ConnConfig, key int64, st statements) *session {
-	return &session{cfg: cfg, key: key, stmt: st}
+func newSession(cfg *pgx.ConnConfig, key int64, st statements, pool *pgxpool.Pool) *session {
+	return &session{cfg: cfg, key: key, stmt: st, pool: pool}
 }
 
 // errSessionLockHeld: another live session holds this worker's lock.
 var errSessionLockHeld = errors.New("the session lock of this worker id is held by another session " +
 	"(is another process running with the same Config.Worker?)")
 
-// open connects and takes the lock. A rival's transaction-scoped probe of
-// the lock (see confirm_dead) holds it for a moment, so a refusal is retried
-// a few times before it is believed.
+// open connects, takes the lock and checks that the pool sees it (see
+// verify). A rival's transaction-scoped probe of the lock (see
+// confirm_dead) holds it for a moment, so a refusal is retried a few times
+// before it is believed.
 func (ss *session) open(ctx context.Context) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -57,6 +61,10 @@ func (ss *session) openLocked(ctx context.Context) error {
 			return fmt.Errorf("leasestore: take the session lock: %w", err)
 		}
 		if ok {
+			if err := ss.verify(ctx, conn, pid); err != nil {
+				_ = conn.Close(context.Background()) // releases the lock
+				return err
+			}
 			ss.conn, ss.pid = conn, pid
 			ss.gen++
 			return nil
@@ -73,6 +81,82 @@ func (ss *session) openLocked(ctx context.Context) error {
 			wait *= 2
 		}
 	}
+}
+
+// identity is where a connection is, as session_identity reads it.
+type identity struct {
+	database string
+	standby  bool
+	seesLock bool   // it sees the session's lock granted to the session's backend in its database
+	system   string // the system identifier; "" when the role may not read it
+}
+
+// verify checks that the session connection conn (backend pid, holding the
+// lock) and the pool reach the same server and database, both a primary:
+// what other workers conclude from the lock — members_view's pg_locks read
+// and confirm_dead's pg_try_advisory_xact_lock, both on the pool, both per
+// database and per server — holds only then. The decisive check is that
+// the pool sees the lock granted to that backend in its own database; the
+// system identifier, the database names and the recovery states name the
+// mismatch. Nothing in the error comes from the URL.
+func (ss *session) verify(ctx context.Context, conn *pgx.Conn, pid int32) error {
+	sess, err := ss.identify(ctx, conn, pid)
+	if err != nil {
+		return fmt.Errorf("leasestore: identify the session connection's server: %w", err)
+	}
+	pool, err := ss.identify(ctx, ss.pool, pid)
+	if err != nil {
+		return fmt.Errorf("leasestore: identify the pool's server: %w", err)
+	}
+	return compareIdentities(sess, pool)
+}
+
+// queryRower is a *pgx.Conn or a *pgxpool.Pool.
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// identify reads q's identity. A role without EXECUTE on pg_control_system
+// (revoked by some hosted services) reads it without the system
+// identifier; the lock check then tells servers apart.
+func (ss *session) identify(ctx context.Context, q queryRower, pid int32) (identity, error) {
+	var id identity
+	scan := func(name string) error {
+		return q.QueryRow(ctx, ss.stmt.get(name), ss.key, pid).Scan(&id.database, &id.standby, &id.seesLock, &id.system)
+	}
+	err := scan("session_identity")
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		err = scan("session_identity_plain")
+	}
+	return id, err
+}
+
+// compareIdentities returns a *SessionMismatchError naming the first
+// difference between the session's identity and the pool's, or nil.
+func compareIdentities(sess, pool identity) error {
+	mismatch := func(what SessionMismatch, s, p string) error {
+		return &SessionMismatchError{Mismatch: what, Session: s, Pool: p}
+	}
+	role := func(standby bool) string {
+		if standby {
+			return "a standby (in recovery)"
+		}
+		return "a primary"
+	}
+	switch {
+	case sess.standby || pool.standby:
+		return mismatch(MismatchStandby, role(sess.standby), role(pool.standby))
+	case sess.system != "" && pool.system != "" && sess.system != pool.system:
+		return mismatch(MismatchServer, "system identifier "+sess.system, "system identifier "+pool.system)
+	case sess.database != pool.database:
+		return mismatch(MismatchDatabase, fmt.Sprintf("database %q", sess.database), fmt.Sprintf("database %q", pool.database))
+	case !pool.seesLock:
+		return mismatch(MismatchLock, fmt.Sprintf("database %q and holds its lock", sess.database),
+			fmt.Sprintf("database %q but does not see that lock (another server, or a proxy routing the two apart)",
+				pool.database))
+	}
+	return nil
 }
 
 // check asks the session itself whether it still holds its lock, and

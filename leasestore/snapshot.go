@@ -23,7 +23,7 @@ type BucketState struct {
 	Bucket      int       // 0..ShardCount-1
 	ShardCount  int       // N
 	Owner       string    // "" when free
-	Epoch       int64     // grows by one on every change of owner
+	Epoch       int64     // grows by one on every change of owner and FenceOut
 	GrantedAt   time.Time // when Owner got it
 	Expires     time.Time // the lease's expiry (database clock)
 	Heartbeat   time.Time // the owner's last renewal

@@ -90,7 +90,7 @@ func lockKey(parts ...string) int64 {
 
 // channelName is the NOTIFY channel of one subscription in one schema: a
 // hash, so it fits PostgreSQL's 63-byte identifiers whatever the names.
-func channelName(schema, subscription string) string {
+func ChannelName(schema, subscription string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(schema + "\x00" + subscription))
 	return fmt.Sprintf("kumi_lease_%016x", h.Sum64())

@@ -48,7 +48,7 @@ type Store struct {
 type heldLease struct {
 	epoch   int64
 	expires time.Time // the database's expiry, as last read
-	renewed time.Time // Clock reading when the renewal that set expires STARTED
+	renewed reading   // Clock reading when the renewal that set expires STARTED
 	handoff bool      // a claim is pending: draining, no longer renewed
 	fenced  bool      // a fence check found the bucket gone
 	gen     uint64    // KindSession: the session generation the pass that renewed it ran under
@@ -58,7 +58,8 @@ type heldLease struct {
 type Lease struct {
 	Bucket int // 0..N-1
 	// Epoch is the fencing token of this holding: it grows on every change
-	// of owner. Pass it to [Store.Fence] or [Store.Guard] with every write.
+	// of owner and on every [FenceOut]. Pass it to [Store.Fence] or
+	// [Store.Guard] with every write.
 	Epoch int64
 	// Expires is the database's expiry of the lease when last renewed (by
 	// the database's clock; compare it only with database times).
@@ -86,7 +87,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		st:      renderStatements(cfg.Schema),
 		log:     cfg.Logger.With("subscription", cfg.Subscription, "worker", cfg.Worker),
 		usable:  usableFor(cfg.TTL, cfg.Margin),
-		channel: channelName(cfg.Schema, cfg.Subscription),
+		channel: ChannelName(cfg.Schema, cfg.Subscription),
 		view:    map[int]heldLease{},
 		changes: make(chan struct{}, 1),
 	}
@@ -100,7 +101,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st)
+		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st, pool)
 		if err := s.session.open(ctx); err != nil {
 			return nil, err
 		}
@@ -217,8 +218,10 @@ func (s *Store) ensureShards(ctx context.Context) error {
 // the database (a fenced write needs no such check). It returns an error
 // wrapping [ErrNotHeld] when the bucket is not in the view, when a fence
 // found it gone, or — KindRow and KindSession alike — once the last renewal
-// that extended it STARTED TTL-Margin ago or more by the Clock: its expiry
-// is then at most Margin away. KindSession also asks its session whether it
+// that extended it STARTED TTL-Margin ago or more by the Clock (by its
+// monotonic reading or its boot clock, whichever says older, so that a host
+// suspended past the margin fails on resume): its expiry is then at most
+// Margin away. KindSession also asks its session whether it
 // still holds its lock, and fails if it cannot tell, or if the session was
 // replaced since the last pass confirmed the bucket.
 func (s *Store) EnsureHeld(bucket int) error {
@@ -234,9 +237,9 @@ func (s *Store) EnsureHeld(bucket int) error {
 	case h.fenced:
 		return fmt.Errorf("leasestore: bucket %d: a fenced write found it taken: %w", bucket, ErrNotHeld)
 	}
-	if now := s.cfg.Clock.Now(); !renewalFresh(h.renewed, now, s.usable) {
-		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago, not under TTL-Margin (%v): %w",
-			bucket, now.Sub(h.renewed), s.usable, ErrNotHeld)
+	if now := readClock(s.cfg.Clock); !renewalFresh(h.renewed, now, s.usable) {
+		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago (suspensions of the host "+
+			"included), not under TTL-Margin (%v): %w", bucket, h.renewed.since(now), s.usable, ErrNotHeld)
 	}
 	if s.session != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)

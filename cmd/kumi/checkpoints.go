@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 type checkpointsCmd struct {
@@ -102,26 +103,24 @@ type cpResetCmd struct {
 	Bucket       []int  `placeholder:"B" help:"The bucket to reset (repeatable)."`
 	AllBuckets   bool   `name:"all-buckets" help:"Reset every bucket of the subscription."`
 	Position     *int64 `required:"" placeholder:"POSITION" help:"The new checkpoint: the bucket's next delivery is its first event after this global position (0: from the start)."`
-	Force        bool   `help:"Reset even a bucket a live owner holds. Its reader keeps its place in memory, and its next checkpoint write (which only moves forward) undoes a backward reset; see docs/operations.md."`
+	Force        bool   `help:"Reset even a bucket a live owner holds. The owner is fenced out like any earlier holder (the bucket's epoch grows): its reader restarts from the new checkpoint on its next pass, and what the old reader delivers until then may be delivered again; see docs/operations.md."`
+	BeyondHead   bool   `name:"beyond-head" help:"Accept a --position past the store's head: the bucket then skips every event until the head passes it."`
 }
 
-// heldError reports a bucket a live owner holds.
-type heldError struct {
-	bucket  int
-	owner   string
-	epoch   int64
-	expires time.Duration
-}
+// heldError is a bucket a live owner holds, refused without --force.
+type heldError struct{ *leasestore.HeldError }
 
 // Error names the owner and says what to do.
-func (h *heldError) Error() string {
-	return fmt.Sprintf("bucket %d is held by %s (epoch %d, lease expires in %s): its reader would undo the reset; "+
-		"stop the subscription's workers (or wait until none holds it) and retry, or pass --force",
-		h.bucket, h.owner, h.epoch, roundDur(h.expires))
+func (h heldError) Error() string {
+	return fmt.Sprintf("bucket %d is held by %s (epoch %d, lease expires in %s): "+
+		"stop the subscription's workers (or wait until none holds it) and retry, or pass --force "+
+		"(the owner is then fenced out and its reader restarts from the new checkpoint)",
+		h.Bucket, h.Owner, h.Epoch, roundDur(h.ExpiresIn))
 }
 
-// Run resets the selected buckets' checkpoints, each in a transaction
-// fenced against a live owner.
+// Run resets the selected buckets' checkpoints, each in a transaction that
+// first fences out every earlier holder of the bucket
+// (leasestore.FenceOut), refusing a live owner without --force.
 func (c *cpResetCmd) Run(e *env) error {
 	if *c.Position < 0 {
 		return usageErrorf("--position %d: positions are >= 0", *c.Position)
@@ -144,6 +143,10 @@ func (c *cpResetCmd) Run(e *env) error {
 	in, err := worker.Inspect(e.ctx, store, c.Subscription, "")
 	if err != nil {
 		return asUsage(err)
+	}
+	if *c.Position > in.Head && !c.BeyondHead {
+		return usageErrorf("--position %d is past the store's head (%d): the bucket would skip every event "+
+			"until the head passes %d; pass --beyond-head if that is what you want", *c.Position, in.Head, *c.Position)
 	}
 	buckets := slices.Clone(c.Bucket)
 	if c.AllBuckets {
@@ -176,18 +179,22 @@ func (c *cpResetCmd) Run(e *env) error {
 	}
 	var refused []error
 	for _, b := range buckets {
-		var held *heldError
-		err := store.ResetCheckpoint(e.ctx, c.Subscription, b, *c.Position, c.fence(store, b, &held))
+		var out leasestore.FencedOut
+		err := store.ResetCheckpoint(e.ctx, c.Subscription, b, *c.Position, c.fence(store, b, &out))
+		var held *leasestore.HeldError
 		switch {
-		case err == nil && held != nil:
-			fmt.Fprintf(e.stderr, "kumi checkpoints reset: warning: bucket %d is held by %s (epoch %d); "+
-				"its reader goes on from where it is, and a backward reset lasts only until its next checkpoint write\n",
-				b, held.owner, held.epoch)
-			fallthrough
 		case err == nil:
 			fmt.Fprintf(e.stdout, "bucket %d: checkpoint %d -> %d\n", b, before[b], *c.Position)
+			switch {
+			case out.Live:
+				fmt.Fprintf(e.stderr, "kumi checkpoints reset: warning: bucket %d is held by %s: fenced out "+
+					"(epoch %d -> %d); its reader restarts from the new checkpoint on its next pass, and what "+
+					"its old reader delivers until then may be delivered again\n", b, out.Owner, out.Epoch-1, out.Epoch)
+			case out.Found:
+				fmt.Fprintf(e.stdout, "bucket %d: earlier holders fenced out (epoch %d -> %d)\n", b, out.Epoch-1, out.Epoch)
+			}
 		case errors.As(err, &held):
-			refused = append(refused, err)
+			refused = append(refused, heldError{held})
 		default:
 			return asUsage(err)
 		}
@@ -198,33 +205,18 @@ func (c *cpResetCmd) Run(e *env) error {
 	return nil
 }
 
-// fence checks, inside the reset's transaction and with the lease row
-// locked FOR SHARE (so no claim or renewal commits in between), that no
-// live owner holds the bucket. With --force it records the owner and lets
-// the reset through.
-func (c *cpResetCmd) fence(store *eventsource.Store, bucket int, held **heldError) eventsource.Fence {
-	q := store.QuotedSchema()
+// fence is leasestore.FenceOut inside the reset's transaction: it locks the
+// lease row, refuses a live owner unless --force, and grows the epoch, so
+// that no earlier holder — a lapsed owner that comes back included — can
+// write its in-memory position over the reset.
+func (c *cpResetCmd) fence(store *eventsource.Store, bucket int, out *leasestore.FencedOut) eventsource.Fence {
 	return eventsource.FenceFunc(func(ctx context.Context, tx pgx.Tx) error {
-		var owner string
-		var epoch int64
-		var left *time.Duration
-		err := tx.QueryRow(ctx, `SELECT coalesce(owner, ''), epoch,
-    CASE WHEN expires_at > now() THEN (expires_at - now()) END
-FROM `+q+`.lease_buckets WHERE subscription = $1 AND bucket = $2 FOR SHARE`, c.Subscription, bucket).
-			Scan(&owner, &epoch, &left)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+		// A pass or a fenced write holds the row for a moment; never wait long.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
 			return err
 		}
-		if owner == "" || left == nil {
-			return nil
-		}
-		*held = &heldError{bucket: bucket, owner: owner, epoch: epoch, expires: *left}
-		if c.Force {
-			return nil
-		}
-		return *held
+		var err error
+		*out, err = leasestore.FenceOut(ctx, tx, store.Schema(), c.Subscription, bucket, c.Force)
+		return err
 	})
 }

@@ -373,6 +373,19 @@ func TestCheckpoints(t *testing.T) {
 	cp, err = b.store.Checkpoint(ctx, "balances", 2)
 	require.NoError(t, err)
 	require.EqualValues(t, 5, cp)
+	// ... and the owner is fenced out: its in-memory position cannot undo it.
+	_, err = b.store.SaveCheckpoint(ctx, "balances", 2, evs[19].Position, a.Fence(2, 1))
+	require.ErrorIs(t, err, eventsource.ErrFenceLost)
+
+	// A position past the head is refused unless asked for.
+	past := strconv.FormatInt(evs[19].Position+1, 10)
+	r = b.run(t, "checkpoints", "reset", "-s", "balances", "--bucket", "2", "--position", past, "--force")
+	require.Equal(t, exitUsage, r.code, r.stdout)
+	require.Contains(t, r.stderr, "past the store's head ("+strconv.FormatInt(evs[19].Position, 10)+")")
+	require.Contains(t, r.stderr, "--beyond-head")
+	r = b.run(t, "checkpoints", "reset", "-s", "balances", "--bucket", "2", "--position", past, "--force", "--beyond-head")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "bucket 2: checkpoint 5 -> "+past)
 
 	r = b.run(t, "checkpoints", "reset", "-s", "balances", "--bucket", "4", "--position", "0")
 	require.Equal(t, exitUsage, r.code)
@@ -391,6 +404,47 @@ func TestCheckpoints(t *testing.T) {
 		require.Zero(t, c.Position)
 		require.Empty(t, c.Owner)
 	}
+}
+
+// The owner's passes stop past its TTL and nobody claims its bucket; the
+// operator resets; the owner comes back: its next checkpoint write, from
+// its in-memory position, must not undo the reset.
+func TestCheckpointResetOnALapsedLeaseIsNotUndoneByItsOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs := b.appendEvents(t, "account", 2, 20)
+	a, err := leasestore.New(ctx, b.store.Pool(), leasestore.Config{Schema: b.schema, Subscription: "balances",
+		Worker: "worker-a", Buckets: 1, NoListen: true,
+		TTL: 600 * time.Millisecond, Heartbeat: 250 * time.Millisecond, Margin: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	res, err := a.Pass(ctx)
+	require.NoError(t, err)
+	l := res.Claimed[0]
+	_, err = b.store.SaveCheckpoint(ctx, "balances", 0, evs[9].Position, a.Fence(0, l.Epoch))
+	require.NoError(t, err)
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		snap, err := a.Snapshot(ctx)
+		require.NoError(t, err)
+		return !snap.Buckets[0].Held(snap.Now)
+	}, "the lease never lapsed")
+
+	r := b.run(t, "checkpoints", "reset", "-s", "balances", "--bucket", "0", "--position", "0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "bucket 0: checkpoint "+strconv.FormatInt(evs[9].Position, 10)+" -> 0")
+	require.Contains(t, r.stdout, "earlier holders fenced out (epoch 1 -> 2)")
+
+	// The owner recovers and writes from where its reader was.
+	_, err = b.store.SaveCheckpoint(ctx, "balances", 0, evs[19].Position, a.Fence(0, l.Epoch))
+	require.ErrorIs(t, err, eventsource.ErrFenceLost)
+	cp, err := b.store.Checkpoint(ctx, "balances", 0)
+	require.NoError(t, err)
+	require.Zero(t, cp, "the reset stands")
+	res, err = a.Pass(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, res.Lost, "its reader stops, and restarts at the new epoch from the reset")
+	require.EqualValues(t, 2, res.Claimed[0].Epoch)
 }
 
 func TestRelinquish(t *testing.T) {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"time"
 
@@ -122,8 +121,8 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 			return err
 		}
 		// Wake the workers at once; without it they see the claim on their
-		// next pass. The channel is leasestore's (docs/leases.md).
-		_, err = tx.Exec(e.ctx, "SELECT pg_notify($1, $2)", leaseChannel(store.Schema(), c.Subscription), "request:kumi-cli")
+		// next pass.
+		_, err = tx.Exec(e.ctx, "SELECT pg_notify($1, $2)", leasestore.ChannelName(store.Schema(), c.Subscription), "request:kumi-cli")
 		return err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -169,15 +168,6 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// leaseChannel is leasestore's NOTIFY channel for a subscription: a hash
-// of the schema and the subscription (leasestore/sql.go, channelName). A
-// mismatch would only cost the wake-up: workers poll every heartbeat.
-func leaseChannel(schema, subscription string) string {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(schema + "\x00" + subscription))
-	return fmt.Sprintf("kumi_lease_%016x", h.Sum64())
 }
 
 func rowOf(in worker.Inspection, bucket int) (worker.BucketRow, bool) {
