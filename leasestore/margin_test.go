@@ -3,6 +3,7 @@ package leasestore
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,4 +176,40 @@ func TestSystemClockReadsTheBootClock(t *testing.T) {
 	if runtime.GOOS == "linux" {
 		require.Less(t, b, wallClock(), "on Linux it is CLOCK_BOOTTIME (time since boot), not the wall clock")
 	}
+}
+
+// pausingClock is a ManualClock that, once armed, lets one reading
+// through and then moves forward by pause: the process paused (SIGSTOP, a
+// GC pause, a starved CPU) after its first reading — for instance while
+// EnsureHeld waited for the session's answer.
+type pausingClock struct {
+	*ManualClock
+	pause atomic.Int64
+	reads atomic.Int64
+}
+
+func (c *pausingClock) Now() time.Time {
+	if d := time.Duration(c.pause.Load()); d > 0 && c.reads.Add(1) == 2 {
+		c.Advance(d)
+	}
+	return c.ManualClock.Now()
+}
+
+func TestEnsureHeldJudgesTheMomentItAnswers(t *testing.T) {
+	t.Parallel()
+	// A session-kind EnsureHeld asks the session whether it still holds its
+	// lock: a round trip, during which the process can pause for longer
+	// than the margin. Its answer must hold when it is given, not only when
+	// the question was asked.
+	b := setup(t)
+	clock := &pausingClock{ManualClock: NewManualClock()}
+	c := b.config(KindSession, 1, "a")
+	c.TTL, c.Heartbeat, c.Margin, c.Clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
+	s := b.open(t, c)
+	pass(t, s)
+	require.NoError(t, s.EnsureHeld(0))
+	clock.Advance(15 * time.Second) // 5s of the 20s usable are left...
+	clock.pause.Store(int64(6 * time.Second))
+	err := s.EnsureHeld(0) // ...and a 6s pause follows its first reading
+	require.ErrorIs(t, err, ErrNotHeld, "usable when asked, but not when answered")
 }

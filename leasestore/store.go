@@ -237,9 +237,8 @@ func (s *Store) EnsureHeld(bucket int) error {
 	case h.fenced:
 		return fmt.Errorf("leasestore: bucket %d: a fenced write found it taken: %w", bucket, ErrNotHeld)
 	}
-	if now := readClock(s.cfg.Clock); !renewalFresh(h.renewed, now, s.usable) {
-		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago (suspensions of the host "+
-			"included), not under TTL-Margin (%v): %w", bucket, h.renewed.since(now), s.usable, ErrNotHeld)
+	if err := s.fresh(bucket, h); err != nil {
+		return err
 	}
 	if s.session != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
@@ -253,6 +252,18 @@ func (s *Store) EnsureHeld(bucket int) error {
 			// others may have taken it meanwhile. The next pass tells.
 			return fmt.Errorf("leasestore: bucket %d: not yet confirmed under the new session: %w", bucket, ErrNotHeld)
 		}
+		// The answer must hold when it is given: the process may have
+		// paused (SIGSTOP, GC, a starved CPU) while the session answered.
+		return s.fresh(bucket, h)
+	}
+	return nil
+}
+
+// fresh fails once h's last renewal started TTL-Margin ago or more.
+func (s *Store) fresh(bucket int, h heldLease) error {
+	if now := readClock(s.cfg.Clock); !renewalFresh(h.renewed, now, s.usable) {
+		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago (suspensions of the host "+
+			"included), not under TTL-Margin (%v): %w", bucket, h.renewed.since(now), s.usable, ErrNotHeld)
 	}
 	return nil
 }
