@@ -311,9 +311,10 @@ func (d *demo) exited(ex exit) {
 	}
 }
 
-// logf records an event; plain mode prints it at once.
+// logf records an event; plain mode prints it at once. Its text may name
+// workers and quote their output: it is escaped for the terminal.
 func (d *demo) logf(kind, format string, args ...any) {
-	e := logEntry{at: time.Since(d.start), kind: kind, text: fmt.Sprintf(format, args...)}
+	e := logEntry{at: time.Since(d.start), kind: kind, text: worker.TermSafe(fmt.Sprintf(format, args...))}
 	if d.start.IsZero() {
 		e.at = 0
 	}

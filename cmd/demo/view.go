@@ -169,7 +169,7 @@ func (d *demo) statusLine() string {
 	sort.Strings(names)
 	var parts []string
 	for _, w := range names {
-		parts = append(parts, fmt.Sprintf("%s:%d", w, owned[w]))
+		parts = append(parts, fmt.Sprintf("%s:%d", worker.TermSafe(w), owned[w]))
 	}
 	var lag int64
 	for _, r := range s.in.Rows {
@@ -243,11 +243,11 @@ func (d *demo) frame(width int) []string {
 			owner := "-"
 			switch {
 			case r.Live && r.ClaimWorker != "":
-				owner = r.Owner + "→"
+				owner = worker.TermSafe(r.Owner) + "→"
 			case r.Live:
-				owner = r.Owner
+				owner = worker.TermSafe(r.Owner)
 			case r.Owner != "":
-				owner = r.Owner + "✗"
+				owner = worker.TermSafe(r.Owner) + "✗"
 			}
 			lag := "-"
 			if r.Lag >= 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,8 +43,11 @@ type env struct {
 	ctx    context.Context
 	url    string
 	schema string
-	stdout io.Writer
-	stderr io.Writer
+	// stdout and stderr escape what a terminal would act on
+	// (worker.NewTermWriter); rawStdout and rawStderr are the process's
+	// own, for the commands `dead-letters replay --exec` runs.
+	stdout, stderr       io.Writer
+	rawStdout, rawStderr io.Writer
 
 	pool  *pgxpool.Pool
 	store *eventsource.Store
@@ -76,11 +80,17 @@ func (e *env) close() {
 	}
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, safe for a terminal
+// (worker.TermSafeJSON).
 func (e *env) printJSON(v any) error {
-	enc := json.NewEncoder(e.stdout)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := e.stdout.Write(worker.TermSafeJSON(b.Bytes()))
+	return err
 }
 
 // usageError is a problem with the arguments found after parsing: exit 2.
@@ -101,10 +111,15 @@ func main() {
 }
 
 // run parses args, runs the command and returns the exit code.
-func run(args []string, stdout, stderr io.Writer) (code int) {
+func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
+	// Everything printed passes through a TermWriter: values from the
+	// database are escaped where they are formatted, and whatever is
+	// missed there still never reaches the terminal raw.
+	stdout, stderr := worker.NewTermWriter(rawStdout), worker.NewTermWriter(rawStderr)
+	defer func() { _ = stdout.Flush(); _ = stderr.Flush() }()
 	if len(args) == 0 {
 		// No command is a usage error: the help goes to stderr.
-		run([]string{"--help"}, stderr, stderr)
+		run([]string{"--help"}, rawStderr, rawStderr)
 		return exitUsage
 	}
 	var c cli
@@ -140,7 +155,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e := &env{ctx: ctx, url: c.DatabaseURL, schema: c.Schema, stdout: stdout, stderr: stderr}
+	e := &env{ctx: ctx, url: c.DatabaseURL, schema: c.Schema, stdout: stdout, stderr: stderr,
+		rawStdout: rawStdout, rawStderr: rawStderr}
 	defer e.close()
 	if err := kctx.Run(e); err != nil {
 		var ue *usageError

@@ -57,10 +57,10 @@ func (c *relinquishCmd) Run(e *env) error {
 		return fmt.Errorf("bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", c.Bucket)
 	case !row.Live:
 		return fmt.Errorf("bucket %d's lease (owner %s) expired %s: the next pass of any worker takes it without a handoff",
-			c.Bucket, row.Owner, ago(in.Now, row.Expires))
+			c.Bucket, worker.TermSafe(row.Owner), ago(in.Now, row.Expires))
 	case row.ClaimWorker != "":
 		return fmt.Errorf("bucket %d already has a pending claim by %s (placed %s): its owner %s is handing it over",
-			c.Bucket, row.ClaimWorker, ago(in.Now, row.ClaimedAt), row.Owner)
+			c.Bucket, worker.TermSafe(row.ClaimWorker), ago(in.Now, row.ClaimedAt), worker.TermSafe(row.Owner))
 	}
 	load := map[string]int{}
 	live := map[string]bool{}
@@ -81,9 +81,9 @@ func (c *relinquishCmd) Run(e *env) error {
 	target := c.To
 	switch {
 	case target == row.Owner:
-		return usageErrorf("--to %s: that worker is the bucket's owner", target)
+		return usageErrorf("--to %s: that worker is the bucket's owner", worker.TermSafe(target))
 	case target != "" && !live[target]:
-		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", target, c.Subscription, c.Subscription)
+		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", worker.TermSafe(target), c.Subscription, c.Subscription)
 	case target == "":
 		var candidates []string
 		for w := range live {
@@ -93,7 +93,7 @@ func (c *relinquishCmd) Run(e *env) error {
 		}
 		if len(candidates) == 0 {
 			return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
-				"(start another worker first; to stop %s, stop it gracefully)", row.Owner, c.Subscription, c.Bucket, row.Owner)
+				"(start another worker first; to stop %s, stop it gracefully)", worker.TermSafe(row.Owner), c.Subscription, c.Bucket, worker.TermSafe(row.Owner))
 		}
 		sort.Slice(candidates, func(i, j int) bool {
 			if load[candidates[i]] != load[candidates[j]] {
@@ -128,18 +128,18 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's membership); "+
-			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, target, c.Subscription)
+			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, worker.TermSafe(target), c.Subscription)
 	}
 	if err != nil {
 		return fmt.Errorf("place the claim: %w", err)
 	}
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s: it drains the bucket's reader, "+
-		"flushes its checkpoint and hands over on its next pass\n", owner, c.Bucket, epoch, target)
+		"flushes its checkpoint and hands over on its next pass\n", worker.TermSafe(owner), c.Bucket, epoch, worker.TermSafe(target))
 	share := leasestore.FairShare(in.Buckets, max(in.LiveMembers(), 1))
 	if load[target] >= share {
 		fmt.Fprintf(e.stdout, "note: %s already holds its fair share (%d of ceil(%d/%d) = %d), so it will withdraw the claim; "+
 			"%s then keeps the bucket, or hands it over and claims it again — nothing is delivered twice either way\n",
-			target, load[target], in.Buckets, in.LiveMembers(), share, owner)
+			worker.TermSafe(target), load[target], in.Buckets, in.LiveMembers(), share, worker.TermSafe(owner))
 	}
 	if c.Wait == 0 {
 		return nil
@@ -152,12 +152,12 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 		}
 		r, _ := rowOf(cur, c.Bucket)
 		if r.Epoch > epoch && r.Owner != "" {
-			fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, r.Owner, r.Epoch)
+			fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, worker.TermSafe(r.Owner), r.Epoch)
 			return nil
 		}
 		if time.Now().After(deadline) {
 			if r.ClaimWorker == "" && r.Owner == owner && r.Epoch == epoch {
-				fmt.Fprintf(e.stdout, "the claim was withdrawn: %s still holds bucket %d at epoch %d\n", owner, c.Bucket, epoch)
+				fmt.Fprintf(e.stdout, "the claim was withdrawn: %s still holds bucket %d at epoch %d\n", worker.TermSafe(owner), c.Bucket, epoch)
 				return nil
 			}
 			return fmt.Errorf("bucket %d did not change hands within %v (owner %q, claim %q); `kumi status -s %s` shows it",
