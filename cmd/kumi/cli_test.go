@@ -38,6 +38,16 @@ func TestUsage(t *testing.T) {
 		{"MissingRequiredFlag", []string{"dead-letters", "list"}, exitUsage, "stderr", "--subscription"},
 		{"BadNumber", []string{"relinquish", "-s", "x", "--bucket", "two"}, exitUsage, "stderr", "--bucket"},
 		{"NegativeBucket", []string{"relinquish", "-s", "x", "--bucket=-1"}, exitUsage, "stderr", "numbered from 0"},
+		// A separate negative value is the same value, not a short flag.
+		{"NegativeBucketSeparate", []string{"relinquish", "-s", "x", "--bucket", "-1"}, exitUsage, "stderr", "--bucket -1: buckets are numbered from 0"},
+		{"NegativeWaitSeparate", []string{"relinquish", "-s", "x", "--bucket", "1", "--wait", "-5s"}, exitUsage, "stderr", "--wait -5s: must not be negative"},
+		{"NegativeAfterSeparate", []string{"dead-letters", "list", "-s", "x", "--after", "-5"}, exitUsage, "stderr", "--after -5: positions are >= 0"},
+		{"NegativePositionSeparate", []string{"checkpoints", "reset", "-s", "x", "--bucket", "1", "--position", "-5"}, exitUsage, "stderr", "positions are >= 0"},
+		// Beyond int4: refused before the database is asked, by every command.
+		{"HugeBucketList", []string{"dead-letters", "list", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
+		{"HugeBucketReplay", []string{"dead-letters", "replay", "-s", "x", "--bucket", "2147483648", "--dry-run"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
+		{"HugeBucketReset", []string{"checkpoints", "reset", "-s", "x", "--bucket", "2147483648", "--position", "0"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
+		{"HugeBucketRelinquish", []string{"relinquish", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
 		{"BadEventID", []string{"dead-letters", "show", "-s", "x", "nope"}, exitUsage, "stderr", `"nope" is not a UUID`},
 		{"ReplayNeedsExec", []string{"dead-letters", "replay", "-s", "x"}, exitUsage, "stderr", "--exec COMMAND"},
 		{"ResetNeedsBuckets", []string{"checkpoints", "reset", "-s", "x", "--position", "0"}, exitUsage, "stderr", "--bucket B"},
@@ -470,6 +480,41 @@ func TestRelinquish(t *testing.T) {
 		require.Equal(t, exitRuntime, r.code)
 		require.Contains(t, r.stderr, "worker-a is the only live worker")
 	})
+}
+
+// Every command refuses a subscription the schema does not know, and a
+// bucket beyond the subscription's N, as status does (issue 15).
+func TestUnknownSubscriptionsAndBucketsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.lease(t, "balances", "worker-a", 4).Pass(context.Background())
+	require.NoError(t, err)
+	unknown := uuid.NewString()
+	for _, args := range [][]string{
+		{"dead-letters", "list", "-s", "nosuch"},
+		{"dead-letters", "show", "-s", "nosuch", unknown},
+		{"dead-letters", "replay", "-s", "nosuch", "--dry-run"},
+		{"dead-letters", "discard", "-s", "nosuch", unknown},
+		{"relinquish", "-s", "nosuch", "--bucket", "0"},
+		{"status", "-s", "nosuch"},
+	} {
+		r := b.run(t, args...)
+		require.Equal(t, exitRuntime, r.code, "kumi %q: %s%s", args, r.stdout, r.stderr)
+		require.Regexp(t, `subscription "nosuch" (is unknown|has no buckets)`, r.stderr, "kumi %q", args)
+	}
+	for _, args := range [][]string{
+		{"dead-letters", "list", "-s", "balances", "--bucket", "99"},
+		{"dead-letters", "replay", "-s", "balances", "--bucket", "4", "--dry-run"},
+		{"relinquish", "-s", "balances", "--bucket", "4"},
+		{"checkpoints", "reset", "-s", "balances", "--bucket", "4", "--position", "0"},
+	} {
+		r := b.run(t, args...)
+		require.Equal(t, exitUsage, r.code, "kumi %q: %s%s", args, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, `subscription "balances" has buckets 0 to 3`, "kumi %q", args)
+	}
+	r := b.run(t, "dead-letters", "list", "-s", "balances", "--bucket", "3")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"balances" has no pending dead letters`)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

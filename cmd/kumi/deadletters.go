@@ -55,14 +55,17 @@ func letterOut(d eventsource.DeadLetter) letterJSON {
 
 // Run lists letters.
 func (c *dlListCmd) Run(e *env) error {
-	if err := checkBucketFlag(c.Bucket); err != nil {
-		return err
-	}
 	if c.Limit < 1 {
 		return usageErrorf("--limit %d: must be at least 1", c.Limit)
 	}
+	if c.After < 0 {
+		return usageErrorf("--after %d: positions are >= 0", c.After)
+	}
 	store, err := e.connect()
 	if err != nil {
+		return err
+	}
+	if err := e.checkSubscription(c.Subscription, bucketsOf(c.Bucket)...); err != nil {
 		return err
 	}
 	letters, err := store.DeadLetters(e.ctx, c.Subscription, eventsource.DeadLetterFilter{
@@ -118,6 +121,9 @@ func (c *dlShowCmd) Run(e *env) error {
 	}
 	store, err := e.connect()
 	if err != nil {
+		return err
+	}
+	if err := e.checkSubscription(c.Subscription); err != nil {
 		return err
 	}
 	d, err := store.DeadLetter(e.ctx, c.Subscription, id)
@@ -203,9 +209,6 @@ func (c *dlReplayCmd) Run(e *env) error {
 		return usageErrorf("say what handles the events: --exec COMMAND (or --dry-run to list them); " +
 			"to replay through your own handler, call eventsource.Store.ReplayDeadLetters from your service")
 	}
-	if err := checkBucketFlag(c.Bucket); err != nil {
-		return err
-	}
 	if c.Limit < 0 {
 		return usageErrorf("--limit %d: must not be negative", c.Limit)
 	}
@@ -218,6 +221,9 @@ func (c *dlReplayCmd) Run(e *env) error {
 	}
 	store, err := e.connect()
 	if err != nil {
+		return err
+	}
+	if err := e.checkSubscription(c.Subscription, bucketsOf(c.Bucket)...); err != nil {
 		return err
 	}
 	handler := c.handler(e)
@@ -347,6 +353,9 @@ func (c *dlDiscardCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if err := e.checkSubscription(c.Subscription); err != nil {
+		return err
+	}
 	var missing []string
 	for _, id := range ids {
 		ok, err := store.DeleteDeadLetter(e.ctx, c.Subscription, id)
@@ -386,11 +395,12 @@ func parseEventIDs(args []string) ([]uuid.UUID, error) {
 	return ids, nil
 }
 
-func checkBucketFlag(b *int) error {
-	if b != nil && *b < 0 {
-		return usageErrorf("--bucket %d: buckets are numbered from 0", *b)
+// bucketsOf is the bucket of an optional --bucket, as a list.
+func bucketsOf(b *int) []int {
+	if b == nil {
+		return nil
 	}
-	return nil
+	return []int{*b}
 }
 
 // oneLine flattens s to one line of at most n runes.

@@ -28,9 +28,6 @@ type relinquishCmd struct {
 // twice and nothing is skipped. The claim names a live member because
 // leasestore treats a claim by anyone else as stale and clears it.
 func (c *relinquishCmd) Run(e *env) error {
-	if c.Bucket < 0 {
-		return usageErrorf("--bucket %d: buckets are numbered from 0", c.Bucket)
-	}
 	if c.Wait < 0 {
 		return usageErrorf("--wait %v: must not be negative", c.Wait)
 	}

@@ -230,6 +230,22 @@ ORDER BY n.subscription`, q))
 	return out, nil
 }
 
+// Known reports whether the store's schema knows a subscription — it has
+// lease rows, checkpoints or dead letters — and its bucket count N (0
+// when it has no lease rows, which alone record N).
+func Known(ctx context.Context, store *eventsource.Store, subscription string) (buckets int, known bool, err error) {
+	q := store.QuotedSchema()
+	err = store.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT
+    (SELECT coalesce(max(shard_count), 0) FROM %[1]s.lease_buckets WHERE subscription = $1),
+    EXISTS (SELECT 1 FROM %[1]s.lease_buckets WHERE subscription = $1)
+        OR EXISTS (SELECT 1 FROM %[1]s.checkpoints WHERE subscription = $1)
+        OR EXISTS (SELECT 1 FROM %[1]s.dead_letters WHERE subscription = $1)`, q), subscription).Scan(&buckets, &known)
+	if err != nil {
+		return 0, false, notMigrated(store.Schema(), err)
+	}
+	return buckets, known, nil
+}
+
 // ConnectPool opens a pool on a connection string and checks that the
 // database answers. Its errors never repeat a password: a URL that does
 // not parse is reported without the parser's message (which quotes it),
