@@ -68,6 +68,7 @@ type demo struct {
 	log      []logEntry
 	cur      *sample
 	rate     float64            // distinct events handled per second, smoothed
+	rated    bool               // rate has been measured (two readings)
 	wrate    map[string]float64 // per worker
 	tracing  string
 	lastLine time.Time // plain mode: last status line

@@ -31,7 +31,10 @@
 //
 // On a terminal the live view redraws in place: each worker's state,
 // buckets and delivery rate; each bucket's owner, epoch, checkpoint and lag;
-// the last events. With -no-tui (or when stdout is not a terminal) it
+// the last events. It fits the terminal's height: when the full view is
+// too tall it shows the bucket map compact (owner per bucket), hides
+// stopped workers and older events, and its last line says what it hid.
+// With -no-tui (or when stdout is not a terminal) it
 // prints log lines instead. Keys: a add a worker, l stop one gracefully, k
 // kill -9 the busiest, q finish; stdin goes to raw mode only when it is a
 // terminal. At the end the producer stops, the demo waits until every
