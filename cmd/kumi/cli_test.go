@@ -116,10 +116,12 @@ func TestMigrate(t *testing.T) {
 	t.Parallel()
 	schema := pgtest.NewSchema(t)
 	env := []string{"DATABASE_URL=" + pgtest.URL(t)}
-	for range 2 { // idempotent
+	// It says when it creates the schema (a mistyped --schema shows), then
+	// that the schema is up to date: idempotent.
+	for _, want := range []string{`created schema "` + schema + `": `, `schema "` + schema + `" is up to date: `} {
 		r := kumi(t, env, "--schema", schema, "migrate", "--group-size", "4")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, `schema "`+schema+`" is up to date: eventsource version 1, leasestore version 1`)
+		require.Contains(t, r.stdout, want+"eventsource version 1, leasestore version 1")
 		require.Contains(t, r.stdout, "consumer-group index for 4 buckets: present")
 	}
 	var n int
@@ -129,6 +131,36 @@ func TestMigrate(t *testing.T) {
 	r := kumi(t, env, "--schema", schema, "status")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "has no subscriptions yet")
+}
+
+// A schema that exists without kumi's tables is migrated, and says so; a
+// name is quoted, so any name eventsource accepts works, and one it
+// refuses is a usage error naming the rule.
+func TestMigrateSchemaNames(t *testing.T) {
+	t.Parallel()
+	env := []string{"DATABASE_URL=" + pgtest.URL(t)}
+	schema := pgtest.NewSchema(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), `CREATE SCHEMA `+schema)
+	require.NoError(t, err)
+	r := kumi(t, env, "--schema", schema, "migrate")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 1, leasestore version 1 (was: no kumi tables)`)
+
+	odd := pgtest.NewSchema(t) + " Odd!"
+	t.Cleanup(func() {
+		_, _ = pgtest.Pool(t).Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+odd+`" CASCADE`)
+	})
+	r = kumi(t, env, "--schema", odd, "migrate")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `created schema "`+odd+`"`)
+
+	r = kumi(t, env, "--schema", "pg_mine", "migrate")
+	require.Equal(t, exitUsage, r.code, r.stdout)
+	require.Contains(t, r.stderr, `--schema: `)
+	require.Contains(t, r.stderr, `"pg_"`)
+	r = kumi(t, env, "--schema", strings.Repeat("s", 64), "migrate")
+	require.Equal(t, exitUsage, r.code, r.stdout)
+	require.Contains(t, r.stderr, "longer than 63 bytes")
 }
 
 func TestStatus(t *testing.T) {
