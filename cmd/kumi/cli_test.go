@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +83,7 @@ func TestDatabaseErrors(t *testing.T) {
 	t.Run("UnparsableURLNeverShowsThePassword", func(t *testing.T) {
 		t.Parallel()
 		r := kumi(t, []string{"DATABASE_URL=postgres://admin:hunter2@127.0.0.1:notaport/db"}, "status")
-		require.Equal(t, exitRuntime, r.code)
+		require.Equal(t, exitUsage, r.code, "a bad value: exit 2, as docs/operations.md says")
 		require.Contains(t, r.stderr, "not a valid PostgreSQL connection string")
 		require.Contains(t, r.stderr, "invalid port")
 		require.NotContains(t, r.stdout+r.stderr, "hunter2")
@@ -102,6 +103,21 @@ func TestDatabaseErrors(t *testing.T) {
 		require.NoError(t, err)
 		r := kumi(t, []string{"DATABASE_URL=host=127.0.0.1 port=" + itoa(port) + " user=admin password=hunter2 connect_timeout=5"}, "status")
 		require.Equal(t, exitRuntime, r.code)
+		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
+	t.Run("ConnectionErrorSaysItOnce", func(t *testing.T) {
+		t.Parallel()
+		// sslmode=prefer (the default): pgconn tries TLS first, and lists
+		// that attempt's "server refused TLS connection" too.
+		u, err := url.Parse(pgtest.URL(t))
+		require.NoError(t, err)
+		u.User = url.UserPassword("nosuchrole", "hunter2")
+		u.RawQuery = ""
+		r := kumi(t, []string{"DATABASE_URL=" + u.String()}, "status")
+		require.Equal(t, exitRuntime, r.code, r.stderr)
+		require.Contains(t, r.stderr, `role "nosuchrole" does not exist`)
+		require.NotContains(t, r.stderr, "tls error")
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(r.stderr), "\n")+1, "one line: %s", r.stderr)
 		require.NotContains(t, r.stdout+r.stderr, "hunter2")
 	})
 	t.Run("UnmigratedSchemaSaysToMigrate", func(t *testing.T) {
@@ -296,7 +312,8 @@ func TestDeadLetters(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "dead-letters", "show", "-s", "shipping", uuid.NewString())
 		require.Equal(t, exitRuntime, r.code)
-		require.Contains(t, r.stderr, "dead letter not found")
+		require.Contains(t, r.stderr, "kumi dead-letters show: dead letter not found")
+		require.NotContains(t, r.stderr, "kumi: ", "kumi said twice")
 	})
 }
 

@@ -60,10 +60,11 @@ func (e *env) connect() (*eventsource.Store, error) {
 	if e.store != nil {
 		return e.store, nil
 	}
-	if e.url == "" {
-		return nil, usageErrorf("no database: set DATABASE_URL or pass --database-url")
-	}
 	pool, err := worker.ConnectPool(e.ctx, e.url, 4)
+	var ue *worker.URLError
+	if errors.As(err, &ue) { // a bad value, not a failed database
+		return nil, &usageError{msg: ue.Error()}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -166,10 +167,10 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 	if err := kctx.Run(e); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "kumi %s: %s\n", strings.TrimSpace(commandPath(kctx)), ue.msg)
+			fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), message(ue))
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "kumi %s: %s\n", strings.TrimSpace(commandPath(kctx)), worker.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), message(err))
 		return exitRuntime
 	}
 	return exitOK
@@ -190,6 +191,14 @@ func commandPath(kctx *kong.Context) string {
 		return ""
 	}
 	return strings.Join(parts, " ") + " "
+}
+
+// message is err's text as the CLI prints it after "kumi COMMAND: ":
+// redacted, without the "kumi: " the library's errors start with (and
+// wrapped ones carry), which would say kumi twice.
+func message(err error) string {
+	msg := strings.TrimPrefix(worker.RedactURL(err.Error()), "kumi: ")
+	return strings.ReplaceAll(msg, ": kumi: ", ": ")
 }
 
 // commandPrefix is "dead-letters list: " for a message about that command,

@@ -125,9 +125,9 @@ func Run(ctx context.Context, c Config) error {
 	}
 	defer func() { _ = shutdown(context.Background()) }()
 
-	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	pcfg, err := ParseURL(c.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("invalid database URL: %w", redact(err))
+		return err
 	}
 	pcfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
