@@ -567,3 +567,32 @@ func TestUnknownSubscriptionsAndBucketsAreRefused(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// No usage text, error or log line shows a password: every command's help,
+// a bad flag and a bad value, with the URL in the environment or on the
+// command line (issue 15).
+func TestNoOutputShowsThePassword(t *testing.T) {
+	t.Parallel()
+	port, err := pgtest.FreePort()
+	require.NoError(t, err)
+	secret := "postgres://admin:hunter2@127.0.0.1:" + itoa(port) + "/db?connect_timeout=5"
+	commands := [][]string{{"migrate"}, {"status"}, {"dead-letters", "list"}, {"dead-letters", "show"},
+		{"dead-letters", "replay"}, {"dead-letters", "discard"}, {"checkpoints", "show"}, {"checkpoints", "reset"},
+		{"relinquish"}}
+	var runs [][]string
+	runs = append(runs, []string{"--help"}, []string{"--bogus"}, nil)
+	for _, c := range commands {
+		runs = append(runs, append(slices.Clone(c), "--help"), append(slices.Clone(c), "--bogus"))
+	}
+	runs = append(runs, []string{"status"}, []string{"dead-letters", "list", "-s", "x"})
+	for _, args := range runs {
+		for _, how := range []string{"env", "flag"} {
+			env, argv := []string{"DATABASE_URL=" + secret}, args
+			if how == "flag" {
+				env, argv = nil, append([]string{"--database-url", secret}, args...)
+			}
+			r := kumi(t, env, argv...)
+			require.NotContains(t, r.stdout+r.stderr, "hunter2", "kumi %q (URL in the %s)", args, how)
+		}
+	}
+}
