@@ -596,3 +596,82 @@ func TestNoOutputShowsThePassword(t *testing.T) {
 		}
 	}
 }
+
+// relinquishAtShare sets up worker-a and worker-b holding two of four
+// buckets each, starts `kumi relinquish --wait` on one of worker-a's
+// buckets (whose claimant, worker-b, is then at its share) and waits until
+// the claim is placed. It returns the workers, the bucket and the command.
+func relinquishAtShare(t *testing.T) (b *bundle, a, bw *leasestore.Store, bucket int, wait func() string) {
+	t.Helper()
+	ctx := context.Background()
+	b = setup(t)
+	a = b.lease(t, "balances", "worker-a", 4)
+	bw = b.lease(t, "balances", "worker-b", 4)
+	res, err := a.Pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Owned, 2)
+	resB, err := bw.Pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, resB.Owned, 2)
+	bucket = res.Owned[0].Bucket
+	cmd := exec.Command(kumiBin, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--wait", "60s")
+	cmd.Env = cleanEnv(b.env)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var claim string
+		_ = b.store.Pool().QueryRow(ctx, `SELECT coalesce(claim_worker, '') FROM `+b.store.QuotedSchema()+
+			`.lease_buckets WHERE subscription = 'balances' AND bucket = $1`, bucket).Scan(&claim)
+		return claim == "worker-b"
+	}, "the claim for worker-b is placed")
+	return b, a, bw, bucket, func() string {
+		require.NoError(t, cmd.Wait(), out.String())
+		return out.String()
+	}
+}
+
+// relinquish to a worker already at its fair share said "it will withdraw
+// the claim", then the claimant kept the bucket while another moved: it
+// says what each order of passes leads to, and reports what happened
+// (issue 15).
+func TestRelinquishToAWorkerAtItsShare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const predicted = "note: worker-b is at its fair share already (2 of ceil(4/2) = 2), so this claim puts it above."
+	t.Run("ClaimantPassesFirstAndWithdraws", func(t *testing.T) {
+		t.Parallel()
+		_, a, bw, bucket, wait := relinquishAtShare(t)
+		_, err := bw.Pass(ctx)
+		require.NoError(t, err)
+		res, err := a.Pass(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.HandOff)
+		out := wait()
+		require.Contains(t, out, predicted)
+		require.Contains(t, out, "worker-b withdraws the claim and worker-a keeps bucket "+itoa(bucket))
+		require.Contains(t, out, "the claim was withdrawn: worker-a still holds bucket "+itoa(bucket)+" at epoch 1")
+		require.NotContains(t, out, "meanwhile")
+	})
+	t.Run("OwnerPassesFirstAndTheyTrade", func(t *testing.T) {
+		t.Parallel()
+		_, a, bw, bucket, wait := relinquishAtShare(t)
+		res, err := a.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []int{bucket}, res.HandOff)
+		require.Len(t, res.Requested, 1, "worker-a, below its share, claims one of worker-b's buckets: %+v", res)
+		other := res.Requested[0].Bucket
+		require.NoError(t, a.HandOver(ctx, bucket))
+		resB, err := bw.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []int{other}, resB.HandOff)
+		require.NoError(t, bw.HandOver(ctx, other))
+		_, err = a.Pass(ctx)
+		require.NoError(t, err)
+		out := wait()
+		require.Contains(t, out, predicted)
+		require.Contains(t, out, "worker-b takes bucket "+itoa(bucket)+" and gives another bucket to worker-a")
+		require.Contains(t, out, "bucket "+itoa(bucket)+" is now held by worker-b at epoch 2")
+		require.Contains(t, out, "meanwhile bucket "+itoa(other)+" moved from worker-b to worker-a (epoch 2)")
+	})
+}
