@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -138,6 +139,9 @@ func cleanReason(r string) string {
 func (s *Store) DeadLetters(ctx context.Context, subscription string, filter DeadLetterFilter) ([]DeadLetter, error) {
 	if err := ValidateSubscription(subscription); err != nil {
 		return nil, err
+	}
+	if b := filter.Bucket; b != nil && (*b < 0 || *b > math.MaxInt32) {
+		return nil, fmt.Errorf("%w: filter bucket %d: buckets are 0 to %d", ErrInvalidDeadLetter, *b, math.MaxInt32)
 	}
 	rows, err := s.pool.Query(ctx, s.sql.deadLetterList, subscription, filter.Bucket, filter.After,
 		limitOf(filter.Limit), filter.IncludeReplayed)

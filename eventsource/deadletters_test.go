@@ -320,3 +320,16 @@ func TestDeadLetters(t *testing.T) {
 		require.False(t, ok)
 	})
 }
+
+// A filter's bucket beyond int4 was sent to PostgreSQL, and the encoder's
+// error quoted the *int's address; it is refused with a typed error.
+func TestDeadLetterFilterBucketOutOfRange(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	for _, b := range []int{-1, 1 << 31} {
+		_, err := s.DeadLetters(context.Background(), "shipping", eventsource.DeadLetterFilter{Bucket: &b})
+		require.ErrorIs(t, err, eventsource.ErrInvalidDeadLetter, "bucket %d", b)
+		require.NotContains(t, err.Error(), "0x")
+		require.Contains(t, err.Error(), fmt.Sprintf("filter bucket %d", b))
+	}
+}

@@ -68,9 +68,11 @@ type demo struct {
 	log      []logEntry
 	cur      *sample
 	rate     float64            // distinct events handled per second, smoothed
+	rated    bool               // rate has been measured (two readings)
 	wrate    map[string]float64 // per worker
 	tracing  string
 	lastLine time.Time // plain mode: last status line
+	signaled time.Time // when the signal that finishes the run came
 	final    *tally
 	warned   map[string]bool
 	restore  func() // gives the terminal back its mode
@@ -85,9 +87,17 @@ type logEntry struct {
 func runDemo(cfg config, stdout, stderr io.Writer) int {
 	tty := isTerminal(stdout)
 	tui := !cfg.noTUI && tty
+	// SIGHUP — the terminal went away, or the session ended — finishes the
+	// demo as Ctrl-C and SIGTERM do, so the workers stop, the check runs
+	// and the embedded server's directory is removed. SIGPIPE is caught
+	// (and dropped) so that a closed stdout turns into failed writes rather
+	// than a death before the clean-up.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 
 	// A Ctrl-C while the database starts still cleans up.
 	setup, cancel := context.WithCancel(context.Background())
@@ -199,8 +209,13 @@ func (d *demo) run() int {
 				continue
 			}
 			done = d.key(k)
-		case <-d.sigs:
-			d.logf("signal", "finishing (Ctrl-C again to abort)")
+		case sig := <-d.sigs:
+			d.signaled = time.Now()
+			if sig == syscall.SIGHUP {
+				d.logf("signal", "SIGHUP (the terminal went away): finishing")
+			} else {
+				d.logf("signal", "%s: finishing (Ctrl-C again to abort)", signalName(sig))
+			}
 			done = true
 		case <-end:
 			d.logf("end", "%v are up", d.cfg.duration)
@@ -281,6 +296,19 @@ func (d *demo) kill(why string) {
 	d.logf("kill", "%s killed with SIGKILL holding %d buckets: %s%s", p.name, owned[p.name], wait, because(why))
 }
 
+// signalName is "SIGINT" for syscall.SIGINT, and so on.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return sig.String()
+}
+
 func because(why string) string {
 	switch why {
 	case "scenario":
@@ -311,9 +339,10 @@ func (d *demo) exited(ex exit) {
 	}
 }
 
-// logf records an event; plain mode prints it at once.
+// logf records an event; plain mode prints it at once. Its text may name
+// workers and quote their output: it is escaped for the terminal.
 func (d *demo) logf(kind, format string, args ...any) {
-	e := logEntry{at: time.Since(d.start), kind: kind, text: fmt.Sprintf(format, args...)}
+	e := logEntry{at: time.Since(d.start), kind: kind, text: worker.TermSafe(fmt.Sprintf(format, args...))}
 	if d.start.IsZero() {
 		e.at = 0
 	}
@@ -359,8 +388,10 @@ func (d *demo) finish() int {
 			d.render()
 		case ex := <-d.fleet.exits:
 			d.exited(ex)
-		case <-d.sigs:
-			return d.abort()
+		case sig := <-d.sigs:
+			if d.aborts(sig) {
+				return d.abort()
+			}
 		case k, ok := <-d.keys:
 			if !ok {
 				d.keys = nil
@@ -382,8 +413,10 @@ func (d *demo) finish() int {
 		case <-tick.C:
 			d.poll()
 			d.render()
-		case <-d.sigs:
-			return d.abort()
+		case sig := <-d.sigs:
+			if d.aborts(sig) {
+				return d.abort()
+			}
 		case k, ok := <-d.keys:
 			if !ok {
 				d.keys = nil
@@ -422,6 +455,15 @@ func (d *demo) finish() int {
 		return exitOK
 	}
 	return exitFail
+}
+
+// aborts reports whether a signal during the drain or the stop aborts the
+// run: a second Ctrl-C or SIGTERM does, but not a hang-up (one may follow
+// another as the session ends), nor a copy of the signal that started the
+// finish (timeout(1) sends SIGTERM both to the demo and to its process
+// group, so it arrives twice at once).
+func (d *demo) aborts(sig os.Signal) bool {
+	return sig != syscall.SIGHUP && (d.signaled.IsZero() || time.Since(d.signaled) > time.Second)
 }
 
 // abort kills every worker at once (a second Ctrl-C).

@@ -259,3 +259,24 @@ func TestTruncateKeepsEscapes(t *testing.T) {
 	require.Equal(t, s, truncate(s, 100))
 	require.Equal(t, "ab✗\x1b[0m", truncate("ab✗cd", 3))
 }
+
+// No usage text, error or log line of the demo or its worker subcommand
+// shows a password: `demo worker -h` printed DATABASE_URL as a flag
+// default (issue 15).
+func TestNoOutputShowsThePassword(t *testing.T) {
+	t.Parallel()
+	port, err := pgtest.FreePort()
+	require.NoError(t, err)
+	env := []string{fmt.Sprintf("DATABASE_URL=postgres://admin:hunter2@127.0.0.1:%d/db?connect_timeout=5", port)}
+	for _, args := range [][]string{
+		{"-h"}, {"-bogus"}, {"-workers", "0"}, {"extra"}, {"-short"},
+		{"worker", "-h"}, {"worker", "-bogus"}, {"worker", "-lease", "lock"}, {"worker", "extra"},
+		{"worker", "-buckets", "4"}, // cannot connect
+	} {
+		r := runDemoBin(t, time.Minute, env, args...)
+		require.NotContains(t, r.stdout+r.stderr, "hunter2", "demo %q", args)
+		if args[0] == "worker" && args[1] == "-h" {
+			require.Contains(t, r.stderr, "-database-url", "the usage text")
+		}
+	}
+}

@@ -31,12 +31,20 @@
 //
 // On a terminal the live view redraws in place: each worker's state,
 // buckets and delivery rate; each bucket's owner, epoch, checkpoint and lag;
-// the last events. With -no-tui (or when stdout is not a terminal) it
+// the last events. It fits the terminal's height: when the full view is
+// too tall it shows the bucket map compact (owner per bucket), hides
+// stopped workers and older events, and its last line says what it hid.
+// With -no-tui (or when stdout is not a terminal) it
 // prints log lines instead. Keys: a add a worker, l stop one gracefully, k
 // kill -9 the busiest, q finish; stdin goes to raw mode only when it is a
 // terminal. At the end the producer stops, the demo waits until every
 // event is in the sink, stops the workers gracefully and prints the check:
-// appended against distinct events handled. The exit status is 0 when
+// appended against distinct events handled. Ctrl-C, SIGTERM and SIGHUP
+// (the terminal closing) finish the run the same way, outcome line
+// included; a second Ctrl-C or SIGTERM aborts (workers killed, no check),
+// and either way the workers stop and the embedded server's directory is
+// removed. Should the demo itself be killed, its workers get SIGTERM from
+// the kernel (Pdeathsig) and stop. The exit status is 0 when
 // nothing was lost, 1 when something was (or the demo could not run), 2 for
 // bad flags, 130 when aborted by a second Ctrl-C.
 //

@@ -49,7 +49,8 @@ binaries and removes it on exit; with DATABASE_URL it works in a fresh schema
 of that database and drops it on exit (-keep keeps it).
 
 Keys (on a terminal): a add a worker, l stop one gracefully, k kill -9 the
-busiest, q finish (drain, stop, check). Ctrl-C finishes too; twice aborts.
+busiest, q finish (drain, stop, check). Ctrl-C, SIGTERM and SIGHUP (the
+terminal closing) finish too; a second Ctrl-C aborts.
 
 Flags:
 `

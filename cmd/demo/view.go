@@ -64,6 +64,7 @@ func (d *demo) poll() {
 	d.ownership(prev, s)
 	if dt := s.at.Sub(prev.at).Seconds(); dt > 0 {
 		d.rate = smooth(d.rate, float64(s.handled-prev.handled)/dt)
+		d.rated = true
 		for w, n := range s.byWorker {
 			d.wrate[w] = smooth(d.wrate[w], float64(n-prev.byWorker[w])/dt)
 		}
@@ -155,7 +156,8 @@ func (d *demo) render() {
 		}
 		return
 	}
-	d.screen.draw(d.frame(d.screen.width()))
+	w, h := d.screen.size()
+	d.screen.draw(d.frame(w, h))
 }
 
 // statusLine is plain mode's periodic summary.
@@ -167,23 +169,75 @@ func (d *demo) statusLine() string {
 		names = append(names, w)
 	}
 	sort.Strings(names)
-	var parts []string
-	for _, w := range names {
-		parts = append(parts, fmt.Sprintf("%s:%d", w, owned[w]))
+	owners := "none"
+	if len(names) > 0 {
+		var parts []string
+		for _, w := range names {
+			parts = append(parts, fmt.Sprintf("%s:%d", worker.TermSafe(w), owned[w]))
+		}
+		owners = strings.Join(parts, " ")
 	}
 	var lag int64
 	for _, r := range s.in.Rows {
 		lag += max(r.Lag, 0)
 	}
-	return fmt.Sprintf("appended %d · handled %d (%.0f/s) · duplicates %d · lag %d · owners %s",
-		d.prod.appended.Load(), s.handled, d.rate, s.deliveries-s.handled, lag, strings.Join(parts, " "))
+	return fmt.Sprintf("appended %d · handled %d (%s) · duplicates %d · lag %d · owners %s",
+		d.prod.appended.Load(), s.handled, d.rateText(), s.deliveries-s.handled, lag, owners)
 }
 
-// frame is the live view, one string per line.
-func (d *demo) frame(width int) []string {
+// layout is how much of the live view to show.
+type layout struct {
+	compact     bool // the bucket map as owner cells, several buckets a line
+	hideStopped bool // only running and leaving workers
+	terse       bool // no database and traces lines, no blank lines
+	logLines    int  // the last events shown
+}
+
+// layouts are tried in order until the frame fits the terminal's height.
+var layouts = []layout{
+	{logLines: 8},
+	{compact: true, logLines: 8},
+	{compact: true, hideStopped: true, logLines: 8},
+	{compact: true, hideStopped: true, logLines: 5},
+	{compact: true, hideStopped: true, logLines: 3},
+	{compact: true, hideStopped: true, terse: true, logLines: 3},
+	{compact: true, hideStopped: true, terse: true, logLines: 1},
+}
+
+// frame is the live view, one string per line, at most height-1 lines (the
+// line after it holds the cursor; height 0: no limit). When the full view
+// is too tall it shows the bucket map compact, hides stopped workers and
+// older events, in that order, and says what it cut.
+func (d *demo) frame(width, height int) []string {
+	if height <= 0 {
+		lines, _ := d.frameWith(width, 0, layouts[0])
+		return lines
+	}
+	budget := max(height-1, 1)
+	var lines []string
+	for i, l := range layouts {
+		var hidden int
+		lines, hidden = d.frameWith(width, budget, l)
+		// Buckets are cut only when nothing else is left to cut.
+		if len(lines) <= budget && (hidden == 0 || i == len(layouts)-1) {
+			return lines
+		}
+	}
+	// A tiny terminal: the top of the view, and the note on what was cut.
+	return append(lines[:budget-1:budget-1], lines[len(lines)-1])
+}
+
+// frameWith draws the view with layout l; budget (0: none) bounds the
+// compact bucket map, which shows as many rows as fit. It returns the
+// lines and how many buckets did not fit.
+func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 	c := colors(os.Getenv("NO_COLOR") == "")
 	var lines []string
-	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
+	add := func(format string, args ...any) {
+		if line := fmt.Sprintf(format, args...); line != "" || !l.terse {
+			lines = append(lines, line)
+		}
+	}
 	elapsed := time.Since(d.start).Truncate(100 * time.Millisecond)
 	clock := elapsed.String()
 	if d.cfg.duration > 0 {
@@ -191,32 +245,44 @@ func (d *demo) frame(width int) []string {
 	}
 	add("%skumi demo%s  %s [%s]  subscription %s on %s · %d buckets · %s leases, ttl %v",
 		c.bold, c.reset, clock, d.phase, subscription, category, d.cfg.buckets, d.cfg.lease, d.cfg.ttl)
-	add("%sdatabase%s  %s", c.dim, c.reset, d.db.describe)
-	add("%straces%s    %s", c.dim, c.reset, d.tracing)
+	if !l.terse {
+		add("%sdatabase%s  %s", c.dim, c.reset, d.db.describe)
+		add("%straces%s    %s", c.dim, c.reset, d.tracing)
+	}
 	if d.cur == nil {
 		add("")
 		add("waiting for the first reading…")
-		return lines
+		return lines, 0
 	}
 	s := d.cur
-	add("%sproducer%s  %d appended at %d/s target · head position %d", c.dim, c.reset, d.prod.appended.Load(),
-		d.cfg.rate, s.in.Head)
-	add("%shandled%s   %d distinct (%.0f/s) · %d deliveries · %d duplicates", c.dim, c.reset, s.handled, d.rate,
+	var lag int64
+	for _, r := range s.in.Rows {
+		lag += max(r.Lag, 0)
+	}
+	add("%sproducer%s  %d appended at %d/s target · head position %d · lag %d", c.dim, c.reset, d.prod.appended.Load(),
+		d.cfg.rate, s.in.Head, lag)
+	add("%shandled%s   %d distinct (%s) · %d deliveries · %d duplicates", c.dim, c.reset, s.handled, d.rateText(),
 		s.deliveries, s.deliveries-s.handled)
 	add("")
 
+	var cut []string
 	owned := s.in.OwnedBy()
 	members := map[string]bool{}
 	for _, m := range s.in.Members {
 		members[m.Worker] = m.Live && !m.SessionGone
 	}
 	add("%sWORKER  PID      STATE     MEMBER  BUCKETS  HANDLED  RATE%s", c.bold, c.reset)
+	stopped := 0
 	for _, p := range d.fleet.all() {
+		state := p.State()
+		if l.hideStopped && state != stateRunning && state != stateLeaving {
+			stopped++
+			continue
+		}
 		member := "-"
 		if live, ok := members[p.name]; ok {
 			member = map[bool]string{true: "live", false: "lapsed"}[live]
 		}
-		state := p.State()
 		rate := d.wrate[p.name]
 		if state != stateRunning && state != stateLeaving {
 			rate = 0
@@ -224,13 +290,95 @@ func (d *demo) frame(width int) []string {
 		add("%s  %-7d  %-8s  %-6s  %7d  %7d  %4.0f/s", c.worker(p.name, fmt.Sprintf("%-6s", p.name)), p.Pid(),
 			state, member, owned[p.name], s.byWorker[p.name], rate)
 	}
+	if stopped > 0 {
+		cut = append(cut, fmt.Sprintf("%d stopped workers", stopped))
+	}
+	if l.terse {
+		cut = append(cut, "database and traces lines")
+	}
 	add("")
 
+	// What follows the bucket map: its legend, the final count, the events
+	// and the keys; the compact map gets the lines left.
+	var tail []string
+	addTail := func(format string, args ...any) {
+		if line := fmt.Sprintf(format, args...); line != "" || !l.terse {
+			tail = append(tail, line)
+		}
+	}
+	addTail("%s→ handing over to a claimant · ✗ lease expired%s", c.dim, c.reset)
+	addTail("")
+	if d.final != nil && d.phase != "running" {
+		addTail("missing %d of %d appended", d.final.Missing, d.final.Appended)
+	}
+	start := max(0, len(d.log)-l.logLines)
+	if start > 0 && l.logLines < 8 {
+		cut = append(cut, fmt.Sprintf("%d older events", min(start, 8-l.logLines)))
+	}
+	for _, e := range d.log[start:] {
+		addTail("%s%7.1fs%s  %-7s %s", c.dim, e.at.Seconds(), c.reset, e.kind, e.text)
+	}
+	for range l.logLines - (len(d.log) - start) {
+		addTail("")
+	}
+	if d.keys != nil && d.phase == "running" {
+		addTail("%skeys: a add a worker · l graceful leave · k kill -9 the busiest · q finish%s", c.dim, c.reset)
+	}
+
+	hidden := 0
+	if !l.compact {
+		lines = append(lines, d.bucketTable(c, width)...)
+	} else {
+		room := -1 // no limit
+		if budget > 0 {
+			room = max(budget-len(lines)-len(tail)-2, 0) // the map's heading and the note
+		}
+		var bmap []string
+		bmap, hidden = d.bucketMap(c, width, room)
+		lines = append(lines, bmap...)
+		cut = append([]string{"checkpoints and lag (kumi status)"}, cut...)
+		if hidden > 0 {
+			cut = append(cut, fmt.Sprintf("%d buckets", hidden))
+		}
+	}
+	lines = append(lines, tail...)
+	if len(cut) > 0 {
+		lines = append(lines, fmt.Sprintf("%sfit to %d lines; hidden: %s%s", c.dim, budget+1, strings.Join(cut, ", "), c.reset))
+	}
+	return lines, hidden
+}
+
+// rateText is the smoothed delivery rate, or "-/s" before two readings
+// have measured one.
+func (d *demo) rateText() string {
+	if d.rated {
+		return fmt.Sprintf("%.0f/s", d.rate)
+	}
+	return "-/s"
+}
+
+// ownerText is a bucket's owner as the view shows it, with → for a pending
+// claim and ✗ for an expired lease.
+func ownerText(r worker.BucketRow) string {
+	switch {
+	case r.Live && r.ClaimWorker != "":
+		return worker.TermSafe(r.Owner) + "→"
+	case r.Live:
+		return worker.TermSafe(r.Owner)
+	case r.Owner != "":
+		return worker.TermSafe(r.Owner) + "✗"
+	}
+	return "-"
+}
+
+// bucketTable is the full bucket map: a row per bucket, in columns.
+func (d *demo) bucketTable(c palette, width int) []string {
+	var lines []string
 	const cell = 38
 	cols := max(1, min(4, (width+2)/(cell+3)))
 	head := fmt.Sprintf("%-6s %-6s %5s %10s %6s", "BUCKET", "OWNER", "EPOCH", "CHECKPOINT", "LAG")
-	add("%s%s%s", c.bold, strings.Repeat(head+"   ", cols-1)+head, c.reset)
-	rows := s.in.Rows
+	lines = append(lines, c.bold+strings.Repeat(head+"   ", cols-1)+head+c.reset)
+	rows := d.cur.in.Rows
 	per := (len(rows) + cols - 1) / cols
 	for i := range per {
 		var cells []string
@@ -240,42 +388,44 @@ func (d *demo) frame(width int) []string {
 				break
 			}
 			r := rows[j]
-			owner := "-"
-			switch {
-			case r.Live && r.ClaimWorker != "":
-				owner = r.Owner + "→"
-			case r.Live:
-				owner = r.Owner
-			case r.Owner != "":
-				owner = r.Owner + "✗"
-			}
 			lag := "-"
 			if r.Lag >= 0 {
 				lag = strconv.FormatInt(r.Lag, 10)
 			}
-			text := fmt.Sprintf("%6d %s %5d %10d %6s", r.Bucket, c.worker(r.Owner, fmt.Sprintf("%-6s", owner)), r.Epoch,
-				r.Checkpoint, lag)
-			cells = append(cells, text)
+			cells = append(cells, fmt.Sprintf("%6d %s %5d %10d %6s", r.Bucket,
+				c.worker(r.Owner, fmt.Sprintf("%-6s", ownerText(r))), r.Epoch, r.Checkpoint, lag))
 		}
-		add("%s", strings.Join(cells, "   "))
-	}
-	add("%s→ handing over to a claimant · ✗ lease expired%s", c.dim, c.reset)
-	add("")
-	if d.final != nil && d.phase != "running" {
-		add("missing %d of %d appended", d.final.Missing, d.final.Appended)
-	}
-	n := 8
-	start := max(0, len(d.log)-n)
-	for _, e := range d.log[start:] {
-		add("%s%7.1fs%s  %-7s %s", c.dim, e.at.Seconds(), c.reset, e.kind, e.text)
-	}
-	for range n - (len(d.log) - start) {
-		add("")
-	}
-	if d.keys != nil && d.phase == "running" {
-		add("%skeys: a add a worker · l graceful leave · k kill -9 the busiest · q finish%s", c.dim, c.reset)
+		lines = append(lines, strings.Join(cells, "   "))
 	}
 	return lines
+}
+
+// bucketMap is the compact bucket map: "bucket owner" cells, as many a line
+// as the width allows, in at most room lines (-1: no limit) after its
+// heading. It returns the lines and how many buckets did not fit.
+func (d *demo) bucketMap(c palette, width, room int) ([]string, int) {
+	rows := d.cur.in.Rows
+	digits, owner := 1, 1
+	for _, r := range rows {
+		digits = max(digits, len(strconv.Itoa(r.Bucket)))
+		owner = max(owner, utf8.RuneCountInString(ownerText(r)))
+	}
+	cell := digits + 1 + owner
+	per := max(1, (width-1+2)/(cell+2))
+	lines := []string{c.bold + "BUCKET OWNER" + c.reset + c.dim + " (compact)" + c.reset}
+	shown := len(rows)
+	if room >= 0 {
+		shown = min(shown, room*per)
+	}
+	for i := 0; i < shown; i += per {
+		var cells []string
+		for _, r := range rows[i:min(i+per, shown)] {
+			text := fmt.Sprintf("%-*s", owner, ownerText(r))
+			cells = append(cells, fmt.Sprintf("%*d %s", digits, r.Bucket, c.worker(r.Owner, text)))
+		}
+		lines = append(lines, strings.Join(cells, "  "))
+	}
+	return lines, len(rows) - shown
 }
 
 // palette holds the escape sequences of the view (empty with NO_COLOR).
@@ -323,20 +473,22 @@ func newScreen(out io.Writer) *screen {
 	return s
 }
 
-func (s *screen) width() int {
+// size is the terminal's width and height (100 by 0, no limit, when it
+// cannot say).
+func (s *screen) size() (width, height int) {
 	if s.fd >= 0 {
-		if w, _, err := term.GetSize(s.fd); err == nil && w > 0 {
-			return w
+		if w, h, err := term.GetSize(s.fd); err == nil && w > 0 {
+			return w, max(h, 0)
 		}
 	}
-	return 100
+	return 100, 0
 }
 
 func (s *screen) draw(lines []string) {
 	if s.closed {
 		return
 	}
-	w := s.width()
+	w, _ := s.size()
 	var b strings.Builder
 	if s.height > 0 {
 		fmt.Fprintf(&b, "\r\x1b[%dA", s.height)

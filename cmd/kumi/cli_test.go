@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,16 @@ func TestUsage(t *testing.T) {
 		{"MissingRequiredFlag", []string{"dead-letters", "list"}, exitUsage, "stderr", "--subscription"},
 		{"BadNumber", []string{"relinquish", "-s", "x", "--bucket", "two"}, exitUsage, "stderr", "--bucket"},
 		{"NegativeBucket", []string{"relinquish", "-s", "x", "--bucket=-1"}, exitUsage, "stderr", "numbered from 0"},
+		// A separate negative value is the same value, not a short flag.
+		{"NegativeBucketSeparate", []string{"relinquish", "-s", "x", "--bucket", "-1"}, exitUsage, "stderr", "--bucket -1: buckets are numbered from 0"},
+		{"NegativeWaitSeparate", []string{"relinquish", "-s", "x", "--bucket", "1", "--wait", "-5s"}, exitUsage, "stderr", "--wait -5s: must not be negative"},
+		{"NegativeAfterSeparate", []string{"dead-letters", "list", "-s", "x", "--after", "-5"}, exitUsage, "stderr", "--after -5: positions are >= 0"},
+		{"NegativePositionSeparate", []string{"checkpoints", "reset", "-s", "x", "--bucket", "1", "--position", "-5"}, exitUsage, "stderr", "positions are >= 0"},
+		// Beyond int4: refused before the database is asked, by every command.
+		{"HugeBucketList", []string{"dead-letters", "list", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
+		{"HugeBucketReplay", []string{"dead-letters", "replay", "-s", "x", "--bucket", "2147483648", "--dry-run"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
+		{"HugeBucketReset", []string{"checkpoints", "reset", "-s", "x", "--bucket", "2147483648", "--position", "0"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
+		{"HugeBucketRelinquish", []string{"relinquish", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
 		{"BadEventID", []string{"dead-letters", "show", "-s", "x", "nope"}, exitUsage, "stderr", `"nope" is not a UUID`},
 		{"ReplayNeedsExec", []string{"dead-letters", "replay", "-s", "x"}, exitUsage, "stderr", "--exec COMMAND"},
 		{"ResetNeedsBuckets", []string{"checkpoints", "reset", "-s", "x", "--position", "0"}, exitUsage, "stderr", "--bucket B"},
@@ -72,7 +83,7 @@ func TestDatabaseErrors(t *testing.T) {
 	t.Run("UnparsableURLNeverShowsThePassword", func(t *testing.T) {
 		t.Parallel()
 		r := kumi(t, []string{"DATABASE_URL=postgres://admin:hunter2@127.0.0.1:notaport/db"}, "status")
-		require.Equal(t, exitRuntime, r.code)
+		require.Equal(t, exitUsage, r.code, "a bad value: exit 2, as docs/operations.md says")
 		require.Contains(t, r.stderr, "not a valid PostgreSQL connection string")
 		require.Contains(t, r.stderr, "invalid port")
 		require.NotContains(t, r.stdout+r.stderr, "hunter2")
@@ -94,6 +105,21 @@ func TestDatabaseErrors(t *testing.T) {
 		require.Equal(t, exitRuntime, r.code)
 		require.NotContains(t, r.stdout+r.stderr, "hunter2")
 	})
+	t.Run("ConnectionErrorSaysItOnce", func(t *testing.T) {
+		t.Parallel()
+		// sslmode=prefer (the default): pgconn tries TLS first, and lists
+		// that attempt's "server refused TLS connection" too.
+		u, err := url.Parse(pgtest.URL(t))
+		require.NoError(t, err)
+		u.User = url.UserPassword("nosuchrole", "hunter2")
+		u.RawQuery = ""
+		r := kumi(t, []string{"DATABASE_URL=" + u.String()}, "status")
+		require.Equal(t, exitRuntime, r.code, r.stderr)
+		require.Contains(t, r.stderr, `role "nosuchrole" does not exist`)
+		require.NotContains(t, r.stderr, "tls error")
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(r.stderr), "\n")+1, "one line: %s", r.stderr)
+		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
 	t.Run("UnmigratedSchemaSaysToMigrate", func(t *testing.T) {
 		t.Parallel()
 		r := kumi(t, []string{"DATABASE_URL=" + pgtest.URL(t)}, "--schema", pgtest.NewSchema(t), "status")
@@ -106,10 +132,12 @@ func TestMigrate(t *testing.T) {
 	t.Parallel()
 	schema := pgtest.NewSchema(t)
 	env := []string{"DATABASE_URL=" + pgtest.URL(t)}
-	for range 2 { // idempotent
+	// It says when it creates the schema (a mistyped --schema shows), then
+	// that the schema is up to date: idempotent.
+	for _, want := range []string{`created schema "` + schema + `": `, `schema "` + schema + `" is up to date: `} {
 		r := kumi(t, env, "--schema", schema, "migrate", "--group-size", "4")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, `schema "`+schema+`" is up to date: eventsource version 1, leasestore version 1`)
+		require.Contains(t, r.stdout, want+"eventsource version 1, leasestore version 1")
 		require.Contains(t, r.stdout, "consumer-group index for 4 buckets: present")
 	}
 	var n int
@@ -119,6 +147,36 @@ func TestMigrate(t *testing.T) {
 	r := kumi(t, env, "--schema", schema, "status")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "has no subscriptions yet")
+}
+
+// A schema that exists without kumi's tables is migrated, and says so; a
+// name is quoted, so any name eventsource accepts works, and one it
+// refuses is a usage error naming the rule.
+func TestMigrateSchemaNames(t *testing.T) {
+	t.Parallel()
+	env := []string{"DATABASE_URL=" + pgtest.URL(t)}
+	schema := pgtest.NewSchema(t)
+	_, err := pgtest.Pool(t).Exec(context.Background(), `CREATE SCHEMA `+schema)
+	require.NoError(t, err)
+	r := kumi(t, env, "--schema", schema, "migrate")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 1, leasestore version 1 (was: no kumi tables)`)
+
+	odd := pgtest.NewSchema(t) + " Odd!"
+	t.Cleanup(func() {
+		_, _ = pgtest.Pool(t).Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+odd+`" CASCADE`)
+	})
+	r = kumi(t, env, "--schema", odd, "migrate")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `created schema "`+odd+`"`)
+
+	r = kumi(t, env, "--schema", "pg_mine", "migrate")
+	require.Equal(t, exitUsage, r.code, r.stdout)
+	require.Contains(t, r.stderr, `--schema: `)
+	require.Contains(t, r.stderr, `"pg_"`)
+	r = kumi(t, env, "--schema", strings.Repeat("s", 64), "migrate")
+	require.Equal(t, exitUsage, r.code, r.stdout)
+	require.Contains(t, r.stderr, "longer than 63 bytes")
 }
 
 func TestStatus(t *testing.T) {
@@ -254,7 +312,8 @@ func TestDeadLetters(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "dead-letters", "show", "-s", "shipping", uuid.NewString())
 		require.Equal(t, exitRuntime, r.code)
-		require.Contains(t, r.stderr, "dead letter not found")
+		require.Contains(t, r.stderr, "kumi dead-letters show: dead letter not found")
+		require.NotContains(t, r.stderr, "kumi: ", "kumi said twice")
 	})
 }
 
@@ -526,4 +585,147 @@ func TestRelinquish(t *testing.T) {
 	})
 }
 
+// Every command refuses a subscription the schema does not know, and a
+// bucket beyond the subscription's N, as status does (issue 15).
+func TestUnknownSubscriptionsAndBucketsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.lease(t, "balances", "worker-a", 4).Pass(context.Background())
+	require.NoError(t, err)
+	unknown := uuid.NewString()
+	for _, args := range [][]string{
+		{"dead-letters", "list", "-s", "nosuch"},
+		{"dead-letters", "show", "-s", "nosuch", unknown},
+		{"dead-letters", "replay", "-s", "nosuch", "--dry-run"},
+		{"dead-letters", "discard", "-s", "nosuch", unknown},
+		{"relinquish", "-s", "nosuch", "--bucket", "0"},
+		{"status", "-s", "nosuch"},
+	} {
+		r := b.run(t, args...)
+		require.Equal(t, exitRuntime, r.code, "kumi %q: %s%s", args, r.stdout, r.stderr)
+		require.Regexp(t, `subscription "nosuch" (is unknown|has no buckets)`, r.stderr, "kumi %q", args)
+	}
+	for _, args := range [][]string{
+		{"dead-letters", "list", "-s", "balances", "--bucket", "99"},
+		{"dead-letters", "replay", "-s", "balances", "--bucket", "4", "--dry-run"},
+		{"relinquish", "-s", "balances", "--bucket", "4"},
+		{"checkpoints", "reset", "-s", "balances", "--bucket", "4", "--position", "0"},
+	} {
+		r := b.run(t, args...)
+		require.Equal(t, exitUsage, r.code, "kumi %q: %s%s", args, r.stdout, r.stderr)
+		require.Contains(t, r.stderr, `subscription "balances" has buckets 0 to 3`, "kumi %q", args)
+	}
+	r := b.run(t, "dead-letters", "list", "-s", "balances", "--bucket", "3")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"balances" has no pending dead letters`)
+}
+
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// No usage text, error or log line shows a password: every command's help,
+// a bad flag and a bad value, with the URL in the environment or on the
+// command line (issue 15).
+func TestNoOutputShowsThePassword(t *testing.T) {
+	t.Parallel()
+	port, err := pgtest.FreePort()
+	require.NoError(t, err)
+	secret := "postgres://admin:hunter2@127.0.0.1:" + itoa(port) + "/db?connect_timeout=5"
+	commands := [][]string{{"migrate"}, {"status"}, {"dead-letters", "list"}, {"dead-letters", "show"},
+		{"dead-letters", "replay"}, {"dead-letters", "discard"}, {"checkpoints", "show"}, {"checkpoints", "reset"},
+		{"relinquish"}}
+	var runs [][]string
+	runs = append(runs, []string{"--help"}, []string{"--bogus"}, nil)
+	for _, c := range commands {
+		runs = append(runs, append(slices.Clone(c), "--help"), append(slices.Clone(c), "--bogus"))
+	}
+	runs = append(runs, []string{"status"}, []string{"dead-letters", "list", "-s", "x"})
+	for _, args := range runs {
+		for _, how := range []string{"env", "flag"} {
+			env, argv := []string{"DATABASE_URL=" + secret}, args
+			if how == "flag" {
+				env, argv = nil, append([]string{"--database-url", secret}, args...)
+			}
+			r := kumi(t, env, argv...)
+			require.NotContains(t, r.stdout+r.stderr, "hunter2", "kumi %q (URL in the %s)", args, how)
+		}
+	}
+}
+
+// relinquishAtShare sets up worker-a and worker-b holding two of four
+// buckets each, starts `kumi relinquish --wait` on one of worker-a's
+// buckets (whose claimant, worker-b, is then at its share) and waits until
+// the claim is placed. It returns the workers, the bucket and the command.
+func relinquishAtShare(t *testing.T) (b *bundle, a, bw *leasestore.Store, bucket int, wait func() string) {
+	t.Helper()
+	ctx := context.Background()
+	b = setup(t)
+	a = b.lease(t, "balances", "worker-a", 4)
+	bw = b.lease(t, "balances", "worker-b", 4)
+	res, err := a.Pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Owned, 2)
+	resB, err := bw.Pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, resB.Owned, 2)
+	bucket = res.Owned[0].Bucket
+	cmd := exec.Command(kumiBin, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--wait", "60s")
+	cmd.Env = cleanEnv(b.env)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var claim string
+		_ = b.store.Pool().QueryRow(ctx, `SELECT coalesce(claim_worker, '') FROM `+b.store.QuotedSchema()+
+			`.lease_buckets WHERE subscription = 'balances' AND bucket = $1`, bucket).Scan(&claim)
+		return claim == "worker-b"
+	}, "the claim for worker-b is placed")
+	return b, a, bw, bucket, func() string {
+		require.NoError(t, cmd.Wait(), out.String())
+		return out.String()
+	}
+}
+
+// relinquish to a worker already at its fair share said "it will withdraw
+// the claim", then the claimant kept the bucket while another moved: it
+// says what each order of passes leads to, and reports what happened
+// (issue 15).
+func TestRelinquishToAWorkerAtItsShare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const predicted = "note: worker-b is at its fair share already (2 of ceil(4/2) = 2), so this claim puts it above."
+	t.Run("ClaimantPassesFirstAndWithdraws", func(t *testing.T) {
+		t.Parallel()
+		_, a, bw, bucket, wait := relinquishAtShare(t)
+		_, err := bw.Pass(ctx)
+		require.NoError(t, err)
+		res, err := a.Pass(ctx)
+		require.NoError(t, err)
+		require.Empty(t, res.HandOff)
+		out := wait()
+		require.Contains(t, out, predicted)
+		require.Contains(t, out, "worker-b withdraws the claim and worker-a keeps bucket "+itoa(bucket))
+		require.Contains(t, out, "the claim was withdrawn: worker-a still holds bucket "+itoa(bucket)+" at epoch 1")
+		require.NotContains(t, out, "meanwhile")
+	})
+	t.Run("OwnerPassesFirstAndTheyTrade", func(t *testing.T) {
+		t.Parallel()
+		_, a, bw, bucket, wait := relinquishAtShare(t)
+		res, err := a.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []int{bucket}, res.HandOff)
+		require.Len(t, res.Requested, 1, "worker-a, below its share, claims one of worker-b's buckets: %+v", res)
+		other := res.Requested[0].Bucket
+		require.NoError(t, a.HandOver(ctx, bucket))
+		resB, err := bw.Pass(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []int{other}, resB.HandOff)
+		require.NoError(t, bw.HandOver(ctx, other))
+		_, err = a.Pass(ctx)
+		require.NoError(t, err)
+		out := wait()
+		require.Contains(t, out, predicted)
+		require.Contains(t, out, "worker-b takes bucket "+itoa(bucket)+" and gives another bucket to worker-a")
+		require.Contains(t, out, "bucket "+itoa(bucket)+" is now held by worker-b at epoch 2")
+		require.Contains(t, out, "meanwhile bucket "+itoa(other)+" moved from worker-b to worker-a (epoch 2)")
+	})
+}

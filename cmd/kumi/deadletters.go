@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/worker"
 )
 
 type deadLettersCmd struct {
@@ -54,14 +55,17 @@ func letterOut(d eventsource.DeadLetter) letterJSON {
 
 // Run lists letters.
 func (c *dlListCmd) Run(e *env) error {
-	if err := checkBucketFlag(c.Bucket); err != nil {
-		return err
-	}
 	if c.Limit < 1 {
 		return usageErrorf("--limit %d: must be at least 1", c.Limit)
 	}
+	if c.After < 0 {
+		return usageErrorf("--after %d: positions are >= 0", c.After)
+	}
 	store, err := e.connect()
 	if err != nil {
+		return err
+	}
+	if err := e.checkSubscription(c.Subscription, bucketsOf(c.Bucket)...); err != nil {
 		return err
 	}
 	letters, err := store.DeadLetters(e.ctx, c.Subscription, eventsource.DeadLetterFilter{
@@ -91,8 +95,8 @@ func (c *dlListCmd) Run(e *env) error {
 		if d.ReplayedAt != nil {
 			state = "replayed"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, d.Bucket, d.EventID, d.Stream, d.Attempts,
-			d.CreatedAt.UTC().Format(time.RFC3339), state, oneLine(d.Reason, 60))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, d.Bucket, d.EventID, worker.TermSafe(d.Stream), d.Attempts,
+			d.CreatedAt.UTC().Format(time.RFC3339), state, worker.TermSafe(oneLine(d.Reason, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -119,6 +123,9 @@ func (c *dlShowCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if err := e.checkSubscription(c.Subscription); err != nil {
+		return err
+	}
 	d, err := store.DeadLetter(e.ctx, c.Subscription, id)
 	if err != nil {
 		return asUsage(notMigrated(e, err))
@@ -141,14 +148,14 @@ func (c *dlShowCmd) Run(e *env) error {
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "subscription  %s\nbucket        %d\nevent         %s\nposition      %d\nstream        %s\n",
-		d.Subscription, d.Bucket, d.EventID, d.Position, d.Stream)
+		worker.TermSafe(d.Subscription), d.Bucket, d.EventID, d.Position, worker.TermSafe(d.Stream))
 	fmt.Fprintf(w, "attempts      %d\ncreated       %s\nstate         %s\nreason        %s\n",
-		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, d.Reason)
+		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, worker.TermSafe(d.Reason))
 	if evErr != nil {
-		fmt.Fprintf(w, "event         (not readable: %v)\n", evErr)
+		fmt.Fprintf(w, "event         (not readable: %s)\n", worker.TermSafe(evErr.Error()))
 		return nil
 	}
-	fmt.Fprintf(w, "type          %s\nversion       %d\nrecorded      %s\n", ev.Type, ev.Version,
+	fmt.Fprintf(w, "type          %s\nversion       %d\nrecorded      %s\n", worker.TermSafe(ev.Type), ev.Version,
 		ev.RecordedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "data          %s\n", indentJSON(ev.Data))
 	if len(ev.Metadata) > 0 {
@@ -202,9 +209,6 @@ func (c *dlReplayCmd) Run(e *env) error {
 		return usageErrorf("say what handles the events: --exec COMMAND (or --dry-run to list them); " +
 			"to replay through your own handler, call eventsource.Store.ReplayDeadLetters from your service")
 	}
-	if err := checkBucketFlag(c.Bucket); err != nil {
-		return err
-	}
 	if c.Limit < 0 {
 		return usageErrorf("--limit %d: must not be negative", c.Limit)
 	}
@@ -217,6 +221,9 @@ func (c *dlReplayCmd) Run(e *env) error {
 	}
 	store, err := e.connect()
 	if err != nil {
+		return err
+	}
+	if err := e.checkSubscription(c.Subscription, bucketsOf(c.Bucket)...); err != nil {
 		return err
 	}
 	handler := c.handler(e)
@@ -233,7 +240,7 @@ func (c *dlReplayCmd) Run(e *env) error {
 				continue
 			}
 			if c.DryRun {
-				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, d.Stream)
+				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, worker.TermSafe(d.Stream))
 				continue
 			}
 			// The one letter of this bucket at this position: positions
@@ -286,7 +293,7 @@ func (c *dlReplayCmd) dryRun(e *env, store *eventsource.Store, filter eventsourc
 			return asUsage(notMigrated(e, err))
 		}
 		for _, d := range letters {
-			fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, d.Stream)
+			fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, worker.TermSafe(d.Stream))
 		}
 		n += len(letters)
 		if len(letters) < page.Limit || (filter.Limit > 0 && n >= filter.Limit) {
@@ -312,8 +319,8 @@ func (c *dlReplayCmd) handler(e *env) eventsource.ReplayHandler {
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", c.Exec)
 		cmd.Stdin = bytes.NewReader(append(in, '\n'))
 		var tail tailWriter
-		cmd.Stdout = e.stdout
-		cmd.Stderr = io.MultiWriter(e.stderr, &tail)
+		cmd.Stdout = e.rawStdout
+		cmd.Stderr = io.MultiWriter(e.rawStderr, &tail)
 		cmd.Env = append(os.Environ(),
 			"KUMI_SUBSCRIPTION="+c.Subscription,
 			"KUMI_EVENT_ID="+ev.ID.String(),
@@ -344,6 +351,9 @@ func (c *dlDiscardCmd) Run(e *env) error {
 	}
 	store, err := e.connect()
 	if err != nil {
+		return err
+	}
+	if err := e.checkSubscription(c.Subscription); err != nil {
 		return err
 	}
 	var missing []string
@@ -385,11 +395,12 @@ func parseEventIDs(args []string) ([]uuid.UUID, error) {
 	return ids, nil
 }
 
-func checkBucketFlag(b *int) error {
-	if b != nil && *b < 0 {
-		return usageErrorf("--bucket %d: buckets are numbered from 0", *b)
+// bucketsOf is the bucket of an optional --bucket, as a list.
+func bucketsOf(b *int) []int {
+	if b == nil {
+		return nil
 	}
-	return nil
+	return []int{*b}
 }
 
 // oneLine flattens s to one line of at most n runes.
@@ -404,9 +415,9 @@ func oneLine(s string, n int) string {
 func indentJSON(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if err := json.Indent(&b, raw, "              ", "  "); err != nil {
-		return string(raw)
+		return worker.TermSafe(string(raw))
 	}
-	return b.String()
+	return string(worker.TermSafeJSON(b.Bytes()))
 }
 
 // tailWriter keeps the last line written to it.

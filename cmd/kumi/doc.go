@@ -12,7 +12,8 @@
 //
 // The database comes from --database-url or DATABASE_URL, and is never
 // printed with its password. Exit status: 0 success, 1 a runtime error (the
-// database, a refusal), 2 a usage error (unknown flag, bad value). Every
+// database, a refusal), 2 a usage error (unknown flag, bad value, a missing
+// or unparsable database URL). Every
 // command has --help; docs/operations.md describes them in full.
 //
 // # Replaying dead letters

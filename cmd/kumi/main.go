@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -16,6 +18,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // Exit codes.
@@ -42,8 +45,11 @@ type env struct {
 	ctx    context.Context
 	url    string
 	schema string
-	stdout io.Writer
-	stderr io.Writer
+	// stdout and stderr escape what a terminal would act on
+	// (worker.NewTermWriter); rawStdout and rawStderr are the process's
+	// own, for the commands `dead-letters replay --exec` runs.
+	stdout, stderr       io.Writer
+	rawStdout, rawStderr io.Writer
 
 	pool  *pgxpool.Pool
 	store *eventsource.Store
@@ -54,10 +60,11 @@ func (e *env) connect() (*eventsource.Store, error) {
 	if e.store != nil {
 		return e.store, nil
 	}
-	if e.url == "" {
-		return nil, usageErrorf("no database: set DATABASE_URL or pass --database-url")
-	}
 	pool, err := worker.ConnectPool(e.ctx, e.url, 4)
+	var ue *worker.URLError
+	if errors.As(err, &ue) { // a bad value, not a failed database
+		return nil, &usageError{msg: ue.Error()}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -76,11 +83,17 @@ func (e *env) close() {
 	}
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, safe for a terminal
+// (worker.TermSafeJSON).
 func (e *env) printJSON(v any) error {
-	enc := json.NewEncoder(e.stdout)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := e.stdout.Write(worker.TermSafeJSON(b.Bytes()))
+	return err
 }
 
 // usageError is a problem with the arguments found after parsing: exit 2.
@@ -101,10 +114,15 @@ func main() {
 }
 
 // run parses args, runs the command and returns the exit code.
-func run(args []string, stdout, stderr io.Writer) (code int) {
+func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
+	// Everything printed passes through a TermWriter: values from the
+	// database are escaped where they are formatted, and whatever is
+	// missed there still never reaches the terminal raw.
+	stdout, stderr := worker.NewTermWriter(rawStdout), worker.NewTermWriter(rawStderr)
+	defer func() { _ = stdout.Flush(); _ = stderr.Flush() }()
 	if len(args) == 0 {
 		// No command is a usage error: the help goes to stderr.
-		run([]string{"--help"}, stderr, stderr)
+		run([]string{"--help"}, rawStderr, rawStderr)
 		return exitUsage
 	}
 	var c cli
@@ -128,27 +146,31 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			code = int(k)
 		}
 	}()
-	kctx, err := parser.Parse(args)
+	kctx, err := parser.Parse(joinNegativeValues(args, valueFlags(parser.Model.Node)))
+	if err == nil {
+		err = checkBuckets(kctx)
+	}
 	if err != nil {
 		var pe *kong.ParseError
 		if errors.As(err, &pe) {
 			kctx = pe.Context
 		}
-		fmt.Fprintf(stderr, "kumi: %s\n", worker.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), worker.RedactURL(err.Error()))
 		fmt.Fprintf(stderr, "Run \"kumi %s--help\" for usage.\n", commandPath(kctx))
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e := &env{ctx: ctx, url: c.DatabaseURL, schema: c.Schema, stdout: stdout, stderr: stderr}
+	e := &env{ctx: ctx, url: c.DatabaseURL, schema: c.Schema, stdout: stdout, stderr: stderr,
+		rawStdout: rawStdout, rawStderr: rawStderr}
 	defer e.close()
 	if err := kctx.Run(e); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "kumi %s: %s\n", strings.TrimSpace(commandPath(kctx)), ue.msg)
+			fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), message(ue))
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "kumi %s: %s\n", strings.TrimSpace(commandPath(kctx)), worker.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), message(err))
 		return exitRuntime
 	}
 	return exitOK
@@ -169,6 +191,120 @@ func commandPath(kctx *kong.Context) string {
 		return ""
 	}
 	return strings.Join(parts, " ") + " "
+}
+
+// message is err's text as the CLI prints it after "kumi COMMAND: ":
+// redacted, without the "kumi: " the library's errors start with (and
+// wrapped ones carry), which would say kumi twice.
+func message(err error) string {
+	msg := strings.TrimPrefix(worker.RedactURL(err.Error()), "kumi: ")
+	return strings.ReplaceAll(msg, ": kumi: ", ": ")
+}
+
+// commandPrefix is "dead-letters list: " for a message about that command,
+// or "" before a command is known.
+func commandPrefix(kctx *kong.Context) string {
+	if p := strings.TrimSpace(commandPath(kctx)); p != "" {
+		return p + ": "
+	}
+	return ""
+}
+
+// valueFlags returns the long names ("--bucket") of the flags of node and
+// its commands that take a value.
+func valueFlags(node *kong.Node) map[string]bool {
+	out := map[string]bool{}
+	var walk func(n *kong.Node)
+	walk = func(n *kong.Node) {
+		for _, f := range n.Flags {
+			if !f.IsBool() && !f.IsCounter() {
+				out["--"+f.Name] = true
+			}
+		}
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(node)
+	return out
+}
+
+// negativeValue is a value that starts like a negative number or
+// duration: "-1", "-5s", "-.5".
+var negativeValue = regexp.MustCompile(`^-[0-9.]`)
+
+// joinNegativeValues rewrites "--bucket -1" as "--bucket=-1": the parser
+// takes a separate "-1" for a short flag and says so, where the command's
+// own check gives the range. Arguments after "--" are left alone.
+func joinNegativeValues(args []string, value map[string]bool) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if value[a] && i+1 < len(args) && negativeValue.MatchString(args[i+1]) {
+			out = append(out, a+"="+args[i+1])
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// checkBuckets refuses a --bucket outside 0 to leasestore.MaxBuckets-1,
+// whatever the command, before any database is asked: PostgreSQL would
+// refuse one beyond int4 with an encoder's message.
+func checkBuckets(kctx *kong.Context) error {
+	for _, f := range kctx.Flags() {
+		if f.Name != "bucket" || !f.Set {
+			continue
+		}
+		var buckets []int
+		switch v := kctx.FlagValue(f).(type) {
+		case int:
+			buckets = []int{v}
+		case *int:
+			if v != nil {
+				buckets = []int{*v}
+			}
+		case []int:
+			buckets = v
+		}
+		for _, b := range buckets {
+			if b < 0 || b >= leasestore.MaxBuckets {
+				return usageErrorf("--bucket %d: buckets are numbered from 0 to %d at most", b, leasestore.MaxBuckets-1)
+			}
+		}
+	}
+	return nil
+}
+
+// checkSubscription refuses a subscription the schema does not know (no
+// lease rows, checkpoints or dead letters), and buckets beyond its N.
+func (e *env) checkSubscription(name string, buckets ...int) error {
+	store, err := e.connect()
+	if err != nil {
+		return err
+	}
+	if err := eventsource.ValidateSubscription(name); err != nil {
+		return asUsage(err)
+	}
+	n, known, err := worker.Known(e.ctx, store, name)
+	if err != nil {
+		return err
+	}
+	if !known {
+		return fmt.Errorf("subscription %q is unknown in schema %q: it has no buckets, checkpoints or dead letters "+
+			"(`kumi status` lists the subscriptions)", name, store.Schema())
+	}
+	for _, b := range buckets {
+		if n > 0 && b >= n {
+			return usageErrorf("--bucket %d: subscription %q has buckets 0 to %d", b, name, n-1)
+		}
+	}
+	return nil
 }
 
 // asUsage makes the store's verdict on a name the user typed a usage error.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -13,7 +14,8 @@ type migrateCmd struct {
 	GroupSize []int `name:"group-size" placeholder:"N" help:"Also build the consumer-group index for subscriptions of N buckets (repeatable). Workers build it when they start otherwise; on a large store build it ahead."`
 }
 
-// Run applies the migrations and builds the asked-for indexes.
+// Run applies the migrations and builds the asked-for indexes, and says
+// whether it created the schema, upgraded it, or found it up to date.
 func (m *migrateCmd) Run(e *env) error {
 	for _, n := range m.GroupSize {
 		if n < 1 || n > leasestore.MaxBuckets {
@@ -23,6 +25,17 @@ func (m *migrateCmd) Run(e *env) error {
 	store, err := e.connect()
 	if err != nil {
 		return err
+	}
+	var existed bool
+	if err := store.Pool().QueryRow(e.ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`,
+		store.Schema()).Scan(&existed); err != nil {
+		return err
+	}
+	before := ""
+	if existed {
+		if before, err = versions(e, store); err != nil {
+			return err
+		}
 	}
 	if err := store.Migrate(e.ctx); err != nil {
 		return fmt.Errorf("event store: %w", err)
@@ -35,15 +48,47 @@ func (m *migrateCmd) Run(e *env) error {
 			return err
 		}
 	}
-	rows, _ := store.Pool().Query(e.ctx, `SELECT component || ' version ' || max(version) FROM `+
-		store.QuotedSchema()+`.schema_migrations GROUP BY component ORDER BY component`)
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	after, err := versions(e, store)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "schema %q is up to date: %s\n", store.Schema(), strings.Join(versions, ", "))
+	switch {
+	case !existed:
+		fmt.Fprintf(e.stdout, "created schema %q: %s\n", store.Schema(), after)
+	case before != after:
+		fmt.Fprintf(e.stdout, "schema %q migrated to %s (was: %s)\n", store.Schema(), after, orNone(before))
+	default:
+		fmt.Fprintf(e.stdout, "schema %q is up to date: %s\n", store.Schema(), after)
+	}
 	for _, n := range m.GroupSize {
 		fmt.Fprintf(e.stdout, "consumer-group index for %d buckets: present\n", n)
 	}
 	return nil
+}
+
+// versions is the schema's migration versions, "eventsource version 1,
+// leasestore version 1", or "" before any migration.
+func versions(e *env, store *eventsource.Store) (string, error) {
+	var table *string
+	if err := store.Pool().QueryRow(e.ctx, `SELECT to_regclass($1)::text`,
+		store.QuotedSchema()+".schema_migrations").Scan(&table); err != nil {
+		return "", err
+	}
+	if table == nil {
+		return "", nil
+	}
+	rows, _ := store.Pool().Query(e.ctx, `SELECT component || ' version ' || max(version) FROM `+
+		store.QuotedSchema()+`.schema_migrations GROUP BY component ORDER BY component`)
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(vs, ", "), nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no kumi tables"
+	}
+	return s
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/worker"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -27,9 +28,6 @@ type relinquishCmd struct {
 // twice and nothing is skipped. The claim names a live member because
 // leasestore treats a claim by anyone else as stale and clears it.
 func (c *relinquishCmd) Run(e *env) error {
-	if c.Bucket < 0 {
-		return usageErrorf("--bucket %d: buckets are numbered from 0", c.Bucket)
-	}
 	if c.Wait < 0 {
 		return usageErrorf("--wait %v: must not be negative", c.Wait)
 	}
@@ -56,10 +54,10 @@ func (c *relinquishCmd) Run(e *env) error {
 		return fmt.Errorf("bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", c.Bucket)
 	case !row.Live:
 		return fmt.Errorf("bucket %d's lease (owner %s) expired %s: the next pass of any worker takes it without a handoff",
-			c.Bucket, row.Owner, ago(in.Now, row.Expires))
+			c.Bucket, worker.TermSafe(row.Owner), ago(in.Now, row.Expires))
 	case row.ClaimWorker != "":
 		return fmt.Errorf("bucket %d already has a pending claim by %s (placed %s): its owner %s is handing it over",
-			c.Bucket, row.ClaimWorker, ago(in.Now, row.ClaimedAt), row.Owner)
+			c.Bucket, worker.TermSafe(row.ClaimWorker), ago(in.Now, row.ClaimedAt), worker.TermSafe(row.Owner))
 	}
 	load := map[string]int{}
 	live := map[string]bool{}
@@ -80,9 +78,9 @@ func (c *relinquishCmd) Run(e *env) error {
 	target := c.To
 	switch {
 	case target == row.Owner:
-		return usageErrorf("--to %s: that worker is the bucket's owner", target)
+		return usageErrorf("--to %s: that worker is the bucket's owner", worker.TermSafe(target))
 	case target != "" && !live[target]:
-		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", target, c.Subscription, c.Subscription)
+		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", worker.TermSafe(target), c.Subscription, c.Subscription)
 	case target == "":
 		var candidates []string
 		for w := range live {
@@ -92,7 +90,7 @@ func (c *relinquishCmd) Run(e *env) error {
 		}
 		if len(candidates) == 0 {
 			return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
-				"(start another worker first; to stop %s, stop it gracefully)", row.Owner, c.Subscription, c.Bucket, row.Owner)
+				"(start another worker first; to stop %s, stop it gracefully)", worker.TermSafe(row.Owner), c.Subscription, c.Bucket, worker.TermSafe(row.Owner))
 		}
 		sort.Slice(candidates, func(i, j int) bool {
 			if load[candidates[i]] != load[candidates[j]] {
@@ -127,22 +125,77 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's membership); "+
-			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, target, c.Subscription)
+			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, worker.TermSafe(target), c.Subscription)
 	}
 	if err != nil {
 		return fmt.Errorf("place the claim: %w", err)
 	}
-	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s: it drains the bucket's reader, "+
-		"flushes its checkpoint and hands over on its next pass\n", owner, c.Bucket, epoch, target)
-	share := leasestore.FairShare(in.Buckets, max(in.LiveMembers(), 1))
-	if load[target] >= share {
-		fmt.Fprintf(e.stdout, "note: %s already holds its fair share (%d of ceil(%d/%d) = %d), so it will withdraw the claim; "+
-			"%s then keeps the bucket, or hands it over and claims it again — nothing is delivered twice either way\n",
-			target, load[target], in.Buckets, in.LiveMembers(), share, owner)
-	}
+	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
+		worker.TermSafe(owner), c.Bucket, epoch, worker.TermSafe(target))
+	fmt.Fprintln(e.stdout, predict(in, c.Bucket, owner, target, loads(in)))
 	if c.Wait == 0 {
 		return nil
 	}
+	return c.watch(e, store, in, owner, epoch)
+}
+
+// loads counts each worker's load as leasestore's pass does: the live
+// buckets it owns that nobody claims, plus its own pending claims.
+func loads(in worker.Inspection) map[string]int {
+	load := map[string]int{}
+	for _, r := range in.Rows {
+		switch {
+		case r.ClaimWorker != "":
+			load[r.ClaimWorker]++
+		case r.Live:
+			load[r.Owner]++
+		}
+	}
+	return load
+}
+
+// predict says what the claim will lead to, from leasestore's rules: a
+// claimant whose pass finds it above the fair share (ceil(N/live))
+// withdraws its claims — before the owner has handed over, the owner keeps
+// the bucket; after, the bucket is free and a worker below its share takes
+// it (the old owner, as a rule) — and a worker below its share places
+// claims on the buckets of one above it.
+func predict(in worker.Inspection, bucket int, owner, target string, load map[string]int) string {
+	live := max(in.LiveMembers(), 1)
+	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
+	o, t := worker.TermSafe(owner), worker.TermSafe(target)
+	after := load[target] + 1 // its claim on the bucket is counted
+	if after > share {
+		return fmt.Sprintf("note: %[1]s is at its fair share already (%[3]d of ceil(%[4]d/%[5]d) = %[6]d), so this claim puts it above. "+
+			"If %[1]s's next pass comes before %[2]s's, %[1]s withdraws the claim and %[2]s keeps bucket %[7]d. "+
+			"If %[2]s's comes first, %[2]s hands bucket %[7]d over and, then below its share, claims one of %[1]s's buckets in the same pass: "+
+			"%[1]s takes bucket %[7]d and gives another bucket to %[2]s (should that claim not be placed, %[1]s withdraws "+
+			"and bucket %[7]d, free, goes back to %[2]s). Nothing is delivered twice either way; to move a bucket for good, "+
+			"give it to a worker below its share (--to; `kumi status` shows the owners). --wait reports what happened.",
+			t, o, load[target], in.Buckets, live, share, bucket)
+	}
+	msg := fmt.Sprintf("%s drains the bucket's reader, flushes its checkpoint and hands over on its next pass; "+
+		"%s (then %d of its fair share %d) takes it on its own next pass", o, t, after, share)
+	// The owner, one bucket lighter, places claims of its own when it is
+	// below the share while another is above, or below the floor while
+	// another is above that.
+	ownerAfter := load[owner] - 1
+	for w, n := range load {
+		if w == owner || w == target {
+			continue
+		}
+		if (ownerAfter < share && n > share) || (ownerAfter < floor && n > floor) {
+			return msg + fmt.Sprintf("; %s, then below its share, claims a bucket back from %s", o, worker.TermSafe(w))
+		}
+	}
+	return msg
+}
+
+// watch waits until the claim has been resolved — the bucket changed hands,
+// or the claim was withdrawn — and the pool has settled (no pending claims,
+// no live worker below its share while another is above it), then reports
+// where the bucket went and which other buckets moved meanwhile.
+func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before worker.Inspection, owner string, epoch int64) error {
 	deadline := time.Now().Add(c.Wait)
 	for {
 		cur, err := worker.Inspect(e.ctx, store, c.Subscription, "")
@@ -150,13 +203,27 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 			return err
 		}
 		r, _ := rowOf(cur, c.Bucket)
-		if r.Epoch > epoch && r.Owner != "" {
-			fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, r.Owner, r.Epoch)
+		resolved := r.ClaimWorker == "" && r.Live
+		if resolved && settled(cur) {
+			switch {
+			case r.Epoch == epoch:
+				fmt.Fprintf(e.stdout, "the claim was withdrawn: %s still holds bucket %d at epoch %d\n",
+					worker.TermSafe(owner), c.Bucket, epoch)
+			case r.Owner == owner:
+				fmt.Fprintf(e.stdout, "bucket %d went back to %s, at epoch %d (the claimant withdrew after the handoff)\n",
+					c.Bucket, worker.TermSafe(owner), r.Epoch)
+			default:
+				fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, worker.TermSafe(r.Owner), r.Epoch)
+			}
+			for _, m := range moves(before, cur, c.Bucket) {
+				fmt.Fprintln(e.stdout, m)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
-			if r.ClaimWorker == "" && r.Owner == owner && r.Epoch == epoch {
-				fmt.Fprintf(e.stdout, "the claim was withdrawn: %s still holds bucket %d at epoch %d\n", owner, c.Bucket, epoch)
+			if resolved {
+				fmt.Fprintf(e.stdout, "bucket %d is held by %s at epoch %d; the pool had not settled within %v "+
+					"(`kumi status -s %s` shows it now)\n", c.Bucket, worker.TermSafe(r.Owner), r.Epoch, c.Wait, c.Subscription)
 				return nil
 			}
 			return fmt.Errorf("bucket %d did not change hands within %v (owner %q, claim %q); `kumi status -s %s` shows it",
@@ -168,6 +235,52 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// settled reports a pool with no pending claim in which no live worker is
+// below its fair share while another is above it (nor below the floor
+// while another is above that): no pass would move a bucket.
+func settled(in worker.Inspection) bool {
+	live := max(in.LiveMembers(), 1)
+	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
+	owned := in.OwnedBy()
+	low, lowFloor, high, highFloor := false, false, false, false
+	for _, m := range in.Members {
+		if !m.Live || m.SessionGone {
+			continue
+		}
+		n := owned[m.Worker]
+		low, lowFloor = low || n < share, lowFloor || n < floor
+		high, highFloor = high || n > share, highFloor || n > floor
+	}
+	for _, r := range in.Rows {
+		if r.ClaimWorker != "" {
+			return false
+		}
+	}
+	return !(low && high) && !(lowFloor && highFloor)
+}
+
+// moves lists the buckets other than skip whose owner changed between two
+// inspections.
+func moves(before, after worker.Inspection, skip int) []string {
+	var out []string
+	for _, r := range after.Rows {
+		b, ok := rowOf(before, r.Bucket)
+		if r.Bucket == skip || !ok || b.Epoch == r.Epoch {
+			continue
+		}
+		from := "nobody"
+		if b.Owner != "" {
+			from = worker.TermSafe(b.Owner)
+		}
+		to := "nobody"
+		if r.Owner != "" {
+			to = worker.TermSafe(r.Owner)
+		}
+		out = append(out, fmt.Sprintf("meanwhile bucket %d moved from %s to %s (epoch %d)", r.Bucket, from, to, r.Epoch))
+	}
+	return out
 }
 
 func rowOf(in worker.Inspection, bucket int) (worker.BucketRow, bool) {

@@ -69,7 +69,7 @@ func (s *statusCmd) printOverview(e *env, subs []worker.SubscriptionSummary) err
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE MEMBERS\tCHECKPOINTS\tDEAD LETTERS")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", s.Subscription, s.Buckets, s.Held, s.Members, s.Checkpoints, s.DeadLetters)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", worker.TermSafe(s.Subscription), s.Buckets, s.Held, s.Members, s.Checkpoints, s.DeadLetters)
 	}
 	return tw.Flush()
 }
@@ -97,7 +97,7 @@ func printStatus(w io.Writer, in worker.Inspection) {
 		case !m.Live:
 			live = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", m.Worker, m.Kind, live, ago(in.Now, m.Heartbeat),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", worker.TermSafe(m.Worker), m.Kind, live, ago(in.Now, m.Heartbeat),
 			until(in.Now, m.Expires), owned[m.Worker])
 	}
 	if len(in.Members) == 0 {
@@ -109,7 +109,7 @@ func printStatus(w io.Writer, in worker.Inspection) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUCKET\tOWNER\tEPOCH\tLEASE\tCLAIM\tCHECKPOINT\tLAG")
 	for _, r := range in.Rows {
-		owner, lease := r.Owner, until(in.Now, r.Expires)
+		owner, lease := worker.TermSafe(r.Owner), until(in.Now, r.Expires)
 		switch {
 		case r.Owner == "":
 			owner, lease = "-", "free"
@@ -118,7 +118,7 @@ func printStatus(w io.Writer, in worker.Inspection) {
 		}
 		claim := "-"
 		if r.ClaimWorker != "" {
-			claim = fmt.Sprintf("%s (%s)", r.ClaimWorker, ago(in.Now, r.ClaimedAt))
+			claim = fmt.Sprintf("%s (%s)", worker.TermSafe(r.ClaimWorker), ago(in.Now, r.ClaimedAt))
 		}
 		lag := "-"
 		if r.Lag >= 0 {

@@ -49,13 +49,15 @@ type Config struct {
 }
 
 // ParseFlags reads a worker's configuration from command-line arguments,
-// with DATABASE_URL as the default database.
+// with DATABASE_URL as the default database. The URL is read from the
+// environment after parsing, never made a flag's default: the usage text
+// prints defaults, and the URL's password with them.
 func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := Config{}
 	var kind string
-	fs.StringVar(&c.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL; on the command line ps shows its password)")
 	fs.StringVar(&c.Schema, "schema", "kumi", "schema of the event store")
 	fs.StringVar(&c.Subscription, "subscription", "demo", "subscription name")
 	fs.StringVar(&c.Category, "category", "account", "category to handle")
@@ -73,6 +75,12 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = os.Getenv("DATABASE_URL")
 	}
 	switch kind {
 	case "row":
@@ -125,9 +133,9 @@ func Run(ctx context.Context, c Config) error {
 	}
 	defer func() { _ = shutdown(context.Background()) }()
 
-	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	pcfg, err := ParseURL(c.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("invalid database URL: %w", redact(err))
+		return err
 	}
 	pcfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// hostile is a worker id a terminal would act on: ESC, BEL, CR, a C1
+// CSI, DEL, a bidi override, a tab and a newline.
+const hostile = "w\x1b[2J\a\r\u009b31m\x7f\u202eevil\tx\ny"
+
+// testDemo is a demo with a sample of its own and no processes.
+func testDemo(t *testing.T, rows []worker.BucketRow, members []leasestore.Member) *demo {
+	t.Helper()
+	d := &demo{cfg: config{buckets: len(rows), duration: time.Minute, lease: "row", ttl: time.Second},
+		db: &database{describe: "test"}, fleet: &fleet{}, prod: &producer{}, phase: "running",
+		wrate: map[string]float64{}, warned: map[string]bool{}, start: time.Now(), tui: true}
+	d.cur = &sample{at: time.Now(), in: worker.Inspection{Buckets: len(rows), Rows: rows, Members: members},
+		byWorker: map[string]int64{}}
+	return d
+}
+
+func requireTermSafe(t *testing.T, lines []string) {
+	t.Helper()
+	for _, l := range lines {
+		// The view's own colours are the only escape sequences.
+		l = strings.NewReplacer("\x1b[1m", "", "\x1b[2m", "", "\x1b[0m", "").Replace(l)
+		for _, r := range l {
+			require.False(t, worker.TermUnsafe(r), "%q in %q", r, l)
+		}
+	}
+}
+
+// Worker ids come from the database: the live view, the status line and
+// the event log show them escaped (issue 18 §5).
+func TestViewEscapesWhatItReadsFromTheDatabase(t *testing.T) {
+	t.Parallel()
+	row := func(b int) worker.BucketRow {
+		r := worker.BucketRow{Live: true, Lag: 0}
+		r.Bucket, r.Owner, r.Epoch = b, hostile, 1
+		return r
+	}
+	d := testDemo(t, []worker.BucketRow{row(0), row(1)}, []leasestore.Member{{Worker: hostile, Live: true}})
+	d.ownership(nil, d.cur)
+	lines := d.frame(200, 0)
+	requireTermSafe(t, lines)
+	require.Contains(t, strings.Join(lines, "\n"), `\u202eevil\tx\ny took 0 1`)
+	d.tui = false
+	requireTermSafe(t, []string{d.statusLine()})
+	require.Contains(t, d.statusLine(), `w\x1b[2J`)
+}
+
+// plain drops the view's colours.
+func plain(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = regexp.MustCompile(`\x1b\[[0-9;]*m`).ReplaceAllString(l, "")
+	}
+	return out
+}
+
+// busyDemo is a demo of n buckets over three running workers, with two
+// stopped ones and a long event log.
+func busyDemo(t *testing.T, n int) *demo {
+	t.Helper()
+	var rows []worker.BucketRow
+	for b := range n {
+		r := worker.BucketRow{Live: true, Lag: int64(b % 3)}
+		r.Bucket, r.Owner, r.Epoch = b, fmt.Sprintf("w%d", b%3+1), 1
+		rows = append(rows, r)
+	}
+	d := testDemo(t, rows, nil)
+	for i, state := range []string{stateRunning, stateRunning, stateRunning, stateLeft, stateKilled} {
+		d.fleet.procs = append(d.fleet.procs, &proc{name: fmt.Sprintf("w%d", i+1), state: state,
+			cmd: &exec.Cmd{Process: &os.Process{Pid: 1000 + i}}})
+	}
+	for i := range 20 {
+		d.logf("owner", "event %d", i)
+	}
+	d.keys = make(chan byte)
+	return d
+}
+
+// The live view was 31–33 lines and scrolled away in a 24-line terminal:
+// it fits the height, and says what it cut (issue 15).
+func TestFrameFitsTheTerminalHeight(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{16, 1024} {
+		for _, height := range []int{24, 16} {
+			lines := plain(busyDemo(t, n).frame(80, height))
+			require.LessOrEqual(t, len(lines), height-1, "%d buckets, %d lines:\n%s", n, height, strings.Join(lines, "\n"))
+			last := lines[len(lines)-1]
+			require.Contains(t, last, fmt.Sprintf("fit to %d lines; hidden: ", height), strings.Join(lines, "\n"))
+			if n == 1024 {
+				require.Regexp(t, `\d+ buckets$`, last)
+			} else {
+				require.Regexp(t, `(?m)\b15 w1\b`, strings.Join(lines, "\n"), "every bucket shown")
+			}
+		}
+	}
+	lines := plain(busyDemo(t, 16).frame(80, 24))
+	text := strings.Join(lines, "\n")
+	require.Contains(t, text, "BUCKET OWNER (compact)")
+	require.Regexp(t, `(?m)^ 0 w1\s+1 w2\s+2 w3`, text)
+	require.Contains(t, text, "event 19", "the newest event stays")
+	require.Contains(t, lines[len(lines)-1], "2 stopped workers")
+	// A tall terminal gets the full view and no note.
+	lines = plain(busyDemo(t, 16).frame(200, 60))
+	require.NotContains(t, strings.Join(lines, "\n"), "fit to")
+	require.Contains(t, strings.Join(lines, "\n"), "CHECKPOINT")
+}
+
+// The first status line said "(0/s)" before any rate was measured, and
+// the last one ended with an empty "owners " (issue 15).
+func TestStatusLineBeforeARateAndWithoutOwners(t *testing.T) {
+	t.Parallel()
+	d := busyDemo(t, 4)
+	require.Contains(t, d.statusLine(), "handled 0 (-/s)")
+	d.cur.in.Rows = nil
+	require.True(t, strings.HasSuffix(d.statusLine(), "owners none"), d.statusLine())
+}
