@@ -42,6 +42,9 @@ func (c *cpShowCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if err := e.checkSubscription(c.Subscription); err != nil {
+		return err
+	}
 	in, err := worker.Inspect(e.ctx, store, c.Subscription, c.Category)
 	if err != nil {
 		return asUsage(err)
@@ -138,6 +141,9 @@ func (c *cpResetCmd) Run(e *env) error {
 	}
 	store, err := e.connect()
 	if err != nil {
+		return err
+	}
+	if err := e.checkSubscription(c.Subscription, c.Bucket...); err != nil {
 		return err
 	}
 	in, err := worker.Inspect(e.ctx, store, c.Subscription, "")

@@ -45,10 +45,10 @@ func TestUsage(t *testing.T) {
 		{"NegativeAfterSeparate", []string{"dead-letters", "list", "-s", "x", "--after", "-5"}, exitUsage, "stderr", "--after -5: positions are >= 0"},
 		{"NegativePositionSeparate", []string{"checkpoints", "reset", "-s", "x", "--bucket", "1", "--position", "-5"}, exitUsage, "stderr", "positions are >= 0"},
 		// Beyond int4: refused before the database is asked, by every command.
-		{"HugeBucketList", []string{"dead-letters", "list", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
-		{"HugeBucketReplay", []string{"dead-letters", "replay", "-s", "x", "--bucket", "2147483648", "--dry-run"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
-		{"HugeBucketReset", []string{"checkpoints", "reset", "-s", "x", "--bucket", "2147483648", "--position", "0"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
-		{"HugeBucketRelinquish", []string{"relinquish", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 65535"},
+		{"HugeBucketList", []string{"dead-letters", "list", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 8191 at most"},
+		{"HugeBucketReplay", []string{"dead-letters", "replay", "-s", "x", "--bucket", "2147483648", "--dry-run"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 8191 at most"},
+		{"HugeBucketReset", []string{"checkpoints", "reset", "-s", "x", "--bucket", "2147483648", "--position", "0"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 8191 at most"},
+		{"HugeBucketRelinquish", []string{"relinquish", "-s", "x", "--bucket", "2147483648"}, exitUsage, "stderr", "--bucket 2147483648: buckets are numbered from 0 to 8191 at most"},
 		{"BadEventID", []string{"dead-letters", "show", "-s", "x", "nope"}, exitUsage, "stderr", `"nope" is not a UUID`},
 		{"ReplayNeedsExec", []string{"dead-letters", "replay", "-s", "x"}, exitUsage, "stderr", "--exec COMMAND"},
 		{"ResetNeedsBuckets", []string{"checkpoints", "reset", "-s", "x", "--position", "0"}, exitUsage, "stderr", "--bucket B"},
@@ -600,6 +600,8 @@ func TestUnknownSubscriptionsAndBucketsAreRefused(t *testing.T) {
 		{"dead-letters", "discard", "-s", "nosuch", unknown},
 		{"relinquish", "-s", "nosuch", "--bucket", "0"},
 		{"status", "-s", "nosuch"},
+		{"checkpoints", "show", "-s", "nosuch", "--json"},
+		{"checkpoints", "reset", "-s", "nosuch", "--bucket", "0", "--position", "0"},
 	} {
 		r := b.run(t, args...)
 		require.Equal(t, exitRuntime, r.code, "kumi %q: %s%s", args, r.stdout, r.stderr)
