@@ -28,6 +28,10 @@ import (
 // A panic counts as a retry whose reason says it panicked, with the panic's
 // value and where it happened; the handler is not restarted.
 //
+// Exactly-once stays one call away: a function whose writes go to the
+// event store's database returns what [CommitWithCheckpoint] returns, and
+// its writes commit with the checkpoint, fenced, or not at all.
+//
 // ctx is the delivery's Context (d.Context): it carries the delivery's trace
 // span, a child of the trace that appended the event.
 type HandlerFunc func(ctx context.Context, d *Delivery) error

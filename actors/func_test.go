@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -223,6 +224,50 @@ func TestFunctionHandlers(t *testing.T) {
 		})
 		startWorker(t, schema, "w", o)
 		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 2 }, "both handled")
+	})
+
+	t.Run("CommitWithCheckpointAppliesEachEventOnceAcrossATakeover", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		store, schema := newTestStore(t)
+		q := pgx.Identifier{schema}.Sanitize()
+		_, err := store.Pool().Exec(ctx, `CREATE TABLE `+q+`.proj (event_id uuid PRIMARY KEY, applied int NOT NULL)`)
+		require.NoError(t, err)
+		seed(t, store, "acct", 20, 600)
+		var handled atomic.Int64
+		project := Func(func(ctx context.Context, d *Delivery) error {
+			return CommitWithCheckpoint(ctx, store, d, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, `INSERT INTO `+q+`.proj AS p (event_id, applied) VALUES ($1, 1)
+					ON CONFLICT (event_id) DO UPDATE SET applied = p.applied + 1`, d.Event.ID)
+				handled.Add(1)
+				return err
+			})
+		})
+		oa, ob := groupOpts("fn-exactly", 4, nil, "a"), groupOpts("fn-exactly", 4, nil, "b")
+		oa.Handler, ob.Handler = project, project
+		a := startWorker(t, schema, "a", oa)
+		b := startWorker(t, schema, "b", ob)
+		pgtest.Eventually(t, waitLong, func() bool { return handled.Load() > 150 }, "both drain")
+		a.kill(t)
+		pgtest.Eventually(t, waitLong, func() bool { return len(b.owned()) == 4 }, "b takes over")
+		var n, over int
+		pgtest.Eventually(t, waitLong, func() bool {
+			_ = store.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE applied <> 1) FROM `+q+`.proj`).Scan(&n, &over)
+			return n == 600
+		}, "all 600 projected (got %d)", n)
+		require.Zero(t, over, "every event applied exactly once")
+		head, err := store.HeadPosition(ctx)
+		require.NoError(t, err)
+		pgtest.Eventually(t, waitLong, func() bool {
+			cps, _ := store.Checkpoints(ctx, "fn-exactly")
+			var done int
+			for _, c := range cps {
+				if m, _, err := store.MemberLag(ctx, "acct", c.Bucket, 4, c.Position); err == nil && m == 0 {
+					done++
+				}
+			}
+			return done == 4
+		}, "every bucket's checkpoint covers its events (head %d)", head)
 	})
 
 	t.Run("TheContextIsTheDeliverys", func(t *testing.T) {
