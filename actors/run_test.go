@@ -40,10 +40,9 @@ func TestRun(t *testing.T) {
 		}))
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		store := runStore(t, schema)
 		done := make(chan error, 1)
-		go func() {
-			done <- Run(runCtx, runStore(t, schema), RunOptions{Runtime: RuntimeOptions{Logger: testLogger()}}, o)
-		}()
+		go func() { done <- Run(runCtx, store, RunOptions{Runtime: RuntimeOptions{Logger: testLogger()}}, o) }()
 		<-handled
 		cancel()
 		require.NoError(t, <-done, "a clean stop on the context's end returns nil")
