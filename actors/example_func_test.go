@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
@@ -96,4 +98,41 @@ func ExampleRouter() {
 	fmt.Println("balance", balance)
 	_ = actors.GroupOptions{Subscription: "balances", Category: "account", Buckets: 16, Handler: r.Props()}
 	// Output: balance 7
+}
+
+// Run runs a service's subscriptions until its context ends, then stops
+// them gracefully: with signal.NotifyContext(ctx, os.Interrupt,
+// syscall.SIGTERM) as its context, it is the whole shutdown story.
+// examples/quickstart is the whole program.
+func ExampleRun() {
+	ctx, stop := context.WithCancel(context.Background()) // signal.NotifyContext in a service
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	store, err := eventsource.New(pool, eventsource.Config{Schema: "example_run"})
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Exec(context.Background(), `DROP SCHEMA example_run CASCADE`) //nolint:errcheck
+
+	var handler actors.Router
+	actors.On(&handler, "Deposited", func(ctx context.Context, d *actors.Delivery, e deposited) error {
+		fmt.Println(d.Event.Stream, "deposited", e.Amount)
+		stop() // here, to end the example
+		return nil
+	})
+	err = actors.Run(ctx, store, actors.RunOptions{
+		Started: func(*actors.Runtime, []*actors.Group) {
+			_, _ = store.Append(ctx, "account-42", eventsource.Any, []eventsource.EventData{
+				{Type: "Deposited", Data: []byte(`{"amount":10}`)},
+			})
+		},
+	}, actors.GroupOptions{Subscription: "balances", Category: "account", Buckets: 16, Handler: handler.Props()})
+	fmt.Println("stopped:", err)
+	// Output:
+	// account-42 deposited 10
+	// stopped: <nil>
 }

@@ -67,6 +67,30 @@ func TestRun(t *testing.T) {
 		require.Zero(t, members, "the worker left the membership")
 	})
 
+	t.Run("BoundsTheGracefulStopByStopTimeout", func(t *testing.T) {
+		t.Parallel()
+		admin, schema := newTestStore(t)
+		appendOne(t, admin, "acct-1", "Deposited", `{"amount":10}`)
+		blocked := make(chan struct{})
+		o := groupOpts("run-bounded", 1, nil, "w")
+		o.HandlerTimeout = time.Hour
+		o.Handler = Func(func(ctx context.Context, d *Delivery) error {
+			close(blocked)
+			<-ctx.Done() // until the stop gives up and stops the reader
+			return ctx.Err()
+		})
+		runCtx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		store := runStore(t, schema)
+		done := make(chan error, 1)
+		go func() { done <- Run(runCtx, store, RunOptions{StopTimeout: 300 * time.Millisecond}, o) }()
+		<-blocked
+		cancel()
+		err := <-done
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Contains(t, err.Error(), "kumi: graceful stop within 300ms")
+	})
+
 	t.Run("ReturnsWhenAGroupEndsOnItsOwnAndStopsTheOthers", func(t *testing.T) {
 		t.Parallel()
 		_, schema := newTestStore(t)
