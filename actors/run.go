@@ -22,7 +22,9 @@ type RunOptions struct {
 	// Runtime configures the runtime Run starts.
 	Runtime RuntimeOptions
 	// System is the actor system to run on; nil makes one whose protoactor
-	// logs go to Runtime.Logger (or slog's default), dead letters at Debug.
+	// logs go to Runtime.Logger (or slog's default), dead letters at Debug,
+	// and shuts it down when Run returns. A system given here is left
+	// running.
 	System *actor.ActorSystem
 	// StopTimeout bounds the graceful stop once the context ends: readers
 	// finish their in-flight events, flush their checkpoints and release
