@@ -23,11 +23,19 @@ func TestREADMEShowsThisProgram(t *testing.T) {
 	require.NoError(t, err)
 	self, err := os.ReadFile("main.go")
 	require.NoError(t, err)
-	var blocks []string
+	want := strings.Split(string(self), "\n")
 	for _, part := range strings.Split(string(readme), "```go\n")[1:] {
-		blocks = append(blocks, part[:strings.Index(part, "```")])
+		block := strings.Split(part[:strings.Index(part, "```")], "\n")
+		if block[0] != want[0] {
+			continue
+		}
+		for i := range min(len(block), len(want)) {
+			require.Equal(t, want[i], block[i], "README.md's embedding program differs from examples/quickstart/main.go at its line %d: copy the file into README.md", i+1)
+		}
+		require.Equal(t, len(want), len(block), "README.md's embedding program and examples/quickstart/main.go differ in length")
+		return
 	}
-	require.Contains(t, blocks, string(self), "README.md's embedding program differs from examples/quickstart/main.go: copy the file into the README")
+	t.Fatalf("README.md has no Go block that starts as examples/quickstart/main.go does (%q): copy the file into README.md", want[0])
 }
 
 // Run as README.md says (-once), it handles the event it appended and exits.
