@@ -4,25 +4,36 @@
 //
 // # Using it
 //
-// A service creates (or already has) a protoactor [actor.ActorSystem], a
-// pgx pool and an [eventsource.Store], starts one [Runtime] per process with
-// [NewRuntime], and a [Group] per subscription with [Runtime.StartGroup],
-// giving the props of its Handler actor. Every process that starts the same
-// subscription shares its buckets: start the binary N times and the workers
-// divide the buckets among themselves through leases in PostgreSQL.
-// [Group.Stop] is graceful: readers finish their in-flight event, flush their
-// checkpoints and release their leases, so the others take over at once.
+// The shortest path is [Run]: given an [eventsource.Store] and a
+// [GroupOptions] per subscription, it starts a [Runtime] and a [Group] for
+// each, runs them until its context ends (signal.NotifyContext), and then
+// stops them gracefully within a bounded time. Every process that runs the
+// same subscription shares its buckets: start the binary N times and the
+// workers divide the buckets among themselves through leases in PostgreSQL.
 //
-// # The Handler contract
+// For more control, start one [Runtime] per process with [NewRuntime], on
+// your own protoactor [actor.ActorSystem], and a [Group] per subscription
+// with [Runtime.StartGroup]. [Group.Stop] is graceful: readers finish their
+// in-flight event, flush their checkpoints and release their leases, so the
+// others take over at once.
 //
-// The handler actor receives a [*Delivery] for each event of the buckets
+// # Handlers
+//
+// A group's Handler is the props of an actor. [Func] makes one from a
+// function, func(ctx, *Delivery) error ([HandlerFunc]): nil acks, an error
+// retries, a [Permanent] error dead-letters at once, a panic is a retry
+// that says where it panicked. [Typed] decodes the event's JSON data into a
+// Go type first, and a [Router] calls a function per event type ([On]); data
+// that does not decode is dead-lettered at once with a [*DecodeError].
+//
+// An actor of your own receives a [*Delivery] for each event of the buckets
 // this worker owns — one event at a time per bucket, so per-stream order
 // holds — and answers with ctx.Respond: [Ack], [Retry] (after a delay, within
 // the group's [RetryPolicy]) or [DeadLetter]. A panic or no answer within
 // HandlerTimeout counts as a retry; when the retry budget is spent the event
 // goes to the dead-letter table and the bucket moves on. A handler whose
 // writes go to the same database can make them exactly-once with
-// [CommitWithCheckpoint].
+// [CommitWithCheckpoint]; a function handler returns its error.
 //
 // # The actors
 //

@@ -9,7 +9,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -76,8 +75,8 @@ type GroupOptions struct {
 	BatchSize int
 	// QueueCapacity bounds each reader's queue of live batches. Default 256.
 	QueueCapacity int
-	// Overflow is what a full queue does; default PauseAndResume.
-	Overflow overflow.Policy
+	// Overflow is what a full queue does; default [PauseAndResume].
+	Overflow OverflowPolicy
 	// MaxInFlight is how many events of a bucket may be with the handler at
 	// once. Events of one stream are always delivered one at a time, in
 	// order; raising it lets events of other streams go ahead, which pays

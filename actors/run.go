@@ -1,0 +1,172 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/observability"
+)
+
+// StopTimeoutDefault bounds [Run]'s graceful stop.
+const StopTimeoutDefault = 30 * time.Second
+
+// RunOptions configure [Run]. Zero values mean defaults.
+type RunOptions struct {
+	// Runtime configures the runtime Run starts.
+	Runtime RuntimeOptions
+	// System is the actor system to run on; nil makes one whose protoactor
+	// logs go to Runtime.Logger (or slog's default), dead letters at Debug,
+	// and shuts it down when Run returns. A system given here is left
+	// running.
+	System *actor.ActorSystem
+	// StopTimeout bounds the graceful stop once the context ends: readers
+	// finish their in-flight events, flush their checkpoints and release
+	// their leases within it, or are stopped without waiting further.
+	// Default 30 s (StopTimeoutDefault).
+	StopTimeout time.Duration
+	// Started, if set, is called once every group has started, before Run
+	// waits: a place to keep the runtime and groups for a status page.
+	Started func(rt *Runtime, groups []*Group)
+}
+
+// ErrGroupEnded is returned by [Run] (wrapped, with the group's own error
+// when it has one) when a group ends before Run's context does.
+var ErrGroupEnded = errors.New("kumi: a group ended on its own")
+
+// Run runs a service's subscriptions until ctx ends, then stops them
+// gracefully: it starts a [Runtime] on store and a [Group] for each of
+// groups, waits, and stops the groups (together) and then the runtime,
+// within opts.StopTimeout. With [os/signal.NotifyContext] it is the whole
+// shutdown story:
+//
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	err := actors.Run(ctx, store, actors.RunOptions{}, groups...)
+//
+// Run returns nil after a clean stop on ctx's end. It returns at once the
+// first error that prevents a start (invalid options, named by field, as
+// groups[i].Field; the database), after stopping what it had started. If a
+// group ends before ctx does (a failure nothing restarts), Run stops the
+// others and returns [ErrGroupEnded] wrapping the group's error. A stop that
+// runs out of StopTimeout adds its error (context.DeadlineExceeded).
+func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups ...GroupOptions) error {
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = StopTimeoutDefault
+	}
+	if opts.StopTimeout < 0 {
+		return &OptionError{"StopTimeout", opts.StopTimeout, "must be positive"}
+	}
+	if len(groups) == 0 {
+		return &OptionError{"groups", 0, "Run needs at least one GroupOptions"}
+	}
+	for i, o := range groups {
+		var oe *OptionError
+		if err := o.WithDefaults().Validate(); errors.As(err, &oe) {
+			return &OptionError{fmt.Sprintf("groups[%d].%s", i, oe.Field), oe.Value, oe.Reason}
+		}
+	}
+	system := opts.System
+	if system == nil {
+		system = actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(opts.Runtime.Logger)))
+		defer system.Shutdown()
+	}
+	rt, err := NewRuntime(ctx, system, store, opts.Runtime)
+	if err != nil {
+		return err
+	}
+	stop := func(cause error, started []*Group) error {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.StopTimeout)
+		defer cancel()
+		err := stopAll(stopCtx, rt, started)
+		if err != nil && stopCtx.Err() != nil {
+			err = fmt.Errorf("kumi: graceful stop within %v: %w", opts.StopTimeout, err)
+		}
+		return joinDistinct(cause, err)
+	}
+	started := make([]*Group, 0, len(groups))
+	for i, o := range groups {
+		gr, err := rt.StartGroup(ctx, o)
+		if err != nil {
+			return stop(fmt.Errorf("kumi: start groups[%d] (%s): %w", i, o.Subscription, err), started)
+		}
+		started = append(started, gr)
+	}
+	if opts.Started != nil {
+		opts.Started(rt, started)
+	}
+	waiting, cancel := context.WithCancel(ctx)
+	defer cancel()
+	select {
+	case <-ctx.Done():
+		return stop(nil, started)
+	case gr := <-firstDone(waiting, started):
+		return stop(ended(gr), started)
+	}
+}
+
+// firstDone returns a channel that receives the first of groups to end;
+// its goroutines end with ctx or when a group ends.
+func firstDone(ctx context.Context, groups []*Group) <-chan *Group {
+	out := make(chan *Group, len(groups))
+	for _, gr := range groups {
+		go func() {
+			select {
+			case <-gr.Done():
+				out <- gr
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return out
+}
+
+// ended is the error of a group that ended on its own.
+func ended(gr *Group) error {
+	if err := groupErr(gr); err != nil {
+		return fmt.Errorf("%w: subscription %s: %w", ErrGroupEnded, gr.g.opts.Subscription, err)
+	}
+	return fmt.Errorf("%w: subscription %s", ErrGroupEnded, gr.g.opts.Subscription)
+}
+
+// groupErr returns why a group ended (nil after a clean stop): what
+// Group.Err returns where the group has one.
+func groupErr(gr *Group) error {
+	gr.g.mu.Lock()
+	defer gr.g.mu.Unlock()
+	return gr.g.err
+}
+
+// stopAll stops the groups, together, then the runtime.
+func stopAll(ctx context.Context, rt *Runtime, groups []*Group) error {
+	errs := make([]error, len(groups)+1)
+	var wg sync.WaitGroup
+	for i, gr := range groups {
+		wg.Go(func() { errs[i] = gr.Stop(ctx) })
+	}
+	wg.Wait()
+	errs[len(groups)] = rt.Stop(ctx)
+	return joinDistinct(errs...)
+}
+
+// joinDistinct joins the errors, each once: a group that ended on an error
+// returns it again from its Stop, and every step of a stop that ran out of
+// time returns the same ctx.Err().
+func joinDistinct(errs ...error) error {
+	var out []error
+	for _, err := range errs {
+		if err != nil && !slices.ContainsFunc(out, func(e error) bool { return errors.Is(e, err) }) {
+			out = append(out, err)
+		}
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return errors.Join(out...)
+}

@@ -1,0 +1,140 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// runStore is a store on a pool of its own, as a service's would be.
+func runStore(t *testing.T, schema string) *eventsource.Store {
+	t.Helper()
+	store, err := eventsource.New(pgtest.NewPool(t, 12), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	return store
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+
+	t.Run("StopsGracefullyWhenItsContextEnds", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		admin, schema := newTestStore(t)
+		id := appendOne(t, admin, "acct-1", "Deposited", `{"amount":10}`)
+		handled := make(chan struct{})
+		o := groupOpts("run-graceful", 4, nil, "w")
+		o.Worker = "w"
+		// Only the graceful stop writes the checkpoint.
+		o.CheckpointEvery, o.CheckpointInterval = 1000, time.Hour
+		o.Handler = Func(Typed(func(ctx context.Context, d *Delivery, v deposit) error {
+			close(handled)
+			return nil
+		}))
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		store := runStore(t, schema)
+		done := make(chan error, 1)
+		go func() { done <- Run(runCtx, store, RunOptions{Runtime: RuntimeOptions{Logger: testLogger()}}, o) }()
+		<-handled
+		cancel()
+		require.NoError(t, <-done, "a clean stop on the context's end returns nil")
+
+		ev, err := admin.ReadStream(ctx, "acct-1", 0, 1)
+		require.NoError(t, err)
+		require.Equal(t, id, ev[0].ID)
+		cps, err := admin.Checkpoints(ctx, "run-graceful")
+		require.NoError(t, err)
+		var flushed int64
+		for _, c := range cps {
+			flushed = max(flushed, c.Position)
+		}
+		require.Equal(t, ev[0].Position, flushed, "the stop flushed the checkpoint")
+		q := pgx.Identifier{schema}.Sanitize()
+		var owned, members int
+		require.NoError(t, admin.Pool().QueryRow(ctx, `SELECT count(*) FROM `+q+`.lease_buckets
+			WHERE subscription = 'run-graceful' AND owner IS NOT NULL`).Scan(&owned))
+		require.NoError(t, admin.Pool().QueryRow(ctx, `SELECT count(*) FROM `+q+`.lease_members
+			WHERE subscription = 'run-graceful'`).Scan(&members))
+		require.Zero(t, owned, "every lease released")
+		require.Zero(t, members, "the worker left the membership")
+	})
+
+	t.Run("BoundsTheGracefulStopByStopTimeout", func(t *testing.T) {
+		t.Parallel()
+		admin, schema := newTestStore(t)
+		appendOne(t, admin, "acct-1", "Deposited", `{"amount":10}`)
+		blocked := make(chan struct{})
+		o := groupOpts("run-bounded", 1, nil, "w")
+		o.HandlerTimeout = time.Hour
+		o.Handler = Func(func(ctx context.Context, d *Delivery) error {
+			close(blocked)
+			<-ctx.Done() // until the stop gives up and stops the reader
+			return ctx.Err()
+		})
+		runCtx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		store := runStore(t, schema)
+		done := make(chan error, 1)
+		go func() { done <- Run(runCtx, store, RunOptions{StopTimeout: 300 * time.Millisecond}, o) }()
+		<-blocked
+		cancel()
+		err := <-done
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Contains(t, err.Error(), "kumi: graceful stop within 300ms")
+	})
+
+	t.Run("ReturnsWhenAGroupEndsOnItsOwnAndStopsTheOthers", func(t *testing.T) {
+		t.Parallel()
+		_, schema := newTestStore(t)
+		a, b := groupOpts("run-a", 1, newRecorder(), "w"), groupOpts("run-b", 1, newRecorder(), "w")
+		var others *Group
+		err := Run(context.Background(), runStore(t, schema), RunOptions{Started: func(rt *Runtime, groups []*Group) {
+			require.Len(t, groups, 2)
+			others = groups[1]
+			groups[0].Abort()
+		}}, a, b)
+		require.ErrorIs(t, err, ErrGroupEnded)
+		require.Contains(t, err.Error(), "subscription run-a")
+		select {
+		case <-others.Done():
+		default:
+			t.Fatal("the other group still runs")
+		}
+	})
+
+	t.Run("RefusesInvalidOptionsNamingTheGroupAndField", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		var oe *OptionError
+		err := Run(ctx, nil, RunOptions{})
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "groups", oe.Field)
+		bad := groupOpts("run-bad", 0, nil, "w")
+		err = Run(ctx, nil, RunOptions{}, groupOpts("run-ok", 1, nil, "w"), bad)
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "groups[1].Buckets", oe.Field)
+		err = Run(ctx, nil, RunOptions{StopTimeout: -time.Second}, bad)
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, "StopTimeout", oe.Field)
+	})
+
+	t.Run("AFailedStartStopsWhatStarted", func(t *testing.T) {
+		t.Parallel()
+		_, schema := newTestStore(t)
+		store := runStore(t, schema)
+		a := groupOpts("run-start", 1, nil, "w")
+		b := groupOpts("run-start", 2, nil, "w") // the same subscription with another N
+		err := Run(context.Background(), store, RunOptions{}, a, b)
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "start groups[1] (run-start)")
+		require.False(t, errors.Is(err, ErrGroupEnded))
+	})
+}
