@@ -262,7 +262,9 @@ func diff(prev, cur worker.Inspection) []Change {
 		prevMembers[m.Worker] = true
 	}
 	curMembers := map[string]string{} // worker -> its state, for evidence
+	sessionGone := map[string]bool{}  // a session member whose buckets may go at once
 	for _, m := range cur.Members {
+		sessionGone[m.Worker] = m.SessionGone
 		state := "is still a live member"
 		switch {
 		case m.SessionGone:
@@ -318,6 +320,12 @@ func diff(prev, cur worker.Inspection) []Change {
 		case p.Owner == c.Owner:
 			add(Change{Kind: kindReclaim, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
 				Evidence: fmt.Sprintf("epoch %d -> %d", p.Epoch, c.Epoch)})
+		case p.Live && p.Expires.After(cur.Now) && !sessionGone[p.Owner]:
+			// Nothing takes a live lease but a handoff: it was claimed
+			// and handed over between the two looks.
+			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
+				Evidence: fmt.Sprintf("claimed and handed over between two looks; %s's lease ran until %s",
+					p.Owner, clock(p.Expires))})
 		default:
 			add(Change{Kind: kindSteal, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
 				Evidence: stealEvidence(p, cur.Now, curMembers)})
@@ -333,7 +341,7 @@ func stealEvidence(p worker.BucketRow, now time.Time, members map[string]string)
 	switch {
 	case !p.Live:
 		ev = append(ev, fmt.Sprintf("%s's lease had expired at %s", p.Owner, clock(p.Expires)))
-	case p.Expires.Before(now):
+	case !p.Expires.After(now):
 		ev = append(ev, fmt.Sprintf("%s's lease expired at %s", p.Owner, clock(p.Expires)))
 	default:
 		ev = append(ev, fmt.Sprintf("%s's lease ran until %s", p.Owner, clock(p.Expires)))

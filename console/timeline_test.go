@@ -22,7 +22,7 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 	member := func(w string, live bool) leasestore.Member { return leasestore.Member{Worker: w, Live: live} }
 	later := t0.Add(time.Minute)
 	prev := worker.Inspection{Subscription: "s", Now: t0,
-		Members: []leasestore.Member{member("a", true), member("b", true), member("gone", true)},
+		Members: []leasestore.Member{member("a", true), member("b", true), member("gone", true), member("s", true)},
 		Rows: []worker.BucketRow{
 			row(0, "", 0, time.Time{}, ""),              // claimed by c
 			row(1, "a", 3, t0.Add(time.Second), "b"),    // handed over to b
@@ -30,9 +30,12 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 			row(3, "a", 5, t0.Add(time.Second), ""),     // released
 			row(4, "a", 6, t0.Add(time.Second), ""),     // b places a claim; the lease expires
 			row(5, "b", 7, t0.Add(30*time.Second), ""),  // unchanged
+			row(6, "a", 8, t0.Add(time.Hour), ""),       // handed over between two looks
+			row(7, "s", 9, t0.Add(time.Hour), ""),       // stolen: s's session is gone
 		}}
 	cur := worker.Inspection{Subscription: "s", Now: later,
-		Members: []leasestore.Member{member("a", true), member("b", true), member("c", true)},
+		Members: []leasestore.Member{member("a", true), member("b", true), member("c", true),
+			{Worker: "s", Live: true, SessionGone: true}},
 		Rows: []worker.BucketRow{
 			row(0, "c", 1, later.Add(time.Minute), ""),
 			row(1, "b", 4, later.Add(time.Minute), ""),
@@ -40,6 +43,8 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 			row(3, "", 5, time.Time{}, ""),
 			row(4, "a", 6, t0.Add(time.Second), "b"),
 			row(5, "b", 7, t0.Add(30*time.Second), ""),
+			row(6, "b", 9, later.Add(time.Minute), ""),
+			row(7, "b", 10, later.Add(time.Minute), ""),
 		}}
 	cur.Rows[4].Live = false
 	got := map[string]Change{}
@@ -51,7 +56,7 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 		}
 		got[key] = ch
 	}
-	require.Len(t, got, 8, "%v", got)
+	require.Len(t, got, 10, "%v", got)
 	require.Equal(t, Change{At: later, Kind: kindJoin, Bucket: -1, To: "c"}, got["join"])
 	require.Equal(t, Change{At: later, Kind: kindLeave, Bucket: -1, From: "gone"}, got["leave"])
 	require.Equal(t, "c", got["claim0"].To)
@@ -66,13 +71,16 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 	require.Equal(t, "a", got["release3"].From)
 	require.Equal(t, "b", got["request4"].To)
 	require.Contains(t, got["expire4"].Evidence, "lease expired at 03:04:06.000")
+	require.Contains(t, got["handoff6"].Evidence, "between two looks", "a live lease moves only by handoff: %v", got)
+	require.Equal(t, "s", got["steal7"].From)
+	require.Contains(t, got["steal7"].Evidence, "s has lost its session")
 
 	h := newHistory()
 	first, since := h.observe(prev)
 	require.Empty(t, first)
 	require.Equal(t, t0, since)
 	all, _ := h.observe(cur)
-	require.Len(t, all, 8)
+	require.Len(t, all, 10)
 	again, _ := h.observe(prev)
-	require.Len(t, again, 8, "an older look than the last is not diffed")
+	require.Len(t, again, 10, "an older look than the last is not diffed")
 }

@@ -151,7 +151,7 @@
       }));
 
       const letters = document.getElementById('letters');
-      letters.textContent = s.pending_dead_letters + (s.pending_dead_letters_more ? '+' : '') + ' pending dead letters';
+      letters.textContent = 'pending dead letters: ' + s.pending_dead_letters + (s.pending_dead_letters_more ? '+' : '');
 
       document.getElementById('since').textContent = new Date(s.watching_since).toISOString();
       const tl = document.getElementById('timeline');
