@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -46,9 +49,19 @@ type Options struct {
 	// actions are allowed (the console cannot run a service's handler by
 	// itself).
 	Replay ReplayFunc
+	// Hosts, when not empty, are the only host names (the Host header,
+	// without its port) the console answers; others get 421. It defends a
+	// console on loopback without a token against DNS rebinding, where a
+	// web page's own host name resolves to 127.0.0.1. `kumi console` sets
+	// it to localhost, 127.0.0.1 and ::1 when it listens on loopback.
+	Hosts []string
 	// Logger receives one record per action; nil uses slog.Default().
 	Logger *slog.Logger
 }
+
+// LoopbackHosts are the names of a console that serves on loopback: the
+// [Options.Hosts] of `kumi console` on a loopback address.
+var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // OptionError reports an invalid [Options] field, naming it and the valid
 // range.
@@ -96,6 +109,11 @@ func New(opts Options) (*Console, error) {
 			return nil, &OptionError{fmt.Sprintf("Categories[%q]", sub), err.Error()}
 		}
 	}
+	for i, h := range opts.Hosts {
+		if h == "" || strings.ContainsAny(h, ":/[] ") && net.ParseIP(h) == nil {
+			return nil, &OptionError{fmt.Sprintf("Hosts[%d]", i), fmt.Sprintf("%q: must be a host name or an IP address, without a port", h)}
+		}
+	}
 	if opts.Token != "" {
 		if n := len(opts.Token); n < 16 || n > 256 {
 			return nil, &OptionError{"Token", fmt.Sprintf("%d bytes: must be 16 to 256 bytes (or empty for no token)", n)}
@@ -131,6 +149,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cache-Control", "no-store")
+	if len(c.opts.Hosts) > 0 && !slices.Contains(c.opts.Hosts, hostOf(r.Host)) {
+		c.log.Warn("console request refused: unexpected Host", "host", r.Host, "remote", r.RemoteAddr)
+		http.Error(w, "this console does not answer to host "+strconv.Quote(r.Host), http.StatusMisdirectedRequest)
+		return
+	}
 	if c.opts.Token != "" && !c.authorized(w, r) {
 		return
 	}
@@ -161,6 +184,14 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	http.Error(w, "unauthorized: this console needs its token, as the header \"Authorization: Bearer TOKEN\" "+
 		"or once in the address as ?token=TOKEN", http.StatusUnauthorized)
 	return false
+}
+
+// hostOf is a Host header's name without its port or IPv6 brackets.
+func hostOf(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.Trim(hostport, "[]")
 }
 
 func (c *Console) tokenIs(s string) bool {

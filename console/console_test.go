@@ -289,6 +289,31 @@ func TestTheTokenGuardsEveryRequest(t *testing.T) {
 	require.Equal(t, http.StatusOK, do(t, req).status)
 }
 
+func TestHostsRefuseOtherHostNames(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, srv := f.serve(t, Options{Hosts: LoopbackHosts})
+	for host, want := range map[string]int{
+		"":                    http.StatusOK, // the server's own, 127.0.0.1:port
+		"localhost:7070":      http.StatusOK,
+		"[::1]:7070":          http.StatusOK,
+		"rebind.example":      http.StatusMisdirectedRequest,
+		"rebind.example:7070": http.StatusMisdirectedRequest,
+		"127.0.0.1.nip.io:80": http.StatusMisdirectedRequest,
+	} {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/api/overview", nil)
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		require.Equal(t, want, do(t, req).status, host)
+	}
+	_, err := New(Options{Store: f.store, Hosts: []string{"localhost:80"}})
+	var oe *OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "Hosts[0]", oe.Field)
+}
+
 func TestActionsAreRefusedUnlessEnabled(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/kumi-run/kumi/console"
@@ -38,6 +39,15 @@ func (c *consoleCmd) Run(e *env) error {
 			return (&dlReplayCmd{Subscription: sub, Exec: c.ReplayExec}).handler(e)(ctx, ev)
 		}
 	}
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return usageErrorf("--listen %s: %v", c.Listen, err)
+	}
+	if isLoopback(host) {
+		// Only loopback names: a web page whose host name resolves to
+		// 127.0.0.1 (DNS rebinding) gets nothing.
+		opts.Hosts = append(slices.Clone(console.LoopbackHosts), host)
+	}
 	h, err := console.New(opts)
 	if err != nil {
 		var oe *console.OptionError
@@ -50,7 +60,7 @@ func (c *consoleCmd) Run(e *env) error {
 	if err != nil {
 		return usageErrorf("--listen %s: %v", c.Listen, err)
 	}
-	if host, _, _ := net.SplitHostPort(c.Listen); c.Token == "" && !isLoopback(host) {
+	if c.Token == "" && !isLoopback(host) {
 		log.Warn("the console serves beyond loopback without a token: anyone who reaches it sees the subscriptions",
 			"listen", c.Listen)
 	}

@@ -44,6 +44,14 @@ func TestConsoleServesReadOnlyOnLoopbackAndStopsOnSIGINT(t *testing.T) {
 	require.Contains(t, string(body), `"owner":"worker-a"`)
 	require.Contains(t, string(body), `"category":"acct"`)
 
+	req, err := http.NewRequest(http.MethodGet, url+"api/s/orders", nil)
+	require.NoError(t, err)
+	req.Host = "rebind.example:7070"
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode, "on loopback, only loopback host names (DNS rebinding)")
+
 	resp, err = http.Post(url+"api/s/orders/buckets/0/relinquish", "text/plain", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
