@@ -235,6 +235,8 @@ func TestTheConsoleInARealBrowser(t *testing.T) {
 
 		b.run(t, chromedp.Navigate(rw.URL+"/s/live"))
 		b.waitFor(t, `document.querySelectorAll('#map .cell').length === 12`, "the map is back")
+		b.waitFor(t, `![...document.querySelectorAll('#map .cell .b')].some(b => b.textContent.includes('→'))`,
+			"no handoff is pending (relinquish refuses a bucket that has one)")
 		b.run(t, chromedp.Click(chromedp.CSS(`#map .cell[data-owner="alpha"]`)))
 		b.run(t, chromedp.Click(chromedp.ID("relinquish")))
 		b.waitFor(t, `document.querySelector('#outcome') !== null`, "the relinquish is answered")

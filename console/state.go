@@ -261,10 +261,14 @@ func diff(prev, cur worker.Inspection) []Change {
 	for _, m := range prev.Members {
 		prevMembers[m.Worker] = true
 	}
-	curMembers := map[string]string{} // worker -> its state, for evidence
-	sessionGone := map[string]bool{}  // a session member whose buckets may go at once
+	curMembers := map[string]string{}   // worker -> its state, for evidence
+	sessionGone := map[string]bool{}    // a session member whose buckets may go at once
+	heartbeat := map[string]time.Time{} // a live member's last heartbeat
 	for _, m := range cur.Members {
 		sessionGone[m.Worker] = m.SessionGone
+		if m.Live && !m.SessionGone {
+			heartbeat[m.Worker] = m.Heartbeat
+		}
 		state := "is still a live member"
 		switch {
 		case m.SessionGone:
@@ -326,6 +330,12 @@ func diff(prev, cur worker.Inspection) []Change {
 			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
 				Evidence: fmt.Sprintf("claimed and handed over between two looks; %s's lease ran until %s",
 					p.Owner, clock(p.Expires))})
+		case p.Live && heartbeat[p.Owner].After(p.Expires):
+			// The owner kept passing after the expiry last seen, so it
+			// renewed the lease then: only a handoff took it.
+			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
+				Evidence: fmt.Sprintf("claimed and handed over between two looks; %s was still renewing (heartbeat at %s)",
+					p.Owner, clock(heartbeat[p.Owner]))})
 		default:
 			add(Change{Kind: kindSteal, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
 				Evidence: stealEvidence(p, cur.Now, curMembers)})

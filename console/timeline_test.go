@@ -32,9 +32,10 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 			row(5, "b", 7, t0.Add(30*time.Second), ""),  // unchanged
 			row(6, "a", 8, t0.Add(time.Hour), ""),       // handed over between two looks
 			row(7, "s", 9, t0.Add(time.Hour), ""),       // stolen: s's session is gone
+			row(8, "a", 11, t0.Add(time.Second), ""),    // expiry passed, but a renewed and handed over
 		}}
 	cur := worker.Inspection{Subscription: "s", Now: later,
-		Members: []leasestore.Member{member("a", true), member("b", true), member("c", true),
+		Members: []leasestore.Member{{Worker: "a", Live: true, Heartbeat: later}, member("b", true), member("c", true),
 			{Worker: "s", Live: true, SessionGone: true}},
 		Rows: []worker.BucketRow{
 			row(0, "c", 1, later.Add(time.Minute), ""),
@@ -45,6 +46,7 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 			row(5, "b", 7, t0.Add(30*time.Second), ""),
 			row(6, "b", 9, later.Add(time.Minute), ""),
 			row(7, "b", 10, later.Add(time.Minute), ""),
+			row(8, "b", 12, later.Add(time.Minute), ""),
 		}}
 	cur.Rows[4].Live = false
 	got := map[string]Change{}
@@ -56,7 +58,7 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 		}
 		got[key] = ch
 	}
-	require.Len(t, got, 10, "%v", got)
+	require.Len(t, got, 11, "%v", got)
 	require.Equal(t, Change{At: later, Kind: kindJoin, Bucket: -1, To: "c"}, got["join"])
 	require.Equal(t, Change{At: later, Kind: kindLeave, Bucket: -1, From: "gone"}, got["leave"])
 	require.Equal(t, "c", got["claim0"].To)
@@ -74,13 +76,14 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 	require.Contains(t, got["handoff6"].Evidence, "between two looks", "a live lease moves only by handoff: %v", got)
 	require.Equal(t, "s", got["steal7"].From)
 	require.Contains(t, got["steal7"].Evidence, "s has lost its session")
+	require.Contains(t, got["handoff8"].Evidence, "a was still renewing", "an owner that renewed past the expiry seen handed over: %v", got)
 
 	h := newHistory()
 	first, since := h.observe(prev)
 	require.Empty(t, first)
 	require.Equal(t, t0, since)
 	all, _ := h.observe(cur)
-	require.Len(t, all, 10)
+	require.Len(t, all, 11)
 	again, _ := h.observe(prev)
-	require.Len(t, again, 10, "an older look than the last is not diffed")
+	require.Len(t, again, 11, "an older look than the last is not diffed")
 }
