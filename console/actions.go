@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/worker"
 )
 
 // refusal is an action the console will not take, and why: its status is
@@ -35,7 +36,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, action string, att
 		if errors.As(err, &ref) {
 			status = ref.status
 		}
-		c.log.Warn("console action refused or failed", append(attrs, "status", status, "err", err.Error())...)
+		c.log.Warn("console action refused or failed", append(attrs, "status", status, "err", worker.RedactURL(err.Error()))...)
 		writeError(w, status, err.Error())
 		return
 	}

@@ -59,7 +59,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, p p
 	}
 	var buf bytes.Buffer
 	if err := c.pages[p.Name].Execute(&buf, p); err != nil {
-		c.log.Error("console: render", "page", p.Name, "err", err)
+		c.log.Error("console: render", "page", p.Name, "err", worker.RedactURL(err.Error()))
 		http.Error(w, "console: internal error rendering the page", http.StatusInternalServerError)
 		return
 	}
