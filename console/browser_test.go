@@ -192,8 +192,7 @@ func TestTheConsoleInARealBrowser(t *testing.T) {
 	_, ro := f.serve(t, Options{Categories: map[string]string{"live": "acct"}})
 	b := newBrowser(t)
 
-	alpha := startBrowserWorker(t, f.schema, "alpha")
-	_ = alpha
+	startBrowserWorker(t, f.schema, "alpha")
 	b.run(t, chromedp.Navigate(rw.URL+"/s/live"))
 	b.waitFor(t, `document.querySelectorAll('#map .cell').length === 12`, "the map shows the group's 12 buckets")
 	b.waitFor(t, owners+` === 'alpha'`, "alpha owns every bucket")
