@@ -21,13 +21,13 @@ const maxPendingCount = 1000
 // the ownership changes the console has seen.
 type State struct {
 	Subscription string    `json:"subscription"`
-	Category     string    `json:"category,omitempty"`
-	Now          time.Time `json:"now"` // the database's clock
-	Head         int64     `json:"head"`
-	Buckets      int       `json:"bucket_count"`
+	Category     string    `json:"category,omitempty"` // from Options.Categories; "" when unknown
+	Now          time.Time `json:"now"`                // the database's clock
+	Head         int64     `json:"head"`               // the store's last sequenced position
+	Buckets      int       `json:"bucket_count"`       // N; 0 before any worker started it
 	LiveMembers  int       `json:"live_members"`
-	Members      []Member  `json:"members"`
-	Rows         []Bucket  `json:"buckets"`
+	Members      []Member  `json:"members"` // by worker id
+	Rows         []Bucket  `json:"buckets"` // by bucket
 	// PendingLetters counts pending dead letters, up to 1000 (then
 	// PendingMore is set).
 	PendingLetters int  `json:"pending_dead_letters"`
@@ -41,33 +41,34 @@ type State struct {
 
 // Actions says which actions the console allows.
 type Actions struct {
-	Enabled bool `json:"enabled"`
-	Replay  bool `json:"replay"`
+	Enabled bool `json:"enabled"` // Options.AllowActions
+	Replay  bool `json:"replay"`  // enabled, and Options.Replay is set
 }
 
 // Member is one membership row.
 type Member struct {
-	Worker          string  `json:"worker"`
-	Kind            string  `json:"kind"`
-	Live            bool    `json:"live"`
-	SessionGone     bool    `json:"session_gone"`
-	HeartbeatAgeSec float64 `json:"heartbeat_age_seconds"`
-	ExpiresInSec    float64 `json:"expires_in_seconds"`
-	Owns            int     `json:"owns"`
+	Worker          string  `json:"worker"`                // the worker id
+	Kind            string  `json:"kind"`                  // "row" or "session"
+	Live            bool    `json:"live"`                  // unexpired, and its session held (session kind)
+	SessionGone     bool    `json:"session_gone"`          // session kind whose advisory lock nobody holds
+	HeartbeatAgeSec float64 `json:"heartbeat_age_seconds"` // since its last heartbeat
+	ExpiresInSec    float64 `json:"expires_in_seconds"`    // until its membership lapses (negative: lapsed)
+	Owns            int     `json:"owns"`                  // buckets it holds live
 }
 
-// Bucket is one bucket: its lease and its checkpoint.
+// Bucket is one bucket: its lease and its checkpoint. Durations are
+// judged against State.Now.
 type Bucket struct {
 	Bucket        int      `json:"bucket"`
-	Owner         string   `json:"owner"`
-	Live          bool     `json:"live"`
+	Owner         string   `json:"owner"` // "" when free
+	Live          bool     `json:"live"`  // the owner's lease is unexpired
 	Epoch         int64    `json:"epoch"`
-	ExpiresInSec  *float64 `json:"expires_in_seconds"`
-	ClaimWorker   string   `json:"claim_worker,omitempty"`
-	Checkpoint    int64    `json:"checkpoint"`
-	Lag           *int64   `json:"lag"` // null when the category is unknown
-	OldestLagSec  *float64 `json:"oldest_lag_seconds,omitempty"`
-	CheckpointAge *float64 `json:"checkpoint_age_seconds,omitempty"`
+	ExpiresInSec  *float64 `json:"expires_in_seconds"`               // until the lease expires; null when free
+	ClaimWorker   string   `json:"claim_worker,omitempty"`           // a pending handoff claim
+	Checkpoint    int64    `json:"checkpoint"`                       // the stored position, 0 when none
+	Lag           *int64   `json:"lag"`                              // events after the checkpoint; null when the category is unknown
+	OldestLagSec  *float64 `json:"oldest_lag_seconds,omitempty"`     // the age of the oldest of them
+	CheckpointAge *float64 `json:"checkpoint_age_seconds,omitempty"` // since the checkpoint was written
 }
 
 // inspect reads one subscription as State, and records the ownership
