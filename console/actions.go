@@ -1,0 +1,122 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/worker"
+)
+
+// refusal is an action the console will not take, and why: its status is
+// the HTTP answer (400 bad input, 404 unknown, 409 the state forbids it).
+type refusal struct {
+	status int
+	msg    string
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+func refuse(status int, format string, args ...any) error {
+	return &refusal{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// act runs one action, logs it and answers {"message": …} or {"error": …}.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, action string, attrs []any, do func(context.Context) (string, error)) {
+	attrs = append([]any{"action", action, "subscription", r.PathValue("sub"), "remote", r.RemoteAddr}, attrs...)
+	msg, err := do(r.Context())
+	if err != nil {
+		status := statusOf(err)
+		var ref *refusal
+		if errors.As(err, &ref) {
+			status = ref.status
+		}
+		c.log.Warn("console action refused or failed", append(attrs, "status", status, "err", worker.RedactURL(err.Error()))...)
+		writeError(w, status, err.Error())
+		return
+	}
+	c.log.Info("console action", append(attrs, "outcome", msg)...)
+	writeJSON(w, map[string]string{"message": msg})
+}
+
+// relinquishAction asks a bucket's owner to hand it over (leaseops.go).
+func (c *Console) relinquishAction(w http.ResponseWriter, r *http.Request) {
+	sub := r.PathValue("sub")
+	bucket, err := strconv.Atoi(r.PathValue("bucket"))
+	to := r.FormValue("to")
+	c.act(w, r, "relinquish", []any{"bucket", r.PathValue("bucket"), "to", to}, func(ctx context.Context) (string, error) {
+		if err != nil || bucket < 0 {
+			return "", refuse(http.StatusBadRequest, "bucket %q: buckets are numbered from 0", r.PathValue("bucket"))
+		}
+		return relinquish(ctx, c.opts.Store, sub, bucket, to)
+	})
+}
+
+// letterOf parses the event id of a letter action and reads the letter.
+func (c *Console) letterOf(ctx context.Context, r *http.Request) (eventsource.DeadLetter, error) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return eventsource.DeadLetter{}, refuse(http.StatusBadRequest, "%q is not an event id (a UUID)", r.PathValue("id"))
+	}
+	return c.opts.Store.DeadLetter(ctx, r.PathValue("sub"), id)
+}
+
+// replayAction replays one pending letter through Options.Replay, as `kumi
+// dead-letters replay --event ID` does: the letter is claimed for the
+// handler's duration and marked replayed when it succeeds; checkpoints are
+// never moved.
+func (c *Console) replayAction(w http.ResponseWriter, r *http.Request) {
+	c.act(w, r, "replay", []any{"event", r.PathValue("id")}, func(ctx context.Context) (string, error) {
+		if c.opts.Replay == nil {
+			return "", refuse(http.StatusForbidden, "replay is not available: the console has no replay handler "+
+				"(Options.Replay, or kumi console --replay-exec)")
+		}
+		d, err := c.letterOf(ctx, r)
+		if err != nil {
+			return "", err
+		}
+		if d.ReplayedAt != nil {
+			return "", refuse(http.StatusConflict, "event %s was already replayed at %s", d.EventID,
+				d.ReplayedAt.UTC().Format("2006-01-02T15:04:05Z"))
+		}
+		b := d.Bucket
+		n, err := c.opts.Store.ReplayDeadLetters(ctx, d.Subscription,
+			eventsource.DeadLetterFilter{Bucket: &b, After: d.Position - 1, Limit: 1},
+			func(ctx context.Context, ev eventsource.RecordedEvent) error {
+				if ev.ID != d.EventID {
+					return fmt.Errorf("expected event %s, was handed %s (another replay ran at once?)", d.EventID, ev.ID)
+				}
+				return c.opts.Replay(ctx, d.Subscription, ev)
+			})
+		if err != nil {
+			return "", fmt.Errorf("%w (the letter stays pending, its attempts counted)", err)
+		}
+		if n == 0 {
+			return "", refuse(http.StatusConflict, "event %s was not replayed: another replay holds it, or it was replayed meanwhile", d.EventID)
+		}
+		return fmt.Sprintf("replayed event %s (position %d); checkpoints unchanged", d.EventID, d.Position), nil
+	})
+}
+
+// discardAction deletes one letter (its event stays in the store).
+func (c *Console) discardAction(w http.ResponseWriter, r *http.Request) {
+	c.act(w, r, "discard", []any{"event", r.PathValue("id")}, func(ctx context.Context) (string, error) {
+		d, err := c.letterOf(ctx, r)
+		if err != nil {
+			return "", err
+		}
+		ok, err := c.opts.Store.DeleteDeadLetter(ctx, d.Subscription, d.EventID)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", refuse(http.StatusNotFound, "%q has no dead letter for event %s (discarded meanwhile?)", d.Subscription, d.EventID)
+		}
+		return fmt.Sprintf("discarded the dead letter of event %s; the event stays in the store", d.EventID), nil
+	})
+}

@@ -1,0 +1,229 @@
+// kumi console: polls the console's JSON every second and redraws the page.
+// Every value goes into the page as text (textContent), never as markup.
+'use strict';
+(function () {
+  const body = document.body;
+  const root = body.dataset.root;
+  const sub = body.dataset.sub;
+  const csrf = body.dataset.csrf;
+  const actionsOn = body.dataset.actions === 'true';
+  const seg = encodeURIComponent;
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = String(text);
+    return e;
+  }
+
+  function row(cells) {
+    const tr = el('tr');
+    for (const c of cells) {
+      const td = el('td');
+      if (c instanceof Node) td.append(c); else td.textContent = String(c);
+      tr.append(td);
+    }
+    return tr;
+  }
+
+  function link(href, text) {
+    const a = el('a', '', text);
+    a.href = href;
+    return a;
+  }
+
+  async function call(path, init) {
+    const resp = await fetch(root + path, Object.assign({ credentials: 'same-origin' }, init));
+    const body = await resp.json().catch(() => ({ error: 'HTTP ' + resp.status }));
+    if (!resp.ok) throw new Error(body.error || 'HTTP ' + resp.status);
+    return body;
+  }
+
+  function post(path) {
+    return call(path, { method: 'POST', headers: { 'X-Kumi-Csrf': csrf } });
+  }
+
+  // A worker's colour: a hue from a hash of its name, the same on every page.
+  function colour(worker) {
+    let h = 0;
+    for (const ch of worker) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+    return 'hsl(' + (h % 360) + ', 65%, 72%)';
+  }
+
+  function secs(s) {
+    const a = Math.abs(s);
+    if (a < 10) return a.toFixed(1) + ' s';
+    if (a < 3600) return Math.round(a) + ' s';
+    return (a / 3600).toFixed(1) + ' h';
+  }
+
+  function ago(s) { return secs(s) + ' ago'; }
+  function until(s) { return s >= 0 ? 'in ' + secs(s) : 'expired ' + ago(-s); }
+
+  const dot = document.getElementById('live');
+  function live(ok) { dot.className = 'live ' + (ok ? 'on' : 'off'); }
+
+  // poll calls fetchAndDraw now and a second after each call ends.
+  function poll(fetchAndDraw) {
+    const tick = () => fetchAndDraw()
+      .then(() => { live(true); showError(''); }, (e) => { live(false); showError(e.message); })
+      .finally(() => setTimeout(tick, 1000));
+    tick();
+  }
+
+  function showError(msg) {
+    const e = document.getElementById('error');
+    if (!e) return;
+    e.textContent = msg;
+    e.hidden = !msg;
+  }
+
+  // The overview: one row per subscription.
+  function overview() {
+    const tbody = document.getElementById('overview');
+    poll(async () => {
+      const subs = await call('api/overview');
+      if (!subs.length) {
+        const td = el('td', '', 'no subscriptions yet: no worker has started one in this schema');
+        td.colSpan = 6;
+        const tr = el('tr');
+        tr.append(td);
+        tbody.replaceChildren(tr);
+        return;
+      }
+      tbody.replaceChildren(...subs.map((s) => row([
+        link(root + 's/' + seg(s.subscription), s.subscription), s.buckets, s.held, s.live_members,
+        s.checkpoints,
+        s.pending_dead_letters ? link(root + 's/' + seg(s.subscription) + '/letters', s.pending_dead_letters) : '0',
+      ])));
+    });
+  }
+
+  // The subscription: the bucket map, its members, the timeline.
+  function subscription() {
+    let selected = null;
+    let state = null;
+    let outcome = null; // the last action's outcome: [bucket, class, text]
+    const map = document.getElementById('map');
+    map.addEventListener('click', (ev) => {
+      const cell = ev.target.closest('.cell');
+      if (!cell) return;
+      selected = Number(cell.dataset.bucket);
+      outcome = null;
+      draw();
+    });
+
+    function draw() {
+      const s = state;
+      const held = s.buckets.filter((b) => b.live).length;
+      document.getElementById('stats').textContent = s.bucket_count + ' buckets, ' + held + ' held, ' +
+        s.live_members + ' live members, head position ' + s.head + (s.category ? ', category ' + s.category : '') +
+        ' · database time ' + new Date(s.now).toISOString();
+
+      const maxLag = Math.max(1, ...s.buckets.map((b) => b.lag || 0));
+      map.replaceChildren(...s.buckets.map((b) => {
+        const c = el('div', 'cell');
+        c.dataset.bucket = b.bucket;
+        c.dataset.owner = b.owner;
+        if (!b.owner) c.classList.add('free');
+        else c.style.background = colour(b.owner);
+        if (b.owner && !b.live) c.classList.add('expired');
+        if (b.bucket === selected) c.classList.add('selected');
+        c.append(el('div', 'b', '#' + b.bucket + (b.claim_worker ? ' → ' + b.claim_worker : '')));
+        c.append(el('div', 'o', b.owner || 'free'));
+        if (b.lag !== null) {
+          c.append(el('div', '', 'lag ' + b.lag));
+          const bar = el('div', 'lag');
+          bar.style.width = (100 * b.lag / maxLag) + '%';
+          c.append(bar);
+        }
+        c.title = 'bucket ' + b.bucket + ': ' + (b.owner || 'free') + ', epoch ' + b.epoch;
+        return c;
+      }));
+      if (!s.buckets.length) map.replaceChildren(el('p', 'note', 'no buckets: no worker has started this subscription'));
+      detail();
+
+      document.getElementById('members').replaceChildren(...s.members.map((m) => {
+        const sw = el('span', 'swatch');
+        sw.style.background = colour(m.worker);
+        return row([sw, m.worker, m.kind, m.session_gone ? 'no (session gone)' : m.live ? 'yes' : 'no',
+          ago(m.heartbeat_age_seconds), until(m.expires_in_seconds), m.owns]);
+      }));
+
+      const letters = document.getElementById('letters');
+      letters.textContent = 'pending dead letters: ' + s.pending_dead_letters + (s.pending_dead_letters_more ? '+' : '');
+
+      document.getElementById('since').textContent = new Date(s.watching_since).toISOString();
+      const tl = document.getElementById('timeline');
+      tl.replaceChildren(...s.timeline.map((c) => {
+        const li = el('li');
+        li.append(el('span', 'at', new Date(c.at).toISOString().slice(11, 23) + ' '));
+        li.append(el('span', 'k ' + c.kind, c.kind));
+        let what = c.bucket >= 0 ? 'bucket ' + c.bucket + ' ' : '';
+        if (c.from && c.to) what += c.from + ' → ' + c.to;
+        else what += c.from || c.to || '';
+        if (c.epoch) what += ' (epoch ' + c.epoch + ')';
+        li.append(el('span', 'what', what + ' '));
+        if (c.evidence) li.append(el('span', 'ev', c.evidence));
+        return li;
+      }));
+      if (!s.timeline.length) tl.replaceChildren(el('li', 'note', 'no changes seen yet'));
+    }
+
+    function detail() {
+      const box = document.getElementById('detail');
+      const b = state.buckets.find((x) => x.bucket === selected);
+      if (!b) { box.hidden = true; return; }
+      box.hidden = false;
+      const dl = el('dl', 'facts');
+      const facts = [
+        ['bucket', b.bucket], ['owner', b.owner || 'free'], ['lease', b.owner ? (b.live ? 'live' : 'expired') : '-'],
+        ['epoch', b.epoch], ['lease expiry', b.expires_in_seconds === null ? '-' : until(b.expires_in_seconds)],
+        ['pending claim', b.claim_worker || '-'], ['checkpoint', b.checkpoint +
+          (b.checkpoint_age_seconds !== undefined ? ' (written ' + ago(b.checkpoint_age_seconds) + ')' : '')],
+        ['lag', b.lag === null ? 'not measured' : b.lag +
+          (b.oldest_lag_seconds !== undefined ? ' (oldest ' + ago(b.oldest_lag_seconds) + ')' : '')],
+      ];
+      for (const [k, v] of facts) dl.append(el('dt', '', k), el('dd', '', v));
+      const btn = el('button', '', 'Relinquish');
+      btn.id = 'relinquish';
+      btn.disabled = !actionsOn;
+      if (!actionsOn) btn.title = 'actions are disabled';
+      btn.addEventListener('click', () => {
+        const bucket = b.bucket;
+        post('api/s/' + seg(sub) + '/buckets/' + bucket + '/relinquish')
+          .then((r) => { outcome = [bucket, 'good', r.message]; }, (e) => { outcome = [bucket, 'bad', e.message]; })
+          .finally(detail);
+      });
+      const p = el('p', 'actions');
+      p.append(btn);
+      if (outcome && outcome[0] === b.bucket) {
+        const o = el('span', 'outcome ' + outcome[1], outcome[2]);
+        o.id = 'outcome';
+        p.append(o);
+      }
+      box.replaceChildren(dl, p);
+    }
+
+    poll(async () => {
+      state = await call('api/s/' + seg(sub));
+      draw();
+    });
+  }
+
+  // One dead letter: replay and discard.
+  function letter() {
+    const id = document.querySelector('[data-letter]').dataset.letter;
+    const out = document.getElementById('outcome');
+    for (const action of ['replay', 'discard']) {
+      document.getElementById(action).addEventListener('click', () => {
+        post('api/s/' + seg(sub) + '/letters/' + seg(id) + '/' + action)
+          .then((r) => { out.className = 'outcome good'; out.textContent = r.message; },
+            (e) => { out.className = 'outcome bad'; out.textContent = e.message; });
+      });
+    }
+  }
+
+  const pages = { overview, subscription, letter };
+  if (pages[body.dataset.page]) pages[body.dataset.page]();
+})();

@@ -1,0 +1,375 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/worker"
+)
+
+// maxPendingCount bounds the pending dead letters counted per look; more
+// are shown as "1000+".
+const maxPendingCount = 1000
+
+// State is what /api/s/{sub} returns: one subscription at one moment, and
+// the ownership changes the console has seen.
+type State struct {
+	Subscription string    `json:"subscription"`
+	Category     string    `json:"category,omitempty"` // from Options.Categories; "" when unknown
+	Now          time.Time `json:"now"`                // the database's clock
+	Head         int64     `json:"head"`               // the store's last sequenced position
+	Buckets      int       `json:"bucket_count"`       // N; 0 before any worker started it
+	LiveMembers  int       `json:"live_members"`
+	Members      []Member  `json:"members"` // by worker id
+	Rows         []Bucket  `json:"buckets"` // by bucket
+	// PendingLetters counts pending dead letters, up to 1000 (then
+	// PendingMore is set).
+	PendingLetters int  `json:"pending_dead_letters"`
+	PendingMore    bool `json:"pending_dead_letters_more"`
+	// Timeline is the ownership changes seen since WatchingSince, newest
+	// first.
+	Timeline      []Change  `json:"timeline"`
+	WatchingSince time.Time `json:"watching_since"`
+	Actions       Actions   `json:"actions"`
+}
+
+// Actions says which actions the console allows.
+type Actions struct {
+	Enabled bool `json:"enabled"` // Options.AllowActions
+	Replay  bool `json:"replay"`  // enabled, and Options.Replay is set
+}
+
+// Member is one membership row.
+type Member struct {
+	Worker          string  `json:"worker"`                // the worker id
+	Kind            string  `json:"kind"`                  // "row" or "session"
+	Live            bool    `json:"live"`                  // unexpired, and its session held (session kind)
+	SessionGone     bool    `json:"session_gone"`          // session kind whose advisory lock nobody holds
+	HeartbeatAgeSec float64 `json:"heartbeat_age_seconds"` // since its last heartbeat
+	ExpiresInSec    float64 `json:"expires_in_seconds"`    // until its membership lapses (negative: lapsed)
+	Owns            int     `json:"owns"`                  // buckets it holds live
+}
+
+// Bucket is one bucket: its lease and its checkpoint. Durations are
+// judged against State.Now.
+type Bucket struct {
+	Bucket        int      `json:"bucket"`
+	Owner         string   `json:"owner"` // "" when free
+	Live          bool     `json:"live"`  // the owner's lease is unexpired
+	Epoch         int64    `json:"epoch"`
+	ExpiresInSec  *float64 `json:"expires_in_seconds"`               // until the lease expires; null when free
+	ClaimWorker   string   `json:"claim_worker,omitempty"`           // a pending handoff claim
+	Checkpoint    int64    `json:"checkpoint"`                       // the stored position, 0 when none
+	Lag           *int64   `json:"lag"`                              // events after the checkpoint; null when the category is unknown
+	OldestLagSec  *float64 `json:"oldest_lag_seconds,omitempty"`     // the age of the oldest of them
+	CheckpointAge *float64 `json:"checkpoint_age_seconds,omitempty"` // since the checkpoint was written
+}
+
+// inspect reads one subscription as State, and records the ownership
+// changes since the console's previous look at it.
+func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
+	cat := c.opts.Categories[sub]
+	in, err := worker.Inspect(ctx, c.opts.Store, sub, cat)
+	if err != nil {
+		return State{}, err
+	}
+	letters, err := c.opts.Store.DeadLetters(ctx, sub, eventsource.DeadLetterFilter{Limit: maxPendingCount + 1})
+	if err != nil {
+		return State{}, err
+	}
+	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets,
+		LiveMembers: in.LiveMembers(), Members: []Member{}, Rows: []Bucket{},
+		PendingLetters: min(len(letters), maxPendingCount), PendingMore: len(letters) > maxPendingCount,
+		Actions: Actions{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}}
+	owned := in.OwnedBy()
+	for _, m := range in.Members {
+		st.Members = append(st.Members, Member{Worker: m.Worker, Kind: m.Kind.String(), Live: m.Live && !m.SessionGone,
+			SessionGone: m.SessionGone, HeartbeatAgeSec: in.Now.Sub(m.Heartbeat).Seconds(),
+			ExpiresInSec: m.Expires.Sub(in.Now).Seconds(), Owns: owned[m.Worker]})
+	}
+	for _, r := range in.Rows {
+		b := Bucket{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch, ClaimWorker: r.ClaimWorker,
+			Checkpoint: r.Checkpoint}
+		if !r.Expires.IsZero() {
+			b.ExpiresInSec = ptr(r.Expires.Sub(in.Now).Seconds())
+		}
+		if !r.CheckpointAt.IsZero() {
+			b.CheckpointAge = ptr(in.Now.Sub(r.CheckpointAt).Seconds())
+		}
+		if r.Lag >= 0 {
+			b.Lag = ptr(r.Lag)
+			if r.Lag > 0 && !r.Oldest.IsZero() {
+				b.OldestLagSec = ptr(in.Now.Sub(r.Oldest).Seconds())
+			}
+		}
+		st.Rows = append(st.Rows, b)
+	}
+	st.Timeline, st.WatchingSince = c.hist.observe(in)
+	return st, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// subscriptionJSON serves /api/s/{sub}.
+func (c *Console) subscriptionJSON(w http.ResponseWriter, r *http.Request) {
+	st, err := c.inspect(r.Context(), r.PathValue("sub"))
+	if err != nil {
+		writeError(w, statusOf(err), err.Error())
+		return
+	}
+	writeJSON(w, st)
+}
+
+// overviewJSON serves /api/overview: one line per subscription.
+func (c *Console) overviewJSON(w http.ResponseWriter, r *http.Request) {
+	subs, err := worker.Subscriptions(r.Context(), c.opts.Store)
+	if err != nil {
+		writeError(w, statusOf(err), err.Error())
+		return
+	}
+	type row struct {
+		Subscription string `json:"subscription"`
+		Buckets      int    `json:"buckets"`
+		Held         int    `json:"held"`
+		Members      int    `json:"live_members"`
+		Checkpoints  int    `json:"checkpoints"`
+		DeadLetters  int    `json:"pending_dead_letters"`
+	}
+	out := make([]row, 0, len(subs))
+	for _, s := range subs {
+		out = append(out, row(s))
+	}
+	writeJSON(w, out)
+}
+
+// statusOf maps a library error to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, eventsource.ErrInvalidName), errors.Is(err, eventsource.ErrInvalidCheckpoint),
+		errors.Is(err, errBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, eventsource.ErrDeadLetterNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, context.Canceled):
+		return 499 // the client went away
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// Change is one ownership change, found by comparing two successive looks
+// at a subscription: nothing records them in the tables.
+type Change struct {
+	At   time.Time `json:"at"`   // the database's clock at the look that saw it
+	Kind string    `json:"kind"` // see the kind* constants
+	// Bucket is the bucket concerned, -1 for a membership change.
+	Bucket   int    `json:"bucket"`
+	From     string `json:"from,omitempty"`
+	To       string `json:"to,omitempty"`
+	Epoch    int64  `json:"epoch,omitempty"`
+	Evidence string `json:"evidence,omitempty"`
+}
+
+// Kinds of [Change].
+const (
+	kindClaim   = "claim"   // a free bucket taken
+	kindHandoff = "handoff" // given to the worker that had claimed it
+	kindSteal   = "steal"   // taken from another owner without a handoff
+	kindRelease = "release" // given up, nobody owns it now
+	kindReclaim = "reclaim" // released and taken again by the same worker
+	kindRequest = "request" // a pending handoff claim placed
+	kindExpire  = "expire"  // the owner's lease lapsed
+	kindJoin    = "join"    // a member joined
+	kindLeave   = "leave"   // a member's row went away
+)
+
+// maxChanges is how many changes are kept per subscription; maxTracked how
+// many subscriptions are tracked (the oldest watched is dropped first).
+const (
+	maxChanges = 200
+	maxTracked = 256
+)
+
+// history keeps, per subscription, the last look and the changes seen.
+type history struct {
+	mu   sync.Mutex
+	subs map[string]*subHistory
+}
+
+type subHistory struct {
+	last    worker.Inspection
+	since   time.Time
+	changes []Change // oldest first
+}
+
+func newHistory() *history { return &history{subs: map[string]*subHistory{}} }
+
+// observe records in as the latest look at its subscription and returns
+// the changes seen so far, newest first, and since when it has watched.
+// A look older than the last one (two requests crossing) is not diffed.
+func (h *history) observe(in worker.Inspection) ([]Change, time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sh, ok := h.subs[in.Subscription]
+	if !ok {
+		if len(in.Rows) == 0 && len(in.Members) == 0 {
+			return []Change{}, in.Now
+		}
+		if len(h.subs) >= maxTracked {
+			h.evictOldest()
+		}
+		sh = &subHistory{last: in, since: in.Now}
+		h.subs[in.Subscription] = sh
+	} else if in.Now.After(sh.last.Now) {
+		sh.changes = append(sh.changes, diff(sh.last, in)...)
+		if n := len(sh.changes) - maxChanges; n > 0 {
+			sh.changes = append([]Change(nil), sh.changes[n:]...)
+		}
+		sh.last = in
+	}
+	out := make([]Change, len(sh.changes))
+	for i, ch := range sh.changes {
+		out[len(out)-1-i] = ch
+	}
+	return out, sh.since
+}
+
+func (h *history) evictOldest() {
+	var oldest string
+	var at time.Time
+	for name, sh := range h.subs {
+		if oldest == "" || sh.last.Now.Before(at) {
+			oldest, at = name, sh.last.Now
+		}
+	}
+	delete(h.subs, oldest)
+}
+
+// diff lists what changed between two looks at one subscription.
+func diff(prev, cur worker.Inspection) []Change {
+	var out []Change
+	add := func(ch Change) {
+		ch.At = cur.Now
+		out = append(out, ch)
+	}
+	prevMembers := map[string]bool{}
+	for _, m := range prev.Members {
+		prevMembers[m.Worker] = true
+	}
+	curMembers := map[string]string{}   // worker -> its state, for evidence
+	sessionGone := map[string]bool{}    // a session member whose buckets may go at once
+	heartbeat := map[string]time.Time{} // a live member's last heartbeat
+	for _, m := range cur.Members {
+		sessionGone[m.Worker] = m.SessionGone
+		if m.Live && !m.SessionGone {
+			heartbeat[m.Worker] = m.Heartbeat
+		}
+		state := "is still a live member"
+		switch {
+		case m.SessionGone:
+			state = "has lost its session"
+		case !m.Live:
+			state = "has let its membership expire"
+		}
+		curMembers[m.Worker] = state
+		if !prevMembers[m.Worker] {
+			add(Change{Kind: kindJoin, Bucket: -1, To: m.Worker})
+		}
+	}
+	for w := range prevMembers {
+		if _, ok := curMembers[w]; !ok {
+			add(Change{Kind: kindLeave, Bucket: -1, From: w})
+		}
+	}
+	prevRows := map[int]worker.BucketRow{}
+	for _, r := range prev.Rows {
+		prevRows[r.Bucket] = r
+	}
+	for _, c := range cur.Rows {
+		p, ok := prevRows[c.Bucket]
+		if !ok {
+			if c.Owner != "" {
+				add(Change{Kind: kindClaim, Bucket: c.Bucket, To: c.Owner, Epoch: c.Epoch})
+			}
+			continue
+		}
+		if p.Owner == c.Owner && p.Epoch == c.Epoch {
+			if c.ClaimWorker != "" && c.ClaimWorker != p.ClaimWorker {
+				add(Change{Kind: kindRequest, Bucket: c.Bucket, From: c.Owner, To: c.ClaimWorker, Epoch: c.Epoch,
+					Evidence: fmt.Sprintf("%s asks %s to hand the bucket over", c.ClaimWorker, c.Owner)})
+			}
+			if p.Live && !c.Live && c.Owner != "" {
+				add(Change{Kind: kindExpire, Bucket: c.Bucket, From: c.Owner, Epoch: c.Epoch,
+					Evidence: fmt.Sprintf("lease expired at %s, last renewed at %s", clock(c.Expires), clock(c.Heartbeat))})
+			}
+			continue
+		}
+		switch {
+		case c.Owner == "":
+			ev := ""
+			if c.ClaimWorker != "" {
+				ev = "handing over to " + c.ClaimWorker
+			}
+			add(Change{Kind: kindRelease, Bucket: c.Bucket, From: p.Owner, Epoch: p.Epoch, Evidence: ev})
+		case p.ClaimWorker == c.Owner && p.ClaimWorker != "":
+			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
+				Evidence: fmt.Sprintf("%s had claimed it at %s", c.Owner, clock(p.ClaimedAt))})
+		case p.Owner == "":
+			add(Change{Kind: kindClaim, Bucket: c.Bucket, To: c.Owner, Epoch: c.Epoch})
+		case p.Owner == c.Owner:
+			add(Change{Kind: kindReclaim, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
+				Evidence: fmt.Sprintf("epoch %d -> %d", p.Epoch, c.Epoch)})
+		case p.Live && p.Expires.After(cur.Now) && !sessionGone[p.Owner]:
+			// Nothing takes a live lease but a handoff: it was claimed
+			// and handed over between the two looks.
+			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
+				Evidence: fmt.Sprintf("claimed and handed over between two looks; %s's lease ran until %s",
+					p.Owner, clock(p.Expires))})
+		case p.Live && heartbeat[p.Owner].After(p.Expires):
+			// The owner kept passing after the expiry last seen, so it
+			// renewed the lease then: only a handoff took it.
+			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
+				Evidence: fmt.Sprintf("claimed and handed over between two looks; %s was still renewing (heartbeat at %s)",
+					p.Owner, clock(heartbeat[p.Owner]))})
+		default:
+			add(Change{Kind: kindSteal, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
+				Evidence: stealEvidence(p, cur.Now, curMembers)})
+		}
+	}
+	return out
+}
+
+// stealEvidence says why a bucket could be taken from its owner: its lease
+// had lapsed, and what became of the owner's membership.
+func stealEvidence(p worker.BucketRow, now time.Time, members map[string]string) string {
+	var ev []string
+	switch {
+	case !p.Live:
+		ev = append(ev, fmt.Sprintf("%s's lease had expired at %s", p.Owner, clock(p.Expires)))
+	case !p.Expires.After(now):
+		ev = append(ev, fmt.Sprintf("%s's lease expired at %s", p.Owner, clock(p.Expires)))
+	default:
+		ev = append(ev, fmt.Sprintf("%s's lease ran until %s", p.Owner, clock(p.Expires)))
+	}
+	ev = append(ev, "last renewed at "+clock(p.Heartbeat))
+	if state, ok := members[p.Owner]; ok {
+		ev = append(ev, p.Owner+" "+state)
+	} else {
+		ev = append(ev, p.Owner+" has left the pool")
+	}
+	return strings.Join(ev, "; ")
+}
+
+// clock formats a database time for the timeline.
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("15:04:05.000")
+}
