@@ -91,6 +91,9 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 			return AppendResult{}, &EventError{Index: i, Reason: err.Error()}
 		}
 		metas[i] = meta
+		if err := s.checkTextSize(i, e.Data, meta); err != nil {
+			return AppendResult{}, err
+		}
 	}
 	hash := Hash(name.CardinalID)
 	mode := modeExact
@@ -186,6 +189,22 @@ func (s *Store) checkEvent(i int, e EventData) error {
 				return &EventError{Index: i, Reason: "metadata must be a JSON object"}
 			}
 		}
+	}
+	return nil
+}
+
+// checkTextSize bounds what a read of the event will return: its data and
+// metadata as jsonb prints them (see textSize), which can be far longer
+// than what was given.
+func (s *Store) checkTextSize(i int, data json.RawMessage, meta *string) error {
+	size := textSize(data)
+	if meta != nil {
+		size += textSize([]byte(*meta))
+	}
+	if size > int64(s.cfg.MaxEventSize) {
+		return &EventError{Index: i, Reason: fmt.Sprintf(
+			"data and metadata read back as %d bytes (jsonb writes numbers out in full: 1e6 as 1000000), more than MaxEventSize %d",
+			size, s.cfg.MaxEventSize)}
 	}
 	return nil
 }

@@ -10,8 +10,9 @@ type queries struct {
 	append        [4][2]string
 	streamVersion string
 
-	readStreamForward, readStreamBackward string
-	readCategory, readAll                 string
+	readStreamForward, readStreamBackward readSQL
+	readCategory, readAll                 readSQL
+	readEventsByID                        string
 	headPosition                          string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
@@ -25,8 +26,20 @@ type queries struct {
 	indexState string
 }
 
+// readSQL is a read of events in two forms: in full, and keys only, the
+// same rows without their payloads (see Store.query).
+type readSQL struct{ full, keys string }
+
+// eventRead builds both forms of a read from what follows its column list.
+func eventRead(format string, args ...any) readSQL {
+	from := fmt.Sprintf(format, args...)
+	return readSQL{full: "SELECT " + eventColumns + " " + from, keys: "SELECT " + keyColumns + " " + from}
+}
+
 const (
-	eventColumns      = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
+	eventColumns = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
+	// keyColumns are eventColumns without the payloads, which read as NULL.
+	keyColumns        = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, NULL::jsonb, NULL::jsonb, recorded_at`
 	deadLetterColumns = `subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
 )
 
@@ -67,14 +80,13 @@ RETURNING version`, q)),
 		},
 		streamVersion: fmt.Sprintf(`SELECT version FROM %s.streams WHERE stream_name = $1`, q),
 
-		readStreamForward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`,
-			eventColumns, q),
-		readStreamBackward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version <= $2 ORDER BY version DESC LIMIT $3`,
-			eventColumns, q),
-		readCategory: fmt.Sprintf(`SELECT %s FROM %s.events WHERE category = $1 AND position > $2 ORDER BY position LIMIT $3`,
-			eventColumns, q),
-		readAll: fmt.Sprintf(`SELECT %s FROM %s.events WHERE position > $1 ORDER BY position LIMIT $2`,
-			eventColumns, q),
+		readStreamForward:  eventRead(`FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`, q),
+		readStreamBackward: eventRead(`FROM %s.events WHERE stream_name = $1 AND version <= $2 ORDER BY version DESC LIMIT $3`, q),
+		readCategory:       eventRead(`FROM %s.events WHERE category = $1 AND position > $2 ORDER BY position LIMIT $3`, q),
+		readAll:            eventRead(`FROM %s.events WHERE position > $1 ORDER BY position LIMIT $2`, q),
+		// The events of $1, in its order.
+		readEventsByID: fmt.Sprintf(`SELECT %s FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
+JOIN %s.events ON event_id = k.id ORDER BY k.ord`, eventColumns, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
 		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s.events

@@ -190,6 +190,17 @@ func isUniqueViolation(err error, index string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == index
 }
 
+// isRowFault reports an error that one row can cause on its own when it is
+// read: out of memory building its text (54000: jsonb prints a number like
+// 1e131071 as 131,072 digits, and a value's text is limited to 1 GB), a
+// statement too complex (54001), a data exception (class 22) or data
+// corruption (XX001).
+func isRowFault(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") ||
+		pgErr.Code == "54000" || pgErr.Code == "54001" || pgErr.Code == "XX001")
+}
+
 // isDataException reports an error PostgreSQL raised for a value it cannot
 // store (SQLSTATE class 22: a number out of jsonb's range, JSON nested too
 // deep for its parser, and the like).
