@@ -159,7 +159,7 @@ func appendError(stream string, err error) error {
 }
 
 func (s *Store) checkEvent(i int, e EventData) error {
-	if err := checkText("event type", e.Type, MaxEventTypeLength); err != nil {
+	if err := ValidateName("event type", e.Type, MaxEventTypeLength); err != nil {
 		return &EventError{Index: i, Reason: err.Error()}
 	}
 	if len(e.Data)+len(e.Metadata) > s.cfg.MaxEventSize {
@@ -177,7 +177,7 @@ func (s *Store) checkEvent(i int, e EventData) error {
 		return &EventError{Index: i, Reason: "data or metadata is not valid UTF-8"}
 	}
 	// PostgreSQL's jsonb refuses \u0000, which encoding/json accepts.
-	if bytes.Contains(e.Data, []byte(`\u0000`)) || bytes.Contains(e.Metadata, []byte(`\u0000`)) {
+	if hasEscapedNUL(e.Data) || hasEscapedNUL(e.Metadata) {
 		return &EventError{Index: i, Reason: `JSON contains \u0000, which PostgreSQL cannot store`}
 	}
 	if len(e.Metadata) > 0 {
@@ -191,6 +191,27 @@ func (s *Store) checkEvent(i int, e EventData) error {
 		}
 	}
 	return nil
+}
+
+// hasEscapedNUL reports a \u0000 escape in the JSON b: a backslash that
+// starts an escape (after an even number of backslashes) followed by
+// u0000. "\\u0000" is an escaped backslash and the text u0000, which
+// jsonb stores.
+func hasEscapedNUL(b []byte) bool {
+	for {
+		i := bytes.Index(b, []byte(`\u0000`))
+		if i < 0 {
+			return false
+		}
+		n := 0
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			return true
+		}
+		b = b[i+1:]
+	}
 }
 
 // checkTextSize bounds what a read of the event will return: its data and

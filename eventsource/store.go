@@ -22,21 +22,21 @@ var migrationFS embed.FS
 
 // Defaults for [Config].
 const (
-	SchemaDefault          = "kumi"
-	MaxEventSizeDefault    = 1 << 20
-	MaxBatchEventsDefault  = 10_000
-	SequencerBatchDefault  = 5_000
-	maxSchemaNameLength    = 63
-	notifyChannelSuffix    = "_events"
-	cgIndexPrefix          = "events_cg_"
-	schemaNameForbiddenSet = "\x00"
+	SchemaDefault         = "kumi"
+	MaxEventSizeDefault   = 1 << 20
+	MaxBatchEventsDefault = 10_000
+	SequencerBatchDefault = 5_000
+	maxSchemaNameLength   = migrate.MaxSchemaNameLength
+	notifyChannelSuffix   = "_events"
+	cgIndexPrefix         = "events_cg_"
 )
 
 // Config configures a [Store]. The zero value of every field means its
 // default.
 type Config struct {
 	// Schema holds the store's tables. Default "kumi". Any name PostgreSQL
-	// accepts works: every identifier is quoted.
+	// keeps whole works (every identifier is quoted): at most 63 bytes,
+	// without NUL, valid UTF-8, not starting with "pg_".
 	Schema string
 	// MaxEventSize bounds the bytes of one event's data plus metadata.
 	// Default 1 MiB.
@@ -73,17 +73,9 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
-	if len(c.Schema) > maxSchemaNameLength {
-		return &ConfigError{"Schema", fmt.Sprintf("longer than %d bytes", maxSchemaNameLength)}
-	}
-	if strings.ContainsAny(c.Schema, schemaNameForbiddenSet) {
-		return &ConfigError{"Schema", "contains NUL"}
-	}
-	if !utf8.ValidString(c.Schema) {
-		return &ConfigError{"Schema", "not valid UTF-8"}
-	}
-	if strings.HasPrefix(strings.ToLower(c.Schema), "pg_") {
-		return &ConfigError{"Schema", `starts with "pg_", which PostgreSQL reserves for system schemas`}
+	var schemaErr *migrate.SchemaError
+	if errors.As(migrate.CheckSchema(c.Schema), &schemaErr) {
+		return &ConfigError{"Schema", schemaErr.Reason}
 	}
 	if c.MaxEventSize < 0 {
 		return &ConfigError{"MaxEventSize", "negative"}
@@ -165,11 +157,13 @@ func notifyChannel(schema string) string {
 // to run from several processes at once.
 func (s *Store) Migrate(ctx context.Context) error { return Migrate(ctx, s.pool, s.cfg.Schema) }
 
-// Migrate applies the event store's migrations to schema.
+// Migrate applies the event store's migrations to schema ("" means the
+// default). A name [New] would refuse is refused with a [*ConfigError].
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	if schema == "" {
-		schema = SchemaDefault
+	if err := (Config{Schema: schema}).WithDefaults().validate(); err != nil {
+		return err
 	}
+	schema = Config{Schema: schema}.WithDefaults().Schema
 	ms, err := migrate.Load(migrationFS, "migrations")
 	if err != nil {
 		return err
