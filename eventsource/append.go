@@ -74,9 +74,17 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 	datas := make([]string, n)
 	metas := make([]*string, n)
 	traceMeta := traceMetadata(ctx)
+	batchBytes := 0
 	for i, e := range events {
 		if err := s.checkEvent(i, e); err != nil {
 			return AppendResult{}, err
+		}
+		// Checked before anything is encoded: encoding takes a few times
+		// the batch's size in memory.
+		if batchBytes += len(e.Data) + len(e.Metadata) + len(e.Type); batchBytes > s.cfg.MaxBatchBytes {
+			return AppendResult{}, &EventError{Index: i, Reason: fmt.Sprintf(
+				"the batch's events up to this one are %d bytes (data, metadata and types), more than MaxBatchBytes %d",
+				batchBytes, s.cfg.MaxBatchBytes)}
 		}
 		ids[i] = e.ID
 		if ids[i] == uuid.Nil {

@@ -25,6 +25,13 @@ const (
 	SchemaDefault         = "kumi"
 	MaxEventSizeDefault   = 1 << 20
 	MaxBatchEventsDefault = 10_000
+	// MaxBatchBytesDefault is the default bound of a batch's bytes, or
+	// MaxEventSize if that is larger.
+	MaxBatchBytesDefault = 64 << 20
+	// MaxBatchBytesLimit is the most MaxBatchBytes (and MaxEventSize) may
+	// be: encoding a batch takes a few times its size in memory, and
+	// PostgreSQL takes no message over 1 GB.
+	MaxBatchBytesLimit    = 256 << 20
 	SequencerBatchDefault = 5_000
 	maxSchemaNameLength   = migrate.MaxSchemaNameLength
 	notifyChannelSuffix   = "_events"
@@ -43,6 +50,10 @@ type Config struct {
 	MaxEventSize int
 	// MaxBatchEvents bounds the events of one append. Default 10,000.
 	MaxBatchEvents int
+	// MaxBatchBytes bounds the bytes of one append: its events' data,
+	// metadata and types. Default 64 MiB, or MaxEventSize if larger; at
+	// least MaxEventSize, at most MaxBatchBytesLimit (256 MiB).
+	MaxBatchBytes int
 }
 
 // ConfigError reports an invalid configuration field.
@@ -69,6 +80,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBatchEvents == 0 {
 		c.MaxBatchEvents = MaxBatchEventsDefault
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = max(MaxBatchBytesDefault, c.MaxEventSize)
+	}
 	return c
 }
 
@@ -82,6 +96,13 @@ func (c Config) validate() error {
 	}
 	if c.MaxBatchEvents < 0 {
 		return &ConfigError{"MaxBatchEvents", "negative"}
+	}
+	if c.MaxEventSize > MaxBatchBytesLimit {
+		return &ConfigError{"MaxEventSize", fmt.Sprintf("%d, more than MaxBatchBytesLimit %d", c.MaxEventSize, MaxBatchBytesLimit)}
+	}
+	if c.MaxBatchBytes < c.MaxEventSize || c.MaxBatchBytes > MaxBatchBytesLimit {
+		return &ConfigError{"MaxBatchBytes", fmt.Sprintf("%d, outside [MaxEventSize %d, MaxBatchBytesLimit %d]",
+			c.MaxBatchBytes, c.MaxEventSize, MaxBatchBytesLimit)}
 	}
 	return nil
 }
