@@ -62,3 +62,32 @@ func TestBatchBytesConfigIsValidated(t *testing.T) {
 	_, err := eventsource.New(pool, eventsource.Config{MaxEventSize: 100 << 20})
 	require.NoError(t, err)
 }
+
+// A group size beyond the bound made the index expression overflow: every
+// sequencing UPDATE then failed with "bigint out of range", store-wide.
+func TestGroupSizesAreBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	for _, n := range []int{0, -1, eventsource.MaxGroupSize + 1, 1<<62 + 1} {
+		err := s.EnsureConsumerGroupIndex(ctx, n)
+		var cfgErr *eventsource.ConfigError
+		require.ErrorAs(t, err, &cfgErr, "%d", n)
+		require.Contains(t, cfgErr.Reason, "65536", "%d", n)
+		_, err = s.ReadMember(ctx, "cat", 0, n, 0, 0)
+		require.ErrorIs(t, err, eventsource.ErrInvalidMember, "%d", n)
+		_, _, err = s.MemberLag(ctx, "cat", 0, n, 0)
+		require.ErrorIs(t, err, eventsource.ErrInvalidMember, "%d", n)
+	}
+	// Sequencing goes on.
+	mustAppend(t, s, "cat-1", ev("A", `{}`))
+	sequenceAll(t, s)
+	all, err := s.ReadAll(ctx, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	// The largest size works end to end.
+	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, eventsource.MaxGroupSize))
+	m, err := s.ReadMember(ctx, "cat", all[0].Bucket(eventsource.MaxGroupSize), eventsource.MaxGroupSize, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, m, 1)
+}

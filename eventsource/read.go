@@ -2,7 +2,6 @@ package eventsource
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -66,8 +65,8 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 	if err := ValidateCategory(category); err != nil {
 		return nil, err
 	}
-	if size < 1 || member < 0 || member >= size {
-		return nil, fmt.Errorf("%w: member %d of a group of %d", ErrInvalidMember, member, size)
+	if err := checkGroup(member, size); err != nil {
+		return nil, err
 	}
 	return s.query(ctx, limitOf(limit), s.memberSQL(size), category, member, after, limitOf(limit))
 }
