@@ -107,6 +107,25 @@ func CheckSchema(schema string) error {
 	return &SchemaError{Schema: schema, Reason: reason}
 }
 
+// NewerSchemaError reports a schema migrated by a newer binary: this one
+// does not know its latest migrations, and must be upgraded.
+type NewerSchemaError struct {
+	Component string // the component ("eventsource", "leasestore")
+	Schema    string // the schema name
+	Version   int    // the schema's version of the component
+	Known     int    // the latest version this binary knows
+}
+
+// Error says to upgrade the binary.
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("migrate %s: schema %s is at version %d, newer than this binary's %d; upgrade the binary",
+		e.Component, pgx.Identifier{e.Schema}.Sanitize(), e.Version, e.Known)
+}
+
+// ConfigError marks the error as one no retry can fix (see supervision's
+// classifier).
+func (e *NewerSchemaError) ConfigError() bool { return true }
+
 // LockKey is the advisory lock key that serialises migrations of one schema.
 func LockKey(schema string) int64 {
 	h := fnv.New64a()
@@ -122,9 +141,16 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema, component string, mi
 	}
 	q := pgx.Identifier{schema}.Sanitize()
 	// An up-to-date schema needs no lock and no DDL, so a worker can run as
-	// a role without CREATE privileges once an operator has migrated.
-	if current, err := currentVersion(ctx, pool, q, component); err == nil && current == len(migrations) {
-		return nil
+	// a role without CREATE privileges once an operator has migrated; and a
+	// newer one is reported before any DDL, which that role would be
+	// refused ("permission denied") before it learnt it should upgrade.
+	if current, err := currentVersion(ctx, pool, q, component); err == nil {
+		switch {
+		case current == len(migrations):
+			return nil
+		case current > len(migrations):
+			return &NewerSchemaError{Component: component, Schema: schema, Version: current, Known: len(migrations)}
+		}
 	}
 	for {
 		applied, err := applyNext(ctx, pool, q, schema, component, migrations)
@@ -169,8 +195,7 @@ func applyNext(ctx context.Context, pool *pgxpool.Pool, q, schema, component str
 		return false, fmt.Errorf("migrate %s: read version: %w", component, err)
 	}
 	if current > len(migrations) {
-		return false, fmt.Errorf("migrate %s: schema %s is at version %d, newer than this binary's %d; upgrade the binary",
-			component, q, current, len(migrations))
+		return false, &NewerSchemaError{Component: component, Schema: schema, Version: current, Known: len(migrations)}
 	}
 	if current == len(migrations) {
 		return false, tx.Commit(ctx)
