@@ -12,16 +12,15 @@ type queries struct {
 
 	readStreamForward, readStreamBackward readSQL
 	readCategory, readAll                 readSQL
-	readEventsByID                        string
+	readEventsByID                        readSQL
 	headPosition                          string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
-	deadLetterAdd, deadLetterList, deadLetterGet, deadLetterClaim string
-	deadLetterMark, deadLetterFailed, deadLetterDelete            string
-	readEventByID                                                 string
+	deadLetterAdd, deadLetterList, deadLetterGet       string
+	deadLetterMark, deadLetterFailed, deadLetterDelete string
 
 	indexState string
 }
@@ -85,8 +84,8 @@ RETURNING version`, q)),
 		readCategory:       eventRead(`FROM %s.events WHERE category = $1 AND position > $2 ORDER BY position LIMIT $3`, q),
 		readAll:            eventRead(`FROM %s.events WHERE position > $1 ORDER BY position LIMIT $2`, q),
 		// The events of $1, in its order.
-		readEventsByID: fmt.Sprintf(`SELECT %s FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
-JOIN %s.events ON event_id = k.id ORDER BY k.ord`, eventColumns, q),
+		readEventsByID: eventRead(`FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
+JOIN %s.events ON event_id = k.id ORDER BY k.ord`, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
 		sequencerPending: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s.events
@@ -166,12 +165,14 @@ RETURNING position, stream_name, created_at`, q),
 WHERE subscription = $1 AND ($2::int IS NULL OR bucket = $2) AND position > $3 AND ($5 OR replayed_at IS NULL)
 ORDER BY position, event_id LIMIT $4`, deadLetterColumns, q),
 		deadLetterGet: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, deadLetterColumns, q),
-		deadLetterClaim: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2 AND ($3 OR replayed_at IS NULL)
-FOR UPDATE SKIP LOCKED`, deadLetterColumns, q),
-		deadLetterMark:   fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now() WHERE subscription = $1 AND event_id = $2`, q),
-		deadLetterFailed: fmt.Sprintf(`UPDATE %s.dead_letters SET attempts = attempts + 1, reason = $3 WHERE subscription = $1 AND event_id = $2`, q),
+		// A replay records its outcome only on the letter it replayed: $3
+		// is the letter's created_at, which a new dead-lettering of the
+		// event (while the handler ran) moves on.
+		deadLetterMark: fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now()
+WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
+		deadLetterFailed: fmt.Sprintf(`UPDATE %s.dead_letters SET attempts = attempts + 1, reason = $4
+WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
 		deadLetterDelete: fmt.Sprintf(`DELETE FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
-		readEventByID:    fmt.Sprintf(`SELECT %s FROM %s.events WHERE event_id = $1`, eventColumns, q),
 
 		indexState: `SELECT i.indisvalid FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

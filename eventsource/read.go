@@ -105,20 +105,25 @@ func (s *Store) HeadPosition(ctx context.Context) (int64, error) {
 // once: events are large, and growing the slice copies them). A read that
 // fails on one row (see isRowFault) is finished by isolate.
 func (s *Store) query(ctx context.Context, limit int, r readSQL, args ...any) ([]RecordedEvent, error) {
-	events, err := s.scanQuery(ctx, limit, r.full, args...)
+	return s.queryOn(ctx, s.pool, limit, r, args...)
+}
+
+// queryOn is query on db.
+func (s *Store) queryOn(ctx context.Context, db querier, limit int, r readSQL, args ...any) ([]RecordedEvent, error) {
+	events, err := scanQuery(ctx, db, limit, r.full, args...)
 	switch {
 	case err == nil:
 		return events, nil
 	case isRowFault(err):
-		return s.isolate(ctx, limit, r, events, args)
+		return s.isolate(ctx, db, limit, r, events, args)
 	}
 	return nil, err
 }
 
 // scanQuery runs sql and returns its events; on an error, those read
 // before it too.
-func (s *Store) scanQuery(ctx context.Context, limit int, sql string, args ...any) ([]RecordedEvent, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
+func scanQuery(ctx context.Context, db querier, limit int, sql string, args ...any) ([]RecordedEvent, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,8 +137,8 @@ func (s *Store) scanQuery(ctx context.Context, limit int, sql string, args ...an
 // that fails too, returned marked unreadable (see [UnreadableEventError]),
 // and the rest of the page is read after it. Each unreadable row costs one
 // failed read of the page and one of its own.
-func (s *Store) isolate(ctx context.Context, limit int, r readSQL, done []RecordedEvent, args []any) ([]RecordedEvent, error) {
-	keys, err := s.scanQuery(ctx, limit, r.keys, args...)
+func (s *Store) isolate(ctx context.Context, db querier, limit int, r readSQL, done []RecordedEvent, args []any) ([]RecordedEvent, error) {
+	keys, err := scanQuery(ctx, db, limit, r.keys, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +150,7 @@ func (s *Store) isolate(ctx context.Context, limit int, r readSQL, done []Record
 		out = append(out, e)
 	}
 	for i := len(out); i < len(keys); {
-		suspect, err := s.scanQuery(ctx, 1, s.sql.readEventsByID, []uuid.UUID{keys[i].ID})
+		suspect, err := scanQuery(ctx, db, 1, s.sql.readEventsByID.full, []uuid.UUID{keys[i].ID})
 		switch {
 		case isRowFault(err):
 			e := keys[i]
@@ -164,7 +169,7 @@ func (s *Store) isolate(ctx context.Context, limit int, r readSQL, done []Record
 		for _, k := range keys[i:] {
 			ids = append(ids, k.ID)
 		}
-		rest, err := s.scanQuery(ctx, len(ids), s.sql.readEventsByID, ids)
+		rest, err := scanQuery(ctx, db, len(ids), s.sql.readEventsByID.full, ids)
 		if err != nil && !isRowFault(err) {
 			return nil, err
 		}
