@@ -168,7 +168,7 @@ func appendError(stream string, err error) error {
 
 func (s *Store) checkEvent(i int, e EventData) error {
 	if err := ValidateName("event type", e.Type, MaxEventTypeLength); err != nil {
-		return &EventError{Index: i, Reason: err.Error()}
+		return &EventError{Index: i, Reason: err.Error(), Err: err}
 	}
 	if len(e.Data)+len(e.Metadata) > s.cfg.MaxEventSize {
 		return &EventError{Index: i, Reason: fmt.Sprintf("data and metadata are %d bytes, more than MaxEventSize %d", len(e.Data)+len(e.Metadata), s.cfg.MaxEventSize)}

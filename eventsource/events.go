@@ -161,6 +161,9 @@ type EventError struct {
 	Index int
 	// Reason says what is wrong with the event.
 	Reason string
+	// Err is the cause when there is one: a [*NameError] for an invalid
+	// event type.
+	Err error
 }
 
 // Error describes the refused event.
@@ -168,5 +171,10 @@ func (e *EventError) Error() string {
 	return fmt.Sprintf("kumi: invalid event %d: %s", e.Index, e.Reason)
 }
 
-// Unwrap returns [ErrInvalidEvent].
-func (e *EventError) Unwrap() error { return ErrInvalidEvent }
+// Unwrap returns [ErrInvalidEvent] and the cause, if any.
+func (e *EventError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrInvalidEvent}
+	}
+	return []error{ErrInvalidEvent, e.Err}
+}

@@ -32,6 +32,8 @@ func TestNamesRefuseC1AndBidiControls(t *testing.T) {
 		require.Equal(t, "stream", nameErr.Kind)
 		_, err = s.Append(ctx, "cat-1", eventsource.Any, []eventsource.EventData{ev("A"+c, `{}`)})
 		require.ErrorIs(t, err, eventsource.ErrInvalidEvent, "event type with %U", []rune(c)[0])
+		require.ErrorAs(t, err, &nameErr, "event type with %U", []rune(c)[0])
+		require.Equal(t, "event type", nameErr.Kind)
 		require.ErrorIs(t, eventsource.ValidateCategory("c"+c+"t"), eventsource.ErrInvalidName, "category with %U", []rune(c)[0])
 		require.ErrorIs(t, eventsource.ValidateSubscription("s"+c), eventsource.ErrInvalidName, "subscription with %U", []rune(c)[0])
 		require.ErrorAs(t, eventsource.ValidateName("worker", "w"+c, 100), &nameErr, "the exported check, %U", []rune(c)[0])
