@@ -31,8 +31,8 @@ func Hash(cardinalID string) int64 {
 // [Store.EnsureConsumerGroupIndex], [Store.ReadMember] and
 // [Store.MemberLag]): the size is written into the index expression
 // ((hash % n) + n) % n, which for n beyond 2^62 overflows bigint and makes
-// every sequencing UPDATE fail, store-wide. 65,536 is also the lease
-// store's bound on buckets.
+// every sequencing UPDATE fail, store-wide. It is the store's own bound,
+// at least the lease store's bound on buckets (leasestore.MaxBuckets).
 const MaxGroupSize = 1 << 16
 
 // checkGroup refuses a member outside [0, size) or a size outside

@@ -145,7 +145,7 @@ func (s *Store) isolate(ctx context.Context, db querier, limit int, r readSQL, d
 	out := make([]RecordedEvent, 0, len(keys))
 	for i, e := range done {
 		if i >= len(keys) || keys[i].ID != e.ID {
-			break // the page changed between the reads: read all of it again
+			break // the page changed between the reads: read the rest again
 		}
 		out = append(out, e)
 	}
