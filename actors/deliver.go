@@ -99,6 +99,12 @@ func (r *reader) pump(ctx actor.Context) {
 			}
 			r.win.busy[s.d.Event.Stream] = true
 			r.win.byID[s.d.id] = s
+			if err := s.d.Event.Err; err != nil {
+				// The store holds the event but cannot give it back: no
+				// handler can take it, so it costs its bucket a dead letter.
+				r.deadLetter(ctx, s, err.Error(), 0)
+				continue
+			}
 			r.send(ctx, s)
 		}
 	}

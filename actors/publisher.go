@@ -173,6 +173,12 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 	case f.cheap:
 		p.pos = max(p.pos, f.to)
 	default:
+		for _, e := range f.events {
+			if e.Err != nil {
+				p.logger.Warn("kumi: publisher read an event the store cannot give back; its bucket's readers dead-letter it",
+					"event_id", e.ID, "stream", e.Stream, "position", e.Position, "err", e.Err)
+			}
+		}
 		p.broadcast(ctx, f)
 		p.pos = f.to
 		if len(f.events) >= publisherBatchSize {

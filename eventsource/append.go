@@ -74,9 +74,17 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 	datas := make([]string, n)
 	metas := make([]*string, n)
 	traceMeta := traceMetadata(ctx)
+	batchBytes := 0
 	for i, e := range events {
 		if err := s.checkEvent(i, e); err != nil {
 			return AppendResult{}, err
+		}
+		// Checked before anything is encoded: encoding takes a few times
+		// the batch's size in memory.
+		if batchBytes += len(e.Data) + len(e.Metadata) + len(e.Type); batchBytes > s.cfg.MaxBatchBytes {
+			return AppendResult{}, &EventError{Index: i, Reason: fmt.Sprintf(
+				"the batch's events up to this one are %d bytes (data, metadata and types), more than MaxBatchBytes %d",
+				batchBytes, s.cfg.MaxBatchBytes)}
 		}
 		ids[i] = e.ID
 		if ids[i] == uuid.Nil {
@@ -91,6 +99,9 @@ func (s *Store) append(ctx context.Context, db querier, stream string, expected 
 			return AppendResult{}, &EventError{Index: i, Reason: err.Error()}
 		}
 		metas[i] = meta
+		if err := s.checkTextSize(i, e.Data, meta); err != nil {
+			return AppendResult{}, err
+		}
 	}
 	hash := Hash(name.CardinalID)
 	mode := modeExact
@@ -156,8 +167,8 @@ func appendError(stream string, err error) error {
 }
 
 func (s *Store) checkEvent(i int, e EventData) error {
-	if err := checkText("event type", e.Type, MaxEventTypeLength); err != nil {
-		return &EventError{Index: i, Reason: err.Error()}
+	if err := ValidateName("event type", e.Type, MaxEventTypeLength); err != nil {
+		return &EventError{Index: i, Reason: err.Error(), Err: err}
 	}
 	if len(e.Data)+len(e.Metadata) > s.cfg.MaxEventSize {
 		return &EventError{Index: i, Reason: fmt.Sprintf("data and metadata are %d bytes, more than MaxEventSize %d", len(e.Data)+len(e.Metadata), s.cfg.MaxEventSize)}
@@ -174,7 +185,7 @@ func (s *Store) checkEvent(i int, e EventData) error {
 		return &EventError{Index: i, Reason: "data or metadata is not valid UTF-8"}
 	}
 	// PostgreSQL's jsonb refuses \u0000, which encoding/json accepts.
-	if bytes.Contains(e.Data, []byte(`\u0000`)) || bytes.Contains(e.Metadata, []byte(`\u0000`)) {
+	if hasEscapedNUL(e.Data) || hasEscapedNUL(e.Metadata) {
 		return &EventError{Index: i, Reason: `JSON contains \u0000, which PostgreSQL cannot store`}
 	}
 	if len(e.Metadata) > 0 {
@@ -186,6 +197,43 @@ func (s *Store) checkEvent(i int, e EventData) error {
 				return &EventError{Index: i, Reason: "metadata must be a JSON object"}
 			}
 		}
+	}
+	return nil
+}
+
+// hasEscapedNUL reports a \u0000 escape in the JSON b: a backslash that
+// starts an escape (after an even number of backslashes) followed by
+// u0000. "\\u0000" is an escaped backslash and the text u0000, which
+// jsonb stores.
+func hasEscapedNUL(b []byte) bool {
+	for {
+		i := bytes.Index(b, []byte(`\u0000`))
+		if i < 0 {
+			return false
+		}
+		n := 0
+		for j := i - 1; j >= 0 && b[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			return true
+		}
+		b = b[i+1:]
+	}
+}
+
+// checkTextSize bounds what a read of the event will return: its data and
+// metadata as jsonb prints them (see textSize), which can be far longer
+// than what was given.
+func (s *Store) checkTextSize(i int, data json.RawMessage, meta *string) error {
+	size := textSize(data)
+	if meta != nil {
+		size += textSize([]byte(*meta))
+	}
+	if size > int64(s.cfg.MaxEventSize) {
+		return &EventError{Index: i, Reason: fmt.Sprintf(
+			"data and metadata read back as %d bytes (jsonb writes numbers out in full: 1e6 as 1000000), more than MaxEventSize %d",
+			size, s.cfg.MaxEventSize)}
 	}
 	return nil
 }

@@ -27,6 +27,23 @@ func Hash(cardinalID string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
+// MaxGroupSize is the largest consumer-group size the store takes (in
+// [Store.EnsureConsumerGroupIndex], [Store.ReadMember] and
+// [Store.MemberLag]): the size is written into the index expression
+// ((hash % n) + n) % n, which for n beyond 2^62 overflows bigint and makes
+// every sequencing UPDATE fail, store-wide. It is the store's own bound,
+// at least the lease store's bound on buckets (leasestore.MaxBuckets).
+const MaxGroupSize = 1 << 16
+
+// checkGroup refuses a member outside [0, size) or a size outside
+// [1, MaxGroupSize].
+func checkGroup(member, size int) error {
+	if size < 1 || size > MaxGroupSize || member < 0 || member >= size {
+		return fmt.Errorf("%w: member %d of a group of %d (sizes are 1 to %d)", ErrInvalidMember, member, size, MaxGroupSize)
+	}
+	return nil
+}
+
 // Member is the consumer-group member (bucket) of hash in a group of size n:
 // the non-negative remainder ((hash % n) + n) % n, as SQL's cg_member. It
 // panics if n < 1.
@@ -60,8 +77,8 @@ const cgIndexLockPoll = 50 * time.Millisecond
 // it at once: one builds, the others wait for it. An invalid index left by
 // an interrupted build is dropped and rebuilt.
 func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
-	if n < 1 {
-		return &ConfigError{"group size", "must be at least 1"}
+	if n < 1 || n > MaxGroupSize {
+		return &ConfigError{"group size", fmt.Sprintf("%d, outside [1, %d]", n, MaxGroupSize)}
 	}
 	s.cgMu.Lock()
 	defer s.cgMu.Unlock()

@@ -17,8 +17,8 @@ func (s *Store) MemberLag(ctx context.Context, category string, member, size int
 	if err := ValidateCategory(category); err != nil {
 		return 0, time.Time{}, err
 	}
-	if size < 1 || member < 0 || member >= size {
-		return 0, time.Time{}, fmt.Errorf("%w: member %d of a group of %d", ErrInvalidMember, member, size)
+	if err := checkGroup(member, size); err != nil {
+		return 0, time.Time{}, err
 	}
 	var n int64
 	var oldest *time.Time

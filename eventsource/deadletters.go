@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kumi-run/kumi/internal/migrate"
 )
 
 // MaxDeadLetterReasonLength bounds a dead letter's reason, in bytes; a
@@ -192,14 +194,22 @@ type ReplayHandler func(ctx context.Context, event RecordedEvent) error
 //
 // It stops at the first handler error: that letter stays pending, its
 // attempts go up by one and its reason becomes the error, and the error is
-// returned. Replay never touches the subscription's checkpoints: the live
-// subscription goes on from where it is.
+// returned. A letter whose event the store cannot give back fails the same
+// way, with an [*UnreadableEventError], without calling handler. Replay
+// never touches the subscription's checkpoints: the live subscription goes
+// on from where it is.
 //
-// Each letter is claimed (FOR UPDATE SKIP LOCKED) in a transaction of its
-// own for the duration of its handler, so two replays running at once
-// never hand the same letter to two handlers. Replay is at-least-once: if
-// the process dies after handler returns and before the mark commits, the
-// letter is still pending.
+// No row lock is held while handler runs (it may be slow, or a command):
+// each letter is claimed with a session advisory lock of its own, on a
+// connection held for the duration of its handler, so two replays running
+// at once never hand the same letter to two handlers, while a live reader
+// dead-letters the event again, or an operator lists or discards letters,
+// without waiting. The outcome is recorded in one statement afterwards,
+// only if the letter is still the one replayed: if the event was
+// dead-lettered again meanwhile, that newer letter stays pending. If the
+// process dies (or its connection drops) while handler runs, the lock goes
+// with the session and the letter is still pending: replay is
+// at-least-once.
 func (s *Store) ReplayDeadLetters(ctx context.Context, subscription string, filter DeadLetterFilter, handler ReplayHandler) (int, error) {
 	if handler == nil {
 		return 0, &ConfigError{"handler", "nil"}
@@ -232,29 +242,46 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, subscription string, filt
 	}
 }
 
+// replayLockKey is the session advisory lock that claims a letter for a
+// replay. (A collision with another key only makes a replay skip a letter
+// as if another replay held it.)
+func (s *Store) replayLockKey(subscription string, eventID uuid.UUID) int64 {
+	return migrate.LockKey(s.cfg.Schema + ".replay." + subscription + "." + eventID.String())
+}
+
 // replayOne replays one letter; it reports false when another replay holds
 // it or it is no longer pending.
 func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed bool, handler ReplayHandler) (bool, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := tx.Query(ctx, s.sql.deadLetterClaim, d.Subscription, d.EventID, includeReplayed)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
 	}
-	if _, err := pgx.CollectExactlyOneRow(rows, scanDeadLetter); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil
-		}
+	defer conn.Release()
+	key := s.replayLockKey(d.Subscription, d.EventID)
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
 		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
 	}
-	rows, err = tx.Query(ctx, s.sql.readEventByID, d.EventID)
-	if err != nil {
-		return false, fmt.Errorf("kumi: read dead-lettered event: %w", err)
+	if !got {
+		return false, nil
 	}
-	events, err := scanEvents(rows, 1)
+	defer unlockSession(conn, key)
+	// Read under the claim: another replay may have finished it since it
+	// was listed.
+	rows, err := conn.Query(ctx, s.sql.deadLetterGet, d.Subscription, d.EventID)
+	if err != nil {
+		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
+	}
+	d, err = pgx.CollectExactlyOneRow(rows, scanDeadLetter)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil // discarded meanwhile
+	case err != nil:
+		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
+	case d.ReplayedAt != nil && !includeReplayed:
+		return false, nil
+	}
+	events, err := s.queryOn(ctx, conn, 1, s.sql.readEventsByID, []uuid.UUID{d.EventID})
 	if err != nil {
 		return false, fmt.Errorf("kumi: read dead-lettered event: %w", err)
 	}
@@ -262,19 +289,18 @@ func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed boo
 		return false, fmt.Errorf("%w: dead letter of %q names event %s", ErrEventNotFound, d.Subscription, d.EventID)
 	}
 	ev := events[0]
-	if herr := handler(TraceContext(ctx, ev.Metadata), ev); herr != nil {
-		if _, err := tx.Exec(ctx, s.sql.deadLetterFailed, d.Subscription, d.EventID, cleanReason("replay: "+herr.Error())); err != nil {
-			return false, errors.Join(herr, err)
-		}
-		if err := tx.Commit(ctx); err != nil {
+	herr := ev.Err // an event the store cannot give back: no handler can take it
+	if herr == nil {
+		herr = handler(TraceContext(ctx, ev.Metadata), ev)
+	}
+	if herr != nil {
+		if _, err := conn.Exec(ctx, s.sql.deadLetterFailed, d.Subscription, d.EventID, d.CreatedAt,
+			cleanReason("replay: "+herr.Error())); err != nil {
 			return false, errors.Join(herr, err)
 		}
 		return false, fmt.Errorf("kumi: replay of event %s (position %d) for %q: %w", ev.ID, ev.Position, d.Subscription, herr)
 	}
-	if _, err := tx.Exec(ctx, s.sql.deadLetterMark, d.Subscription, d.EventID); err != nil {
-		return false, fmt.Errorf("kumi: mark dead letter replayed: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if _, err := conn.Exec(ctx, s.sql.deadLetterMark, d.Subscription, d.EventID, d.CreatedAt); err != nil {
 		return false, fmt.Errorf("kumi: mark dead letter replayed: %w", err)
 	}
 	return true, nil

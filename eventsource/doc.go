@@ -22,9 +22,10 @@
 // first '-', the id the rest. The cardinal id is the id before any '+', so
 // "account-7+snapshot" belongs with "account-7" in consumer groups.
 // [ParseStreamName] validates and splits a name; an invalid one (empty
-// category or id, over [MaxStreamNameLength] bytes, invalid UTF-8, control
-// characters including NUL, surrounding white space) is refused with a
-// [*NameError] wrapping [ErrInvalidName], and nothing is written.
+// category or id, over [MaxStreamNameLength] bytes, invalid UTF-8, C0 and
+// C1 control characters including NUL, bidirectional formatting
+// characters, surrounding white space: see [ValidateName]) is refused with
+// a [*NameError] wrapping [ErrInvalidName], and nothing is written.
 //
 // # Appending
 //
@@ -36,7 +37,10 @@
 // pgx transaction. Event ids are UUIDv7 unless given; an id the store
 // already has is refused ([ErrDuplicateEventID]) with the whole batch,
 // never silently skipped. Data is JSON; metadata, when given, a JSON
-// object; both are checked before anything is sent ([*EventError]). When
+// object; both are checked before anything is sent ([*EventError]),
+// bounded by [Config].MaxEventSize both as given and as a read gives them
+// back (jsonb writes numbers out in full), and a batch by MaxBatchEvents
+// and MaxBatchBytes. When
 // the append's context carries an OpenTelemetry span, its W3C trace
 // context is added to the metadata, and [TraceContext] restores it on the
 // handler's side.
@@ -92,7 +96,15 @@
 // by the SQL function cg_hash, and stored with every event so that a
 // member's read never hashes rows. [Store.EnsureConsumerGroupIndex] builds
 // (concurrently, without blocking appends) the index that makes
-// [Store.ReadMember] for a group of n a range scan.
+// [Store.ReadMember] for a group of n a range scan; n is at most
+// [MaxGroupSize].
+//
+// # Unreadable events
+//
+// An event the store holds but PostgreSQL cannot give back (written by SQL
+// or an older version: its row fails to print) never fails a read: the
+// read returns it in its place with [RecordedEvent].Err set to an
+// [*UnreadableEventError], and a subscription dead-letters it.
 //
 // # Checkpoints and fences
 //
@@ -110,7 +122,8 @@
 // [Store.AddDeadLetter] records an event a subscription gave up on, with
 // reason and attempts; [Store.DeadLetters] and [Store.DeadLetter] read them;
 // [Store.ReplayDeadLetters] hands their events to a handler again and marks
-// them replayed, without ever touching the subscription's checkpoint.
+// them replayed, without ever touching the subscription's checkpoint, and
+// without holding a row lock while the handler runs.
 //
 // # Notifications
 //
@@ -126,7 +139,9 @@
 //
 // All tables live in the configured schema (default "kumi"); every
 // identifier is quoted, so any name PostgreSQL accepts is safe, a hostile
-// one included. Migrations are embedded SQL files, applied in order, each
-// in a transaction with its version, under an advisory lock: [Migrate] is
-// idempotent and safe when several processes start at once.
+// one included, up to 63 bytes (PostgreSQL cuts longer ones). Migrations
+// are embedded SQL files, applied in order, each in a transaction with its
+// version, under an advisory lock: [Migrate] is idempotent and safe when
+// several processes start at once, and tells an old binary to upgrade
+// before it tries any DDL.
 package eventsource

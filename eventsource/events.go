@@ -75,6 +75,11 @@ type RecordedEvent struct {
 	Metadata json.RawMessage
 	// RecordedAt is the time of the appending transaction.
 	RecordedAt time.Time
+	// Err is nil for an event read in full. For an event the store holds
+	// but PostgreSQL fails to give back (see [UnreadableEventError]) it is
+	// a *UnreadableEventError: Data and Metadata are then nil, the other
+	// fields are set, and the read returns the events around it as usual.
+	Err error
 }
 
 // Bucket returns the event's consumer-group member in a group of n.
@@ -119,7 +124,34 @@ var (
 	ErrInvalidEvent = errors.New("kumi: invalid event")
 	// ErrInvalidMember reports a consumer-group member outside [0, size).
 	ErrInvalidMember = errors.New("kumi: invalid consumer-group member")
+	// ErrUnreadableEvent is wrapped by [*UnreadableEventError].
+	ErrUnreadableEvent = errors.New("kumi: unreadable event")
 )
+
+// UnreadableEventError marks an event that the store holds but cannot give
+// back: reading its payload fails with an error that one row can cause on
+// its own (out of memory building its text, a data exception, data
+// corruption), whatever put it there (SQL written directly, an older
+// version without today's checks). Reads return such an event with this
+// error in [RecordedEvent.Err] in its place, so that one bad row never
+// stops a read of the rows around it; a subscription dead-letters it.
+type UnreadableEventError struct {
+	EventID  uuid.UUID
+	Stream   string
+	Version  int64
+	Position int64
+	// Err is PostgreSQL's error for the event's row.
+	Err error
+}
+
+// Error names the event and PostgreSQL's error.
+func (e *UnreadableEventError) Error() string {
+	return fmt.Sprintf("kumi: event %s (stream %q, version %d, position %d) cannot be read: %v",
+		e.EventID, e.Stream, e.Version, e.Position, e.Err)
+}
+
+// Unwrap returns [ErrUnreadableEvent] and PostgreSQL's error.
+func (e *UnreadableEventError) Unwrap() []error { return []error{ErrUnreadableEvent, e.Err} }
 
 // EventError reports an event the store refuses. Nothing of the batch is
 // written.
@@ -129,6 +161,9 @@ type EventError struct {
 	Index int
 	// Reason says what is wrong with the event.
 	Reason string
+	// Err is the cause when there is one: a [*NameError] for an invalid
+	// event type.
+	Err error
 }
 
 // Error describes the refused event.
@@ -136,5 +171,10 @@ func (e *EventError) Error() string {
 	return fmt.Sprintf("kumi: invalid event %d: %s", e.Index, e.Reason)
 }
 
-// Unwrap returns [ErrInvalidEvent].
-func (e *EventError) Unwrap() error { return ErrInvalidEvent }
+// Unwrap returns [ErrInvalidEvent] and the cause, if any.
+func (e *EventError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrInvalidEvent}
+	}
+	return []error{ErrInvalidEvent, e.Err}
+}

@@ -40,7 +40,11 @@ func (e *NameError) Unwrap() error { return ErrInvalidName }
 
 func nameErr(kind, name, reason string) error {
 	if len(name) > 80 {
-		name = name[:80] + "…"
+		cut := 80
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut-- // never in the middle of a character
+		}
+		name = name[:cut] + "…"
 	}
 	return &NameError{Kind: kind, Name: name, Reason: reason}
 }
@@ -56,12 +60,13 @@ type StreamName struct {
 	CardinalID string // the ID before any '+'
 }
 
-// ParseStreamName validates and splits a stream name. It refuses an empty or
-// over-long name, invalid UTF-8, control characters (NUL included), a missing
-// '-', an empty category or id, and a category or cardinal id that is empty
-// or starts the id with '+'.
+// ParseStreamName validates and splits a stream name. It refuses what
+// [ValidateName] refuses (an empty or over-long name, invalid UTF-8,
+// control and bidirectional formatting characters, white space at either
+// end), a missing '-', an empty category or id, and a category or
+// cardinal id that is empty or starts the id with '+'.
 func ParseStreamName(name string) (StreamName, error) {
-	if err := checkText("stream", name, MaxStreamNameLength); err != nil {
+	if err := ValidateName("stream", name, MaxStreamNameLength); err != nil {
 		return StreamName{}, err
 	}
 	cat, id, ok := strings.Cut(name, "-")
@@ -90,7 +95,7 @@ func ParseStreamName(name string) (StreamName, error) {
 // ValidateCategory checks a category name as [ParseStreamName] checks the
 // category part of a stream name.
 func ValidateCategory(category string) error {
-	if err := checkText("category", category, MaxCategoryLength); err != nil {
+	if err := ValidateName("category", category, MaxCategoryLength); err != nil {
 		return err
 	}
 	if strings.ContainsAny(category, "-+") {
@@ -101,25 +106,46 @@ func ValidateCategory(category string) error {
 
 // ValidateSubscription checks a subscription name.
 func ValidateSubscription(name string) error {
-	return checkText("subscription", name, MaxSubscriptionNameLength)
+	return ValidateName("subscription", name, MaxSubscriptionNameLength)
 }
 
-func checkText(kind, s string, max int) error {
+// ValidateName checks a name by the character rules of every name the
+// store takes (stream, category, event type, subscription), for a name of
+// the given kind (used in the error) and at most maxLen bytes: it refuses
+// an empty or over-long name, invalid UTF-8, a control character (C0,
+// DEL or C1: NUL, ESC, newline, tab, U+0085, U+009B…), a bidirectional
+// formatting character (U+061C, U+200E, U+200F, U+202A–U+202E,
+// U+2066–U+2069), which makes text display other than it reads, and
+// leading or trailing white space. The error is a [*NameError] of kind.
+// Other packages check their own names (a worker id, say) with it.
+func ValidateName(kind, name string, maxLen int) error {
 	switch {
-	case s == "":
-		return nameErr(kind, s, "empty")
-	case len(s) > max:
-		return nameErr(kind, s, fmt.Sprintf("longer than %d bytes", max))
-	case !utf8.ValidString(s):
-		return nameErr(kind, s, "not valid UTF-8")
+	case name == "":
+		return nameErr(kind, name, "empty")
+	case len(name) > maxLen:
+		return nameErr(kind, name, fmt.Sprintf("longer than %d bytes", maxLen))
+	case !utf8.ValidString(name):
+		return nameErr(kind, name, "not valid UTF-8")
 	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return nameErr(kind, s, "contains a control character")
+	for _, r := range name {
+		if isControl(r) {
+			return nameErr(kind, name, fmt.Sprintf("contains the control character %U", r))
+		}
+		if isBidiControl(r) {
+			return nameErr(kind, name, fmt.Sprintf("contains the bidirectional formatting character %U", r))
 		}
 	}
-	if strings.TrimSpace(s) != s {
-		return nameErr(kind, s, "leading or trailing white space")
+	if strings.TrimSpace(name) != name {
+		return nameErr(kind, name, "leading or trailing white space")
 	}
 	return nil
+}
+
+// isControl reports a C0 or C1 control character, or DEL.
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
+
+// isBidiControl reports a character that changes the direction of the
+// text around it without showing: the Unicode Bidi_Control property.
+func isBidiControl(r rune) bool {
+	return r == 0x061c || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }

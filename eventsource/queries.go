@@ -10,8 +10,9 @@ type queries struct {
 	append        [4][2]string
 	streamVersion string
 
-	readStreamForward, readStreamBackward string
-	readCategory, readAll                 string
+	readStreamForward, readStreamBackward readSQL
+	readCategory, readAll                 readSQL
+	readEventsByID                        readSQL
 	headPosition                          string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
@@ -19,15 +20,26 @@ type queries struct {
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
-	deadLetterAdd, deadLetterList, deadLetterGet, deadLetterClaim string
-	deadLetterMark, deadLetterFailed, deadLetterDelete            string
-	readEventByID                                                 string
+	deadLetterAdd, deadLetterList, deadLetterGet       string
+	deadLetterMark, deadLetterFailed, deadLetterDelete string
 
 	indexState string
 }
 
+// readSQL is a read of events in two forms: in full, and keys only, the
+// same rows without their payloads (see Store.query).
+type readSQL struct{ full, keys string }
+
+// eventRead builds both forms of a read from what follows its column list.
+func eventRead(format string, args ...any) readSQL {
+	from := fmt.Sprintf(format, args...)
+	return readSQL{full: "SELECT " + eventColumns + " " + from, keys: "SELECT " + keyColumns + " " + from}
+}
+
 const (
-	eventColumns      = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
+	eventColumns = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
+	// keyColumns are eventColumns without the payloads, which read as NULL.
+	keyColumns        = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, NULL::jsonb, NULL::jsonb, recorded_at`
 	deadLetterColumns = `subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
 )
 
@@ -68,14 +80,13 @@ RETURNING version`, q)),
 		},
 		streamVersion: fmt.Sprintf(`SELECT version FROM %s.streams WHERE stream_name = $1`, q),
 
-		readStreamForward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`,
-			eventColumns, q),
-		readStreamBackward: fmt.Sprintf(`SELECT %s FROM %s.events WHERE stream_name = $1 AND version <= $2 ORDER BY version DESC LIMIT $3`,
-			eventColumns, q),
-		readCategory: fmt.Sprintf(`SELECT %s FROM %s.events WHERE category = $1 AND position > $2 ORDER BY position LIMIT $3`,
-			eventColumns, q),
-		readAll: fmt.Sprintf(`SELECT %s FROM %s.events WHERE position > $1 ORDER BY position LIMIT $2`,
-			eventColumns, q),
+		readStreamForward:  eventRead(`FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`, q),
+		readStreamBackward: eventRead(`FROM %s.events WHERE stream_name = $1 AND version <= $2 ORDER BY version DESC LIMIT $3`, q),
+		readCategory:       eventRead(`FROM %s.events WHERE category = $1 AND position > $2 ORDER BY position LIMIT $3`, q),
+		readAll:            eventRead(`FROM %s.events WHERE position > $1 ORDER BY position LIMIT $2`, q),
+		// The events of $1, in its order.
+		readEventsByID: eventRead(`FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
+JOIN %s.events ON event_id = k.id ORDER BY k.ord`, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
 		// The head, the age of the oldest unsequenced event above the
@@ -169,12 +180,14 @@ RETURNING position, stream_name, created_at`, q),
 WHERE subscription = $1 AND ($2::int IS NULL OR bucket = $2) AND position > $3 AND ($5 OR replayed_at IS NULL)
 ORDER BY position, event_id LIMIT $4`, deadLetterColumns, q),
 		deadLetterGet: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, deadLetterColumns, q),
-		deadLetterClaim: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2 AND ($3 OR replayed_at IS NULL)
-FOR UPDATE SKIP LOCKED`, deadLetterColumns, q),
-		deadLetterMark:   fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now() WHERE subscription = $1 AND event_id = $2`, q),
-		deadLetterFailed: fmt.Sprintf(`UPDATE %s.dead_letters SET attempts = attempts + 1, reason = $3 WHERE subscription = $1 AND event_id = $2`, q),
+		// A replay records its outcome only on the letter it replayed: $3
+		// is the letter's created_at, which a new dead-lettering of the
+		// event (while the handler ran) moves on.
+		deadLetterMark: fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now()
+WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
+		deadLetterFailed: fmt.Sprintf(`UPDATE %s.dead_letters SET attempts = attempts + 1, reason = $4
+WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
 		deadLetterDelete: fmt.Sprintf(`DELETE FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
-		readEventByID:    fmt.Sprintf(`SELECT %s FROM %s.events WHERE event_id = $1`, eventColumns, q),
 
 		indexState: `SELECT i.indisvalid FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

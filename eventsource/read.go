@@ -2,8 +2,8 @@ package eventsource
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -65,8 +65,8 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 	if err := ValidateCategory(category); err != nil {
 		return nil, err
 	}
-	if size < 1 || member < 0 || member >= size {
-		return nil, fmt.Errorf("%w: member %d of a group of %d", ErrInvalidMember, member, size)
+	if err := checkGroup(member, size); err != nil {
+		return nil, err
 	}
 	return s.query(ctx, limitOf(limit), s.memberSQL(size), category, member, after, limitOf(limit))
 }
@@ -87,11 +87,11 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 //     the result);
 //   - "position IS NOT NULL" matches the partial index's predicate, which
 //     the planner cannot infer from a row comparison.
-func (s *Store) memberSQL(size int) string {
+func (s *Store) memberSQL(size int) readSQL {
 	m := memberExpr(size)
-	return fmt.Sprintf(`SELECT %s FROM %s.events
+	return eventRead(`FROM %s.events
 WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
-ORDER BY %s, position LIMIT $4`, eventColumns, s.q, m, m, m)
+ORDER BY %s, position LIMIT $4`, s.q, m, m, m)
 }
 
 // HeadPosition returns the highest global position handed out so far.
@@ -102,13 +102,89 @@ func (s *Store) HeadPosition(ctx context.Context) (int64, error) {
 }
 
 // query runs a read of at most limit events (the slice is sized for it
-// once: events are large, and growing the slice copies them).
-func (s *Store) query(ctx context.Context, limit int, sql string, args ...any) ([]RecordedEvent, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
+// once: events are large, and growing the slice copies them). A read that
+// fails on one row (see isRowFault) is finished by isolate.
+func (s *Store) query(ctx context.Context, limit int, r readSQL, args ...any) ([]RecordedEvent, error) {
+	return s.queryOn(ctx, s.pool, limit, r, args...)
+}
+
+// queryOn is query on db.
+func (s *Store) queryOn(ctx context.Context, db querier, limit int, r readSQL, args ...any) ([]RecordedEvent, error) {
+	events, err := scanQuery(ctx, db, limit, r.full, args...)
+	switch {
+	case err == nil:
+		return events, nil
+	case isRowFault(err):
+		return s.isolate(ctx, db, limit, r, events, args)
+	}
+	return nil, err
+}
+
+// scanQuery runs sql and returns its events; on an error, those read
+// before it too.
+func scanQuery(ctx context.Context, db querier, limit int, sql string, args ...any) ([]RecordedEvent, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	return scanEvents(rows, limit)
+}
+
+// isolate finishes a read that failed on a row: it reads the page's rows
+// without their payloads, keeps those the failed read returned, and reads
+// the others in order. PostgreSQL sends rows in order as it makes them, so
+// the row after those returned is the suspect: it is read alone and, if
+// that fails too, returned marked unreadable (see [UnreadableEventError]),
+// and the rest of the page is read after it. Each unreadable row costs one
+// failed read of the page and one of its own.
+func (s *Store) isolate(ctx context.Context, db querier, limit int, r readSQL, done []RecordedEvent, args []any) ([]RecordedEvent, error) {
+	keys, err := scanQuery(ctx, db, limit, r.keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RecordedEvent, 0, len(keys))
+	for i, e := range done {
+		if i >= len(keys) || keys[i].ID != e.ID {
+			break // the page changed between the reads: read the rest again
+		}
+		out = append(out, e)
+	}
+	for i := len(out); i < len(keys); {
+		suspect, err := scanQuery(ctx, db, 1, s.sql.readEventsByID.full, []uuid.UUID{keys[i].ID})
+		switch {
+		case isRowFault(err):
+			e := keys[i]
+			e.Err = &UnreadableEventError{EventID: e.ID, Stream: e.Stream, Version: e.Version, Position: e.Position, Err: err}
+			out = append(out, e)
+		case err != nil:
+			return nil, err
+		default:
+			out = append(out, suspect...) // none if the row went meanwhile
+		}
+		i++
+		if i == len(keys) {
+			break
+		}
+		ids := make([]uuid.UUID, 0, len(keys)-i)
+		for _, k := range keys[i:] {
+			ids = append(ids, k.ID)
+		}
+		rest, err := scanQuery(ctx, db, len(ids), s.sql.readEventsByID.full, ids)
+		if err != nil && !isRowFault(err) {
+			return nil, err
+		}
+		out = append(out, rest...)
+		if err == nil {
+			break
+		}
+		if n := len(rest); n > 0 {
+			for keys[i].ID != rest[n-1].ID {
+				i++
+			}
+			i++
+		}
+	}
+	return out, nil
 }
 
 func scanEvents(rows pgx.Rows, limit int) ([]RecordedEvent, error) {
@@ -122,7 +198,7 @@ func scanEvents(rows pgx.Rows, limit int) ([]RecordedEvent, error) {
 		// validated it.
 		if err := rows.Scan(&e.ID, &e.Stream, &e.Category, &e.Version, &e.Position, &e.Hash,
 			&e.Type, (*[]byte)(&e.Data), &meta, &e.RecordedAt); err != nil {
-			return nil, err
+			return out, err
 		}
 		if len(meta) > 0 {
 			e.Metadata = meta

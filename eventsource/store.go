@@ -22,27 +22,38 @@ var migrationFS embed.FS
 
 // Defaults for [Config].
 const (
-	SchemaDefault          = "kumi"
-	MaxEventSizeDefault    = 1 << 20
-	MaxBatchEventsDefault  = 10_000
-	SequencerBatchDefault  = 5_000
-	maxSchemaNameLength    = 63
-	notifyChannelSuffix    = "_events"
-	cgIndexPrefix          = "events_cg_"
-	schemaNameForbiddenSet = "\x00"
+	SchemaDefault         = "kumi"
+	MaxEventSizeDefault   = 1 << 20
+	MaxBatchEventsDefault = 10_000
+	// MaxBatchBytesDefault is the default bound of a batch's bytes, or
+	// MaxEventSize if that is larger.
+	MaxBatchBytesDefault = 64 << 20
+	// MaxBatchBytesLimit is the most MaxBatchBytes (and MaxEventSize) may
+	// be: encoding a batch takes a few times its size in memory, and
+	// PostgreSQL takes no message over 1 GB.
+	MaxBatchBytesLimit    = 256 << 20
+	SequencerBatchDefault = 5_000
+	maxSchemaNameLength   = migrate.MaxSchemaNameLength
+	notifyChannelSuffix   = "_events"
+	cgIndexPrefix         = "events_cg_"
 )
 
 // Config configures a [Store]. The zero value of every field means its
 // default.
 type Config struct {
 	// Schema holds the store's tables. Default "kumi". Any name PostgreSQL
-	// accepts works: every identifier is quoted.
+	// keeps whole works (every identifier is quoted): at most 63 bytes,
+	// without NUL, valid UTF-8, not starting with "pg_".
 	Schema string
 	// MaxEventSize bounds the bytes of one event's data plus metadata.
 	// Default 1 MiB.
 	MaxEventSize int
 	// MaxBatchEvents bounds the events of one append. Default 10,000.
 	MaxBatchEvents int
+	// MaxBatchBytes bounds the bytes of one append: its events' data,
+	// metadata and types. Default 64 MiB, or MaxEventSize if larger; at
+	// least MaxEventSize, at most MaxBatchBytesLimit (256 MiB).
+	MaxBatchBytes int
 }
 
 // ConfigError reports an invalid configuration field.
@@ -69,27 +80,29 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBatchEvents == 0 {
 		c.MaxBatchEvents = MaxBatchEventsDefault
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = max(MaxBatchBytesDefault, c.MaxEventSize)
+	}
 	return c
 }
 
 func (c Config) validate() error {
-	if len(c.Schema) > maxSchemaNameLength {
-		return &ConfigError{"Schema", fmt.Sprintf("longer than %d bytes", maxSchemaNameLength)}
-	}
-	if strings.ContainsAny(c.Schema, schemaNameForbiddenSet) {
-		return &ConfigError{"Schema", "contains NUL"}
-	}
-	if !utf8.ValidString(c.Schema) {
-		return &ConfigError{"Schema", "not valid UTF-8"}
-	}
-	if strings.HasPrefix(strings.ToLower(c.Schema), "pg_") {
-		return &ConfigError{"Schema", `starts with "pg_", which PostgreSQL reserves for system schemas`}
+	var schemaErr *migrate.SchemaError
+	if errors.As(migrate.CheckSchema(c.Schema), &schemaErr) {
+		return &ConfigError{"Schema", schemaErr.Reason}
 	}
 	if c.MaxEventSize < 0 {
 		return &ConfigError{"MaxEventSize", "negative"}
 	}
 	if c.MaxBatchEvents < 0 {
 		return &ConfigError{"MaxBatchEvents", "negative"}
+	}
+	if c.MaxEventSize > MaxBatchBytesLimit {
+		return &ConfigError{"MaxEventSize", fmt.Sprintf("%d, more than MaxBatchBytesLimit %d", c.MaxEventSize, MaxBatchBytesLimit)}
+	}
+	if c.MaxBatchBytes < c.MaxEventSize || c.MaxBatchBytes > MaxBatchBytesLimit {
+		return &ConfigError{"MaxBatchBytes", fmt.Sprintf("%d, outside [MaxEventSize %d, MaxBatchBytesLimit %d]",
+			c.MaxBatchBytes, c.MaxEventSize, MaxBatchBytesLimit)}
 	}
 	return nil
 }
@@ -165,11 +178,13 @@ func notifyChannel(schema string) string {
 // to run from several processes at once.
 func (s *Store) Migrate(ctx context.Context) error { return Migrate(ctx, s.pool, s.cfg.Schema) }
 
-// Migrate applies the event store's migrations to schema.
+// Migrate applies the event store's migrations to schema ("" means the
+// default). A name [New] would refuse is refused with a [*ConfigError].
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	if schema == "" {
-		schema = SchemaDefault
+	if err := (Config{Schema: schema}).WithDefaults().validate(); err != nil {
+		return err
 	}
+	schema = Config{Schema: schema}.WithDefaults().Schema
 	ms, err := migrate.Load(migrationFS, "migrations")
 	if err != nil {
 		return err
@@ -188,6 +203,17 @@ func (s *Store) signalAppended() {
 func isUniqueViolation(err error, index string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == index
+}
+
+// isRowFault reports an error that one row can cause on its own when it is
+// read: out of memory building its text (54000: jsonb prints a number like
+// 1e131071 as 131,072 digits, and a value's text is limited to 1 GB), a
+// statement too complex (54001), a data exception (class 22) or data
+// corruption (XX001).
+func isRowFault(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") ||
+		pgErr.Code == "54000" || pgErr.Code == "54001" || pgErr.Code == "XX001")
 }
 
 // isDataException reports an error PostgreSQL raised for a value it cannot

@@ -173,7 +173,7 @@ func eventAt(ctx context.Context, store *eventsource.Store, d eventsource.DeadLe
 	if len(evs) == 0 || evs[0].ID != d.EventID {
 		return eventsource.RecordedEvent{}, fmt.Errorf("no event %s at position %d", d.EventID, d.Position)
 	}
-	return evs[0], nil
+	return evs[0], evs[0].Err
 }
 
 type eventJSON struct {

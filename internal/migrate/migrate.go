@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -63,6 +64,68 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 	return out, nil
 }
 
+// MaxSchemaNameLength is the longest schema name, in bytes, that
+// PostgreSQL keeps whole (NAMEDATALEN - 1). It cuts a longer identifier
+// without a word, so two long names that share their first 63 bytes would
+// name one schema.
+const MaxSchemaNameLength = 63
+
+// SchemaError reports a schema name that [Apply] refuses.
+type SchemaError struct {
+	Schema string // the name as given
+	Reason string // what is wrong with it
+}
+
+// Error names the schema and the problem.
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("migrate: invalid schema name %q: %s", e.Schema, e.Reason)
+}
+
+// ConfigError marks the error as an invalid configuration (see
+// supervision's classifier).
+func (e *SchemaError) ConfigError() bool { return true }
+
+// CheckSchema refuses a schema name that PostgreSQL would not keep as
+// given: empty, over [MaxSchemaNameLength] bytes, with NUL or invalid
+// UTF-8, or starting with "pg_" (reserved for system schemas).
+func CheckSchema(schema string) error {
+	reason := ""
+	switch {
+	case schema == "":
+		reason = "empty"
+	case len(schema) > MaxSchemaNameLength:
+		reason = fmt.Sprintf("%d bytes, longer than the %d PostgreSQL keeps (it would cut the name)", len(schema), MaxSchemaNameLength)
+	case strings.ContainsRune(schema, 0):
+		reason = "contains NUL"
+	case !utf8.ValidString(schema):
+		reason = "not valid UTF-8"
+	case strings.HasPrefix(strings.ToLower(schema), "pg_"):
+		reason = `starts with "pg_", which PostgreSQL reserves for system schemas`
+	default:
+		return nil
+	}
+	return &SchemaError{Schema: schema, Reason: reason}
+}
+
+// NewerSchemaError reports a schema migrated by a newer binary: this one
+// does not know its latest migrations, and must be upgraded.
+type NewerSchemaError struct {
+	Component string // the component ("eventsource", "leasestore")
+	Schema    string // the schema name
+	Version   int    // the schema's version of the component
+	Known     int    // the latest version this binary knows
+}
+
+// Error says to upgrade the binary.
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("migrate %s: schema %s is at version %d, newer than this binary's %d; upgrade the binary",
+		e.Component, pgx.Identifier{e.Schema}.Sanitize(), e.Version, e.Known)
+}
+
+// ConfigError marks the error as one no retry can fix (see supervision's
+// classifier).
+func (e *NewerSchemaError) ConfigError() bool { return true }
+
 // LockKey is the advisory lock key that serialises migrations of one schema.
 func LockKey(schema string) int64 {
 	h := fnv.New64a()
@@ -73,11 +136,21 @@ func LockKey(schema string) int64 {
 // Apply brings component's migrations in schema up to date. It is
 // idempotent and safe to run from several processes at once.
 func Apply(ctx context.Context, pool *pgxpool.Pool, schema, component string, migrations []Migration) error {
+	if err := CheckSchema(schema); err != nil {
+		return err
+	}
 	q := pgx.Identifier{schema}.Sanitize()
 	// An up-to-date schema needs no lock and no DDL, so a worker can run as
-	// a role without CREATE privileges once an operator has migrated.
-	if current, err := currentVersion(ctx, pool, q, component); err == nil && current == len(migrations) {
-		return nil
+	// a role without CREATE privileges once an operator has migrated; and a
+	// newer one is reported before any DDL, which that role would be
+	// refused ("permission denied") before it learnt it should upgrade.
+	if current, err := currentVersion(ctx, pool, q, component); err == nil {
+		switch {
+		case current == len(migrations):
+			return nil
+		case current > len(migrations):
+			return &NewerSchemaError{Component: component, Schema: schema, Version: current, Known: len(migrations)}
+		}
 	}
 	for {
 		applied, err := applyNext(ctx, pool, q, schema, component, migrations)
@@ -122,8 +195,7 @@ func applyNext(ctx context.Context, pool *pgxpool.Pool, q, schema, component str
 		return false, fmt.Errorf("migrate %s: read version: %w", component, err)
 	}
 	if current > len(migrations) {
-		return false, fmt.Errorf("migrate %s: schema %s is at version %d, newer than this binary's %d; upgrade the binary",
-			component, q, current, len(migrations))
+		return false, &NewerSchemaError{Component: component, Schema: schema, Version: current, Known: len(migrations)}
 	}
 	if current == len(migrations) {
 		return false, tx.Commit(ctx)

@@ -28,7 +28,9 @@
 // harness reads each worker's /metrics directly (never through its proxy)
 // to see when it starts deliveries. From these a scenario computes
 //
-//   - lost: committed events of the category with no sink row;
+//   - lost: committed events of the category with no sink row (but for
+//     those a scenario expects dead-lettered, which it checks itself:
+//     TestPoisonEvent's unreadable event);
 //   - duplicates: the sink's deliveries beyond the first;
 //   - regressions: checkpoint writes that moved a checkpoint back;
 //   - overlaps: leases taken while still valid by the database's clock,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -149,6 +150,7 @@ type observer struct {
 	seq         int
 	cpSeen      map[int]int64
 	regressions []string
+	excused     []uuid.UUID // events a scenario expects dead-lettered (see excuse)
 	pollErrors  int
 	cond        *sync.Cond
 
@@ -176,6 +178,23 @@ func newObserver(t testing.TB, url, schema, sub, cat string, n int, every time.D
 	go o.poll(ctx, every)
 	t.Cleanup(func() { o.close(); pool.Close() })
 	return o
+}
+
+// excuse tells the observer that a scenario expects the event to be
+// dead-lettered rather than handled: it is not waited for, nor counted
+// lost. The scenario checks its dead letter itself.
+func (o *observer) excuse(id uuid.UUID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.excused = append(o.excused, id)
+}
+
+// excusedIDs returns the excused events (never nil: a query takes it as
+// an array).
+func (o *observer) excusedIDs() []uuid.UUID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]uuid.UUID{}, o.excused...)
 }
 
 func (o *observer) close() {

@@ -1,0 +1,73 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// insertPoison writes, through SQL as an older version or a DBA could, an
+// event of stream whose text form exceeds PostgreSQL's 1 GB limit: every
+// read that returns its payload fails with "out of memory" (54000).
+func insertPoison(t *testing.T, store *eventsource.Store, stream string) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	sn, err := eventsource.ParseStreamName(stream)
+	require.NoError(t, err)
+	id := uuid.New()
+	_, err = store.Pool().Exec(ctx, fmt.Sprintf(`WITH s AS (
+  INSERT INTO %[1]s.streams AS st (stream_name, version) VALUES ($2, 0)
+  ON CONFLICT (stream_name) DO UPDATE SET version = st.version + 1 RETURNING version)
+INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT $1, $2, $3, $4, %[1]s.cg_hash($4), s.version, 'Poison',
+  (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 8300)) FROM s`, store.QuotedSchema()),
+		id, stream, sn.Category, sn.CardinalID)
+	require.NoError(t, err)
+	return id
+}
+
+func TestAnUnreadableEventCostsItsBucketADeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	acct, other := newRecorder(), newRecorder()
+	startWorker(t, schema, "a", groupOpts("poison", 4, acct, "a"))
+	oo := groupOpts("bystander", 2, other, "b")
+	oo.Category = "other"
+	startWorker(t, schema, "b", oo)
+
+	seed(t, store, "acct", 8, 40)
+	seed(t, store, "other", 4, 20)
+	bad := insertPoison(t, store, "acct-1")
+	// After the poison: its own stream, its bucket, other buckets and
+	// another category.
+	seed(t, store, "acct", 8, 40)
+	seed(t, store, "other", 4, 20)
+
+	pgtest.Eventually(t, waitLong, func() bool { return acct.distinct() == 80 }, "every readable acct event handled (got %d)", acct.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return other.distinct() == 40 }, "every other event handled (got %d)", other.distinct())
+	var letters []eventsource.DeadLetter
+	pgtest.Eventually(t, waitLong, func() bool {
+		var err error
+		letters, err = store.DeadLetters(ctx, "poison", eventsource.DeadLetterFilter{})
+		return err == nil && len(letters) == 1
+	}, "the unreadable event is dead-lettered")
+	require.Equal(t, bad, letters[0].EventID)
+	require.Equal(t, "acct-1", letters[0].Stream)
+	require.Equal(t, eventsource.BucketOf(eventsource.StreamName{CardinalID: "1"}, 4), letters[0].Bucket)
+	require.Contains(t, letters[0].Reason, "cannot be read")
+	require.Zero(t, acct.duplicates())
+	require.Empty(t, acct.order)
+	for id := range acct.count {
+		require.NotEqual(t, bad, id, "the handler never gets the unreadable event")
+	}
+	none, err := store.DeadLetters(ctx, "bystander", eventsource.DeadLetterFilter{})
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
