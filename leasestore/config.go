@@ -6,9 +6,10 @@ import (
 	"math"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kumi-run/kumi/eventsource"
 )
 
 // Kind is how a [Store] proves that it still holds its buckets.
@@ -165,10 +166,10 @@ func (c Config) validate() error {
 		return bad("Schema", "is required")
 	case c.Subscription == "":
 		return bad("Subscription", "is required")
-	case textFault(c.Subscription) != "":
-		return bad("Subscription", "%s", textFault(c.Subscription))
-	case textFault(c.Worker) != "":
-		return bad("Worker", "%s", textFault(c.Worker))
+	case eventsource.ValidateSubscription(c.Subscription) != nil:
+		return bad("Subscription", "%v", eventsource.ValidateSubscription(c.Subscription))
+	case c.Worker != "" && eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength) != nil:
+		return bad("Worker", "%v; use printable characters", eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength))
 	case c.Buckets < 1 || c.Buckets > MaxBuckets:
 		return bad("Buckets", "is %d; it must be between 1 and %d", c.Buckets, MaxBuckets)
 	case c.Kind != KindRow && c.Kind != KindSession:
@@ -192,31 +193,6 @@ func (c Config) validate() error {
 			"or EnsureHeld fails between two renewals that both landed", c.Margin, c.Heartbeat, c.TTL)
 	}
 	return nil
-}
-
-// textFault says what makes s unusable as a worker id or subscription —
-// it is stored, logged and printed by kumi status — or "" when it is fine:
-// more than MaxWorkerLength bytes, invalid UTF-8, C0 and C1 control
-// characters (NUL, ESC, NEL, CSI ...) and the bidirectional controls
-// that reorder what a terminal shows (U+061C, U+200E, U+200F,
-// U+202A–U+202E, U+2066–U+2069).
-func textFault(s string) string {
-	if len(s) > MaxWorkerLength {
-		return fmt.Sprintf("is %d bytes; it must be at most %d", len(s), MaxWorkerLength)
-	}
-	if !utf8.ValidString(s) {
-		return "is not valid UTF-8"
-	}
-	for _, r := range s {
-		switch {
-		case r < 0x20 || (r >= 0x7f && r <= 0x9f):
-			return fmt.Sprintf("contains the control character %U; use printable characters", r)
-		case r == 0x061c || r == 0x200e || r == 0x200f || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
-			return fmt.Sprintf("contains the bidirectional control %U, which reorders what a terminal shows; "+
-				"use printable characters", r)
-		}
-	}
-	return ""
 }
 
 // sessionConfig returns the connection config of KindSession's dedicated
