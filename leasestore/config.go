@@ -85,7 +85,8 @@ type Config struct {
 	Subscription string
 	// Worker is this worker's id, unique in the pool; "" mints a UUID. At
 	// most MaxWorkerLength bytes of UTF-8 with no control characters (C0,
-	// C1) and no bidirectional controls.
+	// C1), no bidirectional controls and no leading or trailing white
+	// space (eventsource.ValidateName's rules).
 	Worker string
 	// Buckets is N, the fixed number of buckets of the subscription (≥ 1).
 	Buckets int
