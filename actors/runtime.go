@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -127,7 +128,12 @@ func Migrate(ctx context.Context, store *eventsource.Store) error {
 func (rt *Runtime) Store() *eventsource.Store { return rt.store }
 
 // Stop stops every group gracefully (see [Group.Stop]), then the publisher,
-// notifier and sequencer. It returns ctx.Err() if ctx ends first.
+// notifier and sequencer, and waits for the actors' runs to end. It honours
+// ctx throughout: when ctx ends first it returns ctx.Err() (joined with any
+// other error) without waiting further; what could not be stopped in time —
+// typically a handler blocked in a call that ignores its context — is
+// logged and left running, and ends on its own when that call returns.
+// Stop may be called again, to wait once more.
 func (rt *Runtime) Stop(ctx context.Context) error {
 	rt.mu.Lock()
 	groups := make([]*Group, 0, len(rt.groups))
@@ -142,13 +148,65 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		errs = append(errs, g.Stop(ctx))
 	}
 	if !already {
-		_ = rt.system.Root.StopFuture(rt.publisher).Wait()
+		if ctx.Err() != nil {
+			rt.system.Root.Stop(rt.publisher) // no time left to wait
+		} else if err := stopActor(ctx, rt.system, rt.publisher); err != nil {
+			rt.logger.Warn("kumi: runtime stop: the publisher did not stop in time; left running", "err", err)
+			errs = append(errs, err)
+		}
 		rt.listener.Close()
 		errs = append(errs, rt.notifier.Stop(ctx))
 		rt.sequencer.Stop()
-		rt.dispatcher.close()
 	}
-	return errors.Join(errs...)
+	if busy, err := rt.dispatcher.close(ctx); err != nil {
+		rt.logger.Warn("kumi: runtime stop: actors still running when the deadline came; left running "+
+			"(a handler blocked in a call that ignores its context ends only when that call returns)",
+			"running", busy, "err", err)
+		errs = append(errs, err)
+	}
+	return joinErrors(errs)
+}
+
+// joinErrors is errors.Join, except that several copies of one error (each
+// stop step reporting the same ctx.Err()) are reported once, so that
+// errors.Is and the message stay plain.
+func joinErrors(errs []error) error {
+	var out []error
+	for _, err := range errs {
+		if err != nil && !slices.Contains(out, err) {
+			out = append(out, err)
+		}
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return errors.Join(out...)
+}
+
+// stopActor stops pid (its children first) and waits until it has
+// terminated or ctx ends, then returning ctx.Err(). Unlike protoactor's
+// StopFuture, whose wait is a fixed 10 s, the wait is the caller's.
+func stopActor(ctx context.Context, system *actor.ActorSystem, pid *actor.PID) error {
+	terminated := make(chan struct{})
+	watcher := system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *actor.Started:
+			c.Watch(pid) // a pid already gone answers Terminated at once
+		case *actor.Terminated:
+			if m.Who.Equal(pid) {
+				close(terminated)
+				c.Stop(c.Self())
+			}
+		}
+	}))
+	system.Root.Stop(pid)
+	select {
+	case <-terminated:
+		return nil
+	case <-ctx.Done():
+		system.Root.Stop(watcher)
+		return ctx.Err()
+	}
 }
 
 // Group is one subscription group running in this process: a Coordinator
@@ -284,52 +342,79 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 // Worker returns this worker's id in the group.
 func (gr *Group) Worker() string { return gr.g.leases.Worker() }
 
-// Done is closed when the group has stopped.
+// Done is closed when the group has stopped: by [Group.Stop], by
+// [Group.Abort], or on a failure it cannot recover from (see [Group.Err]).
 func (gr *Group) Done() <-chan struct{} { return gr.g.done }
 
-// Stop stops the group gracefully: each reader finishes its in-flight event
-// and flushes its checkpoint, then every lease is released and the worker
-// leaves the membership, so other workers take the buckets over at once.
-// It is idempotent and safe from several goroutines. If ctx ends first it
-// stops the actors at once, leaves the leases to expire, and returns
-// ctx.Err().
-func (gr *Group) Stop(ctx context.Context) error {
-	gr.stopOnce.Do(func() { gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{}) })
-	select {
-	case <-gr.g.done:
-	case <-ctx.Done():
-		_ = gr.g.rt.system.Root.StopFuture(gr.coordinator).Wait()
-		gr.g.finish(ctx.Err())
-		return ctx.Err()
-	}
-	gr.g.rt.mu.Lock()
-	delete(gr.g.rt.groups, gr)
-	gr.g.rt.mu.Unlock()
+// Err returns why the group ended, once [Group.Done] is closed: nil after
+// a clean stop, ctx.Err() when a Stop's context ended first, or the error
+// of the final lease release. While the group runs it returns nil.
+func (gr *Group) Err() error {
 	gr.g.mu.Lock()
 	defer gr.g.mu.Unlock()
 	return gr.g.err
 }
 
+// Stop stops the group gracefully: each reader finishes its in-flight event
+// and flushes its checkpoint, then every lease is released and the worker
+// leaves the membership, so other workers take the buckets over at once.
+// It is idempotent and safe from several goroutines. If ctx ends first it
+// stops the actors without waiting for them, leaves the leases to expire,
+// logs what was still running, and returns ctx.Err().
+func (gr *Group) Stop(ctx context.Context) error {
+	gr.stopOnce.Do(func() { gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{}) })
+	defer gr.forget()
+	select {
+	case <-gr.g.done:
+		return gr.Err()
+	case <-ctx.Done():
+	}
+	// Do not wait: a handler blocked in a call that ignores its context
+	// would hold the stop for ever. Its actors end when the call returns.
+	gr.g.rt.system.Root.Stop(gr.coordinator)
+	if gr.g.finish(ctx.Err()) {
+		gr.g.logger.Warn("kumi: group stop: the deadline came before the readers drained; actors left to stop on their own, "+
+			"leases left to expire (a handler blocked in a call that ignores its context?)",
+			"owned", gr.g.ownedBuckets(), "err", ctx.Err())
+	}
+	return gr.Err()
+}
+
+// abortWait bounds Abort's wait for the group's actors to stop.
+const abortWait = time.Second
+
 // Abort stops the group at once, as a crash would: readers stop without
 // finishing their in-flight events or flushing checkpoints, and no lease is
 // released. Other workers take the buckets over when the leases expire (for
 // the session kind, at once: the session closes). Events after the last
-// flushed checkpoint are delivered again by the next owner. Use [Group.Stop]
-// for a graceful stop.
+// flushed checkpoint are delivered again by the next owner. Abort waits
+// briefly for the actors to stop; a handler still blocked after that is
+// logged and left running. Use [Group.Stop] for a graceful stop.
 func (gr *Group) Abort() {
-	_ = gr.g.rt.system.Root.StopFuture(gr.coordinator).Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), abortWait)
+	defer cancel()
+	if err := stopActor(ctx, gr.g.rt.system, gr.coordinator); err != nil {
+		gr.g.logger.Warn("kumi: group abort: actors still running; left to stop on their own", "err", err)
+	}
 	gr.g.finish(nil)
+	gr.forget()
+}
+
+// forget removes the group from its runtime's.
+func (gr *Group) forget() {
 	gr.g.rt.mu.Lock()
 	delete(gr.g.rt.groups, gr)
 	gr.g.rt.mu.Unlock()
 }
 
-func (g *group) finish(err error) {
+// finish ends the group with err (nil for a clean end), once: it reports
+// whether this call ended it.
+func (g *group) finish(err error) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	select {
 	case <-g.done:
-		return
+		return false
 	default:
 	}
 	g.err = err
@@ -339,6 +424,19 @@ func (g *group) finish(err error) {
 	_ = g.leases.Close()
 	g.unregister()
 	close(g.done)
+	return true
+}
+
+// ownedBuckets returns the buckets the group holds, sorted.
+func (g *group) ownedBuckets() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]int, 0, len(g.owned))
+	for b := range g.owned {
+		out = append(out, b)
+	}
+	sort.Ints(out)
+	return out
 }
 
 func (g *group) setOwned(owned map[int]leasestore.Lease, handoff map[int]bool) {
