@@ -62,6 +62,8 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		c.start(ctx)
+	case *actor.Stopped:
+		c.onStopped()
 	case *actor.Stopping, *actor.Restarting:
 		// The actor stops (or restarts): its readers stop with it, and
 		// none may be spawned again meanwhile.
@@ -312,4 +314,30 @@ func (c *coordinator) maybeLeave(ctx actor.Context) {
 		root.Send(self, &groupLeft{err: leases.Leave(cctx)})
 	}()
 	c.cancel()
+}
+
+// onStopped ends the group when the coordinator's guardian stopped it on a
+// failure nothing restarts, now that every reader has stopped: it releases
+// the leases (best effort) so that healthy workers take the buckets over at
+// once, says what went wrong and how to fix it, and closes Done with the
+// error. A stop that was asked for (Stop, Abort) is finished by its caller.
+func (c *coordinator) onStopped() {
+	failure := c.g.failed()
+	if failure == nil {
+		return
+	}
+	g := c.g
+	for b, l := range c.owned {
+		g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "group failed", "", nil)
+	}
+	c.owned = map[int]leasestore.Lease{}
+	g.setOwned(c.owned, nil)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), g.opts.DatabaseTimeout)
+		defer cancel()
+		err := g.leases.Leave(ctx)
+		g.logger.Error("kumi: group stopped: "+failure.Fix, "class", failure.Class.String(), "err", failure.Err,
+			"leases_released", err == nil, "release_err", err)
+		g.finish(failure)
+	}()
 }

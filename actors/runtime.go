@@ -233,16 +233,18 @@ type group struct {
 	coordinatorSupervisor *supervision.Strategy
 	interval              time.Duration
 
-	mu         sync.Mutex
-	owned      map[int]leasestore.Lease
-	handoff    map[int]bool
-	progress   map[int]int64
-	lags       map[int]bucketLag
-	lagAt      time.Time
-	members    int
-	queues     map[int]*overflow.Queue
-	done       chan struct{}
-	err        error
+	mu       sync.Mutex
+	owned    map[int]leasestore.Lease
+	handoff  map[int]bool
+	progress map[int]int64
+	lags     map[int]bucketLag
+	lagAt    time.Time
+	members  int
+	queues   map[int]*overflow.Queue
+	done     chan struct{}
+	err      error
+	// failure is why the coordinator's guardian stopped it, if it did.
+	failure    *GroupFailedError
 	unregister func()
 	// dropped counts the live batches the readers' queues dropped on a
 	// pause or an overflow (each re-read from the store).
@@ -327,7 +329,8 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	if g.readerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("reader")}); err != nil {
 		return fail(err)
 	}
-	if g.coordinatorSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("coordinator")}); err != nil {
+	coordinatorObserver := supervision.Observers(g.observer("coordinator"), supervision.ObserverFunc(g.coordinatorDecision))
+	if g.coordinatorSupervisor, err = supervision.OneForOne(supervision.Options{Observer: coordinatorObserver}); err != nil {
 		return fail(err)
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &coordinator{g: g} },
@@ -347,8 +350,10 @@ func (gr *Group) Worker() string { return gr.g.leases.Worker() }
 func (gr *Group) Done() <-chan struct{} { return gr.g.done }
 
 // Err returns why the group ended, once [Group.Done] is closed: nil after
-// a clean stop, ctx.Err() when a Stop's context ended first, or the error
-// of the final lease release. While the group runs it returns nil.
+// a clean stop, ctx.Err() when a Stop's context ended first, the error of
+// the final lease release, or a *[GroupFailedError] when a failure nothing
+// restarts ended it (a reader's configuration error: a missing table or
+// grant). While the group runs it returns nil.
 func (gr *Group) Err() error {
 	gr.g.mu.Lock()
 	defer gr.g.mu.Unlock()
@@ -360,9 +365,16 @@ func (gr *Group) Err() error {
 // leaves the membership, so other workers take the buckets over at once.
 // It is idempotent and safe from several goroutines. If ctx ends first it
 // stops the actors without waiting for them, leaves the leases to expire,
-// logs what was still running, and returns ctx.Err().
+// logs what was still running, and returns ctx.Err(). If the group had
+// already ended on a failure, Stop returns it (see [Group.Err]).
 func (gr *Group) Stop(ctx context.Context) error {
-	gr.stopOnce.Do(func() { gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{}) })
+	gr.stopOnce.Do(func() {
+		select {
+		case <-gr.g.done: // ended already: no coordinator to ask
+		default:
+			gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{})
+		}
+	})
 	defer gr.forget()
 	select {
 	case <-gr.g.done:
@@ -466,6 +478,28 @@ func (g *group) observer(kind string) supervision.Observer {
 			Directive: d.Directive.String(), Reason: d.Reason, Restarts: d.Attempt, Backoff: d.Delay,
 		})
 	}))
+}
+
+// coordinatorDecision notes a decision of the coordinator's guardian to
+// stop it: a failure nothing restarts (a reader's configuration error,
+// escalated, or the coordinator's restart budget exhausted). The
+// coordinator then ends the group with it (see coordinator.onStopped).
+func (g *group) coordinatorDecision(d supervision.Decision) {
+	if d.Directive != actor.StopDirective {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failure == nil {
+		g.failure = newGroupFailedError(g.opts.Subscription, d)
+	}
+}
+
+// failed returns why the coordinator's guardian stopped it, or nil.
+func (g *group) failed() *GroupFailedError {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failure
 }
 
 func (g *group) setPass(res leasestore.PassResult, lags map[int]bucketLag) {

@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // blockingHandler blocks on every delivery until release is closed, ignoring
@@ -76,4 +79,60 @@ func TestRuntimeStopHonoursItsContextWhileAHandlerIsBlocked(t *testing.T) {
 		t.Fatal("the group is not done after Runtime.Stop returned")
 	}
 	require.True(t, errors.Is(g.Err(), context.DeadlineExceeded), "the group reports why it ended: %v", g.Err())
+}
+
+// A reader that hits a configuration error (here a missing table, 42P01)
+// cannot be cured by a restart: the group ends visibly. Done closes, the
+// error is the group's, the leases are released at once and the worker
+// leaves the membership, so that healthy workers take over without waiting
+// for the TTL.
+func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 2, 4)
+	sys := quietSystem()
+	ws, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	rt, err := NewRuntime(ctx, sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), waitLong)
+		defer cancel()
+		_ = rt.Stop(c)
+	})
+	q := pgx.Identifier{schema}.Sanitize()
+	_, err = pgtest.Pool(t).Exec(ctx, "ALTER TABLE "+q+".checkpoints RENAME TO checkpoints_gone")
+	require.NoError(t, err)
+
+	o := groupOpts("broken", 2, newRecorder(), "w")
+	o.Worker = "w"
+	// The TTL is five minutes: only a release explains a free bucket.
+	o.Lease = LeaseOptions{TTL: 5 * time.Minute, Heartbeat: 200 * time.Millisecond, Margin: time.Minute}
+	g, err := rt.StartGroup(ctx, o)
+	require.NoError(t, err)
+	select {
+	case <-g.Done():
+	case <-time.After(waitLong):
+		t.Fatal("the group is not done after its reader hit a missing table")
+	}
+	var gf *GroupFailedError
+	require.ErrorAs(t, g.Err(), &gf)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, g.Err(), &pgErr)
+	require.Equal(t, "42P01", pgErr.Code)
+	require.Equal(t, supervision.Config, gf.Class)
+	require.Contains(t, gf.Fix, "kumi migrate")
+
+	var held, members int
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
+		"SELECT count(*) FROM "+q+".lease_buckets WHERE subscription = 'broken' AND owner IS NOT NULL").Scan(&held))
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
+		"SELECT count(*) FROM "+q+".lease_members WHERE subscription = 'broken'").Scan(&members))
+	require.Zero(t, held, "the failed group released its leases")
+	require.Zero(t, members, "the failed group left the membership")
+
+	stopCtx, cancel := context.WithTimeout(ctx, waitLong)
+	defer cancel()
+	require.ErrorAs(t, g.Stop(stopCtx), &gf, "Stop returns the failure")
 }
