@@ -20,7 +20,7 @@ type (
 		ctx   context.Context
 		span  observability.ReconcileSpan
 		start time.Time
-		lags  map[int]bucketLag
+		dur   time.Duration
 	}
 	handedOver struct {
 		bucket int
@@ -56,6 +56,8 @@ type coordinator struct {
 	giving  map[int]bool // HandOver calls under way
 	cancel  context.CancelFunc
 	bg      context.Context
+	// renewed is when the last successful pass started.
+	renewed time.Time
 }
 
 func (c *coordinator) Receive(ctx actor.Context) {
@@ -133,6 +135,7 @@ func (c *coordinator) start(ctx actor.Context) {
 			root.Send(self, passTick{})
 		}
 	}()
+	go c.g.measureLags(bg)
 	c.pass(ctx)
 }
 
@@ -154,10 +157,7 @@ func (c *coordinator) pass(ctx actor.Context) {
 		sctx, span := g.telemetry.startReconcile(context.Background())
 		start := time.Now()
 		res, err := g.leases.Pass(cctx)
-		done := &passDone{res: res, err: err, ctx: sctx, span: span, start: start}
-		if err == nil {
-			done.lags = g.measureLag(cctx, res.Owned)
-		}
+		done := &passDone{res: res, err: err, ctx: sctx, span: span, start: start, dur: time.Since(start)}
 		if bg.Err() == nil {
 			root.Send(self, done)
 		} else {
@@ -179,6 +179,7 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 		c.g.logger.Warn("kumi: reconcile pass failed; keeping the current readers", "err", p.err)
 		return
 	}
+	c.checkLate(p)
 	res := p.res
 	summary := c.g.telemetry.passChanges(p.ctx, res, c.owned, c.handoff)
 	p.span.End(summary)
@@ -199,8 +200,28 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 		}
 	}
 	c.g.setOwned(c.owned, c.handoff)
-	c.g.setPass(res, p.lags)
+	c.g.setPass(res)
 	c.syncReaders(ctx)
+}
+
+// checkLate reports a successful pass that ran late: one that took longer
+// than the heartbeat, or that ended more than two heartbeats after the
+// start of the last successful one (the leases went that long without
+// renewal).
+func (c *coordinator) checkLate(p *passDone) {
+	hb := c.g.interval
+	gap := time.Duration(0)
+	if !c.renewed.IsZero() {
+		gap = p.start.Add(p.dur).Sub(c.renewed)
+	}
+	c.renewed = p.start
+	if p.dur > hb || gap > 2*hb {
+		cfg := c.g.leases.Config()
+		c.g.telemetry.t.LeasePassLate(p.ctx, observability.LatePass{
+			Subscription: c.g.opts.Subscription, Worker: c.g.leases.Worker(),
+			Duration: p.dur, Gap: gap, Heartbeat: hb, TTL: cfg.TTL, Margin: cfg.Margin,
+		})
+	}
 }
 
 // syncReaders brings the reader children in line with what is owned:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
@@ -219,10 +220,12 @@ type Group struct {
 
 // group is what a group's actors share.
 type group struct {
-	rt                *Runtime
-	opts              GroupOptions
-	store             *eventsource.Store
-	leases            *leasestore.Store
+	rt     *Runtime
+	opts   GroupOptions
+	store  *eventsource.Store
+	leases *leasestore.Store
+	// leasePool is the lease store's own small pool (see newLeasePool).
+	leasePool         *pgxpool.Pool
 	publisher         *actor.PID
 	logger            *slog.Logger
 	telemetry         *telemetry
@@ -288,7 +291,11 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		logger = rt.logger
 	}
 	logger = logger.With("subscription", opts.Subscription)
-	leases, err := leasestore.New(ctx, rt.store.Pool(), leasestore.Config{
+	leasePool, err := newLeasePool(ctx, rt.store.Pool())
+	if err != nil {
+		return nil, err
+	}
+	leases, err := leasestore.New(ctx, leasePool, leasestore.Config{
 		Schema:       rt.store.Schema(),
 		Subscription: opts.Subscription,
 		Worker:       opts.Worker,
@@ -302,10 +309,12 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		Logger:       logger,
 	})
 	if err != nil {
+		leasePool.Close()
 		return nil, err
 	}
 	fail := func(err error) (*Group, error) {
 		_ = leases.Close()
+		leasePool.Close()
 		return nil, err
 	}
 	if err := leases.EnsureShards(ctx); err != nil {
@@ -315,7 +324,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		return fail(err)
 	}
 	g := &group{
-		rt: rt, opts: opts, store: rt.store, leases: leases, publisher: rt.publisher, logger: logger,
+		rt: rt, opts: opts, store: rt.store, leases: leases, leasePool: leasePool, publisher: rt.publisher, logger: logger,
 		interval: leases.Config().Heartbeat,
 		owned:    map[int]leasestore.Lease{}, handoff: map[int]bool{}, progress: map[int]int64{},
 		queues: map[int]*overflow.Queue{}, done: make(chan struct{}),
@@ -340,6 +349,28 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	rt.groups[group] = struct{}{}
 	rt.mu.Unlock()
 	return group, nil
+}
+
+// LeasePoolConns is the size of each group's own connection pool for its
+// lease store: one connection for the reconcile pass (the lease renewal),
+// one for a handoff or the final release running beside it.
+const LeasePoolConns = 2
+
+// newLeasePool makes a group's pool for its lease store, with the store
+// pool's settings and LeasePoolConns connections. Renewal must never queue
+// behind the readers' and handlers' work for a connection of the store's
+// pool: a busy pool would delay the passes until the leases became unsure
+// and other workers took the buckets over.
+func newLeasePool(ctx context.Context, store *pgxpool.Pool) (*pgxpool.Pool, error) {
+	cfg := store.Config().Copy()
+	cfg.MaxConns = LeasePoolConns
+	cfg.MinConns = min(cfg.MinConns, LeasePoolConns)
+	cfg.MinIdleConns = min(cfg.MinIdleConns, LeasePoolConns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kumi: lease pool: %w", err)
+	}
+	return pool, nil
 }
 
 // Worker returns this worker's id in the group.
@@ -434,6 +465,7 @@ func (g *group) finish(err error) bool {
 	g.readerSupervisor.Close()
 	g.coordinatorSupervisor.Close()
 	_ = g.leases.Close()
+	g.leasePool.Close()
 	g.unregister()
 	close(g.done)
 	return true
@@ -502,53 +534,75 @@ func (g *group) failed() *GroupFailedError {
 	return g.failure
 }
 
-func (g *group) setPass(res leasestore.PassResult, lags map[int]bucketLag) {
+func (g *group) setPass(res leasestore.PassResult) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.members = res.Live
-	if lags != nil {
-		g.lags = lags
-	}
 }
 
 // lagInterval spaces the lag measurements: counting a backlog costs a
 // range scan per bucket, too much for every pass.
 const lagInterval = 5 * time.Second
 
-// measureLag reads each owned bucket's checkpoint and backlog, at most once
-// per lagInterval (nil otherwise: keep the last measurement).
-func (g *group) measureLag(ctx context.Context, owned []leasestore.Lease) map[int]bucketLag {
-	now := time.Now()
-	g.mu.Lock()
-	due := now.Sub(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
-	if due {
-		g.lagAt = now
+// measureLags measures the owned buckets' lag every lagInterval, and soon
+// after the set of owned buckets changes, until ctx ends. It runs on its
+// own goroutine, over the store's pool, bounded by DatabaseTimeout: the
+// measurement is optional and may be slow, so it never rides on the lease
+// passes, which renew the leases.
+func (g *group) measureLags(ctx context.Context) {
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		owned := g.ownedBuckets()
+		g.mu.Lock()
+		due := time.Since(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
+		g.mu.Unlock()
+		if !due {
+			continue
+		}
+		mctx, cancel := context.WithTimeout(ctx, g.opts.DatabaseTimeout)
+		lags, err := g.measureLag(mctx, owned)
+		cancel()
+		g.mu.Lock()
+		g.lagAt = time.Now()
+		if err == nil {
+			g.lags = lags
+		}
+		g.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			g.logger.Debug("kumi: lag measurement failed; keeping the last one", "err", err)
+		}
 	}
-	g.mu.Unlock()
-	if !due {
-		return nil
-	}
-	out := make(map[int]bucketLag, len(owned))
-	if len(owned) == 0 {
-		return out
+}
+
+// measureLag reads the buckets' checkpoints and backlogs.
+func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLag, error) {
+	out := make(map[int]bucketLag, len(buckets))
+	if len(buckets) == 0 {
+		return out, nil
 	}
 	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
 	if err != nil {
-		return out
+		return nil, err
 	}
 	byBucket := map[int]int64{}
 	for _, c := range cps {
 		byBucket[c.Bucket] = c.Position
 	}
-	for _, l := range owned {
-		cp := byBucket[l.Bucket]
-		n, oldest, err := g.store.MemberLag(ctx, g.opts.Category, l.Bucket, g.opts.Buckets, cp)
+	for _, b := range buckets {
+		cp := byBucket[b]
+		n, oldest, err := g.store.MemberLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
 		if err != nil {
-			return out
+			return nil, err
 		}
-		out[l.Bucket] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
+		out[b] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
 	}
-	return out
+	return out, nil
 }
 
 // statusSnapshot is the group's status for observability, from memory.
