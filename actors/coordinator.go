@@ -176,6 +176,7 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 	c.g.telemetry.lease(p.ctx, observability.LeaseRenew, p.start, p.err)
 	if p.err != nil {
 		p.span.End(observability.PassSummary{Owned: len(c.owned), Err: p.err})
+		c.g.passFailed(p.err)
 		c.g.logger.Warn("kumi: reconcile pass failed; keeping the current readers", "err", p.err)
 		return
 	}
@@ -200,7 +201,7 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 		}
 	}
 	c.g.setOwned(c.owned, c.handoff)
-	c.g.setPass(res)
+	c.g.setPass(res, p.start)
 	c.syncReaders(ctx)
 }
 

@@ -3,6 +3,8 @@ package actors
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -125,4 +127,43 @@ func TestALatePassIsCounted(t *testing.T) {
 		require.NoError(t, reader.Collect(ctx, &rm))
 		return sums(rm, observability.MetricLeasePassesLate, "")[""] >= 1
 	}, "the late pass is counted")
+}
+
+// Health follows the lease passes: a worker whose passes cannot reach the
+// database (here they wait for locked lease rows and give up) turns
+// unhealthy on /healthz once its leases are unsure, and healthy again once
+// a pass succeeds. (A group ended by a failure is unhealthy too: see
+// TestAConfigurationErrorInAReaderEndsTheGroupVisibly.)
+func TestHealthFollowsTheLeasePasses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := newTestStore(t)
+	o := groupOpts("health", 2, newRecorder(), "w")
+	w := startWorker(t, schema, "w", o)
+	srv := httptest.NewServer(observability.Handler(observability.HandlerOptions{Healthy: w.rt.Healthy}))
+	t.Cleanup(srv.Close)
+	healthz := func() int {
+		resp, err := srv.Client().Get(srv.URL + "/healthz")
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 2 }, "w owns both buckets")
+	require.Equal(t, http.StatusOK, healthz())
+
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema}.Sanitize()+".lease_buckets WHERE subscription = 'health' FOR UPDATE")
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return healthz() == http.StatusServiceUnavailable }, "unhealthy while no pass succeeds")
+	var he *HealthError
+	require.ErrorAs(t, w.rt.Healthy(ctx), &he)
+	require.Equal(t, "health", he.Subscription)
+	require.Error(t, he.Err, "the last pass's error is reported")
+	require.NoError(t, tx.Commit(ctx))
+	pgtest.Eventually(t, waitLong, func() bool { return healthz() == http.StatusOK }, "healthy again once a pass succeeds")
+
+	w.stop(t)
+	require.Error(t, w.rt.Healthy(ctx), "a stopped runtime is not healthy")
 }

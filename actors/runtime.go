@@ -247,7 +247,12 @@ type group struct {
 	done     chan struct{}
 	err      error
 	// failure is why the coordinator's guardian stopped it, if it did.
-	failure    *GroupFailedError
+	failure *GroupFailedError
+	// renewedAt is when the last successful lease pass started (the
+	// group's start before the first); passErr the error of the last
+	// pass, nil once one succeeds.
+	renewedAt  time.Time
+	passErr    error
 	unregister func()
 	// dropped counts the live batches the readers' queues dropped on a
 	// pause or an overflow (each re-read from the store).
@@ -327,7 +332,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		rt: rt, opts: opts, store: rt.store, leases: leases, leasePool: leasePool, publisher: rt.publisher, logger: logger,
 		interval: leases.Config().Heartbeat,
 		owned:    map[int]leasestore.Lease{}, handoff: map[int]bool{}, progress: map[int]int64{},
-		queues: map[int]*overflow.Queue{}, done: make(chan struct{}),
+		queues: map[int]*overflow.Queue{}, done: make(chan struct{}), renewedAt: time.Now(),
 	}
 	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
 	g.lags = map[int]bucketLag{}
@@ -534,10 +539,94 @@ func (g *group) failed() *GroupFailedError {
 	return g.failure
 }
 
-func (g *group) setPass(res leasestore.PassResult) {
+func (g *group) setPass(res leasestore.PassResult, start time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.members = res.Live
+	g.renewedAt, g.passErr = start, nil
+}
+
+// passFailed records the error of a failed lease pass for Healthy.
+func (g *group) passFailed(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.passErr = err
+}
+
+// HealthError is why [Runtime.Healthy] reports a group unhealthy.
+type HealthError struct {
+	// Subscription is the group's.
+	Subscription string
+	// Since is how long ago the last successful lease pass started;
+	// Bound the longest that may be (the TTL less the margin).
+	Since, Bound time.Duration
+	// Err is the last pass's error, or why the group ended.
+	Err error
+}
+
+// Error says which group, since when, and why.
+func (e *HealthError) Error() string {
+	if e.Since == 0 {
+		return fmt.Sprintf("kumi: subscription %q: group ended: %v", e.Subscription, e.Err)
+	}
+	return fmt.Sprintf("kumi: subscription %q: no successful lease pass for %v (at most %v): the database is unreachable or too slow: %v",
+		e.Subscription, e.Since.Round(time.Millisecond), e.Bound, e.Err)
+}
+
+// Unwrap returns the last pass's error, or why the group ended.
+func (e *HealthError) Unwrap() error { return e.Err }
+
+// health reports the group unhealthy once it has gone longer than the TTL
+// less the margin without a successful lease pass — by then its readers
+// have stopped on unsure leases — or when it has ended.
+func (g *group) health() error {
+	select {
+	case <-g.done:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		err := g.err
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		return &HealthError{Subscription: g.opts.Subscription, Err: err}
+	default:
+	}
+	cfg := g.leases.Config()
+	bound := cfg.TTL - cfg.Margin
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if since := time.Since(g.renewedAt); since > bound {
+		err := g.passErr
+		if err == nil {
+			err = errors.New("a pass is still under way")
+		}
+		return &HealthError{Subscription: g.opts.Subscription, Since: since, Bound: bound, Err: err}
+	}
+	return nil
+}
+
+// Healthy reports whether this process can do its work: nil while every
+// group it runs has renewed its leases within the TTL less the margin (so
+// it reaches the database and its readers deliver), else a *[HealthError]
+// per group that has not, or that ended. A runtime that is stopped is
+// unhealthy. It costs no database call: serve it on /healthz
+// (observability.HandlerOptions.Healthy).
+func (rt *Runtime) Healthy(context.Context) error {
+	rt.mu.Lock()
+	if rt.stopped {
+		rt.mu.Unlock()
+		return errors.New("kumi: runtime is stopped")
+	}
+	groups := make([]*Group, 0, len(rt.groups))
+	for g := range rt.groups {
+		groups = append(groups, g)
+	}
+	rt.mu.Unlock()
+	var errs []error
+	for _, g := range groups {
+		errs = append(errs, g.g.health())
+	}
+	return errors.Join(errs...)
 }
 
 // lagInterval spaces the lag measurements: counting a backlog costs a

@@ -132,6 +132,10 @@ func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	require.Zero(t, held, "the failed group released its leases")
 	require.Zero(t, members, "the failed group left the membership")
 
+	var he *HealthError
+	require.ErrorAs(t, rt.Healthy(ctx), &he, "a failed group makes the process unhealthy")
+	require.ErrorAs(t, he, &gf)
+
 	stopCtx, cancel := context.WithTimeout(ctx, waitLong)
 	defer cancel()
 	require.ErrorAs(t, g.Stop(stopCtx), &gf, "Stop returns the failure")
