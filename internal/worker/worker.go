@@ -171,7 +171,7 @@ func Run(ctx context.Context, c Config) error {
 			return err
 		}
 		go func() {
-			_ = observability.ServeListener(ctx, ln, observability.Handler(observability.HandlerOptions{Telemetry: tel}))
+			_ = observability.ServeListener(ctx, ln, observability.Handler(observability.HandlerOptions{Telemetry: tel, Healthy: rt.Healthy}))
 		}()
 	}
 	logger.Info("worker started", "worker", group.Worker(), "subscription", c.Subscription, "buckets", c.Buckets, "lease", c.LeaseKind.String())
