@@ -295,6 +295,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	if logger == nil {
 		logger = rt.logger
 	}
+	base := logger // the lease store adds the subscription (and the worker) itself
 	logger = logger.With("subscription", opts.Subscription)
 	leasePool, err := newLeasePool(ctx, rt.store.Pool())
 	if err != nil {
@@ -311,7 +312,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		Margin:       opts.Lease.Margin,
 		SessionURL:   opts.Lease.SessionURL,
 		NoListen:     opts.Lease.NoListen,
-		Logger:       logger,
+		Logger:       base,
 	})
 	if err != nil {
 		leasePool.Close()
