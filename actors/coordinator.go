@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -58,6 +59,8 @@ type coordinator struct {
 	bg      context.Context
 	// renewed is when the last successful pass started.
 	renewed time.Time
+	// stopped is closed when the actor has stopped, its children first.
+	stopped chan struct{}
 }
 
 func (c *coordinator) Receive(ctx actor.Context) {
@@ -65,14 +68,14 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *actor.Started:
 		c.start(ctx)
 	case *actor.Stopped:
-		c.onStopped()
-	case *actor.Stopping, *actor.Restarting:
-		// The actor stops (or restarts): its readers stop with it, and
-		// none may be spawned again meanwhile.
-		c.halted = true
-		if c.cancel != nil {
-			c.cancel()
+		if c.stopped != nil {
+			close(c.stopped)
 		}
+	case *actor.Stopping:
+		c.halt()
+		c.onStopping()
+	case *actor.Restarting:
+		c.halt()
 	case passTick:
 		c.pass(ctx)
 	case *passDone:
@@ -117,9 +120,19 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	}
 }
 
+// halt is the first step of a stop or a restart: the readers stop with the
+// coordinator, and none may be spawned again meanwhile.
+func (c *coordinator) halt() {
+	c.halted = true
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
 	c.bg, c.cancel = context.WithCancel(context.Background())
+	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
 	changes := c.g.leases.Changes()
 	go func() {
@@ -338,28 +351,41 @@ func (c *coordinator) maybeLeave(ctx actor.Context) {
 	c.cancel()
 }
 
-// onStopped ends the group when the coordinator's guardian stopped it on a
-// failure nothing restarts, now that every reader has stopped: it releases
-// the leases (best effort) so that healthy workers take the buckets over at
-// once, says what went wrong and how to fix it, and closes Done with the
-// error. A stop that was asked for (Stop, Abort) is finished by its caller.
-func (c *coordinator) onStopped() {
+// onStopping ends the group when the coordinator's guardian stops it on a
+// failure nothing restarts. Once every reader has stopped, it releases the
+// leases (best effort) so that healthy workers take the buckets over at
+// once; if the readers have not stopped within the handler timeout — a
+// handler blocked in a call that ignores its context holds its reader —
+// it leaves them behind and the leases to expire. Either way it says what
+// went wrong and how to fix it, and closes Done with the error. A stop that
+// was asked for (Stop, Abort) is finished by its caller.
+func (c *coordinator) onStopping() {
 	failure := c.g.failed()
 	if failure == nil {
 		return
 	}
-	g := c.g
+	g, stopped := c.g, c.stopped
 	for b, l := range c.owned {
 		g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "group failed", "", nil)
 	}
 	c.owned = map[int]leasestore.Lease{}
 	g.setOwned(c.owned, nil)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), g.opts.DatabaseTimeout)
-		defer cancel()
-		err := g.leases.Leave(ctx)
+		wait := time.NewTimer(g.opts.HandlerTimeout)
+		defer wait.Stop()
+		released, err := false, error(nil)
+		select {
+		case <-stopped:
+			ctx, cancel := context.WithTimeout(context.Background(), g.opts.DatabaseTimeout)
+			err = g.leases.Leave(ctx)
+			cancel()
+			released = err == nil
+		case <-wait.C:
+			err = errors.New("the readers did not stop within the handler timeout (a handler blocked in a call " +
+				"that ignores its context?): left running, leases left to expire")
+		}
 		g.logger.Error("kumi: group stopped: "+failure.Fix, "class", failure.Class.String(), "err", failure.Err,
-			"leases_released", err == nil, "release_err", err)
+			"leases_released", released, "release_err", err)
 		g.finish(failure)
 	}()
 }

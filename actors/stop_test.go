@@ -140,3 +140,49 @@ func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	defer cancel()
 	require.ErrorAs(t, g.Stop(stopCtx), &gf, "Stop returns the failure")
 }
+
+// A failure that ends the group ends it even while a handler is blocked in
+// a call that ignores its context (so its reader cannot stop): Done closes
+// with the failure once the handler timeout has passed, and the blocked
+// handler is left behind.
+func TestAFailureEndsTheGroupWhileAHandlerIsBlocked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 1, 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	sys := quietSystem()
+	ws, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	rt, err := NewRuntime(ctx, sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = rt.Stop(c)
+	})
+	// The timed-out event's dead letter cannot be written: 42P01.
+	_, err = pgtest.Pool(t).Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema}.Sanitize()+".dead_letters RENAME TO dead_letters_gone")
+	require.NoError(t, err)
+	o := GroupOptions{Subscription: "stuck", Category: "acct", Buckets: 1, Worker: "w",
+		Handler: blockingHandler(started, release), Lease: fastLease(),
+		HandlerTimeout: 100 * time.Millisecond, Retry: RetryPolicy{MaxAttempts: 1}}
+	g, err := rt.StartGroup(ctx, o)
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(waitLong):
+		t.Fatal("the handler never got the event")
+	}
+	select {
+	case <-g.Done():
+	case <-time.After(waitLong):
+		t.Fatal("the group is not done after its reader failed, with its handler blocked")
+	}
+	var gf *GroupFailedError
+	require.ErrorAs(t, g.Err(), &gf)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, g.Err(), &pgErr)
+	require.Equal(t, "42P01", pgErr.Code)
+}
