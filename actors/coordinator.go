@@ -131,7 +131,7 @@ func (c *coordinator) halt() {
 
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
-	c.bg, c.cancel = context.WithCancel(context.Background())
+	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
 	changes := c.g.leases.Changes()
@@ -299,9 +299,9 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 func (c *coordinator) handOver(ctx actor.Context, bucket int) {
 	if c.handoff[bucket] && c.readers[bucket] == nil && !c.giving[bucket] && !c.leaving {
 		c.giving[bucket] = true
-		self, root, leases, timeout := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout
+		self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
 		go func() {
-			cctx, cancel := context.WithTimeout(context.Background(), timeout)
+			cctx, cancel := context.WithTimeout(life, timeout)
 			defer cancel()
 			start := time.Now()
 			err := leases.HandOver(cctx, bucket)
@@ -337,14 +337,14 @@ func (c *coordinator) maybeLeave(ctx actor.Context) {
 		return
 	}
 	c.left = true
-	self, root, leases, timeout := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout
+	self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
 	for b, l := range c.owned {
 		c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "graceful stop", "", nil)
 	}
 	c.owned = map[int]leasestore.Lease{}
 	c.g.setOwned(c.owned, nil)
 	go func() {
-		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+		cctx, cancel := context.WithTimeout(life, timeout)
 		defer cancel()
 		root.Send(self, &groupLeft{err: leases.Leave(cctx)})
 	}()
@@ -376,7 +376,7 @@ func (c *coordinator) onStopping() {
 		released, err := false, error(nil)
 		select {
 		case <-stopped:
-			ctx, cancel := context.WithTimeout(context.Background(), g.opts.DatabaseTimeout)
+			ctx, cancel := context.WithTimeout(g.life, g.opts.DatabaseTimeout)
 			err = g.leases.Leave(ctx)
 			cancel()
 			released = err == nil

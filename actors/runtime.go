@@ -225,7 +225,11 @@ type group struct {
 	store  *eventsource.Store
 	leases *leasestore.Store
 	// leasePool is the lease store's own small pool (see newLeasePool).
-	leasePool         *pgxpool.Pool
+	leasePool *pgxpool.Pool
+	// life bounds every lease-store call of the group; finish ends it, so
+	// that no call in flight holds up the lease pool's Close.
+	life              context.Context
+	endLife           context.CancelFunc
 	publisher         *actor.PID
 	logger            *slog.Logger
 	telemetry         *telemetry
@@ -335,6 +339,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		owned:    map[int]leasestore.Lease{}, handoff: map[int]bool{}, progress: map[int]int64{},
 		queues: map[int]*overflow.Queue{}, done: make(chan struct{}), renewedAt: time.Now(),
 	}
+	g.life, g.endLife = context.WithCancel(context.Background())
 	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
 	g.lags = map[int]bucketLag{}
 	g.unregister = g.telemetry.t.RegisterStatus(g.statusSnapshot)
@@ -467,6 +472,7 @@ func (g *group) finish(err error) bool {
 	default:
 	}
 	g.err = err
+	g.endLife()
 	g.handlerSupervisor.Close()
 	g.readerSupervisor.Close()
 	g.coordinatorSupervisor.Close()

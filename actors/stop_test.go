@@ -186,3 +186,35 @@ func TestAFailureEndsTheGroupWhileAHandlerIsBlocked(t *testing.T) {
 	require.ErrorAs(t, g.Err(), &pgErr)
 	require.Equal(t, "42P01", pgErr.Code)
 }
+
+// Group.Stop honours its context while its final lease release is stuck
+// (here on lease rows another session has locked): the release is
+// abandoned, the leases are left to expire, and nothing waits for the
+// database call.
+func TestGroupStopHonoursItsContextWhileTheReleaseIsStuck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := newTestStore(t)
+	o := groupOpts("stuckleave", 1, newRecorder(), "w")
+	o.DatabaseTimeout = 10 * time.Minute // the release would wait that long
+	w := startWorker(t, schema, "w", o)
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "w owns the bucket")
+
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema}.Sanitize()+".lease_buckets WHERE subscription = 'stuckleave' FOR UPDATE")
+	require.NoError(t, err)
+
+	stopCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.group.Stop(stopCtx) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(waitLong):
+		t.Fatal("Group.Stop did not return after its context ended")
+	}
+	require.NoError(t, tx.Commit(ctx))
+}
