@@ -65,6 +65,10 @@ func TestLeasesAreRenewedWhileTheStorePoolIsBusy(t *testing.T) {
 	_, schema := newTestStore(t)
 	rec := newRecorder()
 	oa, ob := groupOpts("busy", 4, rec, "a"), groupOpts("busy", 4, rec, "b")
+	// A slower profile than fastLease, so that only a stuck pass (not a
+	// busy machine) lets a lease lapse.
+	lease := LeaseOptions{TTL: 3 * time.Second, Heartbeat: 300 * time.Millisecond, Margin: time.Second}
+	oa.Lease, ob.Lease = lease, lease
 	oa.DatabaseTimeout = 20 * time.Second // longer than the TTL: a pass stuck on the pool holds renewal that long
 	a := startWorker(t, schema, "a", oa)
 	b := startWorker(t, schema, "b", ob)
@@ -74,9 +78,10 @@ func TestLeasesAreRenewedWhileTheStorePoolIsBusy(t *testing.T) {
 	var holdStart time.Time
 	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(), "SELECT now()").Scan(&holdStart))
 	release := exhaust(t, a.pool)
-	// Renewed well after the hold began: past a lag measurement's turn and
-	// a TTL, measured on the database's clock.
-	mark := holdStart.Add(lagInterval + oa.Lease.TTL)
+	// Renewed well after the hold began, on the database's clock: a lag
+	// measurement came due within lagInterval, and a pass that waited for
+	// it could have renewed until a TTL after that at most.
+	mark := holdStart.Add(lagInterval + 2*lease.TTL)
 	var after map[int]string
 	renewed := false
 	pgtest.WaitFor(waitLong, func() bool {
