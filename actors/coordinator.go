@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -20,7 +21,7 @@ type (
 		ctx   context.Context
 		span  observability.ReconcileSpan
 		start time.Time
-		lags  map[int]bucketLag
+		dur   time.Duration
 	}
 	handedOver struct {
 		bucket int
@@ -56,19 +57,25 @@ type coordinator struct {
 	giving  map[int]bool // HandOver calls under way
 	cancel  context.CancelFunc
 	bg      context.Context
+	// renewed is when the last successful pass started.
+	renewed time.Time
+	// stopped is closed when the actor has stopped, its children first.
+	stopped chan struct{}
 }
 
 func (c *coordinator) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		c.start(ctx)
-	case *actor.Stopping, *actor.Restarting:
-		// The actor stops (or restarts): its readers stop with it, and
-		// none may be spawned again meanwhile.
-		c.halted = true
-		if c.cancel != nil {
-			c.cancel()
+	case *actor.Stopped:
+		if c.stopped != nil {
+			close(c.stopped)
 		}
+	case *actor.Stopping:
+		c.halt()
+		c.onStopping()
+	case *actor.Restarting:
+		c.halt()
 	case passTick:
 		c.pass(ctx)
 	case *passDone:
@@ -113,9 +120,19 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	}
 }
 
+// halt is the first step of a stop or a restart: the readers stop with the
+// coordinator, and none may be spawned again meanwhile.
+func (c *coordinator) halt() {
+	c.halted = true
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
-	c.bg, c.cancel = context.WithCancel(context.Background())
+	c.bg, c.cancel = context.WithCancel(c.g.life)
+	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
 	changes := c.g.leases.Changes()
 	go func() {
@@ -131,6 +148,7 @@ func (c *coordinator) start(ctx actor.Context) {
 			root.Send(self, passTick{})
 		}
 	}()
+	go c.g.measureLags(bg)
 	c.pass(ctx)
 }
 
@@ -152,10 +170,7 @@ func (c *coordinator) pass(ctx actor.Context) {
 		sctx, span := g.telemetry.startReconcile(context.Background())
 		start := time.Now()
 		res, err := g.leases.Pass(cctx)
-		done := &passDone{res: res, err: err, ctx: sctx, span: span, start: start}
-		if err == nil {
-			done.lags = g.measureLag(cctx, res.Owned)
-		}
+		done := &passDone{res: res, err: err, ctx: sctx, span: span, start: start, dur: time.Since(start)}
 		if bg.Err() == nil {
 			root.Send(self, done)
 		} else {
@@ -174,9 +189,11 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 	c.g.telemetry.lease(p.ctx, observability.LeaseRenew, p.start, p.err)
 	if p.err != nil {
 		p.span.End(observability.PassSummary{Owned: len(c.owned), Err: p.err})
+		c.g.passFailed(p.err)
 		c.g.logger.Warn("kumi: reconcile pass failed; keeping the current readers", "err", p.err)
 		return
 	}
+	c.checkLate(p)
 	res := p.res
 	summary := c.g.telemetry.passChanges(p.ctx, res, c.owned, c.handoff)
 	p.span.End(summary)
@@ -197,8 +214,28 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 		}
 	}
 	c.g.setOwned(c.owned, c.handoff)
-	c.g.setPass(res, p.lags)
+	c.g.setPass(res, p.start)
 	c.syncReaders(ctx)
+}
+
+// checkLate reports a successful pass that ran late: one that took longer
+// than the heartbeat, or that ended more than two heartbeats after the
+// start of the last successful one (the leases went that long without
+// renewal).
+func (c *coordinator) checkLate(p *passDone) {
+	hb := c.g.interval
+	gap := time.Duration(0)
+	if !c.renewed.IsZero() {
+		gap = p.start.Add(p.dur).Sub(c.renewed)
+	}
+	c.renewed = p.start
+	if p.dur > hb || gap > 2*hb {
+		cfg := c.g.leases.Config()
+		c.g.telemetry.t.LeasePassLate(p.ctx, observability.LatePass{
+			Subscription: c.g.opts.Subscription, Worker: c.g.leases.Worker(),
+			Duration: p.dur, Gap: gap, Heartbeat: hb, TTL: cfg.TTL, Margin: cfg.Margin,
+		})
+	}
 }
 
 // syncReaders brings the reader children in line with what is owned:
@@ -262,9 +299,9 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 func (c *coordinator) handOver(ctx actor.Context, bucket int) {
 	if c.handoff[bucket] && c.readers[bucket] == nil && !c.giving[bucket] && !c.leaving {
 		c.giving[bucket] = true
-		self, root, leases, timeout := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout
+		self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
 		go func() {
-			cctx, cancel := context.WithTimeout(context.Background(), timeout)
+			cctx, cancel := context.WithTimeout(life, timeout)
 			defer cancel()
 			start := time.Now()
 			err := leases.HandOver(cctx, bucket)
@@ -300,16 +337,55 @@ func (c *coordinator) maybeLeave(ctx actor.Context) {
 		return
 	}
 	c.left = true
-	self, root, leases, timeout := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout
+	self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
 	for b, l := range c.owned {
 		c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "graceful stop", "", nil)
 	}
 	c.owned = map[int]leasestore.Lease{}
 	c.g.setOwned(c.owned, nil)
 	go func() {
-		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+		cctx, cancel := context.WithTimeout(life, timeout)
 		defer cancel()
 		root.Send(self, &groupLeft{err: leases.Leave(cctx)})
 	}()
 	c.cancel()
+}
+
+// onStopping ends the group when the coordinator's guardian stops it on a
+// failure nothing restarts. Once every reader has stopped, it releases the
+// leases (best effort) so that healthy workers take the buckets over at
+// once; if the readers have not stopped within the handler timeout — a
+// handler blocked in a call that ignores its context holds its reader —
+// it leaves them behind and the leases to expire. Either way it says what
+// went wrong and how to fix it, and closes Done with the error. A stop that
+// was asked for (Stop, Abort) is finished by its caller.
+func (c *coordinator) onStopping() {
+	failure := c.g.failed()
+	if failure == nil {
+		return
+	}
+	g, stopped := c.g, c.stopped
+	for b, l := range c.owned {
+		g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "group failed", "", nil)
+	}
+	c.owned = map[int]leasestore.Lease{}
+	g.setOwned(c.owned, nil)
+	go func() {
+		wait := time.NewTimer(g.opts.HandlerTimeout)
+		defer wait.Stop()
+		released, err := false, error(nil)
+		select {
+		case <-stopped:
+			ctx, cancel := context.WithTimeout(g.life, g.opts.DatabaseTimeout)
+			err = g.leases.Leave(ctx)
+			cancel()
+			released = err == nil
+		case <-wait.C:
+			err = errors.New("the readers did not stop within the handler timeout (a handler blocked in a call " +
+				"that ignores its context?): left running, leases left to expire")
+		}
+		g.logger.Error("kumi: group stopped: "+failure.Fix, "class", failure.Class.String(), "err", failure.Err,
+			"leases_released", released, "release_err", err)
+		g.finish(failure)
+	}()
 }

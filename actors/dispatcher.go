@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -21,12 +22,14 @@ type dispatcher struct {
 	max     int
 	closed  bool
 	done    chan struct{}
-	wg      sync.WaitGroup
+	// drained is closed once the dispatcher is closed and its last worker
+	// has ended.
+	drained chan struct{}
 }
 
 func newDispatcher(maxWorkers, throughput int) *dispatcher {
 	return &dispatcher{work: make(chan func()), throughput: throughput, idle: 5 * time.Second,
-		max: maxWorkers, done: make(chan struct{})}
+		max: maxWorkers, done: make(chan struct{}), drained: make(chan struct{})}
 }
 
 // Schedule runs fn on an idle worker, a new worker (up to the limit), or a
@@ -40,7 +43,6 @@ func (d *dispatcher) Schedule(fn func()) {
 	d.mu.Lock()
 	if !d.closed && d.workers < d.max {
 		d.workers++
-		d.wg.Add(1)
 		d.mu.Unlock()
 		go d.worker(fn)
 		return
@@ -53,7 +55,7 @@ func (d *dispatcher) Schedule(fn func()) {
 func (d *dispatcher) Throughput() int { return d.throughput }
 
 func (d *dispatcher) worker(fn func()) {
-	defer d.wg.Done()
+	defer d.exit()
 	t := time.NewTimer(d.idle)
 	defer t.Stop()
 	for {
@@ -62,9 +64,6 @@ func (d *dispatcher) worker(fn func()) {
 		select {
 		case fn = <-d.work:
 		case <-t.C:
-			d.mu.Lock()
-			d.workers--
-			d.mu.Unlock()
 			return
 		case <-d.done:
 			return
@@ -72,16 +71,37 @@ func (d *dispatcher) worker(fn func()) {
 	}
 }
 
-// close ends the idle workers and waits for them; runs under way finish
-// first. Later runs get goroutines of their own.
-func (d *dispatcher) close() {
+func (d *dispatcher) exit() {
 	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return
+	defer d.mu.Unlock()
+	d.workers--
+	if d.closed && d.workers == 0 {
+		close(d.drained)
 	}
-	d.closed = true
-	close(d.done)
+}
+
+// close ends the idle workers and waits until the busy ones have finished
+// their runs, or until ctx ends: then it returns ctx.Err() and the number
+// of runs still under way, which end on their own when their actors return
+// (a handler blocked in a call that ignores its context may never). Later
+// runs get goroutines of their own. close may be called again, to wait
+// once more.
+func (d *dispatcher) close(ctx context.Context) (busy int, err error) {
+	d.mu.Lock()
+	if !d.closed {
+		d.closed = true
+		close(d.done)
+		if d.workers == 0 {
+			close(d.drained)
+		}
+	}
 	d.mu.Unlock()
-	d.wg.Wait()
+	select {
+	case <-d.drained:
+		return 0, nil
+	case <-ctx.Done():
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.workers, ctx.Err()
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -129,18 +128,10 @@ func firstDone(ctx context.Context, groups []*Group) <-chan *Group {
 
 // ended is the error of a group that ended on its own.
 func ended(gr *Group) error {
-	if err := groupErr(gr); err != nil {
+	if err := gr.Err(); err != nil {
 		return fmt.Errorf("%w: subscription %s: %w", ErrGroupEnded, gr.g.opts.Subscription, err)
 	}
 	return fmt.Errorf("%w: subscription %s", ErrGroupEnded, gr.g.opts.Subscription)
-}
-
-// groupErr returns why a group ended (nil after a clean stop): what
-// Group.Err returns where the group has one.
-func groupErr(gr *Group) error {
-	gr.g.mu.Lock()
-	defer gr.g.mu.Unlock()
-	return gr.g.err
 }
 
 // stopAll stops the groups, together, then the runtime.
@@ -155,18 +146,3 @@ func stopAll(ctx context.Context, rt *Runtime, groups []*Group) error {
 	return joinDistinct(errs...)
 }
 
-// joinDistinct joins the errors, each once: a group that ended on an error
-// returns it again from its Stop, and every step of a stop that ran out of
-// time returns the same ctx.Err().
-func joinDistinct(errs ...error) error {
-	var out []error
-	for _, err := range errs {
-		if err != nil && !slices.ContainsFunc(out, func(e error) bool { return errors.Is(e, err) }) {
-			out = append(out, err)
-		}
-	}
-	if len(out) == 1 {
-		return out[0]
-	}
-	return errors.Join(out...)
-}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
@@ -135,7 +137,12 @@ func Migrate(ctx context.Context, store *eventsource.Store) error {
 func (rt *Runtime) Store() *eventsource.Store { return rt.store }
 
 // Stop stops every group gracefully (see [Group.Stop]), then the publisher,
-// notifier and sequencer. It returns ctx.Err() if ctx ends first.
+// notifier and sequencer, and waits for the actors' runs to end. It honours
+// ctx throughout: when ctx ends first it returns ctx.Err() (joined with any
+// other error) without waiting further; what could not be stopped in time —
+// typically a handler blocked in a call that ignores its context — is
+// logged and left running, and ends on its own when that call returns.
+// Stop may be called again, to wait once more.
 func (rt *Runtime) Stop(ctx context.Context) error {
 	rt.mu.Lock()
 	groups := make([]*Group, 0, len(rt.groups))
@@ -150,14 +157,66 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		errs = append(errs, g.Stop(ctx))
 	}
 	if !already {
-		_ = rt.system.Root.StopFuture(rt.publisher).Wait()
+		if ctx.Err() != nil {
+			rt.system.Root.Stop(rt.publisher) // no time left to wait
+		} else if err := stopActor(ctx, rt.system, rt.publisher); err != nil {
+			rt.logger.Warn("kumi: runtime stop: the publisher did not stop in time; left running", "err", err)
+			errs = append(errs, err)
+		}
 		rt.listener.Close()
 		errs = append(errs, rt.notifier.Stop(ctx))
 		rt.unregisterSequencer()
 		rt.sequencer.Stop()
-		rt.dispatcher.close()
 	}
-	return errors.Join(errs...)
+	if busy, err := rt.dispatcher.close(ctx); err != nil {
+		rt.logger.Warn("kumi: runtime stop: actors still running when the deadline came; left running "+
+			"(a handler blocked in a call that ignores its context ends only when that call returns)",
+			"running", busy, "err", err)
+		errs = append(errs, err)
+	}
+	return joinDistinct(errs...)
+}
+
+// joinDistinct joins the errors, each once: a group that ended on an error
+// returns it again from its Stop, and every step of a stop that ran out of
+// time returns the same ctx.Err(); so errors.Is and the message stay plain.
+func joinDistinct(errs ...error) error {
+	var out []error
+	for _, err := range errs {
+		if err != nil && !slices.ContainsFunc(out, func(e error) bool { return errors.Is(e, err) }) {
+			out = append(out, err)
+		}
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return errors.Join(out...)
+}
+
+// stopActor stops pid (its children first) and waits until it has
+// terminated or ctx ends, then returning ctx.Err(). Unlike protoactor's
+// StopFuture, whose wait is a fixed 10 s, the wait is the caller's.
+func stopActor(ctx context.Context, system *actor.ActorSystem, pid *actor.PID) error {
+	terminated := make(chan struct{})
+	watcher := system.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *actor.Started:
+			c.Watch(pid) // a pid already gone answers Terminated at once
+		case *actor.Terminated:
+			if m.Who.Equal(pid) {
+				close(terminated)
+				c.Stop(c.Self())
+			}
+		}
+	}))
+	system.Root.Stop(pid)
+	select {
+	case <-terminated:
+		return nil
+	case <-ctx.Done():
+		system.Root.Stop(watcher)
+		return ctx.Err()
+	}
 }
 
 // Group is one subscription group running in this process: a Coordinator
@@ -170,10 +229,16 @@ type Group struct {
 
 // group is what a group's actors share.
 type group struct {
-	rt                *Runtime
-	opts              GroupOptions
-	store             *eventsource.Store
-	leases            *leasestore.Store
+	rt     *Runtime
+	opts   GroupOptions
+	store  *eventsource.Store
+	leases *leasestore.Store
+	// leasePool is the lease store's own small pool (see newLeasePool).
+	leasePool *pgxpool.Pool
+	// life bounds every lease-store call of the group; finish ends it, so
+	// that no call in flight holds up the lease pool's Close.
+	life              context.Context
+	endLife           context.CancelFunc
 	publisher         *actor.PID
 	logger            *slog.Logger
 	telemetry         *telemetry
@@ -184,16 +249,23 @@ type group struct {
 	coordinatorSupervisor *supervision.Strategy
 	interval              time.Duration
 
-	mu         sync.Mutex
-	owned      map[int]leasestore.Lease
-	handoff    map[int]bool
-	progress   map[int]int64
-	lags       map[int]bucketLag
-	lagAt      time.Time
-	members    int
-	queues     map[int]*overflow.Queue
-	done       chan struct{}
-	err        error
+	mu       sync.Mutex
+	owned    map[int]leasestore.Lease
+	handoff  map[int]bool
+	progress map[int]int64
+	lags     map[int]bucketLag
+	lagAt    time.Time
+	members  int
+	queues   map[int]*overflow.Queue
+	done     chan struct{}
+	err      error
+	// failure is why the coordinator's guardian stopped it, if it did.
+	failure *GroupFailedError
+	// renewedAt is when the last successful lease pass started (the
+	// group's start before the first); passErr the error of the last
+	// pass, nil once one succeeds.
+	renewedAt  time.Time
+	passErr    error
 	unregister func()
 	// dropped counts the live batches the readers' queues dropped on a
 	// pause or an overflow (each re-read from the store).
@@ -236,8 +308,13 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	if logger == nil {
 		logger = rt.logger
 	}
+	base := logger // the lease store adds the subscription (and the worker) itself
 	logger = logger.With("subscription", opts.Subscription)
-	leases, err := leasestore.New(ctx, rt.store.Pool(), leasestore.Config{
+	leasePool, err := newLeasePool(ctx, rt.store.Pool())
+	if err != nil {
+		return nil, err
+	}
+	leases, err := leasestore.New(ctx, leasePool, leasestore.Config{
 		Schema:       rt.store.Schema(),
 		Subscription: opts.Subscription,
 		Worker:       opts.Worker,
@@ -248,13 +325,15 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		Margin:       opts.Lease.Margin,
 		SessionURL:   opts.Lease.SessionURL,
 		NoListen:     opts.Lease.NoListen,
-		Logger:       logger,
+		Logger:       base,
 	})
 	if err != nil {
+		leasePool.Close()
 		return nil, err
 	}
 	fail := func(err error) (*Group, error) {
 		_ = leases.Close()
+		leasePool.Close()
 		return nil, err
 	}
 	if err := leases.EnsureShards(ctx); err != nil {
@@ -264,11 +343,12 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		return fail(err)
 	}
 	g := &group{
-		rt: rt, opts: opts, store: rt.store, leases: leases, publisher: rt.publisher, logger: logger,
+		rt: rt, opts: opts, store: rt.store, leases: leases, leasePool: leasePool, publisher: rt.publisher, logger: logger,
 		interval: leases.Config().Heartbeat,
 		owned:    map[int]leasestore.Lease{}, handoff: map[int]bool{}, progress: map[int]int64{},
-		queues: map[int]*overflow.Queue{}, done: make(chan struct{}),
+		queues: map[int]*overflow.Queue{}, done: make(chan struct{}), renewedAt: time.Now(),
 	}
+	g.life, g.endLife = context.WithCancel(context.Background())
 	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
 	g.lags = map[int]bucketLag{}
 	g.unregister = g.telemetry.t.RegisterStatus(g.statusSnapshot)
@@ -278,7 +358,8 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	if g.readerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("reader")}); err != nil {
 		return fail(err)
 	}
-	if g.coordinatorSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("coordinator")}); err != nil {
+	coordinatorObserver := supervision.Observers(g.observer("coordinator"), supervision.ObserverFunc(g.coordinatorDecision))
+	if g.coordinatorSupervisor, err = supervision.OneForOne(supervision.Options{Observer: coordinatorObserver}); err != nil {
 		return fail(err)
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &coordinator{g: g} },
@@ -290,64 +371,137 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	return group, nil
 }
 
+// LeasePoolConns is the size of each group's own connection pool for its
+// lease store: one connection for the reconcile pass (the lease renewal),
+// one for a handoff or the final release running beside it.
+const LeasePoolConns = 2
+
+// newLeasePool makes a group's pool for its lease store, with the store
+// pool's settings and LeasePoolConns connections. Renewal must never queue
+// behind the readers' and handlers' work for a connection of the store's
+// pool: a busy pool would delay the passes until the leases became unsure
+// and other workers took the buckets over.
+func newLeasePool(ctx context.Context, store *pgxpool.Pool) (*pgxpool.Pool, error) {
+	cfg := store.Config().Copy()
+	cfg.MaxConns = LeasePoolConns
+	cfg.MinConns = min(cfg.MinConns, LeasePoolConns)
+	cfg.MinIdleConns = min(cfg.MinIdleConns, LeasePoolConns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kumi: lease pool: %w", err)
+	}
+	return pool, nil
+}
+
 // Worker returns this worker's id in the group.
 func (gr *Group) Worker() string { return gr.g.leases.Worker() }
 
-// Done is closed when the group has stopped.
+// Done is closed when the group has stopped: by [Group.Stop], by
+// [Group.Abort], or on a failure it cannot recover from (see [Group.Err]).
 func (gr *Group) Done() <-chan struct{} { return gr.g.done }
 
-// Stop stops the group gracefully: each reader finishes its in-flight event
-// and flushes its checkpoint, then every lease is released and the worker
-// leaves the membership, so other workers take the buckets over at once.
-// It is idempotent and safe from several goroutines. If ctx ends first it
-// stops the actors at once, leaves the leases to expire, and returns
-// ctx.Err().
-func (gr *Group) Stop(ctx context.Context) error {
-	gr.stopOnce.Do(func() { gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{}) })
-	select {
-	case <-gr.g.done:
-	case <-ctx.Done():
-		_ = gr.g.rt.system.Root.StopFuture(gr.coordinator).Wait()
-		gr.g.finish(ctx.Err())
-		return ctx.Err()
-	}
-	gr.g.rt.mu.Lock()
-	delete(gr.g.rt.groups, gr)
-	gr.g.rt.mu.Unlock()
+// Err returns why the group ended, once [Group.Done] is closed: nil after
+// a clean stop, ctx.Err() when a Stop's context ended first, the error of
+// the final lease release, or a *[GroupFailedError] when a failure nothing
+// restarts ended it (a reader's configuration error: a missing table or
+// grant). While the group runs it returns nil.
+func (gr *Group) Err() error {
 	gr.g.mu.Lock()
 	defer gr.g.mu.Unlock()
 	return gr.g.err
 }
 
+// Stop stops the group gracefully: each reader finishes its in-flight event
+// and flushes its checkpoint, then every lease is released and the worker
+// leaves the membership, so other workers take the buckets over at once.
+// It is idempotent and safe from several goroutines. If ctx ends first it
+// stops the actors without waiting for them, leaves the leases to expire,
+// logs what was still running, and returns ctx.Err(). If the group had
+// already ended on a failure, Stop returns it (see [Group.Err]).
+func (gr *Group) Stop(ctx context.Context) error {
+	gr.stopOnce.Do(func() {
+		select {
+		case <-gr.g.done: // ended already: no coordinator to ask
+		default:
+			gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{})
+		}
+	})
+	defer gr.forget()
+	select {
+	case <-gr.g.done:
+		return gr.Err()
+	case <-ctx.Done():
+	}
+	// Do not wait: a handler blocked in a call that ignores its context
+	// would hold the stop for ever. Its actors end when the call returns.
+	gr.g.rt.system.Root.Stop(gr.coordinator)
+	if gr.g.finish(ctx.Err()) {
+		gr.g.logger.Warn("kumi: group stop: the deadline came before the readers drained; actors left to stop on their own, "+
+			"leases left to expire (a handler blocked in a call that ignores its context?)",
+			"owned", gr.g.ownedBuckets(), "err", ctx.Err())
+	}
+	return gr.Err()
+}
+
+// abortWait bounds Abort's wait for the group's actors to stop.
+const abortWait = time.Second
+
 // Abort stops the group at once, as a crash would: readers stop without
 // finishing their in-flight events or flushing checkpoints, and no lease is
 // released. Other workers take the buckets over when the leases expire (for
 // the session kind, at once: the session closes). Events after the last
-// flushed checkpoint are delivered again by the next owner. Use [Group.Stop]
-// for a graceful stop.
+// flushed checkpoint are delivered again by the next owner. Abort waits
+// briefly for the actors to stop; a handler still blocked after that is
+// logged and left running. Use [Group.Stop] for a graceful stop.
 func (gr *Group) Abort() {
-	_ = gr.g.rt.system.Root.StopFuture(gr.coordinator).Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), abortWait)
+	defer cancel()
+	if err := stopActor(ctx, gr.g.rt.system, gr.coordinator); err != nil {
+		gr.g.logger.Warn("kumi: group abort: actors still running; left to stop on their own", "err", err)
+	}
 	gr.g.finish(nil)
+	gr.forget()
+}
+
+// forget removes the group from its runtime's.
+func (gr *Group) forget() {
 	gr.g.rt.mu.Lock()
 	delete(gr.g.rt.groups, gr)
 	gr.g.rt.mu.Unlock()
 }
 
-func (g *group) finish(err error) {
+// finish ends the group with err (nil for a clean end), once: it reports
+// whether this call ended it.
+func (g *group) finish(err error) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	select {
 	case <-g.done:
-		return
+		return false
 	default:
 	}
 	g.err = err
+	g.endLife()
 	g.handlerSupervisor.Close()
 	g.readerSupervisor.Close()
 	g.coordinatorSupervisor.Close()
 	_ = g.leases.Close()
+	g.leasePool.Close()
 	g.unregister()
 	close(g.done)
+	return true
+}
+
+// ownedBuckets returns the buckets the group holds, sorted.
+func (g *group) ownedBuckets() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]int, 0, len(g.owned))
+	for b := range g.owned {
+		out = append(out, b)
+	}
+	sort.Ints(out)
+	return out
 }
 
 func (g *group) setOwned(owned map[int]leasestore.Lease, handoff map[int]bool) {
@@ -379,53 +533,181 @@ func (g *group) observer(kind string) supervision.Observer {
 	}))
 }
 
-func (g *group) setPass(res leasestore.PassResult, lags map[int]bucketLag) {
+// coordinatorDecision notes a decision of the coordinator's guardian to
+// stop it: a failure nothing restarts (a reader's configuration error,
+// escalated, or the coordinator's restart budget exhausted). The
+// coordinator then ends the group with it (see coordinator.onStopped).
+func (g *group) coordinatorDecision(d supervision.Decision) {
+	if d.Directive != actor.StopDirective {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failure == nil {
+		g.failure = newGroupFailedError(g.opts.Subscription, d)
+	}
+}
+
+// failed returns why the coordinator's guardian stopped it, or nil.
+func (g *group) failed() *GroupFailedError {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failure
+}
+
+func (g *group) setPass(res leasestore.PassResult, start time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.members = res.Live
-	if lags != nil {
-		g.lags = lags
+	g.renewedAt, g.passErr = start, nil
+}
+
+// passFailed records the error of a failed lease pass for Healthy.
+func (g *group) passFailed(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.passErr = err
+}
+
+// HealthError is why [Runtime.Healthy] reports a group unhealthy.
+type HealthError struct {
+	// Subscription is the group's.
+	Subscription string
+	// Since is how long ago the last successful lease pass started;
+	// Bound the longest that may be (the TTL less the margin).
+	Since, Bound time.Duration
+	// Err is the last pass's error, or why the group ended.
+	Err error
+}
+
+// Error says which group, since when, and why.
+func (e *HealthError) Error() string {
+	if e.Since == 0 {
+		return fmt.Sprintf("kumi: subscription %q: group ended: %v", e.Subscription, e.Err)
 	}
+	return fmt.Sprintf("kumi: subscription %q: no successful lease pass for %v (at most %v): the database is unreachable or too slow: %v",
+		e.Subscription, e.Since.Round(time.Millisecond), e.Bound, e.Err)
+}
+
+// Unwrap returns the last pass's error, or why the group ended.
+func (e *HealthError) Unwrap() error { return e.Err }
+
+// health reports the group unhealthy once it has gone longer than the TTL
+// less the margin without a successful lease pass — by then its readers
+// have stopped on unsure leases — or when it has ended.
+func (g *group) health() error {
+	select {
+	case <-g.done:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		err := g.err
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		return &HealthError{Subscription: g.opts.Subscription, Err: err}
+	default:
+	}
+	cfg := g.leases.Config()
+	bound := cfg.TTL - cfg.Margin
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if since := time.Since(g.renewedAt); since > bound {
+		err := g.passErr
+		if err == nil {
+			err = errors.New("a pass is still under way")
+		}
+		return &HealthError{Subscription: g.opts.Subscription, Since: since, Bound: bound, Err: err}
+	}
+	return nil
+}
+
+// Healthy reports whether this process can do its work: nil while every
+// group it runs has renewed its leases within the TTL less the margin (so
+// it reaches the database and its readers deliver), else a *[HealthError]
+// per group that has not, or that ended. A runtime that is stopped is
+// unhealthy. It costs no database call: serve it on /healthz
+// (observability.HandlerOptions.Healthy).
+func (rt *Runtime) Healthy(context.Context) error {
+	rt.mu.Lock()
+	if rt.stopped {
+		rt.mu.Unlock()
+		return errors.New("kumi: runtime is stopped")
+	}
+	groups := make([]*Group, 0, len(rt.groups))
+	for g := range rt.groups {
+		groups = append(groups, g)
+	}
+	rt.mu.Unlock()
+	var errs []error
+	for _, g := range groups {
+		errs = append(errs, g.g.health())
+	}
+	return errors.Join(errs...)
 }
 
 // lagInterval spaces the lag measurements: counting a backlog costs a
 // range scan per bucket, too much for every pass.
 const lagInterval = 5 * time.Second
 
-// measureLag reads each owned bucket's checkpoint and backlog, at most once
-// per lagInterval (nil otherwise: keep the last measurement).
-func (g *group) measureLag(ctx context.Context, owned []leasestore.Lease) map[int]bucketLag {
-	now := time.Now()
-	g.mu.Lock()
-	due := now.Sub(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
-	if due {
-		g.lagAt = now
+// measureLags measures the owned buckets' lag every lagInterval, and soon
+// after the set of owned buckets changes, until ctx ends. It runs on its
+// own goroutine, over the store's pool, bounded by DatabaseTimeout: the
+// measurement is optional and may be slow, so it never rides on the lease
+// passes, which renew the leases.
+func (g *group) measureLags(ctx context.Context) {
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		owned := g.ownedBuckets()
+		g.mu.Lock()
+		due := time.Since(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
+		g.mu.Unlock()
+		if !due {
+			continue
+		}
+		mctx, cancel := context.WithTimeout(ctx, g.opts.DatabaseTimeout)
+		lags, err := g.measureLag(mctx, owned)
+		cancel()
+		g.mu.Lock()
+		g.lagAt = time.Now()
+		if err == nil {
+			g.lags = lags
+		}
+		g.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			g.logger.Debug("kumi: lag measurement failed; keeping the last one", "err", err)
+		}
 	}
-	g.mu.Unlock()
-	if !due {
-		return nil
-	}
-	out := make(map[int]bucketLag, len(owned))
-	if len(owned) == 0 {
-		return out
+}
+
+// measureLag reads the buckets' checkpoints and backlogs.
+func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLag, error) {
+	out := make(map[int]bucketLag, len(buckets))
+	if len(buckets) == 0 {
+		return out, nil
 	}
 	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
 	if err != nil {
-		return out
+		return nil, err
 	}
 	byBucket := map[int]int64{}
 	for _, c := range cps {
 		byBucket[c.Bucket] = c.Position
 	}
-	for _, l := range owned {
-		cp := byBucket[l.Bucket]
-		n, oldest, err := g.store.MemberLag(ctx, g.opts.Category, l.Bucket, g.opts.Buckets, cp)
+	for _, b := range buckets {
+		cp := byBucket[b]
+		n, oldest, err := g.store.MemberLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
 		if err != nil {
-			return out
+			return nil, err
 		}
-		out[l.Bucket] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
+		out[b] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
 	}
-	return out
+	return out, nil
 }
 
 // statusSnapshot is the group's status for observability, from memory.

@@ -149,6 +149,7 @@ const (
 	MetricOwnershipChanges    = "kumi.ownership.changes"     // counter {change}: subscription, change
 	MetricLeaseOperations     = "kumi.lease.operations"      // counter {operation}: subscription, operation, outcome
 	MetricLeaseDuration       = "kumi.lease.duration"        // histogram s: subscription, operation
+	MetricLeasePassesLate     = "kumi.lease.passes.late"     // counter {pass}: subscription
 	MetricRebalances          = "kumi.rebalances"            // counter {rebalance}: subscription
 	MetricReconcileDuration   = "kumi.reconcile.duration"    // histogram s: subscription, outcome
 	MetricFetchDuration       = "kumi.fetch.duration"        // histogram s: source, outcome
@@ -186,6 +187,7 @@ const (
 	UnitChange    = "{change}"
 	UnitOperation = "{operation}"
 	UnitRebalance = "{rebalance}"
+	UnitPass      = "{pass}"
 	UnitReconnect = "{reconnect}"
 	UnitDecision  = "{decision}"
 	UnitRestart   = "{restart}"

@@ -165,3 +165,29 @@ func (t *Telemetry) LeaseOperation(ctx context.Context, subscription string, op 
 			slog.String("subscription", subscription), slog.String("operation", string(op)), slog.Any("err", err))
 	}
 }
+
+// LatePass describes a lease pass that ran late (see [Telemetry.LeasePassLate]).
+type LatePass struct {
+	Subscription, Worker string
+	// Duration is how long the pass took; Gap the time from the start of
+	// the last successful pass to this one's end, the time the leases went
+	// without renewal.
+	Duration, Gap time.Duration
+	// Heartbeat, TTL and Margin are the group's lease timings.
+	Heartbeat, TTL, Margin time.Duration
+}
+
+// LeasePassLate counts a lease pass that ran late in kumi.lease.passes.late
+// and logs it at Warn with its timings: a renewal gap nearing TTL − margin
+// stops the readers on unsure leases, and past the TTL other workers take
+// the buckets over.
+func (t *Telemetry) LeasePassLate(ctx context.Context, p LatePass) {
+	if t == nil {
+		return
+	}
+	t.inst.passesLate.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrSubscription, p.Subscription)))
+	t.logger.LogAttrs(ctx, slog.LevelWarn, "kumi: lease pass ran late; the database or this process is too slow for the lease timings",
+		slog.String("subscription", p.Subscription), slog.String("worker", p.Worker),
+		slog.Duration("duration", p.Duration), slog.Duration("gap", p.Gap),
+		slog.Duration("heartbeat", p.Heartbeat), slog.Duration("ttl", p.TTL), slog.Duration("margin", p.Margin))
+}

@@ -148,3 +148,13 @@ func TestLeaseOperation(t *testing.T) {
 	assert.Equal(t, observability.EventLeaseError, rec[0].Events[0].Name)
 	assert.Contains(t, h.logs.String(), `level=WARN msg="kumi: lease operation failed"`)
 }
+
+func TestLeasePassLate(t *testing.T) {
+	h := newHarness(t)
+	h.tel.LeasePassLate(context.Background(), observability.LatePass{Subscription: "orders", Worker: "w1",
+		Duration: 1200 * time.Millisecond, Gap: 2 * time.Second, Heartbeat: 500 * time.Millisecond, TTL: 3 * time.Second, Margin: time.Second})
+	ms := h.collect(t)
+	assert.EqualValues(t, 1, sum(t, ms, observability.MetricLeasePassesLate, map[string]any{observability.AttrSubscription: "orders"}))
+	assert.Contains(t, h.logs.String(), `level=WARN msg="kumi: lease pass ran late`)
+	assert.Contains(t, h.logs.String(), `gap=2s`)
+}

@@ -132,6 +132,7 @@ type instruments struct {
 	ownership    metric.Int64Counter
 	leaseOps     metric.Int64Counter
 	leaseDur     metric.Float64Histogram
+	passesLate   metric.Int64Counter
 	rebalances   metric.Int64Counter
 	reconcileDur metric.Float64Histogram
 
@@ -190,6 +191,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 	i.ownership = counter(MetricOwnershipChanges, UnitChange, "Ownership changes, per kind.")
 	i.leaseOps = counter(MetricLeaseOperations, UnitOperation, "Lease-store operations, per operation and outcome.")
 	i.leaseDur = histogram(MetricLeaseDuration, "Lease-store operation latency.")
+	i.passesLate = counter(MetricLeasePassesLate, UnitPass, "Lease passes that ran late: longer than the heartbeat, or more than two heartbeats after the last good one.")
 	i.rebalances = counter(MetricRebalances, UnitRebalance, "Reconcile passes that changed this worker's set of buckets.")
 	i.reconcileDur = histogram(MetricReconcileDuration, "Reconcile pass duration.")
 

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -42,6 +43,8 @@ type Config struct {
 	Exactly bool
 	// QueueCapacity bounds the readers' queues (0: default).
 	QueueCapacity int
+	// PoolConns sizes the worker's connection pool (0: 8).
+	PoolConns int
 	// MetricsAddr, when set, serves /metrics, /healthz and /status.
 	MetricsAddr string
 	// Quiet silences the logs; Verbose logs at Debug.
@@ -70,6 +73,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&c.HandlerDelay, "handler-delay", 0, "time the handler takes per event")
 	fs.BoolVar(&c.Exactly, "exactly-once", false, "commit the sink row and the checkpoint in one fenced transaction")
 	fs.IntVar(&c.QueueCapacity, "queue-capacity", 0, "reader queue capacity in batches (0: default)")
+	fs.IntVar(&c.PoolConns, "pool-conns", 8, "connections in the worker's pool (each group adds its lease pool's)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no logs")
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
@@ -92,6 +96,9 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("no database: pass -database-url or set DATABASE_URL")
+	}
+	if c.PoolConns < 1 || c.PoolConns > 1000 {
+		return c, fmt.Errorf("-pool-conns %d: use 1 to 1000", c.PoolConns)
 	}
 	return c, nil
 }
@@ -137,7 +144,7 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return err
 	}
-	pcfg.MaxConns = 8
+	pcfg.MaxConns = int32(cmp.Or(c.PoolConns, 8))
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return redact(err)
@@ -179,7 +186,7 @@ func Run(ctx context.Context, c Config) error {
 			return err
 		}
 		go func() {
-			_ = observability.ServeListener(ctx, ln, observability.Handler(observability.HandlerOptions{Telemetry: tel}))
+			_ = observability.ServeListener(ctx, ln, observability.Handler(observability.HandlerOptions{Telemetry: tel, Healthy: rt.Healthy}))
 		}()
 	}
 	logger.Info("worker started", "worker", group.Worker(), "subscription", c.Subscription, "buckets", c.Buckets, "lease", c.LeaseKind.String())

@@ -32,6 +32,8 @@ type clusterConfig struct {
 	HandlerDelay  time.Duration
 	QueueCapacity int
 	Exactly       bool
+	// PoolConns sizes each worker's pool (0: the worker's default).
+	PoolConns int
 }
 
 // cluster runs worker processes: one slot ("w1", "w2", …) per worker, each
@@ -78,7 +80,8 @@ func newCluster(t testing.TB, cfg clusterConfig) *cluster {
 
 // startOpts vary one incarnation.
 type startOpts struct {
-	viaProxy bool // reach the database through a proxy the harness can cut
+	viaProxy bool   // reach the database through a proxy the harness can cut
+	user     string // connect as this role instead of the URL's
 }
 
 // start starts a new incarnation of slot and returns it at once (it joins
@@ -96,6 +99,9 @@ func (c *cluster) start(slot string, o startOpts) *proc {
 
 	p := &proc{slot: slot, id: id, exited: make(chan struct{})}
 	dbURL := c.cfg.URL
+	if o.user != "" {
+		dbURL = withUser(dbURL, o.user)
+	}
 	if o.viaProxy {
 		pr, err := newProxy(c.cfg.URL)
 		if err != nil {
@@ -130,6 +136,9 @@ func (c *cluster) start(slot string, o startOpts) *proc {
 	}
 	if c.cfg.Exactly {
 		args = append(args, "-exactly-once")
+	}
+	if c.cfg.PoolConns > 0 {
+		args = append(args, "-pool-conns", strconv.Itoa(c.cfg.PoolConns))
 	}
 	p.logPath = filepath.Join(c.logDir, id+".log")
 	logf, err := os.Create(p.logPath)
@@ -209,6 +218,25 @@ func (c *cluster) stop(p *proc, timeout time.Duration) {
 	if p.proxy != nil {
 		p.proxy.close()
 	}
+}
+
+// expectExit waits for p to exit by itself within timeout, and marks the
+// exit expected; it returns the exit error (nil for status 0), or fails
+// the test if p does not exit.
+func (c *cluster) expectExit(p *proc, timeout time.Duration) error {
+	c.t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		c.t.Fatalf("cluster: %s did not exit by itself within %v\n%s", p.id, timeout, tail(p.logPath, 30))
+	}
+	p.mu.Lock()
+	p.expected = true
+	p.mu.Unlock()
+	if p.proxy != nil {
+		p.proxy.close()
+	}
+	return p.exitError()
 }
 
 // pause is SIGSTOP: the process freezes, its connections stay open.
@@ -335,6 +363,16 @@ func withAppName(conn, app string) string {
 		}
 	}
 	return conn + " application_name=" + app
+}
+
+// withUser sets the user of a URL-form connection string.
+func withUser(conn, user string) string {
+	u, err := url.Parse(conn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return conn + " user=" + user
+	}
+	u.User = url.User(user)
+	return u.String()
 }
 
 // grepFile returns the first line of path containing s.
