@@ -145,4 +145,3 @@ func stopAll(ctx context.Context, rt *Runtime, groups []*Group) error {
 	errs[len(groups)] = rt.Stop(ctx)
 	return joinDistinct(errs...)
 }
-
