@@ -11,6 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // refusal is an action the console will not take, and why: its status is
@@ -44,7 +45,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, action string, att
 	writeJSON(w, map[string]string{"message": msg})
 }
 
-// relinquishAction asks a bucket's owner to hand it over (leaseops.go).
+// relinquishAction asks a bucket's owner to hand it over.
 func (c *Console) relinquishAction(w http.ResponseWriter, r *http.Request) {
 	sub := r.PathValue("sub")
 	bucket, err := strconv.Atoi(r.PathValue("bucket"))
@@ -55,6 +56,56 @@ func (c *Console) relinquishAction(w http.ResponseWriter, r *http.Request) {
 		}
 		return relinquish(ctx, c.opts.Store, sub, bucket, to)
 	})
+}
+
+// relinquish asks the owner of bucket to hand it over to the live member
+// to (or, when to is "", the least loaded live member other than the
+// owner): leasestore.RequestHandoff, as `kumi relinquish` calls it, with
+// its refusals as 400 (bad input), 404 (no such subscription) or 409 (the
+// lease state forbids it).
+func relinquish(ctx context.Context, store *eventsource.Store, sub string, bucket int, to string) (string, error) {
+	if err := eventsource.ValidateSubscription(sub); err != nil {
+		return "", err
+	}
+	req, err := leasestore.RequestHandoff(ctx, store.Pool(), store.Schema(), sub, bucket, to)
+	var h *leasestore.HandoffError
+	switch {
+	case errors.As(err, &h):
+		return "", handoffRefusal(h)
+	case err != nil:
+		return "", fmt.Errorf("place the claim: %w", err)
+	}
+	msg := fmt.Sprintf("asked %s to hand bucket %d (epoch %d) over to %s", req.Owner, bucket, req.Epoch, req.To)
+	if share := leasestore.FairShare(req.Buckets, max(req.Live, 1)); req.Load >= share {
+		msg += fmt.Sprintf("; %s already holds its fair share (%d of %d), so it may withdraw the claim and %s keep the bucket",
+			req.To, req.Load, share, req.Owner)
+	}
+	return msg, nil
+}
+
+// handoffRefusal words a refused handoff request as `kumi relinquish` does.
+func handoffRefusal(h *leasestore.HandoffError) error {
+	row, bucket, sub := h.Lease, h.Bucket, h.Subscription
+	switch h.Reason {
+	case leasestore.ErrNoBuckets:
+		return refuse(http.StatusNotFound, "subscription %q has no buckets: no worker has started it", sub)
+	case leasestore.ErrBucketOutOfRange:
+		return refuse(http.StatusBadRequest, "bucket %d: subscription %q has buckets 0 to %d", bucket, sub, h.Buckets-1)
+	case leasestore.ErrBucketFree:
+		return refuse(http.StatusConflict, "bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", bucket)
+	case leasestore.ErrLeaseExpired:
+		return refuse(http.StatusConflict, "bucket %d's lease (owner %s) has expired: the next pass of any worker takes it without a handoff", bucket, row.Owner)
+	case leasestore.ErrClaimPending:
+		return refuse(http.StatusConflict, "bucket %d already has a pending claim by %s: its owner %s is handing it over", bucket, row.ClaimWorker, row.Owner)
+	case leasestore.ErrTargetIsOwner:
+		return refuse(http.StatusBadRequest, "%s is the bucket's owner", h.To)
+	case leasestore.ErrTargetNotLive:
+		return refuse(http.StatusBadRequest, "%s is not a live member of %q", h.To, sub)
+	case leasestore.ErrNoOtherWorker:
+		return refuse(http.StatusConflict, "%s is the only live worker of %q: nobody could take bucket %d", row.Owner, sub, bucket)
+	default: // leasestore.ErrHandoffRaced
+		return refuse(http.StatusConflict, "bucket %d changed while the claim was placed (owner, claim or %s's membership): look again and retry", bucket, h.To)
+	}
 }
 
 // letterOf parses the event id of a letter action and reads the letter.
