@@ -509,3 +509,93 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestResetCheckpointWithTheCLIsSafetyRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	a := f.lease(t, "orders", "worker-a", 4) // alone: holds all four
+	require.NoError(t, a.Release(ctx, []int{3}))
+	held := a.Held()[0]
+	_, err := f.store.SaveCheckpoint(ctx, "orders", held.Bucket, 10, a.Fence(held.Bucket, held.Epoch))
+	require.NoError(t, err)
+	head, err := f.store.HeadPosition(ctx)
+	require.NoError(t, err)
+	checkpoint := func(bucket int) int64 {
+		p, err := f.store.Checkpoint(ctx, "orders", bucket)
+		require.NoError(t, err)
+		return p
+	}
+	reset := fmt.Sprintf("/api/s/orders/buckets/%d/reset?position=3", held.Bucket)
+
+	t.Run("OffUnlessActionsAreEnabled", func(t *testing.T) {
+		c, srv := f.serve(t, Options{})
+		r := post(t, srv, c, reset+"&force=1")
+		require.Equal(t, http.StatusForbidden, r.status)
+		require.Contains(t, r.body, "actions are disabled")
+		require.EqualValues(t, 10, checkpoint(held.Bucket))
+	})
+
+	var logs syncBuffer
+	c, srv := f.serve(t, Options{AllowActions: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+
+	t.Run("OnlyWithTheTokenFromTheSameOrigin", func(t *testing.T) {
+		for name, mutate := range map[string]func(r *http.Request){
+			"NoToken":   func(r *http.Request) {},
+			"CrossSite": func(r *http.Request) { r.Header.Set(CSRFHeader, c.csrf); r.Header.Set("Sec-Fetch-Site", "cross-site") },
+		} {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+reset+"&force=1", nil)
+			mutate(req)
+			require.Equal(t, http.StatusForbidden, do(t, req).status, name)
+		}
+		require.NotEqual(t, http.StatusOK, get(t, srv, reset+"&force=1").status, "GET never acts")
+		require.EqualValues(t, 10, checkpoint(held.Bucket))
+	})
+
+	t.Run("Refusals", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			path   string
+			status int
+			want   string
+		}{
+			"LiveOwner":      {reset, http.StatusConflict, "is held by worker-a"},
+			"PastTheHead":    {fmt.Sprintf("/api/s/orders/buckets/3/reset?position=%d", head+1), http.StatusBadRequest, "past the store's head"},
+			"Unknown":        {"/api/s/nosuch/buckets/0/reset?position=0", http.StatusNotFound, `"nosuch" is unknown`},
+			"OutOfRange":     {"/api/s/orders/buckets/4/reset?position=0", http.StatusBadRequest, "buckets 0 to 3"},
+			"Negative":       {"/api/s/orders/buckets/-1/reset?position=0", http.StatusBadRequest, "numbered from 0"},
+			"NoPosition":     {"/api/s/orders/buckets/3/reset", http.StatusBadRequest, "an integer >= 0"},
+			"BadPosition":    {"/api/s/orders/buckets/3/reset?position=-4", http.StatusBadRequest, "an integer >= 0"},
+			"BadFlag":        {"/api/s/orders/buckets/3/reset?position=0&force=maybe", http.StatusBadRequest, `force="maybe"`},
+			"InvalidSubName": {"/api/s/" + url.PathEscape(" x") + "/buckets/0/reset?position=0", http.StatusBadRequest, "white space"},
+		} {
+			r := post(t, srv, c, tc.path)
+			require.Equal(t, tc.status, r.status, "%s: %s", name, r.body)
+			require.Contains(t, decode[map[string]string](t, r.body)["error"], tc.want, name)
+		}
+		require.EqualValues(t, 10, checkpoint(held.Bucket), "nothing refused was written")
+		in, err := worker.Inspect(ctx, f.store, "orders", "")
+		require.NoError(t, err)
+		require.Equal(t, held.Epoch, in.Rows[held.Bucket].Epoch, "nor fenced")
+	})
+
+	t.Run("ForcedFencesTheLiveOwnerOut", func(t *testing.T) {
+		r := post(t, srv, c, reset+"&force=1")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		msg := decode[map[string]string](t, r.body)["message"]
+		require.Contains(t, msg, fmt.Sprintf("bucket %d: checkpoint 10 -> 3", held.Bucket))
+		require.Contains(t, msg, fmt.Sprintf("worker-a was fenced out (epoch %d -> %d)", held.Epoch, held.Epoch+1))
+		require.EqualValues(t, 3, checkpoint(held.Bucket))
+		_, err := f.store.SaveCheckpoint(ctx, "orders", held.Bucket, 12, a.Fence(held.Bucket, held.Epoch))
+		require.ErrorIs(t, err, eventsource.ErrFenceLost, "the owner's in-memory position cannot undo the reset")
+		require.EqualValues(t, 3, checkpoint(held.Bucket))
+		require.Contains(t, logs.String(), "action=reset")
+		require.Contains(t, logs.String(), "console action")
+	})
+
+	t.Run("AFreeBucketNeedsNoForceAndBeyondTheHeadWhenAllowed", func(t *testing.T) {
+		r := post(t, srv, c, fmt.Sprintf("/api/s/orders/buckets/3/reset?position=%d&beyond_head=1", head+5))
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Contains(t, decode[map[string]string](t, r.body)["message"], fmt.Sprintf("checkpoint 0 -> %d", head+5))
+		require.EqualValues(t, head+5, checkpoint(3))
+	})
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/eventsource"
 )
 
 // FencedOut is what [FenceOut] found and did to one bucket's lease.
@@ -87,6 +89,23 @@ func FenceOut(ctx context.Context, tx pgx.Tx, schema, subscription string, bucke
 		return FencedOut{}, fmt.Errorf("leasestore: fence out bucket %d: %w", bucket, err)
 	}
 	return out, nil
+}
+
+// OperatorFence is [FenceOut] as an [eventsource.Fence], for an
+// operator's checkpoint reset (eventsource.Store.ResetCheckpoint): inside
+// the reset's transaction it waits at most 5 s for a pass or a fenced
+// write that holds the lease row, then fences out every earlier holder of
+// bucket, refusing a live owner with a *[HeldError] unless force. What it
+// found and did is stored in *out when the reset's transaction runs.
+func OperatorFence(schema, subscription string, bucket int, force bool, out *FencedOut) eventsource.Fence {
+	return eventsource.FenceFunc(func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, statements(queries).get("operator_lock_timeout")); err != nil {
+			return fmt.Errorf("leasestore: fence out bucket %d: %w", bucket, err)
+		}
+		var err error
+		*out, err = FenceOut(ctx, tx, schema, subscription, bucket, force)
+		return err
+	})
 }
 
 // Why [RequestHandoff] refused: the Reason of its *[HandoffError].

@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -13,16 +14,19 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-// operatorReset is the shape of `kumi checkpoints reset`: FenceOut, then
-// the write, in one transaction.
+// operatorReset is the shape of `kumi checkpoints reset`: OperatorFence
+// (FenceOut with a lock timeout), then the write, in one transaction.
 func operatorReset(ctx context.Context, b *testBundle, table string, bucket int, position int64, force bool) (FencedOut, error) {
 	var out FencedOut
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		if out, err = FenceOut(ctx, tx, b.schema, b.sub, bucket, force); err != nil {
+		if err := OperatorFence(b.schema, b.sub, bucket, force, &out).Check(ctx, tx); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, "UPDATE "+table+" SET position = $2, writer = 'operator' WHERE bucket = $1", bucket, position)
+		var timeout string
+		if err := tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&timeout); err != nil || timeout != "5s" {
+			return fmt.Errorf("lock_timeout %q (%v): the fence must bound its wait for the row", timeout, err)
+		}
+		_, err := tx.Exec(ctx, "UPDATE "+table+" SET position = $2, writer = 'operator' WHERE bucket = $1", bucket, position)
 		return err
 	})
 	return out, err

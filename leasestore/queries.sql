@@ -311,8 +311,8 @@ WHERE subscription = $1 AND bucket = $2
 RETURNING epoch;
 
 -- name: operator_lock_timeout
--- RequestHandoff: the owner's renewal may hold the row for a moment; never
--- wait long.
+-- RequestHandoff, OperatorFence: a pass or a fenced write may hold the row
+-- for a moment; never wait long.
 SET LOCAL lock_timeout = '5s';
 
 -- name: operator_request
