@@ -83,6 +83,7 @@ type Console struct {
 	handler http.Handler
 	pages   pages
 	hist    *history
+	looks   *looks
 }
 
 // CSRFHeader is the request header that carries the console's per-process
@@ -137,6 +138,7 @@ func New(opts Options) (*Console, error) {
 	}
 	c := &Console{opts: opts, log: log.With("component", "kumi-console"), csrf: hex.EncodeToString(b[:]),
 		pages: pg, hist: newHistory()}
+	c.looks = newLooks(c.look)
 	c.handler = c.routes()
 	return c, nil
 }

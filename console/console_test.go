@@ -12,9 +12,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -598,4 +600,93 @@ func TestResetCheckpointWithTheCLIsSafetyRules(t *testing.T) {
 		require.Contains(t, decode[map[string]string](t, r.body)["message"], fmt.Sprintf("checkpoint 0 -> %d", head+5))
 		require.EqualValues(t, head+5, checkpoint(3))
 	})
+}
+
+// The console showed an empty page, with 200, for a subscription the
+// schema does not know (issue 15): it answers 404, as the CLI refuses it.
+func TestUnknownSubscriptionsAreRefusedWithA404(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.lease(t, "orders", "worker-a", 2)
+	_, srv := f.serve(t, Options{Categories: map[string]string{"planned": "acct"}})
+	for _, path := range []string{"/s/nosuch", "/s/nosuch/letters", "/s/" + url.PathEscape(hostile)} {
+		r := get(t, srv, path)
+		require.Equal(t, http.StatusNotFound, r.status, path)
+		require.Contains(t, r.body, "<h1>Not found</h1>", path)
+		require.Contains(t, r.body, "is unknown in schema", path)
+		require.NotContains(t, r.body, hostile, path)
+	}
+	r := get(t, srv, "/api/s/nosuch")
+	require.Equal(t, http.StatusNotFound, r.status)
+	require.Contains(t, decode[map[string]string](t, r.body)["error"], `subscription "nosuch" is unknown`)
+
+	require.Equal(t, http.StatusOK, get(t, srv, "/s/orders").status)
+	r = get(t, srv, "/s/planned")
+	require.Equal(t, http.StatusOK, r.status, "a subscription named in Options.Categories has a page before it starts")
+	st := decode[State](t, get(t, srv, "/api/s/planned").body)
+	require.Zero(t, st.Buckets)
+}
+
+// Every viewer of a subscription polled /api/s/{sub} every second, and
+// each poll read the tables: several viewers of one subscription share one
+// read a second (issue 15).
+func TestViewersOfOneSubscriptionShareOneReadASecond(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.lease(t, "orders", "worker-a", 4)
+	f.lease(t, "refunds", "worker-a", 2)
+	c, srv := f.serve(t, Options{})
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	c.looks.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	reads := map[string]int{}
+	var mu sync.Mutex
+	read := c.looks.read
+	c.looks.read = func(ctx context.Context, sub string) (State, error) {
+		mu.Lock()
+		reads[sub]++
+		mu.Unlock()
+		return read(ctx, sub)
+	}
+	viewers := func(sub string, n int) []State {
+		out := make([]State, n)
+		var wg sync.WaitGroup
+		for i := range out {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/s/"+sub, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					defer resp.Body.Close()
+					err = json.NewDecoder(resp.Body).Decode(&out[i])
+				}
+				assert.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	count := func(sub string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads[sub]
+	}
+
+	first := viewers("orders", 8)
+	require.Equal(t, 1, count("orders"), "eight viewers at once, one read")
+	for _, st := range first {
+		require.Equal(t, first[0].Now, st.Now, "each got the same look")
+		require.Equal(t, 4, st.Buckets)
+	}
+	clock.Add(int64(lookEvery / 2))
+	viewers("orders", 8)
+	require.Equal(t, 1, count("orders"), "half a second later: still the same look")
+	clock.Add(int64(lookEvery / 2))
+	again := viewers("orders", 8)
+	require.Equal(t, 2, count("orders"), "a second later: one more read")
+	require.True(t, again[0].Now.After(first[0].Now))
+	viewers("refunds", 3)
+	require.Equal(t, 1, count("refunds"), "another subscription has its own look")
+	require.Equal(t, 2, count("orders"))
 }
