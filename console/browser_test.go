@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +242,27 @@ func TestTheConsoleInARealBrowser(t *testing.T) {
 		b.waitFor(t, `document.querySelector('#outcome') !== null`, "the relinquish is answered")
 		out := eval[string](t, b, `document.querySelector('#outcome').className + ': ' + document.querySelector('#outcome').textContent`)
 		require.Regexp(t, `^outcome good: asked alpha to hand bucket \d+`, out)
+
+		// Reset a checkpoint of beta's: refused while beta holds it, done
+		// when forced. What is typed survives the page's polls.
+		b.run(t, chromedp.Click(chromedp.CSS(`#map .cell[data-owner="beta"]`)))
+		b.run(t, chromedp.SetValue(chromedp.ID("reset-position"), "0"))
+		stats := eval[string](t, b, `document.querySelector('#stats').textContent`)
+		b.waitFor(t, `document.querySelector('#stats').textContent !== `+strconv.Quote(stats), "the page polled")
+		require.Equal(t, "0", eval[string](t, b, `document.querySelector('#reset-position').value`))
+		b.run(t, chromedp.Click(chromedp.ID("reset")))
+		b.waitFor(t, `(document.querySelector('#outcome')?.textContent ?? '').includes('is held by beta')`, "refused unforced")
+		var errs []string // the browser logs the refused request: wait for it, and for nothing else
+		pgtest.Eventually(t, browserWait, func() bool { errs = append(errs, b.takeErrors()...); return len(errs) > 0 },
+			"the browser logs the refused request")
+		for _, e := range errs {
+			require.Contains(t, e, "409", "the only error is the refused reset's: %s", e)
+		}
+		b.run(t, chromedp.Click(chromedp.ID("reset-force")))
+		b.run(t, chromedp.Click(chromedp.ID("reset")))
+		b.waitFor(t, `(document.querySelector('#outcome')?.className ?? '') === 'outcome good'`, "the forced reset is done")
+		require.Regexp(t, `^bucket \d+: checkpoint \d+ -> 0; its live owner beta was fenced out`,
+			eval[string](t, b, `document.querySelector('#outcome').textContent`))
 	})
 
 	t.Run("ADisabledActionIsRefused", func(t *testing.T) {
@@ -261,6 +283,7 @@ func TestTheConsoleInARealBrowser(t *testing.T) {
 		b.waitFor(t, `document.querySelectorAll('#map .cell').length === 12`, "the read-only map")
 		b.run(t, chromedp.Click(chromedp.CSS(`#map .cell`)))
 		b.waitFor(t, `document.querySelector('#relinquish')?.disabled === true`, "relinquish is disabled")
+		require.True(t, eval[bool](t, b, `document.querySelector('#reset').disabled`), "reset is disabled")
 	})
 
 	t.Run("AHostileStreamNameIsText", func(t *testing.T) {

@@ -42,8 +42,9 @@ type Options struct {
 	// "Authorization: Bearer TOKEN", or once as ?token=TOKEN, which sets a
 	// cookie. 16 to 256 bytes, no white space or control characters.
 	Token string
-	// AllowActions enables the actions (relinquish a bucket, replay or
-	// discard dead letters). Off by default: the console is read-only.
+	// AllowActions enables the actions (relinquish a bucket, reset its
+	// checkpoint, replay or discard dead letters). Off by default: the
+	// console is read-only.
 	AllowActions bool
 	// Replay handles the replay action; nil leaves replay out even when
 	// actions are allowed (the console cannot run a service's handler by
@@ -82,6 +83,7 @@ type Console struct {
 	handler http.Handler
 	pages   pages
 	hist    *history
+	looks   *looks
 }
 
 // CSRFHeader is the request header that carries the console's per-process
@@ -136,6 +138,7 @@ func New(opts Options) (*Console, error) {
 	}
 	c := &Console{opts: opts, log: log.With("component", "kumi-console"), csrf: hex.EncodeToString(b[:]),
 		pages: pg, hist: newHistory()}
+	c.looks = newLooks(c.look)
 	c.handler = c.routes()
 	return c, nil
 }
@@ -241,6 +244,7 @@ func (c *Console) routes() http.Handler {
 	// request (Sec-Fetch-Site / Origin against Host).
 	actions := http.NewServeMux()
 	actions.HandleFunc("POST /api/s/{sub}/buckets/{bucket}/relinquish", c.relinquishAction)
+	actions.HandleFunc("POST /api/s/{sub}/buckets/{bucket}/reset", c.resetAction)
 	actions.HandleFunc("POST /api/s/{sub}/letters/{id}/replay", c.replayAction)
 	actions.HandleFunc("POST /api/s/{sub}/letters/{id}/discard", c.discardAction)
 	cop := http.NewCrossOriginProtection()

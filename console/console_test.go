@@ -12,9 +12,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -508,4 +510,183 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestResetCheckpointWithTheCLIsSafetyRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	a := f.lease(t, "orders", "worker-a", 4) // alone: holds all four
+	require.NoError(t, a.Release(ctx, []int{3}))
+	held := a.Held()[0]
+	_, err := f.store.SaveCheckpoint(ctx, "orders", held.Bucket, 10, a.Fence(held.Bucket, held.Epoch))
+	require.NoError(t, err)
+	head, err := f.store.HeadPosition(ctx)
+	require.NoError(t, err)
+	checkpoint := func(bucket int) int64 {
+		p, err := f.store.Checkpoint(ctx, "orders", bucket)
+		require.NoError(t, err)
+		return p
+	}
+	reset := fmt.Sprintf("/api/s/orders/buckets/%d/reset?position=3", held.Bucket)
+
+	t.Run("OffUnlessActionsAreEnabled", func(t *testing.T) {
+		c, srv := f.serve(t, Options{})
+		r := post(t, srv, c, reset+"&force=1")
+		require.Equal(t, http.StatusForbidden, r.status)
+		require.Contains(t, r.body, "actions are disabled")
+		require.EqualValues(t, 10, checkpoint(held.Bucket))
+	})
+
+	var logs syncBuffer
+	c, srv := f.serve(t, Options{AllowActions: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+
+	t.Run("OnlyWithTheTokenFromTheSameOrigin", func(t *testing.T) {
+		for name, mutate := range map[string]func(r *http.Request){
+			"NoToken":   func(r *http.Request) {},
+			"CrossSite": func(r *http.Request) { r.Header.Set(CSRFHeader, c.csrf); r.Header.Set("Sec-Fetch-Site", "cross-site") },
+		} {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+reset+"&force=1", nil)
+			mutate(req)
+			require.Equal(t, http.StatusForbidden, do(t, req).status, name)
+		}
+		require.NotEqual(t, http.StatusOK, get(t, srv, reset+"&force=1").status, "GET never acts")
+		require.EqualValues(t, 10, checkpoint(held.Bucket))
+	})
+
+	t.Run("Refusals", func(t *testing.T) {
+		for name, tc := range map[string]struct {
+			path   string
+			status int
+			want   string
+		}{
+			"LiveOwner":      {reset, http.StatusConflict, "is held by worker-a"},
+			"PastTheHead":    {fmt.Sprintf("/api/s/orders/buckets/3/reset?position=%d", head+1), http.StatusBadRequest, "past the store's head"},
+			"Unknown":        {"/api/s/nosuch/buckets/0/reset?position=0", http.StatusNotFound, `"nosuch" is unknown`},
+			"OutOfRange":     {"/api/s/orders/buckets/4/reset?position=0", http.StatusBadRequest, "buckets 0 to 3"},
+			"Negative":       {"/api/s/orders/buckets/-1/reset?position=0", http.StatusBadRequest, "numbered from 0"},
+			"NoPosition":     {"/api/s/orders/buckets/3/reset", http.StatusBadRequest, "an integer >= 0"},
+			"BadPosition":    {"/api/s/orders/buckets/3/reset?position=-4", http.StatusBadRequest, "an integer >= 0"},
+			"BadFlag":        {"/api/s/orders/buckets/3/reset?position=0&force=maybe", http.StatusBadRequest, `force="maybe"`},
+			"InvalidSubName": {"/api/s/" + url.PathEscape(" x") + "/buckets/0/reset?position=0", http.StatusBadRequest, "white space"},
+		} {
+			r := post(t, srv, c, tc.path)
+			require.Equal(t, tc.status, r.status, "%s: %s", name, r.body)
+			require.Contains(t, decode[map[string]string](t, r.body)["error"], tc.want, name)
+		}
+		require.EqualValues(t, 10, checkpoint(held.Bucket), "nothing refused was written")
+		in, err := worker.Inspect(ctx, f.store, "orders", "")
+		require.NoError(t, err)
+		require.Equal(t, held.Epoch, in.Rows[held.Bucket].Epoch, "nor fenced")
+	})
+
+	t.Run("ForcedFencesTheLiveOwnerOut", func(t *testing.T) {
+		r := post(t, srv, c, reset+"&force=1")
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		msg := decode[map[string]string](t, r.body)["message"]
+		require.Contains(t, msg, fmt.Sprintf("bucket %d: checkpoint 10 -> 3", held.Bucket))
+		require.Contains(t, msg, fmt.Sprintf("worker-a was fenced out (epoch %d -> %d)", held.Epoch, held.Epoch+1))
+		require.EqualValues(t, 3, checkpoint(held.Bucket))
+		_, err := f.store.SaveCheckpoint(ctx, "orders", held.Bucket, 12, a.Fence(held.Bucket, held.Epoch))
+		require.ErrorIs(t, err, eventsource.ErrFenceLost, "the owner's in-memory position cannot undo the reset")
+		require.EqualValues(t, 3, checkpoint(held.Bucket))
+		require.Contains(t, logs.String(), "action=reset")
+		require.Contains(t, logs.String(), "console action")
+	})
+
+	t.Run("AFreeBucketNeedsNoForceAndBeyondTheHeadWhenAllowed", func(t *testing.T) {
+		r := post(t, srv, c, fmt.Sprintf("/api/s/orders/buckets/3/reset?position=%d&beyond_head=1", head+5))
+		require.Equal(t, http.StatusOK, r.status, r.body)
+		require.Contains(t, decode[map[string]string](t, r.body)["message"], fmt.Sprintf("checkpoint 0 -> %d", head+5))
+		require.EqualValues(t, head+5, checkpoint(3))
+	})
+}
+
+// The console showed an empty page, with 200, for a subscription the
+// schema does not know (issue 15): it answers 404, as the CLI refuses it.
+func TestUnknownSubscriptionsAreRefusedWithA404(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.lease(t, "orders", "worker-a", 2)
+	_, srv := f.serve(t, Options{Categories: map[string]string{"planned": "acct"}})
+	for _, path := range []string{"/s/nosuch", "/s/nosuch/letters", "/s/" + url.PathEscape(hostile)} {
+		r := get(t, srv, path)
+		require.Equal(t, http.StatusNotFound, r.status, path)
+		require.Contains(t, r.body, "<h1>Not found</h1>", path)
+		require.Contains(t, r.body, "is unknown in schema", path)
+		require.NotContains(t, r.body, hostile, path)
+	}
+	r := get(t, srv, "/api/s/nosuch")
+	require.Equal(t, http.StatusNotFound, r.status)
+	require.Contains(t, decode[map[string]string](t, r.body)["error"], `subscription "nosuch" is unknown`)
+
+	require.Equal(t, http.StatusOK, get(t, srv, "/s/orders").status)
+	r = get(t, srv, "/s/planned")
+	require.Equal(t, http.StatusOK, r.status, "a subscription named in Options.Categories has a page before it starts")
+	st := decode[State](t, get(t, srv, "/api/s/planned").body)
+	require.Zero(t, st.Buckets)
+}
+
+// Every viewer of a subscription polled /api/s/{sub} every second, and
+// each poll read the tables: several viewers of one subscription share one
+// read a second (issue 15).
+func TestViewersOfOneSubscriptionShareOneReadASecond(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.lease(t, "orders", "worker-a", 4)
+	f.lease(t, "refunds", "worker-a", 2)
+	c, srv := f.serve(t, Options{})
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	c.looks.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	reads := map[string]int{}
+	var mu sync.Mutex
+	read := c.looks.read
+	c.looks.read = func(ctx context.Context, sub string) (State, error) {
+		mu.Lock()
+		reads[sub]++
+		mu.Unlock()
+		return read(ctx, sub)
+	}
+	viewers := func(sub string, n int) []State {
+		out := make([]State, n)
+		var wg sync.WaitGroup
+		for i := range out {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/s/"+sub, nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					defer resp.Body.Close()
+					err = json.NewDecoder(resp.Body).Decode(&out[i])
+				}
+				assert.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	count := func(sub string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads[sub]
+	}
+
+	first := viewers("orders", 8)
+	require.Equal(t, 1, count("orders"), "eight viewers at once, one read")
+	for _, st := range first {
+		require.Equal(t, first[0].Now, st.Now, "each got the same look")
+		require.Equal(t, 4, st.Buckets)
+	}
+	clock.Add(int64(lookEvery / 2))
+	viewers("orders", 8)
+	require.Equal(t, 1, count("orders"), "half a second later: still the same look")
+	clock.Add(int64(lookEvery / 2))
+	again := viewers("orders", 8)
+	require.Equal(t, 2, count("orders"), "a second later: one more read")
+	require.True(t, again[0].Now.After(first[0].Now))
+	viewers("refunds", 3)
+	require.Equal(t, 1, count("refunds"), "another subscription has its own look")
+	require.Equal(t, 2, count("orders"))
 }

@@ -70,7 +70,11 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, p p
 
 // fail renders the error page; the message is redacted and escaped.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
-	c.render(w, r, statusOf(err), page{Name: "error", Title: "error", Data: worker.RedactURL(err.Error())})
+	status, title := statusOf(err), "error"
+	if status == http.StatusNotFound {
+		title = "not found"
+	}
+	c.render(w, r, status, page{Name: "error", Title: title, Data: worker.RedactURL(err.Error())})
 }
 
 func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +89,7 @@ func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) subscriptionPage(w http.ResponseWriter, r *http.Request) {
 	sub := r.PathValue("sub")
-	if err := eventsource.ValidateSubscription(sub); err != nil {
+	if err := c.checkKnown(r.Context(), sub); err != nil {
 		c.fail(w, r, err)
 		return
 	}
@@ -104,6 +108,10 @@ const lettersPerPage = 100
 
 func (c *Console) lettersPage(w http.ResponseWriter, r *http.Request) {
 	sub := r.PathValue("sub")
+	if err := c.checkKnown(r.Context(), sub); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	q := r.URL.Query()
 	after, err := strconv.ParseInt(q.Get("after"), 10, 64)
 	if q.Get("after") == "" {

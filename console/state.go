@@ -116,9 +116,48 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 
 func ptr[T any](v T) *T { return &v }
 
-// subscriptionJSON serves /api/s/{sub}.
+// look is one read of a subscription for its viewers: refused when the
+// schema does not know it, else inspected. Viewers share it (Console.looks).
+func (c *Console) look(ctx context.Context, sub string) (State, error) {
+	if err := c.checkKnown(ctx, sub); err != nil {
+		return State{}, err
+	}
+	return c.inspect(ctx, sub)
+}
+
+// unknownError is a subscription the schema does not know (HTTP 404).
+type unknownError struct{ sub, schema string }
+
+func (e *unknownError) Error() string {
+	return fmt.Sprintf("subscription %q is unknown in schema %q: it has no buckets, checkpoints or dead letters "+
+		"(the overview lists the subscriptions)", e.sub, e.schema)
+}
+
+// checkKnown refuses an invalid subscription name, and one the schema does
+// not know (no lease rows, checkpoints or dead letters) unless
+// Options.Categories names it: a subscription the console was told about
+// has a page before its first worker starts.
+func (c *Console) checkKnown(ctx context.Context, sub string) error {
+	if err := eventsource.ValidateSubscription(sub); err != nil {
+		return err
+	}
+	if _, ok := c.opts.Categories[sub]; ok {
+		return nil
+	}
+	_, known, err := worker.Known(ctx, c.opts.Store, sub)
+	if err != nil {
+		return err
+	}
+	if !known {
+		return &unknownError{sub: sub, schema: c.opts.Store.Schema()}
+	}
+	return nil
+}
+
+// subscriptionJSON serves /api/s/{sub}: the look its viewers share, at
+// most lookEvery old.
 func (c *Console) subscriptionJSON(w http.ResponseWriter, r *http.Request) {
-	st, err := c.inspect(r.Context(), r.PathValue("sub"))
+	st, err := c.looks.get(r.Context(), r.PathValue("sub"))
 	if err != nil {
 		writeError(w, statusOf(err), err.Error())
 		return
@@ -154,7 +193,7 @@ func statusOf(err error) int {
 	case errors.Is(err, eventsource.ErrInvalidName), errors.Is(err, eventsource.ErrInvalidCheckpoint),
 		errors.Is(err, errBadRequest):
 		return http.StatusBadRequest
-	case errors.Is(err, eventsource.ErrDeadLetterNotFound):
+	case errors.Is(err, eventsource.ErrDeadLetterNotFound), errors.As(err, new(*unknownError)):
 		return http.StatusNotFound
 	case errors.Is(err, context.Canceled):
 		return 499 // the client went away

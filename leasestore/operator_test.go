@@ -2,6 +2,8 @@ package leasestore
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,16 +14,19 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-// operatorReset is the shape of `kumi checkpoints reset`: FenceOut, then
-// the write, in one transaction.
+// operatorReset is the shape of `kumi checkpoints reset`: OperatorFence
+// (FenceOut with a lock timeout), then the write, in one transaction.
 func operatorReset(ctx context.Context, b *testBundle, table string, bucket int, position int64, force bool) (FencedOut, error) {
 	var out FencedOut
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		if out, err = FenceOut(ctx, tx, b.schema, b.sub, bucket, force); err != nil {
+		if err := OperatorFence(b.schema, b.sub, bucket, force, &out).Check(ctx, tx); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, "UPDATE "+table+" SET position = $2, writer = 'operator' WHERE bucket = $1", bucket, position)
+		var timeout string
+		if err := tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&timeout); err != nil || timeout != "5s" {
+			return fmt.Errorf("lock_timeout %q (%v): the fence must bound its wait for the row", timeout, err)
+		}
+		_, err := tx.Exec(ctx, "UPDATE "+table+" SET position = $2, writer = 'operator' WHERE bucket = $1", bucket, position)
 		return err
 	})
 	return out, err
@@ -115,5 +120,175 @@ func TestFenceOut(t *testing.T) {
 			return err
 		})
 		require.NoError(t, err)
+	})
+}
+
+// refusedFor asserts a *HandoffError with reason.
+func refusedFor(t *testing.T, err error, reason error) *HandoffError {
+	t.Helper()
+	var refused *HandoffError
+	require.ErrorAs(t, err, &refused)
+	require.ErrorIs(t, err, reason, "%v", err)
+	return refused
+}
+
+func TestRequestHandoff(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TheLeastLoadedClaimsTheOwnerHandsOverTheClaimantActivates", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			ctx := context.Background()
+			b := setup(t)
+			a := b.open(t, b.config(kind, 4, "a"))
+			require.Len(t, pass(t, a).Owned, 4, "alone, a takes every bucket")
+			bw := b.open(t, b.config(kind, 4, "b")) // members that have run no pass
+			c := b.open(t, b.config(kind, 4, "c"))
+			conn, err := b.pool.Acquire(ctx)
+			require.NoError(t, err)
+			defer conn.Release()
+			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{ChannelName(b.schema, b.sub)}.Sanitize())
+			require.NoError(t, err)
+
+			req, err := RequestHandoff(ctx, b.pool, b.schema, b.sub, 0, "")
+			require.NoError(t, err)
+			require.Equal(t, "a", req.Owner)
+			require.Equal(t, "b", req.To, "b and c hold nothing: the first by name")
+			require.Equal(t, [3]int{4, 3, 0}, [3]int{req.Buckets, req.Live, req.Load})
+			require.Empty(t, req.Before.Buckets[0].ClaimWorker, "Before is the state before the claim")
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			for { // the workers' own notifications may come first
+				n, err := conn.Conn().WaitForNotification(wctx)
+				require.NoError(t, err, "the workers are never woken")
+				if n.Payload == "request:kumi-operator" {
+					break
+				}
+			}
+			cancel()
+
+			req1, err := RequestHandoff(ctx, b.pool, b.schema, b.sub, 1, "")
+			require.NoError(t, err)
+			require.Equal(t, "c", req1.To, "b's pending claim counts in its load")
+			_, err = RequestHandoff(ctx, b.pool, b.schema, b.sub, 2, "b")
+			require.NoError(t, err)
+			req3, err := RequestHandoff(ctx, b.pool, b.schema, b.sub, 3, "b")
+			require.NoError(t, err)
+			require.Equal(t, 2, req3.Load, "b's two claims: above its share of 2 once this one lands")
+
+			res := pass(t, a)
+			require.Equal(t, []int{0, 1, 2, 3}, res.HandOff, "the owner sees every claim")
+			for bk := range 4 {
+				require.NoError(t, a.HandOver(ctx, bk))
+			}
+			claimed := pass(t, bw).Claimed
+			require.True(t, slices.ContainsFunc(claimed, func(l Lease) bool { return l.Bucket == 0 && l.Epoch == req.Epoch+1 }),
+				"b activates bucket 0 at the next epoch: %+v", claimed)
+			owner, _ := ownership(t, c)
+			require.Equal(t, "b", owner[0])
+			require.Contains(t, buckets(pass(t, c).Claimed), 1)
+		})
+	})
+
+	t.Run("RefusesWhatCannotBeHandedOverAndChangesNothing", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			ctx := context.Background()
+			b := setup(t)
+			a := b.open(t, b.config(kind, 4, "a"))
+			pass(t, a)
+			request := func(sub string, bucket int, to string) error {
+				_, err := RequestHandoff(ctx, b.pool, b.schema, sub, bucket, to)
+				return err
+			}
+
+			e := refusedFor(t, request(b.sub, 2, ""), ErrNoOtherWorker)
+			require.Equal(t, "a", e.Lease.Owner)
+			require.Contains(t, e.Error(), "a is the only live worker")
+
+			b.open(t, b.config(kind, 4, "b"))
+			require.NoError(t, a.Release(ctx, []int{3}))
+			before, err := a.Snapshot(ctx)
+			require.NoError(t, err)
+
+			require.Zero(t, refusedFor(t, request("nosuch", 0, ""), ErrNoBuckets).Buckets)
+			require.Equal(t, 4, refusedFor(t, request(b.sub, 4, ""), ErrBucketOutOfRange).Buckets)
+			refusedFor(t, request(b.sub, -1, ""), ErrBucketOutOfRange)
+			refusedFor(t, request(b.sub, 3, ""), ErrBucketFree)
+			require.Equal(t, "a", refusedFor(t, request(b.sub, 2, "a"), ErrTargetIsOwner).To)
+			refusedFor(t, request(b.sub, 2, "ghost"), ErrTargetNotLive)
+			after, err := a.Snapshot(ctx)
+			require.NoError(t, err)
+			require.Equal(t, before.Buckets, after.Buckets, "no refusal changed a lease row")
+
+			_, err = RequestHandoff(ctx, b.pool, b.schema, b.sub, 2, "b")
+			require.NoError(t, err)
+			e = refusedFor(t, request(b.sub, 2, ""), ErrClaimPending)
+			require.Equal(t, "b", e.Lease.ClaimWorker)
+			require.Equal(t, "a", e.Lease.Owner)
+		})
+	})
+
+	t.Run("RefusesAnExpiredLease", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			ctx := context.Background()
+			b := setup(t)
+			a := b.open(t, shortTTL(b.config(kind, 2, "a")))
+			pass(t, a)
+			b.open(t, b.config(kind, 2, "b")) // live for 30 s
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				snap, err := a.Snapshot(ctx)
+				require.NoError(t, err)
+				return !snap.Buckets[0].Held(snap.Now)
+			}, "a's lease never lapsed")
+			_, err := RequestHandoff(ctx, b.pool, b.schema, b.sub, 0, "b")
+			e := refusedFor(t, err, ErrLeaseExpired)
+			require.Equal(t, "a", e.Lease.Owner)
+			require.True(t, e.Now.After(e.Lease.Expires))
+		})
+	})
+
+	// The decision is made on an unlocked read; the claim re-checks it
+	// under the row lock. A claim committed in between refuses the
+	// request instead of being overwritten.
+	t.Run("AClaimPlacedMeanwhileIsNotOverwritten", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			ctx := context.Background()
+			b := setup(t)
+			a := b.open(t, b.config(kind, 2, "a"))
+			pass(t, a)
+			b.open(t, b.config(kind, 2, "b"))
+			b.open(t, b.config(kind, 2, "c"))
+
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			var pid int
+			require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+			_, err = tx.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema}.Sanitize()+
+				".lease_buckets SET claim_worker = 'c', claimed_at = now() WHERE subscription = $1 AND bucket = 0", b.sub)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() {
+				_, err := RequestHandoff(ctx, b.pool, b.schema, b.sub, 0, "b")
+				done <- err
+			}()
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				var waiting bool
+				require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting))
+				return waiting
+			}, "the request never waited for the row")
+			require.NoError(t, tx.Commit(ctx))
+			e := refusedFor(t, <-done, ErrHandoffRaced)
+			require.Equal(t, "b", e.To)
+			snap, err := a.Snapshot(ctx)
+			require.NoError(t, err)
+			require.Equal(t, "c", snap.Buckets[0].ClaimWorker)
+		})
+	})
+
+	t.Run("NeedsASchema", func(t *testing.T) {
+		_, err := RequestHandoff(context.Background(), nil, "", "orders", 0, "")
+		var cfg *ConfigError
+		require.ErrorAs(t, err, &cfg)
+		require.Equal(t, "Schema", cfg.Field)
 	})
 }

@@ -309,3 +309,21 @@ FOR UPDATE;
 UPDATE {{schema}}.lease_buckets SET epoch = epoch + 1
 WHERE subscription = $1 AND bucket = $2
 RETURNING epoch;
+
+-- name: operator_lock_timeout
+-- RequestHandoff, OperatorFence: a pass or a fenced write may hold the row
+-- for a moment; never wait long.
+SET LOCAL lock_timeout = '5s';
+
+-- name: operator_request
+-- RequestHandoff: place a pending claim in the name of live member $3 on
+-- bucket $2, held by a live owner other than $3 with no claim pending — the
+-- first phase of the two-phase handoff, as a joining worker's pass places
+-- it. Re-checked here, under the row lock: the decision was made on an
+-- unlocked read. No row: something changed meanwhile.
+UPDATE {{schema}}.lease_buckets l SET claim_worker = $3, claimed_at = now()
+WHERE l.subscription = $1 AND l.bucket = $2
+  AND l.owner IS NOT NULL AND l.owner <> $3 AND l.expires_at > now() AND l.claim_worker IS NULL
+  AND EXISTS (SELECT 1 FROM {{schema}}.lease_members m
+              WHERE m.subscription = l.subscription AND m.worker = $3 AND m.expires_at > now())
+RETURNING l.owner, l.epoch;

@@ -52,44 +52,55 @@ type Member struct {
 // Snapshot reads the subscription's buckets and members, consistently (one
 // repeatable-read transaction), for operators, tests and the CLI.
 func (s *Store) Snapshot(ctx context.Context) (Snapshot, error) {
-	snap := Snapshot{Subscription: s.cfg.Subscription}
+	var snap Snapshot
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
-			rows, _ := tx.Query(ctx, s.st.get("snapshot_buckets"), s.cfg.Subscription)
 			var err error
-			snap.Buckets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketState, error) {
-				var b BucketState
-				var granted, expires, heartbeat, claimed *time.Time
-				err := r.Scan(&b.Bucket, &b.ShardCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
-					&b.ClaimWorker, &claimed, &snap.Now)
-				b.GrantedAt, b.Expires, b.Heartbeat, b.ClaimedAt = orZero(granted), orZero(expires),
-					orZero(heartbeat), orZero(claimed)
-				return b, err
-			})
-			if err != nil {
-				return err
-			}
-			rows, _ = tx.Query(ctx, s.st.get("snapshot_members"), s.cfg.Subscription)
-			snap.Members, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) {
-				var m Member
-				var kind string
-				err := r.Scan(&m.Worker, &kind, &m.Joined, &m.Heartbeat, &m.Expires, &m.Live, &m.BackendPID,
-					&m.SessionGone)
-				if kind == KindSession.String() {
-					m.Kind = KindSession
-				}
-				return m, err
-			})
-			if err != nil {
-				return err
-			}
-			if snap.Now.IsZero() {
-				return tx.QueryRow(ctx, "SELECT now()").Scan(&snap.Now)
-			}
-			return nil
+			snap, err = readSnapshot(ctx, tx, s.st, s.cfg.Subscription)
+			return err
 		})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("leasestore: snapshot: %w%s", err, migrateHint(err))
+	}
+	return snap, nil
+}
+
+// readSnapshot reads a subscription's buckets and members in tx, which
+// should be repeatable read for the two to agree.
+func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription string) (Snapshot, error) {
+	snap := Snapshot{Subscription: subscription}
+	rows, _ := tx.Query(ctx, st.get("snapshot_buckets"), subscription)
+	var err error
+	snap.Buckets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketState, error) {
+		var b BucketState
+		var granted, expires, heartbeat, claimed *time.Time
+		err := r.Scan(&b.Bucket, &b.ShardCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
+			&b.ClaimWorker, &claimed, &snap.Now)
+		b.GrantedAt, b.Expires, b.Heartbeat, b.ClaimedAt = orZero(granted), orZero(expires),
+			orZero(heartbeat), orZero(claimed)
+		return b, err
+	})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	rows, _ = tx.Query(ctx, st.get("snapshot_members"), subscription)
+	snap.Members, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) {
+		var m Member
+		var kind string
+		err := r.Scan(&m.Worker, &kind, &m.Joined, &m.Heartbeat, &m.Expires, &m.Live, &m.BackendPID,
+			&m.SessionGone)
+		if kind == KindSession.String() {
+			m.Kind = KindSession
+		}
+		return m, err
+	})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if snap.Now.IsZero() {
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&snap.Now); err != nil {
+			return Snapshot{}, err
+		}
 	}
 	return snap, nil
 }

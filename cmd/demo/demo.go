@@ -71,6 +71,7 @@ type demo struct {
 	rated    bool               // rate has been measured (two readings)
 	wrate    map[string]float64 // per worker
 	tracing  string
+	console  string    // the console's page of the subscription; "" with -console off
 	lastLine time.Time // plain mode: last status line
 	signaled time.Time // when the signal that finishes the run came
 	final    *tally
@@ -131,6 +132,15 @@ func runDemo(cfg config, stdout, stderr io.Writer) int {
 	d := &demo{cfg: cfg, db: db, out: stdout, tui: tui, sigs: sigs, phase: "running",
 		wrate: map[string]float64{}, warned: map[string]bool{}}
 	d.tracing = tracingNote()
+	if cfg.console != consoleOff {
+		page, stop, err := serveConsole(cfg.console, db)
+		if err != nil {
+			fmt.Fprintf(stderr, "demo: %v\n", err)
+			return exitFail
+		}
+		defer stop()
+		d.console = page // the header (plain mode) or the live view shows it
+	}
 	if otelConfigured() {
 		shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{
 			ServiceName: "kumi-demo", Logger: slog.New(slog.DiscardHandler)})
@@ -494,6 +504,9 @@ func (d *demo) header() {
 	fmt.Fprintf(d.out, "kumi demo: %d workers, %d buckets, %d events/s for %s, %s leases (ttl %v)\n",
 		d.cfg.workers, d.cfg.buckets, d.cfg.rate, durationText(d.cfg.duration), d.cfg.lease, d.cfg.ttl)
 	fmt.Fprintf(d.out, "database: %s\n", d.db.describe)
+	if d.console != "" {
+		fmt.Fprintf(d.out, "console:  %s\n", d.console)
+	}
 	fmt.Fprintf(d.out, "inspect:  %s\n", d.db.kumiCommand(subscription, category))
 	fmt.Fprintf(d.out, "traces:   %s\n", d.tracing)
 }

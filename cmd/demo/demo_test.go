@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -17,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/console"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/internal/worker"
@@ -44,6 +50,14 @@ type result struct {
 // DATABASE_URL.
 func runDemoBin(t *testing.T, timeout time.Duration, env []string, args ...string) result {
 	t.Helper()
+	return runDemoBinWatching(t, timeout, env, nil, args...)
+}
+
+// runDemoBinWatching is runDemoBin that, while the demo runs, hands watch
+// (when not nil, on the test's goroutine) the lines of the demo's stdout as
+// they come; lines it does not take in time are only collected.
+func runDemoBinWatching(t *testing.T, timeout time.Duration, env []string, watch func(lines <-chan string), args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, demoBin, args...)
@@ -53,9 +67,35 @@ func runDemoBin(t *testing.T, timeout time.Duration, env []string, args ...strin
 		}
 	}
 	cmd.Env = append(cmd.Env, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	var out strings.Builder
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 1024)
+	copied := make(chan struct{})
+	go func() { // out is read only after copied is closed
+		defer close(copied)
+		defer close(lines)
+		r := bufio.NewReader(stdout)
+		for {
+			line, err := r.ReadString('\n')
+			out.WriteString(line)
+			select {
+			case lines <- strings.TrimSuffix(line, "\n"):
+			default:
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	if watch != nil {
+		watch(lines)
+	}
+	<-copied
+	err = cmd.Wait()
 	r := result{stdout: out.String(), stderr: errb.String()}
 	var ee *exec.ExitError
 	switch {
@@ -68,6 +108,49 @@ func runDemoBin(t *testing.T, timeout time.Duration, env []string, args ...strin
 	require.NoError(t, ctx.Err(), "the demo did not end within %v:\n%s\n%s", timeout, r.stdout, r.stderr)
 	require.NotContains(t, r.stdout+r.stderr, "DATA RACE")
 	return r
+}
+
+// consoleURL reads the demo's first lines up to the one that gives the web
+// console's address, and returns it.
+func consoleURL(t *testing.T, lines <-chan string) string {
+	t.Helper()
+	var head []string
+	for line := range lines {
+		head = append(head, line)
+		if u, ok := strings.CutPrefix(line, "console:  "); ok {
+			require.LessOrEqual(t, len(head), 4, "the console's address is among the first lines: %q", head)
+			return u
+		}
+	}
+	t.Fatalf("the demo never printed the console's address: %q", head)
+	return ""
+}
+
+// checkConsole asks the console, while the demo runs, for the demo
+// subscription's page and its state: the buckets the workers hold.
+func checkConsole(t *testing.T, page string, buckets int) {
+	t.Helper()
+	u, err := url.Parse(page)
+	require.NoError(t, err)
+	ip := net.ParseIP(u.Hostname())
+	require.True(t, ip != nil && ip.IsLoopback(), "the console listens on loopback: %s", page)
+	resp, err := http.Get(page)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, string(body), `data-sub="`+subscription+`"`)
+	api := u.JoinPath("../../api/s", subscription).String()
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		resp, err := http.Get(api)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var st console.State
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+		return st.Buckets == buckets && st.Category == category && len(st.Rows) == buckets && st.LiveMembers > 0
+	}, "the console shows the demo's %d buckets and its live workers", buckets)
 }
 
 var checkLine = regexp.MustCompile(`(?m)^check: appended (\d+), handled (\d+) distinct, (\d+) deliveries`)
@@ -83,7 +166,9 @@ func TestShortRunLosesNothing(t *testing.T) {
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			r := runDemoBin(t, 3*time.Minute, []string{"DATABASE_URL=" + pgtest.URL(t)},
+			// The console shows the run while it runs (issue 15).
+			r := runDemoBinWatching(t, 3*time.Minute, []string{"DATABASE_URL=" + pgtest.URL(t)},
+				func(lines <-chan string) { checkConsole(t, consoleURL(t, lines), 8) },
 				"-short", "-no-tui", "-v", "-lease", kind)
 			out := r.stdout + r.stderr
 			require.Equal(t, exitOK, r.code, out)
@@ -121,6 +206,7 @@ func TestBadFlagsExitTwo(t *testing.T) {
 		{"-rate -1", "-rate -1"},
 		{"-bogus", "flag provided but not defined: -bogus"},
 		{"extra", `unexpected argument "extra"`},
+		{"-console 7070", `-console "7070": use HOST:PORT (127.0.0.1:0 picks a free loopback port) or off`},
 	} {
 		t.Run(c.args, func(t *testing.T) {
 			t.Parallel()

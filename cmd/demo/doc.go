@@ -5,6 +5,7 @@
 //
 //	go run ./cmd/demo [-workers 3] [-buckets 16] [-rate 200] [-duration 60s]
 //	                  [-lease row|session] [-ttl 3s] [-short] [-no-tui] [-exactly-once]
+//	                  [-console 127.0.0.1:0|off]
 //
 // # The database
 //
@@ -47,6 +48,15 @@
 // the kernel (Pdeathsig) and stop. The exit status is 0 when
 // nothing was lost, 1 when something was (or the demo could not run), 2 for
 // bad flags, 130 when aborted by a second Ctrl-C.
+//
+// # The web console
+//
+// The demo serves the web console (package console, read-only) on a free
+// loopback port and prints its address for the demo's subscription among
+// its first lines (plain mode) or at the head of the live view's database
+// line: the bucket map, members, dead letters and ownership timeline of the
+// run, updated every second. -console HOST:PORT serves it elsewhere,
+// -console off not at all.
 //
 // With OTEL_EXPORTER_OTLP_ENDPOINT set the workers export their traces
 // (observability.Setup) and the demo says where to look.

@@ -36,6 +36,7 @@ type config struct {
 	keep     bool
 	schema   string
 	pgPort   int
+	console  string
 }
 
 const usageText = `kumi demo: several worker processes share one subscription while a producer
@@ -80,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.keep, "keep", false, "with DATABASE_URL: keep the demo's schema instead of dropping it")
 	fs.StringVar(&c.schema, "schema", "", "with DATABASE_URL: use this schema (kept) instead of a fresh kumi_demo_* one")
 	fs.IntVar(&c.pgPort, "pg-port", 0, "port of the embedded PostgreSQL (0: a free one)")
+	fs.StringVar(&c.console, "console", "127.0.0.1:0", "address of the web console that shows the run (port 0: a free one; "+consoleOff+": none)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -118,6 +120,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-streams %d: use at least 1", c.streams)
 	case c.pgPort < 0 || c.pgPort > 65535:
 		return c, fmt.Errorf("-pg-port %d: not a TCP port", c.pgPort)
+	}
+	if err := checkConsoleAddr(c.console); err != nil {
+		return c, err
 	}
 	return c, nil
 }

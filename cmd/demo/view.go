@@ -246,7 +246,11 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 	add("%skumi demo%s  %s [%s]  subscription %s on %s · %d buckets · %s leases, ttl %v",
 		c.bold, c.reset, clock, d.phase, subscription, category, d.cfg.buckets, d.cfg.lease, d.cfg.ttl)
 	if !l.terse {
-		add("%sdatabase%s  %s", c.dim, c.reset, d.db.describe)
+		if d.console != "" { // first, so that a narrow terminal cuts the database's description, not the URL
+			add("%sconsole%s   %s · database: %s", c.dim, c.reset, d.console, d.db.describe)
+		} else {
+			add("%sdatabase%s  %s", c.dim, c.reset, d.db.describe)
+		}
 		add("%straces%s    %s", c.dim, c.reset, d.tracing)
 	}
 	if d.cur == nil {
@@ -293,7 +297,9 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 	if stopped > 0 {
 		cut = append(cut, fmt.Sprintf("%d stopped workers", stopped))
 	}
-	if l.terse {
+	if l.terse && d.console != "" {
+		cut = append(cut, "console, database and traces lines")
+	} else if l.terse {
 		cut = append(cut, "database and traces lines")
 	}
 	add("")

@@ -120,6 +120,20 @@ func TestFrameFitsTheTerminalHeight(t *testing.T) {
 	require.Contains(t, strings.Join(lines, "\n"), "CHECKPOINT")
 }
 
+// The console's address takes no line of its own: it heads the database
+// line, so a 24-line terminal still fits the view (issue 15).
+func TestTheConsoleURLFitsInAnExistingLine(t *testing.T) {
+	t.Parallel()
+	without := plain(busyDemo(t, 16).frame(80, 24))
+	d := busyDemo(t, 16)
+	d.console = "http://127.0.0.1:41234/s/demo"
+	with := plain(d.frame(80, 24))
+	require.Len(t, with, len(without), "no line added")
+	require.Equal(t, "console   http://127.0.0.1:41234/s/demo · database: test", with[1])
+	require.Contains(t, plain(d.frame(80, 12))[len(plain(d.frame(80, 12)))-1], "console, database and traces lines",
+		"a tiny terminal says it hid the console's line")
+}
+
 // The first status line said "(0/s)" before any rate was measured, and
 // the last one ended with an empty "owners " (issue 15).
 func TestStatusLineBeforeARateAndWithoutOwners(t *testing.T) {

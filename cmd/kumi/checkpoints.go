@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/worker"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -186,7 +182,12 @@ func (c *cpResetCmd) Run(e *env) error {
 	var refused []error
 	for _, b := range buckets {
 		var out leasestore.FencedOut
-		err := store.ResetCheckpoint(e.ctx, c.Subscription, b, *c.Position, c.fence(store, b, &out))
+		// leasestore.FenceOut inside the reset's transaction: it locks the
+		// lease row, refuses a live owner unless --force, and grows the
+		// epoch, so that no earlier holder — a lapsed owner that comes back
+		// included — can write its in-memory position over the reset.
+		err := store.ResetCheckpoint(e.ctx, c.Subscription, b, *c.Position,
+			leasestore.OperatorFence(store.Schema(), c.Subscription, b, c.Force, &out))
 		var held *leasestore.HeldError
 		switch {
 		case err == nil:
@@ -209,20 +210,4 @@ func (c *cpResetCmd) Run(e *env) error {
 		return errors.Join(refused...)
 	}
 	return nil
-}
-
-// fence is leasestore.FenceOut inside the reset's transaction: it locks the
-// lease row, refuses a live owner unless --force, and grows the epoch, so
-// that no earlier holder — a lapsed owner that comes back included — can
-// write its in-memory position over the reset.
-func (c *cpResetCmd) fence(store *eventsource.Store, bucket int, out *leasestore.FencedOut) eventsource.Fence {
-	return eventsource.FenceFunc(func(ctx context.Context, tx pgx.Tx) error {
-		// A pass or a fenced write holds the row for a moment; never wait long.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
-			return err
-		}
-		var err error
-		*out, err = leasestore.FenceOut(ctx, tx, store.Schema(), c.Subscription, bucket, c.Force)
-		return err
-	})
 }

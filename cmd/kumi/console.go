@@ -17,7 +17,7 @@ import (
 type consoleCmd struct {
 	Listen       string            `default:"127.0.0.1:7070" placeholder:"HOST:PORT" help:"Address to serve on; loopback unless told otherwise (0.0.0.0:7070 serves every interface: set --token then)."`
 	Token        string            `env:"KUMI_CONSOLE_TOKEN" placeholder:"TOKEN" help:"Require this bearer token (16 to 256 bytes): the header \"Authorization: Bearer TOKEN\", or ?token=TOKEN once in the browser. Never printed."`
-	AllowActions bool              `name:"allow-actions" help:"Enable the actions: relinquish a bucket, discard dead letters, and replay them with --replay-exec. Off: the console is read-only."`
+	AllowActions bool              `name:"allow-actions" help:"Enable the actions: relinquish a bucket, reset a checkpoint, discard dead letters, and replay them with --replay-exec. Off: the console is read-only."`
 	ReplayExec   string            `name:"replay-exec" placeholder:"COMMAND" help:"With --allow-actions, replay a dead letter through this shell command, as \"kumi dead-letters replay --exec\" does."`
 	Category     map[string]string `short:"c" placeholder:"SUB=CATEGORY" help:"A subscription's category, to measure its buckets' lag (repeatable)."`
 }

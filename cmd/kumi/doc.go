@@ -9,6 +9,7 @@
 //	dead-letters list|show|replay|discard
 //	checkpoints show|reset       reset refuses while a live owner holds the bucket, unless --force
 //	relinquish -s SUB --bucket B ask the bucket's owner to drain it and hand it over
+//	console [--listen ADDR]      serve the web console: bucket map, members, dead letters, timeline (docs/console.md)
 //
 // The database comes from --database-url or DATABASE_URL, and is never
 // printed with its password. Exit status: 0 success, 1 a runtime error (the
@@ -29,5 +30,13 @@
 // `relinquish` places a pending two-phase claim on the bucket in the name of
 // a live member other than the owner (by default the least loaded one), so
 // the owner drains the bucket's reader, flushes its checkpoint and hands it
-// over exactly as it would to a joining worker.
+// over exactly as it would to a joining worker (leasestore.RequestHandoff).
+//
+// # Console
+//
+// `console` serves the web console (package console) on 127.0.0.1:7070 by
+// default: read-only unless --allow-actions (relinquish, checkpoint reset
+// and discard, with the CLI's safety rules, and replay with
+// --replay-exec), an optional --token, loopback host names only on
+// loopback.
 package main

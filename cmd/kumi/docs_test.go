@@ -107,3 +107,24 @@ func headingAnchors(md string) map[string]bool {
 	}
 	return out
 }
+
+// The package documentation's command list names every command: it left
+// out console (issue 15).
+func TestPackageDocListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	listed := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if rest, ok := strings.CutPrefix(line, "//\t"); ok && rest != "" && !strings.HasPrefix(rest, "kumi ") {
+			listed[strings.Fields(rest)[0]] = true
+		}
+	}
+	parser, err := kong.New(&cli{}, kong.Name("kumi"))
+	require.NoError(t, err)
+	for _, c := range parser.Model.Node.Children {
+		if c.Type == kong.CommandNode {
+			require.True(t, listed[c.Name], "command %q is not in doc.go's list (listed: %v)", c.Name, listed)
+		}
+	}
+}

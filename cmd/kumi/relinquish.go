@@ -3,10 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/worker"
@@ -21,7 +18,8 @@ type relinquishCmd struct {
 }
 
 // Run places the first phase of leasestore's two-phase handoff — a pending
-// claim — in the name of a live member other than the owner. The owner's next
+// claim — in the name of a live member other than the owner
+// (leasestore.RequestHandoff, whose refusals it words). The owner's next
 // reconfirm sees it, stops the bucket's reader, flushes its checkpoint and
 // hands the bucket over; the claimant activates it on its next pass. This
 // is the path a joining worker's claim takes, so nothing is delivered
@@ -35,101 +33,15 @@ func (c *relinquishCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	in, err := worker.Inspect(e.ctx, store, c.Subscription, "")
-	if err != nil {
+	if err := eventsource.ValidateSubscription(c.Subscription); err != nil {
 		return asUsage(err)
 	}
-	if in.Buckets == 0 {
-		return fmt.Errorf("subscription %q has no buckets in schema %q: no worker has started it", c.Subscription, in.Schema)
-	}
-	if c.Bucket >= in.Buckets {
-		return usageErrorf("--bucket %d: subscription %q has buckets 0 to %d", c.Bucket, c.Subscription, in.Buckets-1)
-	}
-	row, ok := rowOf(in, c.Bucket)
-	if !ok {
-		return fmt.Errorf("subscription %q has no lease row for bucket %d", c.Subscription, c.Bucket)
-	}
-	switch {
-	case row.Owner == "":
-		return fmt.Errorf("bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", c.Bucket)
-	case !row.Live:
-		return fmt.Errorf("bucket %d's lease (owner %s) expired %s: the next pass of any worker takes it without a handoff",
-			c.Bucket, worker.TermSafe(row.Owner), ago(in.Now, row.Expires))
-	case row.ClaimWorker != "":
-		return fmt.Errorf("bucket %d already has a pending claim by %s (placed %s): its owner %s is handing it over",
-			c.Bucket, worker.TermSafe(row.ClaimWorker), ago(in.Now, row.ClaimedAt), worker.TermSafe(row.Owner))
-	}
-	load := map[string]int{}
-	live := map[string]bool{}
-	for _, m := range in.Members {
-		if m.Live && !m.SessionGone {
-			live[m.Worker] = true
-			load[m.Worker] += 0
-		}
-	}
-	for _, r := range in.Rows {
-		if r.Live {
-			load[r.Owner]++
-		}
-		if r.ClaimWorker != "" {
-			load[r.ClaimWorker]++
-		}
-	}
-	target := c.To
-	switch {
-	case target == row.Owner:
-		return usageErrorf("--to %s: that worker is the bucket's owner", worker.TermSafe(target))
-	case target != "" && !live[target]:
-		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", worker.TermSafe(target), c.Subscription, c.Subscription)
-	case target == "":
-		var candidates []string
-		for w := range live {
-			if w != row.Owner {
-				candidates = append(candidates, w)
-			}
-		}
-		if len(candidates) == 0 {
-			return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
-				"(start another worker first; to stop %s, stop it gracefully)", worker.TermSafe(row.Owner), c.Subscription, c.Bucket, worker.TermSafe(row.Owner))
-		}
-		sort.Slice(candidates, func(i, j int) bool {
-			if load[candidates[i]] != load[candidates[j]] {
-				return load[candidates[i]] < load[candidates[j]]
-			}
-			return candidates[i] < candidates[j]
-		})
-		target = candidates[0]
-	}
-
-	var owner string
-	var epoch int64
-	err = pgx.BeginFunc(e.ctx, store.Pool(), func(tx pgx.Tx) error {
-		// The owner's renewal may hold the row for a moment; never wait long.
-		if _, err := tx.Exec(e.ctx, "SET LOCAL lock_timeout = '5s'"); err != nil {
-			return err
-		}
-		q := store.QuotedSchema()
-		err := tx.QueryRow(e.ctx, `UPDATE `+q+`.lease_buckets l SET claim_worker = $3, claimed_at = now()
-WHERE l.subscription = $1 AND l.bucket = $2
-  AND l.owner IS NOT NULL AND l.owner <> $3 AND l.expires_at > now() AND l.claim_worker IS NULL
-  AND EXISTS (SELECT 1 FROM `+q+`.lease_members m
-              WHERE m.subscription = l.subscription AND m.worker = $3 AND m.expires_at > now())
-RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epoch)
-		if err != nil {
-			return err
-		}
-		// Wake the workers at once; without it they see the claim on their
-		// next pass.
-		_, err = tx.Exec(e.ctx, "SELECT pg_notify($1, $2)", leasestore.ChannelName(store.Schema(), c.Subscription), "request:kumi-cli")
-		return err
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's membership); "+
-			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, worker.TermSafe(target), c.Subscription)
-	}
+	req, err := leasestore.RequestHandoff(e.ctx, store.Pool(), store.Schema(), c.Subscription, c.Bucket, c.To)
 	if err != nil {
-		return fmt.Errorf("place the claim: %w", err)
+		return c.refused(err, store.Schema())
 	}
+	in := inspection(store.Schema(), req)
+	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
 		worker.TermSafe(owner), c.Bucket, epoch, worker.TermSafe(target))
 	fmt.Fprintln(e.stdout, predict(in, c.Bucket, owner, target, loads(in)))
@@ -137,6 +49,51 @@ RETURNING l.owner, l.epoch`, c.Subscription, c.Bucket, target).Scan(&owner, &epo
 		return nil
 	}
 	return c.watch(e, store, in, owner, epoch)
+}
+
+// refused says why leasestore.RequestHandoff refused, in the CLI's terms:
+// a usage error for what the command line got wrong.
+func (c *relinquishCmd) refused(err error, schema string) error {
+	var h *leasestore.HandoffError
+	if !errors.As(err, &h) {
+		return err
+	}
+	row := h.Lease
+	switch h.Reason {
+	case leasestore.ErrNoBuckets:
+		return fmt.Errorf("subscription %q has no buckets in schema %q: no worker has started it", c.Subscription, schema)
+	case leasestore.ErrBucketOutOfRange:
+		return usageErrorf("--bucket %d: subscription %q has buckets 0 to %d", c.Bucket, c.Subscription, h.Buckets-1)
+	case leasestore.ErrBucketFree:
+		return fmt.Errorf("bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", c.Bucket)
+	case leasestore.ErrLeaseExpired:
+		return fmt.Errorf("bucket %d's lease (owner %s) expired %s: the next pass of any worker takes it without a handoff",
+			c.Bucket, worker.TermSafe(row.Owner), ago(h.Now, row.Expires))
+	case leasestore.ErrClaimPending:
+		return fmt.Errorf("bucket %d already has a pending claim by %s (placed %s): its owner %s is handing it over",
+			c.Bucket, worker.TermSafe(row.ClaimWorker), ago(h.Now, row.ClaimedAt), worker.TermSafe(row.Owner))
+	case leasestore.ErrTargetIsOwner:
+		return usageErrorf("--to %s: that worker is the bucket's owner", worker.TermSafe(h.To))
+	case leasestore.ErrTargetNotLive:
+		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", worker.TermSafe(h.To), c.Subscription, c.Subscription)
+	case leasestore.ErrNoOtherWorker:
+		return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
+			"(start another worker first; to stop %s, stop it gracefully)", worker.TermSafe(row.Owner), c.Subscription, c.Bucket, worker.TermSafe(row.Owner))
+	default: // leasestore.ErrHandoffRaced
+		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's membership); "+
+			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, worker.TermSafe(h.To), c.Subscription)
+	}
+}
+
+// inspection is the lease state a handoff request was decided on, as an
+// inspection without checkpoints or lag, for predict and watch.
+func inspection(schema string, req leasestore.HandoffRequest) worker.Inspection {
+	in := worker.Inspection{Schema: schema, Subscription: req.Before.Subscription, Now: req.Before.Now,
+		Buckets: req.Buckets, Members: req.Before.Members}
+	for _, b := range req.Before.Buckets {
+		in.Rows = append(in.Rows, worker.BucketRow{BucketState: b, Live: b.Held(in.Now), Lag: -1})
+	}
+	return in
 }
 
 // loads counts each worker's load as leasestore's pass does: the live

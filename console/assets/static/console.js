@@ -104,6 +104,7 @@
     let selected = null;
     let state = null;
     let outcome = null; // the last action's outcome: [bucket, class, text]
+    let actions = null; // the selected bucket's action controls
     const map = document.getElementById('map');
     map.addEventListener('click', (ev) => {
       const cell = ev.target.closest('.cell');
@@ -185,24 +186,60 @@
           (b.oldest_lag_seconds !== undefined ? ' (oldest ' + ago(b.oldest_lag_seconds) + ')' : '')],
       ];
       for (const [k, v] of facts) dl.append(el('dt', '', k), el('dd', '', v));
-      const btn = el('button', '', 'Relinquish');
-      btn.id = 'relinquish';
-      btn.disabled = !actionsOn;
-      if (!actionsOn) btn.title = 'actions are disabled';
-      btn.addEventListener('click', () => {
-        const bucket = b.bucket;
-        post('api/s/' + seg(sub) + '/buckets/' + bucket + '/relinquish')
-          .then((r) => { outcome = [bucket, 'good', r.message]; }, (e) => { outcome = [bucket, 'bad', e.message]; })
-          .finally(detail);
-      });
-      const p = el('p', 'actions');
-      p.append(btn);
+      // The actions are built once per selected bucket, not on every poll:
+      // what is typed into them survives the redraws.
+      if (!actions || actions.dataset.bucket !== String(b.bucket)) actions = actionsOf(b.bucket);
+      const old = actions.querySelector('#outcome');
+      if (old) old.remove();
       if (outcome && outcome[0] === b.bucket) {
         const o = el('span', 'outcome ' + outcome[1], outcome[2]);
         o.id = 'outcome';
-        p.append(o);
+        actions.append(o);
       }
-      box.replaceChildren(dl, p);
+      if (box.firstChild instanceof HTMLDListElement && box.lastChild === actions) box.firstChild.replaceWith(dl);
+      else box.replaceChildren(dl, actions);
+    }
+
+    // actionsOf builds the action controls of one bucket: relinquish, and
+    // reset its checkpoint (with force and beyond-head, as the CLI's flags).
+    function actionsOf(bucket) {
+      const p = el('div', 'actions');
+      p.dataset.bucket = bucket;
+      const base = 'api/s/' + seg(sub) + '/buckets/' + bucket + '/';
+      const act = (path) => post(path)
+        .then((r) => { outcome = [bucket, 'good', r.message]; }, (e) => { outcome = [bucket, 'bad', e.message]; })
+        .finally(detail);
+      const control = (tag, id, text) => {
+        const c = el(tag, '', text);
+        c.id = id;
+        c.disabled = !actionsOn;
+        if (!actionsOn) c.title = 'actions are disabled';
+        return c;
+      };
+      const checkbox = (id, text) => {
+        const label = el('label', 'check');
+        const c = control('input', id);
+        c.type = 'checkbox';
+        label.append(c, ' ' + text);
+        return [label, c];
+      };
+      const relinquish = control('button', 'relinquish', 'Relinquish');
+      relinquish.addEventListener('click', () => act(base + 'relinquish'));
+      const pos = control('input', 'reset-position');
+      pos.type = 'number';
+      pos.min = '0';
+      pos.placeholder = 'position';
+      const [forceLabel, force] = checkbox('reset-force', 'force (fence out a live owner)');
+      const [beyondLabel, beyond] = checkbox('reset-beyond-head', 'beyond the head');
+      const reset = control('button', 'reset', 'Reset checkpoint');
+      reset.addEventListener('click', () => {
+        const q = new URLSearchParams({ position: pos.value.trim() });
+        if (force.checked) q.set('force', '1');
+        if (beyond.checked) q.set('beyond_head', '1');
+        act(base + 'reset?' + q);
+      });
+      p.append(relinquish, el('span', 'sep', ' · '), pos, reset, forceLabel, beyondLabel);
+      return p;
     }
 
     poll(async () => {
