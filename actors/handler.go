@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -122,11 +123,20 @@ func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy, d acto
 // CommitWithCheckpoint runs fn in a transaction that also moves the
 // delivery's checkpoint to its event, and commits both only if the delivery's
 // fence still holds. A projection that writes to the same database through
-// it is exactly-once: a worker that lost the bucket cannot commit, and the
-// next owner starts after the committed checkpoint. Respond with
-// Ack{Committed: true} afterwards. A lost fence returns an error wrapping
-// [eventsource.ErrFenceLost]: respond with Ack as well (the new owner will
-// redo the event), or simply return.
+// it is exactly-once: a worker that lost the bucket cannot commit, the next
+// owner starts after the committed checkpoint, and an event's effect is
+// committed at most once whatever the timing of timeouts, retries, panics
+// and late answers. Respond with Ack{Committed: true} afterwards.
+//
+// Inside the transaction, after the fence, it locks the bucket's checkpoint
+// row (creating it if missing), so that two attempts at the same event — a
+// retry sent while an earlier attempt is still committing, a handler that
+// panicked after its commit — run one after the other. When the checkpoint
+// already covers the event, fn is not run and [ErrAlreadyCommitted] is
+// returned: the effect is committed; respond with Ack{Committed: true}.
+//
+// A lost fence returns an error wrapping [eventsource.ErrFenceLost]: respond
+// with Ack as well (the new owner will redo the event), or simply return.
 func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Delivery, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if d == nil || d.Fence == nil {
 		return fmt.Errorf("kumi: CommitWithCheckpoint needs a delivery with a fence")
@@ -140,6 +150,13 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		if err := d.Fence.Check(ctx, tx); err != nil {
 			return err
 		}
+		var stored int64
+		if err := tx.QueryRow(ctx, lockCheckpointSQL(store), d.Subscription, d.Bucket).Scan(&stored); err != nil {
+			return fmt.Errorf("kumi: lock checkpoint: %w", err)
+		}
+		if stored >= d.Event.Position {
+			return ErrAlreadyCommitted
+		}
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
@@ -147,3 +164,18 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		return err
 	})
 }
+
+// lockCheckpointSQL locks (subscription, bucket)'s checkpoint row until the
+// end of the transaction, inserting it at 0 if missing, and returns its
+// position. A concurrent holder of the lock makes it wait, then see that
+// holder's committed position (READ COMMITTED re-reads the row it updates).
+func lockCheckpointSQL(store *eventsource.Store) string {
+	return `INSERT INTO ` + store.QuotedSchema() + `.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, 0)
+ON CONFLICT (subscription, bucket) DO UPDATE SET position = c.position RETURNING position`
+}
+
+// ErrAlreadyCommitted is returned by [CommitWithCheckpoint] when the
+// bucket's checkpoint already covers the delivery's event: an earlier
+// attempt committed its effect, which is not applied again. Answer
+// Ack{Committed: true}.
+var ErrAlreadyCommitted = errors.New("kumi: the event is already committed for this subscription (an earlier attempt committed it)")

@@ -209,6 +209,8 @@ ON CONFLICT (subscription, event_id) DO UPDATE SET deliveries = s.deliveries + 1
 				return err
 			})
 			switch {
+			case errors.Is(err, actors.ErrAlreadyCommitted):
+				ctx.Respond(actors.Ack{Committed: true}) // an earlier attempt committed it
 			case errors.Is(err, eventsource.ErrFenceLost):
 				ctx.Respond(actors.Ack{}) // the new owner redoes it
 			case err != nil:
