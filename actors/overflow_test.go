@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,4 +60,54 @@ func TestLiveOverflowLosesNothingUnderEveryPolicy(t *testing.T) {
 			t.Logf("%s: %d batches dropped and re-read", policy, dropped)
 		})
 	}
+}
+
+// The batches a pause drops are the last of a burst: no later batch comes
+// to reveal the gap, so the reader must re-read on its own. Nothing may
+// wait for a later append.
+func TestAPauseDroppingTheTailOfABurstLosesNothingWithoutALaterAppend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	first, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			once.Do(func() {
+				close(first)
+				<-gate // busy while the burst arrives
+			})
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	o := groupOpts("tail", 1, nil, "w")
+	o.Handler, o.QueueCapacity, o.BatchSize = handler, 1, 2
+	w := startWorker(t, schema, "w", o)
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
+	queue := func() overflow.Stats {
+		w.group.g.mu.Lock()
+		defer w.group.g.mu.Unlock()
+		if q := w.group.g.queues[0]; q != nil {
+			return q.Stats()
+		}
+		return overflow.Stats{}
+	}
+	appendOne := func(i int) {
+		posted := queue().Posted
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+		require.NoError(t, err)
+		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "event %d posted as a batch of its own", i)
+	}
+	_, err := store.Append(ctx, "acct-0", eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	<-first
+	for i := 1; i < 5; i++ {
+		appendOne(i) // 1, 2: pending; 3: queued; 4: the queue pauses and drops 3 and 4
+	}
+	require.Positive(t, queue().Pauses, "the queue paused: the test exercised the tail")
+	close(gate)
+	pgtest.Eventually(t, 15*time.Second, func() bool { return rec.distinct() == 5 }, "all 5 handled with no later append")
+	require.Zero(t, rec.duplicates())
 }

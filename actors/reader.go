@@ -43,10 +43,11 @@ type (
 		err error
 	}
 	pageRead struct {
-		gen    *reader
-		events []eventsource.RecordedEvent
-		target int64
-		err    error
+		gen     *reader
+		events  []eventsource.RecordedEvent
+		target  int64
+		resumes uint64 // the reader's resumes when the read started
+		err     error
 	}
 	flushDone struct {
 		gen *reader
@@ -85,7 +86,8 @@ type reader struct {
 	win        window                      // events being delivered
 	catching   bool
 	reading    bool
-	target     int64 // catch-up must cover at least this position
+	target     int64  // catch-up must cover at least this position
+	resumes    uint64 // queue resumes after a pause; a catch-up reads past the last one
 	nextID     uint64
 	acked      int64 // last handled position
 	flushed    int64
@@ -124,9 +126,7 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *liveBatch:
 		r.onLive(ctx, msg)
 	case *overflow.PausedSignal:
-		// The queue dropped what it held; batches after the gap start
-		// past our cursor and trigger a catch-up from the database.
-		r.queue.Resume()
+		r.onPaused(ctx)
 	case *overflow.OverflowedSignal:
 		// The subscription ends with the typed error, but first the event
 		// in flight is finished and the checkpoint flushed, so that the
@@ -226,7 +226,7 @@ func (r *reader) readPage(ctx actor.Context) {
 		return // a read is under way, or enough is queued: read on when it drains
 	}
 	r.reading = true
-	from, limit, target := r.cursor, r.g.opts.BatchSize, r.target
+	from, limit, target, resumes := r.cursor, r.g.opts.BatchSize, r.target, r.resumes
 	o := r.g.opts
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
@@ -236,7 +236,7 @@ func (r *reader) readPage(ctx actor.Context) {
 			last = events[len(events)-1].Position
 		}
 		span.End(len(events), last, err)
-		return &pageRead{gen: r, events: events, target: target, err: err}
+		return &pageRead{gen: r, events: events, target: target, resumes: resumes, err: err}
 	})
 }
 
@@ -261,8 +261,10 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 		// Everything of the bucket up to the read's snapshot is queued, and
 		// that snapshot covers every batch received before it was taken.
 		r.cursor = max(r.cursor, p.target)
-		if r.target > p.target {
-			r.readPage(ctx) // a batch arrived while reading: read on
+		if r.target > p.target || r.resumes > p.resumes {
+			// A batch arrived while reading, or the queue paused: batches
+			// it dropped may hold events this read's snapshot missed.
+			r.readPage(ctx)
 		} else {
 			r.catching = false
 			r.updateHold()
@@ -271,6 +273,26 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 		r.readPage(ctx)
 	}
 	r.pump(ctx)
+}
+
+// onPaused follows internal/overflow's protocol after a pause: the queue
+// dropped the batches it held and refuses more until Resume. The reader
+// holds its queue, resumes it, and re-reads the store from its cursor
+// through the tail — on its own, since the dropped batches may have been
+// the last of a burst, and no later batch then comes to reveal the gap.
+// Events are appended before they are posted, so a read that starts after
+// Resume sees every event of the dropped batches; a catch-up whose read
+// began before it reads on (see onPage).
+func (r *reader) onPaused(ctx actor.Context) {
+	r.catching = true
+	r.updateHold()
+	if err := r.queue.Resume(); err != nil {
+		panic(err) // only an overflowed queue refuses, and a paused one is not
+	}
+	r.resumes++
+	if r.ready {
+		r.readPage(ctx)
+	}
 }
 
 func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
