@@ -94,7 +94,7 @@ func (r *reader) pump(ctx actor.Context) {
 				continue
 			}
 			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-				r.lostFence(ctx, err) // every delivery needs a lease it can trust
+				r.unsureLease(ctx, err) // every delivery needs a lease it can trust
 				return
 			}
 			r.win.busy[s.d.Event.Stream] = true
@@ -126,7 +126,7 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 		return // left for the next owner: the checkpoint stays before it
 	}
 	if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-		r.lostFence(ctx, err) // a retry, too, needs a lease it can trust
+		r.unsureLease(ctx, err) // a retry, too, needs a lease it can trust
 		return
 	}
 	r.send(ctx, s)
@@ -275,7 +275,9 @@ func (r *reader) flush(ctx actor.Context, force bool) {
 func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 	r.flushing = false
 	if f.err != nil {
-		if errors.Is(f.err, eventsource.ErrFenceLost) {
+		if errors.Is(f.err, eventsource.ErrFenceLost) || r.unsure != nil {
+			// The bucket is gone, or this last write under an unsure lease
+			// failed: stop, and leave the rest to whoever reads it next.
 			r.lostFence(ctx, f.err)
 			return
 		}
@@ -303,18 +305,43 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if r.overflowed != nil {
 		panic(r.overflowed) // a permanent error: supervision stops the reader
 	}
-	ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
+	if r.unsure != nil {
+		ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
+		ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: r.unsure})
+	} else {
+		ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
+	}
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())
 }
 
-// lostFence stops the reader at once: another worker holds the bucket, or
-// this one can no longer be sure it does.
+// unsureLease stops the reader once it can no longer be sure it holds its
+// bucket (EnsureHeld failed), but not at once: it delivers nothing more,
+// lets the events with the handler finish (HandlerTimeout bounds them),
+// and writes its acked position — fenced, so harmless if the bucket is in
+// fact lost — before it stops. If the lease was held all along (a renewal
+// that ran late), the reader the coordinator spawns next starts after
+// everything acked here and delivers nothing twice.
+func (r *reader) unsureLease(ctx actor.Context, err error) {
+	if r.stopped || r.unsure != nil {
+		return
+	}
+	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	r.unsure = err
+	r.draining = true
+	r.maybeFinishDrain(ctx)
+}
+
+// lostFence stops the reader at once: another worker holds the bucket (a
+// fenced write was refused), or its last write under an unsure lease
+// failed.
 func (r *reader) lostFence(ctx actor.Context, err error) {
 	if r.stopped {
 		return
 	}
-	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	if r.unsure == nil {
+		r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	}
 	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())

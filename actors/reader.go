@@ -98,6 +98,7 @@ type reader struct {
 	ready      bool
 	held       bool // the queue is held (see updateHold)
 	overflowed error
+	unsure     error // EnsureHeld failed: the reader drains and stops
 	tick       time.Duration
 }
 
