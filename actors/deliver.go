@@ -10,6 +10,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/observability"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // The delivery window. A reader takes events from its pending list, in
@@ -38,6 +39,20 @@ type slot struct {
 	state  slotState
 	sentAt time.Time
 	span   observability.DeliverySpan
+	to     *actor.PID         // the handler the current attempt went to
+	cancel context.CancelFunc // cancels d.Context
+	// free counts attempts not charged to the event's retry budget: sent
+	// again because the handler that had it was replaced for another
+	// event's fault.
+	free int
+}
+
+// release cancels the current attempt's context.
+func (s *slot) release() {
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
 }
 
 type window struct {
@@ -62,6 +77,7 @@ func (w *window) cancel() {
 	for _, s := range w.slots {
 		if s.state == slotSent {
 			s.state = slotWaiting
+			s.release()
 			s.span.End(observability.OutcomeCancelled, nil)
 		}
 	}
@@ -90,8 +106,8 @@ func (r *reader) pump(ctx actor.Context) {
 			r.pending = nil
 		}
 		for _, s := range r.win.slots {
-			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] {
-				continue
+			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] || r.handler == nil {
+				continue // a handler is being replaced: its successor gets the slot
 			}
 			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
 				r.unsureLease(ctx, err) // every delivery needs a lease it can trust
@@ -111,8 +127,10 @@ func (r *reader) pump(ctx actor.Context) {
 
 // send delivers a slot's event (again) to the handler.
 func (r *reader) send(ctx actor.Context, s *slot) {
-	s.d.Context, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
-	s.state, s.sentAt = slotSent, time.Now()
+	var c context.Context
+	c, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
+	s.d.Context, s.cancel = context.WithCancel(c)
+	s.state, s.sentAt, s.to = slotSent, time.Now(), r.handler
 	ctx.Request(r.handler, s.d)
 }
 
@@ -124,6 +142,12 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 	}
 	if r.draining {
 		return // left for the next owner: the checkpoint stays before it
+	}
+	if r.handler == nil {
+		// The handler is being replaced: its successor gets the retry.
+		s.state = slotWaiting
+		delete(r.win.busy, s.d.Event.Stream)
+		return
 	}
 	if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
 		r.unsureLease(ctx, err) // a retry, too, needs a lease it can trust
@@ -138,23 +162,104 @@ func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
 	if s == nil || s.state != slotSent || m.attempt != s.d.Attempt || r.stopped {
 		return // an answer to an attempt given up on (timeout), or to a stopped reader
 	}
+	if _, panicked := m.msg.(*handlerPanicked); !panicked && s.to.Equal(r.handler) {
+		r.handlerFails = 0 // the handler answers: replacements start over from the shortest backoff
+	}
 	r.onReply(ctx, s, m.msg, nil)
 }
 
 var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
 
-// checkTimeouts treats a delivery unanswered for HandlerTimeout as a retry.
+// msgHandlerHung is the Warn log of a handler replaced for not answering.
+const msgHandlerHung = "kumi: handler hung; replacing it"
+
+// checkTimeouts gives up on a handler that left a delivery unanswered for
+// HandlerTimeout: it is hung (a call that does not return) or lost the
+// delivery. Sending the retry to it would only queue it behind the stuck
+// call, so the handler is replaced first.
 func (r *reader) checkTimeouts(ctx actor.Context) {
 	now := time.Now()
 	for _, s := range r.win.slots {
-		if s.state == slotSent && now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
-			r.onReply(ctx, s, nil, errHandlerTimeout)
+		if s.state != slotSent || now.Sub(s.sentAt) < r.g.opts.HandlerTimeout {
+			continue
 		}
+		if s.to.Equal(r.handler) {
+			waited := now.Sub(s.sentAt)
+			r.g.logger.Warn(msgHandlerHung, "bucket", r.bucket, "event_id", s.d.Event.ID.String(),
+				"stream", s.d.Event.Stream, "position", s.d.Event.Position, "attempt", s.d.Attempt,
+				"unanswered_for", waited, "handler_timeout", r.g.opts.HandlerTimeout, "handler", r.handler.String())
+			r.replaceHandler(ctx, fmt.Errorf("%w: event %s (stream %s, position %d) unanswered for %v",
+				errHandlerHung, s.d.Event.ID, s.d.Event.Stream, s.d.Event.Position, waited.Round(time.Millisecond)))
+		}
+		r.onReply(ctx, s, nil, errHandlerTimeout)
 	}
+}
+
+// errHandlerHung and errHandlerStopped are why a reader replaces its
+// handler, as reported to the supervision observer.
+var (
+	errHandlerHung    = errors.New("kumi: handler hung")
+	errHandlerStopped = errors.New("kumi: handler stopped")
+)
+
+// onHandlerTerminated replaces a handler that stopped: by itself, or by its
+// supervisor once its restart budget was spent.
+func (r *reader) onHandlerTerminated(ctx actor.Context, who *actor.PID) {
+	if r.stopped || !who.Equal(r.handler) {
+		return // a handler replaced earlier
+	}
+	r.g.logger.Warn("kumi: handler stopped; replacing it", "bucket", r.bucket, "handler", who.String())
+	r.replaceHandler(ctx, errHandlerStopped)
+}
+
+// replaceHandler gives up on the current handler and spawns its successor
+// after the group's retry backoff (growing while handlers keep failing,
+// from the start again once one answers). Deliveries it has not answered
+// and that are not yet late go to the successor without being charged to
+// their events' retry budgets: the fault was another event's. The old
+// handler is stopped; if it is stuck in a call, the stop takes effect when
+// the call returns, and nothing is sent to it meanwhile.
+func (r *reader) replaceHandler(ctx actor.Context, why error) {
+	old := r.handler
+	if old == nil {
+		return
+	}
+	r.handler = nil
+	r.handlerFails++
+	r.replacements++
+	ctx.Unwatch(old)
+	ctx.Stop(old)
+	now := time.Now()
+	for _, s := range r.win.slots {
+		if s.state != slotSent || !s.to.Equal(old) || now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
+			continue // answered, or late: the caller charges it
+		}
+		s.release()
+		s.span.End(observability.OutcomeCancelled, nil)
+		next := *s.d
+		next.Attempt++
+		s.d, s.free = &next, s.free+1
+		s.state = slotWaiting
+		delete(r.win.busy, s.d.Event.Stream)
+	}
+	delay := r.g.opts.Retry.Backoff.Next(r.handlerFails)
+	r.g.observer("handler").Observe(supervision.Decision{
+		Strategy: "reader", Supervisor: ctx.Self().String(), Child: old.String(), Class: supervision.Unknown,
+		Directive: actor.RestartDirective, Reason: why, Time: now, Attempt: r.handlerFails, Delay: delay,
+		Targets: []string{old.String()},
+	})
+	r.after(ctx, delay, &respawnHandler{gen: r})
+}
+
+// spawnHandler starts a handler for the reader and watches it.
+func (r *reader) spawnHandler(ctx actor.Context) {
+	r.handler = ctx.ActorSystem().Root.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher))
+	ctx.Watch(r.handler)
 }
 
 // onReply acts on the handler's answer (or its absence) for a slot.
 func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
+	s.release()
 	span := s.span
 	var retry time.Duration
 	var reason string
@@ -194,7 +299,7 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	next := *s.d // a new delivery per attempt (see slot.d)
 	next.Attempt++
 	s.d = &next
-	if s.d.Attempt >= r.g.opts.Retry.MaxAttempts {
+	if s.d.Attempt-s.free >= r.g.opts.Retry.MaxAttempts {
 		reason = fmt.Sprintf("retry budget of %d attempts spent; last: %s", r.g.opts.Retry.MaxAttempts, reason)
 		span.End(observability.OutcomeDeadLetter, errors.New(reason))
 		r.deadLetter(ctx, s, reason, s.d.Attempt)

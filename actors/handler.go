@@ -16,6 +16,15 @@ import (
 // handler must answer it with ctx.Respond and one of [Ack], [Retry] or
 // [DeadLetter]. A panic while handling it, or no answer within the group's
 // HandlerTimeout, counts as a [Retry].
+//
+// A handler with a delivery unanswered for HandlerTimeout is taken for
+// hung: its reader stops it (the stop takes effect when its call returns,
+// if ever), logs it at Warn, and delivers to a new handler made from the
+// same props — the retry of the late event, and again, without spending
+// their retry budget, the other events it had not answered. A handler that
+// stops (itself, or its supervisor once its restart budget is spent) is
+// replaced the same way. Replacements are spaced by the group's retry
+// backoff. So no handler ever has more than MaxInFlight deliveries queued.
 type Delivery struct {
 	// Event is the event to handle.
 	Event eventsource.RecordedEvent
@@ -32,7 +41,10 @@ type Delivery struct {
 	// worker that lost the bucket cannot commit.
 	Fence eventsource.Fence
 	// Context carries the delivery's trace span, a child of the trace that
-	// appended the event. Use it for the handler's own spans and calls.
+	// appended the event. Use it for the handler's own spans and calls. It
+	// is cancelled once the reader is done with this attempt: after its
+	// answer, when HandlerTimeout passes without one (the reader then gives
+	// up on the handler and replaces it), or when the reader stops.
 	Context context.Context
 
 	id        uint64
@@ -113,11 +125,14 @@ func replyTagger(next actor.SenderFunc) actor.SenderFunc {
 }
 
 // handlerProps returns a copy of the user's props with kumi's panic
-// reporter, reply tagger, supervisor and dispatcher.
+// reporter, reply tagger, supervisor and dispatcher. A handler is spawned
+// at the top level, supervised by its guardian, and watched by its reader
+// rather than parented by it: a reader can then stop, restart or replace
+// its handler without waiting for a handler call that never returns.
 func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy, d actor.Dispatcher) *actor.Props {
 	p := *user
 	return p.Configure(actor.WithReceiverMiddleware(panicReporter), actor.WithSenderMiddleware(replyTagger),
-		actor.WithSupervisor(supervisor), actor.WithDispatcher(d))
+		actor.WithSupervisor(supervisor), actor.WithGuardian(supervisor), actor.WithDispatcher(d))
 }
 
 // CommitWithCheckpoint runs fn in a transaction that also moves the

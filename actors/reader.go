@@ -63,7 +63,8 @@ type (
 		gen *reader
 		id  uint64
 	}
-	flushTick struct{ gen *reader }
+	flushTick      struct{ gen *reader }
+	respawnHandler struct{ gen *reader }
 )
 
 // reader is the BucketReader: one per owned bucket, child of the
@@ -77,9 +78,11 @@ type reader struct {
 	fence  eventsource.Fence
 	queue  *overflow.Queue
 
-	handler *actor.PID
-	bg      context.Context
-	cancel  context.CancelFunc
+	handler      *actor.PID // nil while it is being replaced
+	handlerFails int        // replacements since a handler last answered
+	replacements int        // handlers replaced in this reader's life
+	bg           context.Context
+	cancel       context.CancelFunc
 
 	cursor     int64                       // every event of the bucket up to here is queued or handled
 	pending    []eventsource.RecordedEvent // read, not yet in the window
@@ -155,6 +158,13 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 	case *handlerReply:
 		r.onHandlerReply(ctx, msg)
+	case *actor.Terminated:
+		r.onHandlerTerminated(ctx, msg.Who)
+	case *respawnHandler:
+		if msg.gen == r && !r.stopped && r.handler == nil {
+			r.spawnHandler(ctx)
+			r.pump(ctx)
+		}
 	case *drainReader:
 		r.draining = true
 		r.maybeFinishDrain(ctx)
@@ -166,7 +176,7 @@ func (r *reader) start(ctx actor.Context) {
 	r.catching = true // until the checkpoint is loaded and read through
 	r.updateHold()
 	_ = r.queue.Resume() // a restart clears a pause the last incarnation left
-	r.handler = ctx.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher))
+	r.spawnHandler(ctx)
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
@@ -183,6 +193,9 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.stopped = true
 	r.win.cancel()
+	if r.handler != nil {
+		ctx.Stop(r.handler) // not a child: it does not stop with the reader by itself
+	}
 	ctx.Send(r.g.publisher, &unsubscribe{PID: ctx.Self()})
 	if r.cancel != nil {
 		r.cancel()
