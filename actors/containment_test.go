@@ -13,6 +13,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // logRecorder keeps the records of one level and above.
@@ -162,8 +163,14 @@ func TestHandlerFailuresAreContained(t *testing.T) {
 			})
 		})
 		o := groupOpts("stopped", 1, nil, "w")
-		o.Handler, o.Retry, o.HandlerTimeout = handler, fastRetry(3), 300*time.Millisecond
-		startWorker(t, schema, "w", o)
+		o.Handler, o.HandlerTimeout = handler, 300*time.Millisecond
+		// A replacement waits a second: long enough to see it in the status.
+		o.Retry = RetryPolicy{MaxAttempts: 3, Backoff: supervision.Backoff{Initial: time.Second, Max: time.Second, Jitter: supervision.NoJitter}}
+		w := startWorker(t, schema, "w", o)
+		pgtest.Eventually(t, 30*time.Second, func() bool {
+			st := w.group.g.statusSnapshot()
+			return len(st.Owned) == 1 && st.Owned[0].State == readerReplacingHandler
+		}, "the status shows the handler being replaced")
 		pgtest.Eventually(t, 30*time.Second, func() bool { return rec.distinct() == 7 }, "every event handled")
 		require.Empty(t, deadLetterIDs(t, store, "stopped"))
 		require.GreaterOrEqual(t, instances.Load(), int32(2), "the stopped handler was replaced")

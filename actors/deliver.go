@@ -227,6 +227,7 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 	r.handler = nil
 	r.handlerFails++
 	r.replacements++
+	r.g.setReaderState(r.bucket, readerReplacingHandler)
 	ctx.Unwatch(old)
 	ctx.Stop(old)
 	now := time.Now()
@@ -255,6 +256,9 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 func (r *reader) spawnHandler(ctx actor.Context) {
 	r.handler = ctx.ActorSystem().Root.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher))
 	ctx.Watch(r.handler)
+	if r.replacements > 0 && r.overflowed == nil {
+		r.g.setReaderState(r.bucket, "")
+	}
 }
 
 // onReply acts on the handler's answer (or its absence) for a slot.
@@ -408,7 +412,7 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 		return
 	}
 	if r.overflowed != nil {
-		panic(r.overflowed) // a permanent error: supervision stops the reader
+		r.endOverflowed(r.overflowed)
 	}
 	if r.unsure != nil {
 		ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -110,4 +111,83 @@ func TestAPauseDroppingTheTailOfABurstLosesNothingWithoutALaterAppend(t *testing
 	close(gate)
 	pgtest.Eventually(t, 15*time.Second, func() bool { return rec.distinct() == 5 }, "all 5 handled with no later append")
 	require.Zero(t, rec.duplicates())
+}
+
+// Under DropSubscription the overflowed queue never takes a batch again.
+// A reader restarted during its overflow drain (here: its checkpoint write
+// times out) must not go on with that queue: it would catch up once and
+// then never see another live batch. Its bucket must keep delivering.
+func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	first, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			once.Do(func() {
+				close(first)
+				<-gate // busy while the burst overflows the queue
+			})
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	o := groupOpts("dropdrain", 1, nil, "w")
+	o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, overflow.DropSubscription
+	o.DatabaseTimeout = time.Second
+	w := startWorker(t, schema, "w", o)
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
+	queue := func() overflow.Stats {
+		w.group.g.mu.Lock()
+		defer w.group.g.mu.Unlock()
+		if q := w.group.g.queues[0]; q != nil {
+			return q.Stats()
+		}
+		return overflow.Stats{}
+	}
+	appendOne := func(i int) {
+		posted := queue().Posted
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+		require.NoError(t, err)
+		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "event %d posted", i)
+	}
+	_, err := store.Append(ctx, "acct-0", eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	<-first
+	for i := 1; i < 5; i++ {
+		appendOne(i) // the queue overflows: the reader drains to end its subscription
+	}
+	require.Equal(t, overflow.Overflowed, queue().State)
+
+	// The drain's checkpoint write waits on this row lock past
+	// DatabaseTimeout: the reader fails, and is restarted.
+	tx, err := store.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema}.Sanitize()+`.checkpoints (subscription, bucket, position) VALUES ('dropdrain', 0, 0)`)
+	require.NoError(t, err)
+	close(gate)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 1 }, "the event in flight finishes")
+	var cp int64
+	lockWaits := func(n *int64) error {
+		return store.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND datname = current_database() AND query LIKE '%' || $1 || '%checkpoints%'`, schema).Scan(n)
+	}
+	pgtest.Eventually(t, waitLong, func() bool {
+		// The write timed out once the lock has been held past DatabaseTimeout.
+		return lockWaits(&cp) == nil && cp > 0
+	}, "the checkpoint write waits on the lock")
+	pgtest.Eventually(t, waitLong, func() bool {
+		return lockWaits(&cp) == nil && cp == 0
+	}, "the checkpoint write gave up")
+	require.NoError(t, tx.Rollback(ctx))
+
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 5 }, "the burst handled")
+	for i := 5; i < 10; i++ {
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "After", Data: []byte(`{}`)}})
+		require.NoError(t, err)
+	}
+	pgtest.Eventually(t, 15*time.Second, func() bool { return rec.distinct() == 10 }, "the events appended after the restart handled")
 }

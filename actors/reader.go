@@ -132,11 +132,13 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *overflow.PausedSignal:
 		r.onPaused(ctx)
 	case *overflow.OverflowedSignal:
-		// The subscription ends with the typed error, but first the event
-		// in flight is finished and the checkpoint flushed, so that the
-		// next reader of the bucket repeats nothing.
+		// DropSubscription: the queue takes no live batch ever again, so
+		// this reader ends with the typed error (see endOverflowed), but
+		// first the events in flight are finished and the checkpoint
+		// flushed, so that the next reader of the bucket repeats nothing.
 		r.overflowed = msg.Err
 		r.draining = true
+		r.g.setReaderState(r.bucket, readerOverflowed)
 		r.maybeFinishDrain(ctx)
 	case *redeliver:
 		if msg.gen == r {
@@ -175,7 +177,13 @@ func (r *reader) start(ctx actor.Context) {
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
 	r.updateHold()
-	_ = r.queue.Resume() // a restart clears a pause the last incarnation left
+	// A restart clears a pause the last incarnation left. The queue
+	// survives restarts, and one that overflowed under DropSubscription
+	// never takes a live batch again: this reader would catch up once and
+	// then stall. It ends at once instead, as its predecessor would have.
+	if err := r.queue.Resume(); err != nil {
+		r.endOverflowed(err)
+	}
 	r.spawnHandler(ctx)
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
 	// One timer serves the checkpoint interval and the handler timeout.
@@ -192,6 +200,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 		return
 	}
 	r.stopped = true
+	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
 	if r.handler != nil {
 		ctx.Stop(r.handler) // not a child: it does not stop with the reader by itself
@@ -344,4 +353,39 @@ func (r *reader) updateHold() {
 	} else {
 		r.queue.Release()
 	}
+}
+
+// Reader states shown in the group's status (observability's /status) in
+// place of "reading".
+const (
+	readerOverflowed       = "overflowed"        // DropSubscription: draining, then a new reader starts
+	readerReplacingHandler = "replacing_handler" // the handler stopped or hung; its successor starts after a backoff
+)
+
+// setReaderState records a bucket's reader state for the status; "" is the
+// ordinary state.
+func (g *group) setReaderState(bucket int, state string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if state == "" {
+		delete(g.readerStates, bucket)
+		return
+	}
+	if g.readerStates == nil {
+		g.readerStates = map[int]string{}
+	}
+	g.readerStates[bucket] = state
+}
+
+// endOverflowed ends the reader with the queue's *overflow.OverflowError:
+// under DropSubscription a bucket's subscription is dropped when its queue
+// overflows. The error is permanent for supervision, which stops the
+// reader (the supervision observer sees the decision, with the error); the
+// coordinator then starts a new reader for the bucket, with a new queue,
+// from the checkpoint. Nothing is lost, and what this reader acked is
+// flushed first (see maybeFinishDrain).
+func (r *reader) endOverflowed(err error) {
+	r.g.logger.Warn("kumi: reader queue overflowed under drop_subscription; the bucket's subscription is dropped and a new reader resumes from its checkpoint",
+		"bucket", r.bucket, "checkpoint", r.flushed, "err", err)
+	panic(err) // permanent: supervision stops the reader
 }

@@ -78,7 +78,11 @@
 // and it goes idle as soon as nothing is deliverable — a refused or held
 // batch schedules no work — where BoundedDropping spins a core for ever
 // after its first drop. The queue lives as long as the actor: it survives
-// restarts, so a restarted reader should check [Queue.State] on Started.
+// restarts, so a restarted reader calls [Queue.Resume] on Started, which
+// clears a pause its predecessor left and returns the [*OverflowError] of
+// an overflowed queue — the reader must then end at once, as its
+// predecessor was about to: it would otherwise catch up once and never
+// receive another batch.
 //
 // # Observability
 //
