@@ -32,6 +32,8 @@ type clusterConfig struct {
 	HandlerDelay  time.Duration
 	QueueCapacity int
 	Exactly       bool
+	// Extra are more worker flags (internal/worker's), passed as they are.
+	Extra []string
 }
 
 // cluster runs worker processes: one slot ("w1", "w2", …) per worker, each
@@ -131,6 +133,7 @@ func (c *cluster) start(slot string, o startOpts) *proc {
 	if c.cfg.Exactly {
 		args = append(args, "-exactly-once")
 	}
+	args = append(args, c.cfg.Extra...)
 	p.logPath = filepath.Join(c.logDir, id+".log")
 	logf, err := os.Create(p.logPath)
 	if err != nil {
