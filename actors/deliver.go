@@ -254,7 +254,8 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 
 // spawnHandler starts a handler for the reader and watches it.
 func (r *reader) spawnHandler(ctx actor.Context) {
-	r.handler = ctx.ActorSystem().Root.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher))
+	props := handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher)
+	r.handler = ctx.ActorSystem().Root.SpawnPrefix(props, fmt.Sprintf("kumi-handler-%s-%d-", r.g.opts.Subscription, r.bucket))
 	ctx.Watch(r.handler)
 	if r.replacements > 0 && r.overflowed == nil {
 		r.g.setReaderState(r.bucket, "")

@@ -386,6 +386,6 @@ func (g *group) setReaderState(bucket int, state string) {
 // flushed first (see maybeFinishDrain).
 func (r *reader) endOverflowed(err error) {
 	r.g.logger.Warn("kumi: reader queue overflowed under drop_subscription; the bucket's subscription is dropped and a new reader resumes from its checkpoint",
-		"bucket", r.bucket, "checkpoint", r.flushed, "err", err)
+		"bucket", r.bucket, "err", err)
 	panic(err) // permanent: supervision stops the reader
 }
