@@ -45,6 +45,7 @@ type slot struct {
 	// again because the handler that had it was replaced for another
 	// event's fault.
 	free int
+	dl   *eventsource.DeadLetter // the row being written (slotDeadLettering)
 }
 
 // release cancels the current attempt's context.
@@ -325,13 +326,19 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 func (r *reader) deadLetter(ctx actor.Context, s *slot, reason string, attempts int) {
 	s.state = slotDeadLettering
 	d := s.d
-	dl := eventsource.DeadLetter{
+	s.dl = &eventsource.DeadLetter{
 		Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.Event.ID,
 		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: attempts,
 	}
+	r.writeDeadLetter(ctx, s)
+}
+
+// writeDeadLetter writes a dead-lettering slot's row.
+func (r *reader) writeDeadLetter(ctx actor.Context, s *slot) {
+	dl, id := *s.dl, s.d.id
 	r.async(ctx, func(c context.Context) any {
 		_, err := r.g.store.AddDeadLetter(c, dl)
-		return &deadLettered{gen: r, id: d.id, err: err}
+		return &deadLettered{gen: r, id: id, err: err}
 	})
 }
 
@@ -341,9 +348,41 @@ func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) {
 		return
 	}
 	if m.err != nil {
-		panic(fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err))
+		err := fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err)
+		if r.retryInPlace(ctx, err, &rewriteDeadLetter{gen: r, id: m.id}) {
+			return
+		}
+		panic(err)
 	}
+	r.storeFailures = 0
 	r.finish(ctx, s, false)
+}
+
+// retryInPlace decides about a failed database call of the reader. A
+// transient failure (a dropped connection, a timeout, a serialization
+// failure) is retried where it happened — again posts retry after the
+// group's retry backoff, or, when again is nil, the next timer tick
+// retries — rather than restarting the reader, which would forget what it
+// acked since its last checkpoint and deliver it again. It reports false
+// for any other failure, which the caller panics with: supervision then
+// restarts, stops or escalates (a missing table, a missing grant). While
+// failures go on, the reader keeps checking its lease: once unsure, it
+// drains and stops as after a failed renewal.
+func (r *reader) retryInPlace(ctx actor.Context, err error, again any) bool {
+	if supervision.Classify(err) != supervision.Transient {
+		return false
+	}
+	r.storeFailures++
+	if r.storeFailures == 1 {
+		r.g.logger.Warn("kumi: a reader's database call failed; retrying it in place", "bucket", r.bucket, "err", err)
+	}
+	if herr := r.g.leases.EnsureHeld(r.bucket); herr != nil {
+		r.unsureLease(ctx, herr)
+	}
+	if again != nil && !r.stopped {
+		r.after(ctx, r.g.opts.Retry.Backoff.Next(r.storeFailures), again)
+	}
+	return true
 }
 
 // finish marks a slot done, frees its stream, and moves the acknowledged
@@ -391,8 +430,13 @@ func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 			r.lostFence(ctx, f.err)
 			return
 		}
-		panic(fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err))
+		err := fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err)
+		if r.retryInPlace(ctx, err, nil) { // the next tick writes again
+			return
+		}
+		panic(err)
 	}
+	r.storeFailures = 0
 	r.flushed = max(r.flushed, f.pos)
 	ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
 	r.maybeFinishDrain(ctx)

@@ -65,6 +65,13 @@ type (
 	}
 	flushTick      struct{ gen *reader }
 	respawnHandler struct{ gen *reader }
+	// readAgain and rewriteDeadLetter retry a failed read or dead-letter
+	// write in place (see retryInPlace).
+	readAgain         struct{ gen *reader }
+	rewriteDeadLetter struct {
+		gen *reader
+		id  uint64
+	}
 )
 
 // reader is the BucketReader: one per owned bucket, child of the
@@ -102,7 +109,10 @@ type reader struct {
 	held       bool // the queue is held (see updateHold)
 	overflowed error
 	unsure     error // EnsureHeld failed: the reader drains and stops
-	tick       time.Duration
+	// storeFailures counts transient database failures in a row, retried
+	// in place (see retryInPlace).
+	storeFailures int
+	tick          time.Duration
 }
 
 func (r *reader) Receive(ctx actor.Context) {
@@ -162,6 +172,15 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.onHandlerReply(ctx, msg)
 	case *actor.Terminated:
 		r.onHandlerTerminated(ctx, msg.Who)
+	case *readAgain:
+		if msg.gen == r && !r.stopped {
+			r.reading = false
+			r.readPage(ctx)
+		}
+	case *rewriteDeadLetter:
+		if s := r.win.byID[msg.id]; msg.gen == r && !r.stopped && s != nil && s.state == slotDeadLettering {
+			r.writeDeadLetter(ctx, s)
+		}
 	case *respawnHandler:
 		if msg.gen == r && !r.stopped && r.handler == nil {
 			r.spawnHandler(ctx)
@@ -264,10 +283,15 @@ func (r *reader) readPage(ctx actor.Context) {
 }
 
 func (r *reader) onPage(ctx actor.Context, p *pageRead) {
-	r.reading = false
 	if p.err != nil {
-		panic(fmt.Errorf("kumi: bucket %d: catch-up read: %w", r.bucket, p.err))
+		err := fmt.Errorf("kumi: bucket %d: catch-up read: %w", r.bucket, p.err)
+		if r.retryInPlace(ctx, err, &readAgain{gen: r}) {
+			return // still reading: readAgain reads the page again
+		}
+		panic(err)
 	}
+	r.reading = false
+	r.storeFailures = 0
 	events := p.events
 	for len(events) > 0 && events[0].Position <= r.cursor {
 		events = events[1:] // already delivered from a live batch
