@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -138,8 +139,8 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 		}
 	})
 	o := groupOpts("dropdrain", 1, nil, "w")
-	o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, overflow.DropSubscription
-	var restarts atomic.Int32
+	o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, DropSubscription
+	var restarts, dropped atomic.Int32
 	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
@@ -147,6 +148,10 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 		Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
 			if d.Directive == actor.RestartDirective && strings.Contains(fmt.Sprint(d.Reason), "injected") {
 				restarts.Add(1)
+			}
+			var oe *OverflowError
+			if d.Directive == actor.StopDirective && errors.Is(d.Reason, ErrOverflowed) && errors.As(d.Reason, &oe) {
+				dropped.Add(1) // the application learns of the dropped subscription
 			}
 		})})
 	require.NoError(t, err)
@@ -196,4 +201,5 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 		require.NoError(t, err)
 	}
 	pgtest.Eventually(t, 15*time.Second, func() bool { return rec.distinct() == 10 }, "the events appended after the restart handled")
+	require.Positive(t, dropped.Load(), "the supervision observer saw the reader end with the OverflowError")
 }
