@@ -65,6 +65,11 @@ type (
 	}
 	flushTick      struct{ gen *reader }
 	respawnHandler struct{ gen *reader }
+	// handlerGone follows a handler's Terminated, behind its answers.
+	handlerGone struct {
+		gen *reader
+		pid *actor.PID
+	}
 	// readAgain and rewriteDeadLetter retry a failed read or dead-letter
 	// write in place (see retryInPlace).
 	readAgain         struct{ gen *reader }
@@ -171,7 +176,13 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *handlerReply:
 		r.onHandlerReply(ctx, msg)
 	case *actor.Terminated:
-		r.onHandlerTerminated(ctx, msg.Who)
+		// A system message: it overtakes the handler's last answers, still
+		// queued. Act on it behind them.
+		ctx.Send(ctx.Self(), &handlerGone{gen: r, pid: msg.Who})
+	case *handlerGone:
+		if msg.gen == r {
+			r.onHandlerTerminated(ctx, msg.pid)
+		}
 	case *readAgain:
 		if msg.gen == r && !r.stopped {
 			r.reading = false
