@@ -141,6 +141,45 @@ func TestHandlerFailuresAreContained(t *testing.T) {
 		require.GreaterOrEqual(t, attrs["unanswered_for"].Duration(), time.Second)
 	})
 
+	// A handler whose goroutine is free but that lets one delivery go
+	// unanswered (here: it answers from goroutines of its own, and drops
+	// one event's first attempt) is alive: it answers the probe, keeps its
+	// place and gets the retry; the other events in flight are not sent
+	// again.
+	t.Run("AHandlerThatIsAliveButLateIsKeptAndOnlyTheLateEventRetried", func(t *testing.T) {
+		t.Parallel()
+		store, schema := newTestStore(t)
+		seed(t, store, "acct", 4, 20)
+		late, err := store.ReadStream(context.Background(), "acct-2", 1, 1)
+		require.NoError(t, err)
+		rec := newRecorder()
+		var seen attempts
+		var instances atomic.Int32
+		root := quietSystem().Root
+		handler := actor.PropsFromProducer(func() actor.Actor {
+			instances.Add(1)
+			return actor.ReceiveFunc(func(ctx actor.Context) {
+				if d, ok := ctx.Message().(*Delivery); ok {
+					if seen.add(d.Event.ID) == 1 && d.Event.ID == late[0].ID {
+						return // dropped: never answered
+					}
+					go func() { // answered from elsewhere, as async handlers do
+						rec.end("w", d.Event)
+						d.Respond(root, Ack{})
+					}()
+				}
+			})
+		})
+		o := groupOpts("alive", 1, nil, "w")
+		o.Handler, o.Retry, o.HandlerTimeout, o.MaxInFlight = handler, fastRetry(3), time.Second, 4
+		startWorker(t, schema, "w", o)
+		pgtest.Eventually(t, 30*time.Second, func() bool { return rec.distinct() == 20 }, "every event handled")
+		require.Equal(t, 2, seen.get(late[0].ID), "the late event is retried once")
+		require.Zero(t, rec.duplicates(), "no other event is delivered again")
+		require.EqualValues(t, 1, instances.Load(), "the live handler is kept")
+		require.Empty(t, deadLetterIDs(t, store, "alive"))
+	})
+
 	// A handler that stops itself is replaced: the events after it are
 	// delivered to its successor.
 	t.Run("AStoppedHandlerIsReplaced", func(t *testing.T) {

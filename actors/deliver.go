@@ -107,8 +107,8 @@ func (r *reader) pump(ctx actor.Context) {
 			r.pending = nil
 		}
 		for _, s := range r.win.slots {
-			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] || r.handler == nil {
-				continue // a handler is being replaced: its successor gets the slot
+			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] || !r.handlerReady() {
+				continue // the handler is probed or replaced: sent once it answers, or to its successor
 			}
 			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
 				r.unsureLease(ctx, err) // every delivery needs a lease it can trust
@@ -144,8 +144,9 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 	if r.draining {
 		return // left for the next owner: the checkpoint stays before it
 	}
-	if r.handler == nil {
-		// The handler is being replaced: its successor gets the retry.
+	if !r.handlerReady() {
+		// The handler is probed or replaced: the retry is sent once it
+		// answers the probe, or to its successor.
 		s.state = slotWaiting
 		delete(r.win.busy, s.d.Event.Stream)
 		return
@@ -174,26 +175,64 @@ var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
 // msgHandlerHung is the Warn log of a handler replaced for not answering.
 const msgHandlerHung = "kumi: handler hung; replacing it"
 
-// checkTimeouts gives up on a handler that left a delivery unanswered for
-// HandlerTimeout: it is hung (a call that does not return) or lost the
-// delivery. Sending the retry to it would only queue it behind the stuck
-// call, so the handler is replaced first.
+// handlerReady reports whether deliveries may be sent to the handler: it
+// exists, and no probe of it is out.
+func (r *reader) handlerReady() bool { return r.handler != nil && r.probe == 0 }
+
+// checkTimeouts acts on deliveries unanswered for HandlerTimeout. Each
+// counts as a retry. And the handler is probed: a probe is answered by
+// kumi's middleware on the handler's own goroutine, so a handler that is
+// merely slow with one event, or lost a delivery, answers it at once,
+// while one stuck in a call (or suspended) does not. Nothing is sent to
+// the handler until it answers; if it does not within probeWait, it is
+// taken for hung and replaced. So a retry never queues behind a stuck
+// call.
 func (r *reader) checkTimeouts(ctx actor.Context) {
 	now := time.Now()
+	if r.probe != 0 && now.Sub(r.probeAt) >= r.probeWait() {
+		late := r.probeFor
+		waited := now.Sub(late.sentAt)
+		r.g.logger.Warn(msgHandlerHung, "bucket", r.bucket, "event_id", late.id,
+			"stream", late.stream, "position", late.position, "attempt", late.attempt,
+			"unanswered_for", waited, "handler_timeout", r.g.opts.HandlerTimeout, "handler", r.handler.String())
+		r.replaceHandler(ctx, fmt.Errorf("%w: event %s (stream %s, position %d) unanswered for %v",
+			errHandlerHung, late.id, late.stream, late.position, waited.Round(time.Millisecond)))
+	}
 	for _, s := range r.win.slots {
 		if s.state != slotSent || now.Sub(s.sentAt) < r.g.opts.HandlerTimeout {
 			continue
 		}
-		if s.to.Equal(r.handler) {
-			waited := now.Sub(s.sentAt)
-			r.g.logger.Warn(msgHandlerHung, "bucket", r.bucket, "event_id", s.d.Event.ID.String(),
-				"stream", s.d.Event.Stream, "position", s.d.Event.Position, "attempt", s.d.Attempt,
-				"unanswered_for", waited, "handler_timeout", r.g.opts.HandlerTimeout, "handler", r.handler.String())
-			r.replaceHandler(ctx, fmt.Errorf("%w: event %s (stream %s, position %d) unanswered for %v",
-				errHandlerHung, s.d.Event.ID, s.d.Event.Stream, s.d.Event.Position, waited.Round(time.Millisecond)))
+		if r.probe == 0 && s.to.Equal(r.handler) {
+			r.probeSeq++
+			r.probe, r.probeAt = r.probeSeq, now
+			r.probeFor = lateDelivery{id: s.d.Event.ID.String(), stream: s.d.Event.Stream,
+				position: s.d.Event.Position, attempt: s.d.Attempt, sentAt: s.sentAt}
+			ctx.Send(r.handler, &handlerProbe{seq: r.probe, replyTo: ctx.Self()})
 		}
 		r.onReply(ctx, s, nil, errHandlerTimeout)
 	}
+}
+
+// lateDelivery describes the delivery that got its handler probed.
+type lateDelivery struct {
+	id, stream string
+	position   int64
+	attempt    int
+	sentAt     time.Time
+}
+
+// probeWait is how long a probed handler has to answer.
+func (r *reader) probeWait() time.Duration {
+	return min(max(r.g.opts.HandlerTimeout/2, time.Millisecond), 5*time.Second)
+}
+
+// onProbeAnswer: the handler is alive; what waited for it is sent.
+func (r *reader) onProbeAnswer(ctx actor.Context, seq uint64) {
+	if seq != r.probe || r.stopped {
+		return
+	}
+	r.probe = 0
+	r.pump(ctx)
 }
 
 // errHandlerHung and errHandlerStopped are why a reader replaces its
@@ -225,7 +264,7 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 	if old == nil {
 		return
 	}
-	r.handler = nil
+	r.handler, r.probe = nil, 0
 	r.handlerFails++
 	r.replacements++
 	r.g.setReaderState(r.bucket, readerReplacingHandler)

@@ -17,14 +17,19 @@ import (
 // [DeadLetter]. A panic while handling it, or no answer within the group's
 // HandlerTimeout, counts as a [Retry].
 //
-// A handler with a delivery unanswered for HandlerTimeout is taken for
-// hung: its reader stops it (the stop takes effect when its call returns,
-// if ever), logs it at Warn, and delivers to a new handler made from the
-// same props — the retry of the late event, and again, without spending
-// their retry budget, the other events it had not answered. A handler that
-// stops (itself, or its supervisor once its restart budget is spent) is
-// replaced the same way. Replacements are spaced by the group's retry
-// backoff. So no handler ever has more than MaxInFlight deliveries queued.
+// When a delivery goes unanswered for HandlerTimeout, the reader probes
+// its handler (kumi's middleware answers on the handler's goroutine, the
+// user's code never sees it) and sends it nothing meanwhile. A handler that
+// answers is alive — slow with that one event, or it dropped it — and gets
+// the retry. One that does not within HandlerTimeout/2 (at most 5 s) is
+// taken for hung: its reader stops it (the stop takes effect when its call
+// returns, if ever), logs it at Warn, and delivers to a new handler made
+// from the same props — the retry of the late event, and again, without
+// spending their retry budget, the other events it had not answered. A
+// handler that stops (itself, or its supervisor once its restart budget is
+// spent) is replaced the same way. Replacements are spaced by the group's
+// retry backoff. So no handler ever has more than MaxInFlight deliveries
+// queued.
 type Delivery struct {
 	// Event is the event to handle.
 	Event eventsource.RecordedEvent
@@ -111,6 +116,28 @@ func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
 	}
 }
 
+// handlerProbe asks whether a handler's goroutine is free: probeAnswerer
+// answers it on that goroutine, before the user's code sees any message,
+// so only a handler stuck in a call (or suspended) leaves it unanswered.
+type handlerProbe struct {
+	seq     uint64
+	replyTo *actor.PID
+}
+
+// probeAnswer answers a handlerProbe.
+type probeAnswer struct{ seq uint64 }
+
+// probeAnswerer answers kumi's probes in place of the user's handler.
+func probeAnswerer(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		if p, ok := env.Message.(*handlerProbe); ok {
+			c.ActorSystem().Root.Send(p.replyTo, &probeAnswer{seq: p.seq})
+			return
+		}
+		next(c, env)
+	}
+}
+
 // replyTagger tags what a handler sends to its reader while it handles a
 // Delivery (ctx.Respond) with that delivery.
 func replyTagger(next actor.SenderFunc) actor.SenderFunc {
@@ -131,7 +158,7 @@ func replyTagger(next actor.SenderFunc) actor.SenderFunc {
 // its handler without waiting for a handler call that never returns.
 func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy, d actor.Dispatcher) *actor.Props {
 	p := *user
-	return p.Configure(actor.WithReceiverMiddleware(panicReporter), actor.WithSenderMiddleware(replyTagger),
+	return p.Configure(actor.WithReceiverMiddleware(probeAnswerer, panicReporter), actor.WithSenderMiddleware(replyTagger),
 		actor.WithSupervisor(supervisor), actor.WithGuardian(supervisor), actor.WithDispatcher(d))
 }
 

@@ -93,6 +93,10 @@ type reader struct {
 	handler      *actor.PID // nil while it is being replaced
 	handlerFails int        // replacements since a handler last answered
 	replacements int        // handlers replaced in this reader's life
+	probe        uint64     // the probe of the handler that is out, 0 if none
+	probeSeq     uint64
+	probeAt      time.Time
+	probeFor     lateDelivery
 	bg           context.Context
 	cancel       context.CancelFunc
 
@@ -179,6 +183,8 @@ func (r *reader) Receive(ctx actor.Context) {
 		// A system message: it overtakes the handler's last answers, still
 		// queued. Act on it behind them.
 		ctx.Send(ctx.Self(), &handlerGone{gen: r, pid: msg.Who})
+	case *probeAnswer:
+		r.onProbeAnswer(ctx, msg.seq)
 	case *handlerGone:
 		if msg.gen == r {
 			r.onHandlerTerminated(ctx, msg.pid)
