@@ -139,7 +139,7 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 		}
 	})
 	o := groupOpts("dropdrain", 1, nil, "w")
-	o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, DropSubscription
+	o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, overflow.DropSubscription
 	var restarts, dropped atomic.Int32
 	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})

@@ -418,26 +418,12 @@ func (g *group) setReaderState(bucket int, state string) {
 	g.readerStates[bucket] = state
 }
 
-// The reader queues' overflow policies and error, for applications (the
-// queue itself is internal): set GroupOptions.Overflow to one of the
-// policies, and recognise a bucket's subscription dropped under
-// DropSubscription in the supervision observer (RuntimeOptions.Supervision)
-// with errors.Is(decision.Reason, ErrOverflowed) or errors.As with
-// *OverflowError.
-type (
-	// OverflowPolicy is what a full reader queue does (see GroupOptions.Overflow).
-	OverflowPolicy = overflow.Policy
-	// OverflowError ends a bucket's reader whose queue overflowed under
-	// DropSubscription; it wraps ErrOverflowed.
-	OverflowError = overflow.OverflowError
-)
-
-// The overflow policies; see internal/overflow's documentation for each.
-const (
-	PauseAndResume   = overflow.PauseAndResume
-	DropSubscription = overflow.DropSubscription
-	DropOldest       = overflow.DropOldest
-)
+// OverflowError ends a bucket's reader whose queue overflowed under the
+// DropSubscription policy; it wraps ErrOverflowed. An application learns of
+// it from the supervision observer (RuntimeOptions.Supervision): the
+// reader's stop decision carries it as its Reason, recognised with
+// errors.Is(decision.Reason, ErrOverflowed) or errors.As.
+type OverflowError = overflow.OverflowError
 
 // ErrOverflowed is wrapped by every *OverflowError.
 var ErrOverflowed = overflow.ErrOverflowed
