@@ -10,6 +10,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/observability"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // The delivery window. A reader takes events from its pending list, in
@@ -38,6 +39,21 @@ type slot struct {
 	state  slotState
 	sentAt time.Time
 	span   observability.DeliverySpan
+	to     *actor.PID         // the handler the current attempt went to
+	cancel context.CancelFunc // cancels d.Context
+	// free counts attempts not charged to the event's retry budget: sent
+	// again because the handler that had it was replaced for another
+	// event's fault.
+	free int
+	dl   *eventsource.DeadLetter // the row being written (slotDeadLettering)
+}
+
+// release cancels the current attempt's context.
+func (s *slot) release() {
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel = nil
+	}
 }
 
 type window struct {
@@ -62,6 +78,7 @@ func (w *window) cancel() {
 	for _, s := range w.slots {
 		if s.state == slotSent {
 			s.state = slotWaiting
+			s.release()
 			s.span.End(observability.OutcomeCancelled, nil)
 		}
 	}
@@ -90,11 +107,11 @@ func (r *reader) pump(ctx actor.Context) {
 			r.pending = nil
 		}
 		for _, s := range r.win.slots {
-			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] {
-				continue
+			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] || !r.handlerReady() {
+				continue // the handler is probed or replaced: sent once it answers, or to its successor
 			}
 			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-				r.lostFence(ctx, err) // every delivery needs a lease it can trust
+				r.unsureLease(ctx, err) // every delivery needs a lease it can trust
 				return
 			}
 			r.win.busy[s.d.Event.Stream] = true
@@ -117,8 +134,10 @@ func (r *reader) pump(ctx actor.Context) {
 
 // send delivers a slot's event (again) to the handler.
 func (r *reader) send(ctx actor.Context, s *slot) {
-	s.d.Context, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
-	s.state, s.sentAt = slotSent, time.Now()
+	var c context.Context
+	c, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
+	s.d.Context, s.cancel = context.WithCancel(c)
+	s.state, s.sentAt, s.to = slotSent, time.Now(), r.handler
 	ctx.Request(r.handler, s.d)
 }
 
@@ -131,8 +150,15 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 	if r.draining {
 		return // left for the next owner: the checkpoint stays before it
 	}
+	if !r.handlerReady() {
+		// The handler is probed or replaced: the retry is sent once it
+		// answers the probe, or to its successor.
+		s.state = slotWaiting
+		delete(r.win.busy, s.d.Event.Stream)
+		return
+	}
 	if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-		r.lostFence(ctx, err) // a retry, too, needs a lease it can trust
+		r.unsureLease(ctx, err) // a retry, too, needs a lease it can trust
 		return
 	}
 	r.send(ctx, s)
@@ -144,23 +170,147 @@ func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
 	if s == nil || s.state != slotSent || m.attempt != s.d.Attempt || r.stopped {
 		return // an answer to an attempt given up on (timeout), or to a stopped reader
 	}
+	if _, panicked := m.msg.(*handlerPanicked); !panicked && s.to.Equal(r.handler) {
+		r.handlerFails = 0 // the handler answers: replacements start over from the shortest backoff
+	}
 	r.onReply(ctx, s, m.msg, nil)
 }
 
 var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
 
-// checkTimeouts treats a delivery unanswered for HandlerTimeout as a retry.
+// msgHandlerHung is the Warn log of a handler replaced for not answering.
+const msgHandlerHung = "kumi: handler hung; replacing it"
+
+// handlerReady reports whether deliveries may be sent to the handler: it
+// exists, and no probe of it is out.
+func (r *reader) handlerReady() bool { return r.handler != nil && r.probe == 0 }
+
+// checkTimeouts acts on deliveries unanswered for HandlerTimeout. Each
+// counts as a retry. And the handler is probed: a probe is answered by
+// kumi's middleware on the handler's own goroutine, so a handler that is
+// merely slow with one event, or lost a delivery, answers it at once,
+// while one stuck in a call (or suspended) does not. Nothing is sent to
+// the handler until it answers; if it does not within probeWait, it is
+// taken for hung and replaced. So a retry never queues behind a stuck
+// call.
 func (r *reader) checkTimeouts(ctx actor.Context) {
 	now := time.Now()
+	if r.probe != 0 && now.Sub(r.probeAt) >= r.probeWait() {
+		late := r.probeFor
+		waited := now.Sub(late.sentAt)
+		r.g.logger.Warn(msgHandlerHung, "bucket", r.bucket, "event_id", late.id,
+			"stream", late.stream, "position", late.position, "attempt", late.attempt,
+			"unanswered_for", waited, "handler_timeout", r.g.opts.HandlerTimeout, "handler", r.handler.String())
+		r.replaceHandler(ctx, fmt.Errorf("%w: event %s (stream %s, position %d) unanswered for %v",
+			errHandlerHung, late.id, late.stream, late.position, waited.Round(time.Millisecond)))
+	}
 	for _, s := range r.win.slots {
-		if s.state == slotSent && now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
-			r.onReply(ctx, s, nil, errHandlerTimeout)
+		if s.state != slotSent || now.Sub(s.sentAt) < r.g.opts.HandlerTimeout {
+			continue
 		}
+		if r.probe == 0 && s.to.Equal(r.handler) {
+			r.probeSeq++
+			r.probe, r.probeAt = r.probeSeq, now
+			r.probeFor = lateDelivery{id: s.d.Event.ID.String(), stream: s.d.Event.Stream,
+				position: s.d.Event.Position, attempt: s.d.Attempt, sentAt: s.sentAt}
+			ctx.Send(r.handler, &handlerProbe{seq: r.probe, replyTo: ctx.Self()})
+		}
+		r.onReply(ctx, s, nil, errHandlerTimeout)
+	}
+}
+
+// lateDelivery describes the delivery that got its handler probed.
+type lateDelivery struct {
+	id, stream string
+	position   int64
+	attempt    int
+	sentAt     time.Time
+}
+
+// probeWait is how long a probed handler has to answer.
+func (r *reader) probeWait() time.Duration {
+	return min(max(r.g.opts.HandlerTimeout/2, time.Millisecond), 5*time.Second)
+}
+
+// onProbeAnswer: the handler is alive; what waited for it is sent.
+func (r *reader) onProbeAnswer(ctx actor.Context, seq uint64) {
+	if seq != r.probe || r.stopped {
+		return
+	}
+	r.probe = 0
+	r.pump(ctx)
+}
+
+// errHandlerHung and errHandlerStopped are why a reader replaces its
+// handler, as reported to the supervision observer.
+var (
+	errHandlerHung    = errors.New("kumi: handler hung")
+	errHandlerStopped = errors.New("kumi: handler stopped")
+)
+
+// onHandlerTerminated replaces a handler that stopped: by itself, or by its
+// supervisor once its restart budget was spent.
+func (r *reader) onHandlerTerminated(ctx actor.Context, who *actor.PID) {
+	if r.stopped || !who.Equal(r.handler) {
+		return // a handler replaced earlier
+	}
+	r.g.logger.Warn("kumi: handler stopped; replacing it", "bucket", r.bucket, "handler", who.String())
+	r.replaceHandler(ctx, errHandlerStopped)
+}
+
+// replaceHandler gives up on the current handler and spawns its successor
+// after the group's retry backoff (growing while handlers keep failing,
+// from the start again once one answers). Deliveries it has not answered
+// and that are not yet late go to the successor without being charged to
+// their events' retry budgets: the fault was another event's. The old
+// handler is stopped; if it is stuck in a call, the stop takes effect when
+// the call returns, and nothing is sent to it meanwhile.
+func (r *reader) replaceHandler(ctx actor.Context, why error) {
+	old := r.handler
+	if old == nil {
+		return
+	}
+	r.handler, r.probe = nil, 0
+	r.handlerFails++
+	r.replacements++
+	r.g.setReaderState(r.bucket, readerReplacingHandler)
+	ctx.Unwatch(old)
+	ctx.Stop(old)
+	now := time.Now()
+	for _, s := range r.win.slots {
+		if s.state != slotSent || !s.to.Equal(old) || now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
+			continue // answered, or late: the caller charges it
+		}
+		s.release()
+		s.span.End(observability.OutcomeCancelled, nil)
+		next := *s.d
+		next.Attempt++
+		s.d, s.free = &next, s.free+1
+		s.state = slotWaiting
+		delete(r.win.busy, s.d.Event.Stream)
+	}
+	delay := r.g.opts.Retry.Backoff.Next(r.handlerFails)
+	r.g.observer("handler").Observe(supervision.Decision{
+		Strategy: "reader", Supervisor: ctx.Self().String(), Child: old.String(), Class: supervision.Unknown,
+		Directive: actor.RestartDirective, Reason: why, Time: now, Attempt: r.handlerFails, Delay: delay,
+		Targets: []string{old.String()},
+	})
+	r.after(ctx, delay, &respawnHandler{gen: r})
+}
+
+// spawnHandler starts a handler for the reader and watches it.
+func (r *reader) spawnHandler(ctx actor.Context) {
+	props := handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher)
+	r.handler = ctx.ActorSystem().Root.SpawnPrefix(props, fmt.Sprintf("kumi-handler-%s-%d-", r.g.opts.Subscription, r.bucket))
+	ctx.Watch(r.handler)
+	if r.replacements > 0 && r.overflowed == nil {
+		r.g.setReaderState(r.bucket, "")
 	}
 }
 
 // onReply acts on the handler's answer (or its absence) for a slot.
 func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
+	s.release()
 	span := s.span
 	var retry time.Duration
 	var reason string
@@ -200,7 +350,7 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	next := *s.d // a new delivery per attempt (see slot.d)
 	next.Attempt++
 	s.d = &next
-	if s.d.Attempt >= r.g.opts.Retry.MaxAttempts {
+	if s.d.Attempt-s.free >= r.g.opts.Retry.MaxAttempts {
 		reason = fmt.Sprintf("retry budget of %d attempts spent; last: %s", r.g.opts.Retry.MaxAttempts, reason)
 		span.End(observability.OutcomeDeadLetter, errors.New(reason))
 		r.deadLetter(ctx, s, reason, s.d.Attempt)
@@ -221,13 +371,19 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 func (r *reader) deadLetter(ctx actor.Context, s *slot, reason string, attempts int) {
 	s.state = slotDeadLettering
 	d := s.d
-	dl := eventsource.DeadLetter{
+	s.dl = &eventsource.DeadLetter{
 		Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.Event.ID,
 		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: attempts,
 	}
+	r.writeDeadLetter(ctx, s)
+}
+
+// writeDeadLetter writes a dead-lettering slot's row.
+func (r *reader) writeDeadLetter(ctx actor.Context, s *slot) {
+	dl, id := *s.dl, s.d.id
 	r.async(ctx, func(c context.Context) any {
 		_, err := r.g.store.AddDeadLetter(c, dl)
-		return &deadLettered{gen: r, id: d.id, err: err}
+		return &deadLettered{gen: r, id: id, err: err}
 	})
 }
 
@@ -237,9 +393,41 @@ func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) {
 		return
 	}
 	if m.err != nil {
-		panic(fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err))
+		err := fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err)
+		if r.retryInPlace(ctx, err, &rewriteDeadLetter{gen: r, id: m.id}) {
+			return
+		}
+		panic(err)
 	}
+	r.storeFailures = 0
 	r.finish(ctx, s, false)
+}
+
+// retryInPlace decides about a failed database call of the reader. A
+// transient failure (a dropped connection, a timeout, a serialization
+// failure) is retried where it happened — again posts retry after the
+// group's retry backoff, or, when again is nil, the next timer tick
+// retries — rather than restarting the reader, which would forget what it
+// acked since its last checkpoint and deliver it again. It reports false
+// for any other failure, which the caller panics with: supervision then
+// restarts, stops or escalates (a missing table, a missing grant). While
+// failures go on, the reader keeps checking its lease: once unsure, it
+// drains and stops as after a failed renewal.
+func (r *reader) retryInPlace(ctx actor.Context, err error, again any) bool {
+	if supervision.Classify(err) != supervision.Transient {
+		return false
+	}
+	r.storeFailures++
+	if r.storeFailures == 1 {
+		r.g.logger.Warn("kumi: a reader's database call failed; retrying it in place", "bucket", r.bucket, "err", err)
+	}
+	if herr := r.g.leases.EnsureHeld(r.bucket); herr != nil {
+		r.unsureLease(ctx, herr)
+	}
+	if again != nil && !r.stopped {
+		r.after(ctx, r.g.opts.Retry.Backoff.Next(r.storeFailures), again)
+	}
+	return true
 }
 
 // finish marks a slot done, frees its stream, and moves the acknowledged
@@ -281,12 +469,19 @@ func (r *reader) flush(ctx actor.Context, force bool) {
 func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 	r.flushing = false
 	if f.err != nil {
-		if errors.Is(f.err, eventsource.ErrFenceLost) {
+		if errors.Is(f.err, eventsource.ErrFenceLost) || r.unsure != nil {
+			// The bucket is gone, or this last write under an unsure lease
+			// failed: stop, and leave the rest to whoever reads it next.
 			r.lostFence(ctx, f.err)
 			return
 		}
-		panic(fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err))
+		err := fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err)
+		if r.retryInPlace(ctx, err, nil) { // the next tick writes again
+			return
+		}
+		panic(err)
 	}
+	r.storeFailures = 0
 	r.flushed = max(r.flushed, f.pos)
 	ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
 	r.maybeFinishDrain(ctx)
@@ -307,20 +502,45 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 		return
 	}
 	if r.overflowed != nil {
-		panic(r.overflowed) // a permanent error: supervision stops the reader
+		r.endOverflowed(r.overflowed)
 	}
-	ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
+	if r.unsure != nil {
+		ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
+		ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: r.unsure})
+	} else {
+		ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
+	}
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())
 }
 
-// lostFence stops the reader at once: another worker holds the bucket, or
-// this one can no longer be sure it does.
+// unsureLease stops the reader once it can no longer be sure it holds its
+// bucket (EnsureHeld failed), but not at once: it delivers nothing more,
+// lets the events with the handler finish (HandlerTimeout bounds them),
+// and writes its acked position — fenced, so harmless if the bucket is in
+// fact lost — before it stops. If the lease was held all along (a renewal
+// that ran late), the reader the coordinator spawns next starts after
+// everything acked here and delivers nothing twice.
+func (r *reader) unsureLease(ctx actor.Context, err error) {
+	if r.stopped || r.unsure != nil {
+		return
+	}
+	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	r.unsure = err
+	r.draining = true
+	r.maybeFinishDrain(ctx)
+}
+
+// lostFence stops the reader at once: another worker holds the bucket (a
+// fenced write was refused), or its last write under an unsure lease
+// failed.
 func (r *reader) lostFence(ctx actor.Context, err error) {
 	if r.stopped {
 		return
 	}
-	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	if r.unsure == nil {
+		r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	}
 	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())

@@ -80,8 +80,8 @@ func ExampleCommitWithCheckpoint() {
 			return err
 		})
 		switch {
-		case err == nil:
-			ctx.Respond(actors.Ack{Committed: true})
+		case err == nil, errors.Is(err, actors.ErrAlreadyCommitted):
+			ctx.Respond(actors.Ack{Committed: true}) // committed now, or by an earlier attempt
 		case errors.Is(err, eventsource.ErrFenceLost):
 			ctx.Respond(actors.Ack{}) // this worker lost the bucket: the new owner redoes the event
 		default:

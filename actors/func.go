@@ -23,7 +23,9 @@ import (
 //     the error's text as the reason; once the attempts are spent the event
 //     is dead-lettered with it;
 //   - an error wrapping [eventsource.ErrFenceLost] acks: this worker lost
-//     the bucket, and its new owner handles the event again.
+//     the bucket, and its new owner handles the event again;
+//   - an error wrapping [ErrAlreadyCommitted] acks as committed: an earlier
+//     attempt committed the event with its checkpoint.
 //
 // A panic counts as a retry whose reason says it panicked, with the panic's
 // value and where it happened; the handler is not restarted.
@@ -33,7 +35,8 @@ import (
 // its writes commit with the checkpoint, fenced, or not at all.
 //
 // ctx is the delivery's Context (d.Context): it carries the delivery's trace
-// span, a child of the trace that appended the event.
+// span, a child of the trace that appended the event, and is cancelled when
+// the attempt is given up on (HandlerTimeout) or the reader stops.
 type HandlerFunc func(ctx context.Context, d *Delivery) error
 
 // Func returns the props of a handler actor that calls fn for each
@@ -93,7 +96,7 @@ func replyFor(err error) any {
 	switch {
 	case err == nil:
 		return Ack{}
-	case alreadyCommitted(err):
+	case errors.Is(err, ErrAlreadyCommitted): // an earlier attempt committed it
 		return Ack{Committed: true}
 	case errors.Is(err, eventsource.ErrFenceLost):
 		return Ack{} // the bucket's new owner redoes the event
@@ -103,13 +106,6 @@ func replyFor(err error) any {
 		return Retry{Reason: err.Error()}
 	}
 }
-
-// alreadyCommitted reports an error of [CommitWithCheckpoint] saying that
-// an earlier attempt already committed the event with its checkpoint.
-// CommitWithCheckpoint has no such answer yet: an earlier attempt's commit
-// makes a later one commit again. Once it returns a sentinel for it, this
-// is errors.Is(err, thatSentinel).
-func alreadyCommitted(error) bool { return false }
 
 // PermanentError marks a handler's error as one that no retry cures (bad
 // input, an event this service cannot apply): the event is dead-lettered

@@ -289,6 +289,7 @@ func TestReplyFor(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, Ack{}, replyFor(nil))
 	require.Equal(t, Ack{}, replyFor(fmt.Errorf("commit: %w", eventsource.ErrFenceLost)), "a lost fence: the new owner redoes it")
+	require.Equal(t, Ack{Committed: true}, replyFor(fmt.Errorf("commit: %w", ErrAlreadyCommitted)), "an earlier attempt committed it")
 	require.Equal(t, DeadLetter{Reason: "bad"}, replyFor(fmt.Errorf("x: %w", Permanent(errors.New("bad")))))
 	require.Equal(t, Retry{Reason: "later"}, replyFor(errors.New("later")))
 	require.NoError(t, Permanent(nil))

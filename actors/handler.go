@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,6 +16,20 @@ import (
 // handler must answer it with ctx.Respond and one of [Ack], [Retry] or
 // [DeadLetter]. A panic while handling it, or no answer within the group's
 // HandlerTimeout, counts as a [Retry].
+//
+// When a delivery goes unanswered for HandlerTimeout, the reader probes
+// its handler (kumi's middleware answers on the handler's goroutine, the
+// user's code never sees it) and sends it nothing meanwhile. A handler that
+// answers is alive — slow with that one event, or it dropped it — and gets
+// the retry. One that does not within HandlerTimeout/2 (at most 5 s) is
+// taken for hung: its reader stops it (the stop takes effect when its call
+// returns, if ever), logs it at Warn, and delivers to a new handler made
+// from the same props — the retry of the late event, and again, without
+// spending their retry budget, the other events it had not answered. A
+// handler that stops (itself, or its supervisor once its restart budget is
+// spent) is replaced the same way. Replacements are spaced by the group's
+// retry backoff. So no handler ever has more than MaxInFlight deliveries
+// queued.
 type Delivery struct {
 	// Event is the event to handle.
 	Event eventsource.RecordedEvent
@@ -31,7 +46,10 @@ type Delivery struct {
 	// worker that lost the bucket cannot commit.
 	Fence eventsource.Fence
 	// Context carries the delivery's trace span, a child of the trace that
-	// appended the event. Use it for the handler's own spans and calls.
+	// appended the event. Use it for the handler's own spans and calls. It
+	// is cancelled once the reader is done with this attempt: after its
+	// answer, when HandlerTimeout passes without one (the reader then gives
+	// up on the handler and replaces it), or when the reader stops.
 	Context context.Context
 
 	id        uint64
@@ -98,6 +116,28 @@ func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
 	}
 }
 
+// handlerProbe asks whether a handler's goroutine is free: probeAnswerer
+// answers it on that goroutine, before the user's code sees any message,
+// so only a handler stuck in a call (or suspended) leaves it unanswered.
+type handlerProbe struct {
+	seq     uint64
+	replyTo *actor.PID
+}
+
+// probeAnswer answers a handlerProbe.
+type probeAnswer struct{ seq uint64 }
+
+// probeAnswerer answers kumi's probes in place of the user's handler.
+func probeAnswerer(next actor.ReceiverFunc) actor.ReceiverFunc {
+	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+		if p, ok := env.Message.(*handlerProbe); ok {
+			c.ActorSystem().Root.Send(p.replyTo, &probeAnswer{seq: p.seq})
+			return
+		}
+		next(c, env)
+	}
+}
+
 // replyTagger tags what a handler sends to its reader while it handles a
 // Delivery (ctx.Respond) with that delivery.
 func replyTagger(next actor.SenderFunc) actor.SenderFunc {
@@ -112,21 +152,33 @@ func replyTagger(next actor.SenderFunc) actor.SenderFunc {
 }
 
 // handlerProps returns a copy of the user's props with kumi's panic
-// reporter, reply tagger, supervisor and dispatcher.
+// reporter, reply tagger, supervisor and dispatcher. A handler is spawned
+// at the top level, supervised by its guardian, and watched by its reader
+// rather than parented by it: a reader can then stop, restart or replace
+// its handler without waiting for a handler call that never returns.
 func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy, d actor.Dispatcher) *actor.Props {
 	p := *user
-	return p.Configure(actor.WithReceiverMiddleware(panicReporter), actor.WithSenderMiddleware(replyTagger),
-		actor.WithSupervisor(supervisor), actor.WithDispatcher(d))
+	return p.Configure(actor.WithReceiverMiddleware(probeAnswerer, panicReporter), actor.WithSenderMiddleware(replyTagger),
+		actor.WithSupervisor(supervisor), actor.WithGuardian(supervisor), actor.WithDispatcher(d))
 }
 
 // CommitWithCheckpoint runs fn in a transaction that also moves the
 // delivery's checkpoint to its event, and commits both only if the delivery's
 // fence still holds. A projection that writes to the same database through
-// it is exactly-once: a worker that lost the bucket cannot commit, and the
-// next owner starts after the committed checkpoint. Respond with
-// Ack{Committed: true} afterwards. A lost fence returns an error wrapping
-// [eventsource.ErrFenceLost]: respond with Ack as well (the new owner will
-// redo the event), or simply return.
+// it is exactly-once: a worker that lost the bucket cannot commit, the next
+// owner starts after the committed checkpoint, and an event's effect is
+// committed at most once whatever the timing of timeouts, retries, panics
+// and late answers. Respond with Ack{Committed: true} afterwards.
+//
+// Inside the transaction, after the fence, it locks the bucket's checkpoint
+// row (creating it if missing), so that two attempts at the same event — a
+// retry sent while an earlier attempt is still committing, a handler that
+// panicked after its commit — run one after the other. When the checkpoint
+// already covers the event, fn is not run and [ErrAlreadyCommitted] is
+// returned: the effect is committed; respond with Ack{Committed: true}.
+//
+// A lost fence returns an error wrapping [eventsource.ErrFenceLost]: respond
+// with Ack as well (the new owner will redo the event), or simply return.
 func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Delivery, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if d == nil || d.Fence == nil {
 		return fmt.Errorf("kumi: CommitWithCheckpoint needs a delivery with a fence")
@@ -140,6 +192,13 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		if err := d.Fence.Check(ctx, tx); err != nil {
 			return err
 		}
+		var stored int64
+		if err := tx.QueryRow(ctx, lockCheckpointSQL(store), d.Subscription, d.Bucket).Scan(&stored); err != nil {
+			return fmt.Errorf("kumi: lock checkpoint: %w", err)
+		}
+		if stored >= d.Event.Position {
+			return ErrAlreadyCommitted
+		}
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
@@ -147,3 +206,18 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		return err
 	})
 }
+
+// lockCheckpointSQL locks (subscription, bucket)'s checkpoint row until the
+// end of the transaction, inserting it at 0 if missing, and returns its
+// position. A concurrent holder of the lock makes it wait, then see that
+// holder's committed position (READ COMMITTED re-reads the row it updates).
+func lockCheckpointSQL(store *eventsource.Store) string {
+	return `INSERT INTO ` + store.QuotedSchema() + `.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, 0)
+ON CONFLICT (subscription, bucket) DO UPDATE SET position = c.position RETURNING position`
+}
+
+// ErrAlreadyCommitted is returned by [CommitWithCheckpoint] when the
+// bucket's checkpoint already covers the delivery's event: an earlier
+// attempt committed its effect, which is not applied again. Answer
+// Ack{Committed: true}.
+var ErrAlreadyCommitted = errors.New("kumi: the event is already committed for this subscription (an earlier attempt committed it)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,15 +176,10 @@ func TestHandlerContract(t *testing.T) {
 						ON CONFLICT (event_id) DO UPDATE SET applied = p.applied + 1`, d.Event.ID)
 					return err
 				})
-				switch {
-				case err == nil:
+				if err == nil {
 					handled.Add(1)
-					ctx.Respond(Ack{Committed: true})
-				case strings.Contains(err.Error(), "fence"):
-					ctx.Respond(Ack{})
-				default:
-					ctx.Respond(Retry{Reason: err.Error()})
 				}
+				ctx.Respond(answer(err))
 			})
 		}
 		oa, ob := groupOpts("exactly", 4, nil, "a"), groupOpts("exactly", 4, nil, "b")

@@ -2,16 +2,22 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // Under live load a slow reader's queue overflows; whatever the policy
@@ -59,4 +65,141 @@ func TestLiveOverflowLosesNothingUnderEveryPolicy(t *testing.T) {
 			t.Logf("%s: %d batches dropped and re-read", policy, dropped)
 		})
 	}
+}
+
+// The batches a pause drops are the last of a burst: no later batch comes
+// to reveal the gap, so the reader must re-read on its own. Nothing may
+// wait for a later append.
+func TestAPauseDroppingTheTailOfABurstLosesNothingWithoutALaterAppend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	first, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			once.Do(func() {
+				close(first)
+				<-gate // busy while the burst arrives
+			})
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	o := groupOpts("tail", 1, nil, "w")
+	o.Handler, o.QueueCapacity, o.BatchSize = handler, 1, 2
+	w := startWorker(t, schema, "w", o)
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
+	queue := func() overflow.Stats {
+		w.group.g.mu.Lock()
+		defer w.group.g.mu.Unlock()
+		if q := w.group.g.queues[0]; q != nil {
+			return q.Stats()
+		}
+		return overflow.Stats{}
+	}
+	appendOne := func(i int) {
+		posted := queue().Posted
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+		require.NoError(t, err)
+		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "event %d posted as a batch of its own", i)
+	}
+	_, err := store.Append(ctx, "acct-0", eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	<-first
+	for i := 1; i < 5; i++ {
+		appendOne(i) // 1, 2: pending; 3: queued; 4: the queue pauses and drops 3 and 4
+	}
+	require.Positive(t, queue().Pauses, "the queue paused: the test exercised the tail")
+	close(gate)
+	pgtest.Eventually(t, 15*time.Second, func() bool { return rec.distinct() == 5 }, "all 5 handled with no later append")
+	require.Zero(t, rec.duplicates())
+}
+
+// Under DropSubscription the overflowed queue never takes a batch again.
+// A reader restarted during its overflow drain (here: its checkpoint write
+// fails) must not go on with that queue: it would catch up once and
+// then never see another live batch. Its bucket must keep delivering.
+func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	first, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			once.Do(func() {
+				close(first)
+				<-gate // busy while the burst overflows the queue
+			})
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	o := groupOpts("dropdrain", 1, nil, "w")
+	o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, overflow.DropSubscription
+	var restarts, dropped atomic.Int32
+	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
+	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
+		Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
+			if d.Directive == actor.RestartDirective && strings.Contains(fmt.Sprint(d.Reason), "injected") {
+				restarts.Add(1)
+			}
+			var oe *OverflowError
+			if d.Directive == actor.StopDirective && errors.Is(d.Reason, ErrOverflowed) && errors.As(d.Reason, &oe) {
+				dropped.Add(1) // the application learns of the dropped subscription
+			}
+		})})
+	require.NoError(t, err)
+	o.Worker = "w"
+	w.group, err = w.rt.StartGroup(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { w.stop(t) })
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
+	queue := func() overflow.Stats {
+		w.group.g.mu.Lock()
+		defer w.group.g.mu.Unlock()
+		if q := w.group.g.queues[0]; q != nil {
+			return q.Stats()
+		}
+		return overflow.Stats{}
+	}
+	appendOne := func(i int) {
+		posted := queue().Posted
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+		require.NoError(t, err)
+		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "event %d posted", i)
+	}
+	_, err = store.Append(ctx, "acct-0", eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	<-first
+	for i := 1; i < 5; i++ {
+		appendOne(i) // the queue overflows: the reader drains to end its subscription
+	}
+	require.Equal(t, overflow.Overflowed, queue().State)
+
+	// The drain's checkpoint write fails (a trigger raises an error that
+	// is not transient): the reader fails, and supervision restarts it.
+	q := pgx.Identifier{schema}.Sanitize()
+	_, err = store.Pool().Exec(ctx, `CREATE FUNCTION `+q+`.fail_checkpoint() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'injected checkpoint failure'; END $$;
+		CREATE TRIGGER fail_checkpoint BEFORE INSERT OR UPDATE ON `+q+`.checkpoints
+		FOR EACH ROW EXECUTE FUNCTION `+q+`.fail_checkpoint()`)
+	require.NoError(t, err)
+	close(gate)
+	pgtest.Eventually(t, waitLong, func() bool { return restarts.Load() > 0 }, "the reader is restarted during its drain")
+	_, err = store.Pool().Exec(ctx, `DROP TRIGGER fail_checkpoint ON `+q+`.checkpoints`)
+	require.NoError(t, err)
+
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 5 }, "the burst handled")
+	for i := 5; i < 10; i++ {
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "After", Data: []byte(`{}`)}})
+		require.NoError(t, err)
+	}
+	pgtest.Eventually(t, 15*time.Second, func() bool { return rec.distinct() == 10 }, "the events appended after the restart handled")
+	require.Positive(t, dropped.Load(), "the supervision observer saw the reader end with the OverflowError")
 }

@@ -43,10 +43,11 @@ type (
 		err error
 	}
 	pageRead struct {
-		gen    *reader
-		events []eventsource.RecordedEvent
-		target int64
-		err    error
+		gen     *reader
+		events  []eventsource.RecordedEvent
+		target  int64
+		resumes uint64 // the reader's resumes when the read started
+		err     error
 	}
 	flushDone struct {
 		gen *reader
@@ -62,7 +63,20 @@ type (
 		gen *reader
 		id  uint64
 	}
-	flushTick struct{ gen *reader }
+	flushTick      struct{ gen *reader }
+	respawnHandler struct{ gen *reader }
+	// handlerGone follows a handler's Terminated, behind its answers.
+	handlerGone struct {
+		gen *reader
+		pid *actor.PID
+	}
+	// readAgain and rewriteDeadLetter retry a failed read or dead-letter
+	// write in place (see retryInPlace).
+	readAgain         struct{ gen *reader }
+	rewriteDeadLetter struct {
+		gen *reader
+		id  uint64
+	}
 )
 
 // reader is the BucketReader: one per owned bucket, child of the
@@ -76,16 +90,23 @@ type reader struct {
 	fence  eventsource.Fence
 	queue  *overflow.Queue
 
-	handler *actor.PID
-	bg      context.Context
-	cancel  context.CancelFunc
+	handler      *actor.PID // nil while it is being replaced
+	handlerFails int        // replacements since a handler last answered
+	replacements int        // handlers replaced in this reader's life
+	probe        uint64     // the probe of the handler that is out, 0 if none
+	probeSeq     uint64
+	probeAt      time.Time
+	probeFor     lateDelivery
+	bg           context.Context
+	cancel       context.CancelFunc
 
 	cursor     int64                       // every event of the bucket up to here is queued or handled
 	pending    []eventsource.RecordedEvent // read, not yet in the window
 	win        window                      // events being delivered
 	catching   bool
 	reading    bool
-	target     int64 // catch-up must cover at least this position
+	target     int64  // catch-up must cover at least this position
+	resumes    uint64 // queue resumes after a pause; a catch-up reads past the last one
 	nextID     uint64
 	acked      int64 // last handled position
 	flushed    int64
@@ -96,7 +117,11 @@ type reader struct {
 	ready      bool
 	held       bool // the queue is held (see updateHold)
 	overflowed error
-	tick       time.Duration
+	unsure     error // EnsureHeld failed: the reader drains and stops
+	// storeFailures counts transient database failures in a row, retried
+	// in place (see retryInPlace).
+	storeFailures int
+	tick          time.Duration
 }
 
 func (r *reader) Receive(ctx actor.Context) {
@@ -124,15 +149,15 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *liveBatch:
 		r.onLive(ctx, msg)
 	case *overflow.PausedSignal:
-		// The queue dropped what it held; batches after the gap start
-		// past our cursor and trigger a catch-up from the database.
-		r.queue.Resume()
+		r.onPaused(ctx)
 	case *overflow.OverflowedSignal:
-		// The subscription ends with the typed error, but first the event
-		// in flight is finished and the checkpoint flushed, so that the
-		// next reader of the bucket repeats nothing.
+		// DropSubscription: the queue takes no live batch ever again, so
+		// this reader ends with the typed error (see endOverflowed), but
+		// first the events in flight are finished and the checkpoint
+		// flushed, so that the next reader of the bucket repeats nothing.
 		r.overflowed = msg.Err
 		r.draining = true
+		r.g.setReaderState(r.bucket, readerOverflowed)
 		r.maybeFinishDrain(ctx)
 	case *redeliver:
 		if msg.gen == r {
@@ -154,6 +179,30 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 	case *handlerReply:
 		r.onHandlerReply(ctx, msg)
+	case *actor.Terminated:
+		// A system message: it overtakes the handler's last answers, still
+		// queued. Act on it behind them.
+		ctx.Send(ctx.Self(), &handlerGone{gen: r, pid: msg.Who})
+	case *probeAnswer:
+		r.onProbeAnswer(ctx, msg.seq)
+	case *handlerGone:
+		if msg.gen == r {
+			r.onHandlerTerminated(ctx, msg.pid)
+		}
+	case *readAgain:
+		if msg.gen == r && !r.stopped {
+			r.reading = false
+			r.readPage(ctx)
+		}
+	case *rewriteDeadLetter:
+		if s := r.win.byID[msg.id]; msg.gen == r && !r.stopped && s != nil && s.state == slotDeadLettering {
+			r.writeDeadLetter(ctx, s)
+		}
+	case *respawnHandler:
+		if msg.gen == r && !r.stopped && r.handler == nil {
+			r.spawnHandler(ctx)
+			r.pump(ctx)
+		}
 	case *drainReader:
 		r.draining = true
 		r.maybeFinishDrain(ctx)
@@ -164,8 +213,14 @@ func (r *reader) start(ctx actor.Context) {
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
 	r.updateHold()
-	_ = r.queue.Resume() // a restart clears a pause the last incarnation left
-	r.handler = ctx.Spawn(handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher))
+	// A restart clears a pause the last incarnation left. The queue
+	// survives restarts, and one that overflowed under DropSubscription
+	// never takes a live batch again: this reader would catch up once and
+	// then stall. It ends at once instead, as its predecessor would have.
+	if err := r.queue.Resume(); err != nil {
+		r.endOverflowed(err)
+	}
+	r.spawnHandler(ctx)
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
@@ -181,7 +236,11 @@ func (r *reader) shutdown(ctx actor.Context) {
 		return
 	}
 	r.stopped = true
+	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
+	if r.handler != nil {
+		ctx.Stop(r.handler) // not a child: it does not stop with the reader by itself
+	}
 	ctx.Send(r.g.publisher, &unsubscribe{PID: ctx.Self()})
 	if r.cancel != nil {
 		r.cancel()
@@ -226,7 +285,7 @@ func (r *reader) readPage(ctx actor.Context) {
 		return // a read is under way, or enough is queued: read on when it drains
 	}
 	r.reading = true
-	from, limit, target := r.cursor, r.g.opts.BatchSize, r.target
+	from, limit, target, resumes := r.cursor, r.g.opts.BatchSize, r.target, r.resumes
 	o := r.g.opts
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
@@ -236,15 +295,20 @@ func (r *reader) readPage(ctx actor.Context) {
 			last = events[len(events)-1].Position
 		}
 		span.End(len(events), last, err)
-		return &pageRead{gen: r, events: events, target: target, err: err}
+		return &pageRead{gen: r, events: events, target: target, resumes: resumes, err: err}
 	})
 }
 
 func (r *reader) onPage(ctx actor.Context, p *pageRead) {
-	r.reading = false
 	if p.err != nil {
-		panic(fmt.Errorf("kumi: bucket %d: catch-up read: %w", r.bucket, p.err))
+		err := fmt.Errorf("kumi: bucket %d: catch-up read: %w", r.bucket, p.err)
+		if r.retryInPlace(ctx, err, &readAgain{gen: r}) {
+			return // still reading: readAgain reads the page again
+		}
+		panic(err)
 	}
+	r.reading = false
+	r.storeFailures = 0
 	events := p.events
 	for len(events) > 0 && events[0].Position <= r.cursor {
 		events = events[1:] // already delivered from a live batch
@@ -261,8 +325,10 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 		// Everything of the bucket up to the read's snapshot is queued, and
 		// that snapshot covers every batch received before it was taken.
 		r.cursor = max(r.cursor, p.target)
-		if r.target > p.target {
-			r.readPage(ctx) // a batch arrived while reading: read on
+		if r.target > p.target || r.resumes > p.resumes {
+			// A batch arrived while reading, or the queue paused: batches
+			// it dropped may hold events this read's snapshot missed.
+			r.readPage(ctx)
 		} else {
 			r.catching = false
 			r.updateHold()
@@ -271,6 +337,26 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 		r.readPage(ctx)
 	}
 	r.pump(ctx)
+}
+
+// onPaused follows internal/overflow's protocol after a pause: the queue
+// dropped the batches it held and refuses more until Resume. The reader
+// holds its queue, resumes it, and re-reads the store from its cursor
+// through the tail — on its own, since the dropped batches may have been
+// the last of a burst, and no later batch then comes to reveal the gap.
+// Events are appended before they are posted, so a read that starts after
+// Resume sees every event of the dropped batches; a catch-up whose read
+// began before it reads on (see onPage).
+func (r *reader) onPaused(ctx actor.Context) {
+	r.catching = true
+	r.updateHold()
+	if err := r.queue.Resume(); err != nil {
+		panic(err) // only an overflowed queue refuses, and a paused one is not
+	}
+	r.resumes++
+	if r.ready {
+		r.readPage(ctx)
+	}
 }
 
 func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
@@ -308,4 +394,49 @@ func (r *reader) updateHold() {
 	} else {
 		r.queue.Release()
 	}
+}
+
+// Reader states shown in the group's status (observability's /status) in
+// place of "reading".
+const (
+	readerOverflowed       = "overflowed"        // DropSubscription: draining, then a new reader starts
+	readerReplacingHandler = "replacing_handler" // the handler stopped or hung; its successor starts after a backoff
+)
+
+// setReaderState records a bucket's reader state for the status; "" is the
+// ordinary state.
+func (g *group) setReaderState(bucket int, state string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if state == "" {
+		delete(g.readerStates, bucket)
+		return
+	}
+	if g.readerStates == nil {
+		g.readerStates = map[int]string{}
+	}
+	g.readerStates[bucket] = state
+}
+
+// OverflowError ends a bucket's reader whose queue overflowed under the
+// DropSubscription policy; it wraps ErrOverflowed. An application learns of
+// it from the supervision observer (RuntimeOptions.Supervision): the
+// reader's stop decision carries it as its Reason, recognised with
+// errors.Is(decision.Reason, ErrOverflowed) or errors.As.
+type OverflowError = overflow.OverflowError
+
+// ErrOverflowed is wrapped by every *OverflowError.
+var ErrOverflowed = overflow.ErrOverflowed
+
+// endOverflowed ends the reader with the queue's *overflow.OverflowError:
+// under DropSubscription a bucket's subscription is dropped when its queue
+// overflows. The error is permanent for supervision, which stops the
+// reader (the supervision observer sees the decision, with the error); the
+// coordinator then starts a new reader for the bucket, with a new queue,
+// from the checkpoint. Nothing is lost, and what this reader acked is
+// flushed first (see maybeFinishDrain).
+func (r *reader) endOverflowed(err error) {
+	r.g.logger.Warn("kumi: reader queue overflowed under drop_subscription; the bucket's subscription is dropped and a new reader resumes from its checkpoint",
+		"bucket", r.bucket, "err", err)
+	panic(err) // permanent: supervision stops the reader
 }

@@ -270,6 +270,9 @@ type group struct {
 	// dropped counts the live batches the readers' queues dropped on a
 	// pause or an overflow (each re-read from the store).
 	dropped atomic.Int64
+	// readerStates holds the readers' states other than reading (see
+	// setReaderState), guarded by mu.
+	readerStates map[int]string
 }
 
 // queueTransition counts and reports a reader queue's pause or overflow.
@@ -718,6 +721,9 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 	for b, l := range g.owned {
 		lag := g.lags[b]
 		bs := observability.BucketStatus{Bucket: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}
+		if st := g.readerStates[b]; st != "" {
+			bs.State = st
+		}
 		if g.handoff[b] {
 			bs.State = "handing_off"
 		}

@@ -44,11 +44,22 @@
 //     instead of overtaking it (they stay bounded: if they fill the queue,
 //     it pauses again and the reader starts over);
 //  2. it calls [Queue.Resume];
-//  3. it reads the store from the position of the last event it delivered
-//     up to the tail (reads may run outside the actor and come back as
-//     ordinary messages: those are not held);
+//  3. at once, it reads the store from the position of the last event it
+//     delivered up to the tail (reads may run outside the actor and come
+//     back as ordinary messages: those are not held). Only a read that
+//     started after the Resume counts: a catch-up already under way reads
+//     on. It must not wait for a later batch to reveal the gap: the dropped
+//     batches may have been the last of a burst, and then no later batch
+//     comes until the next append;
 //  4. it calls [Queue.Release] and, for the batches that follow, skips
 //     events at or below the last position it delivered.
+//
+// Under [DropOldest] no signal comes, but an eviction is always caused by
+// a newer batch, which is queued: the reader sees the gap between that
+// batch's range and its own position, and re-reads it. Under
+// [DropSubscription] the reader finishes what it has in flight and ends
+// its subscription with the [*OverflowError]; the queue stays [Overflowed]
+// for good, so whoever reads the bucket next needs a new queue.
 //
 // A queue can be held before its actor is spawned, which closes the same
 // race for a reader's first catch-up: hold, subscribe to the Publisher,
@@ -67,7 +78,11 @@
 // and it goes idle as soon as nothing is deliverable — a refused or held
 // batch schedules no work — where BoundedDropping spins a core for ever
 // after its first drop. The queue lives as long as the actor: it survives
-// restarts, so a restarted reader should check [Queue.State] on Started.
+// restarts, so a restarted reader calls [Queue.Resume] on Started, which
+// clears a pause its predecessor left and returns the [*OverflowError] of
+// an overflowed queue — the reader must then end at once, as its
+// predecessor was about to: it would otherwise catch up once and never
+// receive another batch.
 //
 // # Observability
 //

@@ -9,4 +9,10 @@
 // Config.Exactly the sink write and the checkpoint commit in one fenced
 // transaction (actors.CommitWithCheckpoint), so deliveries stays 1 even
 // across takeovers.
+//
+// For the fault suite, flags make the handler misbehave on purpose:
+// -poison-type (panic on every attempt), -hang-type (block, deaf to the
+// delivery's context, until the worker stops) and -slow-tx (an exactly-once
+// transaction that outlives HandlerTimeout); -handler-timeout,
+// -max-attempts, -batch-size and -overflow set the group's options.
 package worker

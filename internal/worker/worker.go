@@ -21,6 +21,7 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
@@ -45,6 +46,24 @@ type Config struct {
 	QueueCapacity int
 	// PoolConns sizes the worker's connection pool (0: 8).
 	PoolConns int
+	// BatchSize, Overflow, HandlerTimeout and MaxAttempts are the group's
+	// options of the same names (zero: kumi's defaults).
+	BatchSize      int
+	Overflow       overflow.Policy
+	HandlerTimeout time.Duration
+	MaxAttempts    int
+	// SlowTx, with Exactly: the first attempt at every SlowTxEvery-th event
+	// (by position) keeps its transaction open for SlowTx after its write,
+	// past the delivery's cancellation (a lock wait in a handler that does
+	// not watch its context).
+	SlowTx      time.Duration
+	SlowTxEvery int
+	// PoisonType: the handler panics on every delivery of events of this
+	// type, so they end as dead letters.
+	PoisonType string
+	// HangType: the handler blocks on events of this type, ignoring the
+	// delivery's context, until the worker stops: a hung handler.
+	HangType string
 	// MetricsAddr, when set, serves /metrics, /healthz and /status.
 	MetricsAddr string
 	// Quiet silences the logs; Verbose logs at Debug.
@@ -74,6 +93,15 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.BoolVar(&c.Exactly, "exactly-once", false, "commit the sink row and the checkpoint in one fenced transaction")
 	fs.IntVar(&c.QueueCapacity, "queue-capacity", 0, "reader queue capacity in batches (0: default)")
 	fs.IntVar(&c.PoolConns, "pool-conns", 8, "connections in the worker's pool (each group adds its lease pool's)")
+	fs.IntVar(&c.BatchSize, "batch-size", 0, "reader catch-up page size (0: default)")
+	var policy string
+	fs.StringVar(&policy, "overflow", "pause_and_resume", "reader queue overflow policy: pause_and_resume, drop_subscription or drop_oldest")
+	fs.DurationVar(&c.HandlerTimeout, "handler-timeout", 0, "how long a handler may take to answer (0: default)")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", 0, "deliveries of an event before it is dead-lettered (0: default)")
+	fs.DurationVar(&c.SlowTx, "slow-tx", 0, "with -exactly-once: the first attempt at every -slow-tx-every-th event keeps its transaction open this long, ignoring the delivery's cancellation")
+	fs.IntVar(&c.SlowTxEvery, "slow-tx-every", 10, "which events -slow-tx slows: those whose position is a multiple of this")
+	fs.StringVar(&c.PoisonType, "poison-type", "", "the handler panics on every delivery of events of this type")
+	fs.StringVar(&c.HangType, "hang-type", "", "the handler blocks on events of this type, ignoring the delivery's context, until the worker stops")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no logs")
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
@@ -93,6 +121,17 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 		c.LeaseKind = leasestore.KindSession
 	default:
 		return c, fmt.Errorf("-lease %q: use row or session", kind)
+	}
+	p, err := overflow.ParsePolicy(policy)
+	if err != nil {
+		return c, fmt.Errorf("-overflow: %w", err)
+	}
+	c.Overflow = p
+	if c.SlowTxEvery < 1 {
+		return c, fmt.Errorf("-slow-tx-every %d: it must be at least 1", c.SlowTxEvery)
+	}
+	if c.SlowTx > 0 && !c.Exactly {
+		return c, errors.New("-slow-tx needs -exactly-once: it slows the exactly-once transaction")
 	}
 	if c.DatabaseURL == "" {
 		return c, errors.New("no database: pass -database-url or set DATABASE_URL")
@@ -171,9 +210,13 @@ func Run(ctx context.Context, c Config) error {
 	worker := c.Worker
 	group, err := rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: c.Subscription, Category: c.Category, Buckets: c.Buckets, Worker: worker,
-		Handler:       sinkHandler(store, c),
-		QueueCapacity: c.QueueCapacity,
-		Lease:         actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin},
+		Handler:        sinkHandler(ctx, store, c),
+		QueueCapacity:  c.QueueCapacity,
+		BatchSize:      c.BatchSize,
+		Overflow:       c.Overflow,
+		HandlerTimeout: c.HandlerTimeout,
+		Retry:          actors.RetryPolicy{MaxAttempts: c.MaxAttempts},
+		Lease:          actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin},
 	})
 	if err != nil {
 		_ = rt.Stop(context.Background())
@@ -200,8 +243,10 @@ func Run(ctx context.Context, c Config) error {
 	return rt.Stop(sctx)
 }
 
-// sinkHandler records each delivery in the sink table.
-func sinkHandler(store *eventsource.Store, c Config) *actor.Props {
+// sinkHandler records each delivery in the sink table. ctx is the
+// worker's: a hung handler (HangType) returns when it ends.
+func sinkHandler(ctx context.Context, store *eventsource.Store, c Config) *actor.Props {
+	process := ctx
 	q := pgx.Identifier{c.Schema}.Sanitize()
 	upsert := `INSERT INTO ` + q + `.sink AS s (subscription, event_id, position, stream, version, worker)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -209,6 +254,13 @@ ON CONFLICT (subscription, event_id) DO UPDATE SET deliveries = s.deliveries + 1
 	return actor.PropsFromFunc(func(ctx actor.Context) {
 		d, ok := ctx.Message().(*actors.Delivery)
 		if !ok {
+			return
+		}
+		switch t := d.Event.Type; {
+		case c.PoisonType != "" && t == c.PoisonType:
+			panic(fmt.Sprintf("poison event %s", d.Event.ID))
+		case c.HangType != "" && t == c.HangType:
+			<-process.Done() // hung: deaf to the delivery's context
 			return
 		}
 		if c.HandlerDelay > 0 {
@@ -219,11 +271,27 @@ ON CONFLICT (subscription, event_id) DO UPDATE SET deliveries = s.deliveries + 1
 		cctx, cancel := context.WithTimeout(d.Context, 10*time.Second)
 		defer cancel()
 		if c.Exactly {
+			slow := c.SlowTx > 0 && d.Attempt == 0 && e.Position%int64(c.SlowTxEvery) == 0
+			if slow {
+				// The transaction outlives the delivery: HandlerTimeout gives
+				// up on it, and a retry runs while it is still open.
+				cancel()
+				cctx, cancel = context.WithTimeout(context.WithoutCancel(d.Context), c.SlowTx+10*time.Second)
+				defer cancel()
+			}
 			err := actors.CommitWithCheckpoint(cctx, store, d, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, upsert, args...)
-				return err
+				if _, err := tx.Exec(ctx, upsert, args...); err != nil {
+					return err
+				}
+				if slow {
+					_, err := tx.Exec(ctx, `SELECT pg_sleep($1)`, c.SlowTx.Seconds())
+					return err
+				}
+				return nil
 			})
 			switch {
+			case errors.Is(err, actors.ErrAlreadyCommitted):
+				ctx.Respond(actors.Ack{Committed: true}) // an earlier attempt committed it
 			case errors.Is(err, eventsource.ErrFenceLost):
 				ctx.Respond(actors.Ack{}) // the new owner redoes it
 			case err != nil:

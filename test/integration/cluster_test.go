@@ -34,6 +34,8 @@ type clusterConfig struct {
 	Exactly       bool
 	// PoolConns sizes each worker's pool (0: the worker's default).
 	PoolConns int
+	// Extra are more worker flags (internal/worker's), passed as they are.
+	Extra []string
 }
 
 // cluster runs worker processes: one slot ("w1", "w2", …) per worker, each
@@ -140,6 +142,7 @@ func (c *cluster) start(slot string, o startOpts) *proc {
 	if c.cfg.PoolConns > 0 {
 		args = append(args, "-pool-conns", strconv.Itoa(c.cfg.PoolConns))
 	}
+	args = append(args, c.cfg.Extra...)
 	p.logPath = filepath.Join(c.logDir, id+".log")
 	logf, err := os.Create(p.logPath)
 	if err != nil {
