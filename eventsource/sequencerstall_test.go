@@ -2,11 +2,16 @@ package eventsource_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -108,5 +113,91 @@ func TestSequencerLeavesAHolderAtWork(t *testing.T) {
 	}, "sequenced after the holder committed")
 	require.Zero(t, q.Stats().Takeovers)
 	require.NotZero(t, q.Stats().Attempts)
+	requireAllInOrder(t, s, 2)
+}
+
+// TestSequencerTakeoverNeedsTheHoldersRole: the takeover needs to see the
+// holder's session and to signal it. A sequencer under an unprivileged
+// role ends a stalled holder of the same role, and leaves one of another
+// role (here a superuser's) alone, without failing: its events are
+// sequenced when that holder ends.
+func TestSequencerTakeoverNeedsTheHoldersRole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	pool := s.Pool()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	role := "kumi_seq_" + hex.EncodeToString(b[:])
+	q, r := s.QuotedSchema(), pgx.Identifier{role}.Sanitize()
+	for _, stmt := range []string{
+		"CREATE ROLE " + r + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + q + " TO " + r,
+		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %[1]s.events, %[1]s.streams TO %[2]s", q, r),
+		"GRANT SELECT, UPDATE ON " + q + ".sequencer TO " + r,
+		"GRANT SELECT ON SEQUENCE " + q + ".events_seq_seq TO " + r,
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+r)
+		_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+r)
+	})
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.User, cfg.MaxConns = role, 4
+	rpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(rpool.Close)
+	rs, err := eventsource.New(rpool, eventsource.Config{Schema: s.Schema()})
+	require.NoError(t, err)
+
+	head := func() int64 {
+		h, err := s.HeadPosition(ctx)
+		require.NoError(t, err)
+		return h
+	}
+	// A superuser's holder: not visible to the role, not ended.
+	holder := holdSequencerRow(t, s)
+	holderPID := holder.Conn().PgConn().PID()
+	mustAppend(t, rs, "order-1", ev("A", `{}`))
+	logs := &logCounter{}
+	seq := eventsource.NewSequencer(rs, eventsource.SequencerOptions{Logger: slog.New(logs)})
+	seq.Start()
+	defer seq.Stop()
+	// Wait until the holder has stalled past the bound, and the sequencer
+	// has then tried a dozen times (its looks at the holder included).
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var stalled bool
+		err := pool.QueryRow(ctx, `SELECT state_change <= now() - $2::interval FROM pg_stat_activity WHERE pid = $1`,
+			holderPID, eventsource.SequencerStallTimeout.String()).Scan(&stalled)
+		return err == nil && stalled
+	}, "the holder stalls")
+	tries := seq.Stats().Attempts
+	pgtest.Eventually(t, 20*time.Second, func() bool { return seq.Stats().Attempts >= tries+12 }, "the sequencer tries")
+	require.Zero(t, head(), "nothing sequenced while the other role's holder holds the row")
+	require.Zero(t, seq.Stats().Takeovers)
+	require.Zero(t, seq.Stats().Failures, "not being allowed to see the holder is no failure")
+	require.NoError(t, holder.Commit(ctx))
+	pgtest.Eventually(t, 20*time.Second, func() bool { return head() == 1 }, "sequenced once the holder ended")
+
+	// A holder of the sequencer's own role is ended.
+	rconn, err := rpool.Acquire(ctx)
+	require.NoError(t, err)
+	defer rconn.Release()
+	rholder, err := rconn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = rholder.Exec(ctx, "SELECT 1 FROM "+q+".sequencer WHERE id = 1 FOR UPDATE")
+	require.NoError(t, err)
+	mustAppend(t, rs, "order-1", ev("B", `{}`))
+	pgtest.Eventually(t, 20*time.Second, func() bool { return head() == 2 }, "the same role's stalled holder was never ended")
+	require.EqualValues(t, 1, seq.Stats().Takeovers)
+	logs.mu.Lock()
+	warns := slices.Clone(logs.warns)
+	logs.mu.Unlock()
+	require.Len(t, warns, 1, "one warning: the takeover")
+	require.Contains(t, warns[0], "ended a stalled holder")
+	require.Contains(t, warns[0], "idle in transaction")
 	requireAllInOrder(t, s, 2)
 }
