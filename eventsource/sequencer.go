@@ -103,8 +103,9 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // that appends or subscribes; several across processes cooperate (one
 // sequences at a time, the others skip).
 //
-// A sequencer that finds the sequencer row held looks at the holder's
-// session, at most every 100 ms while that lasts, and ends it when it has
+// A sequencer whose steps have found the sequencer row held for 100 ms
+// looks at the holder's session, then at most every 100 ms while that
+// lasts, and ends it when it has
 // stalled for [SequencerStallTimeout] (idle in its transaction, or blocked
 // sending to its client): a frozen or cut-off process holds every
 // position of the store back for no longer than that. Its transaction
@@ -131,6 +132,7 @@ type Sequencer struct {
 	errKey  string    // the kind of the last failure logged at Warn
 	report  time.Time // the last stuck report
 
+	heldSince time.Time // when steps began to find the row held (zero: not held)
 	holderAt  time.Time // the last look at the row's holder
 	holderErr string    // the kind of the last failed look logged at Warn
 }
@@ -236,8 +238,12 @@ func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 			return
 		}
 		interval, retry = q.record(ctx, n, err, interval)
-		if err == nil && batch.held && q.takeOver(ctx) {
-			interval = 0 // the row is free: sequence at once
+		if err == nil && batch.held {
+			if q.takeOver(ctx) {
+				interval = 0 // the row is free: sequence at once
+			}
+		} else {
+			q.heldSince = time.Time{}
 		}
 	}
 }
@@ -273,15 +279,20 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 	return n, err
 }
 
-// takeOver looks at the session holding the sequencer row, at most every
-// holderCheckEvery, and ends it if it has stalled (see
+// takeOver looks at the session holding the sequencer row, once steps have
+// found it held for holderCheckEvery and then at most every
+// holderCheckEvery (a row held only for moments, as sequencers of several
+// processes take turns, costs no look), and ends it if it has stalled (see
 // queries.sequencerHolder); it reports whether it ended one. A look that
 // fails (no privilege to end a session, say) is logged and changes
 // nothing: the holder keeps the row until its own idle timeout, if it has
 // one, ends it.
 func (q *Sequencer) takeOver(ctx context.Context) bool {
 	now := q.clk.Now()
-	if now.Sub(q.holderAt) < holderCheckEvery {
+	if q.heldSince.IsZero() {
+		q.heldSince = now
+	}
+	if now.Sub(q.heldSince) < holderCheckEvery || now.Sub(q.holderAt) < holderCheckEvery {
 		return false
 	}
 	q.holderAt = now
