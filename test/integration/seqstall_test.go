@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +20,9 @@ import (
 
 // TestSequencerStall: the worker process that holds the sequencer row, in
 // the middle of a step, freezes (SIGSTOP) or is cut off from the database
-// (its proxy's blackhole: it runs on, its bytes vanish) under live appends.
+// (its proxy's blackhole: it runs on, its bytes vanish) under live appends,
+// several times (3 in the short form, 8 in the long one), thawed or healed
+// in between.
 // Positions are handed out by the two workers' sequencers only (the
 // appenders' own is stopped), so the frozen one is often the holder; the
 // harness freezes it, at random moments, until it catches it holding the
@@ -28,7 +31,8 @@ import (
 // (eventsource.SequencerStallTimeout) — and nothing may be lost, skipped
 // or reordered. The SUMMARY line says how long positions stalled
 // (stall: from the freeze until the head moved again), what the server
-// showed of the stalled holder, and who ended it.
+// showed of the stalled holder, and how many of the holders the other
+// worker's takeover ended (the rest ended by their own idle timeout).
 func TestSequencerStall(t *testing.T) {
 	for _, mode := range []string{"freeze", "blackhole"} {
 		t.Run(mode, func(t *testing.T) {
@@ -40,7 +44,7 @@ func TestSequencerStall(t *testing.T) {
 			}
 			e.startLoad(pick(300, 500), 200)
 			e.load.seq.Stop() // the workers sequence
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			pool, err := pgxpool.New(ctx, e.url)
 			if err != nil {
@@ -49,39 +53,43 @@ func TestSequencerStall(t *testing.T) {
 			defer pool.Close()
 			time.Sleep(pick(500*time.Millisecond, 3*time.Second))
 
-			at, holder := catchHolding(ctx, t, e, pool, stalled)
-			if mode == "blackhole" {
-				// Cut off while it holds the row, then thawed: it runs
-				// on, and its next statement vanishes.
-				stalled.proxy.cutBlackhole()
-				e.c.markCut(stalled, true)
-				e.c.resume(stalled)
+			var stalls []time.Duration
+			holders := map[string]int{}
+			for range pick(3, 8) {
+				at, holder := catchHolding(ctx, t, e, pool, stalled)
+				holders[holder]++
+				if mode == "blackhole" {
+					// Cut off while it holds the row, then thawed: it
+					// runs on, and its next statement vanishes.
+					stalled.proxy.cutBlackhole()
+					e.c.markCut(stalled, true)
+					e.c.resume(stalled)
+				}
+				e.faults = append(e.faults, fault{worker: stalled.id, at: at})
+				stall, ok := headMovesAfter(ctx, pool, e.cfg.Schema, at)
+				if !ok {
+					t.Fatalf("positions never flowed again after %s stalled holding the sequencer row (%s)", stalled.id, holder)
+				}
+				stalls = append(stalls, stall)
+				// Live appends go on being sequenced while it stays
+				// stalled.
+				time.Sleep(pick(time.Second, 3*time.Second))
+				if mode == "blackhole" {
+					stalled.proxy.heal()
+					e.c.markCut(stalled, false)
+				} else {
+					e.c.resume(stalled)
+				}
+				if _, ok := e.o.waitFairSplit(e.c.live, 60*time.Second); !ok {
+					t.Fatalf("the stalled worker never rejoined: %s", e.o.ownedSummary())
+				}
 			}
-			e.faults = append(e.faults, fault{worker: stalled.id, at: at})
-			stall, ok := headMovesAfter(ctx, pool, e.cfg.Schema, at)
-			if !ok {
-				t.Fatalf("positions never flowed again after %s stalled holding the sequencer row (%s)", stalled.id, holder)
-			}
-			// Live appends go on being sequenced while it stays stalled.
-			time.Sleep(pick(2*time.Second, 10*time.Second))
-			if mode == "blackhole" {
-				stalled.proxy.heal()
-				e.c.markCut(stalled, false)
-			} else {
-				e.c.resume(stalled)
-			}
-			if _, ok := e.o.waitFairSplit(e.c.live, 60*time.Second); !ok {
-				t.Errorf("the stalled worker never rejoined: %s", e.o.ownedSummary())
-			}
-			endedBy := "its-idle-timeout"
-			if grepFile(taker.logPath, "ended a stalled holder") != "" {
-				endedBy = "takeover"
-			}
+			byTakeover := countLines(taker.logPath, "ended a stalled holder")
 
 			r := e.finish("sequencer-stall-"+mode, func(r *report) {
 				skipped, unsequenced := positionGaps(ctx, t, pool, e.cfg.Schema)
-				r.extra = append(r.extra, fmt.Sprintf("skipped=%d unsequenced=%d stall=%s holder=%q ended_by=%s",
-					skipped, unsequenced, stall.Round(time.Millisecond), holder, endedBy))
+				r.extra = append(r.extra, fmt.Sprintf("skipped=%d unsequenced=%d stall_p50=%s stall_max=%s (n=%d) holder=%s ended_by_takeover=%d/%d",
+					skipped, unsequenced, pct(stalls, 50), pct(stalls, 100), len(stalls), holderStates(holders), byTakeover, len(stalls)))
 				if skipped+unsequenced > 0 {
 					t.Errorf("$all has %d gaps and %d events without a position", skipped, unsequenced)
 				}
@@ -89,6 +97,26 @@ func TestSequencerStall(t *testing.T) {
 			requireSafe(t, r)
 		})
 	}
+}
+
+// countLines counts the lines of path that contain s.
+func countLines(path, s string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), s)
+}
+
+// holderStates formats what the server showed of the caught holders:
+// "state/wait_event×n", sorted.
+func holderStates(m map[string]int) string {
+	var out []string
+	for k, n := range m {
+		out = append(out, fmt.Sprintf("%q×%d", k, n))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }
 
 // holderSQL names the session whose transaction holds the sequencer row,
