@@ -21,8 +21,8 @@ import (
 // TestSequencerStall: the worker process that holds the sequencer row, in
 // the middle of a step, freezes (SIGSTOP) or is cut off from the database
 // (its proxy's blackhole: it runs on, its bytes vanish) under live appends,
-// several times (3 in the short form, 8 in the long one), thawed or healed
-// in between.
+// several times (3 in the short form, 8 in the long one; a fresh
+// incarnation of the worker each time).
 // Positions are handed out by the two workers' sequencers only (the
 // appenders' own is stopped), so the frozen one is often the holder; the
 // harness freezes it, at random moments, until it catches it holding the
@@ -55,7 +55,18 @@ func TestSequencerStall(t *testing.T) {
 
 			var stalls []time.Duration
 			holders := map[string]int{}
-			for range pick(3, 8) {
+			for i := range pick(3, 8) {
+				if i > 0 {
+					// A fresh incarnation for each stall: a worker frozen
+					// past its lease may finish the delivery it had in
+					// flight once (a stale delivery, one per bucket lost),
+					// and the harness counts those per incarnation.
+					e.c.stop(stalled, 30*time.Second)
+					stalled = e.c.start("w1", startOpts{viaProxy: true})
+					if _, ok := e.o.waitFairSplit(e.c.live, 60*time.Second); !ok {
+						t.Fatalf("no fair split after %s started: %s", stalled.id, e.o.ownedSummary())
+					}
+				}
 				at, holder := catchHolding(ctx, t, e, pool, stalled)
 				holders[holder]++
 				if mode == "blackhole" {
