@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,4 +202,81 @@ func TestSequencerTakeoverNeedsTheHoldersRole(t *testing.T) {
 	require.Contains(t, warns[0], "ended a stalled holder")
 	require.Contains(t, warns[0], "idle in transaction")
 	requireAllInOrder(t, s, 2)
+}
+
+// gatedConn is a client connection whose reads wait while the gate is
+// shut: a client that stops reading, so that the server, sending it a
+// large result, blocks in ClientWrite once the socket buffers are full.
+type gatedConn struct {
+	net.Conn
+	open chan struct{} // closed: reads go through
+}
+
+func (c *gatedConn) Read(b []byte) (int, error) {
+	<-c.open
+	return c.Conn.Read(b)
+}
+
+// TestSequencerEndsAHolderBlockedSendingToItsClient: a holder of the
+// sequencer row whose client stopped reading in the middle of a large
+// result is not idle — the server is blocked sending (ClientWrite), where
+// no idle timeout fires — and is ended all the same.
+func TestSequencerEndsAHolderBlockedSendingToItsClient(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	cfg, err := pgx.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	gate := &gatedConn{open: make(chan struct{})}
+	close(gate.open)
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		gate.Conn = c
+		return gate, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	holder, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, fmt.Sprintf(`SELECT 1 FROM %s.sequencer WHERE id = 1 FOR UPDATE`, s.QuotedSchema()))
+	require.NoError(t, err)
+	pid := conn.PgConn().PID()
+	gate.open = make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		_, err := holder.Exec(ctx, `SELECT repeat('x', 1000) FROM generate_series(1, 1000000)`)
+		sent <- err
+	}()
+	// The holder's result, once its session is ended (here, should the
+	// test fail before the sequencer does it) and its client reads again.
+	var once sync.Once
+	var sendErr error
+	release := func() error {
+		once.Do(func() {
+			_, _ = s.Pool().Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+			close(gate.open)
+			sendErr = <-sent
+		})
+		return sendErr
+	}
+	t.Cleanup(func() { _ = release() })
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var wait string
+		err := s.Pool().QueryRow(ctx, `SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&wait)
+		return err == nil && wait == "ClientWrite"
+	}, "the holder's server blocks sending")
+
+	mustAppend(t, s, "order-1", ev("A", `{}`))
+	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
+	q.Start()
+	defer q.Stop()
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		h, err := s.HeadPosition(ctx)
+		return err == nil && h == 1
+	}, "the holder blocked sending was never ended")
+	require.EqualValues(t, 1, q.Stats().Takeovers)
+	require.Error(t, release(), "the holder's session was ended")
+	requireAllInOrder(t, s, 1)
 }
