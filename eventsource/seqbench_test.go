@@ -33,7 +33,9 @@ func benchSeconds() time.Duration {
 // rate at which positions were handed out over the same window (the
 // store's sustained rate is the lower of the two: above the sequencer's
 // rate the backlog grows), the backlog left when the writers stopped and
-// how long the sequencer took to work it off.
+// how long the sequencer took to work it off. KUMI_BENCH_FILLFACTOR sets
+// the events table's fillfactor first (an alternative measured: room on
+// each page for the sequencer's new row versions).
 func BenchmarkSustainedAppend(b *testing.B) {
 	const writers, batch = 16, 100
 	ctx := context.Background()
@@ -41,6 +43,10 @@ func BenchmarkSustainedAppend(b *testing.B) {
 	s, err := eventsource.New(pool, eventsource.Config{Schema: pgtest.NewSchema(b)})
 	require.NoError(b, err)
 	require.NoError(b, s.Migrate(ctx))
+	if ff := os.Getenv("KUMI_BENCH_FILLFACTOR"); ff != "" {
+		_, err = pool.Exec(ctx, "ALTER TABLE "+s.QuotedSchema()+".events SET (fillfactor = "+ff+")")
+		require.NoError(b, err)
+	}
 	_, err = pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s.raw_events (event_id uuid, stream_name text, type text,
 		data jsonb, metadata jsonb, recorded_at timestamptz NOT NULL DEFAULT now())`, s.QuotedSchema()))
 	require.NoError(b, err)
