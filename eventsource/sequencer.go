@@ -302,7 +302,9 @@ func (q *Sequencer) takeOver(ctx context.Context) bool {
 		idle                        float64
 		ended                       bool
 	)
-	err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerHolder, pgInterval(SequencerStallTimeout)).
+	lctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	defer cancel()
+	err := q.store.pool.QueryRow(lctx, q.store.sql.sequencerHolder, pgInterval(SequencerStallTimeout)).
 		Scan(&pid, &app, &addr, &state, &waitEvent, &idle, &ended)
 	log := q.opts.Logger
 	switch {
