@@ -105,10 +105,10 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 //
 // A sequencer whose steps have found the sequencer row held for 100 ms
 // looks at the holder's session, then at most every 100 ms while that
-// lasts, and ends it when it has
-// stalled for [SequencerStallTimeout] (idle in its transaction, or blocked
-// sending to its client): a frozen or cut-off process holds every
-// position of the store back for no longer than that. Its transaction
+// lasts, and ends it when it has stalled for [SequencerStallTimeout] (idle
+// in its transaction, or blocked sending to its client): a frozen or
+// cut-off process holds every position of the store back for no longer
+// than that. Its transaction
 // rolls back, so nothing is skipped or numbered twice. This needs the
 // holder's role (or pg_read_all_stats and pg_signal_backend); see
 // docs/eventsource.md, "A stalled holder".
