@@ -17,6 +17,7 @@ type queries struct {
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
 	sequencerBacklog, sequencerTimeout, sequencerLowerWatermark        string
+	sequencerHolder                                                    string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -110,9 +111,10 @@ WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id =
 		// one under the sequencer's: $2 and $3 are its statement and lock
 		// timeouts, and a transaction_timeout (PostgreSQL 17 and later) is
 		// lifted, so that whatever a DBA sets, a step that the sequencer's
-		// own bounds allow can finish. The idle timeout frees the row
+		// own bounds allow can finish. The idle timeout, $4, frees the row
 		// should this process stall (paused, partitioned) between the
-		// sequencer's statements: no one else could sequence until then.
+		// sequencer's statements: no one else could sequence until then
+		// (see SequencerStallTimeout).
 		// With synchronous_commit off, the sequencer's commit is made
 		// durable anyway (flushing, with it, every append before it in the
 		// WAL): positions that readers have seen must survive a crash, or
@@ -127,13 +129,30 @@ WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id =
 		// (see Store.sequenceOnce).
 		sequencerLastSeq: `SELECT set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true),
   CASE WHEN current_setting('transaction_timeout', true) IS NOT NULL THEN set_config('transaction_timeout', '0', true) END,
-  set_config('idle_in_transaction_session_timeout', '10s', true),
+  set_config('idle_in_transaction_session_timeout', $4, true),
   CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
   set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
   coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
 		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
+		// The session whose transaction holds the sequencer row (its
+		// locker, xmax, holds a lock on its own transaction id; a
+		// subtransaction's too), with what pg_stat_activity shows of it
+		// (NULLs without the privilege to see it), and ended when that
+		// shows it stalled for $1: idle in its transaction, or blocked
+		// sending to its client in a statement begun that long ago. No
+		// row when the row is free. See Sequencer.takeOver.
+		sequencerHolder: fmt.Sprintf(`SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), ''),
+  coalesce(a.state, ''), coalesce(a.wait_event, ''), coalesce(extract(epoch FROM now() - a.state_change)::float8, 0),
+  CASE WHEN a.state_change <= now() - $1::interval
+    AND (a.state IN ('idle in transaction', 'idle in transaction (aborted)') OR (a.state = 'active' AND a.wait_event = 'ClientWrite'))
+    THEN pg_terminate_backend(a.pid) ELSE false END
+FROM %s.sequencer s
+JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = s.xmax AND l.granted AND l.mode = 'ExclusiveLock'
+JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+WHERE s.id = 1 AND l.pid <> pg_backend_pid()
+LIMIT 1`, q),
 		// After a reset of the events' sequence (see Store.sequenceOnce):
 		// the watermark goes down to $1.
 		sequencerLowerWatermark: fmt.Sprintf(`UPDATE %s.sequencer SET low_seq = $1 WHERE id = 1`, q),

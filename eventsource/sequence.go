@@ -51,6 +51,16 @@ const (
 	// up and backs off instead of queueing the store's appends' positions
 	// behind an unbounded wait.
 	SequencerLockTimeout = 2 * time.Second
+	// SequencerStallTimeout bounds how long a sequencer transaction may
+	// sit idle, waiting for its client, while it holds the sequencer row,
+	// the one point every event's position goes through. Each step sets it
+	// as its idle_in_transaction_session_timeout (a healthy step is idle
+	// only for a round trip), and a [Sequencer] that finds the row held by
+	// a session stalled that long (idle in its transaction, or blocked
+	// sending to its client) ends that session (see docs/eventsource.md, "A
+	// stalled holder": its transaction rolls back, so nothing is skipped or
+	// numbered twice).
+	SequencerStallTimeout = 500 * time.Millisecond
 	// growAfter is the number of full steps in a row after which a halved
 	// batch doubles again.
 	growAfter = 4
@@ -58,10 +68,12 @@ const (
 
 // stepSize is the sequencer's adaptive batch: halved when a step times out,
 // doubled back towards SequencerBatchDefault after growAfter full steps in
-// a row. timeouts counts the steps that timed out.
+// a row. timeouts counts the steps that timed out; held says whether the
+// last step found another transaction holding the row.
 type stepSize struct {
 	n, streak int
 	timeouts  int64
+	held      bool // the last step found the row held by another transaction
 }
 
 func newStepSize() stepSize { return stepSize{n: SequencerBatchDefault} }
@@ -106,6 +118,10 @@ func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration
 	for {
 		size := b.n
 		n, err := s.sequenceOnce(ctx, size, timeout)
+		b.held = errors.Is(err, errRowHeld)
+		if b.held {
+			return total, reset
+		}
 		total += n
 		var re *SequenceResetError
 		switch {
@@ -123,6 +139,10 @@ func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration
 		}
 	}
 }
+
+// errRowHeld is sequenceOnce's report that another transaction holds the
+// sequencer row: not a failure (Store.sequence returns what it has).
+var errRowHeld = errors.New("kumi: another transaction holds the sequencer row")
 
 // seqCandidate is a proposed watermark: every event with seq <= seq was
 // inserted by a transaction whose xid is below xid. It also carries seen,
@@ -228,7 +248,8 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 	// One round trip, two statements in order: the settings and M, then
 	// the lock and X.
 	batch := &pgx.Batch{}
-	batch.Queue(s.sql.sequencerLastSeq, s.q+".events", pgInterval(timeout), pgInterval(SequencerLockTimeout))
+	batch.Queue(s.sql.sequencerLastSeq, s.q+".events", pgInterval(timeout), pgInterval(SequencerLockTimeout),
+		pgInterval(SequencerStallTimeout))
 	batch.Queue(s.sql.sequencerLock)
 	br := tx.SendBatch(ctx, batch)
 	var lastSeq, last, low, xid int64
@@ -241,7 +262,7 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 	}
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, nil // another sequencer holds the row
+			return 0, errRowHeld
 		}
 		return 0, fmt.Errorf("kumi: sequencer lock: %w", err)
 	}

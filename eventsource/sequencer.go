@@ -42,6 +42,9 @@ const (
 	SequencerReportInterval = 10 * time.Second
 	// sequencerBacklogCountMax bounds the count of a stuck report.
 	sequencerBacklogCountMax = 1_000_000
+	// holderCheckEvery is the least time between two looks at the holder
+	// of the sequencer row while it stays held.
+	holderCheckEvery = SequencerStallTimeout / 5
 )
 
 // SequencerStats is a snapshot of a [Sequencer]'s health, for metrics and
@@ -79,6 +82,9 @@ type SequencerStats struct {
 	// Stuck reports that steps have failed, or the backlog waited with the
 	// head still, for SequencerStuckAfter.
 	Stuck bool
+	// Takeovers counts the stalled holders of the sequencer row this
+	// sequencer ended (see [SequencerStallTimeout]).
+	Takeovers int64
 }
 
 // clock is the Sequencer's time source; tests inject a fake one.
@@ -96,6 +102,16 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // append, and by polling for other processes' appends. Run one per process
 // that appends or subscribes; several across processes cooperate (one
 // sequences at a time, the others skip).
+//
+// A sequencer whose steps have found the sequencer row held for 100 ms
+// looks at the holder's session, then at most every 100 ms while that
+// lasts, and ends it when it has stalled for [SequencerStallTimeout] (idle
+// in its transaction, or blocked sending to its client): a frozen or
+// cut-off process holds every position of the store back for no longer
+// than that. Its transaction
+// rolls back, so nothing is skipped or numbered twice. This needs the
+// holder's role (or pg_read_all_stats and pg_signal_backend); see
+// docs/eventsource.md, "A stalled holder".
 //
 // A failed step is retried after an exponential backoff with jitter
 // (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
@@ -115,6 +131,10 @@ type Sequencer struct {
 	lookAt  time.Time // when BacklogAge was measured
 	errKey  string    // the kind of the last failure logged at Warn
 	report  time.Time // the last stuck report
+
+	heldSince time.Time // when steps began to find the row held (zero: not held)
+	holderAt  time.Time // the last look at the row's holder
+	holderErr string    // the kind of the last failed look logged at Warn
 }
 
 // NewSequencer returns a stopped sequencer for store.
@@ -218,6 +238,13 @@ func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 			return
 		}
 		interval, retry = q.record(ctx, n, err, interval)
+		if err == nil && batch.held {
+			if q.takeOver(ctx) {
+				interval = 0 // the row is free: sequence at once
+			}
+		} else {
+			q.heldSince = time.Time{}
+		}
 	}
 }
 
@@ -227,6 +254,7 @@ func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
 // by a timeout (a role's statement_timeout: it runs on the session's
 // settings) does not stop the step, which sets its own.
 func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int, error) {
+	batch.held = false
 	if !local {
 		var head, low, lastSeq int64
 		var age *float64
@@ -249,6 +277,62 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 	q.stats.Batch, q.stats.Timeouts = batch.n, q.stats.Timeouts+batch.timeouts-timeouts
 	q.statsMu.Unlock()
 	return n, err
+}
+
+// takeOver looks at the session holding the sequencer row, once steps have
+// found it held for holderCheckEvery and then at most every
+// holderCheckEvery (a row held only for moments, as sequencers of several
+// processes take turns, costs no look), and ends it if it has stalled (see
+// queries.sequencerHolder); it reports whether it ended one. A look that
+// fails (no privilege to end a session, say) is logged and changes
+// nothing: the holder keeps the row until its own idle timeout, if it has
+// one, ends it.
+func (q *Sequencer) takeOver(ctx context.Context) bool {
+	now := q.clk.Now()
+	if q.heldSince.IsZero() {
+		q.heldSince = now
+	}
+	if now.Sub(q.heldSince) < holderCheckEvery || now.Sub(q.holderAt) < holderCheckEvery {
+		return false
+	}
+	q.holderAt = now
+	var (
+		pid                         int32
+		app, addr, state, waitEvent string
+		idle                        float64
+		ended                       bool
+	)
+	lctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	defer cancel()
+	err := q.store.pool.QueryRow(lctx, q.store.sql.sequencerHolder, pgInterval(SequencerStallTimeout)).
+		Scan(&pid, &app, &addr, &state, &waitEvent, &idle, &ended)
+	log := q.opts.Logger
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false // freed meanwhile
+	case err != nil:
+		if ctx.Err() != nil {
+			return false
+		}
+		if key := errorKey(err); key != q.holderErr {
+			q.holderErr = key
+			log.Warn("kumi: sequencer could not look at or end the sequencer row's holder", "err", err)
+		} else {
+			log.Debug("kumi: sequencer could not look at or end the sequencer row's holder", "err", err)
+		}
+		return false
+	}
+	q.holderErr = ""
+	if !ended {
+		return false
+	}
+	q.statsMu.Lock()
+	q.stats.Takeovers++
+	q.statsMu.Unlock()
+	log.Warn("kumi: sequencer ended a stalled holder of the sequencer row", "pid", pid, "application_name", app,
+		"client_addr", addr, "state", state, "wait_event", waitEvent,
+		"for", time.Duration(idle*float64(time.Second)).Round(time.Millisecond))
+	return true
 }
 
 func (q *Sequencer) countAttempt() {

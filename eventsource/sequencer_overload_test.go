@@ -246,7 +246,8 @@ func TestSequencerBacksOffOnErrors(t *testing.T) {
 }
 
 // Events that wait while the head does not move, without any error (here:
-// another "process" holds the sequencer row and does nothing), are
+// another "process" holds the sequencer row and runs a long statement: a
+// holder at work, which no sequencer ends, unlike a stalled one), are
 // reported as stuck too, with that as the reason; it clears once the head
 // moves again.
 func TestSequencerReportsABacklogThatDoesNotMove(t *testing.T) {
@@ -259,6 +260,12 @@ func TestSequencerReportsABacklogThatDoesNotMove(t *testing.T) {
 	defer func() { _ = holder.Rollback(ctx) }()
 	_, err = holder.Exec(ctx, "SELECT 1 FROM "+s.QuotedSchema()+".sequencer FOR UPDATE")
 	require.NoError(t, err)
+	worker := holder.Conn().PgConn().PID()
+	worked := make(chan error, 1)
+	go func() {
+		_, err := holder.Exec(ctx, "SELECT pg_sleep(600)")
+		worked <- err
+	}()
 
 	other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: s.Schema()})
 	require.NoError(t, err)
@@ -281,7 +288,11 @@ func TestSequencerReportsABacklogThatDoesNotMove(t *testing.T) {
 	require.Len(t, logs.warns, 1, "one stuck report")
 	require.Contains(t, logs.warns[0], "head has not moved")
 
+	_, err = s.Pool().Exec(ctx, "SELECT pg_cancel_backend($1)", worker)
+	require.NoError(t, err)
+	require.ErrorContains(t, <-worked, "canceling statement", "the holder at work was cancelled here, not ended before")
 	require.NoError(t, holder.Rollback(ctx))
+	require.Zero(t, st.Takeovers, "a holder at work is never ended")
 	for i := 0; st.Stuck; i++ {
 		require.Less(t, i, 100, "still stuck after the row was freed")
 		clk.fire(tm)
