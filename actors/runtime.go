@@ -113,7 +113,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	rt.unregisterSequencer = rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
 		st := rt.sequencer.Stats()
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
-			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets}
+			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets, Takeovers: st.Takeovers}
 	})
 	rt.publisher = system.Root.Spawn(newPublisherProps(store, listener.C(), opts.PollInterval, logger, rt.telemetry))
 	return rt, nil

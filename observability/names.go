@@ -168,6 +168,7 @@ const (
 	MetricSequencerBatch          = "kumi.sequencer.batch"           // gauge {event}
 	MetricSequencerTimeouts       = "kumi.sequencer.timeouts"        // counter {step}
 	MetricSequencerResets         = "kumi.sequencer.resets"          // counter {reset}
+	MetricSequencerTakeovers      = "kumi.sequencer.takeovers"       // counter {takeover}
 )
 
 // Units of the sequencer's metrics.
@@ -176,6 +177,7 @@ const (
 	UnitSequencer = "{sequencer}"
 	UnitStep      = "{step}"
 	UnitReset     = "{reset}"
+	UnitTakeover  = "{takeover}"
 )
 
 // Metric units (UCUM, as OpenTelemetry recommends).

@@ -19,10 +19,12 @@ type SequencerStatus struct {
 	Failing int64
 	Stuck   bool
 	// Batch is the current step size; Timeouts and Resets count steps cut
-	// by a timeout and resets of the events' sequence, since the start.
-	Batch    int64
-	Timeouts int64
-	Resets   int64
+	// by a timeout and resets of the events' sequence, since the start;
+	// Takeovers the stalled holders of the sequencer row this process ended.
+	Batch     int64
+	Timeouts  int64
+	Resets    int64
+	Takeovers int64
 }
 
 // RegisterSequencer reports f's snapshots as the kumi.sequencer.* metrics
@@ -52,6 +54,7 @@ func (t *Telemetry) RegisterSequencer(f func() SequencerStatus) (unregister func
 	batch := gauge(MetricSequencerBatch, UnitEvent, "The sequencer's current step size (halved after timeouts).")
 	timeouts := counter(MetricSequencerTimeouts, UnitStep, "Sequencer steps cancelled by a timeout and retried smaller.")
 	resets := counter(MetricSequencerResets, UnitReset, "Resets of the events' seq sequence found and recovered from.")
+	takeovers := counter(MetricSequencerTakeovers, UnitTakeover, "Stalled holders of the sequencer row this process ended (pg_terminate_backend).")
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := f()
 		o.ObserveFloat64(backlog, s.BacklogSeconds)
@@ -64,8 +67,9 @@ func (t *Telemetry) RegisterSequencer(f func() SequencerStatus) (unregister func
 		o.ObserveInt64(batch, s.Batch)
 		o.ObserveInt64(timeouts, s.Timeouts)
 		o.ObserveInt64(resets, s.Resets)
+		o.ObserveInt64(takeovers, s.Takeovers)
 		return nil
-	}, backlog, failing, stuck, batch, timeouts, resets)
+	}, backlog, failing, stuck, batch, timeouts, resets, takeovers)
 	if err = errors.Join(append(errs, err)...); err != nil {
 		otel.Handle(err)
 	}

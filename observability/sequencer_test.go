@@ -12,16 +12,17 @@ import (
 
 func TestRegisterSequencer(t *testing.T) {
 	h := newHarness(t)
-	status := observability.SequencerStatus{BacklogSeconds: 12.5, Failing: 7, Stuck: true, Batch: 625, Timeouts: 3, Resets: 1}
+	status := observability.SequencerStatus{BacklogSeconds: 12.5, Failing: 7, Stuck: true, Batch: 625, Timeouts: 3, Resets: 1, Takeovers: 2}
 	unregister := h.tel.RegisterSequencer(func() observability.SequencerStatus { return status })
 
 	ms := h.collect(t)
 	for name, want := range map[string]int64{
-		observability.MetricSequencerFailing:  7,
-		observability.MetricSequencerStuck:    1,
-		observability.MetricSequencerBatch:    625,
-		observability.MetricSequencerTimeouts: 3,
-		observability.MetricSequencerResets:   1,
+		observability.MetricSequencerFailing:   7,
+		observability.MetricSequencerStuck:     1,
+		observability.MetricSequencerBatch:     625,
+		observability.MetricSequencerTimeouts:  3,
+		observability.MetricSequencerResets:    1,
+		observability.MetricSequencerTakeovers: 2,
 	} {
 		assert.Equal(t, want, sum(t, ms, name, nil), name)
 	}
