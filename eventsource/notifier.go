@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	retry "github.com/kumi-run/kumi/internal/backoff"
 )
 
 // Defaults for [NotifierOptions].
@@ -319,7 +320,7 @@ func (n *Notifier) listenLoop(ctx context.Context) {
 				return
 			}
 			n.opts.Logger.Warn("kumi: notifier cannot connect", "err", err, "attempt", attempt+1)
-			if !sleepCtx(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, attempt)) {
+			if !retry.Sleep(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, attempt)) {
 				return
 			}
 			attempt++
@@ -345,7 +346,7 @@ func (n *Notifier) listenLoop(ctx context.Context) {
 		if n.opts.OnReconnect != nil {
 			n.opts.OnReconnect(err)
 		}
-		if !sleepCtx(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, 0)) {
+		if !retry.Sleep(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, 0)) {
 			return
 		}
 	}
@@ -430,27 +431,11 @@ func (n *Notifier) pollLoop(ctx context.Context) {
 	}
 }
 
-// backoff returns the wait before retry number attempt: exponential from
-// lo, capped at hi, with "equal jitter" (uniform in [d/2, d]) so that many
-// processes cut off at once do not reconnect in step.
+// backoff returns the wait before retry number attempt (from 0):
+// exponential from lo, capped at hi, with equal jitter (uniform in
+// [d/2, d]) so that many processes cut off at once do not reconnect in
+// step. It is kumi's one backoff (internal/backoff), which supervision uses
+// too.
 func backoff(lo, hi time.Duration, attempt int) time.Duration {
-	d := lo
-	for i := 0; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleepCtx sleeps for d or until ctx ends; it reports whether it slept the
-// whole time.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return retry.Policy{Initial: lo, Max: hi, Multiplier: 2, Jitter: retry.Equal}.Next(attempt + 1)
 }
