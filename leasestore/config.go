@@ -109,7 +109,8 @@ type Config struct {
 	// *[SessionMismatchError], checked whenever the session is opened).
 	// Ignored by KindRow.
 	SessionURL string
-	// NoListen disables the LISTEN connection behind [Store.Changes]
+	// NoListen disables the wake-ups behind [Store.Changes]: no listener,
+	// neither on Notifier nor on a LISTEN connection of the store's own
 	// (behind a transaction pooler LISTEN does not work); callers then rely
 	// on polling every Heartbeat.
 	NoListen bool
