@@ -180,8 +180,9 @@ func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
 
 // NewNotifier returns a stopped notifier on the store's database that
 // listens on [Store.NotifyChannel], with [Store.HeadPosition] as its
-// probe, besides whatever opts adds (the lease store's rebalance channel,
-// say, so that a process needs one LISTEN connection in all).
+// probe, besides whatever opts adds; [Notifier.Listen] adds more while it
+// runs (each lease store its rebalance channel), so that a process needs
+// one LISTEN connection in all.
 func (s *Store) NewNotifier(opts NotifierOptions) (*Notifier, error) {
 	ch := s.NotifyChannel()
 	if !slices.Contains(opts.Channels, ch) {
