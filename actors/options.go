@@ -36,9 +36,10 @@ type LeaseOptions struct {
 	// SessionURL is the session kind's dedicated connection; "" uses the
 	// pool's settings.
 	SessionURL string
-	// NoListen turns off the lease store's LISTEN connection (behind a
-	// transaction pooler, where LISTEN does not work): rebalances are then
-	// found by the passes alone, one heartbeat later.
+	// NoListen stops the group's lease store taking wake-ups from the
+	// runtime's notifier (the process's one LISTEN connection, which the
+	// store otherwise shares): rebalances are then found by the passes
+	// alone, one heartbeat later.
 	NoListen bool
 }
 

@@ -329,6 +329,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		SessionURL:   opts.Lease.SessionURL,
 		NoListen:     opts.Lease.NoListen,
 		Logger:       base,
+		Notifier:     rt.notifier, // the process's one LISTEN connection
 	})
 	if err != nil {
 		leasePool.Close()

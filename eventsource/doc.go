@@ -129,7 +129,8 @@
 //
 // After each batch the sequencer NOTIFYs [Store.NotifyChannel] with the new
 // head position. A [Notifier] keeps one dedicated LISTEN connection per
-// process for any number of channels (the lease store's included), wakes
+// process for any number of channels, which [Notifier.Listen] adds while it
+// runs (each lease store adds its rebalance channel), wakes
 // each [Listener] through a channel of capacity 1 (bursts coalesce),
 // reconnects with exponential backoff and jitter after a lost connection
 // (a restarted server included), and runs a safety poll ([Probe]) so that a

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	retry "github.com/kumi-run/kumi/internal/backoff"
 )
 
 // Defaults for [NotifierOptions].
@@ -36,7 +38,8 @@ type Probe func(ctx context.Context) (int64, error)
 
 // NotifierOptions configure a [Notifier]. Zero values mean defaults.
 type NotifierOptions struct {
-	// Channels to LISTEN on. At least one; each at most 63 bytes.
+	// Channels to LISTEN on from the start. At least one; each 1 to 63
+	// bytes of UTF-8 without NUL. [Notifier.Listen] adds more later.
 	Channels []string
 	// Probes are the safety polls, by channel; a channel without one is
 	// woken only by notifications and reconnections.
@@ -77,18 +80,24 @@ func (o NotifierOptions) WithDefaults() NotifierOptions {
 	return o
 }
 
+// checkChannel returns what is wrong with c as a channel name, or "".
+func checkChannel(c string) string {
+	if c == "" || len(c) > maxChannelNameLength || !utf8.ValidString(c) {
+		return fmt.Sprintf("channel %q must be 1 to %d bytes of UTF-8", c, maxChannelNameLength)
+	}
+	if strings.ContainsRune(c, 0) {
+		return fmt.Sprintf("channel %q contains NUL", c)
+	}
+	return ""
+}
+
 func (o NotifierOptions) validate() error {
 	if len(o.Channels) == 0 {
 		return &ConfigError{"Channels", "empty; give at least one channel"}
 	}
 	for _, c := range o.Channels {
-		if c == "" || len(c) > maxChannelNameLength || !utf8.ValidString(c) {
-			return &ConfigError{"Channels", fmt.Sprintf("channel %q must be 1 to %d bytes of UTF-8", c, maxChannelNameLength)}
-		}
-		for _, r := range c {
-			if r == 0 {
-				return &ConfigError{"Channels", fmt.Sprintf("channel %q contains NUL", c)}
-			}
+		if reason := checkChannel(c); reason != "" {
+			return &ConfigError{"Channels", reason}
 		}
 	}
 	for c, p := range o.Probes {
@@ -107,17 +116,26 @@ func (o NotifierOptions) validate() error {
 
 // Notifier keeps one dedicated LISTEN connection (not a pool connection)
 // for a process and wakes the listeners of each channel when a
-// notification arrives, when the connection comes back after a loss, and
-// when a channel's [Probe] shows that a notification went missing. Wake-ups
-// are ticks on a channel of capacity 1, so a burst of notifications
-// coalesces into one: a listener that wakes re-reads from its own cursor.
+// notification arrives, when the channel is listened on afresh (on the
+// first connection, after every reconnection, and when [Notifier.Listen]
+// adds it), and when a channel's [Probe] shows that a notification went
+// missing. Wake-ups are ticks on a channel of capacity 1, so a burst of
+// notifications coalesces into one: a listener that wakes re-reads from
+// its own cursor. Channels can be added while it runs, so every part of a
+// process (the runtime's publisher, each group's lease store) shares the
+// one connection.
 //
 // A lost connection (a restarted server, a network fault) is retried with
 // exponential backoff and jitter, without limit, until [Notifier.Stop].
 type Notifier struct {
-	pool  *pgxpool.Pool
-	opts  NotifierOptions
+	pool *pgxpool.Pool
+	opts NotifierOptions
+
+	chMu  sync.Mutex // guards chans and interrupt
 	chans map[string]*notifyChannelState
+	// interrupt ends the live connection's wait for a notification, so
+	// that it LISTENs on a channel just added; nil when not waiting.
+	interrupt context.CancelFunc
 
 	mu     sync.Mutex // guards runCtx, cancel and done
 	runCtx context.Context
@@ -134,6 +152,11 @@ type notifyChannelState struct {
 
 	mu        sync.Mutex
 	listeners map[*Listener]struct{}
+	listening bool // LISTEN is in place on the live connection
+}
+
+func newChannelState(name string) *notifyChannelState {
+	return &notifyChannelState{name: name, listeners: map[*Listener]struct{}{}}
 }
 
 // NewNotifier returns a stopped notifier on pool's database: it connects
@@ -150,15 +173,16 @@ func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
 	opts.Probes = maps.Clone(opts.Probes)
 	n := &Notifier{pool: pool, opts: opts, chans: map[string]*notifyChannelState{}}
 	for _, c := range opts.Channels {
-		n.chans[c] = &notifyChannelState{name: c, listeners: map[*Listener]struct{}{}}
+		n.chans[c] = newChannelState(c)
 	}
 	return n, nil
 }
 
 // NewNotifier returns a stopped notifier on the store's database that
 // listens on [Store.NotifyChannel], with [Store.HeadPosition] as its
-// probe, besides whatever opts adds (the lease store's rebalance channel,
-// say, so that a process needs one LISTEN connection in all).
+// probe, besides whatever opts adds; [Notifier.Listen] adds more while it
+// runs (each lease store its rebalance channel), so that a process needs
+// one LISTEN connection in all.
 func (s *Store) NewNotifier(opts NotifierOptions) (*Notifier, error) {
 	ch := s.NotifyChannel()
 	if !slices.Contains(opts.Channels, ch) {
@@ -177,20 +201,50 @@ func (s *Store) NewNotifier(opts NotifierOptions) (*Notifier, error) {
 // Listener receives a channel's wake-ups. Create one with
 // [Notifier.Listen]; Close it when done.
 type Listener struct {
-	ch *notifyChannelState
-	c  chan struct{}
+	ch   *notifyChannelState
+	c    chan struct{}
+	keep func(payload string) bool // nil keeps every notification
 }
 
-// Listen returns a new listener on channel, which must be one of the
-// notifier's. It may be called before or after Start.
+// Listen returns a new listener on channel. It may be called before or
+// after Start, and from any goroutine. A channel that is not yet the
+// notifier's is added: a running notifier LISTENs on it on its live
+// connection at once, and on every connection after. The new listener is
+// woken once the channel is listened on (at once if it already is), since
+// notifications sent before may have been missed; then as described at
+// [Notifier]. A channel stays listened on until the notifier stops, even
+// when its last listener closes. The error is a *[ConfigError] for a
+// channel that is not 1 to 63 bytes of UTF-8 without NUL.
 func (n *Notifier) Listen(channel string) (*Listener, error) {
+	return n.ListenFiltered(channel, nil)
+}
+
+// ListenFiltered is [Notifier.Listen] with a filter on notifications: one
+// wakes the listener only when keep returns true for its payload (a worker
+// skips its own announcements, say). Every other wake-up (the channel
+// listened on afresh, a probe) is not filtered. keep runs on the
+// notifier's goroutine, for each notification on the channel: it must be
+// quick and must not call the notifier. A nil keep keeps everything.
+func (n *Notifier) ListenFiltered(channel string, keep func(payload string) bool) (*Listener, error) {
+	if reason := checkChannel(channel); reason != "" {
+		return nil, &ConfigError{"channel", reason}
+	}
+	n.chMu.Lock()
 	st, ok := n.chans[channel]
 	if !ok {
-		return nil, &ConfigError{"channel", fmt.Sprintf("%q is not one of the notifier's channels %q", channel, n.opts.Channels)}
+		st = newChannelState(channel)
+		n.chans[channel] = st
+		if n.interrupt != nil {
+			n.interrupt() // the live connection LISTENs on it now
+		}
 	}
-	l := &Listener{ch: st, c: make(chan struct{}, 1)}
+	n.chMu.Unlock()
+	l := &Listener{ch: st, c: make(chan struct{}, 1), keep: keep}
 	st.mu.Lock()
 	st.listeners[l] = struct{}{}
+	if st.listening {
+		l.c <- struct{}{}
+	}
 	st.mu.Unlock()
 	return l, nil
 }
@@ -211,20 +265,29 @@ func (l *Listener) Close() {
 	l.ch.mu.Unlock()
 }
 
-// raise records v (if it is more than the channel has seen) and wakes the
-// listeners.
-func (st *notifyChannelState) raise(v int64, known bool) {
-	if known {
-		for {
-			cur := st.latest.Load()
-			if v <= cur || st.latest.CompareAndSwap(cur, v) {
-				break
-			}
+// record raises the channel's latest value to v if it is more.
+func (st *notifyChannelState) record(v int64) {
+	for {
+		cur := st.latest.Load()
+		if v <= cur || st.latest.CompareAndSwap(cur, v) {
+			return
 		}
 	}
+}
+
+// wake wakes the channel's listeners: for a notification (payload not
+// nil), those whose filter keeps it; otherwise all.
+func (st *notifyChannelState) wake(payload *string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.wakeLocked(payload)
+}
+
+func (st *notifyChannelState) wakeLocked(payload *string) {
 	for l := range st.listeners {
+		if payload != nil && l.keep != nil && !l.keep(*payload) {
+			continue
+		}
 		select {
 		case l.c <- struct{}{}:
 		default:
@@ -232,10 +295,31 @@ func (st *notifyChannelState) raise(v int64, known bool) {
 	}
 }
 
+// setListening records whether LISTEN is in place on the live connection;
+// once it is, every listener is woken, in the same step, so that a
+// listener added meanwhile is woken once, not twice.
+func (st *notifyChannelState) setListening(on bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.listening = on
+	if on {
+		// Notifications sent while no connection listened are lost:
+		// everyone looks again.
+		st.wakeLocked(nil)
+	}
+}
+
+// channel returns the state of channel, or nil.
+func (n *Notifier) channel(channel string) *notifyChannelState {
+	n.chMu.Lock()
+	defer n.chMu.Unlock()
+	return n.chans[channel]
+}
+
 // Latest returns the highest integer seen on channel (see
 // [Listener.Latest]); 0 for a channel that is not the notifier's.
 func (n *Notifier) Latest(channel string) int64 {
-	if st, ok := n.chans[channel]; ok {
+	if st := n.channel(channel); st != nil {
 		return st.latest.Load()
 	}
 	return 0
@@ -319,7 +403,7 @@ func (n *Notifier) listenLoop(ctx context.Context) {
 				return
 			}
 			n.opts.Logger.Warn("kumi: notifier cannot connect", "err", err, "attempt", attempt+1)
-			if !sleepCtx(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, attempt)) {
+			if !retry.Sleep(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, attempt)) {
 				return
 			}
 			attempt++
@@ -328,13 +412,9 @@ func (n *Notifier) listenLoop(ctx context.Context) {
 		attempt = 0
 		n.connects.Add(1)
 		n.connected.Store(true)
-		// Notifications sent while no connection listened are lost: wake
-		// everyone to look again.
-		for _, st := range n.chans {
-			st.raise(0, false)
-		}
 		err = n.receive(ctx, conn)
 		n.connected.Store(false)
+		n.unlisten()
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = conn.Close(closeCtx)
 		cancel()
@@ -345,7 +425,7 @@ func (n *Notifier) listenLoop(ctx context.Context) {
 		if n.opts.OnReconnect != nil {
 			n.opts.OnReconnect(err)
 		}
-		if !sleepCtx(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, 0)) {
+		if !retry.Sleep(ctx, backoff(n.opts.ReconnectMin, n.opts.ReconnectMax, 0)) {
 			return
 		}
 	}
@@ -359,28 +439,94 @@ func (n *Notifier) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range n.opts.Channels {
-		if _, err := conn.Exec(dialCtx, "LISTEN "+pgx.Identifier{c}.Sanitize()); err != nil {
-			_ = conn.Close(context.WithoutCancel(dialCtx))
-			return nil, fmt.Errorf("listen %q: %w", c, err)
-		}
+	if err := n.listenNew(ctx, conn); err != nil {
+		n.unlisten()
+		_ = conn.Close(context.WithoutCancel(dialCtx))
+		return nil, err
 	}
 	return conn, nil
 }
 
-// receive delivers notifications until the connection fails or ctx ends. A
-// silent connection is pinged every PingInterval.
+// listenNew LISTENs on conn on every channel not yet listened on, waking
+// each one's listeners.
+func (n *Notifier) listenNew(ctx context.Context, conn *pgx.Conn) error {
+	n.chMu.Lock()
+	var todo []*notifyChannelState
+	for _, st := range n.chans {
+		st.mu.Lock()
+		if !st.listening {
+			todo = append(todo, st)
+		}
+		st.mu.Unlock()
+	}
+	n.chMu.Unlock()
+	for _, st := range todo {
+		listenCtx, cancel := context.WithTimeout(ctx, notifierDialTimeout)
+		_, err := conn.Exec(listenCtx, "LISTEN "+pgx.Identifier{st.name}.Sanitize())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("listen %q: %w", st.name, err)
+		}
+		st.setListening(true)
+	}
+	return nil
+}
+
+// unlisten records that no channel is listened on: the connection is gone.
+func (n *Notifier) unlisten() {
+	n.chMu.Lock()
+	defer n.chMu.Unlock()
+	for _, st := range n.chans {
+		st.setListening(false)
+	}
+}
+
+// waitFor returns a context for the next wait for a notification, which
+// [Notifier.ListenFiltered] cancels when it adds a channel; ok is false
+// (and the context nil) when a channel is waiting to be listened on.
+func (n *Notifier) waitFor(ctx context.Context) (waitCtx context.Context, cancel context.CancelFunc, ok bool) {
+	n.chMu.Lock()
+	defer n.chMu.Unlock()
+	for _, st := range n.chans {
+		st.mu.Lock()
+		pending := !st.listening
+		st.mu.Unlock()
+		if pending {
+			return nil, nil, false
+		}
+	}
+	waitCtx, cancel = context.WithTimeout(ctx, n.opts.PingInterval)
+	n.interrupt = cancel
+	return waitCtx, cancel, true
+}
+
+// receive delivers notifications until the connection fails or ctx ends,
+// LISTENing on channels as they are added. A silent connection is pinged
+// every PingInterval.
 func (n *Notifier) receive(ctx context.Context, conn *pgx.Conn) error {
 	for {
-		waitCtx, cancel := context.WithTimeout(ctx, n.opts.PingInterval)
+		waitCtx, cancel, ok := n.waitFor(ctx)
+		if !ok {
+			if err := n.listenNew(ctx, conn); err != nil {
+				return err
+			}
+			continue
+		}
 		note, err := conn.WaitForNotification(waitCtx)
+		n.chMu.Lock()
+		n.interrupt = nil
+		n.chMu.Unlock()
+		timedOut := errors.Is(waitCtx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !errors.Is(err, context.DeadlineExceeded) || conn.IsClosed() {
+			if conn.IsClosed() || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				return err
+			}
+			if !timedOut {
+				continue // interrupted: a channel was added
 			}
 			pingCtx, cancel := context.WithTimeout(ctx, notifierDialTimeout)
 			err = conn.Ping(pingCtx)
@@ -391,9 +537,11 @@ func (n *Notifier) receive(ctx context.Context, conn *pgx.Conn) error {
 			continue
 		}
 		n.notifications.Add(1)
-		if st, ok := n.chans[note.Channel]; ok {
-			v, perr := strconv.ParseInt(note.Payload, 10, 64)
-			st.raise(v, perr == nil)
+		if st := n.channel(note.Channel); st != nil {
+			if v, err := strconv.ParseInt(note.Payload, 10, 64); err == nil {
+				st.record(v)
+			}
+			st.wake(&note.Payload)
 		}
 	}
 }
@@ -412,7 +560,7 @@ func (n *Notifier) pollLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for c, probe := range n.opts.Probes {
-			st := n.chans[c]
+			st := n.channel(c)
 			probeCtx, cancel := context.WithTimeout(ctx, max(n.opts.PollInterval, time.Second))
 			v, err := probe(probeCtx)
 			cancel()
@@ -424,33 +572,18 @@ func (n *Notifier) pollLoop(ctx context.Context) {
 			}
 			if v > st.latest.Load() {
 				n.pollTicks.Add(1)
-				st.raise(v, true)
+				st.record(v)
+				st.wake(nil)
 			}
 		}
 	}
 }
 
-// backoff returns the wait before retry number attempt: exponential from
-// lo, capped at hi, with "equal jitter" (uniform in [d/2, d]) so that many
-// processes cut off at once do not reconnect in step.
+// backoff returns the wait before retry number attempt (from 0):
+// exponential from lo, capped at hi, with equal jitter (uniform in
+// [d/2, d]) so that many processes cut off at once do not reconnect in
+// step. It is kumi's one backoff (internal/backoff), which supervision uses
+// too.
 func backoff(lo, hi time.Duration, attempt int) time.Duration {
-	d := lo
-	for i := 0; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d/2 + rand.N(d/2+1)
-}
-
-// sleepCtx sleeps for d or until ctx ends; it reports whether it slept the
-// whole time.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return retry.Policy{Initial: lo, Max: hi, Multiplier: 2, Jitter: retry.Equal}.Next(attempt + 1)
 }

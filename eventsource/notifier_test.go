@@ -267,10 +267,80 @@ func TestNotifier(t *testing.T) {
 		require.Error(t, err)
 		n, err := eventsource.NewNotifier(pool, eventsource.NotifierOptions{Channels: []string{"a"}})
 		require.NoError(t, err)
-		_, err = n.Listen("b")
-		var cfgErr *eventsource.ConfigError
-		require.ErrorAs(t, err, &cfgErr)
+		for _, bad := range []string{"", strings.Repeat("c", 64), "a\x00b", "a\xffb"} {
+			_, err = n.Listen(bad)
+			var cfgErr *eventsource.ConfigError
+			require.ErrorAs(t, err, &cfgErr, "Listen(%q)", bad)
+			require.Equal(t, "channel", cfgErr.Field)
+		}
 	})
+
+	t.Run("ListenAddsAChannelOnTheLiveConnection", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t)
+		first, added := randomChannel(), randomChannel()
+		n, err := eventsource.NewNotifier(pool, eventsource.NotifierOptions{Channels: []string{first}, PollInterval: -1})
+		require.NoError(t, err)
+		startNotifier(t, n)
+
+		l, err := n.Listen(added)
+		require.NoError(t, err)
+		defer l.Close()
+		require.True(t, waitTick(l, 5*time.Second), "a new listener looks once its channel is listened on")
+		notify(t, pool, added, "5")
+		require.True(t, waitTick(l, 5*time.Second), "a notification on the added channel")
+		require.Equal(t, int64(5), l.Latest())
+
+		again, err := n.Listen(added)
+		require.NoError(t, err)
+		defer again.Close()
+		require.True(t, waitTick(again, 5*time.Second), "a second listener of a channel listened on looks at once")
+		require.Equal(t, int64(1), n.Stats().Connects, "adding channels does not reconnect")
+		require.Equal(t, 1, listenSessions(t, pool, first, added), "one connection listens on both channels")
+	})
+
+	t.Run("AFilteredListenerSkipsTheNotificationsItDoesNotKeep", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.Pool(t)
+		ch := randomChannel()
+		n, err := eventsource.NewNotifier(pool, eventsource.NotifierOptions{Channels: []string{ch}, PollInterval: -1})
+		require.NoError(t, err)
+		var seen sync.Map
+		mine, err := n.ListenFiltered(ch, func(payload string) bool {
+			seen.Store(payload, true)
+			return !strings.HasSuffix(payload, ":me")
+		})
+		require.NoError(t, err)
+		defer mine.Close()
+		all, err := n.Listen(ch)
+		require.NoError(t, err)
+		defer all.Close()
+		startNotifier(t, n)
+		require.True(t, waitTick(mine, 5*time.Second), "connecting wakes filtered listeners too")
+		drainTick(all)
+
+		notify(t, pool, ch, "claim:me")
+		require.True(t, waitTick(all, 5*time.Second))
+		_, ok := seen.Load("claim:me")
+		require.True(t, ok, "the filter saw the payload")
+		require.Empty(t, mine.C(), "its own notification does not wake it")
+		notify(t, pool, ch, "claim:other")
+		require.True(t, waitTick(mine, 5*time.Second), "another's notification wakes it")
+	})
+}
+
+// listenSessions returns how many server sessions listen on any of the
+// channels: the backends whose last statement was a LISTEN on one of them.
+func listenSessions(t *testing.T, pool *pgxpool.Pool, channels ...string) int {
+	t.Helper()
+	var patterns []string
+	for _, c := range channels {
+		patterns = append(patterns, "LISTEN "+pgx.Identifier{c}.Sanitize())
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE query = ANY($1)", patterns).Scan(&n))
+	return n
 }
 
 // TestNotifierSurvivesAServerRestart restarts PostgreSQL under a running
@@ -297,6 +367,10 @@ func TestNotifierSurvivesAServerRestart(t *testing.T) {
 	require.NoError(t, err)
 	startNotifier(t, n)
 	drainTick(l)
+	added := randomChannel()
+	la, err := n.Listen(added)
+	require.NoError(t, err)
+	require.True(t, waitTick(la, 5*time.Second), "the channel added while running is listened on")
 
 	mustAppend(t, s, "order-1", ev("A", `{}`))
 	sequenceAll(t, s)
@@ -309,6 +383,7 @@ func TestNotifierSurvivesAServerRestart(t *testing.T) {
 		return st.Connected && st.Connects >= 2
 	}, "notifier reconnected after the restart: %+v", n.Stats())
 	require.True(t, waitTick(l, 5*time.Second), "reconnecting wakes listeners: notifications may have been lost meanwhile")
+	require.True(t, waitTick(la, 5*time.Second), "reconnecting wakes the added channel's listeners too")
 
 	// The pool's old connections died with the server; retry until it has
 	// fresh ones.
@@ -322,4 +397,10 @@ func TestNotifierSurvivesAServerRestart(t *testing.T) {
 	}, "sequence after the restart")
 	require.True(t, waitTick(l, 5*time.Second), "a notification after the restart")
 	require.Equal(t, int64(2), l.Latest())
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		_, err := pool.Exec(ctx, "SELECT pg_notify($1, '9')", added)
+		return err == nil
+	}, "notify the added channel after the restart")
+	require.True(t, waitTick(la, 5*time.Second), "the added channel is listened on again after the restart")
+	require.Equal(t, int64(9), la.Latest())
 }

@@ -109,7 +109,8 @@ type Config struct {
 	// *[SessionMismatchError], checked whenever the session is opened).
 	// Ignored by KindRow.
 	SessionURL string
-	// NoListen disables the LISTEN connection behind [Store.Changes]
+	// NoListen disables the wake-ups behind [Store.Changes]: no listener,
+	// neither on Notifier nor on a LISTEN connection of the store's own
 	// (behind a transaction pooler LISTEN does not work); callers then rely
 	// on polling every Heartbeat.
 	NoListen bool
@@ -119,6 +120,15 @@ type Config struct {
 	// Logger receives ownership changes at Info and failures at Warn; nil
 	// discards.
 	Logger *slog.Logger
+	// Notifier, if set, is the process's notifier (the actors runtime
+	// passes its own): [Store.Changes] is then fed by a listener on it, so
+	// that the process keeps one LISTEN connection however many stores it
+	// runs. The store adds its channel to the notifier (which may already
+	// be running) and skips its own announcements; it never starts or
+	// stops the notifier, which must run for wake-ups to come. nil: the
+	// store runs a notifier of its own, on a connection of its own, until
+	// [Store.Close]. Ignored with NoListen.
+	Notifier *eventsource.Notifier
 }
 
 // WithDefaults returns c with every zero optional field set to its default.

@@ -73,8 +73,11 @@
 // # Notifications
 //
 // Claims, handoffs, releases, joins and leaves NOTIFY a channel per schema
-// and subscription; [Store.Changes] wakes the coordinator at once. Polling
-// every heartbeat remains the correctness fallback.
+// and subscription; [Store.Changes] wakes the coordinator at once. The
+// store listens through an eventsource.Notifier: Config.Notifier, the
+// process's one LISTEN connection (the actors runtime passes its own), or
+// one of its own when none is given. Polling every heartbeat remains the
+// correctness fallback.
 //
 // docs/leases.md has the state diagram, the margin arithmetic and the
 // benchmark figures.

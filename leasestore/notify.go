@@ -7,23 +7,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kumi-run/kumi/eventsource"
 )
 
 // Changes returns a channel that receives when another worker of the
 // subscription claims, releases, hands over, joins or leaves: run a Pass
 // then. It has capacity one, so a burst of notifications is one wake-up,
-// and it also fires after the listener (re)connects, since notifications
-// may have been missed meanwhile. It never fires with Config.NoListen, and
-// a lost notification only delays: polling every Heartbeat remains the
-// correctness fallback.
+// and it also fires once the store's channel is listened on and after
+// every reconnection, since notifications may have been missed meanwhile.
+// It never fires with Config.NoListen, and a lost notification only
+// delays: polling every Heartbeat remains the correctness fallback.
 func (s *Store) Changes() <-chan struct{} { return s.changes }
-
-func (s *Store) signal() {
-	select {
-	case s.changes <- struct{}{}:
-	default:
-	}
-}
 
 // notify queues a notification in tx; PostgreSQL delivers it on commit.
 // The payload is "events:worker", so the listener can skip its own.
@@ -34,55 +29,48 @@ func (s *Store) notify(ctx context.Context, tx pgx.Tx, events string) error {
 	return nil
 }
 
-// listen holds a dedicated LISTEN connection until ctx ends, reconnecting
-// with backoff.
-func (s *Store) listen(ctx context.Context) {
-	defer s.wg.Done()
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		connected, err := s.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
+// listen feeds [Store.Changes] from cfg.Notifier, or from a notifier of
+// the store's own (started here, stopped by [Store.Close]) when there is
+// none. Either way it is eventsource's notifier: its reconnections with
+// backoff and jitter, its pings of a silent connection, and its wake-up
+// after every (re)connection.
+func (s *Store) listen() error {
+	n := s.cfg.Notifier
+	if n == nil {
+		own, err := eventsource.NewNotifier(s.pool, eventsource.NotifierOptions{
+			Channels: []string{s.channel}, PollInterval: -1, Logger: s.log,
+		})
+		if err != nil {
+			return fmt.Errorf("leasestore: listener: %w", err)
 		}
-		if connected {
-			backoff = 50 * time.Millisecond
+		if err := own.Start(context.Background()); err != nil {
+			return fmt.Errorf("leasestore: listener: %w", err)
 		}
-		s.log.Warn("lease notification listener lost; reconnecting", "err", err, "after", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 5*time.Second)
+		n, s.ownNotifier = own, own
 	}
+	l, err := n.ListenFiltered(s.channel, func(payload string) bool {
+		s.received.Add(1)
+		_, from, _ := strings.Cut(payload, ":")
+		return from != s.cfg.Worker
+	})
+	if err != nil {
+		s.stopListening()
+		return fmt.Errorf("leasestore: listener: %w", err)
+	}
+	s.listener, s.changes = l, l.C()
+	return nil
 }
 
-// listenOnce listens until the connection fails; connected reports
-// whether it got as far as listening.
-func (s *Store) listenOnce(ctx context.Context) (connected bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return false, err
+// stopListening closes the listener and stops the store's own notifier.
+func (s *Store) stopListening() {
+	if s.listener != nil {
+		s.listener.Close()
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = conn.Close(cctx)
-		cancel()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
-		return false, err
-	}
-	s.signal() // anything sent while we were not listening is lost: look now
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return true, err
-		}
-		s.received.Add(1)
-		if _, from, _ := strings.Cut(n.Payload, ":"); from != s.cfg.Worker {
-			s.signal()
+	if s.ownNotifier != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.ownNotifier.Stop(ctx); err != nil {
+			s.log.Warn("lease notification listener did not stop in time", "err", err)
 		}
 	}
 }

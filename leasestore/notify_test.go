@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
@@ -29,17 +31,89 @@ func drain(s *Store) {
 	}
 }
 
+// sharedNotifier returns a running notifier, stopped when the test ends,
+// for stores to share as a process's stores share the runtime's.
+func sharedNotifier(t *testing.T) *eventsource.Notifier {
+	t.Helper()
+	n, err := eventsource.NewNotifier(pgtest.Pool(t), eventsource.NotifierOptions{
+		Channels: []string{"kumi_test_process"}, PollInterval: -1,
+	})
+	require.NoError(t, err)
+	require.NoError(t, n.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, n.Stop(context.Background())) })
+	return n
+}
+
+// TestNotifications runs each case with the store's own listener and with
+// a notifier shared by the stores (Config.Notifier).
 func TestNotifications(t *testing.T) {
 	t.Parallel()
+	for _, shared := range []bool{false, true} {
+		name := "OwnListener"
+		if shared {
+			name = "SharedNotifier"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testNotifications(t, func(t *testing.T) func(Config) Config {
+				if !shared {
+					return func(c Config) Config { return c }
+				}
+				n := sharedNotifier(t)
+				return func(c Config) Config { c.Notifier = n; return c }
+			})
+		})
+	}
 
+	t.Run("OneSharedNotifierIsOneListenSessionForEveryStore", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		n := sharedNotifier(t)
+		var channels []string
+		for _, sub := range []string{"orders", "invoices"} {
+			for _, w := range []string{"a", "b"} {
+				c := b.config(KindSession, 2, w)
+				c.Subscription, c.Notifier = sub, n
+				s := b.open(t, c)
+				woken(t, s, "listening on the shared notifier")
+			}
+			channels = append(channels, ChannelName(b.schema, sub))
+		}
+		require.Equal(t, 1, listenSessions(t, channels...), "one session listens for four stores")
+		require.Equal(t, int64(1), n.Stats().Connects)
+
+		own := b.config(KindRow, 2, "own")
+		own.Subscription = "payments"
+		woken(t, b.open(t, own), "listening on its own")
+		require.Equal(t, 1, listenSessions(t, ChannelName(b.schema, "payments")),
+			"without a notifier a store listens on a connection of its own")
+	})
+}
+
+// listenSessions returns how many server sessions listen on any of the
+// channels: the backends whose last statement was a LISTEN on one of them.
+func listenSessions(t *testing.T, channels ...string) int {
+	t.Helper()
+	var stmts []string
+	for _, c := range channels {
+		stmts = append(stmts, "LISTEN "+pgx.Identifier{c}.Sanitize())
+	}
+	var n int
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE query = ANY($1)", stmts).Scan(&n))
+	return n
+}
+
+func testNotifications(t *testing.T, newListen func(t *testing.T) func(Config) Config) {
 	t.Run("OtherWorkersAreWokenOnJoinClaimReleaseHandoffAndLeave", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)
-			a := b.open(t, b.config(kind, 4, "a"))
+			listen := newListen(t)
+			a := b.open(t, listen(b.config(kind, 4, "a")))
 			woken(t, a, "the listener connected") // it looks once when it starts listening
 			pass(t, a)
 
-			bw := b.open(t, b.config(kind, 4, "b"))
+			bw := b.open(t, listen(b.config(kind, 4, "b")))
 			woken(t, a, "B joined")
 			woken(t, bw, "B's listener connected")
 
@@ -68,7 +142,7 @@ func TestNotifications(t *testing.T) {
 
 	t.Run("AWorkerIsNotWokenByItsOwnChanges", func(t *testing.T) {
 		b := setup(t)
-		a := b.open(t, b.config(KindRow, 4, "a"))
+		a := b.open(t, newListen(t)(b.config(KindRow, 4, "a")))
 		woken(t, a, "the listener connected")
 		pass(t, a) // claims: notifies
 		require.NoError(t, a.Release(context.Background(), []int{0}))
@@ -83,10 +157,11 @@ func TestNotifications(t *testing.T) {
 
 	t.Run("NoListenNeverWakes", func(t *testing.T) {
 		b := setup(t)
-		c := b.config(KindRow, 4, "a")
+		listen := newListen(t)
+		c := listen(b.config(KindRow, 4, "a"))
 		c.NoListen = true
 		a := b.open(t, c)
-		b.open(t, b.config(KindRow, 4, "b"))
+		woken(t, b.open(t, listen(b.config(KindRow, 4, "b"))), "the other worker listens")
 		pass(t, a)
 		select {
 		case <-a.Changes():

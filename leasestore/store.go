@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/eventsource"
 )
 
 // Store is one worker's view of one subscription's bucket leases. Its
@@ -36,12 +38,12 @@ type Store struct {
 	viewMu sync.RWMutex
 	view   map[int]heldLease // what this worker believes it holds
 
-	changes   chan struct{}
-	received  atomic.Int64 // notifications received, its own included
-	stop      context.CancelFunc
-	wg        sync.WaitGroup
-	closed    atomic.Bool
-	closeOnce sync.Once
+	changes     <-chan struct{}       // the listener's; never fires without one
+	listener    *eventsource.Listener // nil with NoListen
+	ownNotifier *eventsource.Notifier // the store's own, when Config.Notifier is nil
+	received    atomic.Int64          // notifications received, its own included
+	closed      atomic.Bool
+	closeOnce   sync.Once
 }
 
 // heldLease is one bucket of the view.
@@ -89,7 +91,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		usable:  usableFor(cfg.TTL, cfg.Margin),
 		channel: ChannelName(cfg.Schema, cfg.Subscription),
 		view:    map[int]heldLease{},
-		changes: make(chan struct{}, 1),
+		changes: make(chan struct{}),
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(cfg.Worker))
@@ -112,11 +114,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		}
 		return nil, err
 	}
-	lctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
 	if !cfg.NoListen {
-		s.wg.Add(1)
-		go s.listen(lctx)
+		if err := s.listen(); err != nil {
+			if s.session != nil {
+				s.session.close()
+			}
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -296,17 +300,15 @@ func (s *Store) forget(buckets ...int) map[int]heldLease {
 	return gone
 }
 
-// Close closes the LISTEN and session connections and waits for the
-// listener to stop. It releases no lease: call [Store.Leave] first for a
-// graceful exit. For KindSession, closing the session is what tells the
-// other workers that this one is gone. Close is idempotent.
+// Close closes the store's listener (and its own LISTEN connection, when
+// it has one rather than Config.Notifier) and its session connection. It
+// releases no lease: call [Store.Leave] first for a graceful exit. For
+// KindSession, closing the session is what tells the other workers that
+// this one is gone. Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		if s.stop != nil {
-			s.stop()
-		}
-		s.wg.Wait()
+		s.stopListening()
 		if s.session != nil {
 			s.session.close()
 		}

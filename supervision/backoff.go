@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/kumi-run/kumi/internal/backoff"
 )
 
 // Jitter is how [Backoff] randomises a delay below its ceiling.
@@ -19,6 +21,13 @@ const (
 	EqualJitter
 	// NoJitter waits exactly the ceiling.
 	NoJitter
+)
+
+// The values are internal/backoff's, which computes the delays.
+var (
+	_ = [1]struct{}{}[int(FullJitter)-int(backoff.Full)]
+	_ = [1]struct{}{}[int(EqualJitter)-int(backoff.Equal)]
+	_ = [1]struct{}{}[int(NoJitter)-int(backoff.None)]
 )
 
 var jitterNames = [...]string{"full", "equal", "none"}
@@ -97,40 +106,15 @@ func (b Backoff) Validate() error {
 // Ceiling returns the largest delay of attempt (from 1; smaller counts as
 // 1): min(Max, Initial·Multiplier^(attempt-1)). It never decreases as
 // attempt grows and never overflows.
-func (b Backoff) Ceiling(attempt int) time.Duration {
-	b = b.WithDefaults()
-	if attempt < 1 {
-		attempt = 1
-	}
-	c := float64(b.Initial) * math.Pow(b.Multiplier, float64(attempt-1))
-	if math.IsNaN(c) || c >= float64(b.Max) {
-		return b.Max
-	}
-	return time.Duration(c)
-}
+func (b Backoff) Ceiling(attempt int) time.Duration { return b.policy().Ceiling(attempt) }
 
 // Next returns the delay before attempt (from 1): the attempt's
 // [Backoff.Ceiling] randomised by the Jitter.
-func (b Backoff) Next(attempt int) time.Duration {
-	b = b.WithDefaults()
-	c := b.Ceiling(attempt)
-	switch b.Jitter {
-	case NoJitter:
-		return c
-	case EqualJitter:
-		half := c / 2
-		return half + time.Duration(b.rand()*float64(c-half))
-	default:
-		return time.Duration(b.rand() * float64(c))
-	}
-}
+func (b Backoff) Next(attempt int) time.Duration { return b.policy().Next(attempt) }
 
-// rand returns b.Rand() clamped to [0, 1), so that a careless source cannot
-// exceed the ceiling.
-func (b Backoff) rand() float64 {
-	r := b.Rand()
-	if !(r >= 0) { // also NaN
-		return 0
-	}
-	return min(r, math.Nextafter(1, 0))
+// policy is b, with its defaults, as kumi's one backoff implementation
+// (internal/backoff, which the notifier and the sequencer use too).
+func (b Backoff) policy() backoff.Policy {
+	b = b.WithDefaults()
+	return backoff.Policy{Initial: b.Initial, Max: b.Max, Multiplier: b.Multiplier, Jitter: backoff.Jitter(b.Jitter), Rand: b.Rand}
 }
