@@ -176,7 +176,7 @@ func TestMigrateSchemaNames(t *testing.T) {
 	require.Contains(t, r.stderr, `"pg_"`)
 	r = kumi(t, env, "--schema", strings.Repeat("s", 64), "migrate")
 	require.Equal(t, exitUsage, r.code, r.stdout)
-	require.Contains(t, r.stderr, "longer than 63 bytes")
+	require.Contains(t, r.stderr, "longer than the 63 PostgreSQL keeps")
 }
 
 func TestStatus(t *testing.T) {
