@@ -175,16 +175,27 @@ GROUP BY w;
 -- claimed by this worker. The owner's next renew sees it and hands over.
 -- No SKIP LOCKED: the owner is often mid-pass (the same notification woke
 -- both), so this waits for its renew, bounded by a lock_timeout
--- (min(heartbeat/4, 1s)).
+-- (min(heartbeat/4, 1s)). It picks each owner's highest buckets, but locks
+-- them in ascending bucket order, the order renew locks an owner's rows:
+-- locking them highest first, it could hold a row the owner's renew waits
+-- for while it waits for one the renew holds — a deadlock, which
+-- PostgreSQL breaks by failing one of the two passes. The lock re-checks
+-- the pick's conditions on the row's latest version.
 WITH want AS (SELECT * FROM unnest($3::text[], $4::int[]) AS w(owner, k)),
-pick AS (
-    SELECT p.bucket FROM want w CROSS JOIN LATERAL (
+cand AS (
+    SELECT p.bucket, w.owner FROM want w CROSS JOIN LATERAL (
         SELECT l.bucket FROM {{schema}}.lease_buckets l
         WHERE l.subscription = $1 AND l.owner = w.owner
           AND l.claim_worker IS NULL AND l.expires_at > now()
         ORDER BY l.bucket DESC
-        LIMIT w.k
-        FOR UPDATE) p
+        LIMIT w.k) p
+),
+pick AS (
+    SELECT l.bucket FROM {{schema}}.lease_buckets l
+    JOIN cand ON cand.bucket = l.bucket AND cand.owner = l.owner
+    WHERE l.subscription = $1 AND l.claim_worker IS NULL AND l.expires_at > now()
+    ORDER BY l.bucket
+    FOR UPDATE OF l
 )
 UPDATE {{schema}}.lease_buckets l SET claim_worker = $2, claimed_at = now()
 FROM pick
@@ -210,21 +221,34 @@ UPDATE {{schema}}.lease_buckets SET owner = NULL, expires_at = NULL, heartbeat_a
 WHERE subscription = $1 AND owner = $2 AND bucket = $3 AND epoch = $4
 RETURNING coalesce(claim_worker, '');
 
+-- Statements that change several lease rows lock them first, in ascending
+-- bucket order, as renew and place_claims do: rows locked in the order a
+-- scan happens to find them could deadlock with a pass.
+
 -- name: release
 -- $3 buckets. A pending claim on a released bucket survives: its claimant
 -- gets it.
-UPDATE {{schema}}.lease_buckets SET owner = NULL, expires_at = NULL, heartbeat_at = now()
-WHERE subscription = $1 AND owner = $2 AND bucket = ANY($3::int[])
-RETURNING bucket;
+UPDATE {{schema}}.lease_buckets l SET owner = NULL, expires_at = NULL, heartbeat_at = now()
+FROM (SELECT bucket FROM {{schema}}.lease_buckets
+      WHERE subscription = $1 AND owner = $2 AND bucket = ANY($3::int[])
+      ORDER BY bucket FOR UPDATE) x
+WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.owner = $2
+RETURNING l.bucket;
 
 -- name: release_all
-UPDATE {{schema}}.lease_buckets SET owner = NULL, expires_at = NULL, heartbeat_at = now()
-WHERE subscription = $1 AND owner = $2
-RETURNING bucket;
+UPDATE {{schema}}.lease_buckets l SET owner = NULL, expires_at = NULL, heartbeat_at = now()
+FROM (SELECT bucket FROM {{schema}}.lease_buckets
+      WHERE subscription = $1 AND owner = $2
+      ORDER BY bucket FOR UPDATE) x
+WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.owner = $2
+RETURNING l.bucket;
 
 -- name: withdraw_all
-UPDATE {{schema}}.lease_buckets SET claim_worker = NULL, claimed_at = NULL
-WHERE subscription = $1 AND claim_worker = $2;
+UPDATE {{schema}}.lease_buckets l SET claim_worker = NULL, claimed_at = NULL
+FROM (SELECT bucket FROM {{schema}}.lease_buckets
+      WHERE subscription = $1 AND claim_worker = $2
+      ORDER BY bucket FOR UPDATE) x
+WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.claim_worker = $2;
 
 -- name: member_delete
 DELETE FROM {{schema}}.lease_members WHERE subscription = $1 AND worker = $2;
