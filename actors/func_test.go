@@ -189,12 +189,21 @@ func TestFunctionHandlers(t *testing.T) {
 		o := groupOpts("fn-router", 1, nil, "w")
 		o.Handler, o.CheckpointEvery = r.Props(), 1
 		startWorker(t, schema, "w", o)
-		evs, err := store.ReadStream(ctx, "acct-1", 4, 1)
-		require.NoError(t, err)
-		require.Equal(t, last, evs[0].ID)
+		// The last event's position, once the sequencer has given it one
+		// (until then ReadStream shows it with position 0).
+		var pos int64
+		pgtest.Eventually(t, waitLong, func() bool {
+			evs, err := store.ReadStream(ctx, "acct-1", 4, 1)
+			if err != nil || len(evs) != 1 {
+				return false
+			}
+			require.Equal(t, last, evs[0].ID)
+			pos = evs[0].Position
+			return pos > 0
+		}, "the last event is sequenced")
 		pgtest.Eventually(t, waitLong, func() bool {
 			p, _ := store.Checkpoint(ctx, "fn-router", 0)
-			return p == evs[0].Position
+			return p == pos
 		}, "the checkpoint passes every event, those of types without a function included")
 		mu.Lock()
 		require.Equal(t, 8, balance)
