@@ -160,9 +160,11 @@ func TestKeiroSuite(t *testing.T) {
 		require.NoError(t, s4.EnsureShards(context.Background()))
 		s8 := b.open(t, b.config(KindRow, 8, "b"))
 		err := s8.EnsureShards(context.Background())
-		var mismatch *ShardCountMismatch
+		var mismatch *ShardCountMismatchError
 		require.ErrorAs(t, err, &mismatch)
-		require.Equal(t, ShardCountMismatch{Subscription: "orders", Configured: 8, Found: 4}, *mismatch)
+		require.Equal(t, ShardCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}, *mismatch)
+		var formerName *ShardCountMismatch // the deprecated name still matches: callers do not break
+		require.ErrorAs(t, err, &formerName)
 		require.Contains(t, err.Error(), "configure 4")
 		_, err = s8.Pass(context.Background())
 		require.ErrorAs(t, err, &mismatch, "a pass ensures the rows first, and fails the same way")
