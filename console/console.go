@@ -74,6 +74,10 @@ type OptionError struct {
 // Error names the field and the reason.
 func (e *OptionError) Error() string { return "console: invalid option " + e.Field + ": " + e.Reason }
 
+// ConfigError reports true: the error is a supervision.ConfigMarker, so
+// supervision classifies it as invalid configuration.
+func (e *OptionError) ConfigError() bool { return true }
+
 // Console is the web console: an [http.Handler]. Build one with [New]; it
 // is safe for concurrent use and holds no goroutine of its own.
 type Console struct {

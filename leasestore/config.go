@@ -163,6 +163,10 @@ func (e *ConfigError) Error() string {
 	return "leasestore: Config." + e.Field + " " + e.Reason
 }
 
+// ConfigError reports true: the error is a supervision.ConfigMarker, so
+// supervision classifies it as invalid configuration.
+func (e *ConfigError) ConfigError() bool { return true }
+
 // Validate checks c as [New] does, after its defaults: the error is a
 // *[ConfigError] naming the field.
 func (c Config) Validate() error { return c.WithDefaults().validate() }

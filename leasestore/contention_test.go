@@ -18,7 +18,8 @@ import (
 )
 
 // belief is what a worker acts on: it holds bucket at epoch until expires
-// (the database's expiry), through the session with backend pid (KindSession).
+// (the database's expiry), through the session with backend pid (a kind
+// with session evidence).
 type belief struct {
 	epoch   int64
 	expires time.Time
@@ -145,6 +146,7 @@ func hammer(t *testing.T, kind Kind, workers, n int, run time.Duration) {
 		o.workers = append(o.workers, &hammerWorker{s: openOn(t, b.pool, c), beliefs: map[int]belief{}})
 	}
 	var st hammerStats
+	features := featuresOf(t, kind)
 	deadline := time.Now().Add(run)
 	var wg sync.WaitGroup
 	for i, w := range o.workers {
@@ -153,7 +155,7 @@ func hammer(t *testing.T, kind Kind, workers, n int, run time.Duration) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(i), 42))
 			for time.Now().Before(deadline) && o.violation.Load() == nil {
-				step(ctx, rng, kind, w, b, table, &st)
+				step(ctx, rng, features, w, b, table, &st)
 				o.check(ctx)
 			}
 		}()
@@ -172,7 +174,7 @@ func hammer(t *testing.T, kind Kind, workers, n int, run time.Duration) {
 }
 
 // step is one random action of a worker.
-func step(ctx context.Context, rng *rand.Rand, kind Kind, w *hammerWorker, b *testBundle, table string, st *hammerStats) {
+func step(ctx context.Context, rng *rand.Rand, features kindFeatures, w *hammerWorker, b *testBundle, table string, st *hammerStats) {
 	switch r := rng.IntN(100); {
 	case r < 50: // a reconcile pass; drain and hand over most handoffs at once
 		res, err := w.s.Pass(ctx)
@@ -226,7 +228,7 @@ func step(ctx context.Context, rng *rand.Rand, kind Kind, w *hammerWorker, b *te
 		}
 	case r < 85: // a pause longer than the TTL: it wakes up a zombie
 		time.Sleep(time.Duration(850+rng.IntN(200)) * time.Millisecond)
-	case r < 88 && kind == KindSession: // its session dies under it
+	case r < 88 && features.sessionEvidence: // its session dies under it
 		if pid := w.s.session.backendPID(); pid != 0 {
 			_, _ = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1, 2000)", pid)
 			st.kills.Add(1)

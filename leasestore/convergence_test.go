@@ -32,63 +32,67 @@ func TestConvergence(t *testing.T) {
 	t.Parallel()
 
 	t.Run("WorkersStartedTogetherReachAFairSplitWithinThreePasses", func(t *testing.T) {
-		for _, tc := range []struct{ k, n int }{{2, 8}, {3, 10}, {8, 64}, {32, 1024}} {
-			t.Run(fmt.Sprintf("%dWorkers%dBuckets", tc.k, tc.n), func(t *testing.T) {
-				t.Parallel()
-				b := setup(t)
-				b.pool = pgtest.NewPool(t, 12)
-				workers := make([]*Store, tc.k)
-				for i := range workers {
-					c := b.config(KindRow, tc.n, fmt.Sprintf("w%02d", i))
-					c.NoListen = true
-					workers[i] = b.open(t, c)
-				}
-				require.NoError(t, workers[0].EnsureShards(t.Context()))
-				ceil, floor := FairShare(tc.n, tc.k), tc.n/tc.k
-				fair := -1
-				for r := 1; r <= 8; r++ {
-					res := round(t, workers)
-					for _, p := range res {
-						require.Equal(t, tc.k, p.Live, "membership makes every worker visible at once")
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			for _, tc := range []struct{ k, n int }{{2, 8}, {3, 10}, {8, 64}, {32, 1024}} {
+				t.Run(fmt.Sprintf("%dWorkers%dBuckets", tc.k, tc.n), func(t *testing.T) {
+					t.Parallel()
+					b := setup(t)
+					b.pool = pgtest.NewPool(t, 12)
+					workers := make([]*Store, tc.k)
+					for i := range workers {
+						c := b.config(kind, tc.n, fmt.Sprintf("w%02d", i))
+						c.NoListen = true
+						workers[i] = b.open(t, c)
 					}
-					all, _, lo, hi := split(t, workers[0], workers)
-					if fair < 0 && all && hi <= ceil {
-						fair = r
+					require.NoError(t, workers[0].EnsureShards(t.Context()))
+					ceil, floor := FairShare(tc.n, tc.k), tc.n/tc.k
+					fair := -1
+					for r := 1; r <= 8; r++ {
+						res := round(t, workers)
+						for _, p := range res {
+							require.Equal(t, tc.k, p.Live, "membership makes every worker visible at once")
+						}
+						all, _, lo, hi := split(t, workers[0], workers)
+						if fair < 0 && all && hi <= ceil {
+							fair = r
+						}
+						if fair > 0 && lo >= floor {
+							t.Logf("fair (all owned, none above %d) after %d pass(es); everyone within [%d, %d] after %d",
+								ceil, fair, floor, ceil, r)
+							break
+						}
+						require.Less(t, r, 8, "never balanced: lo %d hi %d", lo, hi)
 					}
-					if fair > 0 && lo >= floor {
-						t.Logf("fair (all owned, none above %d) after %d pass(es); everyone within [%d, %d] after %d",
-							ceil, fair, floor, ceil, r)
-						break
-					}
-					require.Less(t, r, 8, "never balanced: lo %d hi %d", lo, hi)
-				}
-				require.Positive(t, fair)
-				require.LessOrEqual(t, fair, 3, "every bucket owned and nobody above ceil(N/k) within 3 passes")
-			})
-		}
+					require.Positive(t, fair)
+					require.LessOrEqual(t, fair, 3, "every bucket owned and nobody above ceil(N/k) within 3 passes")
+				})
+			}
+		})
 	})
 
 	t.Run("WorkersJoiningOneThatTookEverythingGetTheirSharesWithinThreePasses", func(t *testing.T) {
-		b := setup(t)
-		first := b.open(t, b.config(KindRow, 64, "first"))
-		require.Len(t, pass(t, first).Owned, 64, "alone, it takes everything")
-		workers := []*Store{first}
-		for i := range 7 {
-			workers = append(workers, b.open(t, b.config(KindRow, 64, fmt.Sprintf("late%d", i))))
-		}
-		for r := 1; ; r++ {
-			for i, res := range round(t, workers) {
-				t.Logf("round %d %s: owned %d claimed %d handoff %d pending %d requested %d live %d",
-					r, workers[i].Worker(), len(res.Owned), len(res.Claimed), len(res.HandOff), len(res.Pending),
-					len(res.Requested), res.Live)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			first := b.open(t, b.config(kind, 64, "first"))
+			require.Len(t, pass(t, first).Owned, 64, "alone, it takes everything")
+			workers := []*Store{first}
+			for i := range 7 {
+				workers = append(workers, b.open(t, b.config(kind, 64, fmt.Sprintf("late%d", i))))
 			}
-			all, _, lo, hi := split(t, first, workers)
-			if all && lo == 8 && hi == 8 {
-				t.Logf("7 joiners had their shares after %d passes", r)
-				break
+			for r := 1; ; r++ {
+				for i, res := range round(t, workers) {
+					t.Logf("round %d %s: owned %d claimed %d handoff %d pending %d requested %d live %d",
+						r, workers[i].Worker(), len(res.Owned), len(res.Claimed), len(res.HandOff), len(res.Pending),
+						len(res.Requested), res.Live)
+				}
+				all, _, lo, hi := split(t, first, workers)
+				if all && lo == 8 && hi == 8 {
+					t.Logf("7 joiners had their shares after %d passes", r)
+					break
+				}
+				require.Less(t, r, 3, "not balanced after %d passes: lo %d hi %d", r, lo, hi)
 			}
-			require.Less(t, r, 3, "not balanced after %d passes: lo %d hi %d", r, lo, hi)
-		}
+		})
 	})
 
 	t.Run("AWorkerJoiningABalancedPoolGetsItsShareThroughHandoff", func(t *testing.T) {

@@ -14,21 +14,30 @@ var ErrNotHeld = errors.New("leasestore: bucket not held")
 // ErrClosed is returned by the methods of a [Store] after [Store.Close].
 var ErrClosed = errors.New("leasestore: store closed")
 
-// ShardCountMismatch is returned by [Store.EnsureShards] when the
+// ShardCountMismatchError is returned by [Store.EnsureShards] when the
 // subscription already has lease rows for a different number of buckets.
-// Nothing is written.
-type ShardCountMismatch struct {
+// Nothing is written. It is a configuration error (see [ConfigError]).
+type ShardCountMismatchError struct {
 	Subscription string // the subscription whose rows exist
 	Configured   int    // Config.Buckets
 	Found        int    // the shard count of the existing rows
 }
 
+// ShardCountMismatch is the former name of [ShardCountMismatchError].
+//
+// Deprecated: use ShardCountMismatchError.
+type ShardCountMismatch = ShardCountMismatchError
+
 // Error says both counts and how to fix the configuration.
-func (e *ShardCountMismatch) Error() string {
+func (e *ShardCountMismatchError) Error() string {
 	return fmt.Sprintf("leasestore: subscription %q has %d buckets in the database but is configured with %d; "+
 		"a subscription's bucket count is fixed: configure %d, or use a new subscription name",
 		e.Subscription, e.Found, e.Configured, e.Found)
 }
+
+// ConfigError reports true: the error is a supervision.ConfigMarker, so
+// supervision classifies it as invalid configuration.
+func (e *ShardCountMismatchError) ConfigError() bool { return true }
 
 // LostFenceError is returned by a fence's Check and by [Store.Guard] when
 // the writer no longer holds the bucket at the epoch it was granted: the
@@ -102,3 +111,8 @@ func (e *SessionMismatchError) Error() string {
 		"take its buckets while it runs: point SessionURL at the pool's primary server and database, or leave it empty",
 		e.Mismatch, e.Session, e.Pool)
 }
+
+// ConfigError reports true: the error is a supervision.ConfigMarker, so
+// supervision classifies it as invalid configuration (Config.SessionURL, or
+// the database it names, must change).
+func (e *SessionMismatchError) ConfigError() bool { return true }

@@ -224,7 +224,7 @@ func ExampleStore_EnsureShards() {
 	cfg.Buckets = 8
 	eight, _ := leasestore.New(ctx, pool, cfg)
 	defer eight.Close()
-	var mismatch *leasestore.ShardCountMismatch
+	var mismatch *leasestore.ShardCountMismatchError
 	if errors.As(eight.EnsureShards(ctx), &mismatch) {
 		fmt.Println("configured", mismatch.Configured, "found", mismatch.Found)
 	}

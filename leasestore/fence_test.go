@@ -91,54 +91,60 @@ func TestFence(t *testing.T) {
 	})
 
 	t.Run("GuardChecksOwnerAndEpochInTheCallersTransaction", func(t *testing.T) {
-		b := setup(t)
-		ctx := context.Background()
-		a := b.open(t, b.config(KindRow, 2, "a"))
-		pass(t, a)
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		require.NoError(t, a.Guard(ctx, tx, 1, 1))
-		var lost *LostFenceError
-		require.ErrorAs(t, a.Guard(ctx, tx, 1, 7), &lost, "a wrong epoch")
-		require.EqualValues(t, 1, lost.FoundEpoch)
-		require.ErrorAs(t, a.Guard(ctx, tx, 99, 1), &lost, "no such bucket")
-		require.EqualValues(t, -1, lost.FoundEpoch)
-		require.Contains(t, lost.Error(), "no lease row")
-		other := b.open(t, b.config(KindRow, 2, "other"))
-		require.ErrorAs(t, other.Guard(ctx, tx, 0, 1), &lost, "another worker's bucket")
-		require.Equal(t, "a", lost.Owner)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			ctx := context.Background()
+			a := b.open(t, b.config(kind, 2, "a"))
+			pass(t, a)
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			require.NoError(t, a.Guard(ctx, tx, 1, 1))
+			var lost *LostFenceError
+			require.ErrorAs(t, a.Guard(ctx, tx, 1, 7), &lost, "a wrong epoch")
+			require.EqualValues(t, 1, lost.FoundEpoch)
+			require.ErrorAs(t, a.Guard(ctx, tx, 99, 1), &lost, "no such bucket")
+			require.EqualValues(t, -1, lost.FoundEpoch)
+			require.Contains(t, lost.Error(), "no lease row")
+			other := b.open(t, b.config(kind, 2, "other"))
+			require.ErrorAs(t, other.Guard(ctx, tx, 0, 1), &lost, "another worker's bucket")
+			require.Equal(t, "a", lost.Owner)
+		})
 	})
 
 	t.Run("AWriteUnderALapsedLeaseThatNobodyTookStillLands", func(t *testing.T) {
-		b := setup(t)
-		table := checkpointTable(t, b, 1)
-		a := b.open(t, shortTTL(b.config(KindRow, 1, "a")))
-		pass(t, a)
-		pgtest.Eventually(t, 10*time.Second, func() bool {
-			snap, err := a.Snapshot(context.Background())
-			require.NoError(t, err)
-			return !snap.Buckets[0].Held(snap.Now)
-		}, "the lease never lapsed")
-		require.NoError(t, fencedWrite(context.Background(), b.pool, table, a.Fence(0, 1), 0, 5, "a", 1),
-			"the fence is owner and epoch: nobody else can have written")
-		require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld, "but EnsureHeld, for effects outside the database, refuses")
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			table := checkpointTable(t, b, 1)
+			a := b.open(t, shortTTL(b.config(kind, 1, "a")))
+			pass(t, a)
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				snap, err := a.Snapshot(context.Background())
+				require.NoError(t, err)
+				return !snap.Buckets[0].Held(snap.Now)
+			}, "the lease never lapsed")
+			require.NoError(t, fencedWrite(context.Background(), b.pool, table, a.Fence(0, 1), 0, 5, "a", 1),
+				"the fence is owner and epoch: nobody else can have written")
+			require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld, "but EnsureHeld, for effects outside the database, refuses")
+		})
 	})
 
 	t.Run("AFencedWriteStuckPastTheTTLIsEndedByTheServerAndTheTakeoverProceeds", func(t *testing.T) {
-		b := setup(t)
-		ctx := context.Background()
-		a := b.open(t, shortTTL(b.config(KindRow, 1, "a")))
-		pass(t, a)
-		tx, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		require.NoError(t, a.Guard(ctx, tx, 0, 1)) // FOR SHARE until tx ends: a frozen writer
-		bw := b.open(t, shortTTL(b.config(KindRow, 1, "b")))
-		// Without a bound, the frozen writer's row lock would keep every
-		// SKIP LOCKED claim off the bucket for as long as it stays frozen.
-		pgtest.Eventually(t, 10*time.Second, func() bool { return len(pass(t, bw).Claimed) == 1 },
-			"the server ends the idle transaction a TTL later, and b takes the expired bucket")
-		require.Error(t, tx.Commit(ctx), "the frozen writer's transaction was ended: its write cannot land")
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			ctx := context.Background()
+			a := b.open(t, shortTTL(b.config(kind, 1, "a")))
+			pass(t, a)
+			tx, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			require.NoError(t, a.Guard(ctx, tx, 0, 1)) // FOR SHARE until tx ends: a frozen writer
+			bw := b.open(t, shortTTL(b.config(kind, 1, "b")))
+			// Without a bound, the frozen writer's row lock would keep every
+			// SKIP LOCKED claim off the bucket for as long as it stays frozen.
+			pgtest.Eventually(t, 10*time.Second, func() bool { return len(pass(t, bw).Claimed) == 1 },
+				"the server ends the idle transaction a TTL later, and b takes the expired bucket")
+			require.Error(t, tx.Commit(ctx), "the frozen writer's transaction was ended: its write cannot land")
+		})
 	})
 }

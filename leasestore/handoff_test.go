@@ -73,7 +73,7 @@ func TestHandoff(t *testing.T) {
 			b := setup(t)
 			a := b.open(t, b.config(kind, 4, "a"))
 			require.Len(t, pass(t, a).Owned, 4)
-			claimant := b.open(t, shortTTL(b.config(KindRow, 4, "dies")))
+			claimant := b.open(t, shortTTL(b.config(kind, 4, "dies")))
 			require.Len(t, pass(t, claimant).Requested, 2)
 			require.Len(t, pass(t, a).HandOff, 2)
 			require.NoError(t, claimant.Close()) // dies without leaving: its membership lapses
@@ -98,7 +98,7 @@ func TestHandoff(t *testing.T) {
 			b := setup(t)
 			a := b.open(t, b.config(kind, 2, "a"))
 			require.Len(t, pass(t, a).Owned, 2)
-			claimant := b.open(t, shortTTL(b.config(KindRow, 2, "dies")))
+			claimant := b.open(t, shortTTL(b.config(kind, 2, "dies")))
 			require.Len(t, pass(t, claimant).Requested, 1)
 			res := pass(t, a)
 			require.Len(t, res.HandOff, 1)
@@ -114,16 +114,18 @@ func TestHandoff(t *testing.T) {
 	})
 
 	t.Run("ClaimsAboveTheShareAreWithdrawn", func(t *testing.T) {
-		b := setup(t)
-		a := b.open(t, b.config(KindRow, 8, "a"))
-		require.Len(t, pass(t, a).Owned, 8)
-		bw := b.open(t, b.config(KindRow, 8, "b"))
-		require.Len(t, pass(t, bw).Pending, 4)
-		b.open(t, b.config(KindRow, 8, "c"))
-		b.open(t, b.config(KindRow, 8, "d"))
-		res := pass(t, bw)
-		require.Equal(t, 2, res.FairShare)
-		require.Len(t, res.Pending, 2, "B withdraws the claims above its new share")
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 8, "a"))
+			require.Len(t, pass(t, a).Owned, 8)
+			bw := b.open(t, b.config(kind, 8, "b"))
+			require.Len(t, pass(t, bw).Pending, 4)
+			b.open(t, b.config(kind, 8, "c"))
+			b.open(t, b.config(kind, 8, "d"))
+			res := pass(t, bw)
+			require.Equal(t, 2, res.FairShare)
+			require.Len(t, res.Pending, 2, "B withdraws the claims above its new share")
+		})
 	})
 
 	t.Run("LeaveReleasesEverythingAndTheOthersRebalanceAtOnce", func(t *testing.T) {
@@ -146,58 +148,64 @@ func TestHandoff(t *testing.T) {
 	})
 
 	t.Run("HeartbeatsNeverMoveALeaseBack", func(t *testing.T) {
-		b := setup(t)
-		a := b.open(t, b.config(KindRow, 2, "a"))
-		pass(t, a)
-		ctx := context.Background()
-		// As if a newer heartbeat had landed before a delayed one.
-		later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
-		for _, table := range []string{"lease_buckets", "lease_members"} {
-			_, err := b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, table}.Sanitize()+
-				" SET expires_at = $1, heartbeat_at = $1", later)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 2, "a"))
+			pass(t, a)
+			ctx := context.Background()
+			// As if a newer heartbeat had landed before a delayed one.
+			later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+			for _, table := range []string{"lease_buckets", "lease_members"} {
+				_, err := b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, table}.Sanitize()+
+					" SET expires_at = $1, heartbeat_at = $1", later)
+				require.NoError(t, err)
+			}
+			res := pass(t, a)
+			for _, l := range res.Owned {
+				require.True(t, l.Expires.Equal(later), "a renewal never shortens a lease")
+			}
+			snap, err := a.Snapshot(ctx)
 			require.NoError(t, err)
-		}
-		res := pass(t, a)
-		for _, l := range res.Owned {
-			require.True(t, l.Expires.Equal(later), "a renewal never shortens a lease")
-		}
-		snap, err := a.Snapshot(ctx)
-		require.NoError(t, err)
-		require.True(t, snap.Members[0].Expires.Equal(later))
-		require.True(t, snap.Members[0].Heartbeat.Equal(later))
-		require.True(t, snap.Buckets[0].Heartbeat.Equal(later))
+			require.True(t, snap.Members[0].Expires.Equal(later))
+			require.True(t, snap.Members[0].Heartbeat.Equal(later))
+			require.True(t, snap.Buckets[0].Heartbeat.Equal(later))
+		})
 	})
 
 	t.Run("AHungPassIsAbandonedWithinOneHeartbeat", func(t *testing.T) {
-		b := setup(t)
-		c := b.config(KindRow, 2, "a")
-		c.TTL, c.Heartbeat, c.Margin = 3*time.Second, 300*time.Millisecond, time.Second
-		a := b.open(t, c)
-		pass(t, a)
-		ctx := context.Background()
-		blocker, err := b.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = blocker.Rollback(ctx) }()
-		_, err = blocker.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{b.schema, "lease_members"}.Sanitize()+" FOR UPDATE")
-		require.NoError(t, err)
-		start := time.Now()
-		_, err = a.Pass(ctx)
-		require.Error(t, err)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Contains(t, err.Error(), "abandoned after one heartbeat")
-		require.Less(t, time.Since(start), c.Heartbeat+2*time.Second)
-		require.Len(t, a.Held(), 2, "the view is kept")
-		require.NoError(t, a.EnsureHeld(0), "and judged by the last renewal that landed")
-		require.NoError(t, blocker.Rollback(ctx))
-		require.Empty(t, pass(t, a).Lost)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			c := b.config(kind, 2, "a")
+			c.TTL, c.Heartbeat, c.Margin = 3*time.Second, 300*time.Millisecond, time.Second
+			a := b.open(t, c)
+			pass(t, a)
+			ctx := context.Background()
+			blocker, err := b.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = blocker.Rollback(ctx) }()
+			_, err = blocker.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{b.schema, "lease_members"}.Sanitize()+" FOR UPDATE")
+			require.NoError(t, err)
+			start := time.Now()
+			_, err = a.Pass(ctx)
+			require.Error(t, err)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Contains(t, err.Error(), "abandoned after one heartbeat")
+			require.Less(t, time.Since(start), c.Heartbeat+2*time.Second)
+			require.Len(t, a.Held(), 2, "the view is kept")
+			require.NoError(t, a.EnsureHeld(0), "and judged by the last renewal that landed")
+			require.NoError(t, blocker.Rollback(ctx))
+			require.Empty(t, pass(t, a).Lost)
+		})
 	})
 
 	t.Run("HandingOverOrReleasingABucketNotHeldIsANoOp", func(t *testing.T) {
-		b := setup(t)
-		a := b.open(t, b.config(KindRow, 2, "a"))
-		require.NoError(t, a.HandOver(context.Background(), 1))
-		require.NoError(t, a.Release(context.Background(), []int{0, 1}))
-		require.NoError(t, a.Release(context.Background(), nil))
-		require.Len(t, pass(t, a).Claimed, 2)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 2, "a"))
+			require.NoError(t, a.HandOver(context.Background(), 1))
+			require.NoError(t, a.Release(context.Background(), []int{0, 1}))
+			require.NoError(t, a.Release(context.Background(), nil))
+			require.Len(t, pass(t, a).Claimed, 2)
+		})
 	})
 }

@@ -13,14 +13,100 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-// forEachKind runs one behavioural test once per lease kind: the suite both
-// kinds must pass.
+// The behavioural suite. Every test of how a Store behaves runs under every
+// lease kind (forEachKind) unless it needs a behaviour only some kinds have:
+// then it runs under the kinds whose kindFeatures say so (forKindsWhere),
+// as Watermill's pub/sub suite asks each backend for its tests.Features. A
+// new kind is one more row of leaseKinds, and runs everything.
+//
+// What stays tied to one kind is so by nature, not by omission: the
+// SessionURL checks of TestSessionReachesThePoolsServerAndDatabase and
+// TestPoolerDetection (KindSession's dedicated connection, which KindRow
+// does not open), Config validation (TestConfig, per field), and
+// TestLifecycle/SnapshotShowsBucketsClaimsAndMembers, which shows one worker
+// of each kind side by side.
+
+// kindFeatures are what a lease kind does beyond the behaviour every kind
+// shares.
+type kindFeatures struct {
+	// sessionEvidence: the kind holds a lock on a dedicated database
+	// session (Store.session), and its loss is evidence: a worker whose
+	// session is gone counts as dead at the next pass of any other worker,
+	// which takes its buckets without waiting for the TTL; EnsureHeld asks
+	// the session (a round trip) before it answers.
+	sessionEvidence bool
+	// sessionless: the kind keeps no state in a server session, so it works
+	// through a transaction pooler (the simple protocol, a fresh server
+	// session for every transaction).
+	sessionless bool
+}
+
+// leaseKinds is every lease kind, with its features.
+var leaseKinds = []struct {
+	kind     Kind
+	features kindFeatures
+}{
+	{KindRow, kindFeatures{sessionless: true}},
+	{KindSession, kindFeatures{sessionEvidence: true}},
+}
+
+// featuresOf returns kind's features.
+func featuresOf(t *testing.T, kind Kind) kindFeatures {
+	t.Helper()
+	for _, k := range leaseKinds {
+		if k.kind == kind {
+			return k.features
+		}
+	}
+	t.Fatalf("%v is not in leaseKinds", kind)
+	return kindFeatures{}
+}
+
+// forEachKind runs one behavioural test once per lease kind, in parallel:
+// the suite every kind must pass.
 func forEachKind(t *testing.T, test func(t *testing.T, kind Kind)) {
-	for _, kind := range []Kind{KindRow, KindSession} {
-		t.Run(kind.String(), func(t *testing.T) {
+	t.Helper()
+	forKindsWhere(t, func(kindFeatures) bool { return true }, test)
+}
+
+// forKindsWhere runs test once per lease kind whose features satisfy has,
+// in parallel: a behaviour only some kinds have. It fails when no kind has
+// it, so that a test cannot quietly run under none.
+func forKindsWhere(t *testing.T, has func(kindFeatures) bool, test func(t *testing.T, kind Kind)) {
+	t.Helper()
+	ran := false
+	for _, k := range leaseKinds {
+		if !has(k.features) {
+			continue
+		}
+		ran = true
+		t.Run(k.kind.String(), func(t *testing.T) {
 			t.Parallel()
-			test(t, kind)
+			test(t, k.kind)
 		})
+	}
+	if !ran {
+		t.Fatal("no lease kind has the features this test needs")
+	}
+}
+
+// The features forKindsWhere selects by.
+func withSessionEvidence(f kindFeatures) bool    { return f.sessionEvidence }
+func withoutSessionEvidence(f kindFeatures) bool { return !f.sessionEvidence }
+func sessionless(f kindFeatures) bool            { return f.sessionless }
+
+func TestEveryKindRunsTheSuite(t *testing.T) {
+	t.Parallel()
+	// Every kind Config accepts is in leaseKinds, so a new kind cannot be
+	// added without running the suite.
+	for k := Kind(-1); k <= KindSession+8; k++ {
+		err := Config{Schema: "s", Subscription: "orders", Buckets: 1, Kind: k}.Validate()
+		var ce *ConfigError
+		if errors.As(err, &ce) && ce.Field == "Kind" {
+			continue
+		}
+		require.NoError(t, err)
+		featuresOf(t, k)
 	}
 }
 
@@ -155,22 +241,26 @@ func TestKeiroSuite(t *testing.T) {
 	})
 
 	t.Run("ShardCountMismatchLeavesNoPartialRows", func(t *testing.T) {
-		b := setup(t)
-		s4 := b.open(t, b.config(KindRow, 4, "a"))
-		require.NoError(t, s4.EnsureShards(context.Background()))
-		s8 := b.open(t, b.config(KindRow, 8, "b"))
-		err := s8.EnsureShards(context.Background())
-		var mismatch *ShardCountMismatch
-		require.ErrorAs(t, err, &mismatch)
-		require.Equal(t, ShardCountMismatch{Subscription: "orders", Configured: 8, Found: 4}, *mismatch)
-		require.Contains(t, err.Error(), "configure 4")
-		_, err = s8.Pass(context.Background())
-		require.ErrorAs(t, err, &mismatch, "a pass ensures the rows first, and fails the same way")
-		var rows, maxBucket int
-		require.NoError(t, b.pool.QueryRow(context.Background(),
-			"SELECT count(*), max(bucket) FROM "+pgx.Identifier{b.schema, "lease_buckets"}.Sanitize()).Scan(&rows, &maxBucket))
-		require.Equal(t, 4, rows)
-		require.Equal(t, 3, maxBucket)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			s4 := b.open(t, b.config(kind, 4, "a"))
+			require.NoError(t, s4.EnsureShards(context.Background()))
+			s8 := b.open(t, b.config(kind, 8, "b"))
+			err := s8.EnsureShards(context.Background())
+			var mismatch *ShardCountMismatchError
+			require.ErrorAs(t, err, &mismatch)
+			require.Equal(t, ShardCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}, *mismatch)
+			var formerName *ShardCountMismatch // the deprecated name still matches: callers do not break
+			require.ErrorAs(t, err, &formerName)
+			require.Contains(t, err.Error(), "configure 4")
+			_, err = s8.Pass(context.Background())
+			require.ErrorAs(t, err, &mismatch, "a pass ensures the rows first, and fails the same way")
+			var rows, maxBucket int
+			require.NoError(t, b.pool.QueryRow(context.Background(),
+				"SELECT count(*), max(bucket) FROM "+pgx.Identifier{b.schema, "lease_buckets"}.Sanitize()).Scan(&rows, &maxBucket))
+			require.Equal(t, 4, rows)
+			require.Equal(t, 3, maxBucket)
+		})
 	})
 
 	t.Run("FairShareTable", func(t *testing.T) {
@@ -182,10 +272,12 @@ func TestKeiroSuite(t *testing.T) {
 	})
 
 	t.Run("MissingTablesSuggestMigrate", func(t *testing.T) {
-		b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.NewSchema(t), sub: "orders"}
-		_, err := New(context.Background(), b.pool, b.config(KindRow, 4, "a"))
-		require.Error(t, err)
-		require.Contains(t, err.Error(), "run leasestore.Migrate")
-		require.False(t, errors.Is(err, ErrNotHeld))
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.NewSchema(t), sub: "orders"}
+			_, err := New(context.Background(), b.pool, b.config(kind, 4, "a"))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "run leasestore.Migrate")
+			require.False(t, errors.Is(err, ErrNotHeld))
+		})
 	})
 }

@@ -14,145 +14,157 @@ import (
 )
 
 // balancedPair returns two workers of kind holding 4 of 8 buckets each.
-func balancedPair(t *testing.T, b *testBundle, cfg func(Config) Config) (a, bw *Store) {
+func balancedPair(t *testing.T, b *testBundle, kind Kind, cfg func(Config) Config) (a, bw *Store) {
 	t.Helper()
-	a = b.open(t, cfg(b.config(KindSession, 8, "a")))
-	bw = b.open(t, cfg(b.config(KindSession, 8, "b")))
+	a = b.open(t, cfg(b.config(kind, 8, "a")))
+	bw = b.open(t, cfg(b.config(kind, 8, "b")))
 	round(t, []*Store{a, bw})
 	require.Len(t, a.Held(), 4)
 	require.Len(t, bw.Held(), 4)
 	return a, bw
 }
 
+// What the kinds do differently: each test runs under the kinds that have
+// (or lack) the feature it is about.
 func TestLeaseKinds(t *testing.T) {
 	t.Parallel()
 	same := func(c Config) Config { return c }
 
-	t.Run("SessionKindMovesAKilledWorkersBucketsOnTheNextPassWithoutATTLWait", func(t *testing.T) {
-		b := setup(t)
-		a, bw := balancedPair(t, b, same) // 30s TTL: any takeover within the test is by evidence
-		lostByA := buckets(a.Held())
-		var killed bool
-		require.NoError(t, b.pool.QueryRow(context.Background(),
-			"SELECT pg_terminate_backend($1, 5000)", a.session.backendPID()).Scan(&killed))
-		require.True(t, killed)
+	t.Run("SessionEvidenceMovesAKilledWorkersBucketsOnTheNextPassWithoutATTLWait", func(t *testing.T) {
+		forKindsWhere(t, withSessionEvidence, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a, bw := balancedPair(t, b, kind, same) // 30s TTL: any takeover within the test is by evidence
+			lostByA := buckets(a.Held())
+			var killed bool
+			require.NoError(t, b.pool.QueryRow(context.Background(),
+				"SELECT pg_terminate_backend($1, 5000)", a.session.backendPID()).Scan(&killed))
+			require.True(t, killed)
 
-		res := pass(t, bw)
-		require.Equal(t, 1, res.Live, "a member whose session is gone is not live")
-		require.Len(t, res.Owned, 8)
-		require.Equal(t, lostByA, buckets(res.Claimed))
-		for _, tk := range res.Takeovers {
-			require.Equal(t, "a", tk.From)
-			require.Equal(t, EvidenceSessionGone, tk.Evidence)
-			require.EqualValues(t, 2, tk.Epoch)
-		}
-		for _, bk := range lostByA {
-			require.ErrorIs(t, a.EnsureHeld(bk), ErrNotHeld, "A's EnsureHeld asks its dead session")
-		}
+			res := pass(t, bw)
+			require.Equal(t, 1, res.Live, "a member whose session is gone is not live")
+			require.Len(t, res.Owned, 8)
+			require.Equal(t, lostByA, buckets(res.Claimed))
+			for _, tk := range res.Takeovers {
+				require.Equal(t, "a", tk.From)
+				require.Equal(t, EvidenceSessionGone, tk.Evidence)
+				require.EqualValues(t, 2, tk.Epoch)
+			}
+			for _, bk := range lostByA {
+				require.ErrorIs(t, a.EnsureHeld(bk), ErrNotHeld, "A's EnsureHeld asks its dead session")
+			}
 
-		res = pass(t, a) // A opens a new session and rejoins
-		require.Equal(t, lostByA, res.Lost)
-		require.Empty(t, res.Owned)
-		require.Equal(t, 2, res.Live)
-		require.Len(t, res.Pending, 4, "and claims its share back, two-phase")
+			res = pass(t, a) // A opens a new session and rejoins
+			require.Equal(t, lostByA, res.Lost)
+			require.Empty(t, res.Owned)
+			require.Equal(t, 2, res.Live)
+			require.Len(t, res.Pending, 4, "and claims its share back, two-phase")
+		})
 	})
 
-	t.Run("SessionKindTreatsAClosedWorkerAsGoneAtOnce", func(t *testing.T) {
-		b := setup(t)
-		a, bw := balancedPair(t, b, same)
-		require.NoError(t, a.Close()) // the process ends without Leave: its socket closes
-		pgtest.Eventually(t, 5*time.Second, func() bool {
-			return len(pass(t, bw).Owned) == 8
-		}, "B never took the closed worker's buckets")
+	t.Run("SessionEvidenceTreatsAClosedWorkerAsGoneAtOnce", func(t *testing.T) {
+		forKindsWhere(t, withSessionEvidence, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a, bw := balancedPair(t, b, kind, same)
+			require.NoError(t, a.Close()) // the process ends without Leave: its socket closes
+			pgtest.Eventually(t, 5*time.Second, func() bool {
+				return len(pass(t, bw).Owned) == 8
+			}, "B never took the closed worker's buckets")
+		})
 	})
 
-	t.Run("RowKindNeedsTheTTLForTheSame", func(t *testing.T) {
-		b := setup(t)
-		ttl := func(c Config) Config { // long enough that the first pass below is surely within it
-			c.TTL, c.Heartbeat, c.Margin = 2*time.Second, 500*time.Millisecond, 600*time.Millisecond
-			return c
-		}
-		a := b.open(t, ttl(b.config(KindRow, 8, "a")))
-		bw := b.open(t, ttl(b.config(KindRow, 8, "b")))
-		round(t, []*Store{a, bw})
-		start := time.Now()
-		require.NoError(t, a.Close()) // crashed: no session to prove it
-		res := pass(t, bw)
-		require.Len(t, res.Owned, 4, "a live-looking owner keeps its buckets until its lease expires")
-		require.Equal(t, 2, res.Live)
-		pgtest.Eventually(t, 10*time.Second, func() bool {
+	t.Run("WithoutSessionEvidenceAClosedWorkersBucketsWaitForTheTTL", func(t *testing.T) {
+		forKindsWhere(t, withoutSessionEvidence, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			ttl := func(c Config) Config { // long enough that the first pass below is surely within it
+				c.TTL, c.Heartbeat, c.Margin = 2*time.Second, 500*time.Millisecond, 600*time.Millisecond
+				return c
+			}
+			a, bw := balancedPair(t, b, kind, ttl)
+			start := time.Now()
+			require.NoError(t, a.Close()) // crashed: no session to prove it
+			res := pass(t, bw)
+			require.Len(t, res.Owned, 4, "a live-looking owner keeps its buckets until its lease expires")
+			require.Equal(t, 2, res.Live)
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				res = pass(t, bw)
+				return len(res.Owned) == 8
+			}, "B never took the expired buckets")
+			require.Greater(t, time.Since(start), time.Second, "the move waited for expiry")
+			for _, tk := range res.Takeovers {
+				require.Equal(t, EvidenceExpired, tk.Evidence)
+			}
+		})
+	})
+
+	t.Run("AWorkerThatStopsRenewingExpiresEvenIfItsSessionStaysUp", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a, bw := balancedPair(t, b, kind, shortTTL)
+			_ = a // hung: its session (if it has one) stays up but it never renews
+			pgtest.Eventually(t, 10*time.Second, func() bool {
+				return len(pass(t, bw).Owned) == 8
+			}, "a hung worker's buckets never expired")
+			for _, l := range bw.Held() {
+				require.NoError(t, bw.EnsureHeld(l.Bucket))
+			}
+		})
+	})
+
+	t.Run("SessionEvidenceEnsureHeldAsksTheSessionEveryTime", func(t *testing.T) {
+		forKindsWhere(t, withSessionEvidence, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, b.config(kind, 2, "a"))
+			pass(t, a)
+			require.NoError(t, a.EnsureHeld(0))
+			a.session.close() // as if the connection dropped
+			require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld)
+			require.NoError(t, a.session.open(context.Background()))
+			err := a.EnsureHeld(0)
+			require.ErrorIs(t, err, ErrNotHeld, "a new session does not vouch for leases before a pass confirms them")
+			require.Contains(t, err.Error(), "new session")
+			res := pass(t, a) // nobody took anything meanwhile
+			require.Empty(t, res.Lost)
+			require.NoError(t, a.EnsureHeld(0))
+		})
+	})
+
+	t.Run("ASessionlessKindWorksThroughATransactionPooler", func(t *testing.T) {
+		forKindsWhere(t, sessionless, func(t *testing.T, kind Kind) {
+			// As behind PgBouncer in transaction mode: the simple protocol (no
+			// prepared statements), and a different server session for every
+			// transaction (each connection is dropped after one use).
+			cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+			require.NoError(t, err)
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+			cfg.AfterRelease = func(*pgx.Conn) bool { return false }
+			pooled, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			require.NoError(t, err)
+			defer pooled.Close()
+			b := setup(t)
+			b.pool = pooled
+			table := checkpointTable(t, &testBundle{pool: pgtest.Pool(t), schema: b.schema}, 4)
+			open := func(w string) *Store {
+				c := b.config(kind, 4, w)
+				c.NoListen = true // LISTEN needs a session
+				return b.open(t, c)
+			}
+			a := open("a")
+			require.Len(t, pass(t, a).Owned, 4)
+			bw := open("b")
+			require.Len(t, pass(t, bw).Requested, 2)
+			res := pass(t, a)
+			for _, bk := range res.HandOff {
+				require.NoError(t, a.HandOver(context.Background(), bk))
+			}
 			res = pass(t, bw)
-			return len(res.Owned) == 8
-		}, "B never took the expired buckets")
-		require.Greater(t, time.Since(start), time.Second, "the move waited for expiry")
-		for _, tk := range res.Takeovers {
-			require.Equal(t, EvidenceExpired, tk.Evidence)
-		}
-	})
-
-	t.Run("SessionKindStillExpiresAWorkerThatStopsRenewing", func(t *testing.T) {
-		b := setup(t)
-		a, bw := balancedPair(t, b, shortTTL)
-		_ = a // hung: its session stays up but it never renews
-		pgtest.Eventually(t, 10*time.Second, func() bool {
-			return len(pass(t, bw).Owned) == 8
-		}, "a hung session-kind worker's buckets never expired")
-		for _, l := range bw.Held() {
-			require.NoError(t, bw.EnsureHeld(l.Bucket))
-		}
-	})
-
-	t.Run("SessionKindEnsureHeldAsksTheSessionEveryTime", func(t *testing.T) {
-		b := setup(t)
-		a := b.open(t, b.config(KindSession, 2, "a"))
-		pass(t, a)
-		require.NoError(t, a.EnsureHeld(0))
-		a.session.close() // as if the connection dropped
-		require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld)
-		require.NoError(t, a.session.open(context.Background()))
-		err := a.EnsureHeld(0)
-		require.ErrorIs(t, err, ErrNotHeld, "a new session does not vouch for leases before a pass confirms them")
-		require.Contains(t, err.Error(), "new session")
-		res := pass(t, a) // nobody took anything meanwhile
-		require.Empty(t, res.Lost)
-		require.NoError(t, a.EnsureHeld(0))
-	})
-
-	t.Run("RowKindKeepsNoSessionStateSoItWorksThroughATransactionPooler", func(t *testing.T) {
-		// As behind PgBouncer in transaction mode: the simple protocol (no
-		// prepared statements), and a different server session for every
-		// transaction (each connection is dropped after one use).
-		cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-		require.NoError(t, err)
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-		cfg.AfterRelease = func(*pgx.Conn) bool { return false }
-		pooled, err := pgxpool.NewWithConfig(context.Background(), cfg)
-		require.NoError(t, err)
-		defer pooled.Close()
-		b := setup(t)
-		b.pool = pooled
-		table := checkpointTable(t, &testBundle{pool: pgtest.Pool(t), schema: b.schema}, 4)
-		open := func(w string) *Store {
-			c := b.config(KindRow, 4, w)
-			c.NoListen = true // LISTEN needs a session
-			return b.open(t, c)
-		}
-		a := open("a")
-		require.Len(t, pass(t, a).Owned, 4)
-		bw := open("b")
-		require.Len(t, pass(t, bw).Requested, 2)
-		res := pass(t, a)
-		for _, bk := range res.HandOff {
-			require.NoError(t, a.HandOver(context.Background(), bk))
-		}
-		res = pass(t, bw)
-		require.Len(t, res.Claimed, 2)
-		l := res.Claimed[0]
-		require.NoError(t, fencedWrite(context.Background(), pooled, table, bw.Fence(l.Bucket, l.Epoch), l.Bucket, 1, "b", l.Epoch))
-		require.ErrorIs(t, fencedWrite(context.Background(), pooled, table, a.Fence(l.Bucket, 1), l.Bucket, 2, "a", 1),
-			eventsource.ErrFenceLost)
-		require.NoError(t, a.EnsureHeld(buckets(a.Held())[0]))
-		require.NoError(t, a.Leave(context.Background()))
-		require.Len(t, pass(t, bw).Owned, 4)
+			require.Len(t, res.Claimed, 2)
+			l := res.Claimed[0]
+			require.NoError(t, fencedWrite(context.Background(), pooled, table, bw.Fence(l.Bucket, l.Epoch), l.Bucket, 1, "b", l.Epoch))
+			require.ErrorIs(t, fencedWrite(context.Background(), pooled, table, a.Fence(l.Bucket, 1), l.Bucket, 2, "a", 1),
+				eventsource.ErrFenceLost)
+			require.NoError(t, a.EnsureHeld(buckets(a.Held())[0]))
+			require.NoError(t, a.Leave(context.Background()))
+			require.Len(t, pass(t, bw).Owned, 4)
+		})
 	})
 }

@@ -86,10 +86,10 @@ func TestMarginArithmetic(t *testing.T) {
 // The same rule, end to end through a Store, with a manual clock.
 func TestEnsureHeldMargin(t *testing.T) {
 	t.Parallel()
-	setupClocked := func(t *testing.T) (*Store, *ManualClock) {
+	setupClocked := func(t *testing.T, kind Kind) (*Store, *ManualClock) {
 		b := setup(t)
 		clock := NewManualClock()
-		c := b.config(KindRow, 2, "a")
+		c := b.config(kind, 2, "a")
 		c.TTL, c.Heartbeat, c.Margin, c.Clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
 		s := b.open(t, c)
 		pass(t, s)
@@ -103,67 +103,77 @@ func TestEnsureHeldMargin(t *testing.T) {
 	}
 
 	t.Run("FailsTTLMinusMarginAfterTheLastRenewalStarted", func(t *testing.T) {
-		s, clock := setupClocked(t)
-		clock.Advance(20*time.Second - time.Nanosecond)
-		require.NoError(t, s.EnsureHeld(0))
-		clock.Advance(time.Nanosecond)
-		err := s.EnsureHeld(0)
-		require.ErrorIs(t, err, ErrNotHeld)
-		require.Contains(t, err.Error(), "TTL-Margin")
-		pass(t, s)
-		require.NoError(t, s.EnsureHeld(0), "a renewal that lands makes it usable again")
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			s, clock := setupClocked(t, kind)
+			clock.Advance(20*time.Second - time.Nanosecond)
+			require.NoError(t, s.EnsureHeld(0))
+			clock.Advance(time.Nanosecond)
+			err := s.EnsureHeld(0)
+			require.ErrorIs(t, err, ErrNotHeld)
+			require.Contains(t, err.Error(), "TTL-Margin")
+			pass(t, s)
+			require.NoError(t, s.EnsureHeld(0), "a renewal that lands makes it usable again")
+		})
 	})
 
 	t.Run("AgeRunsFromTheStartOfTheRenewal", func(t *testing.T) {
-		s, clock := setupClocked(t)
-		clock.Advance(6 * time.Second)
-		pass(t, s)                     // started at 6s...
-		clock.Advance(5 * time.Second) // ...and (say) took 5s to land
-		clock.Advance(15*time.Second - time.Nanosecond)
-		require.NoError(t, s.EnsureHeld(1))
-		clock.Advance(time.Nanosecond)
-		require.ErrorIs(t, s.EnsureHeld(1), ErrNotHeld, "20s after the START, not after it landed")
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			s, clock := setupClocked(t, kind)
+			clock.Advance(6 * time.Second)
+			pass(t, s)                     // started at 6s...
+			clock.Advance(5 * time.Second) // ...and (say) took 5s to land
+			clock.Advance(15*time.Second - time.Nanosecond)
+			require.NoError(t, s.EnsureHeld(1))
+			clock.Advance(time.Nanosecond)
+			require.ErrorIs(t, s.EnsureHeld(1), ErrNotHeld, "20s after the START, not after it landed")
+		})
 	})
 
 	t.Run("OneFailedRenewalIsRiddenOut", func(t *testing.T) {
-		s, clock := setupClocked(t)
-		clock.Advance(6 * time.Second)
-		failed(t, s)
-		clock.Advance(6 * time.Second)
-		require.NoError(t, s.EnsureHeld(0))
-		clock.Advance(5 * time.Second) // the next renewal is slow
-		require.NoError(t, s.EnsureHeld(0))
-		pass(t, s)
-		require.NoError(t, s.EnsureHeld(0))
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			s, clock := setupClocked(t, kind)
+			clock.Advance(6 * time.Second)
+			failed(t, s)
+			clock.Advance(6 * time.Second)
+			require.NoError(t, s.EnsureHeld(0))
+			clock.Advance(5 * time.Second) // the next renewal is slow
+			require.NoError(t, s.EnsureHeld(0))
+			pass(t, s)
+			require.NoError(t, s.EnsureHeld(0))
+		})
 	})
 
 	t.Run("AHostSuspendedPastTheMarginFailsOnResume", func(t *testing.T) {
-		// The monotonic clock stands still while the host sleeps: by it
-		// alone the last renewal is 1s old after a 40s sleep.
-		s, clock := setupClocked(t)
-		clock.Advance(time.Second)
-		clock.Suspend(40 * time.Second)
-		err := s.EnsureHeld(0)
-		require.ErrorIs(t, err, ErrNotHeld, "the lease has expired (and may be taken) while the host slept")
-		require.Contains(t, err.Error(), "TTL-Margin")
-		pass(t, s)
-		require.NoError(t, s.EnsureHeld(0), "a renewal after the resume makes it usable again")
-		clock.Suspend(20*time.Second - time.Nanosecond)
-		require.NoError(t, s.EnsureHeld(0), "a short sleep counts like any pause")
-		clock.Suspend(time.Nanosecond)
-		require.ErrorIs(t, s.EnsureHeld(0), ErrNotHeld)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			// The monotonic clock stands still while the host sleeps: by it
+			// alone the last renewal is 1s old after a 40s sleep.
+			s, clock := setupClocked(t, kind)
+			clock.Advance(time.Second)
+			clock.Suspend(40 * time.Second)
+			err := s.EnsureHeld(0)
+			require.ErrorIs(t, err, ErrNotHeld, "the lease has expired (and may be taken) while the host slept")
+			require.Contains(t, err.Error(), "TTL-Margin")
+			pass(t, s)
+			require.NoError(t, s.EnsureHeld(0), "a renewal after the resume makes it usable again")
+			clock.Suspend(20*time.Second - time.Nanosecond)
+			require.NoError(t, s.EnsureHeld(0), "a short sleep counts like any pause")
+			clock.Suspend(time.Nanosecond)
+			require.ErrorIs(t, s.EnsureHeld(0), ErrNotHeld)
+		})
 	})
 
 	t.Run("ManyFailedRenewalsStopTheWorkerAMarginBeforeExpiry", func(t *testing.T) {
-		s, clock := setupClocked(t)
-		for range 3 {
-			clock.Advance(6 * time.Second)
-			failed(t, s)
-			require.NoError(t, s.EnsureHeld(0))
-		}
-		clock.Advance(2 * time.Second) // 20s since the last renewal that landed
-		require.ErrorIs(t, s.EnsureHeld(0), ErrNotHeld)
-		require.Len(t, s.Held(), 2, "it still believes it owns them; it just may not act")
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			s, clock := setupClocked(t, kind)
+			for range 3 {
+				clock.Advance(6 * time.Second)
+				failed(t, s)
+				require.NoError(t, s.EnsureHeld(0))
+			}
+			clock.Advance(2 * time.Second) // 20s since the last renewal that landed
+			require.ErrorIs(t, s.EnsureHeld(0), ErrNotHeld)
+			require.Len(t, s.Held(), 2, "it still believes it owns them; it just may not act")
+		})
 	})
 }
 
@@ -197,19 +207,22 @@ func (c *pausingClock) Now() time.Time {
 
 func TestEnsureHeldJudgesTheMomentItAnswers(t *testing.T) {
 	t.Parallel()
-	// A session-kind EnsureHeld asks the session whether it still holds its
-	// lock: a round trip, during which the process can pause for longer
-	// than the margin. Its answer must hold when it is given, not only when
-	// the question was asked.
-	b := setup(t)
-	clock := &pausingClock{ManualClock: NewManualClock()}
-	c := b.config(KindSession, 1, "a")
-	c.TTL, c.Heartbeat, c.Margin, c.Clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
-	s := b.open(t, c)
-	pass(t, s)
-	require.NoError(t, s.EnsureHeld(0))
-	clock.Advance(15 * time.Second) // 5s of the 20s usable are left...
-	clock.pause.Store(int64(6 * time.Second))
-	err := s.EnsureHeld(0) // ...and a 6s pause follows its first reading
-	require.ErrorIs(t, err, ErrNotHeld, "usable when asked, but not when answered")
+	// With session evidence, EnsureHeld asks the session whether it still
+	// holds its lock: a round trip, during which the process can pause for
+	// longer than the margin. Its answer must hold when it is given, not
+	// only when the question was asked. (Without it, EnsureHeld reads the
+	// clock once and answers at once: there is no round trip to pause in.)
+	forKindsWhere(t, withSessionEvidence, func(t *testing.T, kind Kind) {
+		b := setup(t)
+		clock := &pausingClock{ManualClock: NewManualClock()}
+		c := b.config(kind, 1, "a")
+		c.TTL, c.Heartbeat, c.Margin, c.Clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
+		s := b.open(t, c)
+		pass(t, s)
+		require.NoError(t, s.EnsureHeld(0))
+		clock.Advance(15 * time.Second) // 5s of the 20s usable are left...
+		clock.pause.Store(int64(6 * time.Second))
+		err := s.EnsureHeld(0) // ...and a 6s pause follows its first reading
+		require.ErrorIs(t, err, ErrNotHeld, "usable when asked, but not when answered")
+	})
 }

@@ -141,33 +141,37 @@ func testNotifications(t *testing.T, newListen func(t *testing.T) func(Config) C
 	})
 
 	t.Run("AWorkerIsNotWokenByItsOwnChanges", func(t *testing.T) {
-		b := setup(t)
-		a := b.open(t, newListen(t)(b.config(KindRow, 4, "a")))
-		woken(t, a, "the listener connected")
-		pass(t, a) // claims: notifies
-		require.NoError(t, a.Release(context.Background(), []int{0}))
-		pgtest.Eventually(t, 10*time.Second, func() bool { return a.received.Load() >= 2 },
-			"A's own notifications never arrived")
-		select {
-		case <-a.Changes():
-			t.Fatal("woken by its own notifications")
-		default:
-		}
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			a := b.open(t, newListen(t)(b.config(kind, 4, "a")))
+			woken(t, a, "the listener connected")
+			pass(t, a) // claims: notifies
+			require.NoError(t, a.Release(context.Background(), []int{0}))
+			pgtest.Eventually(t, 10*time.Second, func() bool { return a.received.Load() >= 2 },
+				"A's own notifications never arrived")
+			select {
+			case <-a.Changes():
+				t.Fatal("woken by its own notifications")
+			default:
+			}
+		})
 	})
 
 	t.Run("NoListenNeverWakes", func(t *testing.T) {
-		b := setup(t)
-		listen := newListen(t)
-		c := listen(b.config(KindRow, 4, "a"))
-		c.NoListen = true
-		a := b.open(t, c)
-		woken(t, b.open(t, listen(b.config(KindRow, 4, "b"))), "the other worker listens")
-		pass(t, a)
-		select {
-		case <-a.Changes():
-			t.Fatal("a store without a listener was woken")
-		default:
-		}
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			listen := newListen(t)
+			c := listen(b.config(kind, 4, "a"))
+			c.NoListen = true
+			a := b.open(t, c)
+			woken(t, b.open(t, listen(b.config(kind, 4, "b"))), "the other worker listens")
+			pass(t, a)
+			select {
+			case <-a.Changes():
+				t.Fatal("a store without a listener was woken")
+			default:
+			}
+		})
 	})
 }
 
@@ -196,14 +200,18 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("AnEmptyWorkerIdMintsAUUID", func(t *testing.T) {
-		b := setup(t)
-		s := b.open(t, b.config(KindRow, 1, ""))
-		require.Len(t, s.Worker(), 36)
-		require.Equal(t, s.Worker(), s.Config().Worker)
-		require.Equal(t, TTLDefault/3, s.Config().Margin)
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			s := b.open(t, b.config(kind, 1, ""))
+			require.Len(t, s.Worker(), 36)
+			require.Equal(t, s.Worker(), s.Config().Worker)
+			require.Equal(t, TTLDefault/3, s.Config().Margin)
+		})
 	})
 
 	t.Run("SnapshotShowsBucketsClaimsAndMembers", func(t *testing.T) {
+		// Kind-specific by design: one worker of each kind side by side,
+		// to show how a snapshot tells them apart.
 		b := setup(t)
 		a := b.open(t, b.config(KindRow, 2, "a"))
 		pass(t, a)

@@ -79,37 +79,39 @@ func TestFenceOut(t *testing.T) {
 	})
 
 	t.Run("ALiveOwnerRefusesUnlessForcedAndForcedIsFencedOutToo", func(t *testing.T) {
-		ctx := context.Background()
-		b := setup(t)
-		table := checkpointTable(t, b, 2)
-		a := b.open(t, b.config(KindRow, 2, "a"))
-		l := pass(t, a).Claimed[0]
-		require.NoError(t, fencedWrite(ctx, b.pool, table, a.Fence(0, l.Epoch), 0, 20, "a", l.Epoch))
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			ctx := context.Background()
+			b := setup(t)
+			table := checkpointTable(t, b, 2)
+			a := b.open(t, b.config(kind, 2, "a"))
+			l := pass(t, a).Claimed[0]
+			require.NoError(t, fencedWrite(ctx, b.pool, table, a.Fence(0, l.Epoch), 0, 20, "a", l.Epoch))
 
-		_, err := operatorReset(ctx, b, table, 0, 5, false)
-		var held *HeldError
-		require.ErrorAs(t, err, &held)
-		require.Equal(t, "a", held.Owner)
-		require.Equal(t, l.Epoch, held.Epoch)
-		require.Positive(t, held.ExpiresIn)
-		pos, _ := readCheckpoint(t, b, table, 0)
-		require.EqualValues(t, 20, pos, "refused: nothing written")
-		snap, err := a.Snapshot(ctx)
-		require.NoError(t, err)
-		require.Equal(t, l.Epoch, snap.Buckets[0].Epoch, "refused: the epoch is unchanged")
+			_, err := operatorReset(ctx, b, table, 0, 5, false)
+			var held *HeldError
+			require.ErrorAs(t, err, &held)
+			require.Equal(t, "a", held.Owner)
+			require.Equal(t, l.Epoch, held.Epoch)
+			require.Positive(t, held.ExpiresIn)
+			pos, _ := readCheckpoint(t, b, table, 0)
+			require.EqualValues(t, 20, pos, "refused: nothing written")
+			snap, err := a.Snapshot(ctx)
+			require.NoError(t, err)
+			require.Equal(t, l.Epoch, snap.Buckets[0].Epoch, "refused: the epoch is unchanged")
 
-		out, err := operatorReset(ctx, b, table, 0, 5, true)
-		require.NoError(t, err)
-		require.True(t, out.Live)
-		require.Equal(t, l.Epoch+1, out.Epoch)
-		require.ErrorIs(t, fencedWrite(ctx, b.pool, table, a.Fence(0, l.Epoch), 0, 30, "a", l.Epoch),
-			eventsource.ErrFenceLost)
-		pos, _ = readCheckpoint(t, b, table, 0)
-		require.EqualValues(t, 5, pos)
-		res := pass(t, a)
-		require.Equal(t, []int{0}, res.Lost)
-		require.Equal(t, []int{0}, buckets(res.Claimed), "the owner keeps the bucket, at the new epoch")
-		require.Len(t, res.Owned, 2)
+			out, err := operatorReset(ctx, b, table, 0, 5, true)
+			require.NoError(t, err)
+			require.True(t, out.Live)
+			require.Equal(t, l.Epoch+1, out.Epoch)
+			require.ErrorIs(t, fencedWrite(ctx, b.pool, table, a.Fence(0, l.Epoch), 0, 30, "a", l.Epoch),
+				eventsource.ErrFenceLost)
+			pos, _ = readCheckpoint(t, b, table, 0)
+			require.EqualValues(t, 5, pos)
+			res := pass(t, a)
+			require.Equal(t, []int{0}, res.Lost)
+			require.Equal(t, []int{0}, buckets(res.Claimed), "the owner keeps the bucket, at the new epoch")
+			require.Len(t, res.Owned, 2)
+		})
 	})
 
 	t.Run("NoLeaseRowIsNotAnError", func(t *testing.T) {

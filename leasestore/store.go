@@ -169,7 +169,7 @@ func (s *Store) Config() Config { return s.cfg }
 
 // EnsureShards creates the subscription's N lease rows if they do not exist.
 // It is idempotent and safe to call from many workers at once. When the rows
-// exist for a different N it returns *[ShardCountMismatch] and writes
+// exist for a different N it returns *[ShardCountMismatchError] and writes
 // nothing. [Store.Pass] calls it once if it has not been called.
 func (s *Store) EnsureShards(ctx context.Context) error {
 	if s.closed.Load() {
@@ -201,14 +201,14 @@ func (s *Store) ensureShards(ctx context.Context) error {
 		}
 		for _, n := range counts {
 			if int(n) != s.cfg.Buckets {
-				return &ShardCountMismatch{Subscription: s.cfg.Subscription, Configured: s.cfg.Buckets, Found: int(n)}
+				return &ShardCountMismatchError{Subscription: s.cfg.Subscription, Configured: s.cfg.Buckets, Found: int(n)}
 			}
 		}
 		_, err = tx.Exec(ctx, s.st.get("ensure_rows"), s.cfg.Subscription, s.cfg.Buckets)
 		return err
 	})
 	if err != nil {
-		var mismatch *ShardCountMismatch
+		var mismatch *ShardCountMismatchError
 		if errors.As(err, &mismatch) {
 			return mismatch
 		}

@@ -49,6 +49,15 @@ func (c Class) String() string {
 // ConfigMarker is implemented by errors that report invalid configuration
 // and return true. Any package can mark its errors without importing this
 // one; [*ConfigError] is a ready-made one.
+//
+// It is the one mark of kumi's configuration errors. Each package keeps
+// its own type, whose message names the package and the field, and every
+// one carries the marker: this package's *ConfigError,
+// eventsource.ConfigError, leasestore.ConfigError,
+// leasestore.ShardCountMismatchError, leasestore.SessionMismatchError,
+// actors.OptionError, console.OptionError, and the internal packages'
+// migrate.SchemaError, migrate.NewerSchemaError, overflow.ConfigError and
+// worker.URLError. A test classifies one of each.
 type ConfigMarker interface {
 	ConfigError() bool
 }

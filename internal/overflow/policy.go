@@ -166,12 +166,25 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// ConfigError reports a field of [Config] that [New] refuses.
+type ConfigError struct {
+	Field  string // the Config field, e.g. "Capacity"
+	Reason string // what is wrong and what is accepted
+}
+
+// Error returns "overflow: Config.<Field> <Reason>".
+func (e *ConfigError) Error() string { return "overflow: Config." + e.Field + " " + e.Reason }
+
+// ConfigError reports true: the error is a supervision.ConfigMarker, so
+// supervision classifies it as invalid configuration.
+func (e *ConfigError) ConfigError() bool { return true }
+
 func (c Config) validate() error {
 	if c.Capacity < 1 {
-		return fmt.Errorf("overflow: Config.Capacity is %d: it must be at least 1 (0 means %d)", c.Capacity, CapacityDefault)
+		return &ConfigError{"Capacity", fmt.Sprintf("is %d: it must be at least 1 (0 means %d)", c.Capacity, CapacityDefault)}
 	}
 	if !c.Policy.valid() {
-		return fmt.Errorf("overflow: Config.Policy is %v: use PauseAndResume, DropSubscription or DropOldest", c.Policy)
+		return &ConfigError{"Policy", fmt.Sprintf("is %v: use PauseAndResume, DropSubscription or DropOldest", c.Policy)}
 	}
 	return nil
 }

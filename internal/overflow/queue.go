@@ -55,8 +55,8 @@ type Stats struct {
 	Pauses, Resumes, Overflows uint64
 }
 
-// New returns an empty, active Queue. It fails, naming the field, when cfg
-// is invalid.
+// New returns an empty, active Queue. It fails with a *[ConfigError]
+// naming the field when cfg is invalid.
 func New(cfg Config) (*Queue, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

@@ -280,6 +280,10 @@ type URLError struct{ msg string }
 // Error says what is wrong and what a connection string looks like.
 func (e *URLError) Error() string { return e.msg }
 
+// ConfigError reports true: the error is a supervision.ConfigMarker, so
+// supervision classifies it as invalid configuration.
+func (e *URLError) ConfigError() bool { return true }
+
 // ParseURL parses a connection string as pgxpool does; its error is a
 // *URLError.
 func ParseURL(url string) (*pgxpool.Config, error) {

@@ -1,0 +1,64 @@
+package supervision_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/kumi-run/kumi/actors"
+	"github.com/kumi-run/kumi/console"
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/migrate"
+	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/supervision"
+)
+
+// errOf drops a constructor's value and keeps its error.
+func errOf[T any](_ T, err error) error { return err }
+
+// TestEveryConfigErrorClassifiesAsConfig holds one error of every kumi
+// configuration error type, as its package returns it where it can be
+// provoked without a database: each carries the [supervision.ConfigMarker],
+// so Classify sees Config, bare and wrapped, and the default decider
+// escalates it instead of restarting into the same failure. A new
+// configuration error type belongs in this table.
+func TestEveryConfigErrorClassifiesAsConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		typ string // the concrete type, as %T prints it
+		err error
+	}{
+		{"*supervision.ConfigError", supervision.Backoff{Initial: -1}.Validate()},
+		{"*eventsource.ConfigError", errOf(eventsource.New(nil, eventsource.Config{}))},
+		{"*leasestore.ConfigError", leasestore.Config{Subscription: "orders", Buckets: 4}.Validate()},
+		{"*leasestore.ShardCountMismatchError", &leasestore.ShardCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}},
+		{"*leasestore.SessionMismatchError", &leasestore.SessionMismatchError{Mismatch: leasestore.MismatchDatabase, Session: "a", Pool: "b"}},
+		{"*actors.OptionError", actors.GroupOptions{}.WithDefaults().Validate()},
+		{"*console.OptionError", errOf(console.New(console.Options{}))},
+		{"*migrate.SchemaError", migrate.CheckSchema("")},
+		{"*migrate.NewerSchemaError", &migrate.NewerSchemaError{Component: "leasestore", Schema: "kumi", Version: 9, Known: 3}},
+		{"*overflow.ConfigError", errOf(overflow.New(overflow.Config{Capacity: -1}))},
+		{"*worker.URLError", errOf(worker.ParseURL(""))},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			t.Parallel()
+			if got := fmt.Sprintf("%T", tc.err); got != tc.typ {
+				t.Fatalf("the error is a %s (%v), want a %s", got, tc.err, tc.typ)
+			}
+			var marker supervision.ConfigMarker
+			if !errors.As(tc.err, &marker) || !marker.ConfigError() {
+				t.Errorf("%s does not report ConfigError() true", tc.typ)
+			}
+			for _, err := range []error{tc.err, fmt.Errorf("start group: %w", tc.err)} {
+				if got := supervision.Classify(err); got != supervision.Config {
+					t.Errorf("Classify(%v) = %v, want %v", err, got, supervision.Config)
+				}
+			}
+			if c, d := supervision.DefaultDecider(tc.err); c != supervision.Config || d != supervision.DirectiveFor(supervision.Config) {
+				t.Errorf("DefaultDecider(%v) = %v, %v", tc.err, c, d)
+			}
+		})
+	}
+}
