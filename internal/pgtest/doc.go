@@ -9,6 +9,17 @@
 // waits until it accepts connections. As root, the server runs as the
 // "postgres" user. It follows its parent when the parent dies.
 //
+// # Replicas
+//
+// [Server.StartReplica] (or [NewReplica] in a test) copies a running server
+// with pg_basebackup and starts the copy as a hot standby streaming from
+// it through a replication slot of its own, so the primary keeps the WAL a
+// paused or stopped standby still needs. [Replica.PauseReplay] and
+// [Replica.ResumeReplay] hold its snapshot back on demand,
+// [Replica.WaitReplayed] waits until it has replayed everything committed
+// so far, [Replica.Lag] reads how far behind it is, and Restart and
+// [Replica.Promote] do what they say.
+//
 // # In tests
 //
 // Call [Main] from a package's TestMain: it starts one server per test binary

@@ -87,6 +87,26 @@ func TestServer() *Server {
 	return server
 }
 
+// NewReplica starts a hot standby of the throwaway server (see
+// [Server.StartReplica]) and stops it when the test ends. It fails the test
+// when the tests run against DATABASE_URL: a replica needs the server's
+// files and binaries on this machine.
+func NewReplica(t testing.TB) *Replica {
+	t.Helper()
+	s := TestServer()
+	if s == nil {
+		t.Fatal("pgtest: a replica needs the throwaway server; unset DATABASE_URL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := s.StartReplica(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: start a replica: %v", err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
 // Pool returns a pool shared by the package's tests. Do not close it.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
