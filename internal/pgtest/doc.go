@@ -20,6 +20,15 @@
 // so far, [Replica.Lag] reads how far behind it is, and Restart and
 // [Replica.Promote] do what they say.
 //
+// # PgBouncer
+//
+// [Server.StartBouncer] (or [NewBouncer] in a test) starts the installed
+// pgbouncer (Debian's package: 1.18) in front of a server, in session or
+// transaction mode, on a free loopback port, with its ini and auth file in a
+// temp dir. In transaction mode its URL sets
+// default_query_exec_mode=[BouncerExecMode], the setting kumi documents for
+// PgBouncer before 1.21.
+//
 // # In tests
 //
 // Call [Main] from a package's TestMain: it starts one server per test binary

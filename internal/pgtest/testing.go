@@ -107,6 +107,25 @@ func NewReplica(t testing.TB) *Replica {
 	return r
 }
 
+// NewBouncer starts a PgBouncer in pool mode mode in front of the throwaway
+// server (see [Server.StartBouncer]) and stops it when the test ends. It
+// fails the test when the tests run against DATABASE_URL.
+func NewBouncer(t testing.TB, mode PoolMode) *Bouncer {
+	t.Helper()
+	s := TestServer()
+	if s == nil {
+		t.Fatal("pgtest: a bouncer needs the throwaway server; unset DATABASE_URL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := s.StartBouncer(ctx, mode)
+	if err != nil {
+		t.Fatalf("pgtest: start pgbouncer: %v", err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
 // Pool returns a pool shared by the package's tests. Do not close it.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
