@@ -1,0 +1,81 @@
+package leasestore
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// bouncerPool is a pool of its own through bouncer b, closed when the test
+// ends.
+func bouncerPool(t *testing.T, b *pgtest.Bouncer) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), b.URL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// TestSessionKindBehindARealPgBouncer: the session kind is judged by what
+// its connection does, not by what its URL looks like. Through PgBouncer in
+// transaction mode, on a port that is not 6432, the session's server
+// connection goes back to the pool between statements (another client's
+// transaction runs on the backend that holds the lock), and New refuses it
+// with a *SessionPoolerError; through session pooling it works, including
+// the evidence it exists for: a closed session frees its buckets at once.
+func TestSessionKindBehindARealPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("TheSessionThroughATransactionPoolerIsRefused", func(t *testing.T) {
+		b := setup(t)
+		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		require.NotEqual(t, 6432, bouncer.Port())
+		cfg := b.config(KindSession, 4, "a")
+		cfg.SessionURL = bouncer.URL
+		_, err := New(ctx, b.pool, cfg)
+		var pe *SessionPoolerError
+		require.ErrorAs(t, err, &pe, "got %v", err)
+		require.NotContains(t, err.Error(), bouncer.URL)
+
+		// Nothing joined: a rival sees no member but itself.
+		rival := b.open(t, b.config(KindSession, 4, "b"))
+		res := pass(t, rival)
+		require.Equal(t, 1, res.Live)
+		require.Len(t, res.Owned, 4)
+	})
+
+	t.Run("APoolAndSessionBothThroughATransactionPoolerAreRefused", func(t *testing.T) {
+		b := setup(t)
+		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		_, err := New(ctx, bouncerPool(t, bouncer), b.config(KindSession, 4, "a"))
+		var pe *SessionPoolerError
+		require.ErrorAs(t, err, &pe, "got %v", err)
+	})
+
+	t.Run("TheSessionThroughSessionPoolingWorks", func(t *testing.T) {
+		b := setup(t)
+		bouncer := pgtest.NewBouncer(t, pgtest.PoolSession)
+		cfg := b.config(KindSession, 4, "a")
+		cfg.SessionURL = bouncer.URL
+		a, err := New(ctx, b.pool, cfg)
+		require.NoError(t, err)
+		require.Len(t, pass(t, a).Owned, 4)
+		require.NoError(t, a.EnsureHeld(0))
+
+		rival := b.open(t, b.config(KindSession, 4, "b"))
+		res := pass(t, rival)
+		require.Equal(t, 2, res.Live, "the rival sees a's session lock through the bouncer")
+		require.Empty(t, res.Owned, "and leaves its buckets alone (TTL 30s: none expired)")
+
+		// The bouncer resets the server connection when a's client goes:
+		// the lock goes with it, and the rival moves in without a TTL.
+		require.NoError(t, a.Close())
+		pgtest.Eventually(t, 30e9, func() bool { return len(pass(t, rival).Owned) == 4 },
+			"the rival takes a's buckets once a's session is gone")
+	})
+}
