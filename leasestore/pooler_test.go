@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -77,5 +78,29 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		require.NoError(t, a.Close())
 		pgtest.Eventually(t, 30e9, func() bool { return len(pass(t, rival).Owned) == 4 },
 			"the rival takes a's buckets once a's session is gone")
+	})
+
+	t.Run("ASessionWhoseStatementsMoveToAnotherBackendIsRefusedOnThePass", func(t *testing.T) {
+		// A transaction pooler that passed the opening probe (round-robin
+		// selection, a busy pool) shows itself when one of the session's
+		// statements runs on another backend than the lock's. Played here
+		// by swapping the session's connection for one through a
+		// transaction pooler: its statements run elsewhere.
+		b := setup(t)
+		a := b.open(t, b.config(KindSession, 4, "a"))
+		require.Len(t, pass(t, a).Owned, 4)
+		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		moved, err := pgx.Connect(ctx, bouncer.URL)
+		require.NoError(t, err)
+		a.session.mu.Lock()
+		original := a.session.conn
+		a.session.conn = moved
+		a.session.mu.Unlock()
+		t.Cleanup(func() { _ = original.Close(context.Background()) })
+
+		_, err = a.Pass(ctx)
+		var pe *SessionPoolerError
+		require.ErrorAs(t, err, &pe, "got %v", err)
+		require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld)
 	})
 }

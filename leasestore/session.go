@@ -217,8 +217,13 @@ func (ss *session) checkLocked(ctx context.Context) error {
 		return errors.New("the session connection is closed")
 	}
 	var held bool
-	if err := ss.conn.QueryRow(ctx, ss.stmt.get("session_check"), ss.key).Scan(&held); err != nil {
+	var pid int32
+	if err := ss.conn.QueryRow(ctx, ss.stmt.get("session_check"), ss.key).Scan(&held, &pid); err != nil {
 		return fmt.Errorf("the session did not answer: %w", err)
+	}
+	if pid != ss.pid {
+		return &SessionPoolerError{Evidence: fmt.Sprintf(
+			"the session's statements ran on two server connections, backend pids %d and %d", ss.pid, pid)}
 	}
 	if !held {
 		return errors.New("the session no longer holds its lock")
@@ -235,6 +240,13 @@ func (ss *session) ensure(ctx context.Context) (int32, uint64, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if err := ss.checkLocked(ctx); err != nil {
+		var pe *SessionPoolerError
+		if errors.As(err, &pe) {
+			// Reopening through the same pooler would only find the lock
+			// held by the backend that took it.
+			ss.closeLocked()
+			return 0, 0, fmt.Errorf("leasestore: %w", err)
+		}
 		if ctx.Err() != nil {
 			return 0, 0, err
 		}
