@@ -240,6 +240,26 @@ func (r *Replica) ResumeReplay(ctx context.Context) error {
 	return nil
 }
 
+// Detach restarts the standby without its connection to the primary, as a
+// standby cut off from a failed primary: it replays the WAL it has already
+// received and nothing the primary writes from now on. Promote it to play
+// a failover that loses the primary's latest commits.
+func (r *Replica) Detach(ctx context.Context) error {
+	r.kill()
+	f, err := os.OpenFile(filepath.Join(r.dataDir, "postgresql.auto.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgtest: open postgresql.auto.conf: %w", err)
+	}
+	_, err = f.WriteString("\nprimary_conninfo = ''\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgtest: write postgresql.auto.conf: %w", err)
+	}
+	return r.launch(ctx)
+}
+
 // Promote makes the standby a primary (pg_promote, waiting until it is
 // one). It no longer follows the server it was copied from.
 func (r *Replica) Promote(ctx context.Context) error {
