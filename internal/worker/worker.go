@@ -42,6 +42,9 @@ type Config struct {
 	Exactly bool
 	// QueueCapacity bounds the readers' queues (0: default).
 	QueueCapacity int
+	// NoListen turns off the lease store's LISTEN connection, as behind a
+	// transaction pooler (actors.LeaseOptions.NoListen).
+	NoListen bool
 	// MetricsAddr, when set, serves /metrics, /healthz and /status.
 	MetricsAddr string
 	// Quiet silences the logs; Verbose logs at Debug.
@@ -70,6 +73,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&c.HandlerDelay, "handler-delay", 0, "time the handler takes per event")
 	fs.BoolVar(&c.Exactly, "exactly-once", false, "commit the sink row and the checkpoint in one fenced transaction")
 	fs.IntVar(&c.QueueCapacity, "queue-capacity", 0, "reader queue capacity in batches (0: default)")
+	fs.BoolVar(&c.NoListen, "no-listen", false, "no LISTEN for lease changes (behind a transaction pooler)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no logs")
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
@@ -162,11 +166,13 @@ func Run(ctx context.Context, c Config) error {
 		c.Worker = fmt.Sprintf("w-%d-%s", os.Getpid(), uuid.NewString()[:4])
 	}
 	worker := c.Worker
+	lease := actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin,
+		NoListen: c.NoListen}
 	group, err := rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: c.Subscription, Category: c.Category, Buckets: c.Buckets, Worker: worker,
 		Handler:       sinkHandler(store, c),
 		QueueCapacity: c.QueueCapacity,
-		Lease:         actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin},
+		Lease:         lease,
 	})
 	if err != nil {
 		_ = rt.Stop(context.Background())
