@@ -30,11 +30,15 @@ const (
 
 // BouncerExecMode is the pgx query exec mode the test bouncer's URL sets
 // in transaction mode, and the one docs/operations.md gives for PgBouncer
-// older than 1.21 (Debian's is 1.18): pgx's default prepares a named
+// older than 1.21 (Debian 12's is 1.18). pgx's default prepares a named
 // statement on one server connection and, in a later transaction, runs it
-// on whichever it gets ("prepared statement ... does not exist"). "exec"
-// sends every query in one round trip with an unnamed statement.
-const BouncerExecMode = "exec"
+// on whichever it gets ("prepared statement ... does not exist").
+// "cache_describe" sends each query in one round trip with an unnamed
+// statement, encoding the arguments by the parameter types the server
+// described once per connection. "exec" and "simple_protocol" also avoid
+// named statements but guess parameter types from Go types, and cannot
+// encode the []uuid.UUID of a multi-event append.
+const BouncerExecMode = "cache_describe"
 
 // ErrNoBouncer is returned by [Server.StartBouncer] when no pgbouncer
 // binary is found.
