@@ -58,6 +58,23 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		require.ErrorAs(t, err, &pe, "got %v", err)
 	})
 
+	t.Run("ADirectSessionBesideAPoolThroughATransactionPoolerWorks", func(t *testing.T) {
+		b := setup(t)
+		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		pooled := bouncerPool(t, bouncer)
+		cfg := b.config(KindSession, 4, "a")
+		cfg.SessionURL, cfg.NoListen = pgtest.URL(t), true
+		a := openOn(t, pooled, cfg)
+		require.Len(t, pass(t, a).Owned, 4)
+		require.NoError(t, a.EnsureHeld(0))
+		rcfg := b.config(KindSession, 4, "b")
+		rcfg.SessionURL, rcfg.NoListen = pgtest.URL(t), true
+		rival := openOn(t, pooled, rcfg)
+		res := pass(t, rival)
+		require.Equal(t, 2, res.Live, "the pooled pool sees a's session lock")
+		require.Empty(t, res.Owned)
+	})
+
 	t.Run("TheSessionThroughSessionPoolingWorks", func(t *testing.T) {
 		b := setup(t)
 		bouncer := pgtest.NewBouncer(t, pgtest.PoolSession)
