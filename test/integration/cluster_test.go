@@ -21,12 +21,12 @@ import (
 
 // clusterConfig is what every worker process of a scenario shares.
 type clusterConfig struct {
-	URL          string // the database, direct
+	URL string // the database, direct
 	// WorkerURL, when set, is the workers' database instead of URL (a
 	// pooler in front of it, say); the harness keeps URL.
 	WorkerURL string
 	// NoListen runs the workers without the lease store's LISTEN.
-	NoListen bool
+	NoListen     bool
 	Schema       string
 	Subscription string
 	Category     string
