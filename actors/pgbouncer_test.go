@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -19,14 +18,8 @@ import (
 func startBouncedWorker(t *testing.T, bouncer *pgtest.Bouncer, schema, name string, opts GroupOptions) *testWorker {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(bouncer.URL)
-	require.NoError(t, err)
-	cfg.MaxConns = 12
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	w := &testWorker{name: name, sys: quietSystem(), pool: pool}
-	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.PoolOn(t, bouncer.URL, 12)}
+	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
 	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
@@ -48,8 +41,12 @@ func startBouncedWorker(t *testing.T, bouncer *pgtest.Bouncer, schema, name stri
 func TestGroupThroughATransactionPooler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, schema := newTestStore(t) // migrated over a direct connection
-	bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+	srv := pgtest.LocalServer(t)
+	schema := pgtest.NewSchema(t)
+	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 2), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, Migrate(ctx, direct), "migrated over a direct connection")
+	bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
 	rec := newRecorder()
 
 	a := startBouncedWorker(t, bouncer, schema, "a", groupOpts("pooled", 6, rec, "a"))

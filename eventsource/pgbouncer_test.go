@@ -23,7 +23,7 @@ import (
 func TestStoreThroughATransactionPooler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+	bouncer := pgtest.NewBouncer(t, pgtest.LocalServer(t), pgtest.PoolTransaction)
 	base := strings.Replace(bouncer.URL, "&default_query_exec_mode="+pgtest.BouncerExecMode, "", 1)
 	store := func(t *testing.T, mode string) *eventsource.Store {
 		pool, err := pgxpool.New(ctx, base+"&default_query_exec_mode="+mode)

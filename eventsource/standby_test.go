@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -20,10 +19,7 @@ import (
 // the schema of primary, closed when the test ends.
 func onStandby(t *testing.T, r *pgtest.Replica, primary *eventsource.Store) *eventsource.Store {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), r.URL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s, err := eventsource.New(pool, eventsource.Config{Schema: primary.Schema()})
+	s, err := eventsource.New(pgtest.PoolOn(t, r.URL, 10), eventsource.Config{Schema: primary.Schema()})
 	require.NoError(t, err)
 	return s
 }
@@ -90,6 +86,17 @@ func appendN(t *testing.T, s *eventsource.Store, n int) {
 	}
 }
 
+// localStore returns a migrated store in a fresh schema on a server a
+// standby can be made of (pgtest.LocalServer), and that server.
+func localStore(t *testing.T) (*eventsource.Store, *pgtest.Server) {
+	t.Helper()
+	srv := pgtest.LocalServer(t)
+	s, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 10), eventsource.Config{Schema: pgtest.NewSchema(t)})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(context.Background()))
+	return s, srv
+}
+
 func head(t *testing.T, s *eventsource.Store) int64 {
 	t.Helper()
 	h, err := s.HeadPosition(context.Background())
@@ -101,9 +108,8 @@ func head(t *testing.T, s *eventsource.Store) int64 {
 // a standby; they run in order, since they pause its replay.
 func TestStandby(t *testing.T) {
 	ctx := context.Background()
-	r := pgtest.NewReplica(t)
-	p := newStore(t)
-	require.NoError(t, r.WaitReplayed(ctx)) // the schema
+	p, srv := localStore(t)
+	r := pgtest.NewReplica(t, srv)
 	s := onStandby(t, r, p)
 
 	t.Run("ShowsAPrefixOfPositions", func(t *testing.T) {
@@ -256,8 +262,8 @@ func TestStandby(t *testing.T) {
 // restart from the new primary's checkpoints after a promotion.
 func TestStandbyPromotedContinuesDensely(t *testing.T) {
 	ctx := context.Background()
-	r := pgtest.NewReplica(t)
-	p := newStore(t)
+	p, srv := localStore(t)
+	r := pgtest.NewReplica(t, srv)
 	appendN(t, p, 5)
 	sequenceAll(t, p)
 	require.NoError(t, r.WaitReplayed(ctx))

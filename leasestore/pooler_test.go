@@ -15,10 +15,17 @@ import (
 // ends.
 func bouncerPool(t *testing.T, b *pgtest.Bouncer) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), b.URL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
+	return pgtest.PoolOn(t, b.URL, 0)
+}
+
+// localSetup is setup on a server a bouncer can be put in front of
+// (pgtest.LocalServer), with a pool of its own.
+func localSetup(t *testing.T) (*testBundle, *pgtest.Server) {
+	t.Helper()
+	srv := pgtest.LocalServer(t)
+	b := &testBundle{pool: pgtest.PoolOn(t, srv.URL, 10), schema: pgtest.NewSchema(t), sub: "orders"}
+	require.NoError(t, Migrate(context.Background(), b.pool, b.schema))
+	return b, srv
 }
 
 // TestSessionKindBehindARealPgBouncer: the session kind is judged by what
@@ -33,8 +40,8 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("TheSessionThroughATransactionPoolerIsRefused", func(t *testing.T) {
-		b := setup(t)
-		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		b, srv := localSetup(t)
+		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
 		require.NotEqual(t, 6432, bouncer.Port())
 		cfg := b.config(KindSession, 4, "a")
 		cfg.SessionURL = bouncer.URL
@@ -51,24 +58,24 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 	})
 
 	t.Run("APoolAndSessionBothThroughATransactionPoolerAreRefused", func(t *testing.T) {
-		b := setup(t)
-		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		b, srv := localSetup(t)
+		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
 		_, err := New(ctx, bouncerPool(t, bouncer), b.config(KindSession, 4, "a"))
 		var pe *SessionPoolerError
 		require.ErrorAs(t, err, &pe, "got %v", err)
 	})
 
 	t.Run("ADirectSessionBesideAPoolThroughATransactionPoolerWorks", func(t *testing.T) {
-		b := setup(t)
-		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		b, srv := localSetup(t)
+		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
 		pooled := bouncerPool(t, bouncer)
 		cfg := b.config(KindSession, 4, "a")
-		cfg.SessionURL, cfg.NoListen = pgtest.URL(t), true
+		cfg.SessionURL, cfg.NoListen = srv.URL, true
 		a := openOn(t, pooled, cfg)
 		require.Len(t, pass(t, a).Owned, 4)
 		require.NoError(t, a.EnsureHeld(0))
 		rcfg := b.config(KindSession, 4, "b")
-		rcfg.SessionURL, rcfg.NoListen = pgtest.URL(t), true
+		rcfg.SessionURL, rcfg.NoListen = srv.URL, true
 		rival := openOn(t, pooled, rcfg)
 		res := pass(t, rival)
 		require.Equal(t, 2, res.Live, "the pooled pool sees a's session lock")
@@ -76,8 +83,8 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 	})
 
 	t.Run("TheSessionThroughSessionPoolingWorks", func(t *testing.T) {
-		b := setup(t)
-		bouncer := pgtest.NewBouncer(t, pgtest.PoolSession)
+		b, srv := localSetup(t)
+		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolSession)
 		cfg := b.config(KindSession, 4, "a")
 		cfg.SessionURL = bouncer.URL
 		a, err := New(ctx, b.pool, cfg)
@@ -103,10 +110,10 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		// statements runs on another backend than the lock's. Played here
 		// by swapping the session's connection for one through a
 		// transaction pooler: its statements run elsewhere.
-		b := setup(t)
+		b, srv := localSetup(t)
 		a := b.open(t, b.config(KindSession, 4, "a"))
 		require.Len(t, pass(t, a).Owned, 4)
-		bouncer := pgtest.NewBouncer(t, pgtest.PoolTransaction)
+		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
 		moved, err := pgx.Connect(ctx, bouncer.URL)
 		require.NoError(t, err)
 		a.session.mu.Lock()

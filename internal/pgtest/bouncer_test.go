@@ -23,7 +23,7 @@ import (
 func TestBouncerTransactionModeNeedsExecMode(t *testing.T) {
 	ctx := context.Background()
 	run := func(t *testing.T, url string) error {
-		b := NewBouncer(t, PoolTransaction)
+		b := NewBouncer(t, LocalServer(t), PoolTransaction)
 		url = strings.Replace(b.URL, "&default_query_exec_mode="+BouncerExecMode, "", 1) + url
 		a, err := pgx.Connect(ctx, url)
 		require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestBouncerTransactionModeNeedsExecMode(t *testing.T) {
 // client holds a transaction open.
 func TestBouncerSessionModePinsTheServerConnection(t *testing.T) {
 	ctx := context.Background()
-	b := NewBouncer(t, PoolSession)
+	b := NewBouncer(t, LocalServer(t), PoolSession)
 	a, err := pgx.Connect(ctx, b.URL)
 	require.NoError(t, err)
 	defer a.Close(ctx)

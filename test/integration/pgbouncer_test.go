@@ -14,8 +14,9 @@ import (
 // LISTEN). The runtime's notifier LISTENs through the pooler and hears
 // nothing; deliveries ride on its safety poll.
 func TestNoSkipThroughPgBouncer(t *testing.T) {
-	b := pgtest.NewBouncer(t, pgtest.PoolTransaction)
-	e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: 8, Kind: leasestore.KindRow, WorkerURL: b.URL, NoListen: true})
+	srv := pgtest.LocalServer(t)
+	b := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
+	e := newEnv(t, srv.URL, clusterConfig{Buckets: 8, Kind: leasestore.KindRow, WorkerURL: b.URL, NoListen: true})
 	e.startWorkers(2, startOpts{})
 	runNoSkip(t, e, "no-skip-through-pgbouncer", b.URL)
 }
