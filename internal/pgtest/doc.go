@@ -13,10 +13,9 @@
 //
 // [Server.StartReplica] (or [NewReplica] in a test, of [LocalServer]: the
 // throwaway server, or one of the test's own under DATABASE_URL) copies a
-// running server
-// with pg_basebackup and starts the copy as a hot standby streaming from
-// it through a replication slot of its own, so the primary keeps the WAL a
-// paused or stopped standby still needs. [Replica.PauseReplay] and
+// running server with pg_basebackup and starts the copy as a hot standby
+// streaming from it through a replication slot of its own, so the primary
+// keeps the WAL a paused or stopped standby still needs. [Replica.PauseReplay] and
 // [Replica.ResumeReplay] hold its snapshot back on demand,
 // [Replica.WaitReplayed] waits until it has replayed everything committed
 // so far, [Replica.Lag] reads how far behind it is, and Restart and
