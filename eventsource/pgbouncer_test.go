@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -87,4 +88,43 @@ func TestStoreThroughATransactionPooler(t *testing.T) {
 			require.ErrorContains(t, err, "unable to encode []uuid.UUID")
 		})
 	}
+}
+
+// TestNotifierThroughATransactionPoolerRunsOnItsPoll: the notifier's
+// LISTEN through PgBouncer in transaction mode succeeds and hears nothing
+// (the pooler lent a server connection for that one statement); a reader
+// waiting on it is still woken for new events, by the safety poll.
+func TestNotifierThroughATransactionPoolerRunsOnItsPoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bouncer := pgtest.NewBouncer(t, pgtest.LocalServer(t), pgtest.PoolTransaction)
+	s, err := eventsource.New(pgtest.PoolOn(t, bouncer.URL, 4), eventsource.Config{Schema: pgtest.NewSchema(t)})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	n, err := s.NewNotifier(eventsource.NotifierOptions{PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	l, err := n.Listen(s.NotifyChannel())
+	require.NoError(t, err)
+	require.NoError(t, n.Start(ctx))
+	defer func() { require.NoError(t, n.Stop(ctx)) }()
+	pgtest.Eventually(t, 30*time.Second, func() bool { return n.Stats().Connected }, "the notifier connects")
+	drain := func() {
+		select {
+		case <-l.C():
+		default:
+		}
+	}
+	drain() // the tick every connection gives
+
+	mustAppend(t, s, "acct-1", ev("Opened", `{}`))
+	sequenceAll(t, s) // NOTIFYs the head
+	select {
+	case <-l.C():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no tick within 30 s: the safety poll did not wake the reader")
+	}
+	st := n.Stats()
+	require.Zero(t, st.Notifications, "LISTEN through a transaction pooler hears nothing")
+	require.Positive(t, st.PollTicks, "the tick came from the safety poll")
+	require.EqualValues(t, 1, n.Latest(s.NotifyChannel()))
 }
