@@ -291,4 +291,12 @@ func TestStandbyPromotedContinuesDensely(t *testing.T) {
 	stale, err := promoted.ReadAll(ctx, oldPrimaryCursor, 100)
 	require.NoError(t, err)
 	require.Empty(t, stale, "a cursor kept from the old primary is past every new event: it would skip them")
+
+	// What a reader can tell the failover by: the timeline.
+	timeline := func(s *eventsource.Store) string {
+		var tl string
+		require.NoError(t, s.Pool().QueryRow(ctx, "SELECT left(pg_walfile_name(pg_current_wal_lsn()), 8)").Scan(&tl))
+		return tl
+	}
+	require.NotEqual(t, timeline(p), timeline(promoted), "promotion starts a new timeline")
 }
