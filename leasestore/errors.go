@@ -103,16 +103,17 @@ func (e *SessionMismatchError) Error() string {
 		e.Mismatch, e.Session, e.Pool)
 }
 
-// SessionPoolerError is returned by [New], and by a pass that reopens the
-// session, when KindSession's dedicated connection behaves as one through a
-// transaction pooler (PgBouncer pool_mode=transaction, Supavisor, a pooled
-// endpoint), whatever its URL looks like: the server connection that took
-// the session lock served another client's transaction, or the session's
-// own statements ran on two server connections. The lock would then stay
-// with whichever server connection took it — held after this worker dies,
-// or lost while it runs — and other workers' verdicts on it would be
-// wrong. Nothing is written; the session is closed. Evidence names what
-// was seen (backend pids), never a URL.
+// SessionPoolerError is returned by [New], and by a pass that opens or
+// checks the session ([Store.EnsureHeld] then fails with [ErrNotHeld],
+// saying so), when KindSession's dedicated connection behaves as one
+// through a transaction pooler (PgBouncer pool_mode=transaction,
+// Supavisor, a pooled endpoint), whatever its URL looks like: the server
+// connection that took the session lock served another client's
+// transaction, or the session's own statements ran on two server
+// connections. The lock would then stay with whichever server connection
+// took it — held after this worker dies, or lost while it runs — and other
+// workers' verdicts on it would be wrong. Nothing is written; the session
+// is closed. Evidence names what was seen (backend pids), never a URL.
 type SessionPoolerError struct {
 	Evidence string
 }
