@@ -122,6 +122,9 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		a.session.mu.Unlock()
 		t.Cleanup(func() { _ = original.Close(context.Background()) })
 
+		err = a.EnsureHeld(0)
+		require.ErrorIs(t, err, ErrNotHeld)
+		require.ErrorContains(t, err, "transaction pooler")
 		_, err = a.Pass(ctx)
 		var pe *SessionPoolerError
 		require.ErrorAs(t, err, &pe, "got %v", err)
