@@ -1,6 +1,6 @@
 # kumi — make targets. `make demo` and `make test` need nothing started by
 # hand: without DATABASE_URL they start a throwaway PostgreSQL from the local
-# server binaries (apt-get install -y postgresql).
+# server binaries and PgBouncer (apt-get install -y postgresql pgbouncer).
 
 GO ?= go
 PKGS ?= ./...

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +23,8 @@ const (
 	// KindSession adds a session advisory lock held on a dedicated
 	// connection. A worker whose session is gone has provably stopped, so
 	// its buckets move on the next pass of any other worker instead of
-	// after a TTL. The dedicated connection must not go through a pooler.
+	// after a TTL. The dedicated connection must not go through a
+	// transaction pooler (it is refused: see Config.SessionURL).
 	KindSession
 )
 
@@ -103,10 +103,12 @@ type Config struct {
 	// starts failing. Heartbeat + Margin must be shorter than TTL.
 	Margin time.Duration
 	// SessionURL is the connection string of KindSession's dedicated
-	// connection; "" uses the pool's connection config. A connection that
-	// is recognisably behind a pooler is refused; so is one that does not
+	// connection; "" uses the pool's connection config. Whenever the
+	// session is opened it is refused if it behaves as one through a
+	// transaction pooler (a *[SessionPoolerError]: its server connection
+	// serves another client, whatever the URL looks like), or does not
 	// reach the pool's server and database, or reaches a standby (a
-	// *[SessionMismatchError], checked whenever the session is opened).
+	// *[SessionMismatchError]). PgBouncer in session mode is fine.
 	// Ignored by KindRow.
 	SessionURL string
 	// NoListen disables the wake-ups behind [Store.Changes]: no listener,
@@ -211,52 +213,17 @@ func (c Config) validate() error {
 }
 
 // sessionConfig returns the connection config of KindSession's dedicated
-// connection, refusing one recognisably behind a pooler. Neither the URL
-// nor the parser's message (which repeats it) ever reaches the error.
+// connection. Whether it goes through a transaction pooler is judged by
+// what it does when the session opens (see session.pinned), not by its
+// URL. Neither the URL nor the parser's message (which repeats it) ever
+// reaches the error.
 func sessionConfig(sessionURL string, poolConfig *pgx.ConnConfig) (*pgx.ConnConfig, error) {
-	cc := poolConfig
-	field := "SessionURL"
-	if sessionURL != "" {
-		parsed, err := pgx.ParseConfig(sessionURL)
-		if err != nil {
-			return nil, &ConfigError{Field: field, Reason: "cannot be parsed as a PostgreSQL connection string (check its syntax)"}
-		}
-		cc = parsed
-	} else {
-		field = "SessionURL (unset, so the pool's connection)"
+	if sessionURL == "" {
+		return poolConfig.Copy(), nil
 	}
-	if fault := poolerFault(cc); fault != "" {
-		return nil, &ConfigError{Field: field, Reason: "looks like a transaction pooler (" + fault + "), " +
-			"which hands the session to other clients between statements and so cannot hold a session lock; " +
-			"give KindSession a direct connection, or use KindRow"}
+	parsed, err := pgx.ParseConfig(sessionURL)
+	if err != nil {
+		return nil, &ConfigError{Field: "SessionURL", Reason: "cannot be parsed as a PostgreSQL connection string (check its syntax)"}
 	}
-	return cc.Copy(), nil
-}
-
-// poolerFault names the signs that cc connects through a pooler: a Neon
-// pooled endpoint (a host containing "-pooler"), PgBouncer's default port
-// 6432, or a pgbouncer=true parameter. A pooler elsewhere passes unseen.
-func poolerFault(cc *pgx.ConnConfig) string {
-	hosts := []string{cc.Host}
-	ports := []uint16{cc.Port}
-	for _, fb := range cc.Fallbacks {
-		hosts, ports = append(hosts, fb.Host), append(ports, fb.Port)
-	}
-	var signs []string
-	for _, h := range hosts {
-		if strings.Contains(strings.ToLower(h), "-pooler") {
-			signs = append(signs, `a "-pooler" host, which is a pooled endpoint`)
-			break
-		}
-	}
-	for _, p := range ports {
-		if p == 6432 {
-			signs = append(signs, "port 6432, PgBouncer's default")
-			break
-		}
-	}
-	if strings.EqualFold(cc.RuntimeParams["pgbouncer"], "true") {
-		signs = append(signs, "a pgbouncer=true parameter")
-	}
-	return strings.Join(signs, "; ")
+	return parsed, nil
 }

@@ -116,3 +116,31 @@ func (e *SessionMismatchError) Error() string {
 // supervision classifies it as invalid configuration (Config.SessionURL, or
 // the database it names, must change).
 func (e *SessionMismatchError) ConfigError() bool { return true }
+
+// SessionPoolerError is returned by [New], and by a pass that opens or
+// checks the session ([Store.EnsureHeld] then fails with [ErrNotHeld],
+// saying so), when KindSession's dedicated connection behaves as one
+// through a transaction pooler (PgBouncer pool_mode=transaction,
+// Supavisor, a pooled endpoint), whatever its URL looks like: the server
+// connection that took the session lock served another client's
+// transaction, or the session's own statements ran on two server
+// connections. The lock would then stay with whichever server connection
+// took it — held after this worker dies, or lost while it runs — and other
+// workers' verdicts on it would be wrong. Nothing is written; the session
+// is closed. Evidence names what was seen (backend pids), never a URL.
+type SessionPoolerError struct {
+	Evidence string
+}
+
+// Error says what was seen and the fix.
+func (e *SessionPoolerError) Error() string {
+	return "leasestore: KindSession's connection (Config.SessionURL, or the pool's when unset) goes through a " +
+		"transaction pooler (" + e.Evidence + "), which hands its server connection, and the session lock on it, " +
+		"to other clients between statements: give KindSession a direct connection (or PgBouncer in session mode), " +
+		"or use KindRow"
+}
+
+// ConfigError reports true: the error is a supervision.ConfigMarker, so
+// supervision classifies it as invalid configuration (Config.SessionURL, or
+// the lease kind, must change).
+func (e *SessionPoolerError) ConfigError() bool { return true }

@@ -61,7 +61,11 @@ func (ss *session) openLocked(ctx context.Context) error {
 			return fmt.Errorf("leasestore: take the session lock: %w", err)
 		}
 		if ok {
-			if err := ss.verify(ctx, conn, pid); err != nil {
+			err := ss.verify(ctx, conn, pid)
+			if err == nil {
+				err = ss.pinned(ctx, conn, pid)
+			}
+			if err != nil {
 				_ = conn.Close(context.Background()) // releases the lock
 				return err
 			}
@@ -109,6 +113,47 @@ func (ss *session) verify(ctx context.Context, conn *pgx.Conn, pid int32) error 
 		return fmt.Errorf("leasestore: identify the pool's server: %w", err)
 	}
 	return compareIdentities(sess, pool)
+}
+
+// pinned checks, by what the connections do rather than what the URL looks
+// like, that the session's server connection is its own: a transaction
+// pooler gives it back to the pool between statements. A probe connection
+// with the session's config opens a transaction — a transaction pooler
+// hands it the most recently released server connection, the one whose
+// backend (pid) just took the lock — and, while the probe holds its server
+// connection, the session asks again which backend serves it. A direct
+// connection and a session pooler give the probe a backend of its own and
+// the session the same one. Either sign of pooling is a
+// *SessionPoolerError. A pooler that happens to pass (round robin, a busy
+// pool) is probed again whenever the session reopens, which it does as
+// soon as a statement lands on another backend (session_check).
+func (ss *session) pinned(ctx context.Context, conn *pgx.Conn, pid int32) error {
+	probe, err := pgx.ConnectConfig(ctx, ss.cfg.Copy())
+	if err != nil {
+		return fmt.Errorf("leasestore: connect the session's probe: %w", err)
+	}
+	defer func() { _ = probe.Close(context.Background()) }()
+	tx, err := probe.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("leasestore: probe the session's connection: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var probePID, again int32
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&probePID); err != nil {
+		return fmt.Errorf("leasestore: probe the session's connection: %w", err)
+	}
+	if probePID == pid {
+		return &SessionPoolerError{Evidence: fmt.Sprintf(
+			"another client's transaction ran on the server connection that holds the session lock, backend pid %d", pid)}
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&again); err != nil {
+		return fmt.Errorf("leasestore: probe the session's connection: %w", err)
+	}
+	if again != pid {
+		return &SessionPoolerError{Evidence: fmt.Sprintf(
+			"the session's statements ran on two server connections, backend pids %d and %d", pid, again)}
+	}
+	return nil
 }
 
 // queryRower is a *pgx.Conn or a *pgxpool.Pool.
@@ -172,8 +217,13 @@ func (ss *session) checkLocked(ctx context.Context) error {
 		return errors.New("the session connection is closed")
 	}
 	var held bool
-	if err := ss.conn.QueryRow(ctx, ss.stmt.get("session_check"), ss.key).Scan(&held); err != nil {
+	var pid int32
+	if err := ss.conn.QueryRow(ctx, ss.stmt.get("session_check"), ss.key).Scan(&held, &pid); err != nil {
 		return fmt.Errorf("the session did not answer: %w", err)
+	}
+	if pid != ss.pid {
+		return &SessionPoolerError{Evidence: fmt.Sprintf(
+			"the session's statements ran on two server connections, backend pids %d and %d", ss.pid, pid)}
 	}
 	if !held {
 		return errors.New("the session no longer holds its lock")
@@ -190,6 +240,13 @@ func (ss *session) ensure(ctx context.Context) (int32, uint64, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if err := ss.checkLocked(ctx); err != nil {
+		var pe *SessionPoolerError
+		if errors.As(err, &pe) {
+			// Reopening through the same pooler would only find the lock
+			// held by the backend that took it.
+			ss.closeLocked()
+			return 0, 0, fmt.Errorf("leasestore: %w", err)
+		}
 		if ctx.Err() != nil {
 			return 0, 0, err
 		}

@@ -35,6 +35,7 @@ func TestEveryConfigErrorClassifiesAsConfig(t *testing.T) {
 		{"*leasestore.ConfigError", leasestore.Config{Subscription: "orders", Buckets: 4}.Validate()},
 		{"*leasestore.ShardCountMismatchError", &leasestore.ShardCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}},
 		{"*leasestore.SessionMismatchError", &leasestore.SessionMismatchError{Mismatch: leasestore.MismatchDatabase, Session: "a", Pool: "b"}},
+		{"*leasestore.SessionPoolerError", &leasestore.SessionPoolerError{Evidence: "two backends"}},
 		{"*actors.OptionError", actors.GroupOptions{}.WithDefaults().Validate()},
 		{"*console.OptionError", errOf(console.New(console.Options{}))},
 		{"*migrate.SchemaError", migrate.CheckSchema("")},

@@ -9,6 +9,29 @@
 // waits until it accepts connections. As root, the server runs as the
 // "postgres" user. It follows its parent when the parent dies.
 //
+// # Replicas
+//
+// [Server.StartReplica] (or [NewReplica] in a test, of [LocalServer]: the
+// throwaway server, or one of the test's own under DATABASE_URL) copies a
+// running server with pg_basebackup and starts the copy as a hot standby
+// streaming from it through a replication slot of its own, so the primary
+// keeps the WAL a paused or stopped standby still needs. [Replica.PauseReplay] and
+// [Replica.ResumeReplay] hold its snapshot back on demand,
+// [Replica.WaitReplayed] waits until it has replayed everything committed
+// so far, [Replica.Lag] reads how far behind it is, and Restart and
+// [Replica.Promote] do what they say; [Replica.Detach] cuts it off from
+// its primary first, to play a failover that loses the primary's latest
+// commits.
+//
+// # PgBouncer
+//
+// [Server.StartBouncer] (or [NewBouncer] in a test) starts the installed
+// pgbouncer (Debian's package: 1.18) in front of a server, in session or
+// transaction mode, on a free loopback port, with its ini and auth file in a
+// temp dir. In transaction mode its URL sets
+// default_query_exec_mode=[BouncerExecMode], the setting kumi documents for
+// PgBouncer before 1.21.
+//
 // # In tests
 //
 // Call [Main] from a package's TestMain: it starts one server per test binary

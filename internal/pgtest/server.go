@@ -51,9 +51,17 @@ type Options struct {
 }
 
 // FindBinaries returns the directory holding initdb and postgres: the one on
-// PATH first, then the newest /usr/lib/postgresql/*/bin.
+// PATH first (where a symlink there leads, when that holds postgres too),
+// then the newest /usr/lib/postgresql/*/bin.
 func FindBinaries() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
+		// A symlink on PATH (/usr/local/bin/initdb) leads to the directory
+		// holding the other tools (pg_basebackup) too.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(real), "postgres")); err == nil {
+				return filepath.Dir(real), nil
+			}
+		}
 		dir := filepath.Dir(p)
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
@@ -98,25 +106,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("pgtest: find a free port: %w", err)
 		}
 	}
-	if s.dir, err = os.MkdirTemp("", "kumi-pg-"); err != nil {
-		return nil, fmt.Errorf("pgtest: temp dir: %w", err)
+	if s.dir, s.cred, err = ownedTempDir("kumi-pg-"); err != nil {
+		return nil, err
 	}
 	s.dataDir = filepath.Join(s.dir, "data")
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			_ = os.RemoveAll(s.dir)
-			return nil, errors.New("pgtest: running as root needs an unprivileged \"postgres\" user to run the server " +
-				"(`useradd --system postgres`, or install the postgresql package), or set DATABASE_URL")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(s.dir, uid, gid); err != nil {
-			_ = os.RemoveAll(s.dir)
-			return nil, fmt.Errorf("pgtest: chown temp dir: %w", err)
-		}
-	}
 	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"),
 		"-D", s.dataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
@@ -144,16 +137,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if !opts.Durable {
 		conf = append(conf, "fsync = off", "full_page_writes = off")
 	}
-	f, err := os.OpenFile(filepath.Join(s.dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
+	if err := appendConf(s.dataDir, conf); err != nil {
 		_ = os.RemoveAll(s.dir)
-		return nil, fmt.Errorf("pgtest: open postgresql.conf: %w", err)
-	}
-	_, err = f.WriteString("\n" + strings.Join(conf, "\n") + "\n")
-	_ = f.Close()
-	if err != nil {
-		_ = os.RemoveAll(s.dir)
-		return nil, fmt.Errorf("pgtest: write postgresql.conf: %w", err)
+		return nil, err
 	}
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
 	if err := s.launch(ctx); err != nil {
@@ -161,6 +147,49 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ownedTempDir makes a temp dir for a server's files. As root it returns the
+// credentials of the unprivileged "postgres" user, which owns the dir: the
+// server binaries refuse to run as root.
+func ownedTempDir(prefix string) (string, *syscall.Credential, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("pgtest: temp dir: %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return dir, nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, errors.New("pgtest: running as root needs an unprivileged \"postgres\" user to run the server " +
+			"(`useradd --system postgres`, or install the postgresql package), or set DATABASE_URL")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("pgtest: chown temp dir: %w", err)
+	}
+	return dir, &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// appendConf appends settings to the data directory's postgresql.conf; later
+// lines win.
+func appendConf(dataDir string, conf []string) error {
+	f, err := os.OpenFile(filepath.Join(dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("pgtest: open postgresql.conf: %w", err)
+	}
+	_, err = f.WriteString("\n" + strings.Join(conf, "\n") + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgtest: write postgresql.conf: %w", err)
+	}
+	return nil
 }
 
 func (s *Server) launch(ctx context.Context) error {

@@ -87,6 +87,73 @@ func TestServer() *Server {
 	return server
 }
 
+// LocalServer returns a server on this machine for a test that needs its
+// files or binaries (a replica, a pooler in front of it): the throwaway
+// server of the test binary, or — when the tests run against DATABASE_URL —
+// a server of the test's own, stopped when the test ends. Give the test's
+// pools its URL.
+func LocalServer(t testing.TB) *Server {
+	t.Helper()
+	if s := TestServer(); s != nil {
+		return s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Options{MaxConnections: 200})
+	if err != nil {
+		t.Fatalf("pgtest: start a server of the test's own: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// NewReplica starts a hot standby of s (see [Server.StartReplica]) and
+// stops it when the test ends.
+func NewReplica(t testing.TB, s *Server) *Replica {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := s.StartReplica(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: start a replica: %v", err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// NewBouncer starts a PgBouncer in pool mode mode in front of s (see
+// [Server.StartBouncer]) and stops it when the test ends.
+func NewBouncer(t testing.TB, s *Server, mode PoolMode) *Bouncer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := s.StartBouncer(ctx, mode)
+	if err != nil {
+		t.Fatalf("pgtest: start pgbouncer: %v", err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// PoolOn returns a pool of at most maxConns connections on url, closed
+// when the test ends.
+func PoolOn(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("pgtest: parse url: %v", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
 // Pool returns a pool shared by the package's tests. Do not close it.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
@@ -109,19 +176,7 @@ func Pool(t testing.TB) *pgxpool.Pool {
 // the test ends; for tests that play several workers.
 func NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(t))
-	if err != nil {
-		t.Fatalf("pgtest: parse url: %v", err)
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("pgtest: pool: %v", err)
-	}
-	t.Cleanup(p.Close)
-	return p
+	return PoolOn(t, URL(t), maxConns)
 }
 
 // NewSchema returns the name of a schema no other test uses, and drops it

@@ -64,6 +64,9 @@ type Config struct {
 	// HangType: the handler blocks on events of this type, ignoring the
 	// delivery's context, until the worker stops: a hung handler.
 	HangType string
+	// NoListen turns off the lease store's LISTEN connection, as behind a
+	// transaction pooler (actors.LeaseOptions.NoListen).
+	NoListen bool
 	// MetricsAddr, when set, serves /metrics, /healthz and /status.
 	MetricsAddr string
 	// Quiet silences the logs; Verbose logs at Debug.
@@ -102,6 +105,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.SlowTxEvery, "slow-tx-every", 10, "which events -slow-tx slows: those whose position is a multiple of this")
 	fs.StringVar(&c.PoisonType, "poison-type", "", "the handler panics on every delivery of events of this type")
 	fs.StringVar(&c.HangType, "hang-type", "", "the handler blocks on events of this type, ignoring the delivery's context, until the worker stops")
+	fs.BoolVar(&c.NoListen, "no-listen", false, "no LISTEN for lease changes (behind a transaction pooler)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no logs")
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
@@ -208,6 +212,8 @@ func Run(ctx context.Context, c Config) error {
 		c.Worker = fmt.Sprintf("w-%d-%s", os.Getpid(), uuid.NewString()[:4])
 	}
 	worker := c.Worker
+	lease := actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin,
+		NoListen: c.NoListen}
 	group, err := rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: c.Subscription, Category: c.Category, Buckets: c.Buckets, Worker: worker,
 		Handler:        sinkHandler(ctx, store, c),
@@ -216,7 +222,7 @@ func Run(ctx context.Context, c Config) error {
 		Overflow:       c.Overflow,
 		HandlerTimeout: c.HandlerTimeout,
 		Retry:          actors.RetryPolicy{MaxAttempts: c.MaxAttempts},
-		Lease:          actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin},
+		Lease:          lease,
 	})
 	if err != nil {
 		_ = rt.Stop(context.Background())

@@ -21,7 +21,12 @@ import (
 
 // clusterConfig is what every worker process of a scenario shares.
 type clusterConfig struct {
-	URL          string // the database, direct
+	URL string // the database, direct
+	// WorkerURL, when set, is the workers' database instead of URL (a
+	// pooler in front of it, say); the harness keeps URL.
+	WorkerURL string
+	// NoListen runs the workers without the lease store's LISTEN.
+	NoListen     bool
 	Schema       string
 	Subscription string
 	Category     string
@@ -101,6 +106,9 @@ func (c *cluster) start(slot string, o startOpts) *proc {
 
 	p := &proc{slot: slot, id: id, exited: make(chan struct{})}
 	dbURL := c.cfg.URL
+	if c.cfg.WorkerURL != "" {
+		dbURL = c.cfg.WorkerURL
+	}
 	if o.user != "" {
 		dbURL = withUser(dbURL, o.user)
 	}
@@ -143,6 +151,9 @@ func (c *cluster) start(slot string, o startOpts) *proc {
 		args = append(args, "-pool-conns", strconv.Itoa(c.cfg.PoolConns))
 	}
 	args = append(args, c.cfg.Extra...)
+	if c.cfg.NoListen {
+		args = append(args, "-no-listen")
+	}
 	p.logPath = filepath.Join(c.logDir, id+".log")
 	logf, err := os.Create(p.logPath)
 	if err != nil {

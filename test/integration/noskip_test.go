@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
@@ -27,10 +28,24 @@ import (
 func TestNoSkipEndToEnd(t *testing.T) {
 	e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: 8, Kind: leasestore.KindRow})
 	e.startWorkers(2, startOpts{})
+	runNoSkip(t, e, "no-skip-end-to-end", pgtest.URL(t))
+}
 
+// runNoSkip is the no-skip scenario on e's running workers, its appenders
+// connecting to appendURL.
+func runNoSkip(t *testing.T, e *env, scenario, appendURL string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	pool := pgtest.NewPool(t, 12)
+	pcfg, err := pgxpool.ParseConfig(appendURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 12
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
 	store, err := eventsource.New(pool, eventsource.Config{Schema: e.cfg.Schema})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +91,7 @@ func TestNoSkipEndToEnd(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	r := e.finish("no-skip-end-to-end", func(r *report) {
+	r := e.finish(scenario, func(r *report) {
 		rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT event_id, stream, version, deliveries FROM %s.sink WHERE subscription = $1`,
 			pgx.Identifier{e.cfg.Schema}.Sanitize()), e.cfg.Subscription)
 		if err != nil {
