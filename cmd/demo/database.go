@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/internal/worker"
 	"github.com/kumi-run/kumi/leasestore"
@@ -72,7 +73,7 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 		db.embedded, db.url, db.schema = s, s.URL, eventsource.SchemaDefault
 		db.describe = fmt.Sprintf("embedded PostgreSQL on 127.0.0.1:%d (removed on exit)", s.Port())
 	}
-	pool, err := worker.ConnectPool(ctx, db.url, 6)
+	pool, err := inspect.ConnectPool(ctx, db.url, 6)
 	if err != nil {
 		db.close()
 		if db.embedded == nil {
