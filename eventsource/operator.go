@@ -90,3 +90,17 @@ func (s *Store) KnowsSubscription(ctx context.Context, subscription string) (boo
 	}
 	return known, nil
 }
+
+// CountCategoryTx counts the events of category in tx, sequenced or not:
+// what a check compares with what its handlers recorded, in the same
+// repeatable-read transaction. It reads the whole category.
+func (s *Store) CountCategoryTx(ctx context.Context, tx pgx.Tx, category string) (int64, error) {
+	if err := ValidateCategory(category); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := tx.QueryRow(ctx, s.sql.categoryCount, category).Scan(&n); err != nil {
+		return 0, fmt.Errorf("kumi: count category: %w", err)
+	}
+	return n, nil
+}

@@ -75,6 +75,20 @@ func TestOperatorReads(t *testing.T) {
 		require.Equal(t, want, got)
 	})
 
+	t.Run("CountCategoryCountsSequencedAndNot", func(t *testing.T) {
+		mustAppend(t, s, "order-9", ev("Placed", `{}`)) // not sequenced
+		mustAppend(t, s, "other-1", ev("Placed", `{}`))
+		err := pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			n, err := s.CountCategoryTx(ctx, tx, "order")
+			require.NoError(t, err)
+			require.EqualValues(t, 6, n)
+			_, err = s.CountCategoryTx(ctx, tx, "no-dash")
+			require.ErrorIs(t, err, eventsource.ErrInvalidName)
+			return nil
+		})
+		require.NoError(t, err)
+	})
+
 	t.Run("KnowsSubscription", func(t *testing.T) {
 		for sub, want := range map[string]bool{"billing": true, "shipping": true, "unknown": false} {
 			known, err := s.KnowsSubscription(ctx, sub)

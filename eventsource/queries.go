@@ -31,7 +31,7 @@ type queries struct {
 
 	indexState string
 
-	checkpointLock, operatorNow, subscriptionList, subscriptionKnown string
+	checkpointLock, operatorNow, subscriptionList, subscriptionKnown, categoryCount string
 }
 
 // readSQL is a read of events in two forms: in full, and keys only, the
@@ -212,8 +212,9 @@ ON CONFLICT (subscription, bucket) DO UPDATE SET position = c.position RETURNING
 		// The operator's reads (Store.ProgressTx, Store.Subscriptions,
 		// Store.KnowsSubscription): the database's clock and the head;
 		// every subscription of the checkpoints and dead letters, with
-		// its stored checkpoints and pending dead letters; whether one
-		// subscription has either.
+		// its stored checkpoints and pending dead letters; the events of a
+		// category, sequenced or not; whether one subscription has
+		// checkpoints or dead letters.
 		operatorNow: fmt.Sprintf(`SELECT now(), (SELECT last_position FROM %s.sequencer WHERE id = 1)`, q),
 		subscriptionList: fmt.Sprintf(`WITH names AS (
     SELECT subscription FROM %[1]s.checkpoints
@@ -224,6 +225,7 @@ SELECT n.subscription,
     (SELECT count(*) FROM %[1]s.dead_letters d WHERE d.subscription = n.subscription AND d.replayed_at IS NULL)
 FROM names n
 ORDER BY n.subscription`, q),
+		categoryCount: fmt.Sprintf(`SELECT count(*) FROM %s.events WHERE category = $1`, q),
 		subscriptionKnown: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s.checkpoints WHERE subscription = $1)
     OR EXISTS (SELECT 1 FROM %[1]s.dead_letters WHERE subscription = $1)`, q),
 	}
