@@ -192,9 +192,9 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		if err := d.Fence.Check(ctx, tx); err != nil {
 			return err
 		}
-		var stored int64
-		if err := tx.QueryRow(ctx, lockCheckpointSQL(store), d.Subscription, d.Bucket).Scan(&stored); err != nil {
-			return fmt.Errorf("kumi: lock checkpoint: %w", err)
+		stored, err := store.LockCheckpointTx(ctx, tx, d.Subscription, d.Bucket)
+		if err != nil {
+			return err
 		}
 		if stored >= d.Event.Position {
 			return ErrAlreadyCommitted
@@ -202,18 +202,9 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		_, err := store.SaveCheckpointTx(ctx, tx, d.Subscription, d.Bucket, d.Event.Position, nil)
+		_, err = store.SaveCheckpointTx(ctx, tx, d.Subscription, d.Bucket, d.Event.Position, nil)
 		return err
 	})
-}
-
-// lockCheckpointSQL locks (subscription, bucket)'s checkpoint row until the
-// end of the transaction, inserting it at 0 if missing, and returns its
-// position. A concurrent holder of the lock makes it wait, then see that
-// holder's committed position (READ COMMITTED re-reads the row it updates).
-func lockCheckpointSQL(store *eventsource.Store) string {
-	return `INSERT INTO ` + store.QuotedSchema() + `.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, 0)
-ON CONFLICT (subscription, bucket) DO UPDATE SET position = c.position RETURNING position`
 }
 
 // ErrAlreadyCommitted is returned by [CommitWithCheckpoint] when the

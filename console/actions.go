@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -38,7 +38,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, action string, att
 		if errors.As(err, &ref) {
 			status = ref.status
 		}
-		c.log.Warn("console action refused or failed", append(attrs, "status", status, "err", worker.RedactURL(err.Error()))...)
+		c.log.Warn("console action refused or failed", append(attrs, "status", status, "err", inspect.RedactURL(err.Error()))...)
 		writeError(w, status, err.Error())
 		return
 	}
@@ -159,7 +159,7 @@ func resetCheckpoint(ctx context.Context, store *eventsource.Store, sub string, 
 	if err := eventsource.ValidateSubscription(sub); err != nil {
 		return "", err
 	}
-	n, known, err := worker.Known(ctx, store, sub)
+	n, known, err := inspect.Known(ctx, store, sub)
 	switch {
 	case err != nil:
 		return "", err

@@ -19,7 +19,7 @@ import (
 	"unicode"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 )
 
 //go:embed assets
@@ -284,5 +284,5 @@ func writeJSON(w http.ResponseWriter, v any) {
 func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": worker.RedactURL(msg)})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": inspect.RedactURL(msg)})
 }

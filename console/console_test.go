@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/pgtest"
-	"github.com/kumi-run/kumi/internal/worker"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -332,7 +332,7 @@ func TestActionsAreRefusedUnlessEnabled(t *testing.T) {
 	}
 	_, err := f.store.DeadLetter(context.Background(), "orders", d.EventID)
 	require.NoError(t, err, "the letter is still there")
-	in, err := worker.Inspect(context.Background(), f.store, "orders", "")
+	in, err := inspect.Inspect(context.Background(), f.store, "orders", "")
 	require.NoError(t, err)
 	for _, row := range in.Rows {
 		require.Empty(t, row.ClaimWorker, "no claim was placed")
@@ -391,7 +391,7 @@ func TestRelinquishPlacesAHandoffClaimWithTheCLIsRefusals(t *testing.T) {
 	msg := decode[map[string]string](t, r.body)["message"]
 	require.Contains(t, msg, "asked worker-a to hand bucket 1")
 	require.Contains(t, msg, "over to worker-b")
-	in, err := worker.Inspect(context.Background(), f.store, "orders", "")
+	in, err := inspect.Inspect(context.Background(), f.store, "orders", "")
 	require.NoError(t, err)
 	require.Equal(t, "worker-b", in.Rows[1].ClaimWorker)
 	require.Contains(t, logs.String(), "action=relinquish")
@@ -575,7 +575,7 @@ func TestResetCheckpointWithTheCLIsSafetyRules(t *testing.T) {
 			require.Contains(t, decode[map[string]string](t, r.body)["error"], tc.want, name)
 		}
 		require.EqualValues(t, 10, checkpoint(held.Bucket), "nothing refused was written")
-		in, err := worker.Inspect(ctx, f.store, "orders", "")
+		in, err := inspect.Inspect(ctx, f.store, "orders", "")
 		require.NoError(t, err)
 		require.Equal(t, held.Epoch, in.Rows[held.Bucket].Epoch, "nor fenced")
 	})

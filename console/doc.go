@@ -14,7 +14,7 @@
 // request from another origin is refused, and each is logged.
 //
 // It reads the tables directly, as `kumi status` does
-// (internal/worker.Inspect): it never joins a pool, so it does not change
+// (internal/inspect.Inspect): it never joins a pool, so it does not change
 // any worker's fair share. Every value is escaped (html/template on the
 // server, textContent in the browser), the Content-Security-Policy allows
 // no inline script, and nothing it shows or logs contains the connection

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 )
 
 // maxPendingCount bounds the pending dead letters counted per look; more
@@ -75,7 +75,7 @@ type Bucket struct {
 // changes since the console's previous look at it.
 func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	cat := c.opts.Categories[sub]
-	in, err := worker.Inspect(ctx, c.opts.Store, sub, cat)
+	in, err := inspect.Inspect(ctx, c.opts.Store, sub, cat)
 	if err != nil {
 		return State{}, err
 	}
@@ -144,7 +144,7 @@ func (c *Console) checkKnown(ctx context.Context, sub string) error {
 	if _, ok := c.opts.Categories[sub]; ok {
 		return nil
 	}
-	_, known, err := worker.Known(ctx, c.opts.Store, sub)
+	_, known, err := inspect.Known(ctx, c.opts.Store, sub)
 	if err != nil {
 		return err
 	}
@@ -167,24 +167,15 @@ func (c *Console) subscriptionJSON(w http.ResponseWriter, r *http.Request) {
 
 // overviewJSON serves /api/overview: one line per subscription.
 func (c *Console) overviewJSON(w http.ResponseWriter, r *http.Request) {
-	subs, err := worker.Subscriptions(r.Context(), c.opts.Store)
+	subs, err := inspect.Subscriptions(r.Context(), c.opts.Store)
 	if err != nil {
 		writeError(w, statusOf(err), err.Error())
 		return
 	}
-	type row struct {
-		Subscription string `json:"subscription"`
-		Buckets      int    `json:"buckets"`
-		Held         int    `json:"held"`
-		Members      int    `json:"live_members"`
-		Checkpoints  int    `json:"checkpoints"`
-		DeadLetters  int    `json:"pending_dead_letters"`
+	if subs == nil {
+		subs = []inspect.SubscriptionSummary{}
 	}
-	out := make([]row, 0, len(subs))
-	for _, s := range subs {
-		out = append(out, row(s))
-	}
-	writeJSON(w, out)
+	writeJSON(w, subs)
 }
 
 // statusOf maps a library error to an HTTP status.
@@ -242,7 +233,7 @@ type history struct {
 }
 
 type subHistory struct {
-	last    worker.Inspection
+	last    inspect.Inspection
 	since   time.Time
 	changes []Change // oldest first
 }
@@ -252,7 +243,7 @@ func newHistory() *history { return &history{subs: map[string]*subHistory{}} }
 // observe records in as the latest look at its subscription and returns
 // the changes seen so far, newest first, and since when it has watched.
 // A look older than the last one (two requests crossing) is not diffed.
-func (h *history) observe(in worker.Inspection) ([]Change, time.Time) {
+func (h *history) observe(in inspect.Inspection) ([]Change, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	sh, ok := h.subs[in.Subscription]
@@ -291,7 +282,7 @@ func (h *history) evictOldest() {
 }
 
 // diff lists what changed between two looks at one subscription.
-func diff(prev, cur worker.Inspection) []Change {
+func diff(prev, cur inspect.Inspection) []Change {
 	var out []Change
 	add := func(ch Change) {
 		ch.At = cur.Now
@@ -326,7 +317,7 @@ func diff(prev, cur worker.Inspection) []Change {
 			add(Change{Kind: kindLeave, Bucket: -1, From: w})
 		}
 	}
-	prevRows := map[int]worker.BucketRow{}
+	prevRows := map[int]inspect.BucketRow{}
 	for _, r := range prev.Rows {
 		prevRows[r.Bucket] = r
 	}
@@ -386,7 +377,7 @@ func diff(prev, cur worker.Inspection) []Change {
 
 // stealEvidence says why a bucket could be taken from its owner: its lease
 // had lapsed, and what became of the owner's membership.
-func stealEvidence(p worker.BucketRow, now time.Time, members map[string]string) string {
+func stealEvidence(p inspect.BucketRow, now time.Time, members map[string]string) string {
 	var ev []string
 	switch {
 	case !p.Live:

@@ -6,24 +6,24 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
 func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	row := func(b int, owner string, epoch int64, expires time.Time, claim string) worker.BucketRow {
-		r := worker.BucketRow{BucketState: leasestore.BucketState{Bucket: b, ShardCount: 6, Owner: owner, Epoch: epoch,
+	row := func(b int, owner string, epoch int64, expires time.Time, claim string) inspect.BucketRow {
+		r := inspect.BucketRow{BucketState: leasestore.BucketState{Bucket: b, ShardCount: 6, Owner: owner, Epoch: epoch,
 			Expires: expires, Heartbeat: expires.Add(-10 * time.Second), ClaimWorker: claim, ClaimedAt: t0}}
 		r.Live = owner != "" && expires.After(t0)
 		return r
 	}
 	member := func(w string, live bool) leasestore.Member { return leasestore.Member{Worker: w, Live: live} }
 	later := t0.Add(time.Minute)
-	prev := worker.Inspection{Subscription: "s", Now: t0,
+	prev := inspect.Inspection{Subscription: "s", Now: t0,
 		Members: []leasestore.Member{member("a", true), member("b", true), member("gone", true), member("s", true)},
-		Rows: []worker.BucketRow{
+		Rows: []inspect.BucketRow{
 			row(0, "", 0, time.Time{}, ""),              // claimed by c
 			row(1, "a", 3, t0.Add(time.Second), "b"),    // handed over to b
 			row(2, "gone", 4, t0.Add(-time.Second), ""), // stolen by b: expired
@@ -34,10 +34,10 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 			row(7, "s", 9, t0.Add(time.Hour), ""),       // stolen: s's session is gone
 			row(8, "a", 11, t0.Add(time.Second), ""),    // expiry passed, but a renewed and handed over
 		}}
-	cur := worker.Inspection{Subscription: "s", Now: later,
+	cur := inspect.Inspection{Subscription: "s", Now: later,
 		Members: []leasestore.Member{{Worker: "a", Live: true, Heartbeat: later}, member("b", true), member("c", true),
 			{Worker: "s", Live: true, SessionGone: true}},
-		Rows: []worker.BucketRow{
+		Rows: []inspect.BucketRow{
 			row(0, "c", 1, later.Add(time.Minute), ""),
 			row(1, "b", 4, later.Add(time.Minute), ""),
 			row(2, "b", 5, later.Add(time.Minute), ""),

@@ -112,3 +112,20 @@ func (s *Store) ResetCheckpoint(ctx context.Context, subscription string, bucket
 		return err
 	})
 }
+
+// LockCheckpointTx locks (subscription, bucket)'s checkpoint row until the
+// end of tx, creating it at 0 if missing, and returns its position. A
+// concurrent holder of the lock makes it wait, then see that holder's
+// committed position: two attempts to commit the same event with its
+// checkpoint (actors.CommitWithCheckpoint) run one after the other, and
+// the second sees the first's checkpoint.
+func (s *Store) LockCheckpointTx(ctx context.Context, tx pgx.Tx, subscription string, bucket int) (int64, error) {
+	if err := checkCheckpoint(subscription, bucket, 0); err != nil {
+		return 0, err
+	}
+	var p int64
+	if err := tx.QueryRow(ctx, s.sql.checkpointLock, subscription, bucket).Scan(&p); err != nil {
+		return 0, fmt.Errorf("kumi: lock checkpoint: %w", err)
+	}
+	return p, nil
+}

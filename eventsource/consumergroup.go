@@ -127,7 +127,7 @@ func (s *Store) buildConsumerGroupIndex(ctx context.Context, name string, n int)
 	// deadlock.
 	for {
 		var got bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+		if err := conn.QueryRow(ctx, advisoryTryLock, key).Scan(&got); err != nil {
 			return err
 		}
 		if got {
@@ -147,17 +147,11 @@ func (s *Store) buildConsumerGroupIndex(ctx context.Context, name string, n int)
 	}
 	qname := pgx.Identifier{s.cfg.Schema, name}.Sanitize()
 	if exists {
-		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+qname); err != nil {
+		if _, err := conn.Exec(ctx, dropIndex(qname)); err != nil {
 			return err
 		}
 	}
-	// Partial: an event enters the index when it gets its position, not
-	// before (one index write per event, not two). The planner has no
-	// statistics for the expression of a partial index, which is why the
-	// member read is written so that no other index can serve it.
-	_, err = conn.Exec(ctx, fmt.Sprintf(
-		"CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s.events (category, %s, position) WHERE position IS NOT NULL",
-		pgx.Identifier{name}.Sanitize(), s.q, memberExpr(n)))
+	_, err = conn.Exec(ctx, createConsumerGroupIndex(s.q, name, n))
 	return err
 }
 
@@ -167,7 +161,7 @@ func (s *Store) buildConsumerGroupIndex(ctx context.Context, name string, n int)
 func unlockSession(conn *pgxpool.Conn, key int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+	if _, err := conn.Exec(ctx, advisoryUnlock, key); err != nil {
 		_ = conn.Conn().Close(ctx)
 	}
 }

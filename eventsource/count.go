@@ -2,7 +2,6 @@ package eventsource
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -22,14 +21,7 @@ func (s *Store) MemberLag(ctx context.Context, category string, member, size int
 	}
 	var n int64
 	var oldest *time.Time
-	// The member read's shape (see memberSQL): one range scan of the
-	// consumer-group index, which no other index can serve.
-	m := memberExpr(size)
-	err := s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM (
-  SELECT recorded_at FROM %s.events
-  WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
-  ORDER BY %s, position LIMIT $4) lag`,
-		s.q, m, m, m), category, member, after, MaxLagCount).Scan(&n, &oldest)
+	err := s.pool.QueryRow(ctx, memberLag(s.q, size), category, member, after, MaxLagCount).Scan(&n, &oldest)
 	if oldest == nil {
 		return n, time.Time{}, err
 	}

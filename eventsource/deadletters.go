@@ -259,7 +259,7 @@ func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed boo
 	defer conn.Release()
 	key := s.replayLockKey(d.Subscription, d.EventID)
 	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, advisoryTryLock, key).Scan(&got); err != nil {
 		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
 	}
 	if !got {

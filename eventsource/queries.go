@@ -1,9 +1,15 @@
 package eventsource
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // queries holds the store's SQL, built once for its schema. Every statement
-// of the package is here, in one place to read and review.
+// of the package is here, in one place to read and review: those built once
+// per store in queries, and below them those that depend on a group size or
+// a name.
 type queries struct {
 	// append holds the append statements by expected-version mode (see
 	// appendMode) for a batch [0] and for a single event [1].
@@ -25,6 +31,8 @@ type queries struct {
 	deadLetterMark, deadLetterFailed, deadLetterDelete string
 
 	indexState string
+
+	checkpointLock, operatorNow, subscriptionList, subscriptionKnown, categoryCount string
 }
 
 // readSQL is a read of events in two forms: in full, and keys only, the
@@ -211,5 +219,93 @@ WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
 		indexState: `SELECT i.indisvalid FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2`,
+
+		// Store.LockCheckpointTx: lock (subscription, bucket)'s checkpoint
+		// row until the end of the transaction, inserting it at 0 if
+		// missing, and return its position. A concurrent holder of the
+		// lock makes it wait, then see that holder's committed position
+		// (READ COMMITTED re-reads the row it updates).
+		checkpointLock: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, 0)
+ON CONFLICT (subscription, bucket) DO UPDATE SET position = c.position RETURNING position`, q),
+
+		// The operator's reads (Store.ProgressTx, Store.Subscriptions,
+		// Store.KnowsSubscription): the database's clock and the head;
+		// every subscription of the checkpoints and dead letters, with
+		// its stored checkpoints and pending dead letters; the events of a
+		// category, sequenced or not; whether one subscription has
+		// checkpoints or dead letters.
+		operatorNow: fmt.Sprintf(`SELECT now(), (SELECT last_position FROM %s.sequencer WHERE id = 1)`, q),
+		subscriptionList: fmt.Sprintf(`WITH names AS (
+    SELECT subscription FROM %[1]s.checkpoints
+    UNION SELECT subscription FROM %[1]s.dead_letters
+)
+SELECT n.subscription,
+    (SELECT count(*) FROM %[1]s.checkpoints c WHERE c.subscription = n.subscription),
+    (SELECT count(*) FROM %[1]s.dead_letters d WHERE d.subscription = n.subscription AND d.replayed_at IS NULL)
+FROM names n
+ORDER BY n.subscription`, q),
+		categoryCount: fmt.Sprintf(`SELECT count(*) FROM %s.events WHERE category = $1`, q),
+		subscriptionKnown: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s.checkpoints WHERE subscription = $1)
+    OR EXISTS (SELECT 1 FROM %[1]s.dead_letters WHERE subscription = $1)`, q),
 	}
 }
+
+// Statements that depend on a group size or an index name, built when
+// needed, and those without the schema.
+const (
+	// advisoryTryLock takes a session advisory lock if it is free.
+	advisoryTryLock = `SELECT pg_try_advisory_lock($1)`
+	// advisoryUnlock releases a session advisory lock.
+	advisoryUnlock = `SELECT pg_advisory_unlock($1)`
+)
+
+// memberRead is the read of a member of a group of size (Store.ReadMember),
+// written so that only the consumer-group index (category, member,
+// position) can serve it, as one ordered range scan from the cursor to the
+// end of the member:
+//
+//   - the member expression is written out with size as a literal, as in
+//     the index;
+//   - "(member, position) > ($2, $3) AND member <= $2" means "member = $2
+//     AND position > $3", but no other index can serve it: given the plain
+//     form, the planner may prefer the global position index and filter
+//     out the other members' rows (every row of the category read once per
+//     member). (A row comparison over all three index columns would not
+//     do: the btree would start each page at the member's first entry.);
+//   - ORDER BY member, position is the index's order (member is constant in
+//     the result);
+//   - "position IS NOT NULL" matches the partial index's predicate, which
+//     the planner cannot infer from a row comparison.
+func memberRead(q string, size int) readSQL {
+	m := memberExpr(size)
+	return eventRead(`FROM %s.events
+WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
+ORDER BY %s, position LIMIT $4`, q, m, m, m)
+}
+
+// memberLag counts at most $4 events of a member of a group of size after
+// a position, and the oldest one's time (Store.MemberLag): the member
+// read's shape (see memberRead), one range scan of the consumer-group
+// index, which no other index can serve.
+func memberLag(q string, size int) string {
+	m := memberExpr(size)
+	return fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM (
+  SELECT recorded_at FROM %s.events
+  WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
+  ORDER BY %s, position LIMIT $4) lag`, q, m, m, m)
+}
+
+// createConsumerGroupIndex builds the consumer-group index of a group of
+// n, named name, without blocking appends. Partial: an event enters the
+// index when it gets its position, not before (one index write per event,
+// not two). The planner has no statistics for the expression of a partial
+// index, which is why the member read is written so that no other index
+// can serve it.
+func createConsumerGroupIndex(q, name string, n int) string {
+	return fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s.events (category, %s, position) WHERE position IS NOT NULL",
+		pgx.Identifier{name}.Sanitize(), q, memberExpr(n))
+}
+
+// dropIndex drops an index (qname, quoted with its schema) left invalid
+// by an interrupted build.
+func dropIndex(qname string) string { return "DROP INDEX CONCURRENTLY IF EXISTS " + qname }

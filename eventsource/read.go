@@ -68,30 +68,7 @@ func (s *Store) ReadMember(ctx context.Context, category string, member, size in
 	if err := checkGroup(member, size); err != nil {
 		return nil, err
 	}
-	return s.query(ctx, limitOf(limit), s.memberSQL(size), category, member, after, limitOf(limit))
-}
-
-// memberSQL is the read of a member of a group of size, written so that
-// only the consumer-group index (category, member, position) can serve it,
-// as one ordered range scan from the cursor to the end of the member:
-//
-//   - the member expression is written out with size as a literal, as in
-//     the index;
-//   - "(member, position) > ($2, $3) AND member <= $2" means "member = $2
-//     AND position > $3", but no other index can serve it: given the plain
-//     form, the planner may prefer the global position index and filter
-//     out the other members' rows (every row of the category read once per
-//     member). (A row comparison over all three index columns would not
-//     do: the btree would start each page at the member's first entry.);
-//   - ORDER BY member, position is the index's order (member is constant in
-//     the result);
-//   - "position IS NOT NULL" matches the partial index's predicate, which
-//     the planner cannot infer from a row comparison.
-func (s *Store) memberSQL(size int) readSQL {
-	m := memberExpr(size)
-	return eventRead(`FROM %s.events
-WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
-ORDER BY %s, position LIMIT $4`, s.q, m, m, m)
+	return s.query(ctx, limitOf(limit), memberRead(s.q, size), category, member, after, limitOf(limit))
 }
 
 // HeadPosition returns the highest global position handed out so far.

@@ -352,3 +352,18 @@ WHERE l.subscription = $1 AND l.bucket = $2
   AND EXISTS (SELECT 1 FROM {{schema}}.lease_members m
               WHERE m.subscription = l.subscription AND m.worker = $3 AND m.expires_at > now())
 RETURNING l.owner, l.epoch;
+
+-- name: operator_subscriptions
+-- ListSubscriptions: every subscription with lease rows, its N, its buckets
+-- held by a live owner and its live members. No $1.
+SELECT l.subscription, max(l.shard_count)::int,
+    (count(*) FILTER (WHERE l.owner IS NOT NULL AND l.expires_at > now()))::int,
+    (SELECT count(*) FROM {{schema}}.lease_members m
+     WHERE m.subscription = l.subscription AND m.expires_at > now())::int
+FROM {{schema}}.lease_buckets l
+GROUP BY l.subscription
+ORDER BY l.subscription;
+
+-- name: operator_bucket_count
+-- BucketCount: the subscription's N, 0 without lease rows.
+SELECT coalesce(max(shard_count), 0)::int FROM {{schema}}.lease_buckets WHERE subscription = $1;

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/eventsource"
 )
 
 // Snapshot is the lease table of one subscription at one moment.
@@ -63,6 +66,100 @@ func (s *Store) Snapshot(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("leasestore: snapshot: %w%s", err, migrateHint(err))
 	}
 	return snap, nil
+}
+
+// ReadSnapshot reads a subscription's buckets and members as
+// [Store.Snapshot] does, for an observer — the CLI, the console — that
+// must not join the pool: a Store is a member from [New] on, and a member
+// changes every worker's fair share. It writes nothing.
+func ReadSnapshot(ctx context.Context, pool *pgxpool.Pool, schema, subscription string) (Snapshot, error) {
+	var snap Snapshot
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			var err error
+			snap, err = ReadSnapshotTx(ctx, tx, schema, subscription)
+			return err
+		})
+	return snap, err
+}
+
+// ReadSnapshotTx is [ReadSnapshot] in the caller's transaction, to read
+// the leases at the same moment as other tables (make tx repeatable read,
+// as [ReadSnapshot] does): eventsource.Store.ProgressTx, say. Its Now is
+// the transaction's clock.
+func ReadSnapshotTx(ctx context.Context, tx pgx.Tx, schema, subscription string) (Snapshot, error) {
+	if err := checkOperatorArgs(schema, subscription); err != nil {
+		return Snapshot{}, err
+	}
+	snap, err := readSnapshot(ctx, tx, renderStatements(schema), subscription)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("leasestore: snapshot: %w%s", err, migrateHint(err))
+	}
+	return snap, nil
+}
+
+// SubscriptionLeases is one subscription's lease table in brief.
+type SubscriptionLeases struct {
+	Subscription string // the subscription's name
+	Buckets      int    // N
+	Held         int    // buckets with an owner whose lease is unexpired
+	Members      int    // members whose membership is unexpired
+}
+
+// ListSubscriptions lists every subscription with lease rows in schema, by
+// name. It writes nothing and joins nothing.
+func ListSubscriptions(ctx context.Context, pool *pgxpool.Pool, schema string) ([]SubscriptionLeases, error) {
+	return listSubscriptions(ctx, pool, schema)
+}
+
+// ListSubscriptionsTx is [ListSubscriptions] in the caller's transaction.
+func ListSubscriptionsTx(ctx context.Context, tx pgx.Tx, schema string) ([]SubscriptionLeases, error) {
+	return listSubscriptions(ctx, tx, schema)
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func listSubscriptions(ctx context.Context, db querier, schema string) ([]SubscriptionLeases, error) {
+	if schema == "" {
+		return nil, &ConfigError{Field: "Schema", Reason: "is required"}
+	}
+	rows, _ := db.Query(ctx, renderStatements(schema).get("operator_subscriptions"))
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SubscriptionLeases, error) {
+		var s SubscriptionLeases
+		err := r.Scan(&s.Subscription, &s.Buckets, &s.Held, &s.Members)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leasestore: list subscriptions: %w%s", err, migrateHint(err))
+	}
+	return out, nil
+}
+
+// BucketCount returns a subscription's N as its lease rows record it, or 0
+// when it has none (no worker has started it).
+func BucketCount(ctx context.Context, pool *pgxpool.Pool, schema, subscription string) (int, error) {
+	if err := checkOperatorArgs(schema, subscription); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := pool.QueryRow(ctx, renderStatements(schema).get("operator_bucket_count"), subscription).Scan(&n); err != nil {
+		return 0, fmt.Errorf("leasestore: bucket count: %w%s", err, migrateHint(err))
+	}
+	return n, nil
+}
+
+// checkOperatorArgs refuses what an operator's read cannot use: no schema
+// (a *ConfigError), a subscription that is not a valid name (an
+// *eventsource.NameError).
+func checkOperatorArgs(schema, subscription string) error {
+	if schema == "" {
+		return &ConfigError{Field: "Schema", Reason: "is required"}
+	}
+	return eventsource.ValidateSubscription(subscription)
 }
 
 // readSnapshot reads a subscription's buckets and members in tx, which

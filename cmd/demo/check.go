@@ -8,7 +8,10 @@ import (
 )
 
 // tally is the final check's count, read from the database: the events of
-// the demo's category against the workers' sink.
+// the demo's category against the workers' sink. The sink of the demo's
+// subscription holds the events its handlers were given, all of them of
+// the category (the only one the subscription reads) and of the store: an
+// appended event without a sink row is missing.
 type tally struct {
 	Appended    int64 // events of the category in the store
 	Handled     int64 // of them, distinct events in the sink
@@ -20,23 +23,30 @@ type tally struct {
 // Duplicates is how many deliveries repeated an event already handled.
 func (t tally) Duplicates() int64 { return t.Deliveries - t.Handled }
 
-// count reads the tally in one snapshot.
+// count reads the tally in one snapshot: the store's side through
+// eventsource, the sink's with the sink's own statement.
 func count(ctx context.Context, db *database, subscription, category string) (tally, error) {
-	q := pgx.Identifier{db.schema}.Sanitize()
 	var t tally
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, `SELECT
-    (SELECT count(*) FROM `+q+`.events WHERE category = $1),
-    (SELECT count(*) FROM `+q+`.sink s JOIN `+q+`.events e ON e.event_id = s.event_id
-        WHERE s.subscription = $2 AND e.category = $1),
-    (SELECT coalesce(sum(s.deliveries), 0) FROM `+q+`.sink s JOIN `+q+`.events e ON e.event_id = s.event_id
-        WHERE s.subscription = $2 AND e.category = $1),
-    (SELECT count(*) FROM `+q+`.events e WHERE e.category = $1
-        AND NOT EXISTS (SELECT 1 FROM `+q+`.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id)),
-    (SELECT count(*) FROM `+q+`.dead_letters d WHERE d.subscription = $2 AND d.replayed_at IS NULL)`,
-				category, subscription).Scan(&t.Appended, &t.Handled, &t.Deliveries, &t.Missing, &t.DeadLetters)
+			var err error
+			if t.Appended, err = db.store.CountCategoryTx(ctx, tx, category); err != nil {
+				return err
+			}
+			stats, err := db.store.SubscriptionsTx(ctx, tx)
+			if err != nil {
+				return err
+			}
+			for _, s := range stats {
+				if s.Subscription == subscription {
+					t.DeadLetters = int64(s.DeadLetters)
+				}
+			}
+			return tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(deliveries), 0) FROM `+
+				pgx.Identifier{db.schema}.Sanitize()+`.sink WHERE subscription = $1`, subscription).
+				Scan(&t.Handled, &t.Deliveries)
 		})
+	t.Missing = max(t.Appended-t.Handled, 0)
 	return t, err
 }
 

@@ -15,7 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/pgserver"
 	"github.com/kumi-run/kumi/internal/worker"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -25,7 +26,7 @@ import (
 type database struct {
 	url      string // given to the workers through their environment
 	schema   string
-	embedded *pgtest.Server
+	embedded *pgserver.Server
 	pool     *pgxpool.Pool
 	store    *eventsource.Store
 	// dropSchema: the schema is the demo's own, made for this run.
@@ -61,7 +62,7 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 		if err := portFree(cfg.pgPort); err != nil {
 			return nil, err
 		}
-		s, err := pgtest.Start(ctx, pgtest.Options{Port: cfg.pgPort, MaxConnections: 200})
+		s, err := pgserver.Start(ctx, pgserver.Options{Port: cfg.pgPort, MaxConnections: 200})
 		if err != nil {
 			if cfg.pgPort != 0 && strings.Contains(err.Error(), "could not create any TCP/IP sockets") {
 				// Taken between the check above and the server's start.
@@ -72,7 +73,7 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 		db.embedded, db.url, db.schema = s, s.URL, eventsource.SchemaDefault
 		db.describe = fmt.Sprintf("embedded PostgreSQL on 127.0.0.1:%d (removed on exit)", s.Port())
 	}
-	pool, err := worker.ConnectPool(ctx, db.url, 6)
+	pool, err := inspect.ConnectPool(ctx, db.url, 6)
 	if err != nil {
 		db.close()
 		if db.embedded == nil {

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -124,7 +124,7 @@ func runDemo(cfg config, stdout, stderr io.Writer) int {
 		return exitInterrupted
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "demo: %s\n", worker.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "demo: %s\n", inspect.RedactURL(err.Error()))
 		return exitFail
 	}
 	defer db.close()
@@ -334,7 +334,7 @@ func (d *demo) exited(ex exit) {
 	case ex.state == stateLeft && ex.err == nil:
 		d.logf("left", "%s stopped gracefully", ex.p.name)
 	case ex.state == stateLeft:
-		d.logf("left", "%s stopped, with %v: %s", ex.p.name, ex.err, worker.RedactURL(ex.lastLine))
+		d.logf("left", "%s stopped, with %v: %s", ex.p.name, ex.err, inspect.RedactURL(ex.lastLine))
 	case ex.state == stateKilled:
 		d.logf("gone", "%s is dead", ex.p.name)
 	default:
@@ -345,14 +345,14 @@ func (d *demo) exited(ex exit) {
 		if ex.lastLine != "" {
 			detail += ": " + ex.lastLine
 		}
-		d.logf("exited", "%s exited on its own%s", ex.p.name, worker.RedactURL(detail))
+		d.logf("exited", "%s exited on its own%s", ex.p.name, inspect.RedactURL(detail))
 	}
 }
 
 // logf records an event; plain mode prints it at once. Its text may name
 // workers and quote their output: it is escaped for the terminal.
 func (d *demo) logf(kind, format string, args ...any) {
-	e := logEntry{at: time.Since(d.start), kind: kind, text: worker.TermSafe(fmt.Sprintf(format, args...))}
+	e := logEntry{at: time.Since(d.start), kind: kind, text: inspect.TermSafe(fmt.Sprintf(format, args...))}
 	if d.start.IsZero() {
 		e.at = 0
 	}
@@ -448,7 +448,7 @@ func (d *demo) finish() int {
 		d.phase = "done"
 		d.render()
 		d.closeScreen()
-		fmt.Fprintf(d.out, "check: could not count: %s\n", worker.RedactURL(err.Error()))
+		fmt.Fprintf(d.out, "check: could not count: %s\n", inspect.RedactURL(err.Error()))
 		return exitFail
 	}
 	d.final = &t
@@ -458,7 +458,7 @@ func (d *demo) finish() int {
 	d.closeScreen()
 	line, ok := t.verdict(d.cfg.exactly)
 	if err := d.prod.err(); err != nil {
-		fmt.Fprintf(d.out, "producer: %d appends failed, the last with: %s\n", d.prod.failed.Load(), worker.RedactURL(err.Error()))
+		fmt.Fprintf(d.out, "producer: %d appends failed, the last with: %s\n", d.prod.failed.Load(), inspect.RedactURL(err.Error()))
 	}
 	fmt.Fprintln(d.out, line)
 	if ok {

@@ -24,8 +24,8 @@ import (
 
 	"github.com/kumi-run/kumi/console"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/pgtest"
-	"github.com/kumi-run/kumi/internal/worker"
 )
 
 // demoBin is the demo under test, built once by TestMain.
@@ -317,11 +317,11 @@ func TestInspectReadsWithoutJoining(t *testing.T) {
 	schema := pgtest.NewSchema(t)
 	store, err := eventsource.New(pgtest.Pool(t), eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	_, err = worker.Inspect(ctx, store, "demo", "")
-	require.ErrorIs(t, err, worker.ErrNotMigrated)
+	_, err = inspect.Inspect(ctx, store, "demo", "")
+	require.ErrorIs(t, err, inspect.ErrNotMigrated)
 	db := &database{schema: schema, pool: pgtest.Pool(t), store: store}
 	require.NoError(t, db.migrate(ctx))
-	in, err := worker.Inspect(ctx, store, "demo", category)
+	in, err := inspect.Inspect(ctx, store, "demo", category)
 	require.NoError(t, err)
 	require.Empty(t, in.Rows)
 	require.Empty(t, in.Members)

@@ -10,7 +10,7 @@
 // # The database
 //
 // Without DATABASE_URL the demo starts a throwaway PostgreSQL from the local
-// server binaries (internal/pgtest) and removes it on exit, Ctrl-C included;
+// server binaries (internal/pgserver) and removes it on exit, Ctrl-C included;
 // -pg-port picks its port. With DATABASE_URL it works in a fresh schema
 // kumi_demo_<random> of that database and drops it on exit (-keep keeps it,
 // -schema names one to use and keep). Errors name the missing binaries, the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/worker"
 )
 
@@ -162,7 +163,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := worker.Run(context.Background(), cfg); err != nil {
-		fmt.Fprintf(stderr, "worker %s: %s\n", cfg.Worker, worker.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "worker %s: %s\n", cfg.Worker, inspect.RedactURL(err.Error()))
 		return exitFail
 	}
 	return exitOK

@@ -14,14 +14,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/term"
 
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 )
 
 // sample is one reading of the database: the subscription's buckets and
 // the sink's counts per worker.
 type sample struct {
 	at         time.Time
-	in         worker.Inspection
+	in         inspect.Inspection
 	handled    int64            // distinct events in the sink
 	deliveries int64            // sink deliveries, duplicates included
 	byWorker   map[string]int64 // distinct events first handled by each worker
@@ -32,9 +32,9 @@ type sample struct {
 func (d *demo) poll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	in, err := worker.Inspect(ctx, d.db.store, subscription, category)
+	in, err := inspect.Inspect(ctx, d.db.store, subscription, category)
 	if err != nil {
-		d.warnOnce("poll", "reading the subscription's state failed: %s", worker.RedactURL(err.Error()))
+		d.warnOnce("poll", "reading the subscription's state failed: %s", inspect.RedactURL(err.Error()))
 		return
 	}
 	s := &sample{at: time.Now(), in: in, byWorker: map[string]int64{}}
@@ -52,7 +52,7 @@ func (d *demo) poll() {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		d.warnOnce("sink", "reading the sink failed: %s", worker.RedactURL(err.Error()))
+		d.warnOnce("sink", "reading the sink failed: %s", inspect.RedactURL(err.Error()))
 		return
 	}
 	prev := d.cur
@@ -87,7 +87,7 @@ func (d *demo) ownership(prev, cur *sample) {
 	type key struct{ to, from, how string }
 	moved := map[key][]int{}
 	var keys []key
-	prevOwner := map[int]worker.BucketRow{}
+	prevOwner := map[int]inspect.BucketRow{}
 	if prev != nil {
 		for _, r := range prev.in.Rows {
 			prevOwner[r.Bucket] = r
@@ -131,7 +131,7 @@ func (d *demo) ownership(prev, cur *sample) {
 }
 
 // effective is a bucket's owner if its lease is unexpired, else "".
-func effective(r worker.BucketRow) string {
+func effective(r inspect.BucketRow) string {
 	if r.Live {
 		return r.Owner
 	}
@@ -173,7 +173,7 @@ func (d *demo) statusLine() string {
 	if len(names) > 0 {
 		var parts []string
 		for _, w := range names {
-			parts = append(parts, fmt.Sprintf("%s:%d", worker.TermSafe(w), owned[w]))
+			parts = append(parts, fmt.Sprintf("%s:%d", inspect.TermSafe(w), owned[w]))
 		}
 		owners = strings.Join(parts, " ")
 	}
@@ -365,14 +365,14 @@ func (d *demo) rateText() string {
 
 // ownerText is a bucket's owner as the view shows it, with → for a pending
 // claim and ✗ for an expired lease.
-func ownerText(r worker.BucketRow) string {
+func ownerText(r inspect.BucketRow) string {
 	switch {
 	case r.Live && r.ClaimWorker != "":
-		return worker.TermSafe(r.Owner) + "→"
+		return inspect.TermSafe(r.Owner) + "→"
 	case r.Live:
-		return worker.TermSafe(r.Owner)
+		return inspect.TermSafe(r.Owner)
 	case r.Owner != "":
-		return worker.TermSafe(r.Owner) + "✗"
+		return inspect.TermSafe(r.Owner) + "✗"
 	}
 	return "-"
 }

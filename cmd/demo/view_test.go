@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -20,12 +20,12 @@ import (
 const hostile = "w\x1b[2J\a\r\u009b31m\x7f\u202eevil\tx\ny"
 
 // testDemo is a demo with a sample of its own and no processes.
-func testDemo(t *testing.T, rows []worker.BucketRow, members []leasestore.Member) *demo {
+func testDemo(t *testing.T, rows []inspect.BucketRow, members []leasestore.Member) *demo {
 	t.Helper()
 	d := &demo{cfg: config{buckets: len(rows), duration: time.Minute, lease: "row", ttl: time.Second},
 		db: &database{describe: "test"}, fleet: &fleet{}, prod: &producer{}, phase: "running",
 		wrate: map[string]float64{}, warned: map[string]bool{}, start: time.Now(), tui: true}
-	d.cur = &sample{at: time.Now(), in: worker.Inspection{Buckets: len(rows), Rows: rows, Members: members},
+	d.cur = &sample{at: time.Now(), in: inspect.Inspection{Buckets: len(rows), Rows: rows, Members: members},
 		byWorker: map[string]int64{}}
 	return d
 }
@@ -36,7 +36,7 @@ func requireTermSafe(t *testing.T, lines []string) {
 		// The view's own colours are the only escape sequences.
 		l = strings.NewReplacer("\x1b[1m", "", "\x1b[2m", "", "\x1b[0m", "").Replace(l)
 		for _, r := range l {
-			require.False(t, worker.TermUnsafe(r), "%q in %q", r, l)
+			require.False(t, inspect.TermUnsafe(r), "%q in %q", r, l)
 		}
 	}
 }
@@ -45,12 +45,12 @@ func requireTermSafe(t *testing.T, lines []string) {
 // the event log show them escaped (issue 18 §5).
 func TestViewEscapesWhatItReadsFromTheDatabase(t *testing.T) {
 	t.Parallel()
-	row := func(b int) worker.BucketRow {
-		r := worker.BucketRow{Live: true, Lag: 0}
+	row := func(b int) inspect.BucketRow {
+		r := inspect.BucketRow{Live: true, Lag: 0}
 		r.Bucket, r.Owner, r.Epoch = b, hostile, 1
 		return r
 	}
-	d := testDemo(t, []worker.BucketRow{row(0), row(1)}, []leasestore.Member{{Worker: hostile, Live: true}})
+	d := testDemo(t, []inspect.BucketRow{row(0), row(1)}, []leasestore.Member{{Worker: hostile, Live: true}})
 	d.ownership(nil, d.cur)
 	lines := d.frame(200, 0)
 	requireTermSafe(t, lines)
@@ -73,9 +73,9 @@ func plain(lines []string) []string {
 // stopped ones and a long event log.
 func busyDemo(t *testing.T, n int) *demo {
 	t.Helper()
-	var rows []worker.BucketRow
+	var rows []inspect.BucketRow
 	for b := range n {
-		r := worker.BucketRow{Live: true, Lag: int64(b % 3)}
+		r := inspect.BucketRow{Live: true, Lag: int64(b % 3)}
 		r.Bucket, r.Owner, r.Epoch = b, fmt.Sprintf("w%d", b%3+1), 1
 		rows = append(rows, r)
 	}

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -41,7 +41,7 @@ func (c *cpShowCmd) Run(e *env) error {
 	if err := e.checkSubscription(c.Subscription); err != nil {
 		return err
 	}
-	in, err := worker.Inspect(e.ctx, store, c.Subscription, c.Category)
+	in, err := inspect.Inspect(e.ctx, store, c.Subscription, c.Category)
 	if err != nil {
 		return asUsage(err)
 	}
@@ -142,7 +142,7 @@ func (c *cpResetCmd) Run(e *env) error {
 	if err := e.checkSubscription(c.Subscription, c.Bucket...); err != nil {
 		return err
 	}
-	in, err := worker.Inspect(e.ctx, store, c.Subscription, "")
+	in, err := inspect.Inspect(e.ctx, store, c.Subscription, "")
 	if err != nil {
 		return asUsage(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 )
 
 type deadLettersCmd struct {
@@ -95,8 +95,8 @@ func (c *dlListCmd) Run(e *env) error {
 		if d.ReplayedAt != nil {
 			state = "replayed"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, d.Bucket, d.EventID, worker.TermSafe(d.Stream), d.Attempts,
-			d.CreatedAt.UTC().Format(time.RFC3339), state, worker.TermSafe(oneLine(d.Reason, 60)))
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, d.Bucket, d.EventID, inspect.TermSafe(d.Stream), d.Attempts,
+			d.CreatedAt.UTC().Format(time.RFC3339), state, inspect.TermSafe(oneLine(d.Reason, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -148,14 +148,14 @@ func (c *dlShowCmd) Run(e *env) error {
 	}
 	w := e.stdout
 	fmt.Fprintf(w, "subscription  %s\nbucket        %d\nevent         %s\nposition      %d\nstream        %s\n",
-		worker.TermSafe(d.Subscription), d.Bucket, d.EventID, d.Position, worker.TermSafe(d.Stream))
+		inspect.TermSafe(d.Subscription), d.Bucket, d.EventID, d.Position, inspect.TermSafe(d.Stream))
 	fmt.Fprintf(w, "attempts      %d\ncreated       %s\nstate         %s\nreason        %s\n",
-		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, worker.TermSafe(d.Reason))
+		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, inspect.TermSafe(d.Reason))
 	if evErr != nil {
-		fmt.Fprintf(w, "event         (not readable: %s)\n", worker.TermSafe(evErr.Error()))
+		fmt.Fprintf(w, "event         (not readable: %s)\n", inspect.TermSafe(evErr.Error()))
 		return nil
 	}
-	fmt.Fprintf(w, "type          %s\nversion       %d\nrecorded      %s\n", worker.TermSafe(ev.Type), ev.Version,
+	fmt.Fprintf(w, "type          %s\nversion       %d\nrecorded      %s\n", inspect.TermSafe(ev.Type), ev.Version,
 		ev.RecordedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "data          %s\n", indentJSON(ev.Data))
 	if len(ev.Metadata) > 0 {
@@ -240,7 +240,7 @@ func (c *dlReplayCmd) Run(e *env) error {
 				continue
 			}
 			if c.DryRun {
-				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, worker.TermSafe(d.Stream))
+				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, inspect.TermSafe(d.Stream))
 				continue
 			}
 			// The one letter of this bucket at this position: positions
@@ -293,7 +293,7 @@ func (c *dlReplayCmd) dryRun(e *env, store *eventsource.Store, filter eventsourc
 			return asUsage(notMigrated(e, err))
 		}
 		for _, d := range letters {
-			fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, worker.TermSafe(d.Stream))
+			fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, inspect.TermSafe(d.Stream))
 		}
 		n += len(letters)
 		if len(letters) < page.Limit || (filter.Limit > 0 && n >= filter.Limit) {
@@ -415,9 +415,9 @@ func oneLine(s string, n int) string {
 func indentJSON(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if err := json.Indent(&b, raw, "              ", "  "); err != nil {
-		return worker.TermSafe(string(raw))
+		return inspect.TermSafe(string(raw))
 	}
-	return string(worker.TermSafeJSON(b.Bytes()))
+	return string(inspect.TermSafeJSON(b.Bytes()))
 }
 
 // tailWriter keeps the last line written to it.

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -47,7 +47,7 @@ type env struct {
 	url    string
 	schema string
 	// stdout and stderr escape what a terminal would act on
-	// (worker.NewTermWriter); rawStdout and rawStderr are the process's
+	// (inspect.NewTermWriter); rawStdout and rawStderr are the process's
 	// own, for the commands `dead-letters replay --exec` runs.
 	stdout, stderr       io.Writer
 	rawStdout, rawStderr io.Writer
@@ -61,8 +61,8 @@ func (e *env) connect() (*eventsource.Store, error) {
 	if e.store != nil {
 		return e.store, nil
 	}
-	pool, err := worker.ConnectPool(e.ctx, e.url, 4)
-	var ue *worker.URLError
+	pool, err := inspect.ConnectPool(e.ctx, e.url, 4)
+	var ue *inspect.URLError
 	if errors.As(err, &ue) { // a bad value, not a failed database
 		return nil, &usageError{msg: ue.Error()}
 	}
@@ -85,7 +85,7 @@ func (e *env) close() {
 }
 
 // printJSON writes v as indented JSON, safe for a terminal
-// (worker.TermSafeJSON).
+// (inspect.TermSafeJSON).
 func (e *env) printJSON(v any) error {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -93,7 +93,7 @@ func (e *env) printJSON(v any) error {
 	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err := e.stdout.Write(worker.TermSafeJSON(b.Bytes()))
+	_, err := e.stdout.Write(inspect.TermSafeJSON(b.Bytes()))
 	return err
 }
 
@@ -119,7 +119,7 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 	// Everything printed passes through a TermWriter: values from the
 	// database are escaped where they are formatted, and whatever is
 	// missed there still never reaches the terminal raw.
-	stdout, stderr := worker.NewTermWriter(rawStdout), worker.NewTermWriter(rawStderr)
+	stdout, stderr := inspect.NewTermWriter(rawStdout), inspect.NewTermWriter(rawStderr)
 	defer func() { _ = stdout.Flush(); _ = stderr.Flush() }()
 	if len(args) == 0 {
 		// No command is a usage error: the help goes to stderr.
@@ -156,7 +156,7 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 		if errors.As(err, &pe) {
 			kctx = pe.Context
 		}
-		fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), worker.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), inspect.RedactURL(err.Error()))
 		fmt.Fprintf(stderr, "Run \"kumi %s--help\" for usage.\n", commandPath(kctx))
 		return exitUsage
 	}
@@ -198,7 +198,7 @@ func commandPath(kctx *kong.Context) string {
 // redacted, without the "kumi: " the library's errors start with (and
 // wrapped ones carry), which would say kumi twice.
 func message(err error) string {
-	msg := strings.TrimPrefix(worker.RedactURL(err.Error()), "kumi: ")
+	msg := strings.TrimPrefix(inspect.RedactURL(err.Error()), "kumi: ")
 	return strings.ReplaceAll(msg, ": kumi: ", ": ")
 }
 
@@ -292,7 +292,7 @@ func (e *env) checkSubscription(name string, buckets ...int) error {
 	if err := eventsource.ValidateSubscription(name); err != nil {
 		return asUsage(err)
 	}
-	n, known, err := worker.Known(e.ctx, store, name)
+	n, known, err := inspect.Known(e.ctx, store, name)
 	if err != nil {
 		return err
 	}

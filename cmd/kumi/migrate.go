@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/migrate"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -26,9 +25,8 @@ func (m *migrateCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	var existed bool
-	if err := store.Pool().QueryRow(e.ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`,
-		store.Schema()).Scan(&existed); err != nil {
+	existed, err := migrate.SchemaExists(e.ctx, store.Pool(), store.Schema())
+	if err != nil {
 		return err
 	}
 	before := ""
@@ -69,21 +67,15 @@ func (m *migrateCmd) Run(e *env) error {
 // versions is the schema's migration versions, "eventsource version 1,
 // leasestore version 1", or "" before any migration.
 func versions(e *env, store *eventsource.Store) (string, error) {
-	var table *string
-	if err := store.Pool().QueryRow(e.ctx, `SELECT to_regclass($1)::text`,
-		store.QuotedSchema()+".schema_migrations").Scan(&table); err != nil {
-		return "", err
-	}
-	if table == nil {
-		return "", nil
-	}
-	rows, _ := store.Pool().Query(e.ctx, `SELECT component || ' version ' || max(version) FROM `+
-		store.QuotedSchema()+`.schema_migrations GROUP BY component ORDER BY component`)
-	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	vs, err := migrate.Versions(e.ctx, store.Pool(), store.Schema())
 	if err != nil {
 		return "", err
 	}
-	return strings.Join(vs, ", "), nil
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = v.String()
+	}
+	return strings.Join(names, ", "), nil
 }
 
 func orNone(s string) string {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -43,7 +43,7 @@ func (c *relinquishCmd) Run(e *env) error {
 	in := inspection(store.Schema(), req)
 	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
-		worker.TermSafe(owner), c.Bucket, epoch, worker.TermSafe(target))
+		inspect.TermSafe(owner), c.Bucket, epoch, inspect.TermSafe(target))
 	fmt.Fprintln(e.stdout, predict(in, c.Bucket, owner, target, loads(in)))
 	if c.Wait == 0 {
 		return nil
@@ -68,37 +68,37 @@ func (c *relinquishCmd) refused(err error, schema string) error {
 		return fmt.Errorf("bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", c.Bucket)
 	case leasestore.ErrLeaseExpired:
 		return fmt.Errorf("bucket %d's lease (owner %s) expired %s: the next pass of any worker takes it without a handoff",
-			c.Bucket, worker.TermSafe(row.Owner), ago(h.Now, row.Expires))
+			c.Bucket, inspect.TermSafe(row.Owner), ago(h.Now, row.Expires))
 	case leasestore.ErrClaimPending:
 		return fmt.Errorf("bucket %d already has a pending claim by %s (placed %s): its owner %s is handing it over",
-			c.Bucket, worker.TermSafe(row.ClaimWorker), ago(h.Now, row.ClaimedAt), worker.TermSafe(row.Owner))
+			c.Bucket, inspect.TermSafe(row.ClaimWorker), ago(h.Now, row.ClaimedAt), inspect.TermSafe(row.Owner))
 	case leasestore.ErrTargetIsOwner:
-		return usageErrorf("--to %s: that worker is the bucket's owner", worker.TermSafe(h.To))
+		return usageErrorf("--to %s: that worker is the bucket's owner", inspect.TermSafe(h.To))
 	case leasestore.ErrTargetNotLive:
-		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", worker.TermSafe(h.To), c.Subscription, c.Subscription)
+		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", inspect.TermSafe(h.To), c.Subscription, c.Subscription)
 	case leasestore.ErrNoOtherWorker:
 		return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
-			"(start another worker first; to stop %s, stop it gracefully)", worker.TermSafe(row.Owner), c.Subscription, c.Bucket, worker.TermSafe(row.Owner))
+			"(start another worker first; to stop %s, stop it gracefully)", inspect.TermSafe(row.Owner), c.Subscription, c.Bucket, inspect.TermSafe(row.Owner))
 	default: // leasestore.ErrHandoffRaced
 		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's membership); "+
-			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, worker.TermSafe(h.To), c.Subscription)
+			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, inspect.TermSafe(h.To), c.Subscription)
 	}
 }
 
 // inspection is the lease state a handoff request was decided on, as an
 // inspection without checkpoints or lag, for predict and watch.
-func inspection(schema string, req leasestore.HandoffRequest) worker.Inspection {
-	in := worker.Inspection{Schema: schema, Subscription: req.Before.Subscription, Now: req.Before.Now,
+func inspection(schema string, req leasestore.HandoffRequest) inspect.Inspection {
+	in := inspect.Inspection{Schema: schema, Subscription: req.Before.Subscription, Now: req.Before.Now,
 		Buckets: req.Buckets, Members: req.Before.Members}
 	for _, b := range req.Before.Buckets {
-		in.Rows = append(in.Rows, worker.BucketRow{BucketState: b, Live: b.Held(in.Now), Lag: -1})
+		in.Rows = append(in.Rows, inspect.BucketRow{BucketState: b, Live: b.Held(in.Now), Lag: -1})
 	}
 	return in
 }
 
 // loads counts each worker's load as leasestore's pass does: the live
 // buckets it owns that nobody claims, plus its own pending claims.
-func loads(in worker.Inspection) map[string]int {
+func loads(in inspect.Inspection) map[string]int {
 	load := map[string]int{}
 	for _, r := range in.Rows {
 		switch {
@@ -117,10 +117,10 @@ func loads(in worker.Inspection) map[string]int {
 // the bucket; after, the bucket is free and a worker below its share takes
 // it (the old owner, as a rule) — and a worker below its share places
 // claims on the buckets of one above it.
-func predict(in worker.Inspection, bucket int, owner, target string, load map[string]int) string {
+func predict(in inspect.Inspection, bucket int, owner, target string, load map[string]int) string {
 	live := max(in.LiveMembers(), 1)
 	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
-	o, t := worker.TermSafe(owner), worker.TermSafe(target)
+	o, t := inspect.TermSafe(owner), inspect.TermSafe(target)
 	after := load[target] + 1 // its claim on the bucket is counted
 	if after > share {
 		return fmt.Sprintf("note: %[1]s is at its fair share already (%[3]d of ceil(%[4]d/%[5]d) = %[6]d), so this claim puts it above. "+
@@ -142,7 +142,7 @@ func predict(in worker.Inspection, bucket int, owner, target string, load map[st
 			continue
 		}
 		if (ownerAfter < share && n > share) || (ownerAfter < floor && n > floor) {
-			return msg + fmt.Sprintf("; %s, then below its share, claims a bucket back from %s", o, worker.TermSafe(w))
+			return msg + fmt.Sprintf("; %s, then below its share, claims a bucket back from %s", o, inspect.TermSafe(w))
 		}
 	}
 	return msg
@@ -152,10 +152,10 @@ func predict(in worker.Inspection, bucket int, owner, target string, load map[st
 // or the claim was withdrawn — and the pool has settled (no pending claims,
 // no live worker below its share while another is above it), then reports
 // where the bucket went and which other buckets moved meanwhile.
-func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before worker.Inspection, owner string, epoch int64) error {
+func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before inspect.Inspection, owner string, epoch int64) error {
 	deadline := time.Now().Add(c.Wait)
 	for {
-		cur, err := worker.Inspect(e.ctx, store, c.Subscription, "")
+		cur, err := inspect.Inspect(e.ctx, store, c.Subscription, "")
 		if err != nil {
 			return err
 		}
@@ -165,12 +165,12 @@ func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before worker.In
 			switch {
 			case r.Epoch == epoch:
 				fmt.Fprintf(e.stdout, "the claim was withdrawn: %s still holds bucket %d at epoch %d\n",
-					worker.TermSafe(owner), c.Bucket, epoch)
+					inspect.TermSafe(owner), c.Bucket, epoch)
 			case r.Owner == owner:
 				fmt.Fprintf(e.stdout, "bucket %d went back to %s, at epoch %d (the claimant withdrew after the handoff)\n",
-					c.Bucket, worker.TermSafe(owner), r.Epoch)
+					c.Bucket, inspect.TermSafe(owner), r.Epoch)
 			default:
-				fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, worker.TermSafe(r.Owner), r.Epoch)
+				fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, inspect.TermSafe(r.Owner), r.Epoch)
 			}
 			for _, m := range moves(before, cur, c.Bucket) {
 				fmt.Fprintln(e.stdout, m)
@@ -180,7 +180,7 @@ func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before worker.In
 		if time.Now().After(deadline) {
 			if resolved {
 				fmt.Fprintf(e.stdout, "bucket %d is held by %s at epoch %d; the pool had not settled within %v "+
-					"(`kumi status -s %s` shows it now)\n", c.Bucket, worker.TermSafe(r.Owner), r.Epoch, c.Wait, c.Subscription)
+					"(`kumi status -s %s` shows it now)\n", c.Bucket, inspect.TermSafe(r.Owner), r.Epoch, c.Wait, c.Subscription)
 				return nil
 			}
 			return fmt.Errorf("bucket %d did not change hands within %v (owner %q, claim %q); `kumi status -s %s` shows it",
@@ -197,7 +197,7 @@ func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before worker.In
 // settled reports a pool with no pending claim in which no live worker is
 // below its fair share while another is above it (nor below the floor
 // while another is above that): no pass would move a bucket.
-func settled(in worker.Inspection) bool {
+func settled(in inspect.Inspection) bool {
 	live := max(in.LiveMembers(), 1)
 	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
 	owned := in.OwnedBy()
@@ -220,7 +220,7 @@ func settled(in worker.Inspection) bool {
 
 // moves lists the buckets other than skip whose owner changed between two
 // inspections.
-func moves(before, after worker.Inspection, skip int) []string {
+func moves(before, after inspect.Inspection, skip int) []string {
 	var out []string
 	for _, r := range after.Rows {
 		b, ok := rowOf(before, r.Bucket)
@@ -229,22 +229,22 @@ func moves(before, after worker.Inspection, skip int) []string {
 		}
 		from := "nobody"
 		if b.Owner != "" {
-			from = worker.TermSafe(b.Owner)
+			from = inspect.TermSafe(b.Owner)
 		}
 		to := "nobody"
 		if r.Owner != "" {
-			to = worker.TermSafe(r.Owner)
+			to = inspect.TermSafe(r.Owner)
 		}
 		out = append(out, fmt.Sprintf("meanwhile bucket %d moved from %s to %s (epoch %d)", r.Bucket, from, to, r.Epoch))
 	}
 	return out
 }
 
-func rowOf(in worker.Inspection, bucket int) (worker.BucketRow, bool) {
+func rowOf(in inspect.Inspection, bucket int) (inspect.BucketRow, bool) {
 	for _, r := range in.Rows {
 		if r.Bucket == bucket {
 			return r, true
 		}
 	}
-	return worker.BucketRow{}, false
+	return inspect.BucketRow{}, false
 }

@@ -6,7 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kumi-run/kumi/internal/worker"
+	"github.com/kumi-run/kumi/internal/inspect"
 )
 
 type statusCmd struct {
@@ -25,13 +25,13 @@ func (s *statusCmd) Run(e *env) error {
 		if s.Category != "" {
 			return usageErrorf("--category needs --subscription")
 		}
-		subs, err := worker.Subscriptions(e.ctx, store)
+		subs, err := inspect.Subscriptions(e.ctx, store)
 		if err != nil {
 			return err
 		}
 		return s.printOverview(e, subs)
 	}
-	in, err := worker.Inspect(e.ctx, store, s.Subscription, s.Category)
+	in, err := inspect.Inspect(e.ctx, store, s.Subscription, s.Category)
 	if err != nil {
 		return asUsage(err)
 	}
@@ -46,21 +46,12 @@ func (s *statusCmd) Run(e *env) error {
 	return nil
 }
 
-func (s *statusCmd) printOverview(e *env, subs []worker.SubscriptionSummary) error {
+func (s *statusCmd) printOverview(e *env, subs []inspect.SubscriptionSummary) error {
 	if s.JSON {
-		type row struct {
-			Subscription string `json:"subscription"`
-			Buckets      int    `json:"buckets"`
-			Held         int    `json:"held"`
-			Members      int    `json:"live_members"`
-			Checkpoints  int    `json:"checkpoints"`
-			DeadLetters  int    `json:"pending_dead_letters"`
+		if subs == nil {
+			subs = []inspect.SubscriptionSummary{}
 		}
-		out := make([]row, 0, len(subs))
-		for _, s := range subs {
-			out = append(out, row(s))
-		}
-		return e.printJSON(out)
+		return e.printJSON(subs)
 	}
 	if len(subs) == 0 {
 		fmt.Fprintf(e.stdout, "schema %q has no subscriptions yet\n", e.schema)
@@ -69,13 +60,13 @@ func (s *statusCmd) printOverview(e *env, subs []worker.SubscriptionSummary) err
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE MEMBERS\tCHECKPOINTS\tDEAD LETTERS")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", worker.TermSafe(s.Subscription), s.Buckets, s.Held, s.Members, s.Checkpoints, s.DeadLetters)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.Members, s.Checkpoints, s.DeadLetters)
 	}
 	return tw.Flush()
 }
 
 // printStatus writes an inspection as two tables: members, then buckets.
-func printStatus(w io.Writer, in worker.Inspection) {
+func printStatus(w io.Writer, in inspect.Inspection) {
 	held := 0
 	for _, r := range in.Rows {
 		if r.Live {
@@ -97,7 +88,7 @@ func printStatus(w io.Writer, in worker.Inspection) {
 		case !m.Live:
 			live = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", worker.TermSafe(m.Worker), m.Kind, live, ago(in.Now, m.Heartbeat),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", inspect.TermSafe(m.Worker), m.Kind, live, ago(in.Now, m.Heartbeat),
 			until(in.Now, m.Expires), owned[m.Worker])
 	}
 	if len(in.Members) == 0 {
@@ -109,7 +100,7 @@ func printStatus(w io.Writer, in worker.Inspection) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUCKET\tOWNER\tEPOCH\tLEASE\tCLAIM\tCHECKPOINT\tLAG")
 	for _, r := range in.Rows {
-		owner, lease := worker.TermSafe(r.Owner), until(in.Now, r.Expires)
+		owner, lease := inspect.TermSafe(r.Owner), until(in.Now, r.Expires)
 		switch {
 		case r.Owner == "":
 			owner, lease = "-", "free"
@@ -118,7 +109,7 @@ func printStatus(w io.Writer, in worker.Inspection) {
 		}
 		claim := "-"
 		if r.ClaimWorker != "" {
-			claim = fmt.Sprintf("%s (%s)", worker.TermSafe(r.ClaimWorker), ago(in.Now, r.ClaimedAt))
+			claim = fmt.Sprintf("%s (%s)", inspect.TermSafe(r.ClaimWorker), ago(in.Now, r.ClaimedAt))
 		}
 		lag := "-"
 		if r.Lag >= 0 {
@@ -209,7 +200,7 @@ type statusOut struct {
 	Buckets      []bucketJSON `json:"buckets"`
 }
 
-func statusJSON(in worker.Inspection) statusOut {
+func statusJSON(in inspect.Inspection) statusOut {
 	owned := in.OwnedBy()
 	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
 		Head: in.Head, BucketCount: in.Buckets, LiveMembers: in.LiveMembers(),

@@ -213,3 +213,35 @@ func applyNext(ctx context.Context, pool *pgxpool.Pool, q, schema, component str
 	}
 	return true, nil
 }
+
+// Version is one component's latest applied migration in a schema.
+type Version struct {
+	Component string // "eventsource", "leasestore"
+	Version   int    // the number of its latest migration
+}
+
+// String is "eventsource version 1".
+func (v Version) String() string { return fmt.Sprintf("%s version %d", v.Component, v.Version) }
+
+// SchemaExists reports whether schema exists.
+func SchemaExists(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
+	var exists bool
+	err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists)
+	return exists, err
+}
+
+// Versions returns each component's latest applied migration in schema,
+// by component: none before the first migration (or without the schema).
+// It creates nothing.
+func Versions(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Version, error) {
+	q := pgx.Identifier{schema}.Sanitize()
+	var table *string
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text", q+".schema_migrations").Scan(&table); err != nil {
+		return nil, err
+	}
+	if table == nil {
+		return nil, nil
+	}
+	rows, _ := pool.Query(ctx, "SELECT component, max(version) FROM "+q+".schema_migrations GROUP BY component ORDER BY component")
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[Version])
+}

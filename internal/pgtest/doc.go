@@ -1,13 +1,11 @@
-// Package pgtest runs a throwaway PostgreSQL for tests, benchmarks and the
-// demo, and gives each test a fresh schema of its own.
+// Package pgtest runs a throwaway PostgreSQL for tests and benchmarks, and
+// gives each test a fresh schema of its own.
 //
 // # The server
 //
-// [Start] initialises a data directory in a temp dir with the locally
-// installed server binaries (on PATH, or the newest
-// /usr/lib/postgresql/*/bin), starts postgres on a free loopback port and
-// waits until it accepts connections. As root, the server runs as the
-// "postgres" user. It follows its parent when the parent dies.
+// The server itself is [pgserver]'s (the demo embeds it too); [Start],
+// [Server], [Options], [FindBinaries] and [FreePort] are its, here for
+// tests that need a server of their own.
 //
 // # Replicas
 //

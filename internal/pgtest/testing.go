@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kumi-run/kumi/internal/leaktest"
+	"github.com/kumi-run/kumi/internal/pgserver"
 )
 
 var (
@@ -210,20 +211,6 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 }
 
 // WaitFor polls cond with a growing interval (1 ms up to 50 ms) until it
-// returns true or timeout passes, and reports whether it did.
-func WaitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	wait := time.Millisecond
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(wait)
-		if wait < 50*time.Millisecond {
-			wait *= 2
-		}
-	}
-}
+// returns true or timeout passes, and reports whether it did:
+// [pgserver.WaitFor].
+func WaitFor(timeout time.Duration, cond func() bool) bool { return pgserver.WaitFor(timeout, cond) }

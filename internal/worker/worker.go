@@ -21,6 +21,7 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
@@ -183,7 +184,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	defer func() { _ = shutdown(context.Background()) }()
 
-	pcfg, err := ParseURL(c.DatabaseURL)
+	pcfg, err := inspect.ParseURL(c.DatabaseURL)
 	if err != nil {
 		return err
 	}
@@ -316,4 +317,4 @@ ON CONFLICT (subscription, event_id) DO UPDATE SET deliveries = s.deliveries + 1
 }
 
 // redact drops passwords from an error message.
-func redact(err error) error { return errors.New(RedactURL(err.Error())) }
+func redact(err error) error { return errors.New(inspect.RedactURL(err.Error())) }

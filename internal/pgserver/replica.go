@@ -1,4 +1,4 @@
-package pgtest
+package pgserver
 
 import (
 	"context"
@@ -207,7 +207,7 @@ func (r *Replica) WaitReplayed(ctx context.Context) error {
 
 // ErrReplayPaused is returned by [Replica.WaitReplayed] when replay is
 // paused and so will not catch up.
-var ErrReplayPaused = errors.New("pgtest: the standby's replay is paused; resume it first")
+var ErrReplayPaused = errors.New("pgserver: the standby's replay is paused; resume it first")
 
 // PauseReplay stops the standby applying WAL (pg_wal_replay_pause) and
 // waits until it has stopped: from its return until [Replica.ResumeReplay]
@@ -268,7 +268,7 @@ func (r *Replica) Promote(ctx context.Context) error {
 		return fmt.Errorf("pgtest: promote: %w", err)
 	}
 	if !promoted {
-		return errors.New("pgtest: the standby was not promoted within a minute")
+		return errors.New("pgserver: the standby was not promoted within a minute")
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package worker
+package inspect
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package pgtest
+package pgserver
 
 import (
 	"context"
@@ -42,7 +42,7 @@ const BouncerExecMode = "cache_describe"
 
 // ErrNoBouncer is returned by [Server.StartBouncer] when no pgbouncer
 // binary is found.
-var ErrNoBouncer = errors.New("pgtest: no pgbouncer binary found on PATH or in /usr/sbin; " +
+var ErrNoBouncer = errors.New("pgserver: no pgbouncer binary found on PATH or in /usr/sbin; " +
 	"install it with `apt-get install -y pgbouncer`")
 
 // Bouncer is a PgBouncer in front of a [Server], listening on a free

@@ -1,4 +1,4 @@
-package worker
+package inspect
 
 import (
 	"context"
@@ -17,12 +17,13 @@ import (
 	"github.com/kumi-run/kumi/leasestore"
 )
 
-// Inspection is a read-only view of one subscription, read straight from
-// the tables: the demo's screen and `kumi status` show it.
+// Inspection is a read-only view of one subscription: the demo's screen,
+// `kumi status` and the console show it.
 //
-// It does not use leasestore.Store.Snapshot on purpose: a leasestore.Store
-// joins the pool as a member when it is created, and an observer that
-// joins changes every worker's fair share.
+// It reads the leases with leasestore.ReadSnapshotTx, not
+// leasestore.Store.Snapshot: a leasestore.Store joins the pool as a member
+// when it is created, and an observer that joins changes every worker's
+// fair share.
 type Inspection struct {
 	// Schema and Subscription are the ones inspected.
 	Schema       string
@@ -96,35 +97,12 @@ func notMigrated(schema string, err error) error {
 	return err
 }
 
-const inspectBuckets = `SELECT l.bucket, l.shard_count, coalesce(l.owner, ''), l.epoch, l.granted_at, l.expires_at,
-    l.heartbeat_at, coalesce(l.claim_worker, ''), l.claimed_at, coalesce(c.position, 0), c.updated_at
-FROM %[1]s.lease_buckets l
-LEFT JOIN %[1]s.checkpoints c ON c.subscription = l.subscription AND c.bucket = l.bucket
-WHERE l.subscription = $1
-ORDER BY l.bucket`
-
-// The same judgement as leasestore's snapshot: a session member whose
-// advisory lock nobody holds has no session.
-const inspectMembers = `WITH held AS MATERIALIZED (
-    SELECT classid, objid FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND objsubid = 1
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-)
-SELECT m.worker, m.kind, m.joined_at, m.heartbeat_at, m.expires_at, m.expires_at > now(),
-    coalesce(m.backend_pid, 0),
-    (m.kind = 'session' AND NOT EXISTS (
-        SELECT 1 FROM held h
-        WHERE h.classid = ((m.lock_key >> 32) & 4294967295)::oid
-          AND h.objid = (m.lock_key & 4294967295)::oid))
-FROM %s.lease_members m
-WHERE m.subscription = $1
-ORDER BY m.worker`
-
 // Inspect reads one subscription's members, buckets and checkpoints in one
-// read-only repeatable-read transaction, and — when category is not "" —
-// each bucket's lag behind its checkpoint (eventsource.Store.MemberLag,
-// one query per bucket). It writes nothing and takes no lock a worker
-// waits for.
+// read-only repeatable-read transaction (leasestore.ReadSnapshotTx and
+// eventsource.Store.ProgressTx), and — when category is not "" — each
+// bucket's lag behind its checkpoint (eventsource.Store.MemberLag, one
+// query per bucket). It writes nothing and takes no lock a worker waits
+// for.
 func Inspect(ctx context.Context, store *eventsource.Store, subscription, category string) (Inspection, error) {
 	if err := eventsource.ValidateSubscription(subscription); err != nil {
 		return Inspection{}, err
@@ -134,49 +112,31 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 			return Inspection{}, err
 		}
 	}
-	q := store.QuotedSchema()
 	in := Inspection{Schema: store.Schema(), Subscription: subscription, Category: category}
+	var snap leasestore.Snapshot
+	var progress eventsource.Progress
 	err := pgx.BeginTxFunc(ctx, store.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, `SELECT now(), (SELECT last_position FROM `+q+`.sequencer WHERE id = 1)`).
-				Scan(&in.Now, &in.Head); err != nil {
-				return err
-			}
-			rows, _ := tx.Query(ctx, fmt.Sprintf(inspectBuckets, q), subscription)
 			var err error
-			in.Rows, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketRow, error) {
-				var b BucketRow
-				var granted, expires, heartbeat, claimed, cpAt *time.Time
-				err := r.Scan(&b.Bucket, &b.ShardCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
-					&b.ClaimWorker, &claimed, &b.Checkpoint, &cpAt)
-				b.GrantedAt, b.Expires, b.Heartbeat = orZero(granted), orZero(expires), orZero(heartbeat)
-				b.ClaimedAt, b.CheckpointAt = orZero(claimed), orZero(cpAt)
-				b.Lag = -1
-				return b, err
-			})
-			if err != nil {
+			if progress, err = store.ProgressTx(ctx, tx, subscription); err != nil {
 				return err
 			}
-			rows, _ = tx.Query(ctx, fmt.Sprintf(inspectMembers, q), subscription)
-			in.Members, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasestore.Member, error) {
-				var m leasestore.Member
-				var kind string
-				err := r.Scan(&m.Worker, &kind, &m.Joined, &m.Heartbeat, &m.Expires, &m.Live, &m.BackendPID,
-					&m.SessionGone)
-				if kind == leasestore.KindSession.String() {
-					m.Kind = leasestore.KindSession
-				}
-				return m, err
-			})
+			snap, err = leasestore.ReadSnapshotTx(ctx, tx, store.Schema(), subscription)
 			return err
 		})
 	if err != nil {
 		return Inspection{}, notMigrated(store.Schema(), err)
 	}
-	for i := range in.Rows {
-		r := &in.Rows[i]
-		r.Live = r.Held(in.Now)
-		in.Buckets = max(in.Buckets, r.ShardCount)
+	in.Now, in.Head, in.Members = progress.Now, progress.Head, snap.Members
+	checkpoints := make(map[int]eventsource.Checkpoint, len(progress.Checkpoints))
+	for _, c := range progress.Checkpoints {
+		checkpoints[c.Bucket] = c
+	}
+	in.Rows = make([]BucketRow, len(snap.Buckets))
+	for i, b := range snap.Buckets {
+		c := checkpoints[b.Bucket]
+		in.Rows[i] = BucketRow{BucketState: b, Live: b.Held(in.Now), Checkpoint: c.Position, CheckpointAt: c.UpdatedAt, Lag: -1}
+		in.Buckets = max(in.Buckets, b.ShardCount)
 	}
 	if category == "" {
 		return in, nil
@@ -193,41 +153,58 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 }
 
 // SubscriptionSummary is one subscription of a schema, for an overview.
+// Its JSON form is what `kumi status --json` and the console print.
 type SubscriptionSummary struct {
-	Subscription string
-	Buckets      int // N; 0 when it has checkpoints but no lease rows
-	Held         int // buckets with a live owner
-	Members      int // live members
-	Checkpoints  int // buckets with a stored checkpoint
-	DeadLetters  int // pending dead letters
+	Subscription string `json:"subscription"`
+	Buckets      int    `json:"buckets"`              // N; 0 when it has checkpoints but no lease rows
+	Held         int    `json:"held"`                 // buckets with a live owner
+	Members      int    `json:"live_members"`         // live members
+	Checkpoints  int    `json:"checkpoints"`          // buckets with a stored checkpoint
+	DeadLetters  int    `json:"pending_dead_letters"` // pending dead letters
 }
 
 // Subscriptions lists every subscription that has lease rows, checkpoints
-// or dead letters in the store's schema, sorted by name.
+// or dead letters in the store's schema, sorted by name: the lease
+// table's (leasestore.ListSubscriptionsTx) and the store's
+// (eventsource.Store.SubscriptionsTx), read in one read-only
+// repeatable-read transaction.
 func Subscriptions(ctx context.Context, store *eventsource.Store) ([]SubscriptionSummary, error) {
-	q := store.QuotedSchema()
-	rows, _ := store.Pool().Query(ctx, fmt.Sprintf(`WITH names AS (
-    SELECT subscription FROM %[1]s.lease_buckets
-    UNION SELECT subscription FROM %[1]s.checkpoints
-    UNION SELECT subscription FROM %[1]s.dead_letters
-)
-SELECT n.subscription,
-    (SELECT coalesce(max(shard_count), 0) FROM %[1]s.lease_buckets l WHERE l.subscription = n.subscription),
-    (SELECT count(*) FROM %[1]s.lease_buckets l WHERE l.subscription = n.subscription
-        AND l.owner IS NOT NULL AND l.expires_at > now()),
-    (SELECT count(*) FROM %[1]s.lease_members m WHERE m.subscription = n.subscription AND m.expires_at > now()),
-    (SELECT count(*) FROM %[1]s.checkpoints c WHERE c.subscription = n.subscription),
-    (SELECT count(*) FROM %[1]s.dead_letters d WHERE d.subscription = n.subscription AND d.replayed_at IS NULL)
-FROM names n
-ORDER BY n.subscription`, q))
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SubscriptionSummary, error) {
-		var s SubscriptionSummary
-		err := r.Scan(&s.Subscription, &s.Buckets, &s.Held, &s.Members, &s.Checkpoints, &s.DeadLetters)
-		return s, err
-	})
+	var leases []leasestore.SubscriptionLeases
+	var stats []eventsource.SubscriptionStats
+	err := pgx.BeginTxFunc(ctx, store.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			var err error
+			if leases, err = leasestore.ListSubscriptionsTx(ctx, tx, store.Schema()); err != nil {
+				return err
+			}
+			stats, err = store.SubscriptionsTx(ctx, tx)
+			return err
+		})
 	if err != nil {
 		return nil, notMigrated(store.Schema(), err)
 	}
+	byName := map[string]*SubscriptionSummary{}
+	summary := func(name string) *SubscriptionSummary {
+		if s, ok := byName[name]; ok {
+			return s
+		}
+		s := &SubscriptionSummary{Subscription: name}
+		byName[name] = s
+		return s
+	}
+	for _, l := range leases {
+		s := summary(l.Subscription)
+		s.Buckets, s.Held, s.Members = l.Buckets, l.Held, l.Members
+	}
+	for _, st := range stats {
+		s := summary(st.Subscription)
+		s.Checkpoints, s.DeadLetters = st.Checkpoints, st.DeadLetters
+	}
+	out := make([]SubscriptionSummary, 0, len(byName))
+	for _, s := range byName {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b SubscriptionSummary) int { return strings.Compare(a.Subscription, b.Subscription) })
 	return out, nil
 }
 
@@ -235,16 +212,18 @@ ORDER BY n.subscription`, q))
 // lease rows, checkpoints or dead letters — and its bucket count N (0
 // when it has no lease rows, which alone record N).
 func Known(ctx context.Context, store *eventsource.Store, subscription string) (buckets int, known bool, err error) {
-	q := store.QuotedSchema()
-	err = store.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT
-    (SELECT coalesce(max(shard_count), 0) FROM %[1]s.lease_buckets WHERE subscription = $1),
-    EXISTS (SELECT 1 FROM %[1]s.lease_buckets WHERE subscription = $1)
-        OR EXISTS (SELECT 1 FROM %[1]s.checkpoints WHERE subscription = $1)
-        OR EXISTS (SELECT 1 FROM %[1]s.dead_letters WHERE subscription = $1)`, q), subscription).Scan(&buckets, &known)
+	buckets, err = leasestore.BucketCount(ctx, store.Pool(), store.Schema(), subscription)
 	if err != nil {
 		return 0, false, notMigrated(store.Schema(), err)
 	}
-	return buckets, known, nil
+	if buckets > 0 {
+		return buckets, true, nil
+	}
+	known, err = store.KnowsSubscription(ctx, subscription)
+	if err != nil {
+		return 0, false, notMigrated(store.Schema(), err)
+	}
+	return 0, known, nil
 }
 
 // ConnectPool opens a pool on a connection string and checks that the
@@ -341,11 +320,4 @@ func parseProblem(conn string, err error) string {
 		msg = msg[i+3:]
 	}
 	return RedactURL(msg)
-}
-
-func orZero(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
 }

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The operator's CLI reads the tables through eventsource and leasestore;
+// it must not carry the runtime (actors, protoactor) nor the OTLP
+// exporters, which it never uses: they once came in through
+// internal/worker, and made the CLI twice the size.
+func TestCLIDoesNotCarryTheRuntime(t *testing.T) {
+	t.Parallel()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	deps := strings.Fields(string(out))
+	require.Contains(t, deps, "github.com/kumi-run/kumi/leasestore", "go list -deps lists the CLI's dependencies")
+	var unwanted []string
+	for _, d := range deps {
+		if strings.Contains(d, "protoactor") || strings.Contains(d, "/otlp") ||
+			d == "github.com/kumi-run/kumi/actors" || d == "github.com/kumi-run/kumi/internal/worker" ||
+			d == "github.com/kumi-run/kumi/observability" {
+			unwanted = append(unwanted, d)
+		}
+	}
+	require.Empty(t, unwanted, "cmd/kumi depends on the runtime or an exporter (%d packages in all)", len(deps))
+}
