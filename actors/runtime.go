@@ -35,7 +35,19 @@ type RuntimeOptions struct {
 	// Supervision observes every supervision decision (restarts, stops);
 	// nil logs them at Debug.
 	Supervision supervision.Observer
+	// QueueBytes bounds, in bytes, the live batches queued for every
+	// reader of every group of this process together: a batch that would
+	// take them over it applies its reader's overflow policy, as a full
+	// queue does (see GroupOptions.QueueBytes for one reader's bound).
+	// Default 256 MiB (RuntimeQueueBytesDefault); at least 16 MiB.
+	QueueBytes int64
 }
+
+// RuntimeQueueBytesDefault is RuntimeOptions.QueueBytes's default: 256 MiB
+// lets 32 readers hold their whole default QueueBytes of live batches at
+// once; past that, the readers that fall furthest behind pause and re-read
+// from the store (losing nothing) instead of growing the process.
+const RuntimeQueueBytesDefault = 256 << 20
 
 // Runtime is kumi's per-process machinery over one event store: the
 // sequencer, the notifier and the Publisher actor shared by every group.
@@ -53,6 +65,8 @@ type Runtime struct {
 	// dispatcher runs the readers' and handlers' mailboxes on reused
 	// goroutines.
 	dispatcher *dispatcher
+	// budget is RuntimeOptions.QueueBytes, shared by every reader queue.
+	budget *overflow.Budget
 
 	// unregisterSequencer stops the kumi.sequencer.* metrics.
 	unregisterSequencer func()
@@ -77,6 +91,17 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	if opts.PollInterval < 0 {
 		return nil, &OptionError{"PollInterval", opts.PollInterval, "must be positive"}
 	}
+	if opts.QueueBytes == 0 {
+		opts.QueueBytes = RuntimeQueueBytesDefault
+	}
+	if opts.QueueBytes < MinRuntimeQueueBytes || opts.QueueBytes > MaxQueueBytes {
+		return nil, &OptionError{"QueueBytes", opts.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (16 MiB to 1 TiB; 0 means %d)",
+			MinRuntimeQueueBytes, MaxQueueBytes, RuntimeQueueBytesDefault)}
+	}
+	budget, err := overflow.NewBudget(opts.QueueBytes)
+	if err != nil {
+		return nil, &OptionError{"QueueBytes", opts.QueueBytes, err.Error()}
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -85,7 +110,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 		return nil, err
 	}
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
-		dispatcher: newDispatcher(64, 300)}
+		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
 	if opts.Sequencer.Logger == nil {
 		opts.Sequencer.Logger = logger

@@ -1,0 +1,149 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/observability"
+)
+
+// A burst of large events reaches a reader whose handler is stuck: its
+// queue pauses on its byte bound long before its batch capacity, its
+// catch-up pages stay within the byte bound too, the runtime's shared
+// budget counts what the queue holds and gets it all back when the group
+// stops — and every event is handled once, in order.
+func TestLargeEventsStayWithinTheReadersByteBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	first, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			once.Do(func() {
+				close(first)
+				<-gate // stuck while the burst arrives
+			})
+			rec.begin("w", d.Event)
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	const (
+		maxBytes = 256 << 10
+		perEvent = 16 << 10
+		appends  = 20
+		perAdd   = 10
+		n        = 1 + appends*perAdd
+	)
+	tel, spans := spanRecorder(t)
+	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
+	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond, Telemetry: tel})
+	require.NoError(t, err)
+	o := groupOpts("bytes", 1, nil, "w")
+	// The batch capacity is never reached: only the byte bound can pause.
+	o.Handler, o.QueueCapacity, o.QueueBytes = handler, 10_000, maxBytes
+	w.group, err = w.rt.StartGroup(ctx, o)
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			w.stop(t)
+		}
+	})
+	var release sync.Once
+	open := func() { release.Do(func() { close(gate) }) }
+	t.Cleanup(open) // runs first: a failed test still stops
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
+	queue := func() overflow.Stats {
+		w.group.g.mu.Lock()
+		defer w.group.g.mu.Unlock()
+		if q := w.group.g.queues[0]; q != nil {
+			return q.Stats()
+		}
+		return overflow.Stats{}
+	}
+	payload := fmt.Sprintf(`{"p":%q}`, strings.Repeat("x", perEvent))
+	big := func(k int) []eventsource.EventData {
+		out := make([]eventsource.EventData, k)
+		for i := range out {
+			out[i] = eventsource.EventData{Type: "Big", Data: []byte(payload)}
+		}
+		return out
+	}
+	_, err = store.Append(ctx, "acct-0", eventsource.Any, big(1))
+	require.NoError(t, err)
+	<-first
+
+	var batchBytes, peak int64
+	for i := 1; i <= appends; i++ {
+		posted := queue().Posted
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i%7), eventsource.Any, big(perAdd))
+		require.NoError(t, err)
+		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "append %d posted", i)
+		st := queue()
+		peak = max(peak, st.Bytes)
+		require.Equal(t, st.Bytes, w.rt.budget.Used(), "the runtime's budget counts what the one queue holds")
+	}
+	st := queue()
+	require.Positive(t, st.Pauses, "the byte bound paused the queue")
+	require.Less(t, st.Depth, o.QueueCapacity)
+	// A batch here is one append: 10 events.
+	batchBytes = perAdd * (perEvent + 1024)
+	require.LessOrEqual(t, peak, int64(maxBytes)+batchBytes, "the queue held more than its byte bound and one batch")
+
+	open()
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, rec.distinct())
+	require.Zero(t, rec.duplicates())
+	require.Empty(t, rec.order)
+
+	// Catch-up pages: at most the byte bound and the event that reaches it.
+	pages := spansNamed(spans, observability.SpanReaderFetch)
+	require.NotEmpty(t, pages)
+	for _, p := range pages {
+		count := attr(p, observability.AttrCount).AsInt64()
+		require.LessOrEqual(t, count, int64(maxBytes/perEvent+1), "a catch-up page of %d events of %d bytes", count, perEvent)
+	}
+
+	w.stop(t)
+	stopped = true
+	require.Zero(t, w.rt.budget.Used(), "a stopped reader's queue gives its bytes back")
+}
+
+func TestQueueBytesOptionsAreValidated(t *testing.T) {
+	t.Parallel()
+	base := GroupOptions{Subscription: "s", Category: "c", Buckets: 4, Handler: ackHandler(newRecorder(), "w")}
+	for _, v := range []int64{-1, MinQueueBytes - 1, MaxQueueBytes + 1} {
+		o := base
+		o.QueueBytes = v
+		var oe *OptionError
+		require.ErrorAs(t, o.WithDefaults().Validate(), &oe, "QueueBytes %d", v)
+		require.Equal(t, "QueueBytes", oe.Field)
+		require.Contains(t, oe.Error(), "must be in [65536, 1099511627776]")
+	}
+	o := base.WithDefaults()
+	require.Equal(t, int64(QueueBytesDefault), o.QueueBytes)
+	require.NoError(t, o.Validate())
+
+	store, _ := newTestStore(t)
+	for _, v := range []int64{-1, MinRuntimeQueueBytes - 1, MaxQueueBytes + 1} {
+		_, err := NewRuntime(context.Background(), quietSystem(), store, RuntimeOptions{QueueBytes: v})
+		var oe *OptionError
+		require.True(t, errors.As(err, &oe), "RuntimeOptions.QueueBytes %d: %v", v, err)
+		require.Equal(t, "QueueBytes", oe.Field)
+	}
+}
