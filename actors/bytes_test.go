@@ -19,12 +19,23 @@ import (
 )
 
 // A burst of large events reaches a reader whose handler is stuck: its
-// queue pauses on its byte bound long before its batch capacity, its
-// catch-up pages stay within the byte bound too, the runtime's shared
-// budget counts what the queue holds and gets it all back when the group
-// stops — and every event is handled once, in order.
+// queue applies the policy on its byte bound long before its batch
+// capacity, its catch-up pages stay within the byte bound too, the
+// runtime's shared budget counts what the queue holds and gets it all back
+// when the group stops — and every event is handled once, in order, under
+// every policy. Then one append larger than the publisher's fetch bound is
+// fetched in more than one read.
 func TestLargeEventsStayWithinTheReadersByteBound(t *testing.T) {
 	t.Parallel()
+	for _, policy := range []overflow.Policy{overflow.PauseAndResume, overflow.DropSubscription, overflow.DropOldest} {
+		t.Run(policy.String(), func(t *testing.T) {
+			t.Parallel()
+			testLargeEvents(t, policy)
+		})
+	}
+}
+
+func testLargeEvents(t *testing.T, policy overflow.Policy) {
 	ctx := context.Background()
 	store, schema := newTestStore(t)
 	rec := newRecorder()
@@ -55,8 +66,9 @@ func TestLargeEventsStayWithinTheReadersByteBound(t *testing.T) {
 	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond, Telemetry: tel})
 	require.NoError(t, err)
 	o := groupOpts("bytes", 1, nil, "w")
-	// The batch capacity is never reached: only the byte bound can pause.
-	o.Handler, o.QueueCapacity, o.QueueBytes = handler, 10_000, maxBytes
+	// The batch capacity is never reached: only the byte bound can apply
+	// the policy.
+	o.Handler, o.QueueCapacity, o.QueueBytes, o.Overflow = handler, 10_000, maxBytes, policy
 	w.group, err = w.rt.StartGroup(ctx, o)
 	require.NoError(t, err)
 	stopped := false
@@ -69,54 +81,74 @@ func TestLargeEventsStayWithinTheReadersByteBound(t *testing.T) {
 	open := func() { release.Do(func() { close(gate) }) }
 	t.Cleanup(open) // runs first: a failed test still stops
 	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
-	queue := func() overflow.Stats {
+	queue := func() (overflow.Stats, error) {
 		w.group.g.mu.Lock()
 		defer w.group.g.mu.Unlock()
 		if q := w.group.g.queues[0]; q != nil {
-			return q.Stats()
+			return q.Stats(), q.Err()
 		}
-		return overflow.Stats{}
+		return overflow.Stats{}, nil
 	}
-	payload := fmt.Sprintf(`{"p":%q}`, strings.Repeat("x", perEvent))
-	big := func(k int) []eventsource.EventData {
+	big := func(k, size int) []eventsource.EventData {
+		payload := fmt.Sprintf(`{"p":%q}`, strings.Repeat("x", size))
 		out := make([]eventsource.EventData, k)
 		for i := range out {
 			out[i] = eventsource.EventData{Type: "Big", Data: []byte(payload)}
 		}
 		return out
 	}
-	_, err = store.Append(ctx, "acct-0", eventsource.Any, big(1))
+	_, err = store.Append(ctx, "acct-0", eventsource.Any, big(1, perEvent))
 	require.NoError(t, err)
 	<-first
 
-	var batchBytes, peak int64
+	var peak int64
 	for i := 1; i <= appends; i++ {
-		posted := queue().Posted
-		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i%7), eventsource.Any, big(perAdd))
+		before, _ := queue()
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i%7), eventsource.Any, big(perAdd, perEvent))
 		require.NoError(t, err)
-		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "append %d posted", i)
-		st := queue()
+		pgtest.Eventually(t, waitLong, func() bool { st, _ := queue(); return st.Posted > before.Posted }, "append %d posted", i)
+		st, _ := queue()
 		peak = max(peak, st.Bytes)
 		require.Equal(t, st.Bytes, w.rt.budget.Used(), "the runtime's budget counts what the one queue holds")
 	}
-	st := queue()
-	require.Positive(t, st.Pauses, "the byte bound paused the queue")
+	st, qerr := queue()
 	require.Less(t, st.Depth, o.QueueCapacity)
+	switch policy {
+	case overflow.PauseAndResume:
+		require.Positive(t, st.Pauses, "the byte bound paused the queue")
+	case overflow.DropOldest:
+		require.Positive(t, st.Evicted, "the byte bound evicted batches")
+	case overflow.DropSubscription:
+		var oe *OverflowError
+		require.ErrorAs(t, qerr, &oe, "the byte bound overflowed the queue")
+		require.Equal(t, overflow.BoundBytes, oe.Bound)
+		require.Equal(t, int64(maxBytes), oe.Limit)
+	}
 	// A batch here is one append: 10 events.
-	batchBytes = perAdd * (perEvent + 1024)
-	require.LessOrEqual(t, peak, int64(maxBytes)+batchBytes, "the queue held more than its byte bound and one batch")
+	require.LessOrEqual(t, peak, int64(maxBytes+perAdd*(perEvent+1024)), "the queue held more than its byte bound and one batch")
 
 	open()
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, rec.distinct())
+
+	// One append larger than a publisher fetch (4 MiB): fetched in parts.
+	const huge, hugeEvent = 80, 64 << 10
+	_, err = store.Append(ctx, "acct-huge", eventsource.Any, big(huge, hugeEvent))
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n+huge }, "the large append handled (got %d)", rec.distinct())
 	require.Zero(t, rec.duplicates())
 	require.Empty(t, rec.order)
 
-	// Catch-up pages: at most the byte bound and the event that reaches it.
-	pages := spansNamed(spans, observability.SpanReaderFetch)
-	require.NotEmpty(t, pages)
-	for _, p := range pages {
+	// Catch-up pages: at most the byte bound and the event that reaches
+	// it; publisher fetches: at most 4 MiB and the event that reaches it.
+	for _, p := range spansNamed(spans, observability.SpanReaderFetch) {
 		count := attr(p, observability.AttrCount).AsInt64()
-		require.LessOrEqual(t, count, int64(maxBytes/perEvent+1), "a catch-up page of %d events of %d bytes", count, perEvent)
+		require.LessOrEqual(t, count, int64(maxBytes/perEvent+1), "a catch-up page of %d events of at least %d bytes", count, perEvent)
+	}
+	fetches := spansNamed(spans, observability.SpanPublisherFetch)
+	require.NotEmpty(t, fetches)
+	for _, p := range fetches {
+		count := attr(p, observability.AttrCount).AsInt64()
+		require.LessOrEqual(t, count, int64(publisherFetchBytes/hugeEvent+1), "a publisher fetch of %d events", count)
 	}
 
 	w.stop(t)
