@@ -756,7 +756,8 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 			bs.LagSeconds = time.Since(lag.oldest).Seconds()
 		}
 		if q := g.queues[b]; q != nil {
-			bs.QueueDepth = q.Depth()
+			qs := q.Stats()
+			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
 		}
 		st.Owned = append(st.Owned, bs)
 	}
@@ -785,8 +786,10 @@ type BucketStatus struct {
 	Lag        int64 `json:"lag"`
 	// HandingOff says a claimant waits for this bucket.
 	HandingOff bool `json:"handing_off"`
-	// QueueDepth is the reader's queue of live batches.
-	QueueDepth int `json:"queue_depth"`
+	// QueueDepth is the reader's queue of live batches, QueueBytes their
+	// size.
+	QueueDepth int   `json:"queue_depth"`
+	QueueBytes int64 `json:"queue_bytes"`
 }
 
 // Status is a snapshot of a group in this process.
@@ -808,7 +811,8 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 	for b, l := range g.owned {
 		bs := BucketStatus{Bucket: b, Epoch: l.Epoch, HandingOff: g.handoff[b]}
 		if q := g.queues[b]; q != nil {
-			bs.QueueDepth = q.Depth()
+			qs := q.Stats()
+			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
 		}
 		st.Owned = append(st.Owned, bs)
 	}
