@@ -179,3 +179,79 @@ func TestQueueBytesOptionsAreValidated(t *testing.T) {
 		require.Equal(t, "QueueBytes", oe.Field)
 	}
 }
+
+// The readers of a worker share the process's budget for their read-ahead
+// too: with 8 readers and a 16 MiB budget each reads ahead at most 2 MiB
+// (and the event that reaches it), though its own QueueBytes is 8 MiB —
+// and loses nothing.
+func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	gate := make(chan struct{})
+	handler := actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			<-gate // every bucket stuck while the backlog arrives
+			rec.begin("w", d.Event)
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	const (
+		buckets   = 8
+		budget    = MinRuntimeQueueBytes // 16 MiB: 2 MiB a reader
+		perEvent  = 64 << 10
+		n         = 960
+		perAppend = 8
+	)
+	tel, spans := spanRecorder(t)
+	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
+	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
+		Telemetry: tel, QueueBytes: budget})
+	require.NoError(t, err)
+	o := groupOpts("share", buckets, nil, "w")
+	o.Handler = handler
+	w.group, err = w.rt.StartGroup(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { w.stop(t) })
+	var release sync.Once
+	open := func() { release.Do(func() { close(gate) }) }
+	t.Cleanup(open) // runs first: a failed test still stops
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == buckets && w.rt.readers.Load() == buckets },
+		"a reader for each bucket")
+
+	payload := []byte(fmt.Sprintf(`{"p":%q}`, strings.Repeat("x", perEvent)))
+	for i := 0; i < n; i += perAppend {
+		batch := make([]eventsource.EventData, perAppend)
+		for j := range batch {
+			batch[j] = eventsource.EventData{Type: "Big", Data: payload}
+		}
+		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i/perAppend), eventsource.Any, batch)
+		require.NoError(t, err)
+	}
+	head, err := store.HeadPosition(ctx)
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool {
+		pos, err := w.sys.Root.RequestFuture(w.rt.publisher, &publisherPosition{}, time.Second).Result()
+		return err == nil && pos.(int64) >= head
+	}, "the publisher has posted the backlog")
+	require.LessOrEqual(t, w.rt.budget.Used(), int64(budget), "the queues together within the budget")
+	open()
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, rec.distinct())
+	require.Zero(t, rec.duplicates())
+	require.Empty(t, rec.order)
+
+	share := int64(budget / buckets)
+	var pages int
+	for _, p := range spansNamed(spans, observability.SpanReaderFetch) {
+		count := attr(p, observability.AttrCount).AsInt64()
+		require.LessOrEqual(t, count, share/perEvent+1, "a catch-up page of %d events of %d bytes: more than the reader's share", count, perEvent)
+		if count > 0 {
+			pages++
+		}
+	}
+	require.Positive(t, pages, "the readers caught up from the store: each read ahead only its share, and the rest of the backlog paused their queues and was re-read")
+}

@@ -90,7 +90,9 @@ type GroupOptions struct {
 	// and takes no live batch while those reach QueueBytes, and reads pages
 	// of at most QueueBytes. A queue holding no batch still takes one of
 	// any size. RuntimeOptions.QueueBytes bounds every reader queue of the
-	// process together. Default 8 MiB; at least 64 KiB.
+	// process together, and each reader's read-ahead to its share of it
+	// when that is smaller (see docs/operations.md, Memory). Default
+	// 8 MiB; at least 64 KiB.
 	QueueBytes int64
 	// Overflow is what a full queue does; default [PauseAndResume].
 	Overflow OverflowPolicy

@@ -226,6 +226,7 @@ func (r *reader) Receive(ctx actor.Context) {
 }
 
 func (r *reader) start(ctx actor.Context) {
+	r.g.rt.readers.Add(1)
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
 	r.updateHold()
@@ -252,6 +253,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 		return
 	}
 	r.stopped = true
+	r.g.rt.readers.Add(-1)
 	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
 	if r.handler != nil {
@@ -297,7 +299,7 @@ func (r *reader) catchUp(ctx actor.Context, target int64) {
 }
 
 // readPage reads the next catch-up page: at most BatchSize events and
-// QueueBytes bytes, fewer when the events last read were large (see
+// readAhead bytes, fewer when the events last read were large (see
 // fetchLimit).
 func (r *reader) readPage(ctx actor.Context) {
 	if r.reading || r.pendingFull() {
@@ -306,25 +308,36 @@ func (r *reader) readPage(ctx actor.Context) {
 	r.reading = true
 	o := r.g.opts
 	from, target, resumes := r.cursor, r.target, r.resumes
-	limit := fetchLimit(o.BatchSize, o.QueueBytes, r.eventSize)
+	maxBytes := r.readAhead()
+	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
-		events, err := r.g.store.ReadMemberBounded(c, o.Category, r.bucket, o.Buckets, from, limit, o.QueueBytes)
+		events, err := r.g.store.ReadMemberBounded(c, o.Category, r.bucket, o.Buckets, from, limit, maxBytes)
 		last := from
 		if len(events) > 0 {
 			last = events[len(events)-1].Position
 		}
 		span.End(len(events), last, err)
 		bytes := eventsSize(events)
-		return &pageRead{gen: r, events: events, full: len(events) >= limit || bytes >= o.QueueBytes, bytes: bytes,
+		return &pageRead{gen: r, events: events, full: len(events) >= limit || bytes >= maxBytes, bytes: bytes,
 			target: target, resumes: resumes, err: err}
 	})
 }
 
 // pendingFull reports whether the reader holds a batch's worth of events
-// read but not yet in the window: BatchSize of them, or QueueBytes.
+// read but not yet in the window: BatchSize of them, or readAhead bytes.
 func (r *reader) pendingFull() bool {
-	return len(r.pending) >= r.g.opts.BatchSize || r.pendingBytes() >= r.g.opts.QueueBytes
+	return len(r.pending) >= r.g.opts.BatchSize || r.pendingBytes() >= r.readAhead()
+}
+
+// readAhead is how many bytes of events the reader reads ahead of its
+// handler: QueueBytes, or its share of the process's budget
+// (RuntimeOptions.QueueBytes) when that is smaller — so that the readers
+// of a worker holding many buckets together read ahead about the budget —
+// but at least MinQueueBytes.
+func (r *reader) readAhead() int64 {
+	share := r.g.rt.budget.Limit() / max(r.g.rt.readers.Load(), 1)
+	return max(min(r.g.opts.QueueBytes, share), MinQueueBytes)
 }
 
 // addPending appends events to the pending list and counts their size.

@@ -39,7 +39,10 @@ type RuntimeOptions struct {
 	// reader of every group of this process together: a batch that would
 	// take them over it applies its reader's overflow policy, as a full
 	// queue does (see GroupOptions.QueueBytes for one reader's bound).
-	// Default 256 MiB (RuntimeQueueBytesDefault); at least 16 MiB.
+	// Each reader also reads ahead of its handler at most its share of it
+	// (QueueBytes divided by the running readers, at least 64 KiB) when
+	// that is less than its GroupOptions.QueueBytes. Default 256 MiB
+	// (RuntimeQueueBytesDefault); at least 16 MiB.
 	QueueBytes int64
 }
 
@@ -65,8 +68,11 @@ type Runtime struct {
 	// dispatcher runs the readers' and handlers' mailboxes on reused
 	// goroutines.
 	dispatcher *dispatcher
-	// budget is RuntimeOptions.QueueBytes, shared by every reader queue.
-	budget *overflow.Budget
+	// budget is RuntimeOptions.QueueBytes, shared by every reader queue;
+	// readers counts the running readers, which share it for their
+	// read-ahead too (see reader.readAhead).
+	budget  *overflow.Budget
+	readers atomic.Int64
 
 	// unregisterSequencer stops the kumi.sequencer.* metrics.
 	unregisterSequencer func()
