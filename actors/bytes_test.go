@@ -213,7 +213,9 @@ func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
 		Telemetry: tel, QueueBytes: budget})
 	require.NoError(t, err)
 	o := groupOpts("share", buckets, nil, "w")
-	o.Handler = handler
+	// Leases that outlast a loaded machine's stalls: a reader that drains
+	// and is replaced meanwhile would leave a larger share to the others.
+	o.Handler, o.Lease = handler, LeaseOptions{TTL: 20 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 5 * time.Second}
 	w.group, err = w.rt.StartGroup(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { w.stop(t) })
