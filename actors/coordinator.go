@@ -280,6 +280,8 @@ func (c *coordinator) syncReaders(ctx actor.Context) {
 func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	q, err := overflow.New(overflow.Config{
 		Capacity:     c.g.opts.QueueCapacity,
+		MaxBytes:     c.g.opts.QueueBytes,
+		Budget:       c.g.rt.budget,
 		Policy:       c.g.opts.Overflow,
 		OnTransition: c.g.queueTransition(l.Bucket),
 	})

@@ -136,6 +136,7 @@ func TestOptionsAreValidatedNamingTheField(t *testing.T) {
 		"Handler":           func(o *GroupOptions) { o.Handler = nil },
 		"BatchSize":         func(o *GroupOptions) { o.BatchSize = -5 },
 		"QueueCapacity":     func(o *GroupOptions) { o.QueueCapacity = -1 },
+		"QueueBytes":        func(o *GroupOptions) { o.QueueBytes = 1000 },
 		"Retry.MaxAttempts": func(o *GroupOptions) { o.Retry.MaxAttempts = -1 },
 		"HandlerTimeout":    func(o *GroupOptions) { o.HandlerTimeout = -time.Second },
 		"MaxInFlight":       func(o *GroupOptions) { o.MaxInFlight = 5000 },

@@ -18,11 +18,19 @@ const (
 	BatchSizeDefault          = 500
 	MaxInFlightDefault        = 1
 	QueueCapacityDefault      = 256
+	QueueBytesDefault         = 8 << 20 // 8 MiB
 	HandlerTimeoutDefault     = 30 * time.Second
 	MaxAttemptsDefault        = 5
 	CheckpointEveryDefault    = 100
 	CheckpointIntervalDefault = 200 * time.Millisecond
 	DatabaseTimeoutDefault    = 30 * time.Second
+)
+
+// Bounds of GroupOptions.QueueBytes and RuntimeOptions.QueueBytes.
+const (
+	MinQueueBytes        = 64 << 10 // GroupOptions.QueueBytes
+	MinRuntimeQueueBytes = 16 << 20 // RuntimeOptions.QueueBytes: a few publisher fetches
+	MaxQueueBytes        = 1 << 40  // both
 )
 
 // LeaseOptions choose the lease kind and its timings; see leasestore.Config.
@@ -76,6 +84,17 @@ type GroupOptions struct {
 	BatchSize int
 	// QueueCapacity bounds each reader's queue of live batches. Default 256.
 	QueueCapacity int
+	// QueueBytes bounds, in bytes (eventsource.RecordedEvent.Size: data,
+	// metadata and names), each reader's queue of live batches — crossing
+	// it applies Overflow as a full queue does — and the events a reader
+	// holds read but not yet delivered: it reads no further catch-up page
+	// and takes no live batch while those reach QueueBytes, and reads pages
+	// of at most QueueBytes. A queue holding no batch still takes one of
+	// any size. RuntimeOptions.QueueBytes bounds every reader queue of the
+	// process together, and each reader's read-ahead to its share of it
+	// when that is smaller (see docs/operations.md, Memory). Default
+	// 8 MiB; at least 64 KiB.
+	QueueBytes int64
 	// Overflow is what a full queue does; default [PauseAndResume].
 	Overflow OverflowPolicy
 	// MaxInFlight is how many events of a bucket may be with the handler at
@@ -122,6 +141,9 @@ func (o GroupOptions) WithDefaults() GroupOptions {
 	if o.QueueCapacity == 0 {
 		o.QueueCapacity = QueueCapacityDefault
 	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = QueueBytesDefault
+	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = MaxInFlightDefault
 	}
@@ -166,6 +188,8 @@ func (o GroupOptions) Validate() error {
 		return &OptionError{"BatchSize", o.BatchSize, "must be in [1, 10000]"}
 	case o.QueueCapacity < 1:
 		return &OptionError{"QueueCapacity", o.QueueCapacity, "must be at least 1"}
+	case o.QueueBytes < MinQueueBytes || o.QueueBytes > MaxQueueBytes:
+		return &OptionError{"QueueBytes", o.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (64 KiB to 1 TiB; 0 means %d)", MinQueueBytes, MaxQueueBytes, QueueBytesDefault)}
 	case o.MaxInFlight < 1 || o.MaxInFlight > 1024:
 		return &OptionError{"MaxInFlight", o.MaxInFlight, "must be in [1, 1024]"}
 	case o.HandlerTimeout < 0:

@@ -11,9 +11,35 @@ import (
 	"github.com/kumi-run/kumi/observability"
 )
 
-// publisherBatchSize is how many events the publisher reads per fetch. It
-// reads again at once after a full batch.
-const publisherBatchSize = 1000
+// publisherBatchSize is how many events the publisher reads per fetch, and
+// publisherFetchBytes how many bytes (eventsource.RecordedEvent.Size): a
+// fetch stops after the event that reaches it. It reads again at once
+// after a full fetch. Between them, a fetch holds at most 4 MiB and one
+// event, whatever the events' size: the fetch is shared by every reader's
+// batch, and a reader's batch is part of it.
+const (
+	publisherBatchSize  = 1000
+	publisherFetchBytes = 4 << 20
+)
+
+// fetchLimit is how many events to ask for when the last events read
+// averaged size bytes: about what fits in maxBytes, so that a read of large
+// events does not make the server send rows the read then discards.
+func fetchLimit(limit int, maxBytes, size int64) int {
+	if size <= 0 {
+		return limit
+	}
+	return int(min(int64(limit), max(maxBytes/size+1, 1)))
+}
+
+// eventsSize returns the total eventsource.RecordedEvent.Size of events.
+func eventsSize(events []eventsource.RecordedEvent) int64 {
+	var n int64
+	for i := range events {
+		n += events[i].Size()
+	}
+	return n
+}
 
 // liveBatch is what the publisher posts to one subscriber: every event of
 // the subscriber's bucket with a global position in (From, To], in order.
@@ -22,6 +48,9 @@ const publisherBatchSize = 1000
 type liveBatch struct {
 	From, To int64
 	Events   []eventsource.RecordedEvent
+	// Bytes is the events' total size, counted once by the publisher
+	// against the reader's byte bounds (see OverflowBytes).
+	Bytes int64
 }
 
 // subscribe registers a reader with the publisher. The first batch it gets
@@ -43,6 +72,8 @@ type publisherPosition struct{}
 type publisherFetched struct {
 	from, to int64
 	events   []eventsource.RecordedEvent
+	limit    int   // the events asked for
+	bytes    int64 // the events' total size
 	cheap    bool
 	err      error
 }
@@ -63,6 +94,7 @@ type publisher struct {
 	tel    *telemetry
 
 	pos      int64
+	size     int64                  // the average size of the events last fetched
 	subs     map[string]*subscriber // by PID id
 	index    map[string]map[int][][]*subscriber
 	fetching bool
@@ -141,19 +173,21 @@ func (p *publisher) fetch(ctx actor.Context) {
 	p.fetching, p.again = true, false
 	self, root, from := ctx.Self(), ctx.ActorSystem().Root, p.pos
 	cheap, subscribers := len(p.subs) == 0, len(p.subs)
+	limit := fetchLimit(publisherBatchSize, publisherFetchBytes, p.size)
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		res := &publisherFetched{from: from, cheap: cheap}
+		res := &publisherFetched{from: from, cheap: cheap, limit: limit}
 		if cheap {
 			res.to, res.err = p.store.HeadPosition(c)
 		} else {
 			var span observability.FetchSpan
 			c, span = p.tel.startFetch(c, from, subscribers)
-			res.events, res.err = p.store.ReadAll(c, from, publisherBatchSize)
+			res.events, res.err = p.store.ReadAllBounded(c, from, limit, publisherFetchBytes)
 			res.to = from
 			if n := len(res.events); n > 0 {
 				res.to = res.events[n-1].Position
+				res.bytes = eventsSize(res.events)
 			}
 			span.End(len(res.events), res.to, res.err)
 		}
@@ -181,8 +215,11 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 		}
 		p.broadcast(ctx, f)
 		p.pos = f.to
-		if len(f.events) >= publisherBatchSize {
-			p.again = true
+		if n := int64(len(f.events)); n > 0 {
+			p.size = f.bytes / n
+		}
+		if len(f.events) >= f.limit || f.bytes >= publisherFetchBytes {
+			p.again = true // a full fetch: more may follow
 		}
 	}
 	if p.again {
@@ -197,17 +234,24 @@ func (p *publisher) broadcast(ctx actor.Context, f *publisherFetched) {
 	if p.index == nil {
 		p.buildIndex()
 	}
-	out := map[*subscriber][]eventsource.RecordedEvent{}
-	for _, e := range f.events {
+	out := map[*subscriber]*liveBatch{}
+	for i := range f.events {
+		e := &f.events[i]
 		bySize := p.index[e.Category]
 		for size, members := range bySize {
 			for _, s := range members[eventsource.Member(e.Hash, size)] {
-				out[s] = append(out[s], e)
+				b := out[s]
+				if b == nil {
+					b = &liveBatch{From: s.from, To: f.to}
+					out[s] = b
+				}
+				b.Events = append(b.Events, *e)
+				b.Bytes += e.Size()
 			}
 		}
 	}
-	for s, events := range out {
-		ctx.Send(s.sub.PID, &liveBatch{From: s.from, To: f.to, Events: events})
+	for s, b := range out {
+		ctx.Send(s.sub.PID, b)
 		s.from = f.to
 	}
 }

@@ -14,6 +14,9 @@ import (
 // OverflowBatch marks a liveBatch as bounded by the reader's overflow queue.
 func (*liveBatch) OverflowBatch() {}
 
+// OverflowBytes is the batch's size for the queue's byte bounds.
+func (b *liveBatch) OverflowBytes() int64 { return b.Bytes }
+
 // Messages between a reader, its coordinator and itself.
 type (
 	// drainReader asks a reader to finish its in-flight event, flush its
@@ -45,6 +48,8 @@ type (
 	pageRead struct {
 		gen     *reader
 		events  []eventsource.RecordedEvent
+		full    bool // the page reached its limit in events or bytes: read on
+		bytes   int64
 		target  int64
 		resumes uint64 // the reader's resumes when the read started
 		err     error
@@ -122,6 +127,12 @@ type reader struct {
 	// in place (see retryInPlace).
 	storeFailures int
 	tick          time.Duration
+	// pendBytes is the size of pendBase, which pending was when it was
+	// last counted (see pendingBytes); eventSize the average size of the
+	// events last read.
+	pendBytes int64
+	pendBase  []eventsource.RecordedEvent
+	eventSize int64
 }
 
 func (r *reader) Receive(ctx actor.Context) {
@@ -130,6 +141,11 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.start(ctx)
 	case *actor.Stopping:
 		r.shutdown(ctx)
+	case *actor.Stopped:
+		// For good (a restart keeps the queue): what the queue holds, and
+		// what the publisher posts before it learns, would hold the
+		// process's byte budget.
+		r.queue.Close()
 	case *actor.Restarting:
 		r.shutdown(ctx)
 	case *checkpointLoaded:
@@ -210,6 +226,7 @@ func (r *reader) Receive(ctx actor.Context) {
 }
 
 func (r *reader) start(ctx actor.Context) {
+	r.g.rt.readers.Add(1)
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
 	r.updateHold()
@@ -236,6 +253,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 		return
 	}
 	r.stopped = true
+	r.g.rt.readers.Add(-1)
 	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
 	if r.handler != nil {
@@ -280,23 +298,77 @@ func (r *reader) catchUp(ctx actor.Context, target int64) {
 	r.readPage(ctx)
 }
 
+// readPage reads the next catch-up page: at most BatchSize events and
+// readAhead bytes, fewer when the events last read were large (see
+// fetchLimit).
 func (r *reader) readPage(ctx actor.Context) {
-	if r.reading || len(r.pending) >= r.g.opts.BatchSize {
+	if r.reading || r.pendingFull() {
 		return // a read is under way, or enough is queued: read on when it drains
 	}
 	r.reading = true
-	from, limit, target, resumes := r.cursor, r.g.opts.BatchSize, r.target, r.resumes
 	o := r.g.opts
+	from, target, resumes := r.cursor, r.target, r.resumes
+	maxBytes := r.readAhead()
+	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
-		events, err := r.g.store.ReadMember(c, o.Category, r.bucket, o.Buckets, from, limit)
+		events, err := r.g.store.ReadMemberBounded(c, o.Category, r.bucket, o.Buckets, from, limit, maxBytes)
 		last := from
 		if len(events) > 0 {
 			last = events[len(events)-1].Position
 		}
 		span.End(len(events), last, err)
-		return &pageRead{gen: r, events: events, target: target, resumes: resumes, err: err}
+		bytes := eventsSize(events)
+		return &pageRead{gen: r, events: events, full: len(events) >= limit || bytes >= maxBytes, bytes: bytes,
+			target: target, resumes: resumes, err: err}
 	})
+}
+
+// pendingFull reports whether the reader holds a batch's worth of events
+// read but not yet in the window: BatchSize of them, or readAhead bytes.
+func (r *reader) pendingFull() bool {
+	return len(r.pending) >= r.g.opts.BatchSize || r.pendingBytes() >= r.readAhead()
+}
+
+// readAhead is how many bytes of events the reader reads ahead of its
+// handler: QueueBytes, or its share of the process's budget
+// (RuntimeOptions.QueueBytes) when that is smaller — so that the readers
+// of a worker holding many buckets together read ahead about the budget —
+// but at least MinQueueBytes.
+func (r *reader) readAhead() int64 {
+	share := r.g.rt.budget.Limit() / max(r.g.rt.readers.Load(), 1)
+	return max(min(r.g.opts.QueueBytes, share), MinQueueBytes)
+}
+
+// addPending appends events to the pending list and counts their size.
+func (r *reader) addPending(events []eventsource.RecordedEvent) {
+	r.pendingBytes() // count what was taken since
+	if len(r.pending) == 0 {
+		r.pending = events // no copy: a page becomes the pending list
+	} else {
+		r.pending = append(r.pending, events...)
+	}
+	r.pendBytes += eventsSize(events)
+	r.pendBase = r.pending
+}
+
+// pendingBytes returns the size of the pending list. The window takes
+// events from its front and addPending appends at its back, so the count
+// is kept as it goes: the events taken since the last count are those
+// pendBase has before pending. Should the list have changed otherwise, it
+// is counted again.
+func (r *reader) pendingBytes() int64 {
+	n, m := len(r.pending), len(r.pendBase)
+	switch {
+	case n == 0:
+		r.pendBytes = 0
+	case n <= m && &r.pending[n-1] == &r.pendBase[m-1]:
+		r.pendBytes -= eventsSize(r.pendBase[:m-n])
+	default:
+		r.pendBytes = eventsSize(r.pending)
+	}
+	r.pendBase = r.pending
+	return r.pendBytes
 }
 
 func (r *reader) onPage(ctx actor.Context, p *pageRead) {
@@ -310,18 +382,17 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 	r.reading = false
 	r.storeFailures = 0
 	events := p.events
+	if n := int64(len(events)); n > 0 {
+		r.eventSize = p.bytes / n
+	}
 	for len(events) > 0 && events[0].Position <= r.cursor {
 		events = events[1:] // already delivered from a live batch
 	}
-	if len(r.pending) == 0 {
-		r.pending = events // no copy: the page becomes the pending list
-	} else {
-		r.pending = append(r.pending, events...)
-	}
+	r.addPending(events)
 	if n := len(events); n > 0 {
 		r.cursor = max(r.cursor, events[n-1].Position)
 	}
-	if len(p.events) < r.g.opts.BatchSize {
+	if !p.full {
 		// Everything of the bucket up to the read's snapshot is queued, and
 		// that snapshot covers every batch received before it was taken.
 		r.cursor = max(r.cursor, p.target)
@@ -370,11 +441,11 @@ func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
 		r.catchUp(ctx, b.To)
 		return
 	}
-	for _, e := range b.Events {
-		if e.Position > r.cursor {
-			r.pending = append(r.pending, e)
-		}
+	events := b.Events
+	for len(events) > 0 && events[0].Position <= r.cursor {
+		events = events[1:]
 	}
+	r.addPending(events)
 	r.cursor = max(r.cursor, b.To)
 	r.updateHold()
 	r.pump(ctx)
@@ -382,9 +453,10 @@ func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
 
 // updateHold keeps live batches in the bounded queue — where the overflow
 // policy applies — while the reader catches up or already holds a batch's
-// worth of events; it takes the next batch only when it has room.
+// worth of events (see pendingFull); it takes the next batch only when it
+// has room.
 func (r *reader) updateHold() {
-	want := r.catching || len(r.pending) >= r.g.opts.BatchSize
+	want := r.catching || r.pendingFull()
 	if want == r.held {
 		return
 	}

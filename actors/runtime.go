@@ -35,7 +35,22 @@ type RuntimeOptions struct {
 	// Supervision observes every supervision decision (restarts, stops);
 	// nil logs them at Debug.
 	Supervision supervision.Observer
+	// QueueBytes bounds, in bytes, the live batches queued for every
+	// reader of every group of this process together: a batch that would
+	// take them over it applies its reader's overflow policy, as a full
+	// queue does (see GroupOptions.QueueBytes for one reader's bound).
+	// Each reader also reads ahead of its handler at most its share of it
+	// (QueueBytes divided by the running readers, at least 64 KiB) when
+	// that is less than its GroupOptions.QueueBytes. Default 256 MiB
+	// (RuntimeQueueBytesDefault); at least 16 MiB.
+	QueueBytes int64
 }
+
+// RuntimeQueueBytesDefault is RuntimeOptions.QueueBytes's default: 256 MiB
+// lets 32 readers hold their whole default QueueBytes of live batches at
+// once; past that, the readers that fall furthest behind pause and re-read
+// from the store (losing nothing) instead of growing the process.
+const RuntimeQueueBytesDefault = 256 << 20
 
 // Runtime is kumi's per-process machinery over one event store: the
 // sequencer, the notifier and the Publisher actor shared by every group.
@@ -53,6 +68,11 @@ type Runtime struct {
 	// dispatcher runs the readers' and handlers' mailboxes on reused
 	// goroutines.
 	dispatcher *dispatcher
+	// budget is RuntimeOptions.QueueBytes, shared by every reader queue;
+	// readers counts the running readers, which share it for their
+	// read-ahead too (see reader.readAhead).
+	budget  *overflow.Budget
+	readers atomic.Int64
 
 	// unregisterSequencer stops the kumi.sequencer.* metrics.
 	unregisterSequencer func()
@@ -77,6 +97,17 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	if opts.PollInterval < 0 {
 		return nil, &OptionError{"PollInterval", opts.PollInterval, "must be positive"}
 	}
+	if opts.QueueBytes == 0 {
+		opts.QueueBytes = RuntimeQueueBytesDefault
+	}
+	if opts.QueueBytes < MinRuntimeQueueBytes || opts.QueueBytes > MaxQueueBytes {
+		return nil, &OptionError{"QueueBytes", opts.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (16 MiB to 1 TiB; 0 means %d)",
+			MinRuntimeQueueBytes, MaxQueueBytes, RuntimeQueueBytesDefault)}
+	}
+	budget, err := overflow.NewBudget(opts.QueueBytes)
+	if err != nil {
+		return nil, &OptionError{"QueueBytes", opts.QueueBytes, err.Error()}
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -85,7 +116,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 		return nil, err
 	}
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
-		dispatcher: newDispatcher(64, 300)}
+		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
 	if opts.Sequencer.Logger == nil {
 		opts.Sequencer.Logger = logger
@@ -732,7 +763,8 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 			bs.LagSeconds = time.Since(lag.oldest).Seconds()
 		}
 		if q := g.queues[b]; q != nil {
-			bs.QueueDepth = q.Depth()
+			qs := q.Stats()
+			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
 		}
 		st.Owned = append(st.Owned, bs)
 	}
@@ -761,8 +793,10 @@ type BucketStatus struct {
 	Lag        int64 `json:"lag"`
 	// HandingOff says a claimant waits for this bucket.
 	HandingOff bool `json:"handing_off"`
-	// QueueDepth is the reader's queue of live batches.
-	QueueDepth int `json:"queue_depth"`
+	// QueueDepth is the reader's queue of live batches, QueueBytes their
+	// size.
+	QueueDepth int   `json:"queue_depth"`
+	QueueBytes int64 `json:"queue_bytes"`
 }
 
 // Status is a snapshot of a group in this process.
@@ -784,7 +818,8 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 	for b, l := range g.owned {
 		bs := BucketStatus{Bucket: b, Epoch: l.Epoch, HandingOff: g.handoff[b]}
 		if q := g.queues[b]; q != nil {
-			bs.QueueDepth = q.Depth()
+			qs := q.Stats()
+			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
 		}
 		st.Owned = append(st.Owned, bs)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 )
@@ -84,6 +85,17 @@ type RecordedEvent struct {
 
 // Bucket returns the event's consumer-group member in a group of n.
 func (e *RecordedEvent) Bucket(n int) int { return Member(e.Hash, n) }
+
+// recordedEventOverhead is what a RecordedEvent costs in memory besides its
+// strings and payloads.
+const recordedEventOverhead = int64(unsafe.Sizeof(RecordedEvent{}))
+
+// Size returns about how many bytes the event holds in memory: its data,
+// metadata, names and the struct itself. Byte-bounded reads and queues
+// count events by it.
+func (e *RecordedEvent) Size() int64 {
+	return recordedEventOverhead + int64(len(e.Data)+len(e.Metadata)+len(e.Stream)+len(e.Category)+len(e.Type))
+}
 
 // AppendResult describes a successful append.
 type AppendResult struct {

@@ -26,7 +26,7 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from int64, limit
 	if _, err := ParseStreamName(stream); err != nil {
 		return nil, err
 	}
-	return s.query(ctx, limitOf(limit), s.sql.readStreamForward, stream, from, limitOf(limit))
+	return s.query(ctx, bounds{events: limitOf(limit)}, s.sql.readStreamForward, stream, from, limitOf(limit))
 }
 
 // ReadStreamBackward returns up to limit events of stream with version <=
@@ -38,7 +38,7 @@ func (s *Store) ReadStreamBackward(ctx context.Context, stream string, from int6
 	if from < 0 {
 		from = 1<<63 - 1
 	}
-	return s.query(ctx, limitOf(limit), s.sql.readStreamBackward, stream, from, limitOf(limit))
+	return s.query(ctx, bounds{events: limitOf(limit)}, s.sql.readStreamBackward, stream, from, limitOf(limit))
 }
 
 // ReadCategory returns up to limit events of category with position >
@@ -47,13 +47,24 @@ func (s *Store) ReadCategory(ctx context.Context, category string, after int64, 
 	if err := ValidateCategory(category); err != nil {
 		return nil, err
 	}
-	return s.query(ctx, limitOf(limit), s.sql.readCategory, category, after, limitOf(limit))
+	return s.query(ctx, bounds{events: limitOf(limit)}, s.sql.readCategory, category, after, limitOf(limit))
 }
 
 // ReadAll returns up to limit events of the whole store ($all) with
 // position > after, in global order.
 func (s *Store) ReadAll(ctx context.Context, after int64, limit int) ([]RecordedEvent, error) {
-	return s.query(ctx, limitOf(limit), s.sql.readAll, after, limitOf(limit))
+	return s.ReadAllBounded(ctx, after, limit, 0)
+}
+
+// ReadAllBounded is [Store.ReadAll] bounded in bytes as well: it stops
+// after the event that brings the total [RecordedEvent.Size] of the events
+// it returns to maxBytes or more, so that a page of large events does not
+// hold limit of them in memory at once. It returns at least one event when
+// there is one; maxBytes <= 0 means no byte bound. A page is complete only
+// if it holds limit events or reaches maxBytes: read on after its last
+// event.
+func (s *Store) ReadAllBounded(ctx context.Context, after int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
+	return s.query(ctx, bounds{limitOf(limit), maxBytes}, s.sql.readAll, after, limitOf(limit))
 }
 
 // ReadMember returns up to limit events of category with position > after
@@ -62,13 +73,19 @@ func (s *Store) ReadAll(ctx context.Context, after int64, limit int) ([]Recorded
 // [Store.EnsureConsumerGroupIndex] for size once first, or the read scans
 // the whole category.
 func (s *Store) ReadMember(ctx context.Context, category string, member, size int, after int64, limit int) ([]RecordedEvent, error) {
+	return s.ReadMemberBounded(ctx, category, member, size, after, limit, 0)
+}
+
+// ReadMemberBounded is [Store.ReadMember] bounded in bytes as well, as
+// [Store.ReadAllBounded] is.
+func (s *Store) ReadMemberBounded(ctx context.Context, category string, member, size int, after int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
 	if err := ValidateCategory(category); err != nil {
 		return nil, err
 	}
 	if err := checkGroup(member, size); err != nil {
 		return nil, err
 	}
-	return s.query(ctx, limitOf(limit), memberRead(s.q, size), category, member, after, limitOf(limit))
+	return s.query(ctx, bounds{limitOf(limit), maxBytes}, memberRead(s.q, size), category, member, after, limitOf(limit))
 }
 
 // HeadPosition returns the highest global position handed out so far.
@@ -78,33 +95,45 @@ func (s *Store) HeadPosition(ctx context.Context) (int64, error) {
 	return p, err
 }
 
-// query runs a read of at most limit events (the slice is sized for it
-// once: events are large, and growing the slice copies them). A read that
-// fails on one row (see isRowFault) is finished by isolate.
-func (s *Store) query(ctx context.Context, limit int, r readSQL, args ...any) ([]RecordedEvent, error) {
-	return s.queryOn(ctx, s.pool, limit, r, args...)
+// bounds limit a read: at most events events (the result slice is sized
+// for them once: events are large, and growing the slice copies them), and
+// when bytes > 0, no event after the one that brings the total
+// [RecordedEvent.Size] to bytes.
+type bounds struct {
+	events int
+	bytes  int64
 }
 
-// queryOn is query on db.
+// query runs a read of at most limit events. A read that fails on one row
+// (see isRowFault) is finished by isolate.
+func (s *Store) query(ctx context.Context, b bounds, r readSQL, args ...any) ([]RecordedEvent, error) {
+	return s.queryBounded(ctx, s.pool, b, r, args...)
+}
+
+// queryOn is query of at most limit events on db.
 func (s *Store) queryOn(ctx context.Context, db querier, limit int, r readSQL, args ...any) ([]RecordedEvent, error) {
-	events, err := scanQuery(ctx, db, limit, r.full, args...)
+	return s.queryBounded(ctx, db, bounds{events: limit}, r, args...)
+}
+
+func (s *Store) queryBounded(ctx context.Context, db querier, b bounds, r readSQL, args ...any) ([]RecordedEvent, error) {
+	events, err := scanQuery(ctx, db, b, r.full, args...)
 	switch {
 	case err == nil:
 		return events, nil
 	case isRowFault(err):
-		return s.isolate(ctx, db, limit, r, events, args)
+		return s.isolate(ctx, db, b, r, events, args)
 	}
 	return nil, err
 }
 
 // scanQuery runs sql and returns its events; on an error, those read
 // before it too.
-func scanQuery(ctx context.Context, db querier, limit int, sql string, args ...any) ([]RecordedEvent, error) {
+func scanQuery(ctx context.Context, db querier, b bounds, sql string, args ...any) ([]RecordedEvent, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
-	return scanEvents(rows, limit)
+	return scanEvents(rows, b)
 }
 
 // isolate finishes a read that failed on a row: it reads the page's rows
@@ -113,46 +142,61 @@ func scanQuery(ctx context.Context, db querier, limit int, sql string, args ...a
 // the row after those returned is the suspect: it is read alone and, if
 // that fails too, returned marked unreadable (see [UnreadableEventError]),
 // and the rest of the page is read after it. Each unreadable row costs one
-// failed read of the page and one of its own.
-func (s *Store) isolate(ctx context.Context, db querier, limit int, r readSQL, done []RecordedEvent, args []any) ([]RecordedEvent, error) {
-	keys, err := scanQuery(ctx, db, limit, r.keys, args...)
+// failed read of the page and one of its own. The byte bound applies to
+// the whole page, as in a read that does not fail.
+func (s *Store) isolate(ctx context.Context, db querier, b bounds, r readSQL, done []RecordedEvent, args []any) ([]RecordedEvent, error) {
+	keys, err := scanQuery(ctx, db, bounds{events: b.events}, r.keys, args...)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]RecordedEvent, 0, len(keys))
+	var used int64
 	for i, e := range done {
 		if i >= len(keys) || keys[i].ID != e.ID {
 			break // the page changed between the reads: read the rest again
 		}
 		out = append(out, e)
+		used += e.Size()
 	}
-	for i := len(out); i < len(keys); {
-		suspect, err := scanQuery(ctx, db, 1, s.sql.readEventsByID.full, []uuid.UUID{keys[i].ID})
+	full := func() bool { return b.bytes > 0 && used >= b.bytes }
+	for i := len(out); i < len(keys) && !full(); {
+		suspect, err := scanQuery(ctx, db, bounds{events: 1}, s.sql.readEventsByID.full, []uuid.UUID{keys[i].ID})
 		switch {
 		case isRowFault(err):
 			e := keys[i]
 			e.Err = &UnreadableEventError{EventID: e.ID, Stream: e.Stream, Version: e.Version, Position: e.Position, Err: err}
 			out = append(out, e)
+			used += e.Size()
 		case err != nil:
 			return nil, err
 		default:
 			out = append(out, suspect...) // none if the row went meanwhile
+			for _, e := range suspect {
+				used += e.Size()
+			}
 		}
 		i++
-		if i == len(keys) {
+		if i == len(keys) || full() {
 			break
 		}
 		ids := make([]uuid.UUID, 0, len(keys)-i)
 		for _, k := range keys[i:] {
 			ids = append(ids, k.ID)
 		}
-		rest, err := scanQuery(ctx, db, len(ids), s.sql.readEventsByID.full, ids)
+		rb := bounds{events: len(ids)}
+		if b.bytes > 0 {
+			rb.bytes = b.bytes - used
+		}
+		rest, err := scanQuery(ctx, db, rb, s.sql.readEventsByID.full, ids)
 		if err != nil && !isRowFault(err) {
 			return nil, err
 		}
 		out = append(out, rest...)
 		if err == nil {
 			break
+		}
+		for _, e := range rest {
+			used += e.Size()
 		}
 		if n := len(rest); n > 0 {
 			for keys[i].ID != rest[n-1].ID {
@@ -164,10 +208,14 @@ func (s *Store) isolate(ctx context.Context, db querier, limit int, r readSQL, d
 	return out, nil
 }
 
-func scanEvents(rows pgx.Rows, limit int) ([]RecordedEvent, error) {
+// scanEvents reads rows up to b. Rows past a byte bound are left to
+// rows.Close, which reads and discards them one at a time: callers that
+// meet large events ask for fewer.
+func scanEvents(rows pgx.Rows, b bounds) ([]RecordedEvent, error) {
 	defer rows.Close()
-	out := make([]RecordedEvent, 0, min(limit, 10_000))
-	for rows.Next() {
+	out := make([]RecordedEvent, 0, min(b.events, 10_000))
+	var used int64
+	for (b.bytes <= 0 || used < b.bytes) && rows.Next() {
 		var e RecordedEvent
 		var meta []byte
 		// data scans as raw bytes: into a json.RawMessage pgx would run
@@ -181,6 +229,7 @@ func scanEvents(rows pgx.Rows, limit int) ([]RecordedEvent, error) {
 			e.Metadata = meta
 		}
 		out = append(out, e)
+		used += e.Size()
 	}
 	return out, rows.Err()
 }

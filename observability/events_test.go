@@ -154,7 +154,7 @@ func TestStatusGauges(t *testing.T) {
 		return observability.SubscriptionStatus{
 			Subscription: "orders", Worker: "w1", Buckets: 4, Members: 2,
 			Owned: []observability.BucketStatus{
-				{Bucket: 3, Epoch: 9, State: "live", Checkpoint: 120, LagEvents: lag.Load(), LagSeconds: 1.5, QueueDepth: 2},
+				{Bucket: 3, Epoch: 9, State: "live", Checkpoint: 120, LagEvents: lag.Load(), LagSeconds: 1.5, QueueDepth: 2, QueueBytes: 4096},
 				{Bucket: 1, Epoch: 4, State: "catching_up", Checkpoint: 80},
 			},
 		}
@@ -178,6 +178,7 @@ func TestStatusGauges(t *testing.T) {
 	b3 := map[string]any{observability.AttrSubscription: "orders", observability.AttrBucket: int64(3)}
 	assert.EqualValues(t, 5, sum(t, ms, observability.MetricLagEvents, b3))
 	assert.EqualValues(t, 2, sum(t, ms, observability.MetricQueueDepth, b3))
+	assert.EqualValues(t, 4096, sum(t, ms, observability.MetricQueueBytes, b3))
 	secs := ms[observability.MetricLagSeconds].Data.(metricdata.Gauge[float64])
 	found := false
 	for _, p := range secs.DataPoints {

@@ -280,7 +280,7 @@ func ExampleHandler() {
 	fmt.Println(<-done)
 	// Output:
 	// /ops/healthz 200 ok
-	// /ops/status 200 [{"subscription":"orders","worker":"worker-a","buckets":2,"owned":[{"bucket":1,"epoch":7,"state":"live","checkpoint":42,"lag_events":0,"lag_seconds":0,"queue_depth":0}]}]
+	// /ops/status 200 [{"subscription":"orders","worker":"worker-a","buckets":2,"owned":[{"bucket":1,"epoch":7,"state":"live","checkpoint":42,"lag_events":0,"lag_seconds":0,"queue_depth":0,"queue_bytes":0}]}]
 	// <nil>
 }
 

@@ -82,6 +82,7 @@ func TestHandler(t *testing.T) {
 		`kumi_lag_events{kumi_bucket="2",kumi_subscription="orders"`,
 		`kumi_lag_seconds{kumi_bucket="2",kumi_subscription="orders"`,
 		`kumi_queue_depth{kumi_bucket="2",kumi_subscription="orders"`,
+		`kumi_queue_bytes{kumi_bucket="2",kumi_subscription="orders"`,
 	} {
 		assert.Contains(t, body, want)
 	}

@@ -139,6 +139,7 @@ const (
 	MetricLagEvents           = "kumi.lag.events"            // gauge {event}: subscription, bucket
 	MetricLagSeconds          = "kumi.lag.seconds"           // gauge s: subscription, bucket
 	MetricQueueDepth          = "kumi.queue.depth"           // gauge {event}: subscription, bucket
+	MetricQueueBytes          = "kumi.queue.bytes"           // gauge By: subscription, bucket
 	MetricQueueOverflows      = "kumi.queue.overflows"       // counter {overflow}: subscription, policy
 	MetricQueueDropped        = "kumi.queue.dropped"         // counter {event}: subscription, policy
 	MetricEventsDelivered     = "kumi.events.delivered"      // counter {event}: subscription, bucket
@@ -183,6 +184,7 @@ const (
 // Metric units (UCUM, as OpenTelemetry recommends).
 const (
 	UnitSeconds   = "s"
+	UnitBytes     = "By"
 	UnitBucket    = "{bucket}"
 	UnitEvent     = "{event}"
 	UnitOverflow  = "{overflow}"

@@ -37,6 +37,8 @@ type BucketStatus struct {
 	LagSeconds float64 `json:"lag_seconds"`
 	// QueueDepth is the number of events waiting in the reader's queue.
 	QueueDepth int `json:"queue_depth"`
+	// QueueBytes is the size of what waits in the reader's queue, in bytes.
+	QueueBytes int64 `json:"queue_bytes"`
 }
 
 // RegisterStatus adds a source of subscription status, typically one per
@@ -109,6 +111,7 @@ func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(t.inst.lagEvents, b.LagEvents, opt)
 			o.ObserveFloat64(t.inst.lagSeconds, b.LagSeconds, opt)
 			o.ObserveInt64(t.inst.queueDepth, int64(b.QueueDepth), opt)
+			o.ObserveInt64(t.inst.queueBytes, b.QueueBytes, opt)
 		}
 	}
 	return nil

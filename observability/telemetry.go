@@ -70,7 +70,7 @@ func New(o Options) *Telemetry {
 	var err error
 	t.inst, err = newInstruments(t.meter)
 	reg, rerr := t.meter.RegisterCallback(t.observe,
-		t.inst.bucketsOwned, t.inst.lagEvents, t.inst.lagSeconds, t.inst.queueDepth)
+		t.inst.bucketsOwned, t.inst.lagEvents, t.inst.lagSeconds, t.inst.queueDepth, t.inst.queueBytes)
 	if err = errors.Join(err, rerr); err != nil {
 		otel.Handle(err)
 	}
@@ -119,6 +119,7 @@ type instruments struct {
 	lagEvents    metric.Int64ObservableGauge
 	lagSeconds   metric.Float64ObservableGauge
 	queueDepth   metric.Int64ObservableGauge
+	queueBytes   metric.Int64ObservableGauge
 
 	overflows metric.Int64Counter
 	dropped   metric.Int64Counter
@@ -178,6 +179,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		metric.WithDescription("Age of the oldest event past the bucket's checkpoint (0 when caught up)."))
 	errs = append(errs, err)
 	i.queueDepth = gauge(MetricQueueDepth, UnitEvent, "Events waiting in the bucket reader's queue.")
+	i.queueBytes = gauge(MetricQueueBytes, UnitBytes, "Bytes waiting in the bucket reader's queue (bounded by GroupOptions.QueueBytes).")
 
 	i.overflows = counter(MetricQueueOverflows, UnitOverflow, "Reader queue overflows, per policy.")
 	i.dropped = counter(MetricQueueDropped, UnitEvent, "Events dropped from reader queues by overflows (PauseAndResume re-reads them).")

@@ -8,9 +8,9 @@ import (
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/console"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/migrate"
 	"github.com/kumi-run/kumi/internal/overflow"
-	"github.com/kumi-run/kumi/internal/worker"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -41,7 +41,7 @@ func TestEveryConfigErrorClassifiesAsConfig(t *testing.T) {
 		{"*migrate.SchemaError", migrate.CheckSchema("")},
 		{"*migrate.NewerSchemaError", &migrate.NewerSchemaError{Component: "leasestore", Schema: "kumi", Version: 9, Known: 3}},
 		{"*overflow.ConfigError", errOf(overflow.New(overflow.Config{Capacity: -1}))},
-		{"*worker.URLError", errOf(worker.ParseURL(""))},
+		{"*inspect.URLError", errOf(inspect.ParseURL(""))},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			t.Parallel()

@@ -3,9 +3,12 @@
 //
 // The Publisher reads new events once and posts them, as batches, to every
 // reader. A slow reader must neither block the Publisher nor grow without
-// bound, so each reader's mailbox bounds the batches it holds and applies
-// the reader's [Policy] when a batch finds it full — as the batch is
-// posted, under one short lock, never blocking or spinning. Everything else
+// bound, so each reader's mailbox bounds the batches it holds — in number
+// ([Config.Capacity]), in bytes ([Config.MaxBytes], counted by [Sized]),
+// and against a byte [Budget] shared by every queue of the process
+// ([Config.Budget]) — and applies the reader's [Policy] when a batch finds
+// it full, whichever bound it crosses — as the batch is posted, under one
+// short lock, never blocking or spinning. Everything else
 // a reader receives (handler acks, timers, control messages, PoisonPill)
 // passes unbounded, and system messages keep their own unbounded queue, so
 // a reader with a full queue can still be stopped at once.
@@ -19,8 +22,20 @@
 //   - [DropSubscription]: the queue enters [Overflowed] for good and the
 //     reader ends its subscription with the [*OverflowError] (which wraps
 //     [ErrOverflowed]).
-//   - [DropOldest]: the oldest queued batch is evicted to make room; lossy,
-//     counted in [Stats.Evicted].
+//   - [DropOldest]: the oldest queued batches are evicted to make room;
+//     lossy, counted in [Stats.Evicted]. If the shared budget has no room
+//     even once the queue is empty, it pauses as under PauseAndResume.
+//
+// # Bytes
+//
+// A queue that holds no batch takes one of any size (its MaxBytes bounds
+// what waits behind the batch at its head), so a queue holds at most
+// MaxBytes plus one batch. The shared budget makes no such exception: the
+// queues under one budget hold at most its limit together. A batch's bytes
+// are charged when it is queued and given back when it leaves: delivered,
+// evicted, discarded on a pause or overflow, or dropped by [Queue.Close],
+// which a consumer that stops for good calls so that batches posted to a
+// queue nobody reads do not hold the budget.
 //
 // A [Batch] is any message with an OverflowBatch method (or whatever
 // [Config.IsBatch] says), judged inside a protoactor envelope.
@@ -54,7 +69,8 @@
 //  4. it calls [Queue.Release] and, for the batches that follow, skips
 //     events at or below the last position it delivered.
 //
-// Under [DropOldest] no signal comes, but an eviction is always caused by
+// Under [DropOldest] no signal comes (except the pause of an empty queue
+// over the shared budget, handled as above), but an eviction is always caused by
 // a newer batch, which is queued: the reader sees the gap between that
 // batch's range and its own position, and re-reads it. Under
 // [DropSubscription] the reader finishes what it has in flight and ends

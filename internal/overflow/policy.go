@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// Policy says what a [Queue] does with a batch posted while it already holds
-// [Config.Capacity] batches. The zero value is [PauseAndResume].
+// Policy says what a [Queue] does with a batch posted while it is full: it
+// holds [Config.Capacity] batches, or the batch would take it over
+// [Config.MaxBytes] or its [Budget]. The zero value is [PauseAndResume].
 type Policy int
 
 const (
@@ -22,8 +24,10 @@ const (
 	// for good, discards what it holds, rejects every later batch and
 	// delivers an [*OverflowedSignal] carrying an [*OverflowError].
 	DropSubscription
-	// DropOldest evicts the oldest queued batch to make room for the new one.
-	// It is lossy by design; evictions are counted in [Stats.Evicted].
+	// DropOldest evicts the oldest queued batches to make room for the new
+	// one. It is lossy by design; evictions are counted in [Stats.Evicted].
+	// When the shared [Budget] has no room even for a queue emptied so, the
+	// queue pauses as under PauseAndResume.
 	DropOldest
 )
 
@@ -87,6 +91,21 @@ type Batch interface {
 	OverflowBatch()
 }
 
+// Sized is implemented by batches that know their size in bytes: a [Queue]
+// counts it against [Config.MaxBytes] and [Config.Budget]. A batch that
+// does not implement it counts 0 bytes. The size of a batch must not
+// change while it is queued; compute it once, when the batch is made.
+type Sized interface {
+	OverflowBytes() int64
+}
+
+func sizeOf(msg any) int64 {
+	if s, ok := msg.(Sized); ok {
+		return max(s.OverflowBytes(), 0)
+	}
+	return 0
+}
+
 // PausedSignal is delivered to the consumer, in order with its other
 // messages, when the queue enters [Paused]. The batches it held are gone;
 // the consumer catches up from the store and calls [Queue.Resume] (see the
@@ -102,6 +121,16 @@ type OverflowedSignal struct {
 // ErrOverflowed is wrapped by every [*OverflowError]; test with errors.Is.
 var ErrOverflowed = errors.New("kumi: subscriber queue overflowed")
 
+// Bound names the bound of a [Queue] that a batch crossed.
+type Bound string
+
+// The bounds of a [Queue].
+const (
+	BoundBatches Bound = "batches" // Config.Capacity
+	BoundBytes   Bound = "bytes"   // Config.MaxBytes
+	BoundBudget  Bound = "budget"  // Config.Budget, shared with other queues
+)
+
 // OverflowError ends a subscription whose queue overflowed under
 // [DropSubscription]. It classifies as permanent for kumi's supervision
 // (it has a PermanentError method): restarting the consumer does not help.
@@ -111,13 +140,28 @@ type OverflowError struct {
 	// Posted counts the batches offered up to and including the one that
 	// overflowed; Delivered the ones the consumer received.
 	Posted, Delivered uint64
+	// Bound is the bound the last batch crossed. For BoundBytes and
+	// BoundBudget, Limit is that bound in bytes and Bytes what the queue
+	// (BoundBytes) or every queue of the budget (BoundBudget) would have
+	// held with the batch.
+	Bound        Bound
+	Bytes, Limit int64
 }
 
 // Error describes the overflow and how to avoid it.
 func (e *OverflowError) Error() string {
-	return fmt.Sprintf("kumi: subscriber queue overflowed at %d batches after %d delivered of %d posted (policy %s): "+
-		"speed up the handler, raise the queue capacity, or use %s",
-		e.Capacity, e.Delivered, e.Posted, DropSubscription, PauseAndResume)
+	var what, raise string
+	switch e.Bound {
+	case BoundBytes:
+		what, raise = fmt.Sprintf("its byte bound (%d bytes of %d)", e.Bytes, e.Limit), "its byte bound"
+	case BoundBudget:
+		what, raise = fmt.Sprintf("the byte budget shared by the process's queues (%d bytes of %d)", e.Bytes, e.Limit), "the shared byte budget"
+	default:
+		what, raise = fmt.Sprintf("%d batches", e.Capacity), "the queue capacity"
+	}
+	return fmt.Sprintf("kumi: subscriber queue overflowed at %s after %d delivered of %d posted (policy %s): "+
+		"speed up the handler, raise %s, or use %s",
+		what, e.Delivered, e.Posted, DropSubscription, raise, PauseAndResume)
 }
 
 // Unwrap returns [ErrOverflowed].
@@ -139,10 +183,19 @@ type Transition struct {
 const CapacityDefault = 64
 
 // Config configures a [Queue]. The zero value is usable: capacity
-// [CapacityDefault], policy [PauseAndResume], batches recognised by [Batch].
+// [CapacityDefault], no byte bound, policy [PauseAndResume], batches
+// recognised by [Batch].
 type Config struct {
 	// Capacity bounds the number of queued batches; 0 means CapacityDefault.
 	Capacity int
+	// MaxBytes bounds the total size of the queued batches (see [Sized]);
+	// 0 means no byte bound. A queue that holds no batch takes one of any
+	// size, so a queue holds at most MaxBytes plus one batch.
+	MaxBytes int64
+	// Budget, if set, is a byte bound shared with other queues: a batch
+	// the budget has no room for is refused as by a full queue, even by
+	// an empty queue.
+	Budget *Budget
 	// Policy applies when a batch is posted to a full queue.
 	Policy Policy
 	// IsBatch reports whether a message is bounded by the queue; nil means
@@ -183,6 +236,9 @@ func (c Config) validate() error {
 	if c.Capacity < 1 {
 		return &ConfigError{"Capacity", fmt.Sprintf("is %d: it must be at least 1 (0 means %d)", c.Capacity, CapacityDefault)}
 	}
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("overflow: Config.MaxBytes is %d: it must be at least 0 (0 means no byte bound)", c.MaxBytes)
+	}
 	if !c.Policy.valid() {
 		return &ConfigError{"Policy", fmt.Sprintf("is %v: use PauseAndResume, DropSubscription or DropOldest", c.Policy)}
 	}
@@ -196,3 +252,51 @@ func isBatch(msg any) bool {
 
 // unwrap returns the message inside an envelope, as protoactor delivers it.
 func unwrap(msg any) any { return actor.UnwrapEnvelopeMessage(msg) }
+
+// Budget is a byte bound shared by several queues — typically every
+// consumer queue of a process — so that their sum stays bounded whatever
+// their number. A queue charges a batch's size (see [Sized]) to it when it
+// queues the batch, and gives it back when the batch leaves the queue:
+// delivered, evicted, discarded, or dropped by [Queue.Close]. A Budget is
+// safe for concurrent use.
+type Budget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// NewBudget returns a budget of limit bytes; limit must be at least 1.
+func NewBudget(limit int64) (*Budget, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("overflow: budget limit is %d bytes: it must be at least 1", limit)
+	}
+	return &Budget{limit: limit}, nil
+}
+
+// Limit returns the budget's bound in bytes.
+func (b *Budget) Limit() int64 { return b.limit }
+
+// Used returns the bytes queued now under the budget.
+func (b *Budget) Used() int64 { return b.used.Load() }
+
+// take charges n bytes if they fit; a nil budget takes everything.
+func (b *Budget) take(n int64) bool {
+	if b == nil || n == 0 {
+		return true
+	}
+	for {
+		u := b.used.Load()
+		if u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// give returns n bytes; a nil budget ignores it.
+func (b *Budget) give(n int64) {
+	if b != nil && n != 0 {
+		b.used.Add(-n)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"sync"
 )
 
-// Queue is a FIFO of messages that bounds only batches (see [Batch]) and
-// applies a [Policy] when a batch finds it full. Posting never blocks: a
+// Queue is a FIFO of messages that bounds only batches (see [Batch]) — in
+// number ([Config.Capacity]) and in bytes ([Config.MaxBytes], and a
+// [Budget] shared with other queues) — and applies a [Policy] when a batch
+// finds it full. Posting never blocks: a
 // batch is accepted, rejected or makes room by eviction under one short
 // lock. Every other message is accepted unbounded. Messages come out in the
 // order they were posted, except that batches stay queued while the queue is
@@ -16,6 +18,8 @@ import (
 // [Queue.Mailbox] — not both.
 type Queue struct {
 	capacity     int
+	maxBytes     int64
+	budget       *Budget
 	policy       Policy
 	isBatch      func(any) bool
 	onTransition func(Transition)
@@ -26,6 +30,8 @@ type Queue struct {
 	seq     uint64      // post order across both rings
 	state   State
 	held    bool
+	closed  bool
+	bytes   int64 // the sizes of the queued batches, all charged to budget
 	err     *OverflowError
 	mb      *mailbox // set once the mailbox's handlers are registered
 
@@ -34,8 +40,9 @@ type Queue struct {
 }
 
 type entry struct {
-	seq uint64
-	msg any
+	seq  uint64
+	size int64 // a batch's size (see Sized)
+	msg  any
 }
 
 // Stats is a snapshot of a [Queue]. Batch counters satisfy
@@ -44,9 +51,13 @@ type Stats struct {
 	State    State
 	Held     bool
 	Capacity int
+	// MaxBytes is the queue's byte bound, 0 if none.
+	MaxBytes int64
 	// Depth is the number of queued batches; Len the number of queued
 	// messages of every kind.
 	Depth, Len int
+	// Bytes is the size of the queued batches (see [Sized]).
+	Bytes int64
 	// Posted counts batches offered; Delivered, batches handed to the
 	// consumer; Dropped, batches rejected, evicted or discarded on a pause or
 	// overflow; Evicted, the part of Dropped evicted under DropOldest.
@@ -64,6 +75,8 @@ func New(cfg Config) (*Queue, error) {
 	}
 	return &Queue{
 		capacity:     cfg.Capacity,
+		maxBytes:     cfg.MaxBytes,
+		budget:       cfg.Budget,
 		policy:       cfg.Policy,
 		isBatch:      cfg.IsBatch,
 		onTransition: cfg.OnTransition,
@@ -71,8 +84,10 @@ func New(cfg Config) (*Queue, error) {
 }
 
 // Push posts msg and reports whether it was queued. Only a batch can be
-// refused: while the queue is paused or overflowed, or when it is full under
-// PauseAndResume or DropSubscription (which changes its state).
+// refused: while the queue is paused, overflowed or closed, or when it is
+// full under PauseAndResume or DropSubscription (which changes its state),
+// or when its [Budget] has no room left and DropOldest has nothing to
+// evict.
 func (q *Queue) Push(msg any) bool {
 	queued, _ := q.offer(msg)
 	return queued
@@ -89,37 +104,90 @@ func (q *Queue) offer(msg any) (queued, wake bool) {
 		return true, true
 	}
 
+	size := sizeOf(unwrap(msg))
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.posted++
-	if q.state != Active {
+	if q.state != Active || q.closed {
 		q.dropped++
 		return false, false
 	}
-	if q.batches.len() >= q.capacity {
-		switch q.policy {
-		case DropOldest:
-			q.batches.pop()
-			q.dropped++
-			q.evicted++
-		case PauseAndResume:
-			q.dropped += 1 + uint64(q.batches.clear())
-			q.pauses++
-			q.pushOther(&PausedSignal{})
-			q.transition(Paused)
-			return false, true
-		default: // DropSubscription
-			q.dropped += 1 + uint64(q.batches.clear())
-			q.overflows++
-			q.err = &OverflowError{Capacity: q.capacity, Posted: q.posted, Delivered: q.delivered}
-			q.pushOther(&OverflowedSignal{Err: q.err})
-			q.transition(Overflowed)
-			return false, true
+	// The queue's own bounds. A queue that holds no batch takes one of any
+	// size: the byte bound limits what waits behind the batch at its head.
+	for q.batches.len() >= q.capacity || (q.maxBytes > 0 && q.batches.len() > 0 && q.bytes+size > q.maxBytes) {
+		if q.policy != DropOldest {
+			bound := BoundBatches
+			if q.batches.len() < q.capacity {
+				bound = BoundBytes
+			}
+			return false, q.refuse(bound, size)
 		}
+		q.evictOldest()
+	}
+	// The budget shared with other queues: no exception for an empty queue.
+	for q.budget != nil && !q.budget.take(size) {
+		if q.policy != DropOldest || q.batches.len() == 0 {
+			return false, q.refuse(BoundBudget, size)
+		}
+		q.evictOldest()
 	}
 	q.seq++
-	q.batches.push(entry{seq: q.seq, msg: msg})
+	q.bytes += size
+	q.batches.push(entry{seq: q.seq, size: size, msg: msg})
 	return true, !q.held
+}
+
+// evictOldest drops the oldest queued batch (DropOldest); q.mu is held.
+func (q *Queue) evictOldest() {
+	q.popBatch()
+	q.dropped++
+	q.evicted++
+}
+
+// popBatch removes the oldest queued batch and returns its bytes to the
+// budget; q.mu is held.
+func (q *Queue) popBatch() entry {
+	e, _ := q.batches.pop()
+	q.bytes -= e.size
+	q.budget.give(e.size)
+	return e
+}
+
+// discard drops every queued batch, returns their bytes to the budget and
+// counts them dropped; q.mu is held.
+func (q *Queue) discard() {
+	q.dropped += uint64(q.batches.clear())
+	q.budget.give(q.bytes)
+	q.bytes = 0
+}
+
+// refuse applies the policy to a batch of size that crossed bound: under
+// PauseAndResume (and under DropOldest when the shared budget is spent and
+// the queue has nothing left to evict) the queue pauses; under
+// DropSubscription it overflows. Either way it discards what it holds. It
+// reports that the consumer has a signal to receive; q.mu is held.
+func (q *Queue) refuse(bound Bound, size int64) bool {
+	q.dropped++
+	held := q.bytes
+	q.discard()
+	if q.policy != DropSubscription {
+		q.pauses++
+		q.pushOther(&PausedSignal{})
+		q.transition(Paused)
+		return true
+	}
+	q.overflows++
+	q.err = &OverflowError{Capacity: q.capacity, Posted: q.posted, Delivered: q.delivered, Bound: bound, Bytes: held + size}
+	switch bound {
+	case BoundBytes:
+		q.err.Limit = q.maxBytes
+	case BoundBudget:
+		q.err.Limit = q.budget.Limit()
+		q.err.Bytes = q.budget.Used() + held + size
+	}
+	q.pushOther(&OverflowedSignal{Err: q.err})
+	q.transition(Overflowed)
+	return true
 }
 
 func (q *Queue) pushOther(msg any) {
@@ -147,7 +215,7 @@ func (q *Queue) Pop() (any, bool) {
 	okBatch = okBatch && !q.held
 	switch {
 	case okBatch && (!okOther || b.seq < o.seq):
-		q.batches.pop()
+		q.popBatch()
 		q.delivered++
 		return b.msg, true
 	case okOther:
@@ -189,6 +257,18 @@ func (q *Queue) Hold() {
 	q.mu.Lock()
 	q.held = true
 	q.mu.Unlock()
+}
+
+// Close discards the queued batches, returns their bytes to the [Budget],
+// and makes the queue drop every batch posted later, silently (counted in
+// [Stats.Dropped]). Its consumer calls it when it stops for good, so that
+// batches posted to a queue nobody reads do not hold the shared budget.
+// Other messages still pass. Close is idempotent.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.discard()
 }
 
 // Release ends a [Queue.Hold]: queued batches are delivered again, in order.
@@ -245,7 +325,9 @@ func (q *Queue) statsLocked() Stats {
 		State:     q.state,
 		Held:      q.held,
 		Capacity:  q.capacity,
+		MaxBytes:  q.maxBytes,
 		Depth:     q.batches.len(),
+		Bytes:     q.bytes,
 		Len:       q.batches.len() + q.others.len(),
 		Posted:    q.posted,
 		Delivered: q.delivered,

@@ -289,6 +289,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{Config{Capacity: -1}, "Capacity"},
 		{Config{Policy: Policy(7)}, "Policy"},
+		{Config{MaxBytes: -1}, "MaxBytes"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)

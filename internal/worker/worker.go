@@ -45,6 +45,9 @@ type Config struct {
 	Exactly bool
 	// QueueCapacity bounds the readers' queues (0: default).
 	QueueCapacity int
+	// QueueBytes and ProcessQueueBytes are GroupOptions.QueueBytes and
+	// RuntimeOptions.QueueBytes (0: default).
+	QueueBytes, ProcessQueueBytes int64
 	// PoolConns sizes the worker's connection pool (0: 8).
 	PoolConns int
 	// BatchSize, Overflow, HandlerTimeout and MaxAttempts are the group's
@@ -96,6 +99,8 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.DurationVar(&c.HandlerDelay, "handler-delay", 0, "time the handler takes per event")
 	fs.BoolVar(&c.Exactly, "exactly-once", false, "commit the sink row and the checkpoint in one fenced transaction")
 	fs.IntVar(&c.QueueCapacity, "queue-capacity", 0, "reader queue capacity in batches (0: default)")
+	fs.Int64Var(&c.QueueBytes, "queue-bytes", 0, "each reader's byte bound (0: default, 8 MiB)")
+	fs.Int64Var(&c.ProcessQueueBytes, "process-queue-bytes", 0, "the byte bound of every reader queue of the process together (0: default, 256 MiB)")
 	fs.IntVar(&c.PoolConns, "pool-conns", 8, "connections in the worker's pool (each group adds its lease pool's)")
 	fs.IntVar(&c.BatchSize, "batch-size", 0, "reader catch-up page size (0: default)")
 	var policy string
@@ -201,7 +206,7 @@ func Run(ctx context.Context, c Config) error {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(logger)))
 	tel := observability.New(observability.Options{Logger: logger})
 	defer tel.Close()
-	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{Logger: logger, Telemetry: tel})
+	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{Logger: logger, Telemetry: tel, QueueBytes: c.ProcessQueueBytes})
 	if err != nil {
 		return err
 	}
@@ -219,6 +224,7 @@ func Run(ctx context.Context, c Config) error {
 		Subscription: c.Subscription, Category: c.Category, Buckets: c.Buckets, Worker: worker,
 		Handler:        sinkHandler(ctx, store, c),
 		QueueCapacity:  c.QueueCapacity,
+		QueueBytes:     c.QueueBytes,
 		BatchSize:      c.BatchSize,
 		Overflow:       c.Overflow,
 		HandlerTimeout: c.HandlerTimeout,
