@@ -138,7 +138,7 @@ const (
 	MetricBucketsOwned        = "kumi.buckets.owned"         // gauge {bucket}: subscription, worker
 	MetricLagEvents           = "kumi.lag.events"            // gauge {event}: subscription, bucket
 	MetricLagSeconds          = "kumi.lag.seconds"           // gauge s: subscription, bucket
-	MetricQueueDepth          = "kumi.queue.depth"           // gauge {event}: subscription, bucket
+	MetricQueueDepth          = "kumi.queue.depth"           // gauge {batch}: subscription, bucket
 	MetricQueueBytes          = "kumi.queue.bytes"           // gauge By: subscription, bucket
 	MetricQueueOverflows      = "kumi.queue.overflows"       // counter {overflow}: subscription, policy
 	MetricQueueDropped        = "kumi.queue.dropped"         // counter {event}: subscription, policy
@@ -187,6 +187,7 @@ const (
 	UnitBytes     = "By"
 	UnitBucket    = "{bucket}"
 	UnitEvent     = "{event}"
+	UnitBatch     = "{batch}"
 	UnitOverflow  = "{overflow}"
 	UnitChange    = "{change}"
 	UnitOperation = "{operation}"

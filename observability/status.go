@@ -35,7 +35,8 @@ type BucketStatus struct {
 	// LagSeconds the age of the oldest of them (0 when caught up).
 	LagEvents  int64   `json:"lag_events"`
 	LagSeconds float64 `json:"lag_seconds"`
-	// QueueDepth is the number of events waiting in the reader's queue.
+	// QueueDepth is the number of live batches (each one publisher fetch's
+	// events of the bucket) waiting in the reader's queue.
 	QueueDepth int `json:"queue_depth"`
 	// QueueBytes is the size of what waits in the reader's queue, in bytes.
 	QueueBytes int64 `json:"queue_bytes"`

@@ -178,7 +178,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 	i.lagSeconds, err = m.Float64ObservableGauge(MetricLagSeconds, metric.WithUnit(UnitSeconds),
 		metric.WithDescription("Age of the oldest event past the bucket's checkpoint (0 when caught up)."))
 	errs = append(errs, err)
-	i.queueDepth = gauge(MetricQueueDepth, UnitEvent, "Events waiting in the bucket reader's queue.")
+	i.queueDepth = gauge(MetricQueueDepth, UnitBatch, "Live batches waiting in the bucket reader's queue (kumi.queue.bytes: their bytes).")
 	i.queueBytes = gauge(MetricQueueBytes, UnitBytes, "Bytes waiting in the bucket reader's queue (bounded by GroupOptions.QueueBytes).")
 
 	i.overflows = counter(MetricQueueOverflows, UnitOverflow, "Reader queue overflows, per policy.")
