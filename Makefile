@@ -15,6 +15,7 @@ build:
 
 ## test: every test against a real PostgreSQL, with the race detector.
 test:
+	tools/deps.sh test
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 ## bench: benchmarks that print figures (see docs/benchmarks.md).
@@ -31,6 +32,7 @@ fmt:
 
 ## demo: several worker processes sharing a subscription, live in the terminal.
 demo:
+	tools/deps.sh demo
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 ## chaos: the long form of the multi-process fault scenarios (figures in docs/benchmarks.md).
