@@ -64,6 +64,10 @@ type funcHandler struct {
 
 // Receive answers each delivery with fn's outcome.
 func (h *funcHandler) Receive(c actor.Context) {
+	if b, ok := c.Message().(*Batch); ok {
+		b.Respond(c, h.answerBatch(b))
+		return
+	}
 	d, ok := c.Message().(*Delivery)
 	if !ok {
 		return
@@ -88,6 +92,26 @@ func (h *funcHandler) answer(d *Delivery) (reply any) {
 		ctx = context.Background()
 	}
 	return replyFor(h.fn(ctx, d))
+}
+
+// answerBatch handles a batch (Batch.MaxEvents set for a Func) one event
+// at a time, in order, up to the first that is not acked.
+func (h *funcHandler) answerBatch(b *Batch) any {
+	committed := false
+	for i, e := range b.Events {
+		d := *b.d
+		d.Event = e
+		if i > 0 {
+			d.Attempt = 0
+		}
+		reply := h.answer(&d)
+		ack, ok := reply.(Ack)
+		if !ok {
+			return BatchAck{Done: i, Committed: committed, Next: reply}
+		}
+		committed = ack.Committed
+	}
+	return BatchAck{Done: len(b.Events), Committed: committed}
 }
 
 // replyFor maps a HandlerFunc's error to the handler contract's answer.

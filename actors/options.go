@@ -96,6 +96,10 @@ type GroupOptions struct {
 	DatabaseTimeout time.Duration
 	// Logger receives the group's logs; nil means the runtime's.
 	Logger *slog.Logger
+	// Batch turns on batched deliveries: the handler receives a [*Batch]
+	// of a bucket's events and answers once (see [BatchFunc]). Off by
+	// default; it needs MaxInFlight 1.
+	Batch BatchOptions
 }
 
 // OptionError reports an invalid option, naming it.
@@ -179,6 +183,9 @@ func (o GroupOptions) Validate() error {
 		return &OptionError{"CheckpointInterval", o.CheckpointInterval, "must be positive"}
 	case o.DatabaseTimeout < 0:
 		return &OptionError{"DatabaseTimeout", o.DatabaseTimeout, "must be positive"}
+	}
+	if err := o.Batch.validate(o.MaxInFlight); err != nil {
+		return err
 	}
 	lc := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Buckets: o.Buckets, Kind: o.Lease.Kind,
 		TTL: o.Lease.TTL, Heartbeat: o.Lease.Heartbeat, Margin: o.Lease.Margin}
