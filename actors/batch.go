@@ -102,12 +102,15 @@ type BatchAck struct {
 //     retries the batch from event i, an error wrapping [Permanent]
 //     dead-letters event i, and the events after it come in the next batch;
 //     DoneUpTo(len(b.Events), nil) is nil;
-//   - any other error is DoneUpTo(0, err): it retries the whole batch or,
-//     made with Permanent, dead-letters its first event;
 //   - an error wrapping [eventsource.ErrFenceLost] or [ErrAlreadyCommitted]
-//     acks the whole batch (as for a HandlerFunc).
+//     acks the whole batch (as for a HandlerFunc);
+//   - any other error does not say which event failed: the batch is
+//     retried (charged to its first event) with its first event alone,
+//     and for a batch of one event the error answers that event as a
+//     HandlerFunc's would (Permanent dead-letters it).
 //
-// A panic retries the whole batch with a reason that says it panicked.
+// A panic, too, retries the batch with its first event alone, with a reason
+// that says it panicked.
 // Events before the failing one whose effects the handler did apply are
 // applied again when it retries them, unless it says so with DoneUpTo or
 // commits through [CommitBatchWithCheckpoint].
@@ -183,10 +186,15 @@ func (a BatchAck) one() any {
 func batchReplyFor(err error, n int) any {
 	var partial *PartialError
 	if !errors.As(err, &partial) {
-		partial = &PartialError{Done: 0, Err: err}
-		if err == nil {
-			partial.Done = n
+		if a, ok := replyFor(err).(Ack); ok {
+			return BatchAck{Done: n, Committed: a.Committed}
 		}
+		if n > 1 {
+			// It does not say which event failed: the batch is retried
+			// with its first event alone, which tells.
+			return Retry{Reason: err.Error()}
+		}
+		partial = &PartialError{Done: 0, Err: err}
 	}
 	if partial.Done < 0 || partial.Done > n {
 		return Retry{Reason: fmt.Sprintf("kumi: DoneUpTo(%d, …) outside a batch of %d events: %v", partial.Done, n, partial.Err)}

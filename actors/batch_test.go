@@ -153,6 +153,44 @@ func TestBatchedDeliveries(t *testing.T) {
 		require.Equal(t, 1, dls[0].Attempts, "dead-lettered at once")
 	})
 
+	// A bare Permanent error does not say which event of the batch it is
+	// about: the batch is narrowed to its first event until the error
+	// comes from a batch of one, whose event is then dead-lettered. Only
+	// the event at fault is.
+	t.Run("ABarePermanentErrorDeadLettersOnlyTheEventAtFault", func(t *testing.T) {
+		t.Parallel()
+		store, schema := newTestStore(t)
+		seed(t, store, "acct", 3, 30)
+		target := positionOf(t, store, "acct-0", 1) // the 4th event
+		rec := newRecorder()
+		handler := BatchFunc(func(_ context.Context, b *Batch) error {
+			for _, e := range b.Events {
+				if e.Position == target {
+					return Permanent(errors.New("cannot apply"))
+				}
+			}
+			for _, e := range b.Events {
+				rec.begin("w", e)
+				rec.end("w", e)
+			}
+			return nil
+		})
+		startWorker(t, schema, "w", batchOpts("barepermanent", 1, handler, 10))
+		last := lastPosition(t, store, "acct")
+		pgtest.Eventually(t, waitLong, func() bool {
+			cp, err := store.Checkpoint(ctx, "barepermanent", 0)
+			return err == nil && cp == last
+		}, "the checkpoint reaches the last event")
+		require.Equal(t, 29, rec.distinct())
+		require.Zero(t, rec.duplicates())
+		require.Empty(t, rec.order)
+		dls, err := store.DeadLetters(ctx, "barepermanent", eventsource.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		require.Equal(t, target, dls[0].Position)
+		require.Equal(t, "cannot apply", dls[0].Reason)
+	})
+
 	// An actor handler panics on every batch that holds one event. The
 	// batch is retried with its first event alone, so the events before
 	// the bad one are handled, once; the bad one, then first, is retried
@@ -406,8 +444,8 @@ func TestBatchReplyFor(t *testing.T) {
 		want any
 	}{
 		"nil":               {nil, BatchAck{Done: 4}},
-		"error":             {boom, BatchAck{Done: 0, Next: Retry{Reason: "boom"}}},
-		"permanent":         {Permanent(boom), BatchAck{Done: 0, Next: DeadLetter{Reason: "boom"}}},
+		"error":             {boom, Retry{Reason: "boom"}},
+		"permanent":         {Permanent(boom), Retry{Reason: "boom"}},
 		"done up to":        {DoneUpTo(2, boom), BatchAck{Done: 2, Next: Retry{Reason: "boom"}}},
 		"done up to, dl":    {fmt.Errorf("wrapped: %w", DoneUpTo(3, Permanent(boom))), BatchAck{Done: 3, Next: DeadLetter{Reason: "boom"}}},
 		"done up to all":    {DoneUpTo(4, nil), BatchAck{Done: 4}},
@@ -418,4 +456,7 @@ func TestBatchReplyFor(t *testing.T) {
 	} {
 		require.Equal(t, c.want, batchReplyFor(c.err, 4), name)
 	}
+	require.Equal(t, BatchAck{Done: 0, Next: DeadLetter{Reason: "boom"}}, batchReplyFor(Permanent(boom), 1),
+		"a batch of one: the error is its event's")
+	require.Equal(t, BatchAck{Done: 0, Next: Retry{Reason: "boom"}}, batchReplyFor(boom, 1))
 }
