@@ -49,7 +49,9 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 // time, on the handler actor. With MaxInFlight above 1 each call runs on a
 // goroutine of its own, so that events of other streams go ahead while one
 // is being handled; events of one stream are still handled one at a time,
-// in order.
+// in order. Given batches (GroupOptions.Batch), fn handles a batch's
+// events one at a time, in order, and the batch is answered up to the
+// first event fn does not ack.
 func Func(fn HandlerFunc) *actor.Props {
 	if fn == nil {
 		panic("kumi: actors.Func: nil HandlerFunc")
