@@ -234,6 +234,45 @@ func TestBatchedDeliveries(t *testing.T) {
 		require.Equal(t, 3, dls[0].Attempts)
 	})
 
+	// A batch handler stuck in a call is probed and replaced as a
+	// one-event handler is; the batch goes to its successor.
+	t.Run("AHungBatchHandlerIsReplacedAndItsBatchRetried", func(t *testing.T) {
+		t.Parallel()
+		store, schema := newTestStore(t)
+		seed(t, store, "acct", 3, 30)
+		rec := newRecorder()
+		release := make(chan struct{})
+		var calls atomic.Int32
+		handler := BatchFunc(func(_ context.Context, b *Batch) error {
+			if calls.Add(1) == 1 {
+				<-release // stuck, ignoring its context
+				return nil
+			}
+			for _, e := range b.Events {
+				rec.begin("w", e)
+				rec.end("w", e)
+			}
+			return nil
+		})
+		o := batchOpts("hungbatch", 1, handler, 10)
+		o.HandlerTimeout = 300 * time.Millisecond
+		startWorker(t, schema, "w", o)
+		t.Cleanup(func() { close(release) })
+		last := lastPosition(t, store, "acct")
+		pgtest.Eventually(t, waitLong, func() bool {
+			cp, err := store.Checkpoint(ctx, "hungbatch", 0)
+			return err == nil && cp == last
+		}, "the checkpoint reaches the last event")
+		require.Equal(t, 30, rec.distinct())
+		require.Zero(t, rec.duplicates())
+		require.Empty(t, rec.order)
+		// The stuck handler takes nothing more: only its successor can
+		// have handled the events.
+		dls, err := store.DeadLetters(ctx, "hungbatch", eventsource.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Empty(t, dls)
+	})
+
 	// MaxBytes bounds a batch's data (an event of 8 or 9 bytes here: at
 	// most two in 20 bytes), and a Func handler takes batches too.
 	t.Run("MaxBytesBoundsABatch", func(t *testing.T) {
