@@ -81,7 +81,7 @@ type GroupOptions struct {
 	// once. Events of one stream are always delivered one at a time, in
 	// order; raising it lets events of other streams go ahead, which pays
 	// when the handler is fast or asynchronous. Default 1: strictly one at a
-	// time, which [CommitWithCheckpoint] (exactly-once) requires.
+	// time, which [CommitWithCheckpoint] (exactly-once) and Batch require.
 	MaxInFlight int
 	// HandlerTimeout bounds the wait for a handler's answer; a timeout
 	// counts as a retry. Default 30 s.
