@@ -129,10 +129,13 @@ func BenchmarkPipelineDrain(b *testing.B) {
 	storeRate := float64(n) / storeTime.Seconds()
 	b.ReportMetric(storeRate, "store-events/s")
 	b.Logf("store's read-only 16-member drain of %d events, pages of %d: %.0f events/s (%v)", n, benchPage(), storeRate, storeTime)
-	for _, inFlight := range benchInFlight() {
+	for _, c := range benchDrains() {
 		var handled atomic.Int64
-		o := GroupOptions{Subscription: fmt.Sprintf("drain-%d", inFlight), Category: "bench", Buckets: 16,
-			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: inFlight, CheckpointEvery: 1000, BatchSize: benchPage()}
+		o := GroupOptions{Subscription: "drain-" + c.name, Category: "bench", Buckets: 16,
+			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: c.inFlight, CheckpointEvery: 1000, BatchSize: benchPage()}
+		if c.batch > 0 {
+			o.Handler, o.Batch.MaxEvents = countingBatches(&handled), c.batch
+		}
 		// Both workers start at once, as a pool would: each joins the
 		// membership before its first pass, so each claims its share at
 		// once instead of one taking all and handing half over.
@@ -162,10 +165,10 @@ func BenchmarkPipelineDrain(b *testing.B) {
 		}, "drained")
 		pipeTime := time.Since(start)
 		pipeRate := float64(n) / pipeTime.Seconds()
-		b.ReportMetric(pipeRate, fmt.Sprintf("events/s-inflight-%d", inFlight))
-		b.ReportMetric(100*pipeRate/storeRate, fmt.Sprintf("%%-of-store-inflight-%d", inFlight))
-		b.Logf("pipeline drain, 16 buckets, 2 workers, no-op handler, MaxInFlight %d: %.0f events/s (%v): %.0f%% of the store's drain",
-			inFlight, pipeRate, pipeTime, 100*pipeRate/storeRate)
+		b.ReportMetric(pipeRate, "events/s-"+c.name)
+		b.ReportMetric(100*pipeRate/storeRate, "%-of-store-"+c.name)
+		b.Logf("pipeline drain, 16 buckets, 2 workers, no-op handler, %s: %.0f events/s (%v): %.0f%% of the store's drain",
+			c, pipeRate, pipeTime, 100*pipeRate/storeRate)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_ = a.rt.Stop(ctx)
 		_ = bw.rt.Stop(ctx)
@@ -260,11 +263,47 @@ func benchPage() int {
 	return BatchSizeDefault
 }
 
-// benchInFlight is the MaxInFlight values the drain runs with;
-// KUMI_BENCH_INFLIGHT (one number) narrows it.
-func benchInFlight() []int {
-	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_INFLIGHT")); err == nil && n > 0 {
-		return []int{n}
+// benchDrain is one configuration of the pipeline drain.
+type benchDrain struct {
+	name     string
+	inFlight int
+	batch    int // Batch.MaxEvents; 0: one event per delivery
+}
+
+func (c benchDrain) String() string {
+	if c.batch > 0 {
+		return fmt.Sprintf("batches of up to %d events", c.batch)
 	}
-	return []int{1, 32}
+	return fmt.Sprintf("one at a time, MaxInFlight %d", c.inFlight)
+}
+
+// benchDrains is the configurations the drain runs with: MaxInFlight 1
+// and 32, one event per delivery, and batches of up to 500 events.
+// KUMI_BENCH_INFLIGHT (one number) narrows the first to that MaxInFlight;
+// KUMI_BENCH_BATCH sets the batch size, 0 leaving the batched drain out.
+func benchDrains() []benchDrain {
+	inFlight := []int{1, 32}
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_INFLIGHT")); err == nil && n > 0 {
+		inFlight = []int{n}
+	}
+	var out []benchDrain
+	for _, n := range inFlight {
+		out = append(out, benchDrain{name: fmt.Sprintf("inflight-%d", n), inFlight: n})
+	}
+	batch := 500
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_BATCH")); err == nil && n >= 0 {
+		batch = n
+	}
+	if batch > 0 {
+		out = append(out, benchDrain{name: fmt.Sprintf("batch-%d", batch), inFlight: 1, batch: batch})
+	}
+	return out
+}
+
+// countingBatches is counting for batched deliveries.
+func countingBatches(n *atomic.Int64) *actor.Props {
+	return BatchFunc(func(_ context.Context, b *Batch) error {
+		n.Add(int64(len(b.Events)))
+		return nil
+	})
 }

@@ -46,7 +46,22 @@ type slot struct {
 	// event's fault.
 	free int
 	dl   *eventsource.DeadLetter // the row being written (slotDeadLettering)
+	// batch holds the events of the batch sent (Batch.MaxEvents set);
+	// batch[0] is d.Event. See batchdeliver.go.
+	batch []eventsource.RecordedEvent
+	alone bool // the batch failed as a whole: its first event goes alone next
 }
+
+// last is the position of the slot's last event.
+func (s *slot) last() int64 {
+	if n := len(s.batch); n > 0 {
+		return s.batch[n-1].Position
+	}
+	return s.d.Event.Position
+}
+
+// count is the number of the slot's events.
+func (s *slot) count() int { return max(len(s.batch), 1) }
 
 // release cancels the current attempt's context.
 func (s *slot) release() {
@@ -138,6 +153,10 @@ func (r *reader) send(ctx actor.Context, s *slot) {
 	c, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
 	s.d.Context, s.cancel = context.WithCancel(c)
 	s.state, s.sentAt, s.to = slotSent, time.Now(), r.handler
+	if r.g.opts.Batch.on() {
+		ctx.Request(r.handler, r.takeBatch(s))
+		return
+	}
 	ctx.Request(r.handler, s.d)
 }
 
@@ -283,6 +302,7 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 		}
 		s.release()
 		s.span.End(observability.OutcomeCancelled, nil)
+		r.unbatch(s)
 		next := *s.d
 		next.Attempt++
 		s.d, s.free = &next, s.free+1
@@ -311,6 +331,12 @@ func (r *reader) spawnHandler(ctx actor.Context) {
 // onReply acts on the handler's answer (or its absence) for a slot.
 func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	s.release()
+	if r.g.opts.Batch.on() {
+		var settled bool
+		if res, settled = r.settleBatch(ctx, s, res); settled {
+			return
+		}
+	}
 	span := s.span
 	var retry time.Duration
 	var reason string
@@ -437,15 +463,15 @@ func (r *reader) finish(ctx actor.Context, s *slot, committed bool) {
 	delete(r.win.byID, s.d.id)
 	delete(r.win.busy, s.d.Event.Stream)
 	for len(r.win.slots) > 0 && r.win.slots[0].state == slotDone {
-		r.acked = r.win.slots[0].d.Event.Position
+		r.acked = r.win.slots[0].last()
+		r.sinceFlush += r.win.slots[0].count()
 		r.win.slots = r.win.slots[1:]
-		r.sinceFlush++
 	}
 	if len(r.win.slots) == 0 {
 		r.win.slots = nil
 	}
 	if committed {
-		r.flushed = max(r.flushed, s.d.Event.Position)
+		r.flushed = max(r.flushed, s.last())
 	}
 	if r.sinceFlush >= r.g.opts.CheckpointEvery {
 		r.flush(ctx, false)

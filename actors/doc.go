@@ -35,6 +35,12 @@
 // writes go to the same database can make them exactly-once with
 // [CommitWithCheckpoint]; a function handler returns its error.
 //
+// Batches are opt-in (GroupOptions.Batch): the handler then receives a
+// [*Batch] of a bucket's next events and answers once with a [BatchAck];
+// [BatchFunc] makes one from func(ctx, *Batch) error, where [DoneUpTo]
+// says how far it got, and [CommitBatchWithCheckpoint] makes a batch's
+// writes exactly-once.
+//
 // # The actors
 //
 //   - The Publisher (one per Runtime) reads new events once per notification

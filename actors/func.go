@@ -49,7 +49,9 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 // time, on the handler actor. With MaxInFlight above 1 each call runs on a
 // goroutine of its own, so that events of other streams go ahead while one
 // is being handled; events of one stream are still handled one at a time,
-// in order.
+// in order. Given batches (GroupOptions.Batch), fn handles a batch's
+// events one at a time, in order, and the batch is answered up to the
+// first event fn does not ack.
 func Func(fn HandlerFunc) *actor.Props {
 	if fn == nil {
 		panic("kumi: actors.Func: nil HandlerFunc")
@@ -64,6 +66,10 @@ type funcHandler struct {
 
 // Receive answers each delivery with fn's outcome.
 func (h *funcHandler) Receive(c actor.Context) {
+	if b, ok := c.Message().(*Batch); ok {
+		b.Respond(c, h.answerBatch(b))
+		return
+	}
 	d, ok := c.Message().(*Delivery)
 	if !ok {
 		return
@@ -88,6 +94,26 @@ func (h *funcHandler) answer(d *Delivery) (reply any) {
 		ctx = context.Background()
 	}
 	return replyFor(h.fn(ctx, d))
+}
+
+// answerBatch handles a batch (Batch.MaxEvents set for a Func) one event
+// at a time, in order, up to the first that is not acked.
+func (h *funcHandler) answerBatch(b *Batch) any {
+	committed := false
+	for i, e := range b.Events {
+		d := *b.d
+		d.Event = e
+		if i > 0 {
+			d.Attempt = 0
+		}
+		reply := h.answer(&d)
+		ack, ok := reply.(Ack)
+		if !ok {
+			return BatchAck{Done: i, Committed: committed, Next: reply}
+		}
+		committed = ack.Committed
+	}
+	return BatchAck{Done: len(b.Events), Committed: committed}
 }
 
 // replyFor maps a HandlerFunc's error to the handler contract's answer.

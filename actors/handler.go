@@ -104,7 +104,7 @@ type handlerPanicked struct {
 // then lets the panic go on to the supervisor, which restarts the handler.
 func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
 	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-		if d, ok := env.Message.(*Delivery); ok {
+		if d := deliveryOf(env.Message); d != nil {
 			defer func() {
 				if r := recover(); r != nil {
 					c.ActorSystem().Root.Send(d.replyTo, &handlerReply{id: d.id, attempt: d.Attempt, msg: &handlerPanicked{reason: r}})
@@ -114,6 +114,18 @@ func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
 		}
 		next(c, env)
 	}
+}
+
+// deliveryOf returns the delivery a handler's message answers to: the
+// *Delivery itself, or a *Batch's first event's; nil for other messages.
+func deliveryOf(msg any) *Delivery {
+	switch m := msg.(type) {
+	case *Delivery:
+		return m
+	case *Batch:
+		return m.d
+	}
+	return nil
 }
 
 // handlerProbe asks whether a handler's goroutine is free: probeAnswerer
@@ -142,7 +154,7 @@ func probeAnswerer(next actor.ReceiverFunc) actor.ReceiverFunc {
 // Delivery (ctx.Respond) with that delivery.
 func replyTagger(next actor.SenderFunc) actor.SenderFunc {
 	return func(c actor.SenderContext, target *actor.PID, env *actor.MessageEnvelope) {
-		if d, ok := c.Message().(*Delivery); ok && target.Equal(d.replyTo) {
+		if d := deliveryOf(c.Message()); d != nil && target.Equal(d.replyTo) {
 			if _, tagged := env.Message.(*handlerReply); !tagged {
 				env.Message = &handlerReply{id: d.id, attempt: d.Attempt, msg: env.Message}
 			}

@@ -101,7 +101,7 @@ type GroupOptions struct {
 	// once. Events of one stream are always delivered one at a time, in
 	// order; raising it lets events of other streams go ahead, which pays
 	// when the handler is fast or asynchronous. Default 1: strictly one at a
-	// time, which [CommitWithCheckpoint] (exactly-once) requires.
+	// time, which [CommitWithCheckpoint] (exactly-once) and Batch require.
 	MaxInFlight int
 	// HandlerTimeout bounds the wait for a handler's answer; a timeout
 	// counts as a retry. Default 30 s.
@@ -116,6 +116,10 @@ type GroupOptions struct {
 	DatabaseTimeout time.Duration
 	// Logger receives the group's logs; nil means the runtime's.
 	Logger *slog.Logger
+	// Batch turns on batched deliveries: the handler receives a [*Batch]
+	// of a bucket's events and answers once (see [BatchFunc]). Off by
+	// default; it needs MaxInFlight 1.
+	Batch BatchOptions
 }
 
 // OptionError reports an invalid option, naming it.
@@ -204,6 +208,9 @@ func (o GroupOptions) Validate() error {
 		return &OptionError{"CheckpointInterval", o.CheckpointInterval, "must be positive"}
 	case o.DatabaseTimeout < 0:
 		return &OptionError{"DatabaseTimeout", o.DatabaseTimeout, "must be positive"}
+	}
+	if err := o.Batch.validate(o.MaxInFlight); err != nil {
+		return err
 	}
 	lc := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Buckets: o.Buckets, Kind: o.Lease.Kind,
 		TTL: o.Lease.TTL, Heartbeat: o.Lease.Heartbeat, Margin: o.Lease.Margin}

@@ -88,12 +88,13 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 		QueueCapacity:      16,
 		QueueBytes:         1 << 20,
 		Overflow:           policy,
-		MaxInFlight:        2,
+		MaxInFlight:        1, // Batch needs 1
 		HandlerTimeout:     5 * time.Second,
 		CheckpointEvery:    10,
 		CheckpointInterval: 50 * time.Millisecond,
 		DatabaseTimeout:    10 * time.Second,
 		Logger:             logger,
+		Batch:              actors.BatchOptions{MaxEvents: 10, MaxBytes: 1 << 20},
 	}
 	var started bool
 	run := actors.RunOptions{

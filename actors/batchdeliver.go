@@ -1,0 +1,131 @@
+package actors
+
+import (
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/observability"
+)
+
+// Batched deliveries (GroupOptions.Batch). A batch is one slot of the
+// delivery window (MaxInFlight is 1) whose delivery, d, is that of the
+// batch's first event: timeouts, probes, handler replacement, retries and
+// dead letters act on it as on any slot, and charge the first event. When
+// the slot is sent, the events that follow in the pending list join it, up
+// to the batch's bounds; when it comes back unfinished, the events after
+// its first go back to the front of the pending list, in order, and join
+// it again when it is sent next. A batch that fails as a whole without
+// saying where (a panic, a timeout, a Retry or another answer than a
+// BatchAck) is sent next as its first event alone: an event that breaks
+// its batches is then found, and charged, alone, and the events before it
+// are not. So the window never holds more than one
+// batch, and the checkpoint never passes an unfinished event.
+
+// takeBatch makes the batch of a slot about to be sent: its event and the
+// pending events that follow, within Batch's bounds, up to an unreadable
+// one (dead-lettered on its own, as the first of a slot).
+func (r *reader) takeBatch(s *slot) *Batch {
+	o := r.g.opts.Batch
+	limit := o.MaxEvents
+	if s.alone {
+		limit = 1
+	}
+	evs := make([]eventsource.RecordedEvent, 1, min(limit, 1+len(r.pending)))
+	evs[0] = s.d.Event
+	size, n := eventSize(s.d.Event), 0
+	for ; n < len(r.pending) && len(evs) < limit; n++ {
+		e := r.pending[n]
+		size += eventSize(e)
+		if e.Err != nil || (o.MaxBytes > 0 && size > o.MaxBytes) {
+			break
+		}
+		evs = append(evs, e)
+	}
+	r.pending = r.pending[n:]
+	if len(r.pending) == 0 {
+		r.pending = nil
+	}
+	s.batch = evs
+	d := s.d
+	return &Batch{Events: evs, Attempt: d.Attempt, Subscription: d.Subscription, Bucket: d.Bucket,
+		Epoch: d.Epoch, Fence: d.Fence, Context: d.Context, d: d}
+}
+
+// eventSize is what an event counts against Batch.MaxBytes.
+func eventSize(e eventsource.RecordedEvent) int { return len(e.Data) + len(e.Metadata) }
+
+// unbatch gives the events of a slot's batch after its first back to the
+// front of the pending list, in order.
+func (r *reader) unbatch(s *slot) {
+	if len(s.batch) > 1 {
+		rest := s.batch[1:]
+		pending := make([]eventsource.RecordedEvent, 0, len(rest)+len(r.pending))
+		r.pending = append(append(pending, rest...), r.pending...)
+	}
+	s.batch = nil
+}
+
+// settleBatch applies a batch's answer. The events it says are done are
+// acked (the whole batch: the slot finishes, and settled is true).
+// Otherwise the first event not done becomes the slot's, a new delivery
+// with its own attempts, the events after it go back to pending, and next
+// is the answer for it: what BatchAck.Next says, or, for anything but a
+// BatchAck (a Retry, a panic, a timeout), a retry of the whole batch.
+func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, settled bool) {
+	var a BatchAck
+	switch m := res.(type) {
+	case BatchAck:
+		a = m
+	case *BatchAck:
+		if m == nil {
+			return r.batchFailed(s, Retry{Reason: "nil *BatchAck"})
+		}
+		a = *m
+	case Ack, *Ack, DeadLetter, *DeadLetter:
+		return r.batchFailed(s, Retry{Reason: fmt.Sprintf("unexpected answer %T to a batch: answer BatchAck", res)})
+	default:
+		return r.batchFailed(s, res)
+	}
+	n := len(s.batch)
+	switch {
+	case a.Done < 0 || a.Done > n:
+		return r.batchFailed(s, Retry{Reason: fmt.Sprintf("BatchAck.Done %d outside a batch of %d events", a.Done, n)})
+	case a.Done == n:
+		s.span.End(observability.OutcomeAck, nil)
+		r.finish(ctx, s, a.Committed)
+		return nil, true
+	case a.Done > 0:
+		// The prefix is done. The slot is the window's only one, so the
+		// acked position moves over it.
+		r.acked = s.batch[a.Done-1].Position
+		r.sinceFlush += a.Done
+		if a.Committed {
+			r.flushed = max(r.flushed, r.acked)
+		}
+		delete(r.win.byID, s.d.id)
+		delete(r.win.busy, s.d.Event.Stream)
+		r.nextID++
+		head := *s.d
+		head.Event, head.Attempt, head.id = s.batch[a.Done], 0, r.nextID
+		s.d, s.free, s.batch, s.alone = &head, 0, s.batch[a.Done:], false
+		r.win.byID[head.id], r.win.busy[head.Event.Stream] = s, true
+		if r.sinceFlush >= r.g.opts.CheckpointEvery {
+			r.flush(ctx, false)
+		}
+	}
+	r.unbatch(s)
+	if a.Next == nil {
+		return Retry{Reason: fmt.Sprintf("done up to event %d of %d", a.Done, n)}, false
+	}
+	return a.Next, false
+}
+
+// batchFailed: the batch failed as a whole, without saying where. It is
+// retried (answer says why) with its first event alone.
+func (r *reader) batchFailed(s *slot, answer any) (any, bool) {
+	r.unbatch(s)
+	s.alone = true
+	return answer, false
+}
