@@ -321,9 +321,9 @@ func commitEvents(ctx context.Context, store *eventsource.Store, b *Batch, pick 
 		if err := b.Fence.Check(ctx, tx); err != nil {
 			return err
 		}
-		var stored int64
-		if err := tx.QueryRow(ctx, lockCheckpointSQL(store), b.Subscription, b.Bucket).Scan(&stored); err != nil {
-			return fmt.Errorf("kumi: lock checkpoint: %w", err)
+		stored, err := store.LockCheckpointTx(ctx, tx, b.Subscription, b.Bucket)
+		if err != nil {
+			return err
 		}
 		evs := pick(stored)
 		if len(evs) == 0 {
@@ -332,7 +332,7 @@ func commitEvents(ctx context.Context, store *eventsource.Store, b *Batch, pick 
 		if err := fn(ctx, tx, evs); err != nil {
 			return err
 		}
-		_, err := store.SaveCheckpointTx(ctx, tx, b.Subscription, b.Bucket, evs[len(evs)-1].Position, nil)
+		_, err = store.SaveCheckpointTx(ctx, tx, b.Subscription, b.Bucket, evs[len(evs)-1].Position, nil)
 		return err
 	})
 }
