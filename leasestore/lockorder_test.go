@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
@@ -63,4 +64,37 @@ func TestPlacingClaimsLocksInTheRenewsOrder(t *testing.T) {
 	require.NoError(t, renew.Commit(ctx))
 	require.NoError(t, <-placed, "the claimant's placement deadlocked with the owner's renew")
 	require.NoError(t, place.Commit(ctx))
+}
+
+// A fenced write that finds its bucket taken marks it in the view, which a
+// pass has just made: the pass must be done with the map before it lets
+// others reach it (a data race the race detector caught in the fault
+// suite). Here the Guard learns of the pass only through the view, as a
+// reader's checkpoint write does.
+func TestAFailedFenceAndAPassDoNotRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	a := b.open(t, b.config(KindRow, 4, "a"))
+	pass(t, a)
+	for range 5 {
+		held := a.Held()[0]
+		passed := make(chan struct{})
+		go func() {
+			defer close(passed)
+			_, _ = a.Pass(ctx) // renews bucket 0 at its epoch
+		}()
+		pgtest.Eventually(t, 10*time.Second, func() bool { return a.Held()[0].Expires.After(held.Expires) },
+			"the pass renewed bucket 0")
+		// An operator fences every earlier holder out: a's fenced write of
+		// bucket 0 at its epoch fails, and marks the pass's view.
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := FenceOut(ctx, tx, b.schema, b.sub, 0, true)
+			return err
+		}))
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return a.Guard(ctx, tx, 0, held.Epoch) })
+		require.ErrorIs(t, err, eventsource.ErrFenceLost)
+		<-passed
+		pass(t, a) // takes bucket 0 back at its new epoch
+	}
 }

@@ -360,12 +360,13 @@ func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 			res.Lost = append(res.Lost, b)
 		}
 	}
-	s.view = next
-	s.viewMu.Unlock()
-
 	for b, h := range next {
 		res.Owned = append(res.Owned, Lease{Bucket: b, Epoch: h.epoch, Expires: h.expires})
 	}
+	// Once it is the view, the map is written by others (a failed fence
+	// marks its bucket) and read only under the lock.
+	s.view = next
+	s.viewMu.Unlock()
 	byBucket := func(l []Lease) {
 		sort.Slice(l, func(i, j int) bool { return l[i].Bucket < l[j].Bucket })
 	}
