@@ -1,0 +1,619 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/observability"
+	"github.com/kumi-run/kumi/supervision"
+)
+
+// Group is one subscription group running in this process: a Coordinator
+// actor and a BucketReader per owned bucket.
+type Group struct {
+	g           *group
+	coordinator *actor.PID
+	stopOnce    sync.Once
+}
+
+// group is what a group's actors share.
+type group struct {
+	rt     *Runtime
+	opts   GroupOptions
+	store  *eventsource.Store
+	leases *leasestore.Store
+	// leasePool is the lease store's own small pool (see newLeasePool).
+	leasePool *pgxpool.Pool
+	// life bounds every lease-store call of the group; finish ends it, so
+	// that no call in flight holds up the lease pool's Close.
+	life              context.Context
+	endLife           context.CancelFunc
+	publisher         *actor.PID
+	logger            *slog.Logger
+	telemetry         *telemetry
+	handlerSupervisor *supervision.Strategy
+	readerSupervisor  *supervision.Strategy
+	// coordinatorSupervisor restarts a failed coordinator (its readers
+	// stop with it; the restarted one reclaims and respawns).
+	coordinatorSupervisor *supervision.Strategy
+	interval              time.Duration
+
+	mu       sync.Mutex
+	owned    map[int]leasestore.Lease
+	handoff  map[int]bool
+	progress map[int]int64
+	lags     map[int]bucketLag
+	lagAt    time.Time
+	members  int
+	queues   map[int]*overflow.Queue
+	done     chan struct{}
+	err      error
+	// failure is why the coordinator's guardian stopped it, if it did.
+	failure *GroupFailedError
+	// renewedAt is when the last successful lease pass started (the
+	// group's start before the first); passErr the error of the last
+	// pass, nil once one succeeds.
+	renewedAt  time.Time
+	passErr    error
+	unregister func()
+	// dropped counts the live batches the readers' queues dropped on a
+	// pause or an overflow (each re-read from the store).
+	dropped atomic.Int64
+	// readerStates holds the readers' states other than reading (see
+	// setReaderState), guarded by mu.
+	readerStates map[int]string
+}
+
+// queueTransition counts and reports a reader queue's pause or overflow.
+func (g *group) queueTransition(bucket int) func(overflow.Transition) {
+	report := g.telemetry.queueTransition(bucket, g.opts.Overflow)
+	return func(tr overflow.Transition) {
+		if tr.To != overflow.Active {
+			g.dropped.Add(1)
+		}
+		report(tr)
+	}
+}
+
+// bucketLag is a bucket's backlog as measured after a pass.
+type bucketLag struct {
+	checkpoint int64
+	events     int64
+	oldest     time.Time
+}
+
+// StartGroup starts a subscription group in this process. Every process
+// that starts a group with the same Subscription shares its buckets. The
+// options are validated first, each error naming its field.
+func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, error) {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	rt.mu.Lock()
+	stopped := rt.stopped
+	rt.mu.Unlock()
+	if stopped {
+		return nil, errors.New("kumi: runtime is stopped")
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = rt.logger
+	}
+	base := logger // the lease store adds the subscription (and the worker) itself
+	logger = logger.With("subscription", opts.Subscription)
+	leasePool, err := newLeasePool(ctx, rt.store.Pool())
+	if err != nil {
+		return nil, err
+	}
+	leases, err := leasestore.New(ctx, leasePool, leasestore.Config{
+		Schema:       rt.store.Schema(),
+		Subscription: opts.Subscription,
+		Worker:       opts.Worker,
+		Buckets:      opts.Buckets,
+		Kind:         opts.Lease.Kind,
+		TTL:          opts.Lease.TTL,
+		Heartbeat:    opts.Lease.Heartbeat,
+		Margin:       opts.Lease.Margin,
+		SessionURL:   opts.Lease.SessionURL,
+		NoListen:     opts.Lease.NoListen,
+		Logger:       base,
+		Notifier:     rt.notifier, // the process's one LISTEN connection
+	})
+	if err != nil {
+		leasePool.Close()
+		return nil, err
+	}
+	fail := func(err error) (*Group, error) {
+		_ = leases.Close()
+		leasePool.Close()
+		return nil, err
+	}
+	if err := leases.EnsureShards(ctx); err != nil {
+		return fail(err)
+	}
+	if err := rt.store.EnsureConsumerGroupIndex(ctx, opts.Buckets); err != nil {
+		return fail(err)
+	}
+	g := &group{
+		rt: rt, opts: opts, store: rt.store, leases: leases, leasePool: leasePool, publisher: rt.publisher, logger: logger,
+		interval: leases.Config().Heartbeat,
+		owned:    map[int]leasestore.Lease{}, handoff: map[int]bool{}, progress: map[int]int64{},
+		queues: map[int]*overflow.Queue{}, done: make(chan struct{}), renewedAt: time.Now(),
+	}
+	g.life, g.endLife = context.WithCancel(context.Background())
+	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
+	g.lags = map[int]bucketLag{}
+	g.unregister = g.telemetry.t.RegisterStatus(g.statusSnapshot)
+	if g.handlerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("handler")}); err != nil {
+		return fail(err)
+	}
+	if g.readerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("reader")}); err != nil {
+		return fail(err)
+	}
+	coordinatorObserver := supervision.Observers(g.observer("coordinator"), supervision.ObserverFunc(g.coordinatorDecision))
+	if g.coordinatorSupervisor, err = supervision.OneForOne(supervision.Options{Observer: coordinatorObserver}); err != nil {
+		return fail(err)
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return &coordinator{g: g} },
+		actor.WithSupervisor(g.readerSupervisor), actor.WithGuardian(g.coordinatorSupervisor))
+	group := &Group{g: g, coordinator: rt.system.Root.Spawn(props)}
+	rt.mu.Lock()
+	rt.groups[group] = struct{}{}
+	rt.mu.Unlock()
+	return group, nil
+}
+
+// LeasePoolConns is the size of each group's own connection pool for its
+// lease store: one connection for the reconcile pass (the lease renewal),
+// one for a handoff or the final release running beside it.
+const LeasePoolConns = 2
+
+// newLeasePool makes a group's pool for its lease store, with the store
+// pool's settings and LeasePoolConns connections. Renewal must never queue
+// behind the readers' and handlers' work for a connection of the store's
+// pool: a busy pool would delay the passes until the leases became unsure
+// and other workers took the buckets over.
+func newLeasePool(ctx context.Context, store *pgxpool.Pool) (*pgxpool.Pool, error) {
+	cfg := store.Config().Copy()
+	cfg.MaxConns = LeasePoolConns
+	cfg.MinConns = min(cfg.MinConns, LeasePoolConns)
+	cfg.MinIdleConns = min(cfg.MinIdleConns, LeasePoolConns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kumi: lease pool: %w", err)
+	}
+	return pool, nil
+}
+
+// Worker returns this worker's id in the group.
+func (gr *Group) Worker() string { return gr.g.leases.Worker() }
+
+// Done is closed when the group has stopped: by [Group.Stop], by
+// [Group.Abort], or on a failure it cannot recover from (see [Group.Err]).
+func (gr *Group) Done() <-chan struct{} { return gr.g.done }
+
+// Err returns why the group ended, once [Group.Done] is closed: nil after
+// a clean stop, ctx.Err() when a Stop's context ended first, the error of
+// the final lease release, or a *[GroupFailedError] when a failure nothing
+// restarts ended it (a reader's configuration error: a missing table or
+// grant). While the group runs it returns nil.
+func (gr *Group) Err() error {
+	gr.g.mu.Lock()
+	defer gr.g.mu.Unlock()
+	return gr.g.err
+}
+
+// Stop stops the group gracefully: each reader finishes its in-flight event
+// and flushes its checkpoint, then every lease is released and the worker
+// leaves the membership, so other workers take the buckets over at once.
+// It is idempotent and safe from several goroutines. If ctx ends first it
+// stops the actors without waiting for them, leaves the leases to expire,
+// logs what was still running, and returns ctx.Err(). If the group had
+// already ended on a failure, Stop returns it (see [Group.Err]).
+func (gr *Group) Stop(ctx context.Context) error {
+	gr.stopOnce.Do(func() {
+		select {
+		case <-gr.g.done: // ended already: no coordinator to ask
+		default:
+			gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{})
+		}
+	})
+	defer gr.forget()
+	select {
+	case <-gr.g.done:
+		return gr.Err()
+	case <-ctx.Done():
+	}
+	// Do not wait: a handler blocked in a call that ignores its context
+	// would hold the stop for ever. Its actors end when the call returns.
+	gr.g.rt.system.Root.Stop(gr.coordinator)
+	if gr.g.finish(ctx.Err()) {
+		gr.g.logger.Warn("kumi: group stop: the deadline came before the readers drained; actors left to stop on their own, "+
+			"leases left to expire (a handler blocked in a call that ignores its context?)",
+			"owned", gr.g.ownedBuckets(), "err", ctx.Err())
+	}
+	return gr.Err()
+}
+
+// abortWait bounds Abort's wait for the group's actors to stop.
+const abortWait = time.Second
+
+// Abort stops the group at once, as a crash would: readers stop without
+// finishing their in-flight events or flushing checkpoints, and no lease is
+// released. Other workers take the buckets over when the leases expire (for
+// the session kind, at once: the session closes). Events after the last
+// flushed checkpoint are delivered again by the next owner. Abort waits
+// briefly for the actors to stop; a handler still blocked after that is
+// logged and left running. Use [Group.Stop] for a graceful stop.
+func (gr *Group) Abort() {
+	ctx, cancel := context.WithTimeout(context.Background(), abortWait)
+	defer cancel()
+	if err := stopActor(ctx, gr.g.rt.system, gr.coordinator); err != nil {
+		gr.g.logger.Warn("kumi: group abort: actors still running; left to stop on their own", "err", err)
+	}
+	gr.g.finish(nil)
+	gr.forget()
+}
+
+// forget removes the group from its runtime's.
+func (gr *Group) forget() {
+	gr.g.rt.mu.Lock()
+	delete(gr.g.rt.groups, gr)
+	gr.g.rt.mu.Unlock()
+}
+
+// finish ends the group with err (nil for a clean end), once: it reports
+// whether this call ended it.
+func (g *group) finish(err error) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.done:
+		return false
+	default:
+	}
+	g.err = err
+	g.endLife()
+	g.handlerSupervisor.Close()
+	g.readerSupervisor.Close()
+	g.coordinatorSupervisor.Close()
+	_ = g.leases.Close()
+	g.leasePool.Close()
+	g.unregister()
+	close(g.done)
+	return true
+}
+
+// ownedBuckets returns the buckets the group holds, sorted.
+func (g *group) ownedBuckets() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]int, 0, len(g.owned))
+	for b := range g.owned {
+		out = append(out, b)
+	}
+	sort.Ints(out)
+	return out
+}
+
+func (g *group) setOwned(owned map[int]leasestore.Lease, handoff map[int]bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.owned = make(map[int]leasestore.Lease, len(owned))
+	for b, l := range owned {
+		g.owned[b] = l
+	}
+	g.handoff = make(map[int]bool, len(handoff))
+	for b := range handoff {
+		g.handoff[b] = true
+	}
+	for b := range g.queues {
+		if _, ok := owned[b]; !ok {
+			delete(g.queues, b)
+		}
+	}
+}
+
+// observer reports supervision decisions about actors of a kind to the
+// telemetry and to the runtime's observer.
+func (g *group) observer(kind string) supervision.Observer {
+	return supervision.Observers(g.rt.opts.Supervision, supervision.ObserverFunc(func(d supervision.Decision) {
+		g.telemetry.t.SupervisionDecision(context.Background(), observability.SupervisionInfo{
+			Actor: kind, Child: d.Child, Subscription: g.opts.Subscription, Strategy: d.Strategy,
+			Directive: d.Directive.String(), Reason: d.Reason, Restarts: d.Attempt, Backoff: d.Delay,
+		})
+	}))
+}
+
+// coordinatorDecision notes a decision of the coordinator's guardian to
+// stop it: a failure nothing restarts (a reader's configuration error,
+// escalated, or the coordinator's restart budget exhausted). The
+// coordinator then ends the group with it (see coordinator.onStopped).
+func (g *group) coordinatorDecision(d supervision.Decision) {
+	if d.Directive != actor.StopDirective {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failure == nil {
+		g.failure = newGroupFailedError(g.opts.Subscription, d)
+	}
+}
+
+// failed returns why the coordinator's guardian stopped it, or nil.
+func (g *group) failed() *GroupFailedError {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failure
+}
+
+func (g *group) setPass(res leasestore.PassResult, start time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.members = res.Live
+	g.renewedAt, g.passErr = start, nil
+}
+
+// passFailed records the error of a failed lease pass for Healthy.
+func (g *group) passFailed(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.passErr = err
+}
+
+// HealthError is why [Runtime.Healthy] reports a group unhealthy.
+type HealthError struct {
+	// Subscription is the group's.
+	Subscription string
+	// Since is how long ago the last successful lease pass started;
+	// Bound the longest that may be (the TTL less the margin).
+	Since, Bound time.Duration
+	// Err is the last pass's error, or why the group ended.
+	Err error
+}
+
+// Error says which group, since when, and why.
+func (e *HealthError) Error() string {
+	if e.Since == 0 {
+		return fmt.Sprintf("kumi: subscription %q: group ended: %v", e.Subscription, e.Err)
+	}
+	return fmt.Sprintf("kumi: subscription %q: no successful lease pass for %v (at most %v): the database is unreachable or too slow: %v",
+		e.Subscription, e.Since.Round(time.Millisecond), e.Bound, e.Err)
+}
+
+// Unwrap returns the last pass's error, or why the group ended.
+func (e *HealthError) Unwrap() error { return e.Err }
+
+// health reports the group unhealthy once it has gone longer than the TTL
+// less the margin without a successful lease pass — by then its readers
+// have stopped on unsure leases — or when it has ended.
+func (g *group) health() error {
+	select {
+	case <-g.done:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		err := g.err
+		if err == nil {
+			err = errors.New("stopped")
+		}
+		return &HealthError{Subscription: g.opts.Subscription, Err: err}
+	default:
+	}
+	cfg := g.leases.Config()
+	bound := cfg.TTL - cfg.Margin
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if since := time.Since(g.renewedAt); since > bound {
+		err := g.passErr
+		if err == nil {
+			err = errors.New("a pass is still under way")
+		}
+		return &HealthError{Subscription: g.opts.Subscription, Since: since, Bound: bound, Err: err}
+	}
+	return nil
+}
+
+// Healthy reports whether this process can do its work: nil while every
+// group it runs has renewed its leases within the TTL less the margin (so
+// it reaches the database and its readers deliver), else a *[HealthError]
+// per group that has not, or that ended. A runtime that is stopped is
+// unhealthy. It costs no database call: serve it on /healthz
+// (observability.HandlerOptions.Healthy).
+func (rt *Runtime) Healthy(context.Context) error {
+	rt.mu.Lock()
+	if rt.stopped {
+		rt.mu.Unlock()
+		return errors.New("kumi: runtime is stopped")
+	}
+	groups := make([]*Group, 0, len(rt.groups))
+	for g := range rt.groups {
+		groups = append(groups, g)
+	}
+	rt.mu.Unlock()
+	var errs []error
+	for _, g := range groups {
+		errs = append(errs, g.g.health())
+	}
+	return errors.Join(errs...)
+}
+
+// lagInterval spaces the lag measurements: counting a backlog costs a
+// range scan per bucket, too much for every pass.
+const lagInterval = 5 * time.Second
+
+// measureLags measures the owned buckets' lag every lagInterval, and soon
+// after the set of owned buckets changes, until ctx ends. It runs on its
+// own goroutine, over the store's pool, bounded by DatabaseTimeout: the
+// measurement is optional and may be slow, so it never rides on the lease
+// passes, which renew the leases.
+func (g *group) measureLags(ctx context.Context) {
+	t := time.NewTicker(g.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		owned := g.ownedBuckets()
+		g.mu.Lock()
+		due := time.Since(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
+		g.mu.Unlock()
+		if !due {
+			continue
+		}
+		mctx, cancel := context.WithTimeout(ctx, g.opts.DatabaseTimeout)
+		lags, err := g.measureLag(mctx, owned)
+		cancel()
+		g.mu.Lock()
+		g.lagAt = time.Now()
+		if err == nil {
+			g.lags = lags
+		}
+		g.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			g.logger.Debug("kumi: lag measurement failed; keeping the last one", "err", err)
+		}
+	}
+}
+
+// measureLag reads the buckets' checkpoints and backlogs.
+func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLag, error) {
+	out := make(map[int]bucketLag, len(buckets))
+	if len(buckets) == 0 {
+		return out, nil
+	}
+	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
+	if err != nil {
+		return nil, err
+	}
+	byBucket := map[int]int64{}
+	for _, c := range cps {
+		byBucket[c.Bucket] = c.Position
+	}
+	for _, b := range buckets {
+		cp := byBucket[b]
+		n, oldest, err := g.store.MemberLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
+		if err != nil {
+			return nil, err
+		}
+		out[b] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
+	}
+	return out, nil
+}
+
+// statusSnapshot is the group's status for observability, from memory.
+func (g *group) statusSnapshot() observability.SubscriptionStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.opts.Buckets, Members: g.members}
+	for b, l := range g.owned {
+		lag := g.lags[b]
+		bs := observability.BucketStatus{Bucket: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}
+		if st := g.readerStates[b]; st != "" {
+			bs.State = st
+		}
+		if g.handoff[b] {
+			bs.State = "handing_off"
+		}
+		if !lag.oldest.IsZero() && lag.events > 0 {
+			bs.LagSeconds = time.Since(lag.oldest).Seconds()
+		}
+		if q := g.queues[b]; q != nil {
+			qs := q.Stats()
+			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
+		}
+		st.Owned = append(st.Owned, bs)
+	}
+	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Bucket < st.Owned[j].Bucket })
+	return st
+}
+
+func (g *group) setProgress(bucket int, pos int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.progress[bucket] = max(g.progress[bucket], pos)
+}
+
+func (g *group) registerQueue(bucket int, q *overflow.Queue) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.queues[bucket] = q
+}
+
+// BucketStatus is one owned bucket's state.
+type BucketStatus struct {
+	Bucket int   `json:"bucket"`
+	Epoch  int64 `json:"epoch"`
+	// Checkpoint is the stored position; Lag the bucket's events after it.
+	Checkpoint int64 `json:"checkpoint"`
+	Lag        int64 `json:"lag"`
+	// HandingOff says a claimant waits for this bucket.
+	HandingOff bool `json:"handing_off"`
+	// QueueDepth is the reader's queue of live batches, QueueBytes their
+	// size.
+	QueueDepth int   `json:"queue_depth"`
+	QueueBytes int64 `json:"queue_bytes"`
+}
+
+// Status is a snapshot of a group in this process.
+type Status struct {
+	Subscription string         `json:"subscription"`
+	Category     string         `json:"category"`
+	Worker       string         `json:"worker"`
+	Buckets      int            `json:"buckets"`
+	Head         int64          `json:"head"`
+	Owned        []BucketStatus `json:"owned"`
+}
+
+// Status returns the buckets this worker owns with their epochs,
+// checkpoints and lag (events of the bucket after its checkpoint).
+func (gr *Group) Status(ctx context.Context) (Status, error) {
+	g := gr.g
+	g.mu.Lock()
+	st := Status{Subscription: g.opts.Subscription, Category: g.opts.Category, Worker: g.leases.Worker(), Buckets: g.opts.Buckets}
+	for b, l := range g.owned {
+		bs := BucketStatus{Bucket: b, Epoch: l.Epoch, HandingOff: g.handoff[b]}
+		if q := g.queues[b]; q != nil {
+			qs := q.Stats()
+			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
+		}
+		st.Owned = append(st.Owned, bs)
+	}
+	g.mu.Unlock()
+	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Bucket < st.Owned[j].Bucket })
+	head, err := g.store.HeadPosition(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Head = head
+	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
+	if err != nil {
+		return st, err
+	}
+	byBucket := map[int]int64{}
+	for _, c := range cps {
+		byBucket[c.Bucket] = c.Position
+	}
+	for i := range st.Owned {
+		b := &st.Owned[i]
+		b.Checkpoint = byBucket[b.Bucket]
+		if b.Lag, _, err = g.store.MemberLag(ctx, g.opts.Category, b.Bucket, g.opts.Buckets, b.Checkpoint); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
