@@ -46,6 +46,7 @@ func TestGroupThroughATransactionPooler(t *testing.T) {
 	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 2), eventsource.Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, Migrate(ctx, direct), "migrated over a direct connection")
+	require.NoError(t, direct.EnsureConsumerGroupIndex(ctx, 6), "the group index built over a direct connection, as docs/operations.md says")
 	bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
 	rec := newRecorder()
 
