@@ -49,10 +49,7 @@ func TestRuntimeStopHonoursItsContextWhileAHandlerIsBlocked(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	sys := quietSystem()
-	ws, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	rt, err := NewRuntime(ctx, sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
-	require.NoError(t, err)
+	rt := newStopRuntime(t, sys, schema)
 	o := GroupOptions{Subscription: "stuck", Category: "acct", Buckets: 1, Worker: "w",
 		Handler: blockingHandler(started, release), Lease: fastLease()}
 	g, err := rt.StartGroup(ctx, o)
@@ -92,17 +89,14 @@ func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	store, schema := newTestStore(t)
 	seed(t, store, "acct", 2, 4)
 	sys := quietSystem()
-	ws, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	rt, err := NewRuntime(ctx, sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
-	require.NoError(t, err)
+	rt := newStopRuntime(t, sys, schema)
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), waitLong)
 		defer cancel()
 		_ = rt.Stop(c)
 	})
 	q := pgx.Identifier{schema}.Sanitize()
-	_, err = pgtest.Pool(t).Exec(ctx, "ALTER TABLE "+q+".checkpoints RENAME TO checkpoints_gone")
+	_, err := pgtest.Pool(t).Exec(ctx, "ALTER TABLE "+q+".checkpoints RENAME TO checkpoints_gone")
 	require.NoError(t, err)
 
 	o := groupOpts("broken", 2, newRecorder(), "w")
@@ -153,17 +147,14 @@ func TestAFailureEndsTheGroupWhileAHandlerIsBlocked(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	sys := quietSystem()
-	ws, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	rt, err := NewRuntime(ctx, sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
-	require.NoError(t, err)
+	rt := newStopRuntime(t, sys, schema)
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = rt.Stop(c)
 	})
 	// The timed-out event's dead letter cannot be written: 42P01.
-	_, err = pgtest.Pool(t).Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema}.Sanitize()+".dead_letters RENAME TO dead_letters_gone")
+	_, err := pgtest.Pool(t).Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema}.Sanitize()+".dead_letters RENAME TO dead_letters_gone")
 	require.NoError(t, err)
 	o := GroupOptions{Subscription: "stuck", Category: "acct", Buckets: 1, Worker: "w",
 		Handler: blockingHandler(started, release), Lease: fastLease(),
@@ -217,4 +208,15 @@ func TestGroupStopHonoursItsContextWhileTheReleaseIsStuck(t *testing.T) {
 		t.Fatal("Group.Stop did not return after its context ended")
 	}
 	require.NoError(t, tx.Commit(ctx))
+}
+
+// newStopRuntime starts a runtime on a pool of its own over schema, for a
+// test that stops it (the test stops it; nothing here does).
+func newStopRuntime(t *testing.T, sys *actor.ActorSystem, schema string) *Runtime {
+	t.Helper()
+	ws, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	rt, err := NewRuntime(context.Background(), sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	return rt
 }
