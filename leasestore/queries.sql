@@ -7,19 +7,19 @@
 
 -- name: shards_present
 -- The fast path of EnsureShards: rows and their shard counts, no lock.
-SELECT count(*)::int, coalesce(min(shard_count), 0), coalesce(max(shard_count), 0)
+SELECT count(*)::int, coalesce(min(bucket_count), 0), coalesce(max(bucket_count), 0)
 FROM {{schema}}.lease_buckets WHERE subscription = $1;
 
 -- name: ensure_lock
 -- Serialises EnsureShards of one subscription across processes.
 SELECT pg_advisory_xact_lock($1);
 
--- name: shard_counts
-SELECT DISTINCT shard_count FROM {{schema}}.lease_buckets WHERE subscription = $1;
+-- name: bucket_counts
+SELECT DISTINCT bucket_count FROM {{schema}}.lease_buckets WHERE subscription = $1;
 
 -- name: ensure_rows
 -- $2 shard count.
-INSERT INTO {{schema}}.lease_buckets (subscription, bucket, shard_count)
+INSERT INTO {{schema}}.lease_buckets (subscription, bucket, bucket_count)
 SELECT $1, g, $2 FROM generate_series(0, $2::int - 1) AS g
 ON CONFLICT (subscription, bucket) DO NOTHING;
 
@@ -29,9 +29,9 @@ ON CONFLICT (subscription, bucket) DO NOTHING;
 -- joined reports a member that was absent or expired before this statement.
 WITH prev AS (
     SELECT expires_at > now() AS live
-    FROM {{schema}}.lease_members WHERE subscription = $1 AND worker = $2
+    FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2
 ), up AS (
-    INSERT INTO {{schema}}.lease_members AS m
+    INSERT INTO {{schema}}.lease_workers AS m
         (subscription, worker, kind, heartbeat_at, expires_at, backend_pid, lock_key)
     VALUES ($1, $2, $3, now(), now() + $4::interval, $5, $6)
     ON CONFLICT (subscription, worker) DO UPDATE SET
@@ -58,7 +58,7 @@ SELECT m.worker, m.kind, coalesce(m.lock_key, 0), m.expires_at > now() AS live,
         WHERE h.classid = ((m.lock_key >> 32) & 4294967295)::oid
           AND h.objid = (m.lock_key & 4294967295)::oid)) AS session_gone,
     m.expires_at < now() - $3::interval AS long_gone
-FROM {{schema}}.lease_members m
+FROM {{schema}}.lease_workers m
 WHERE m.subscription = $1 AND m.worker <> $2;
 
 -- name: renew
@@ -70,7 +70,7 @@ WITH mine AS (
     SELECT l.bucket, l.claim_worker AS prev_claim,
         (l.claim_worker IS NOT NULL
          AND l.claimed_at >= now() - $4::interval
-         AND EXISTS (SELECT 1 FROM {{schema}}.lease_members m
+         AND EXISTS (SELECT 1 FROM {{schema}}.lease_workers m
                      WHERE m.subscription = l.subscription AND m.worker = l.claim_worker
                        AND m.expires_at > now())) AS pending
     FROM {{schema}}.lease_buckets l
@@ -102,7 +102,7 @@ WITH dead AS (
     SELECT d.w FROM unnest($2::text[], $3::bigint[]) AS d(w, k)
     WHERE pg_try_advisory_xact_lock(d.k)
 ), marked AS (
-    UPDATE {{schema}}.lease_members m SET expires_at = LEAST(m.expires_at, now())
+    UPDATE {{schema}}.lease_workers m SET expires_at = LEAST(m.expires_at, now())
     FROM dead WHERE m.subscription = $1 AND m.worker = dead.w
     RETURNING m.worker
 )
@@ -124,7 +124,7 @@ WITH c AS (
       AND (l.owner IS NULL OR l.expires_at < now() OR l.owner = ANY($4::text[]))
       AND (l.claim_worker IS NULL OR l.claim_worker = $2 OR l.claim_worker = ANY($4::text[])
            OR l.claimed_at < now() - $6::interval
-           OR NOT EXISTS (SELECT 1 FROM {{schema}}.lease_members m
+           OR NOT EXISTS (SELECT 1 FROM {{schema}}.lease_workers m
                           WHERE m.subscription = l.subscription AND m.worker = l.claim_worker
                             AND m.expires_at > now()))
     ORDER BY (l.claim_worker IS NOT DISTINCT FROM $2) DESC, (l.owner IS NULL) DESC,
@@ -204,7 +204,7 @@ RETURNING l.bucket, l.owner;
 
 -- name: prune_members
 -- Forget members gone for long that own and claim nothing.
-DELETE FROM {{schema}}.lease_members m
+DELETE FROM {{schema}}.lease_workers m
 WHERE m.subscription = $1 AND m.worker <> $2 AND m.expires_at < now() - $3::interval
   AND NOT EXISTS (SELECT 1 FROM {{schema}}.lease_buckets l
                   WHERE l.subscription = m.subscription
@@ -251,7 +251,7 @@ FROM (SELECT bucket FROM {{schema}}.lease_buckets
 WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.claim_worker = $2;
 
 -- name: member_delete
-DELETE FROM {{schema}}.lease_members WHERE subscription = $1 AND worker = $2;
+DELETE FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2;
 
 -- name: guard
 -- The fence: lock the lease row FOR SHARE so that no change of owner can
@@ -261,7 +261,7 @@ WHERE subscription = $1 AND bucket = $2
 FOR SHARE;
 
 -- name: snapshot_buckets
-SELECT bucket, shard_count, coalesce(owner, ''), epoch, granted_at, expires_at, heartbeat_at,
+SELECT bucket, bucket_count, coalesce(owner, ''), epoch, granted_at, expires_at, heartbeat_at,
     coalesce(claim_worker, ''), claimed_at, now()
 FROM {{schema}}.lease_buckets
 WHERE subscription = $1
@@ -279,7 +279,7 @@ SELECT m.worker, m.kind, m.joined_at, m.heartbeat_at, m.expires_at, m.expires_at
         SELECT 1 FROM held h
         WHERE h.classid = ((m.lock_key >> 32) & 4294967295)::oid
           AND h.objid = (m.lock_key & 4294967295)::oid))
-FROM {{schema}}.lease_members m
+FROM {{schema}}.lease_workers m
 WHERE m.subscription = $1
 ORDER BY m.worker;
 
@@ -349,16 +349,16 @@ SET LOCAL lock_timeout = '5s';
 UPDATE {{schema}}.lease_buckets l SET claim_worker = $3, claimed_at = now()
 WHERE l.subscription = $1 AND l.bucket = $2
   AND l.owner IS NOT NULL AND l.owner <> $3 AND l.expires_at > now() AND l.claim_worker IS NULL
-  AND EXISTS (SELECT 1 FROM {{schema}}.lease_members m
+  AND EXISTS (SELECT 1 FROM {{schema}}.lease_workers m
               WHERE m.subscription = l.subscription AND m.worker = $3 AND m.expires_at > now())
 RETURNING l.owner, l.epoch;
 
 -- name: operator_subscriptions
 -- ListSubscriptions: every subscription with lease rows, its N, its buckets
 -- held by a live owner and its live members. No $1.
-SELECT l.subscription, max(l.shard_count)::int,
+SELECT l.subscription, max(l.bucket_count)::int,
     (count(*) FILTER (WHERE l.owner IS NOT NULL AND l.expires_at > now()))::int,
-    (SELECT count(*) FROM {{schema}}.lease_members m
+    (SELECT count(*) FROM {{schema}}.lease_workers m
      WHERE m.subscription = l.subscription AND m.expires_at > now())::int
 FROM {{schema}}.lease_buckets l
 GROUP BY l.subscription
@@ -366,4 +366,4 @@ ORDER BY l.subscription;
 
 -- name: operator_bucket_count
 -- BucketCount: the subscription's N, 0 without lease rows.
-SELECT coalesce(max(shard_count), 0)::int FROM {{schema}}.lease_buckets WHERE subscription = $1;
+SELECT coalesce(max(bucket_count), 0)::int FROM {{schema}}.lease_buckets WHERE subscription = $1;
