@@ -212,20 +212,20 @@ func ExampleConfig_WithDefaults() {
 	// Margin
 }
 
-func ExampleStore_EnsureShards() {
+func ExampleStore_EnsureBuckets() {
 	ctx := context.Background()
 	pool, schema, done := exampleDB()
 	defer done()
 	cfg := leasestore.Config{Schema: schema, Subscription: "orders", Buckets: 4, NoListen: true}
 	four, _ := leasestore.New(ctx, pool, cfg)
 	defer four.Close()
-	fmt.Println(four.EnsureShards(ctx))
+	fmt.Println(four.EnsureBuckets(ctx))
 
 	cfg.Buckets = 8
 	eight, _ := leasestore.New(ctx, pool, cfg)
 	defer eight.Close()
-	var mismatch *leasestore.ShardCountMismatchError
-	if errors.As(eight.EnsureShards(ctx), &mismatch) {
+	var mismatch *leasestore.BucketCountMismatchError
+	if errors.As(eight.EnsureBuckets(ctx), &mismatch) {
 		fmt.Println("configured", mismatch.Configured, "found", mismatch.Found)
 	}
 	// Output:
@@ -246,7 +246,7 @@ func ExampleStore_Snapshot() {
 	for _, b := range snap.Buckets {
 		fmt.Println(b.Bucket, b.Owner, b.Epoch, b.Held(snap.Now))
 	}
-	for _, m := range snap.Members {
+	for _, m := range snap.Workers {
 		fmt.Println(m.Worker, m.Kind, m.Live)
 	}
 	// Output:

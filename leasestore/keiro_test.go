@@ -23,7 +23,7 @@ import (
 // SessionURL checks of TestSessionReachesThePoolsServerAndDatabase and
 // TestPoolerDetection (KindSession's dedicated connection, which KindRow
 // does not open), Config validation (TestConfig, per field), and
-// TestLifecycle/SnapshotShowsBucketsClaimsAndMembers, which shows one worker
+// TestLifecycle/SnapshotShowsBucketsClaimsAndWorkers, which shows one worker
 // of each kind side by side.
 
 // kindFeatures are what a lease kind does beyond the behaviour every kind
@@ -121,7 +121,7 @@ func shortTTL(c Config) Config {
 func TestKeiroSuite(t *testing.T) {
 	t.Parallel()
 
-	t.Run("EnsureShardsIsIdempotentAndSafeConcurrently", func(t *testing.T) {
+	t.Run("EnsureBucketsIsIdempotentAndSafeConcurrently", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)
 			s := b.open(t, b.config(kind, 16, "a"))
@@ -129,19 +129,19 @@ func TestKeiroSuite(t *testing.T) {
 			errs := make([]error, 8)
 			for i := range errs {
 				wg.Add(1)
-				go func() { defer wg.Done(); errs[i] = s.EnsureShards(context.Background()) }()
+				go func() { defer wg.Done(); errs[i] = s.EnsureBuckets(context.Background()) }()
 			}
 			wg.Wait()
 			for _, err := range errs {
 				require.NoError(t, err)
 			}
-			require.NoError(t, s.EnsureShards(context.Background()))
+			require.NoError(t, s.EnsureBuckets(context.Background()))
 			snap, err := s.Snapshot(context.Background())
 			require.NoError(t, err)
 			require.Len(t, snap.Buckets, 16)
 			for i, bk := range snap.Buckets {
 				require.Equal(t, i, bk.Bucket)
-				require.Equal(t, 16, bk.ShardCount)
+				require.Equal(t, 16, bk.BucketCount)
 				require.Empty(t, bk.Owner)
 				require.Zero(t, bk.Epoch)
 			}
@@ -240,18 +240,16 @@ func TestKeiroSuite(t *testing.T) {
 		})
 	})
 
-	t.Run("ShardCountMismatchLeavesNoPartialRows", func(t *testing.T) {
+	t.Run("BucketCountMismatchLeavesNoPartialRows", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)
 			s4 := b.open(t, b.config(kind, 4, "a"))
-			require.NoError(t, s4.EnsureShards(context.Background()))
+			require.NoError(t, s4.EnsureBuckets(context.Background()))
 			s8 := b.open(t, b.config(kind, 8, "b"))
-			err := s8.EnsureShards(context.Background())
-			var mismatch *ShardCountMismatchError
+			err := s8.EnsureBuckets(context.Background())
+			var mismatch *BucketCountMismatchError
 			require.ErrorAs(t, err, &mismatch)
-			require.Equal(t, ShardCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}, *mismatch)
-			var formerName *ShardCountMismatch // the deprecated name still matches: callers do not break
-			require.ErrorAs(t, err, &formerName)
+			require.Equal(t, BucketCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}, *mismatch)
 			require.Contains(t, err.Error(), "configure 4")
 			_, err = s8.Pass(context.Background())
 			require.ErrorAs(t, err, &mismatch, "a pass ensures the rows first, and fails the same way")

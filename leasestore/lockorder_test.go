@@ -22,7 +22,7 @@ func TestPlacingClaimsLocksInTheRenewsOrder(t *testing.T) {
 	b := setup(t)
 	a := b.open(t, b.config(KindRow, 2, "a"))
 	require.Len(t, pass(t, a).Owned, 2)
-	_ = b.open(t, b.config(KindRow, 2, "b")) // a live member to claim for
+	_ = b.open(t, b.config(KindRow, 2, "b")) // a live worker to claim for
 
 	// The owner's renew, mid-way: it holds bucket 0 and will want bucket 1.
 	renew, err := b.pool.Begin(ctx)

@@ -5,28 +5,28 @@
 -- judged, so it errs towards "not yet expired".
 -- $1 is always the subscription, $2 (where present) this worker.
 
--- name: shards_present
--- The fast path of EnsureShards: rows and their shard counts, no lock.
+-- name: buckets_present
+-- The fast path of EnsureBuckets: rows and their bucket counts, no lock.
 SELECT count(*)::int, coalesce(min(bucket_count), 0), coalesce(max(bucket_count), 0)
 FROM {{schema}}.lease_buckets WHERE subscription = $1;
 
 -- name: ensure_lock
--- Serialises EnsureShards of one subscription across processes.
+-- Serialises EnsureBuckets of one subscription across processes.
 SELECT pg_advisory_xact_lock($1);
 
 -- name: bucket_counts
 SELECT DISTINCT bucket_count FROM {{schema}}.lease_buckets WHERE subscription = $1;
 
 -- name: ensure_rows
--- $2 shard count.
+-- $2 bucket count.
 INSERT INTO {{schema}}.lease_buckets (subscription, bucket, bucket_count)
 SELECT $1, g, $2 FROM generate_series(0, $2::int - 1) AS g
 ON CONFLICT (subscription, bucket) DO NOTHING;
 
--- name: member_heartbeat
+-- name: worker_heartbeat
 -- Join or heartbeat; monotonic, so a delayed heartbeat never moves expiry
 -- back. $3 kind, $4 ttl, $5 session backend pid, $6 session lock key.
--- joined reports a member that was absent or expired before this statement.
+-- joined reports a worker that was absent or expired before this statement.
 WITH prev AS (
     SELECT expires_at > now() AS live
     FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2
@@ -44,8 +44,8 @@ WITH prev AS (
 )
 SELECT coalesce((SELECT NOT live FROM prev), true) AS joined FROM up;
 
--- name: members_view
--- The other members, whether each is live, and whether a session member's
+-- name: workers_view
+-- The other workers, whether each is live, and whether a session worker's
 -- advisory lock is free (its session is gone: evidence of death).
 WITH held AS MATERIALIZED (
     SELECT classid, objid FROM pg_locks
@@ -64,7 +64,7 @@ WHERE m.subscription = $1 AND m.worker <> $2;
 -- name: renew
 -- Renew (heartbeat) every bucket this worker owns, and reconfirm it: while a
 -- live claimant's claim is pending the expiry is NOT extended (the owner
--- must drain and hand over); a stale claim (claimant not a live member, or
+-- must drain and hand over); a stale claim (claimant not a live worker, or
 -- older than $4) is recovered here. Locks in bucket order. $3 ttl.
 WITH mine AS (
     SELECT l.bucket, l.claim_worker AS prev_claim,
@@ -94,9 +94,9 @@ RETURNING l.bucket, l.epoch, l.expires_at, mine.pending,
 SELECT bucket FROM {{schema}}.lease_buckets WHERE subscription = $1 AND claim_worker = $2 ORDER BY bucket;
 
 -- name: confirm_dead
--- Liveness evidence, made atomic: a session member whose advisory lock this
+-- Liveness evidence, made atomic: a session worker whose advisory lock this
 -- transaction can take has no session. The lock is held until commit, so the
--- member cannot come back under the same key while its buckets move.
+-- worker cannot come back under the same key while its buckets move.
 -- $2 workers, $3 their lock keys.
 WITH dead AS (
     SELECT d.w FROM unnest($2::text[], $3::bigint[]) AS d(w, k)
@@ -114,7 +114,7 @@ SELECT coalesce(array_agg(w), '{}') FROM dead;
 -- proven dead ($4). A bucket under another live claimant's fresh claim is
 -- left to that claimant. SKIP LOCKED: never wait behind a rival's claim or
 -- an in-flight fenced write. $5 start offset, $6 claim stale-after, $7
--- shard count, $8 ttl.
+-- bucket count, $8 ttl.
 WITH c AS (
     SELECT l.bucket, l.owner AS prev_owner, (l.claim_worker IS NOT DISTINCT FROM $2) AS was_mine,
         (l.expires_at < now()) AS prev_expired
@@ -202,8 +202,8 @@ FROM pick
 WHERE l.subscription = $1 AND l.bucket = pick.bucket
 RETURNING l.bucket, l.owner;
 
--- name: prune_members
--- Forget members gone for long that own and claim nothing.
+-- name: prune_workers
+-- Forget workers gone for long that own and claim nothing.
 DELETE FROM {{schema}}.lease_workers m
 WHERE m.subscription = $1 AND m.worker <> $2 AND m.expires_at < now() - $3::interval
   AND NOT EXISTS (SELECT 1 FROM {{schema}}.lease_buckets l
@@ -250,7 +250,7 @@ FROM (SELECT bucket FROM {{schema}}.lease_buckets
       ORDER BY bucket FOR UPDATE) x
 WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.claim_worker = $2;
 
--- name: member_delete
+-- name: worker_delete
 DELETE FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2;
 
 -- name: guard
@@ -267,7 +267,7 @@ FROM {{schema}}.lease_buckets
 WHERE subscription = $1
 ORDER BY bucket;
 
--- name: snapshot_members
+-- name: snapshot_workers
 WITH held AS MATERIALIZED (
     SELECT classid, objid FROM pg_locks
     WHERE locktype = 'advisory' AND granted AND objsubid = 1
@@ -298,7 +298,7 @@ SELECT EXISTS (
 -- name: session_identity
 -- Where a connection is: its database, whether it is a standby, whether it
 -- sees the session lock $1 granted to backend $2 in its own database (the
--- check that matters: it is what members_view and confirm_dead rely on),
+-- check that matters: it is what workers_view and confirm_dead rely on),
 -- and the cluster's system identifier (needs EXECUTE on pg_control_system,
 -- which PUBLIC has by default; see session_identity_plain).
 SELECT current_database(), pg_is_in_recovery(),
@@ -341,7 +341,7 @@ RETURNING epoch;
 SET LOCAL lock_timeout = '5s';
 
 -- name: operator_request
--- RequestHandoff: place a pending claim in the name of live member $3 on
+-- RequestHandoff: place a pending claim in the name of live worker $3 on
 -- bucket $2, held by a live owner other than $3 with no claim pending — the
 -- first phase of the two-phase handoff, as a joining worker's pass places
 -- it. Re-checked here, under the row lock: the decision was made on an
@@ -355,7 +355,7 @@ RETURNING l.owner, l.epoch;
 
 -- name: operator_subscriptions
 -- ListSubscriptions: every subscription with lease rows, its N, its buckets
--- held by a live owner and its live members. No $1.
+-- held by a live owner and its live workers. No $1.
 SELECT l.subscription, max(l.bucket_count)::int,
     (count(*) FILTER (WHERE l.owner IS NOT NULL AND l.expires_at > now()))::int,
     (SELECT count(*) FROM {{schema}}.lease_workers m

@@ -20,7 +20,7 @@ import (
 
 // Store is one worker's view of one subscription's bucket leases. Its
 // methods are safe for concurrent use; Pass, Renew, HandOver, Release,
-// Leave and EnsureShards run one at a time.
+// Leave and EnsureBuckets run one at a time.
 type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -33,7 +33,7 @@ type Store struct {
 	session *session // KindSession only
 
 	opMu    sync.Mutex // serialises the operations that write
-	ensured bool       // EnsureShards succeeded; under opMu
+	ensured bool       // EnsureBuckets succeeded; under opMu
 
 	viewMu sync.RWMutex
 	view   map[int]heldLease // what this worker believes it holds
@@ -69,7 +69,7 @@ type Lease struct {
 }
 
 // New validates cfg and returns the worker's Store. It joins the pool at
-// once (a membership row), so the other workers count it in their next
+// once (a worker row), so the other workers count it in their next
 // fair share. KindSession first opens the dedicated connection and takes
 // the session lock. The tables must exist: call [Migrate] first.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
@@ -131,7 +131,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(s
 	return s, nil
 }
 
-// join registers (or heartbeats) the membership row.
+// join registers (or heartbeats) the worker row.
 func (s *Store) join(ctx context.Context) error {
 	var pid *int32
 	if s.session != nil {
@@ -140,7 +140,7 @@ func (s *Store) join(ctx context.Context) error {
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var joined bool
-		if err := tx.QueryRow(ctx, s.st.get("member_heartbeat"), s.memberArgs(pid)...).Scan(&joined); err != nil {
+		if err := tx.QueryRow(ctx, s.st.get("worker_heartbeat"), s.workerArgs(pid)...).Scan(&joined); err != nil {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
 		if joined {
@@ -150,7 +150,7 @@ func (s *Store) join(ctx context.Context) error {
 	})
 }
 
-func (s *Store) memberArgs(pid *int32) []any {
+func (s *Store) workerArgs(pid *int32) []any {
 	var key *int64
 	if s.session != nil {
 		key = &s.session.key
@@ -173,22 +173,22 @@ func (s *Store) Worker() string { return s.cfg.Worker }
 // Config returns the store's configuration with its defaults applied.
 func (s *Store) Config() Config { return s.cfg }
 
-// EnsureShards creates the subscription's N lease rows if they do not exist.
+// EnsureBuckets creates the subscription's N lease rows if they do not exist.
 // It is idempotent and safe to call from many workers at once. When the rows
-// exist for a different N it returns *[ShardCountMismatchError] and writes
+// exist for a different N it returns *[BucketCountMismatchError] and writes
 // nothing. [Store.Pass] calls it once if it has not been called.
-func (s *Store) EnsureShards(ctx context.Context) error {
+func (s *Store) EnsureBuckets(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	return s.ensureShards(ctx)
+	return s.ensureBuckets(ctx)
 }
 
-func (s *Store) ensureShards(ctx context.Context) error {
+func (s *Store) ensureBuckets(ctx context.Context) error {
 	var rows, lo, hi int
-	err := s.pool.QueryRow(ctx, s.st.get("shards_present"), s.cfg.Subscription).Scan(&rows, &lo, &hi)
+	err := s.pool.QueryRow(ctx, s.st.get("buckets_present"), s.cfg.Subscription).Scan(&rows, &lo, &hi)
 	if err == nil && rows == s.cfg.Buckets && lo == s.cfg.Buckets && hi == s.cfg.Buckets {
 		s.ensured = true // every worker but the first takes this path
 		return nil
@@ -207,18 +207,18 @@ func (s *Store) ensureShards(ctx context.Context) error {
 		}
 		for _, n := range counts {
 			if int(n) != s.cfg.Buckets {
-				return &ShardCountMismatchError{Subscription: s.cfg.Subscription, Configured: s.cfg.Buckets, Found: int(n)}
+				return &BucketCountMismatchError{Subscription: s.cfg.Subscription, Configured: s.cfg.Buckets, Found: int(n)}
 			}
 		}
 		_, err = tx.Exec(ctx, s.st.get("ensure_rows"), s.cfg.Subscription, s.cfg.Buckets)
 		return err
 	})
 	if err != nil {
-		var mismatch *ShardCountMismatchError
+		var mismatch *BucketCountMismatchError
 		if errors.As(err, &mismatch) {
 			return mismatch
 		}
-		return fmt.Errorf("leasestore: ensure shards: %w%s", err, migrateHint(err))
+		return fmt.Errorf("leasestore: ensure buckets: %w%s", err, migrateHint(err))
 	}
 	s.ensured = true
 	return nil
