@@ -462,7 +462,7 @@ func (n *Notifier) listenNew(ctx context.Context, conn *pgx.Conn) error {
 	n.chMu.Unlock()
 	for _, st := range todo {
 		listenCtx, cancel := context.WithTimeout(ctx, notifierDialTimeout)
-		_, err := conn.Exec(listenCtx, "LISTEN "+pgx.Identifier{st.name}.Sanitize())
+		_, err := conn.Exec(listenCtx, listen(st.name))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("listen %q: %w", st.name, err)

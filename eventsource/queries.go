@@ -309,3 +309,7 @@ func createConsumerGroupIndex(q, name string, n int) string {
 // dropIndex drops an index (qname, quoted with its schema) left invalid
 // by an interrupted build.
 func dropIndex(qname string) string { return "DROP INDEX CONCURRENTLY IF EXISTS " + qname }
+
+// listen is the statement that subscribes the notifier's connection to a
+// channel; the name is quoted as an identifier, so any name is safe.
+func listen(channel string) string { return "LISTEN " + pgx.Identifier{channel}.Sanitize() }
