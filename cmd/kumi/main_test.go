@@ -116,10 +116,16 @@ func (b *bundle) appendEvents(t *testing.T, category string, streams, n int) []e
 
 // lease creates a worker's lease store (it joins the pool at once) and
 // closes it at the end of the test.
+// lease joins subscription as worker with one pass's worth of leases that
+// outlive the test: the tests run a pass once and then read what it left,
+// with no heartbeat after it, so a lease must not lapse while parallel
+// tests wait for their turn (a 30 s default lapsed on a loaded machine and
+// TestStatus saw 0 held buckets).
 func (b *bundle) lease(t *testing.T, subscription, worker string, buckets int) *leasestore.Store {
 	t.Helper()
 	s, err := leasestore.New(context.Background(), b.store.Pool(), leasestore.Config{
-		Schema: b.schema, Subscription: subscription, Worker: worker, Buckets: buckets, NoListen: true})
+		Schema: b.schema, Subscription: subscription, Worker: worker, Buckets: buckets, NoListen: true,
+		TTL: time.Hour})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
