@@ -127,7 +127,9 @@ func (o NotifierOptions) validate() error {
 // one connection.
 //
 // A lost connection (a restarted server, a network fault) is retried with
-// exponential backoff and jitter, without limit, until [Notifier.Stop].
+// exponential backoff and jitter, without limit, until [Notifier.Stop]. Its
+// Start and Stop follow kumi's lifecycle contract (docs/architecture.md,
+// "Lifecycle").
 type Notifier struct {
 	pool *pgxpool.Pool
 	opts NotifierOptions
@@ -157,7 +159,7 @@ func newChannelState(name string) *notifyChannelState {
 	return &notifyChannelState{name: name, listeners: map[*Listener]struct{}{}}
 }
 
-// NewNotifier returns a stopped notifier on pool's database: it connects
+// NewNotifier returns a notifier on pool's database, not started: it connects
 // with pool's connection settings, but on a connection of its own.
 func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
 	if pool == nil {
@@ -176,7 +178,7 @@ func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
 	return n, nil
 }
 
-// NewNotifier returns a stopped notifier on the store's database that
+// NewNotifier returns a notifier on the store's database, not started, that
 // listens on [Store.NotifyChannel], with [Store.HeadPosition] as its
 // probe, besides whatever opts adds; [Notifier.Listen] adds more while it
 // runs (each lease store its rebalance channel), so that a process needs

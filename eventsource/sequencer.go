@@ -118,7 +118,8 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // A failed step is retried after an exponential backoff with jitter
 // (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
-// health is in [Sequencer.Stats].
+// health is in [Sequencer.Stats]. Its Start and Stop follow kumi's
+// lifecycle contract (docs/architecture.md, "Lifecycle").
 type Sequencer struct {
 	store *Store
 	opts  SequencerOptions
@@ -137,7 +138,7 @@ type Sequencer struct {
 	holderErr string    // the kind of the last failed look logged at Warn
 }
 
-// NewSequencer returns a stopped sequencer for store.
+// NewSequencer returns a sequencer for store, not started.
 func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 	if opts.MinInterval <= 0 {
 		opts.MinInterval = 5 * time.Millisecond
