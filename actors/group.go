@@ -188,6 +188,7 @@ func (gr *Group) start(ctx context.Context) error {
 		}
 		_ = leases.Close()
 		leasePool.Close()
+		g.leases, g.leasePool = nil, nil // not started: see finish
 		return err
 	}
 	if err := leases.EnsureShards(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/internal/startstop"
 	"github.com/kumi-run/kumi/internal/startstop/startstoptest"
@@ -95,4 +96,30 @@ func TestAGroupNeedsARunningRuntime(t *testing.T) {
 	_, err = rt.StartGroup(context.Background(), groupOpts("late", 1, newRecorder(), "w"))
 	require.ErrorIs(t, err, ErrStopped)
 	require.ErrorIs(t, rt.Start(context.Background()), ErrStopped)
+}
+
+// A runtime whose start failed starts on a later try (its start undid
+// what it did, and left nothing stopped for good).
+func TestARuntimeStartsAfterAFailedStart(t *testing.T) {
+	t.Parallel()
+	_, schema := newTestStore(t)
+	pool := pgtest.NewPool(t, 1)
+	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	sys := quietSystem()
+	t.Cleanup(sys.Shutdown)
+	rt, err := New(sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Stop(context.Background())) })
+
+	conn, err := pool.Acquire(context.Background()) // the pool's one connection: the migration waits for it
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, rt.Start(ctx), context.DeadlineExceeded)
+	conn.Release()
+
+	require.NoError(t, rt.Start(context.Background()))
+	require.NoError(t, rt.Healthy(context.Background()))
+	require.True(t, pgtest.WaitFor(waitLong, func() bool { return rt.notifier.Stats().Connected }))
 }

@@ -130,13 +130,12 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
-		dispatcher: newDispatcher(64, 300), budget: budget}
-	rt.telemetry = newTelemetry(opts.Telemetry, logger)
 	if opts.Sequencer.Logger == nil {
 		opts.Sequencer.Logger = logger
 	}
-	rt.sequencer = eventsource.NewSequencer(store, opts.Sequencer)
+	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
+		dispatcher: newDispatcher(64, 300), budget: budget}
+	rt.telemetry = newTelemetry(opts.Telemetry, logger)
 	return rt, nil
 }
 
@@ -174,15 +173,16 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 	}()
 	pub := &publisherService{system: rt.system, logger: rt.logger,
 		props: newPublisherProps(rt.store, listener.C(), rt.opts.PollInterval, rt.logger, rt.telemetry)}
-	for _, s := range []startstop.Service{rt.sequencer, notifier, pub} {
+	sequencer := eventsource.NewSequencer(rt.store, rt.opts.Sequencer)
+	for _, s := range []startstop.Service{sequencer, notifier, pub} {
 		if err := s.Start(ctx); err != nil {
 			return err
 		}
 		started = append(started, s)
 	}
-	rt.notifier, rt.listener, rt.pub, rt.publisher = notifier, listener, pub, pub.pid
+	rt.sequencer, rt.notifier, rt.listener, rt.pub, rt.publisher = sequencer, notifier, listener, pub, pub.pid
 	rt.unregisterSequencer = sync.OnceFunc(rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
-		st := rt.sequencer.Stats()
+		st := sequencer.Stats()
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
 			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets, Takeovers: st.Takeovers}
 	}))
