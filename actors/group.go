@@ -505,7 +505,7 @@ func (rt *Runtime) Healthy(context.Context) error {
 	rt.mu.Lock()
 	if st := rt.life.State(); st != startstop.Running {
 		rt.mu.Unlock()
-		return fmt.Errorf("kumi: runtime is %v", st)
+		return fmt.Errorf("kumi: runtime is not running (%v)", st)
 	}
 	groups := make([]*Group, 0, len(rt.groups))
 	for g := range rt.groups {
