@@ -11,21 +11,27 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/internal/startstop"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
 )
 
 // Group is one subscription group running in this process: a Coordinator
-// actor and a BucketReader per owned bucket.
+// actor and a BucketReader per owned bucket. Its Start and Stop follow
+// kumi's lifecycle contract (docs/architecture.md, "Lifecycle"):
+// [Runtime.NewGroup] makes one, [Group.Start] starts it, and
+// [Runtime.StartGroup] does both. It runs until [Group.Stop], or until it
+// ends on its own (see [Group.Done]).
 type Group struct {
 	g           *group
-	coordinator *actor.PID
-	stopOnce    sync.Once
+	coordinator *actor.PID // set by Start
+	life        startstop.Lifecycle
 }
 
 // group is what a group's actors share.
@@ -94,29 +100,68 @@ type bucketLag struct {
 	oldest     time.Time
 }
 
-// StartGroup starts a subscription group in this process. Every process
-// that starts a group with the same Subscription shares its buckets. The
-// options are validated first, each error naming its field.
+// StartGroup starts a subscription group in this process: it is
+// [Runtime.NewGroup] then [Group.Start]. Every process that starts a group
+// with the same Subscription shares its buckets. The options are validated
+// first, each error naming its field. ctx bounds the start only.
 func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, error) {
+	gr, err := rt.NewGroup(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := gr.Start(ctx); err != nil {
+		return nil, err
+	}
+	return gr, nil
+}
+
+// NewGroup validates opts, each error naming its field, and returns a
+// group of this runtime that is not started: [Group.Start] starts it. A
+// group without opts.Worker gets a new random worker id here.
+func (rt *Runtime) NewGroup(opts GroupOptions) (*Group, error) {
 	opts = opts.WithDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	rt.mu.Lock()
-	stopped := rt.stopped
-	rt.mu.Unlock()
-	if stopped {
-		return nil, errors.New("kumi: runtime is stopped")
+	if opts.Worker == "" {
+		opts.Worker = uuid.NewString()
 	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = rt.logger
 	}
-	base := logger // the lease store adds the subscription (and the worker) itself
-	logger = logger.With("subscription", opts.Subscription)
+	g := &group{
+		rt: rt, opts: opts, store: rt.store, logger: logger.With("subscription", opts.Subscription),
+		owned: map[int]leasestore.Lease{}, handoff: map[int]bool{}, progress: map[int]int64{},
+		queues: map[int]*overflow.Queue{}, done: make(chan struct{}), lags: map[int]bucketLag{},
+	}
+	return &Group{g: g}, nil
+}
+
+// Start joins the subscription's workers (a lease store of its own, on a
+// small pool of its own), makes sure its lease rows and index exist, and
+// spawns the group's coordinator on the runtime's actor system, which
+// claims buckets and runs their readers. The runtime must be running. ctx
+// bounds the start only. A second Start does nothing; after Stop it
+// returns [ErrStopped]; a failed start undoes what it did, and may be tried
+// again.
+func (gr *Group) Start(ctx context.Context) error { return gr.life.Start(ctx, gr.start) }
+
+func (gr *Group) start(ctx context.Context) error {
+	g, rt, opts := gr.g, gr.g.rt, gr.g.opts
+	if st := rt.life.State(); st != startstop.Running {
+		if st == startstop.New || st == startstop.Starting {
+			return errors.New("kumi: start group: the runtime is not started (call Runtime.Start first)")
+		}
+		return fmt.Errorf("kumi: start group: the runtime is %v: %w", st, ErrStopped)
+	}
+	base := opts.Logger // the lease store adds the subscription (and the worker) itself
+	if base == nil {
+		base = rt.logger
+	}
 	leasePool, err := newLeasePool(ctx, rt.store.Pool())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	leases, err := leasestore.New(ctx, leasePool, leasestore.Config{
 		Schema:       rt.store.Schema(),
@@ -134,12 +179,17 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	})
 	if err != nil {
 		leasePool.Close()
-		return nil, err
+		return err
 	}
-	fail := func(err error) (*Group, error) {
+	var unregister func()
+	fail := func(err error) error {
+		if unregister != nil {
+			unregister()
+		}
 		_ = leases.Close()
 		leasePool.Close()
-		return nil, err
+		g.leases, g.leasePool = nil, nil // not started: see finish
+		return err
 	}
 	if err := leases.EnsureBuckets(ctx); err != nil {
 		return fail(err)
@@ -147,16 +197,11 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	if err := rt.store.EnsureConsumerGroupIndex(ctx, opts.Buckets); err != nil {
 		return fail(err)
 	}
-	g := &group{
-		rt: rt, opts: opts, store: rt.store, leases: leases, leasePool: leasePool, publisher: rt.publisher, logger: logger,
-		interval: leases.Config().Heartbeat,
-		owned:    map[int]leasestore.Lease{}, handoff: map[int]bool{}, progress: map[int]int64{},
-		queues: map[int]*overflow.Queue{}, done: make(chan struct{}), renewedAt: time.Now(),
-	}
+	g.leases, g.leasePool, g.publisher = leases, leasePool, rt.publisher
+	g.interval, g.renewedAt = leases.Config().Heartbeat, time.Now()
 	g.life, g.endLife = context.WithCancel(context.Background())
 	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
-	g.lags = map[int]bucketLag{}
-	g.unregister = g.telemetry.t.RegisterStatus(g.statusSnapshot)
+	unregister = g.telemetry.t.RegisterStatus(g.statusSnapshot)
 	if g.handlerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("handler")}); err != nil {
 		return fail(err)
 	}
@@ -169,11 +214,17 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &coordinator{g: g} },
 		actor.WithSupervisor(g.readerSupervisor), actor.WithGuardian(g.coordinatorSupervisor))
-	group := &Group{g: g, coordinator: rt.system.Root.Spawn(props)}
+	// Registered under the runtime's lock while it runs, so that a
+	// runtime's Stop either sees the group or refuses it.
 	rt.mu.Lock()
-	rt.groups[group] = struct{}{}
-	rt.mu.Unlock()
-	return group, nil
+	defer rt.mu.Unlock()
+	if st := rt.life.State(); st != startstop.Running {
+		return fail(fmt.Errorf("kumi: start group: the runtime is %v: %w", st, ErrStopped))
+	}
+	g.unregister = unregister
+	gr.coordinator = rt.system.Root.Spawn(props)
+	rt.groups[gr] = struct{}{}
+	return nil
 }
 
 // LeasePoolConns is the size of each group's own connection pool for its
@@ -199,7 +250,7 @@ func newLeasePool(ctx context.Context, store *pgxpool.Pool) (*pgxpool.Pool, erro
 }
 
 // Worker returns this worker's id in the group.
-func (gr *Group) Worker() string { return gr.g.leases.Worker() }
+func (gr *Group) Worker() string { return gr.g.opts.Worker }
 
 // Done is closed when the group has stopped: by [Group.Stop], by
 // [Group.Abort], or on a failure it cannot recover from (see [Group.Err]).
@@ -222,15 +273,24 @@ func (gr *Group) Err() error {
 // It is idempotent and safe from several goroutines. If ctx ends first it
 // stops the actors without waiting for them, leaves the leases to expire,
 // logs what was still running, and returns ctx.Err(). If the group had
-// already ended on a failure, Stop returns it (see [Group.Err]).
+// already ended on a failure, Stop returns it (see [Group.Err]). Stop
+// before Start closes [Group.Done]; the group then never starts.
 func (gr *Group) Stop(ctx context.Context) error {
-	gr.stopOnce.Do(func() {
-		select {
-		case <-gr.g.done: // ended already: no coordinator to ask
-		default:
-			gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{})
-		}
-	})
+	err := gr.life.Stop(ctx, gr.halt)
+	if gr.life.State() == startstop.Stopped {
+		gr.g.finish(nil) // a group never started ends here; a started one has ended already
+	}
+	return err
+}
+
+// halt asks the coordinator to stop and waits for the group to end. A
+// second halt (after a first ran out of time) finds it ended.
+func (gr *Group) halt(ctx context.Context) error {
+	select {
+	case <-gr.g.done: // ended already: no coordinator to ask
+	default:
+		gr.g.rt.system.Root.Send(gr.coordinator, stopGroup{})
+	}
 	defer gr.forget()
 	select {
 	case <-gr.g.done:
@@ -261,7 +321,14 @@ const abortWait = time.Second
 func (gr *Group) Abort() {
 	ctx, cancel := context.WithTimeout(context.Background(), abortWait)
 	defer cancel()
-	if err := stopActor(ctx, gr.g.rt.system, gr.coordinator); err != nil {
+	gr.g.rt.mu.Lock()
+	coordinator := gr.coordinator // nil: never started
+	gr.g.rt.mu.Unlock()
+	if coordinator == nil {
+		gr.g.finish(nil)
+		return
+	}
+	if err := stopActor(ctx, gr.g.rt.system, coordinator); err != nil {
 		gr.g.logger.Warn("kumi: group abort: actors still running; left to stop on their own", "err", err)
 	}
 	gr.g.finish(nil)
@@ -286,13 +353,15 @@ func (g *group) finish(err error) bool {
 	default:
 	}
 	g.err = err
-	g.endLife()
-	g.handlerSupervisor.Close()
-	g.readerSupervisor.Close()
-	g.coordinatorSupervisor.Close()
-	_ = g.leases.Close()
-	g.leasePool.Close()
-	g.unregister()
+	if g.leases != nil { // started
+		g.endLife()
+		g.handlerSupervisor.Close()
+		g.readerSupervisor.Close()
+		g.coordinatorSupervisor.Close()
+		_ = g.leases.Close()
+		g.leasePool.Close()
+		g.unregister()
+	}
 	close(g.done)
 	return true
 }
@@ -434,9 +503,9 @@ func (g *group) health() error {
 // (observability.HandlerOptions.Healthy).
 func (rt *Runtime) Healthy(context.Context) error {
 	rt.mu.Lock()
-	if rt.stopped {
+	if st := rt.life.State(); st != startstop.Running {
 		rt.mu.Unlock()
-		return errors.New("kumi: runtime is stopped")
+		return fmt.Errorf("kumi: runtime is not running (%v)", st)
 	}
 	groups := make([]*Group, 0, len(rt.groups))
 	for g := range rt.groups {
@@ -519,7 +588,7 @@ func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLa
 func (g *group) statusSnapshot() observability.SubscriptionStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.opts.Buckets, LiveWorkers: g.liveWorkers}
+	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.opts.Worker, Buckets: g.opts.Buckets, LiveWorkers: g.liveWorkers}
 	for b, l := range g.owned {
 		lag := g.lags[b]
 		bs := observability.BucketStatus{Bucket: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}
@@ -584,7 +653,7 @@ type Status struct {
 func (gr *Group) Status(ctx context.Context) (Status, error) {
 	g := gr.g
 	g.mu.Lock()
-	st := Status{Subscription: g.opts.Subscription, Category: g.opts.Category, Worker: g.leases.Worker(), Buckets: g.opts.Buckets}
+	st := Status{Subscription: g.opts.Subscription, Category: g.opts.Category, Worker: g.opts.Worker, Buckets: g.opts.Buckets}
 	for b, l := range g.owned {
 		bs := BucketStatus{Bucket: b, Epoch: l.Epoch, HandingOff: g.handoff[b]}
 		if q := g.queues[b]; q != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/internal/startstop"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
@@ -52,7 +53,11 @@ const RuntimeQueueBytesDefault = 256 << 20
 
 // Runtime is kumi's per-process machinery over one event store: the
 // sequencer, the notifier and the Publisher actor shared by every group.
-// Start one per process, then a [Group] per subscription.
+// Start one per process, then a [Group] per subscription. Its Start and
+// Stop follow kumi's lifecycle contract (docs/architecture.md,
+// "Lifecycle"): [New] makes one, [Runtime.Start] starts it (ctx bounds the
+// start only: the runtime runs until [Runtime.Stop]); [NewRuntime] does
+// both.
 type Runtime struct {
 	system    *actor.ActorSystem
 	store     *eventsource.Store
@@ -62,7 +67,8 @@ type Runtime struct {
 	sequencer *eventsource.Sequencer
 	notifier  *eventsource.Notifier
 	listener  *eventsource.Listener
-	publisher *actor.PID
+	pub       *publisherService
+	publisher *actor.PID // pub's, once started
 	// dispatcher runs the readers' and handlers' mailboxes on reused
 	// goroutines.
 	dispatcher *dispatcher
@@ -75,14 +81,28 @@ type Runtime struct {
 	// unregisterSequencer stops the kumi.sequencer.* metrics.
 	unregisterSequencer func()
 
-	mu      sync.Mutex
-	groups  map[*Group]struct{}
-	stopped bool
+	life   startstop.Lifecycle
+	mu     sync.Mutex
+	groups map[*Group]struct{}
 }
 
-// NewRuntime migrates the store's schema (idempotent), starts the
-// sequencer and notifier, and spawns the Publisher on system.
+// NewRuntime returns a started runtime: it is [New] then [Runtime.Start],
+// kept for the callers that had it before the two. ctx bounds the start
+// only; the runtime runs until [Runtime.Stop].
 func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOptions) (*Runtime, error) {
+	rt, err := New(system, store, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return nil, err
+	}
+	return rt, nil
+}
+
+// New validates opts, each error naming its field, and returns a runtime
+// that is not started: [Runtime.Start] starts it.
+func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOptions) (*Runtime, error) {
 	if system == nil {
 		return nil, &OptionError{"system", nil, "required"}
 	}
@@ -110,42 +130,63 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if err := Migrate(ctx, store); err != nil {
-		return nil, err
+	if opts.Sequencer.Logger == nil {
+		opts.Sequencer.Logger = logger
 	}
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
 		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
-	if opts.Sequencer.Logger == nil {
-		opts.Sequencer.Logger = logger
+	return rt, nil
+}
+
+// Start migrates the store's schema (idempotent), starts the sequencer
+// and the notifier, and spawns the Publisher on the runtime's actor
+// system. ctx bounds the start only. A second Start does nothing; after
+// Stop it returns [ErrStopped]; a failed start undoes what it did, and may
+// be tried again.
+func (rt *Runtime) Start(ctx context.Context) error { return rt.life.Start(ctx, rt.start) }
+
+func (rt *Runtime) start(ctx context.Context) (err error) {
+	if err := Migrate(ctx, rt.store); err != nil {
+		return err
 	}
-	rt.sequencer = eventsource.NewSequencer(store, opts.Sequencer)
-	rt.sequencer.Start()
 	var reconnects atomic.Int64
-	notifier, err := store.NewNotifier(eventsource.NotifierOptions{Logger: logger, PollInterval: opts.PollInterval,
+	notifier, err := rt.store.NewNotifier(eventsource.NotifierOptions{Logger: rt.logger, PollInterval: rt.opts.PollInterval,
 		OnReconnect: func(err error) {
 			rt.telemetry.t.NotifierReconnect(context.Background(), int(reconnects.Add(1)), err)
 		}})
 	if err != nil {
-		rt.sequencer.Stop()
-		return nil, err
+		return err
 	}
-	listener, err := notifier.Listen(store.NotifyChannel())
-	if err == nil {
-		err = notifier.Start(ctx)
-	}
+	listener, err := notifier.Listen(rt.store.NotifyChannel())
 	if err != nil {
-		rt.sequencer.Stop()
-		return nil, err
+		return err
 	}
-	rt.notifier, rt.listener = notifier, listener
-	rt.unregisterSequencer = rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
-		st := rt.sequencer.Stats()
+	var started []startstop.Service
+	defer func() {
+		if err != nil { // undo, in reverse
+			listener.Close()
+			for _, s := range slices.Backward(started) {
+				err = errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
+			}
+		}
+	}()
+	pub := &publisherService{system: rt.system, logger: rt.logger,
+		props: newPublisherProps(rt.store, listener.C(), rt.opts.PollInterval, rt.logger, rt.telemetry)}
+	sequencer := eventsource.NewSequencer(rt.store, rt.opts.Sequencer)
+	for _, s := range []startstop.Service{sequencer, notifier, pub} {
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+		started = append(started, s)
+	}
+	rt.sequencer, rt.notifier, rt.listener, rt.pub, rt.publisher = sequencer, notifier, listener, pub, pub.pid
+	rt.unregisterSequencer = sync.OnceFunc(rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
+		st := sequencer.Stats()
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
 			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets, Takeovers: st.Takeovers}
-	})
-	rt.publisher = system.Root.Spawn(newPublisherProps(store, listener.C(), opts.PollInterval, logger, rt.telemetry))
-	return rt, nil
+	}))
+	return nil
 }
 
 // Migrate creates or upgrades everything kumi keeps in the store's schema:
@@ -171,32 +212,26 @@ func (rt *Runtime) Store() *eventsource.Store { return rt.store }
 // other error) without waiting further; what could not be stopped in time —
 // typically a handler blocked in a call that ignores its context — is
 // logged and left running, and ends on its own when that call returns.
-// Stop may be called again, to wait once more.
-func (rt *Runtime) Stop(ctx context.Context) error {
+// Stop may be called again, to wait once more. It is safe before Start
+// (the runtime then never starts) and from many goroutines.
+func (rt *Runtime) Stop(ctx context.Context) error { return rt.life.Stop(ctx, rt.halt) }
+
+func (rt *Runtime) halt(ctx context.Context) error {
 	rt.mu.Lock()
 	groups := make([]*Group, 0, len(rt.groups))
 	for g := range rt.groups {
 		groups = append(groups, g)
 	}
-	already := rt.stopped
-	rt.stopped = true
 	rt.mu.Unlock()
 	var errs []error
 	for _, g := range groups {
 		errs = append(errs, g.Stop(ctx))
 	}
-	if !already {
-		if ctx.Err() != nil {
-			rt.system.Root.Stop(rt.publisher) // no time left to wait
-		} else if err := stopActor(ctx, rt.system, rt.publisher); err != nil {
-			rt.logger.Warn("kumi: runtime stop: the publisher did not stop in time; left running", "err", err)
-			errs = append(errs, err)
-		}
-		rt.listener.Close()
-		errs = append(errs, rt.notifier.Stop(ctx))
-		rt.unregisterSequencer()
-		rt.sequencer.Stop()
-	}
+	errs = append(errs, rt.pub.Stop(ctx))
+	rt.listener.Close()
+	errs = append(errs, rt.notifier.Stop(ctx))
+	rt.unregisterSequencer()
+	errs = append(errs, rt.sequencer.Stop(ctx))
 	if busy, err := rt.dispatcher.close(ctx); err != nil {
 		rt.logger.Warn("kumi: runtime stop: actors still running when the deadline came; left running "+
 			"(a handler blocked in a call that ignores its context ends only when that call returns)",

@@ -98,8 +98,7 @@ func BenchmarkAppend(b *testing.B) {
 			// The sequencer runs throughout, as in production: its work
 			// is part of the cost of an append.
 			q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
-			q.Start()
-			defer q.Stop()
+			startSequencer(b, q)
 			walNow := func() int64 {
 				var lsn int64
 				require.NoError(b, pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&lsn))

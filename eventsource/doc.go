@@ -13,8 +13,8 @@
 //	store, err := eventsource.New(pool, eventsource.Config{Schema: "kumi"})
 //	err = store.Migrate(ctx)
 //	seq := eventsource.NewSequencer(store, eventsource.SequencerOptions{})
-//	seq.Start()
-//	defer seq.Stop()
+//	err = seq.Start(ctx)
+//	defer seq.Stop(context.Background())
 //
 // # Streams
 //

@@ -138,8 +138,8 @@ func ExampleStore_ReadCategory() {
 	_ = store.Migrate(ctx)
 
 	sequencer := eventsource.NewSequencer(store, eventsource.SequencerOptions{})
-	sequencer.Start()
-	defer sequencer.Stop()
+	_ = sequencer.Start(ctx)
+	defer func() { _ = sequencer.Stop(context.Background()) }()
 	notifier, _ := store.NewNotifier(eventsource.NotifierOptions{})
 	_ = notifier.Start(ctx)
 	defer func() { _ = notifier.Stop(context.Background()) }()

@@ -49,8 +49,7 @@ func TestNoSkippedEvents(t *testing.T) {
 	require.NoError(t, err)
 	for _, s := range []*eventsource.Store{s1, s2} {
 		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{MinInterval: 2 * time.Millisecond, MaxInterval: 10 * time.Millisecond})
-		q.Start()
-		defer q.Stop()
+		startSequencer(t, q)
 	}
 	notifier, err := s2.NewNotifier(eventsource.NotifierOptions{PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)

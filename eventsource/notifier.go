@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	retry "github.com/kumi-run/kumi/internal/backoff"
+	"github.com/kumi-run/kumi/internal/startstop"
 )
 
 // Defaults for [NotifierOptions].
@@ -126,7 +127,9 @@ func (o NotifierOptions) validate() error {
 // one connection.
 //
 // A lost connection (a restarted server, a network fault) is retried with
-// exponential backoff and jitter, without limit, until [Notifier.Stop].
+// exponential backoff and jitter, without limit, until [Notifier.Stop]. Its
+// Start and Stop follow kumi's lifecycle contract (docs/architecture.md,
+// "Lifecycle").
 type Notifier struct {
 	pool *pgxpool.Pool
 	opts NotifierOptions
@@ -137,10 +140,7 @@ type Notifier struct {
 	// that it LISTENs on a channel just added; nil when not waiting.
 	interrupt context.CancelFunc
 
-	mu     sync.Mutex // guards runCtx, cancel and done
-	runCtx context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	life startstop.Lifecycle
 
 	connected                          atomic.Bool
 	connects, notifications, pollTicks atomic.Int64
@@ -159,7 +159,7 @@ func newChannelState(name string) *notifyChannelState {
 	return &notifyChannelState{name: name, listeners: map[*Listener]struct{}{}}
 }
 
-// NewNotifier returns a stopped notifier on pool's database: it connects
+// NewNotifier returns a notifier on pool's database, not started: it connects
 // with pool's connection settings, but on a connection of its own.
 func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
 	if pool == nil {
@@ -178,7 +178,7 @@ func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
 	return n, nil
 }
 
-// NewNotifier returns a stopped notifier on the store's database that
+// NewNotifier returns a notifier on the store's database, not started, that
 // listens on [Store.NotifyChannel], with [Store.HeadPosition] as its
 // probe, besides whatever opts adds; [Notifier.Listen] adds more while it
 // runs (each lease store its rebalance channel), so that a process needs
@@ -348,50 +348,24 @@ func (n *Notifier) Stats() NotifierStats {
 	}
 }
 
-// Start connects and listens in the background until [Notifier.Stop] or
-// until ctx is cancelled. It returns at once, without waiting for the
-// connection (see [NotifierStats].Connected); starting a running notifier
-// does nothing.
+// Start connects and listens in the background until [Notifier.Stop]. It
+// returns at once, without waiting for the connection (see
+// [NotifierStats].Connected). It follows kumi's lifecycle contract
+// (docs/architecture.md, "Lifecycle"): ctx bounds starting only, never the
+// notifier's life; a second Start does nothing, and after Stop it returns
+// [ErrStopped].
 func (n *Notifier) Start(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.done != nil {
-		if n.runCtx.Err() == nil {
-			return nil // running
-		}
-		<-n.done // ended (or ending) with its context: start afresh
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	n.runCtx = runCtx
-	done := make(chan struct{})
-	n.cancel, n.done = cancel, done
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); n.listenLoop(runCtx) }()
-	go func() { defer wg.Done(); n.pollLoop(runCtx) }()
-	go func() { wg.Wait(); close(done) }()
-	return nil
+	return n.life.Start(ctx, func(context.Context) error {
+		n.life.Go(n.listenLoop)
+		n.life.Go(n.pollLoop)
+		return nil
+	})
 }
 
 // Stop stops the notifier and waits for its goroutines and connection to
 // end, or returns ctx.Err() if ctx ends first (they still end soon after).
 // It is idempotent and safe on a notifier never started.
-func (n *Notifier) Stop(ctx context.Context) error {
-	n.mu.Lock()
-	cancel, done := n.cancel, n.done
-	n.cancel, n.done = nil, nil
-	n.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (n *Notifier) Stop(ctx context.Context) error { return n.life.Stop(ctx, nil) }
 
 func (n *Notifier) listenLoop(ctx context.Context) {
 	defer n.connected.Store(false)

@@ -203,48 +203,6 @@ func TestNotifier(t *testing.T) {
 		require.Equal(t, int64(1), l.Latest())
 	})
 
-	t.Run("StartAndStopAreIdempotentAndLeakNothing", func(t *testing.T) {
-		t.Parallel()
-		ch := randomChannel()
-		n, err := eventsource.NewNotifier(pgtest.Pool(t), eventsource.NotifierOptions{Channels: []string{ch}, PollInterval: 5 * time.Millisecond,
-			Probes: map[string]eventsource.Probe{ch: func(context.Context) (int64, error) { return 0, nil }}})
-		require.NoError(t, err)
-		require.NoError(t, n.Stop(ctx), "stopping a notifier never started")
-		var wg sync.WaitGroup
-		for i := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range 10 {
-					if (i+j)%2 == 0 {
-						assertNoError(t, n.Start(ctx))
-					} else {
-						assertNoError(t, n.Stop(ctx))
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		require.NoError(t, n.Stop(ctx))
-		require.NoError(t, n.Stop(ctx))
-		require.False(t, n.Stats().Connected)
-
-		// It starts again after a stop, and stops with its context.
-		l, err := n.Listen(ch)
-		require.NoError(t, err)
-		runCtx, cancel := context.WithCancel(ctx)
-		require.NoError(t, n.Start(runCtx))
-		pgtest.Eventually(t, 10*time.Second, func() bool { return n.Stats().Connected }, "connected again")
-		drainTick(l)
-		notify(t, pgtest.Pool(t), ch, "7")
-		require.True(t, waitTick(l, 5*time.Second))
-		cancel()
-		pgtest.Eventually(t, 10*time.Second, func() bool { return !n.Stats().Connected }, "stopped with its context")
-		require.NoError(t, n.Start(ctx), "a notifier ended by its context starts again")
-		pgtest.Eventually(t, 10*time.Second, func() bool { return n.Stats().Connected }, "connected again")
-		require.NoError(t, n.Stop(ctx))
-	})
-
 	t.Run("BadOptionsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		pool := pgtest.Pool(t)

@@ -103,7 +103,7 @@ func BenchmarkSustainedAppend(b *testing.B) {
 	for range b.N {
 		rawN := run(raw)
 		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
-		q.Start()
+		require.NoError(b, q.Start(ctx))
 		head0, err := s.HeadPosition(ctx)
 		require.NoError(b, err)
 		start := time.Now()
@@ -117,7 +117,7 @@ func BenchmarkSustainedAppend(b *testing.B) {
 			return err == nil && h == head0+appended
 		}))
 		drain := time.Since(stopped)
-		q.Stop()
+		require.NoError(b, q.Stop(ctx))
 		// A step ended by its own idle timeout (a false alarm of the
 		// stall bound under this load) would count as a failed step.
 		st := q.Stats()

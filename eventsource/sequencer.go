@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumi-run/kumi/internal/startstop"
 )
 
 // SequencerOptions tune a [Sequencer]. Zero values mean defaults.
@@ -116,15 +118,14 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // A failed step is retried after an exponential backoff with jitter
 // (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
-// health is in [Sequencer.Stats].
+// health is in [Sequencer.Stats]. Its Start and Stop follow kumi's
+// lifecycle contract (docs/architecture.md, "Lifecycle").
 type Sequencer struct {
 	store *Store
 	opts  SequencerOptions
 	clk   clock
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life startstop.Lifecycle
 
 	statsMu sync.Mutex
 	stats   SequencerStats
@@ -137,7 +138,7 @@ type Sequencer struct {
 	holderErr string    // the kind of the last failed look logged at Warn
 }
 
-// NewSequencer returns a stopped sequencer for store.
+// NewSequencer returns a sequencer for store, not started.
 func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 	if opts.MinInterval <= 0 {
 		opts.MinInterval = 5 * time.Millisecond
@@ -155,30 +156,21 @@ func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 		stats: SequencerStats{Batch: SequencerBatchDefault, Backlog: -1}}
 }
 
-// Start runs the sequencer until Stop. It returns at once; calling it on a
-// running sequencer does nothing.
-func (q *Sequencer) Start() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	q.cancel, q.done = cancel, make(chan struct{})
-	go q.run(ctx, q.done)
+// Start runs the sequencer in the background until [Sequencer.Stop]; it
+// returns at once. It follows kumi's lifecycle contract
+// (docs/architecture.md, "Lifecycle"): ctx bounds starting only, a second
+// Start does nothing, and after Stop it returns [ErrStopped].
+func (q *Sequencer) Start(ctx context.Context) error {
+	return q.life.Start(ctx, func(context.Context) error {
+		q.life.Go(q.run)
+		return nil
+	})
 }
 
-// Stop stops the sequencer and waits for it. It is idempotent.
-func (q *Sequencer) Stop() {
-	q.mu.Lock()
-	cancel, done := q.cancel, q.done
-	q.cancel, q.done = nil, nil
-	q.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+// Stop stops the sequencer and waits for its step under way to end, at
+// most until ctx ends (then it returns ctx.Err(), and the step ends soon
+// after). It is idempotent and safe before Start.
+func (q *Sequencer) Stop(ctx context.Context) error { return q.life.Stop(ctx, nil) }
 
 // Stats returns a snapshot of the sequencer's health.
 func (q *Sequencer) Stats() SequencerStats {
@@ -204,8 +196,7 @@ func (q *Sequencer) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (q *Sequencer) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (q *Sequencer) run(ctx context.Context) {
 	batch := newStepSize()
 	var (
 		interval time.Duration // 0: at once

@@ -62,8 +62,7 @@ func TestSequencerUnderADatabaseStatementTimeout(t *testing.T) {
 		eventsource.Config{Schema: appender.Schema()})
 	require.NoError(t, err)
 	q := eventsource.NewSequencer(timed, eventsource.SequencerOptions{})
-	q.Start()
-	defer q.Stop()
+	startSequencer(t, q)
 	pgtest.Eventually(t, 30*time.Second, func() bool {
 		h, err := appender.HeadPosition(ctx)
 		return err == nil && h == backlog
@@ -205,8 +204,7 @@ func TestSequencerBacksOffOnErrors(t *testing.T) {
 	logs := &logCounter{}
 	clk := newFakeClock()
 	q := eventsource.NewSequencerWithClock(ro, eventsource.SequencerOptions{Logger: slog.New(logs)}, clk)
-	q.Start()
-	defer q.Stop()
+	startSequencer(t, q)
 
 	const window = 40 * time.Second
 	var waited time.Duration
@@ -272,8 +270,7 @@ func TestSequencerReportsABacklogThatDoesNotMove(t *testing.T) {
 	logs := &logCounter{}
 	clk := newFakeClock()
 	q := eventsource.NewSequencerWithClock(other, eventsource.SequencerOptions{Logger: slog.New(logs), MaxInterval: time.Second}, clk)
-	q.Start()
-	defer q.Stop()
+	startSequencer(t, q)
 	var waited time.Duration
 	for waited <= eventsource.SequencerStuckAfter {
 		tm := clk.next(t)

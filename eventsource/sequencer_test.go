@@ -29,8 +29,7 @@ func TestSequencer(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
 		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
-		q.Start()
-		defer q.Stop()
+		startSequencer(t, q)
 		mustAppend(t, s, "order-1", ev("A", `{}`))
 		pgtest.Eventually(t, 5*time.Second, func() bool {
 			h, err := s.HeadPosition(ctx)
@@ -44,8 +43,7 @@ func TestSequencer(t *testing.T) {
 		other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: s.Schema()})
 		require.NoError(t, err)
 		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{MaxInterval: 20 * time.Millisecond})
-		q.Start()
-		defer q.Stop()
+		startSequencer(t, q)
 		mustAppend(t, other, "order-1", ev("A", `{}`))
 		pgtest.Eventually(t, 5*time.Second, func() bool {
 			h, err := s.HeadPosition(ctx)
@@ -63,8 +61,7 @@ func TestSequencer(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.Migrate(ctx))
 			q := eventsource.NewSequencer(s, eventsource.SequencerOptions{MinInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond})
-			q.Start()
-			defer q.Stop()
+			startSequencer(t, q)
 			stores = append(stores, s)
 		}
 		var wg sync.WaitGroup
@@ -206,35 +203,5 @@ func TestSequencer(t *testing.T) {
 		n, err = s.Sequence(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-	})
-
-	t.Run("StartAndStopAreIdempotent", func(t *testing.T) {
-		t.Parallel()
-		s := newStore(t)
-		q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
-		q.Stop()
-		var wg sync.WaitGroup
-		for i := range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range 10 {
-					if (i+j)%2 == 0 {
-						q.Start()
-					} else {
-						q.Stop()
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		q.Start()
-		mustAppend(t, s, "order-1", ev("A", `{}`))
-		pgtest.Eventually(t, 5*time.Second, func() bool {
-			h, err := s.HeadPosition(ctx)
-			return err == nil && h == 1
-		}, "sequenced")
-		q.Stop()
-		q.Stop()
 	})
 }

@@ -78,12 +78,11 @@ func TestSequencerRecoversFromAResetSequence(t *testing.T) {
 	require.NoError(t, err)
 	logs := &logCounter{}
 	q := eventsource.NewSequencer(other, eventsource.SequencerOptions{Logger: slog.New(logs), MaxInterval: 5 * time.Millisecond})
-	q.Start()
-	defer q.Stop()
+	startSequencer(t, q)
 	pgtest.Eventually(t, 10*time.Second, func() bool { return head() == 28 }, "the events after the second reset are sequenced")
 	appendSome(28, 10) // seqs 4..13, across the old watermark
 	pgtest.Eventually(t, 10*time.Second, func() bool { return head() == 38 }, "and those after them")
-	q.Stop()
+	require.NoError(t, q.Stop(context.Background()))
 	require.Equal(t, int64(1), q.Stats().Resets, "the reset is reported once")
 	require.Equal(t, 1, logs.count(slog.LevelError), "in one log line")
 

@@ -73,8 +73,7 @@ func TestSequencerTakesOverFromAStalledHolder(t *testing.T) {
 	require.Zero(t, n, "the row is held: a step sequences nothing")
 
 	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
-	q.Start()
-	defer q.Stop()
+	startSequencer(t, q)
 	pgtest.Eventually(t, 20*time.Second, func() bool {
 		h, err := s.HeadPosition(ctx)
 		return err == nil && h == 4
@@ -102,8 +101,7 @@ func TestSequencerLeavesAHolderAtWork(t *testing.T) {
 	mustAppend(t, s, "order-1", ev("A", `{}`), ev("B", `{}`))
 
 	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
-	q.Start()
-	defer q.Stop()
+	startSequencer(t, q)
 	// Sleep past several stall bounds while the sequencer keeps finding
 	// the row held.
 	_, err := holder.Exec(ctx, `SELECT pg_sleep(2)`)
@@ -166,8 +164,7 @@ func TestSequencerTakeoverNeedsTheHoldersRole(t *testing.T) {
 	mustAppend(t, rs, "order-1", ev("A", `{}`))
 	logs := &logCounter{}
 	seq := eventsource.NewSequencer(rs, eventsource.SequencerOptions{Logger: slog.New(logs)})
-	seq.Start()
-	defer seq.Stop()
+	startSequencer(t, seq)
 	// Wait until the holder has stalled past the bound, and the sequencer
 	// has then tried a dozen times (its looks at the holder included).
 	pgtest.Eventually(t, 20*time.Second, func() bool {
@@ -270,8 +267,7 @@ func TestSequencerEndsAHolderBlockedSendingToItsClient(t *testing.T) {
 
 	mustAppend(t, s, "order-1", ev("A", `{}`))
 	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
-	q.Start()
-	defer q.Stop()
+	startSequencer(t, q)
 	pgtest.Eventually(t, 20*time.Second, func() bool {
 		h, err := s.HeadPosition(ctx)
 		return err == nil && h == 1

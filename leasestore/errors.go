@@ -11,7 +11,8 @@ import (
 // hold it, or cannot prove that it still does (see [Store.EnsureHeld]).
 var ErrNotHeld = errors.New("leasestore: bucket not held")
 
-// ErrClosed is returned by the methods of a [Store] after [Store.Close].
+// ErrClosed is returned by the methods of a [Store] once [Store.Stop] (or
+// Close) has been called.
 var ErrClosed = errors.New("leasestore: store closed")
 
 // BucketCountMismatchError is returned by [Store.EnsureBuckets] when the

@@ -14,8 +14,8 @@ import (
 // that is no longer held is a no-op. Without a pending claim the bucket is
 // simply released.
 func (s *Store) HandOver(ctx context.Context, bucket int) error {
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.running(); err != nil {
+		return err
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -43,8 +43,8 @@ func (s *Store) HandOver(ctx context.Context, bucket int) error {
 // goes to its claimant). Stop the buckets' readers and flush their
 // checkpoints first. Buckets not held are ignored.
 func (s *Store) Release(ctx context.Context, buckets []int) error {
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.running(); err != nil {
+		return err
 	}
 	if len(buckets) == 0 {
 		return nil
@@ -71,8 +71,8 @@ func (s *Store) Release(ctx context.Context, buckets []int) error {
 // rebalance at once. Stop every reader and flush its checkpoint first. A
 // later Pass joins again.
 func (s *Store) Leave(ctx context.Context) error {
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.running(); err != nil {
+		return err
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,11 +29,11 @@ func (s *Store) notify(ctx context.Context, tx pgx.Tx, events string) error {
 }
 
 // listen feeds [Store.Changes] from cfg.Notifier, or from a notifier of
-// the store's own (started here, stopped by [Store.Close]) when there is
+// the store's own (started here, stopped by [Store.Stop]) when there is
 // none. Either way it is eventsource's notifier: its reconnections with
 // backoff and jitter, its pings of a silent connection, and its wake-up
 // after every (re)connection.
-func (s *Store) listen() error {
+func (s *Store) listen(ctx context.Context) error {
 	n := s.cfg.Notifier
 	if n == nil {
 		own, err := eventsource.NewNotifier(s.pool, eventsource.NotifierOptions{
@@ -43,7 +42,7 @@ func (s *Store) listen() error {
 		if err != nil {
 			return fmt.Errorf("leasestore: listener: %w", err)
 		}
-		if err := own.Start(context.Background()); err != nil {
+		if err := own.Start(ctx); err != nil {
 			return fmt.Errorf("leasestore: listener: %w", err)
 		}
 		n, s.ownNotifier = own, own
@@ -54,23 +53,24 @@ func (s *Store) listen() error {
 		return from != s.cfg.Worker
 	})
 	if err != nil {
-		s.stopListening()
+		_ = s.stopListening(context.WithoutCancel(ctx))
 		return fmt.Errorf("leasestore: listener: %w", err)
 	}
 	s.listener, s.changes = l, l.C()
 	return nil
 }
 
-// stopListening closes the listener and stops the store's own notifier.
-func (s *Store) stopListening() {
+// stopListening closes the listener and stops the store's own notifier,
+// waiting for it at most until ctx ends.
+func (s *Store) stopListening(ctx context.Context) error {
 	if s.listener != nil {
 		s.listener.Close()
 	}
 	if s.ownNotifier != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		if err := s.ownNotifier.Stop(ctx); err != nil {
 			s.log.Warn("lease notification listener did not stop in time", "err", err)
+			return err
 		}
 	}
+	return nil
 }

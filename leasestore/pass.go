@@ -104,8 +104,8 @@ type passOutcome struct {
 }
 
 func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
-	if s.closed.Load() {
-		return PassResult{}, ErrClosed
+	if err := s.running(); err != nil {
+		return PassResult{}, err
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()

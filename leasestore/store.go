@@ -16,11 +16,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/startstop"
 )
 
 // Store is one worker's view of one subscription's bucket leases. Its
 // methods are safe for concurrent use; Pass, Renew, HandOver, Release,
-// Leave and EnsureBuckets run one at a time.
+// Leave and EnsureBuckets run one at a time. Its Start and Stop follow
+// kumi's lifecycle contract (docs/architecture.md, "Lifecycle").
 type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -42,8 +44,9 @@ type Store struct {
 	listener    *eventsource.Listener // nil with NoListen
 	ownNotifier *eventsource.Notifier // the store's own, when Config.Notifier is nil
 	received    atomic.Int64          // notifications received, its own included
-	closed      atomic.Bool
-	closeOnce   sync.Once
+	life        startstop.Lifecycle
+	started     atomic.Bool // Start succeeded
+	closed      atomic.Bool // Stop began
 }
 
 // heldLease is one bucket of the view.
@@ -68,17 +71,35 @@ type Lease struct {
 	Expires time.Time
 }
 
-// New validates cfg and returns the worker's Store. It joins the pool at
-// once (a worker row), so the other workers count it in their next
-// fair share. KindSession first opens the dedicated connection and takes
-// the session lock. The tables must exist: call [Migrate] first.
+// New validates cfg and returns the worker's Store, started: it is
+// [NewStore] then [Store.Start], and joins the pool at once. The tables
+// must exist: call [Migrate] first.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	return newStore(ctx, pool, cfg, renderStatements)
+	return newStarted(ctx, pool, cfg, renderStatements)
 }
 
-// newStore is New with the statements rendered by render (a test stands in
-// an older binary's).
-func newStore(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(schema string) statements) (*Store, error) {
+// newStarted is New with the statements rendered by render (a test stands
+// in an older binary's).
+func newStarted(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(schema string) statements) (*Store, error) {
+	s, err := newStore(pool, cfg, render)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewStore validates cfg and returns the worker's Store, not started: it
+// has not joined, and its methods return [ErrNotStarted] until
+// [Store.Start]. It makes no connection.
+func NewStore(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	return newStore(pool, cfg, renderStatements)
+}
+
+// newStore is NewStore with the statements rendered by render.
+func newStore(pool *pgxpool.Pool, cfg Config, render func(schema string) statements) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -110,25 +131,33 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(s
 			return nil, err
 		}
 		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st, pool)
+	}
+	return s, nil
+}
+
+// start joins (see [Store.Start]); failing, it undoes what it did.
+func (s *Store) start(ctx context.Context) error {
+	if s.session != nil {
 		if err := s.session.open(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := s.join(ctx); err != nil {
 		if s.session != nil {
 			s.session.close()
 		}
-		return nil, err
+		return err
 	}
-	if !cfg.NoListen {
-		if err := s.listen(); err != nil {
+	if !s.cfg.NoListen {
+		if err := s.listen(ctx); err != nil {
 			if s.session != nil {
 				s.session.close()
 			}
-			return nil, err
+			return err
 		}
 	}
-	return s, nil
+	s.started.Store(true)
+	return nil
 }
 
 // join registers (or heartbeats) the worker row.
@@ -178,8 +207,8 @@ func (s *Store) Config() Config { return s.cfg }
 // exist for a different N it returns *[BucketCountMismatchError] and writes
 // nothing. [Store.Pass] calls it once if it has not been called.
 func (s *Store) EnsureBuckets(ctx context.Context) error {
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.running(); err != nil {
+		return err
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
@@ -235,8 +264,8 @@ func (s *Store) ensureBuckets(ctx context.Context) error {
 // still holds its lock, and fails if it cannot tell, or if the session was
 // replaced since the last pass confirmed the bucket.
 func (s *Store) EnsureHeld(bucket int) error {
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.running(); err != nil {
+		return err
 	}
 	s.viewMu.RLock()
 	h, ok := s.view[bucket]
@@ -306,21 +335,9 @@ func (s *Store) forget(buckets ...int) map[int]heldLease {
 	return gone
 }
 
-// Close closes the store's listener (and its own LISTEN connection, when
-// it has one rather than Config.Notifier) and its session connection. It
-// releases no lease: call [Store.Leave] first for a graceful exit. For
-// KindSession, closing the session is what tells the other workers that
-// this one is gone. Close is idempotent.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		s.stopListening()
-		if s.session != nil {
-			s.session.close()
-		}
-	})
-	return nil
-}
+// Close is [Store.Stop] without a deadline. It releases no lease: call
+// [Store.Leave] first for a graceful exit.
+func (s *Store) Close() error { return s.Stop(context.Background()) }
 
 // FairShare is the number of buckets each of live workers should hold:
 // ceil(n / live), with live below one counted as one.

@@ -64,7 +64,7 @@ func TestAnOlderWorkerHoldsNothingOnceTheSchemaIsRenamed(t *testing.T) {
 	clock := NewManualClock()
 	cfg := b.config(KindRow, 4, "old")
 	cfg.TTL, cfg.Heartbeat, cfg.Margin, cfg.Clock, cfg.NoListen = 2*time.Second, 500*time.Millisecond, 500*time.Millisecond, clock, true
-	older, err := newStore(ctx, b.pool, cfg, oldStatements)
+	older, err := newStarted(ctx, b.pool, cfg, oldStatements)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = older.Close() })
 	require.Len(t, pass(t, older).Owned, 4, "on its own schema the older worker holds every bucket")

@@ -180,8 +180,8 @@ func runDemo(cfg config, stdout, stderr io.Writer) int {
 
 func (d *demo) run() int {
 	seq := eventsource.NewSequencer(d.db.store, eventsource.SequencerOptions{})
-	seq.Start()
-	defer seq.Stop()
+	_ = seq.Start(context.Background()) // fails only on an ended context, or once stopped
+	defer func() { _ = seq.Stop(context.Background()) }()
 	d.start = time.Now()
 	d.prod = newProducer(d.db.store, category, d.cfg.rate, d.cfg.streams)
 	d.header()

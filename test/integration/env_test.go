@@ -178,7 +178,9 @@ func (e *env) startLoad(rate, streams int) {
 		e.t.Fatalf("load: %v", err)
 	}
 	l := &load{pool: pool, seq: eventsource.NewSequencer(store, eventsource.SequencerOptions{})}
-	l.seq.Start()
+	if err := l.seq.Start(context.Background()); err != nil {
+		e.t.Fatalf("load: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	const appenders = 2
@@ -217,7 +219,7 @@ func (l *load) stop() {
 	l.once.Do(func() {
 		l.cancel()
 		l.wg.Wait()
-		l.seq.Stop()
+		_ = l.seq.Stop(context.Background())
 		l.pool.Close()
 	})
 }

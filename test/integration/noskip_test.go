@@ -51,8 +51,10 @@ func runNoSkip(t *testing.T, e *env, scenario, appendURL string) {
 		t.Fatal(err)
 	}
 	seq := eventsource.NewSequencer(store, eventsource.SequencerOptions{})
-	seq.Start()
-	defer seq.Stop()
+	if err := seq.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = seq.Stop(context.Background()) }()
 
 	target := int64(pick(3000, 30000))
 	const appenders, streams, rollbackPct = 8, 100, 20

@@ -43,7 +43,7 @@ func TestSequencerStall(t *testing.T) {
 				t.Fatalf("no fair split: %s", e.o.ownedSummary())
 			}
 			e.startLoad(pick(300, 500), 200)
-			e.load.seq.Stop() // the workers sequence
+			_ = e.load.seq.Stop(context.Background()) // the workers sequence
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			pool, err := pgxpool.New(ctx, e.url)
