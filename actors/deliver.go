@@ -369,8 +369,10 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 		if err != nil {
 			reason = fmt.Sprintf("no answer within %v", r.g.opts.HandlerTimeout)
 			outcome = observability.OutcomeTimeout
+			r.warnAnswer(msgNoAnswer, s, res)
 		} else {
 			reason = fmt.Sprintf("unexpected answer %T: answer Ack, Retry or DeadLetter", res)
+			r.warnAnswer(msgWrongAnswer, s, res)
 		}
 	}
 	next := *s.d // a new delivery per attempt (see slot.d)
@@ -390,6 +392,37 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	s.state = slotRetrying
 	r.after(ctx, max(retry, r.g.opts.Retry.Backoff.Next(s.d.Attempt)), &redeliver{gen: r, id: s.d.id})
 	r.maybeFinishDrain(ctx)
+}
+
+// The Warn logs of a handler that breaks the contract, once per bucket
+// and kind (see warnAnswer). They say what to do.
+const (
+	msgWrongAnswer = "kumi: a handler answered a delivery with something that is not an answer; the event is retried, " +
+		"then dead-lettered. Answer each *actors.Delivery with ctx.Respond(actors.Ack{}), actors.Retry{...} or " +
+		"actors.DeadLetter{...}, and each *actors.Batch with actors.BatchAck{...} — or write the handler with " +
+		"actors.Func or actors.BatchFunc, which answer for you (logged once per bucket)"
+	msgNoAnswer = "kumi: a handler did not answer a delivery within HandlerTimeout; the event is retried, then " +
+		"dead-lettered. Answer each *actors.Delivery with ctx.Respond (or d.Respond once the work is done), and raise " +
+		"GroupOptions.HandlerTimeout if handling an event takes longer (logged once per bucket)"
+)
+
+// answerWarning is a Warn log already given: to a bucket, for a kind of
+// answer.
+type answerWarning struct {
+	bucket int
+	msg    string
+}
+
+// warnAnswer logs msg for the slot's answer, unless the group logged it for
+// the bucket already: a handler that never answers, or answers with the
+// wrong type, fails every event the same way, and one line per bucket
+// says it.
+func (r *reader) warnAnswer(msg string, s *slot, answer any) {
+	if _, done := r.g.answerWarned.LoadOrStore(answerWarning{r.bucket, msg}, struct{}{}); done {
+		return
+	}
+	r.g.logger.Warn(msg, "bucket", r.bucket, "answer", fmt.Sprintf("%T", answer), "event_id", s.d.Event.ID.String(),
+		"stream", s.d.Event.Stream, "position", s.d.Event.Position, "handler_timeout", r.g.opts.HandlerTimeout)
 }
 
 // deadLetter records a slot's event, delivered attempts times, as a dead

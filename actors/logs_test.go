@@ -169,3 +169,57 @@ func TestNoLogRecordRepeatsAKey(t *testing.T) {
 		}
 	}
 }
+
+// TestABadAnswerIsWarnedOncePerBucket: a handler that answers a delivery
+// with something else than an answer, or does not answer at all, gets one
+// Warn per bucket saying what to do, however many events it fails.
+func TestABadAnswerIsWarnedOncePerBucket(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, sub, warning string
+		batch              bool
+		answer             func(c actor.Context)
+		advice             []string
+	}{
+		{name: "AWrongType", sub: "wrongtype", warning: msgWrongAnswer, answer: func(c actor.Context) { c.Respond("done") },
+			advice: []string{"ctx.Respond(actors.Ack{})", "actors.Func"}},
+		{name: "AnAckToABatch", sub: "wrongbatch", warning: msgWrongAnswer, batch: true, answer: func(c actor.Context) { c.Respond(Ack{}) },
+			advice: []string{"actors.BatchAck", "actors.BatchFunc"}},
+		{name: "NoAnswer", sub: "noanswer", warning: msgNoAnswer, answer: func(actor.Context) {},
+			advice: []string{"ctx.Respond", "HandlerTimeout"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			store, schema := newTestStore(t)
+			seed(t, store, "acct", 20, 40)
+			logs := newLogCapture()
+			o := groupOpts(c.sub, 2, nil, "w")
+			o.Retry = fastRetry(2)
+			o.HandlerTimeout = 200 * time.Millisecond
+			if c.batch {
+				o.Batch.MaxEvents = 3
+			}
+			o.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+				switch ctx.Message().(type) {
+				case *Delivery, *Batch:
+					c.answer(ctx)
+				}
+			})
+			startLoggedWorker(t, schema, "w", o, logs)
+			pgtest.Eventually(t, waitLong, func() bool {
+				dls, err := store.DeadLetters(context.Background(), c.sub, eventsource.DeadLetterFilter{})
+				return err == nil && len(dls) >= 6
+			}, "several events of each bucket dead-lettered")
+
+			warned := map[string]int{}
+			for _, r := range logs.warnings(c.warning) {
+				warned[r.vals["bucket"]]++
+				for _, a := range c.advice {
+					require.Contains(t, r.msg, a, "the warning says what to do")
+				}
+			}
+			require.Equal(t, map[string]int{"0": 1, "1": 1}, warned, "one warning per bucket")
+		})
+	}
+}
