@@ -71,10 +71,28 @@ func (s *slot) release() {
 	}
 }
 
+// newSlot is a slot and its first delivery, allocated together.
+type newSlot struct {
+	s slot
+	d Delivery
+}
+
 type window struct {
 	slots []*slot          // in position order
 	byID  map[uint64]*slot // slots sent at least once
 	busy  map[string]bool  // streams with a slot sent, retrying or dead-lettering
+}
+
+// dropFinished removes the first n slots, keeping the array: the window
+// appends to it again (one allocation per event saved when events come one
+// at a time).
+func (w *window) dropFinished(n int) {
+	if n == 0 {
+		return
+	}
+	k := copy(w.slots, w.slots[n:])
+	clear(w.slots[k:]) // hold no finished delivery
+	w.slots = w.slots[:k]
 }
 
 // active counts the slots the handler or the store is working on.
@@ -113,10 +131,12 @@ func (r *reader) pump(ctx actor.Context) {
 			e := r.pending[0]
 			r.pending = r.pending[1:]
 			r.nextID++
-			r.win.slots = append(r.win.slots, &slot{d: &Delivery{
+			n := &newSlot{d: Delivery{
 				Event: e, Subscription: r.g.opts.Subscription, Bucket: r.bucket, Epoch: r.epoch,
 				Fence: r.fence, id: r.nextID, exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
-			}})
+			}}
+			n.s.d = &n.d
+			r.win.slots = append(r.win.slots, &n.s)
 		}
 		if len(r.pending) == 0 {
 			r.pending = nil
@@ -150,7 +170,11 @@ func (r *reader) pump(ctx actor.Context) {
 // send delivers a slot's event (again) to the handler.
 func (r *reader) send(ctx actor.Context, s *slot) {
 	var c context.Context
-	c, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
+	// Not a child of r.bg: the reader cancels every delivery context
+	// itself, after the answer, on a timeout, and when it stops (see
+	// window.cancel), and a context not derived from a cancellable one
+	// costs no registration with it per delivery.
+	c, s.span = r.g.telemetry.startDelivery(context.Background(), s.d)
 	s.d.Context, s.cancel = context.WithCancel(c)
 	s.state, s.sentAt, s.to = slotSent, time.Now(), r.handler
 	if r.g.opts.Batch.on() {
@@ -495,14 +519,16 @@ func (r *reader) finish(ctx actor.Context, s *slot, committed bool) {
 	s.state = slotDone
 	delete(r.win.byID, s.d.id)
 	delete(r.win.busy, s.d.Event.Stream)
-	for len(r.win.slots) > 0 && r.win.slots[0].state == slotDone {
-		r.acked = r.win.slots[0].last()
-		r.sinceFlush += r.win.slots[0].count()
-		r.win.slots = r.win.slots[1:]
+	done := 0
+	for _, f := range r.win.slots {
+		if f.state != slotDone {
+			break
+		}
+		r.acked = f.last()
+		r.sinceFlush += f.count()
+		done++
 	}
-	if len(r.win.slots) == 0 {
-		r.win.slots = nil
-	}
+	r.win.dropFinished(done)
 	if committed {
 		r.flushed = max(r.flushed, s.last())
 	}
