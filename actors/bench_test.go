@@ -156,11 +156,7 @@ func BenchmarkPipelineDrain(b *testing.B) {
 			"(%.0f events/s, %v); %.1f µs of this process's CPU per event; peak RSS %.0f MB (%.0f MB before)",
 			c, len(workers), pipeRate, pipeTime.Round(time.Millisecond), pct, storeRate, storeTime.Round(time.Millisecond),
 			float64(cpuPerEvent.Nanoseconds())/1000, float64(peak)/1024, float64(before)/1024)
-		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		for _, w := range workers {
-			_ = w.rt.Stop(stopCtx)
-		}
-		cancel()
+		stopWorkers(workers)
 	}
 	b.Logf("load average after the drains: %s", loadAverage())
 }
@@ -223,6 +219,17 @@ func startDrainWorkers(b *testing.B, schema string, o GroupOptions) []*testWorke
 	starting.Wait()
 	require.NoError(b, errors.Join(errs...))
 	return workers
+}
+
+// stopWorkers stops the workers' runtimes and closes their pools, so that
+// the next configuration starts from a quiet process.
+func stopWorkers(workers []*testWorker) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, w := range workers {
+		_ = w.rt.Stop(ctx)
+		w.pool.Close()
+	}
 }
 
 // processCPU is the CPU time this process has used, user and system.
@@ -468,10 +475,6 @@ func BenchmarkSlowHandlerMemory(b *testing.B) {
 		b.ReportMetric(float64(before)/1024, "rss_before_MB-"+c.name)
 		b.Logf("slow handler (1 ms per event), %s, 16 buckets, backlog %d, live appends ~2,000/s, %ds: %d handled; "+
 			"peak RSS %.0f MB (%.0f MB before)", c, n, seconds, handled.Load(), float64(peak)/1024, float64(before)/1024)
-		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		for _, w := range workers {
-			_ = w.rt.Stop(stopCtx)
-		}
-		cancel()
+		stopWorkers(workers)
 	}
 }
