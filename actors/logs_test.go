@@ -129,9 +129,8 @@ func startLoggedWorker(t *testing.T, schema, name string, o GroupOptions, logs *
 func TestNoLogRecordRepeatsAKey(t *testing.T) {
 	t.Parallel()
 	store, schema := newTestStore(t)
-	ids := map[string]bool{}
 	for _, typ := range []string{"Panic", "Wrong", "Silent", "Fine"} {
-		ids[appendOne(t, store, "acct-"+typ, typ, `{}`).String()] = true
+		appendOne(t, store, "acct-"+typ, typ, `{}`)
 	}
 	logs := newLogCapture()
 	o := groupOpts("logkeys", 2, nil, "w")
