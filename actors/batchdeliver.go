@@ -84,6 +84,7 @@ func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, set
 		}
 		a = *m
 	case Ack, *Ack, DeadLetter, *DeadLetter:
+		r.warnAnswer(msgWrongAnswer, s, res)
 		return r.batchFailed(s, Retry{Reason: fmt.Sprintf("unexpected answer %T to a batch: answer BatchAck", res)})
 	default:
 		return r.batchFailed(s, res)

@@ -216,6 +216,11 @@ func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
 	// Leases that outlast a loaded machine's stalls: a reader that drains
 	// and is replaced meanwhile would leave a larger share to the others.
 	o.Handler, o.Lease = handler, LeaseOptions{TTL: 20 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 5 * time.Second}
+	// The handlers wait at the gate while the burst is appended, which took
+	// over the default 30 s once on a loaded machine: each was then taken
+	// for hung and replaced, and its delivery, handled by both handlers
+	// once the gate opened, counted as a duplicate.
+	o.HandlerTimeout = 10 * time.Minute
 	w.group, err = w.rt.StartGroup(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { w.stop(t) })

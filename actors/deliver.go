@@ -71,10 +71,28 @@ func (s *slot) release() {
 	}
 }
 
+// newSlot is a slot and its first delivery, allocated together.
+type newSlot struct {
+	s slot
+	d Delivery
+}
+
 type window struct {
 	slots []*slot          // in position order
 	byID  map[uint64]*slot // slots sent at least once
 	busy  map[string]bool  // streams with a slot sent, retrying or dead-lettering
+}
+
+// dropFinished removes the first n slots, keeping the array: the window
+// appends to it again (one allocation per event saved when events come one
+// at a time).
+func (w *window) dropFinished(n int) {
+	if n == 0 {
+		return
+	}
+	k := copy(w.slots, w.slots[n:])
+	clear(w.slots[k:]) // hold no finished delivery
+	w.slots = w.slots[:k]
 }
 
 // active counts the slots the handler or the store is working on.
@@ -113,10 +131,12 @@ func (r *reader) pump(ctx actor.Context) {
 			e := r.pending[0]
 			r.pending = r.pending[1:]
 			r.nextID++
-			r.win.slots = append(r.win.slots, &slot{d: &Delivery{
+			n := &newSlot{d: Delivery{
 				Event: e, Subscription: r.g.opts.Subscription, Bucket: r.bucket, Epoch: r.epoch,
 				Fence: r.fence, id: r.nextID, exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
-			}})
+			}}
+			n.s.d = &n.d
+			r.win.slots = append(r.win.slots, &n.s)
 		}
 		if len(r.pending) == 0 {
 			r.pending = nil
@@ -150,7 +170,11 @@ func (r *reader) pump(ctx actor.Context) {
 // send delivers a slot's event (again) to the handler.
 func (r *reader) send(ctx actor.Context, s *slot) {
 	var c context.Context
-	c, s.span = r.g.telemetry.startDelivery(r.bg, s.d)
+	// Not a child of r.bg: the reader cancels every delivery context
+	// itself, after the answer, on a timeout, and when it stops (see
+	// window.cancel), and a context not derived from a cancellable one
+	// costs no registration with it per delivery.
+	c, s.span = r.g.telemetry.startDelivery(context.Background(), s.d)
 	s.d.Context, s.cancel = context.WithCancel(c)
 	s.state, s.sentAt, s.to = slotSent, time.Now(), r.handler
 	if r.g.opts.Batch.on() {
@@ -369,8 +393,10 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 		if err != nil {
 			reason = fmt.Sprintf("no answer within %v", r.g.opts.HandlerTimeout)
 			outcome = observability.OutcomeTimeout
+			r.warnAnswer(msgNoAnswer, s, res)
 		} else {
 			reason = fmt.Sprintf("unexpected answer %T: answer Ack, Retry or DeadLetter", res)
+			r.warnAnswer(msgWrongAnswer, s, res)
 		}
 	}
 	next := *s.d // a new delivery per attempt (see slot.d)
@@ -390,6 +416,37 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	s.state = slotRetrying
 	r.after(ctx, max(retry, r.g.opts.Retry.Backoff.Next(s.d.Attempt)), &redeliver{gen: r, id: s.d.id})
 	r.maybeFinishDrain(ctx)
+}
+
+// The Warn logs of a handler that breaks the contract, once per bucket
+// and kind (see warnAnswer). They say what to do.
+const (
+	msgWrongAnswer = "kumi: a handler answered a delivery with something that is not an answer; the event is retried, " +
+		"then dead-lettered. Answer each *actors.Delivery with ctx.Respond(actors.Ack{}), actors.Retry{...} or " +
+		"actors.DeadLetter{...}, and each *actors.Batch with actors.BatchAck{...} — or write the handler with " +
+		"actors.Func or actors.BatchFunc, which answer for you (logged once per bucket)"
+	msgNoAnswer = "kumi: a handler did not answer a delivery within HandlerTimeout; the event is retried, then " +
+		"dead-lettered. Answer each *actors.Delivery with ctx.Respond (or d.Respond once the work is done), and raise " +
+		"GroupOptions.HandlerTimeout if handling an event takes longer (logged once per bucket)"
+)
+
+// answerWarning is a Warn log already given: to a bucket, for a kind of
+// answer.
+type answerWarning struct {
+	bucket int
+	msg    string
+}
+
+// warnAnswer logs msg for the slot's answer, unless the group logged it for
+// the bucket already: a handler that never answers, or answers with the
+// wrong type, fails every event the same way, and one line per bucket
+// says it.
+func (r *reader) warnAnswer(msg string, s *slot, answer any) {
+	if _, done := r.g.answerWarned.LoadOrStore(answerWarning{r.bucket, msg}, struct{}{}); done {
+		return
+	}
+	r.g.logger.Warn(msg, "bucket", r.bucket, "answer", fmt.Sprintf("%T", answer), "event_id", s.d.Event.ID.String(),
+		"stream", s.d.Event.Stream, "position", s.d.Event.Position, "handler_timeout", r.g.opts.HandlerTimeout)
 }
 
 // deadLetter records a slot's event, delivered attempts times, as a dead
@@ -462,14 +519,16 @@ func (r *reader) finish(ctx actor.Context, s *slot, committed bool) {
 	s.state = slotDone
 	delete(r.win.byID, s.d.id)
 	delete(r.win.busy, s.d.Event.Stream)
-	for len(r.win.slots) > 0 && r.win.slots[0].state == slotDone {
-		r.acked = r.win.slots[0].last()
-		r.sinceFlush += r.win.slots[0].count()
-		r.win.slots = r.win.slots[1:]
+	done := 0
+	for _, f := range r.win.slots {
+		if f.state != slotDone {
+			break
+		}
+		r.acked = f.last()
+		r.sinceFlush += f.count()
+		done++
 	}
-	if len(r.win.slots) == 0 {
-		r.win.slots = nil
-	}
+	r.win.dropFinished(done)
 	if committed {
 		r.flushed = max(r.flushed, s.last())
 	}

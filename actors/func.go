@@ -66,8 +66,11 @@ type funcHandler struct {
 
 // Receive answers each delivery with fn's outcome.
 func (h *funcHandler) Receive(c actor.Context) {
+	// Answers go through the root context: they are tagged already, and
+	// the handler's sender middleware would only wrap them in an envelope.
+	root := c.ActorSystem().Root
 	if b, ok := c.Message().(*Batch); ok {
-		b.Respond(c, h.answerBatch(b))
+		b.Respond(root, h.answerBatch(b))
 		return
 	}
 	d, ok := c.Message().(*Delivery)
@@ -75,10 +78,9 @@ func (h *funcHandler) Receive(c actor.Context) {
 		return
 	}
 	if d.exclusive {
-		d.Respond(c, h.answer(d))
+		d.Respond(root, h.answer(d))
 		return
 	}
-	root := c.ActorSystem().Root
 	go func() { d.Respond(root, h.answer(d)) }()
 }
 

@@ -50,6 +50,7 @@ type group struct {
 	logger            *slog.Logger
 	telemetry         *telemetry
 	handlerSupervisor *supervision.Strategy
+	answerWarned      sync.Map // answerWarning → struct{}: handler contract warnings given (deliver.go)
 	readerSupervisor  *supervision.Strategy
 	// coordinatorSupervisor restarts a failed coordinator (its readers
 	// stop with it; the restarted one reclaims and respawns).

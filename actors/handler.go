@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // Delivery is the message a Handler actor receives for each event. The
@@ -102,17 +103,25 @@ type handlerPanicked struct {
 
 // panicReporter answers the reader of a delivery whose handling panicked,
 // then lets the panic go on to the supervisor, which restarts the handler.
-func panicReporter(next actor.ReceiverFunc) actor.ReceiverFunc {
-	return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
-		if d := deliveryOf(env.Message); d != nil {
+// A delivery handled without a panic is a success for the supervisor: the
+// handler's next panic restarts it with the first backoff again.
+func panicReporter(supervisor *supervision.Strategy) actor.ReceiverMiddleware {
+	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
+		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
+			d := deliveryOf(env.Message)
+			if d == nil {
+				next(c, env)
+				return
+			}
 			defer func() {
 				if r := recover(); r != nil {
 					c.ActorSystem().Root.Send(d.replyTo, &handlerReply{id: d.id, attempt: d.Attempt, msg: &handlerPanicked{reason: r}})
 					panic(r)
 				}
 			}()
+			next(c, env)
+			supervisor.Succeeded(c.Self())
 		}
-		next(c, env)
 	}
 }
 
@@ -168,9 +177,9 @@ func replyTagger(next actor.SenderFunc) actor.SenderFunc {
 // at the top level, supervised by its guardian, and watched by its reader
 // rather than parented by it: a reader can then stop, restart or replace
 // its handler without waiting for a handler call that never returns.
-func handlerProps(user *actor.Props, supervisor actor.SupervisorStrategy, d actor.Dispatcher) *actor.Props {
+func handlerProps(user *actor.Props, supervisor *supervision.Strategy, d actor.Dispatcher) *actor.Props {
 	p := *user
-	return p.Configure(actor.WithReceiverMiddleware(probeAnswerer, panicReporter), actor.WithSenderMiddleware(replyTagger),
+	return p.Configure(actor.WithReceiverMiddleware(probeAnswerer, panicReporter(supervisor)), actor.WithSenderMiddleware(replyTagger),
 		actor.WithSupervisor(supervisor), actor.WithGuardian(supervisor), actor.WithDispatcher(d))
 }
 

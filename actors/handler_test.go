@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -342,4 +343,56 @@ func TestSeveralInFlightKeepPerStreamOrderThroughRetries(t *testing.T) {
 	dls, err := store.DeadLetters(ctx, "window", eventsource.DeadLetterFilter{})
 	require.NoError(t, err)
 	require.Empty(t, dls)
+}
+
+// TestAHandlerPanickingOnEveryEventRestartsWithTheFirstBackoff: a handler
+// that panics on the first attempt of every event and handles its retry
+// succeeds between panics, so each restart is a first one: the shortest
+// backoff, and the restart budget never runs out. (Before, the handler's
+// supervisor counted the panics of every event together: its restarts
+// waited up to ~10 s, and it was stopped after 10 within a minute.)
+func TestAHandlerPanickingOnEveryEventRestartsWithTheFirstBackoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 4, 14)
+	rec := newRecorder()
+	handler := actor.PropsFromFunc(func(c actor.Context) {
+		if d, ok := c.Message().(*Delivery); ok {
+			if d.Attempt == 0 {
+				panic("fails every first attempt")
+			}
+			rec.end("w", d.Event)
+			c.Respond(Ack{})
+		}
+	})
+	var mu sync.Mutex
+	var restarts []supervision.Decision
+	o := groupOpts("panicevery", 1, nil, "w")
+	o.Handler, o.Retry = handler, fastRetry(3)
+	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 8)}
+	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
+		if d.Strategy == "one_for_one" && d.Directive != actor.ResumeDirective && strings.Contains(d.Child, "kumi-handler-") {
+			mu.Lock()
+			restarts = append(restarts, d)
+			mu.Unlock()
+		}
+	})})
+	require.NoError(t, err)
+	w.group, err = w.rt.StartGroup(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { w.stop(t) })
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 14 }, "all handled (got %d)", rec.distinct())
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, restarts, 14, "one restart per event")
+	first := supervision.Backoff{}.Ceiling(1)
+	for i, d := range restarts {
+		require.Equal(t, actor.RestartDirective, d.Directive, "restart %d: %+v", i, d)
+		require.Equal(t, 1, d.Attempt, "restart %d counts as a first: the handler succeeded since the last", i)
+		require.Less(t, d.Delay, first+1, "restart %d waits at most the first backoff", i)
+	}
 }

@@ -114,7 +114,9 @@ type GroupOptions struct {
 	// DatabaseTimeout bounds each database call of the readers and the
 	// coordinator. Default 30 s.
 	DatabaseTimeout time.Duration
-	// Logger receives the group's logs; nil means the runtime's.
+	// Logger receives the group's logs; nil means the runtime's. kumi adds
+	// the subscription (and, on the lease store's lines, the worker) to
+	// every line itself: give a logger without them, or lines repeat keys.
 	Logger *slog.Logger
 	// Batch turns on batched deliveries: the handler receives a [*Batch]
 	// of a bucket's events and answers once (see [BatchFunc]). Off by

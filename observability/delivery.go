@@ -55,13 +55,19 @@ type DeliverySpan struct {
 //	// deliver ctx (or d.SpanContext()) to the handler, await its reply
 //	d.End(observability.OutcomeAck, nil)
 //
-// An event appended without a span starts a new trace.
+// An event appended without a span starts a new trace. While no tracer
+// provider is in use — New took otel's global one, and nothing has set it
+// since — no span is started and ctx is returned as it is: such a span
+// would record nothing, and starting it costs every delivery.
 func (t *Telemetry) StartDelivery(ctx context.Context, info DeliveryInfo) (context.Context, DeliverySpan) {
 	if t == nil {
 		return ctx, DeliverySpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanDeliver, consumerSpan...)
-	if span.IsRecording() {
+	var span trace.Span
+	if t.tracing() {
+		ctx, span = t.tracer.Start(ctx, SpanDeliver, consumerSpan...)
+	}
+	if span != nil && span.IsRecording() {
 		if info.EventID == "" && info.EventUUID != uuid.Nil {
 			info.EventID = info.EventUUID.String()
 		}
@@ -107,7 +113,7 @@ func (d DeliverySpan) end(outcome Outcome, err error, recorded bool) {
 	if d.t == nil {
 		return
 	}
-	if d.span.IsRecording() {
+	if d.span != nil && d.span.IsRecording() {
 		d.span.SetAttributes(attribute.String(AttrOutcome, string(outcome)))
 		switch outcome {
 		case OutcomeAck, OutcomeCancelled:
@@ -129,7 +135,9 @@ func (d DeliverySpan) end(outcome Outcome, err error, recorded bool) {
 			}
 		}
 	}
-	d.span.End()
+	if d.span != nil {
+		d.span.End()
+	}
 
 	ctx := context.Background()
 	t := d.t
@@ -153,7 +161,7 @@ func (d DeliverySpan) EndPanic(recovered any, stack []byte) {
 		return
 	}
 	err := fmt.Errorf("handler panic: %v", recovered)
-	if d.span.IsRecording() {
+	if d.span != nil && d.span.IsRecording() {
 		d.span.RecordError(err, trace.WithAttributes(
 			attribute.String("exception.stacktrace", string(stack)),
 			attribute.Bool("exception.escaped", true)))

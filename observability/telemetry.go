@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -31,8 +32,10 @@ type Options struct {
 // component can take one optionally.
 //
 // With no provider configured, every hook costs a no-op span and no-op
-// metric calls: attributes are only built for recording spans, and metric
-// attribute sets on the delivery path are built once per bucket.
+// metric calls — and the delivery hooks no span at all while otel's global
+// tracer provider, which New took, has not been set: attributes are only
+// built for recording spans, and metric attribute sets on the delivery
+// path are built once per bucket.
 type Telemetry struct {
 	tracer trace.Tracer
 	meter  metric.Meter
@@ -45,6 +48,14 @@ type Telemetry struct {
 	sources map[uint64]func() SubscriptionStatus
 
 	cache sync.Map // measureKey → *measure; read on every delivery, so lock-free
+
+	// unset is otel's global delegating provider when kumi's tracer came
+	// from it before any provider was set, nil otherwise. While
+	// otel.GetTracerProvider still returns it, every span would be a
+	// non-recording one that nothing exports, and StartDelivery starts
+	// none; once the application sets a provider, the delegating tracer
+	// hands its spans to it.
+	unset trace.TracerProvider
 }
 
 // New returns a Telemetry using the providers in o. Instrument creation
@@ -52,8 +63,12 @@ type Telemetry struct {
 // otel.Handle and leave the affected instrument a no-op.
 func New(o Options) *Telemetry {
 	tp, mp, lg := o.TracerProvider, o.MeterProvider, o.Logger
+	var unset trace.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
+		if isOtelDefault(tp) {
+			unset = tp
+		}
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
@@ -63,6 +78,7 @@ func New(o Options) *Telemetry {
 	}
 	t := &Telemetry{
 		tracer:  tp.Tracer(ScopeName),
+		unset:   unset,
 		meter:   mp.Meter(ScopeName),
 		logger:  lg,
 		sources: map[uint64]func() SubscriptionStatus{},
@@ -77,6 +93,19 @@ func New(o Options) *Telemetry {
 	t.reg = reg
 	return t
 }
+
+// isOtelDefault reports whether tp is the delegating provider otel's
+// global returns before one is set (a type of otel's internal/global
+// package). Should otel rename it, kumi merely starts delivery spans
+// always, as before.
+func isOtelDefault(tp trace.TracerProvider) bool {
+	t := reflect.TypeOf(tp)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
+}
+
+// tracing reports whether delivery spans may record: a provider was given,
+// or the global one has been set since New.
+func (t *Telemetry) tracing() bool { return t.unset == nil || otel.GetTracerProvider() != t.unset }
 
 // Close unregisters the gauge callback from the meter provider. Spans and
 // counters still work after Close; only the gauges stop reporting. Call it

@@ -48,6 +48,8 @@
 // budget: [Options.MaxRestarts] restarts within a sliding
 // [Options.Window]; the failure after that stops the child (under
 // all-for-one, every child) or, with [EscalateWhenExhausted], escalates.
+// A child that reports a success ([Strategy.Succeeded]) starts over: its
+// next failure is a first one, with the first backoff and the whole budget.
 // A restart waits its backoff on a timer: the supervisor's mailbox is not
 // blocked, the failed child stays suspended, and [Strategy.Close] cancels
 // what is still pending. Failures of siblings while an all-for-one restart

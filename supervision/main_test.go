@@ -55,6 +55,9 @@ type fail struct{ err error }
 
 type ping struct{}
 
+// succeed makes a child report a success to the strategy (Succeeded).
+type succeed struct{}
+
 // escalation is a failure that reached the grandparent.
 type escalation struct {
 	who    *actor.PID
@@ -72,6 +75,7 @@ type tree struct {
 	gp        *actor.PID
 	parent    *actor.PID
 	children  []*actor.PID
+	strategy  *Strategy
 
 	mu           sync.Mutex
 	incarnations map[string]int
@@ -91,6 +95,7 @@ func newTree(t *testing.T, newStrategy func(Options) (*Strategy, error), opts Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr.strategy = s
 
 	parent := actor.PropsFromFunc(func(ctx actor.Context) {
 		switch msg := ctx.Message().(type) {
@@ -163,11 +168,17 @@ func (c *child) Receive(ctx actor.Context) {
 		c.tr.events <- event{kind: "stopped", name: c.name, pid: ctx.Self(), incarnation: c.incarn}
 	case fail:
 		panic(msg.err)
+	case succeed:
+		c.tr.strategy.Succeeded(ctx.Self())
+		c.tr.events <- event{kind: "succeeded", name: c.name, pid: ctx.Self(), incarnation: c.incarn}
 	}
 }
 
 // fail makes child i panic with err.
 func (tr *tree) fail(i int, err error) { tr.sys.Root.Send(tr.children[i], fail{err}) }
+
+// succeed makes child i report a success.
+func (tr *tree) succeed(i int) { tr.sys.Root.Send(tr.children[i], succeed{}) }
 
 // waitEvent reads events until one of kind about name arrives.
 func (tr *tree) waitEvent(t *testing.T, kind, name string) event {

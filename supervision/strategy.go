@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -102,6 +103,11 @@ type Strategy struct {
 	// all-for-one: the restart pending per supervisor, so that siblings
 	// failing while it waits join it instead of restarting everyone again.
 	pendingAll map[actor.Supervisor]*pendingRestart
+	// failing holds the children with a failure and no success since
+	// (Succeeded), with the time of their last failure; nFailing is its
+	// size, which Succeeded reads without the lock.
+	failing  map[childKey]time.Time
+	nFailing atomic.Int32
 }
 
 type pendingRestart struct {
@@ -137,6 +143,7 @@ func newStrategy(allForOne bool, opts Options) (*Strategy, error) {
 		opts:       opts,
 		pending:    make(map[*pendingRestart]struct{}),
 		pendingAll: make(map[actor.Supervisor]*pendingRestart),
+		failing:    make(map[childKey]time.Time),
 	}
 	if allForOne {
 		s.name = "all_for_one"
@@ -173,7 +180,7 @@ func (s *Strategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor
 
 	if directive == actor.RestartDirective {
 		var exhausted bool
-		d.Attempt, exhausted = s.count(rs)
+		d.Attempt, exhausted = s.count(child, rs, d.Time)
 		if exhausted {
 			d.Exhausted = true
 			d.Directive = actor.StopDirective
@@ -236,10 +243,11 @@ func (s *Strategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor
 }
 
 // count records a failure and returns the attempt number and whether the
-// budget is exhausted. A quiet window forgets old failures, which also
-// keeps the statistics from growing without bound.
-func (s *Strategy) count(rs *actor.RestartStatistics) (attempt int, exhausted bool) {
-	if rs.NumberOfFailures(s.opts.Window) == 0 {
+// budget is exhausted. A success since the last failure (Succeeded) or a
+// quiet window forgets old failures, which also keeps the statistics from
+// growing without bound.
+func (s *Strategy) count(child *actor.PID, rs *actor.RestartStatistics, now time.Time) (attempt int, exhausted bool) {
+	if !s.failedBefore(child, now) || rs.NumberOfFailures(s.opts.Window) == 0 {
 		rs.Reset()
 	}
 	rs.Fail()
@@ -335,6 +343,49 @@ func (s *Strategy) forget(p *pendingRestart) {
 	if s.pendingAll[p.sup] == p {
 		delete(s.pendingAll, p.sup)
 	}
+}
+
+// Succeeded reports that child handled a message: its next failure is
+// counted as its first again, so its restart waits the first backoff delay
+// and its budget starts over. Without it a child that fails now and then
+// but works in between — a handler that panics on some events and handles
+// the rest — would wait longer and longer restarts, up to Backoff.Max, and
+// run out of budget within a Window of mostly successes. Call it from the
+// child (a receiver middleware, after the message returned without a
+// panic); it costs an atomic load while no child of the strategy has
+// failed within the last Window.
+func (s *Strategy) Succeeded(child *actor.PID) {
+	if child == nil || s.nFailing.Load() == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.failing, keyOf(child))
+	s.nFailing.Store(int32(len(s.failing)))
+}
+
+// childKey identifies a child across its restarts (which keep its PID).
+type childKey struct{ address, id string }
+
+func keyOf(pid *actor.PID) childKey { return childKey{pid.Address, pid.Id} }
+
+// failedBefore records a failure of child at now and reports whether the
+// child had failed before without a success since (see Succeeded).
+// Children that have not failed for a Window are forgotten: stopped ones,
+// and quiet ones, whose statistics count nothing older anyway.
+func (s *Strategy) failedBefore(child *actor.PID, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, at := range s.failing {
+		if now.Sub(at) > s.opts.Window {
+			delete(s.failing, k)
+		}
+	}
+	k := keyOf(child)
+	_, before := s.failing[k]
+	s.failing[k] = now
+	s.nFailing.Store(int32(len(s.failing)))
+	return before
 }
 
 // Pending returns the number of restarts waiting for their backoff delay.

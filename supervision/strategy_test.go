@@ -64,6 +64,33 @@ func TestOneForOne(t *testing.T) {
 		}
 	})
 
+	t.Run("ASuccessStartsTheBackoffAndTheBudgetOver", func(t *testing.T) {
+		t.Parallel()
+		// A child that fails once per message it handles, and handles the
+		// message on its retry, must not see its restart delay grow from
+		// message to message, nor its budget run out.
+		tr, _ := newTree(t, OneForOne, Options{Backoff: fast, MaxRestarts: 2}, 2)
+		for round := 1; round <= 4; round++ {
+			tr.fail(0, errTransient)
+			d := recv(t, tr.decisions, "a decision")
+			checkDecision(t, d, Transient, actor.RestartDirective, 1)
+			if d.Delay != fast.Initial {
+				t.Fatalf("round %d waits %v, want the first delay, %v", round, d.Delay, fast.Initial)
+			}
+			tr.waitEvent(t, "started", "c0")
+			tr.succeed(0)
+			tr.waitEvent(t, "succeeded", "c0")
+		}
+		// Another child's success does not reset c1's count.
+		for attempt := 1; attempt <= 2; attempt++ {
+			tr.fail(1, errTransient)
+			checkDecision(t, recv(t, tr.decisions, "a decision"), Transient, actor.RestartDirective, attempt)
+			tr.waitEvent(t, "started", "c1")
+			tr.succeed(0)
+			tr.waitEvent(t, "succeeded", "c0")
+		}
+	})
+
 	t.Run("StopsOnALostFence", func(t *testing.T) {
 		t.Parallel()
 		tr, _ := newTree(t, OneForOne, Options{Backoff: fast}, 2)

@@ -29,7 +29,9 @@ func (q *Queue) Mailbox(middlewares ...actor.MailboxMiddleware) actor.MailboxPro
 			panic("overflow: a Queue's mailbox was spawned twice; create one Queue per actor")
 		}
 		q.mb = nil // registered again by RegisterHandlers
-		return &mailbox{q: q, middlewares: middlewares}
+		m := &mailbox{q: q, middlewares: middlewares}
+		m.processFn = m.process // one func value for every schedule, not one allocation each
+		return m
 	}
 }
 
@@ -47,6 +49,7 @@ type mailbox struct {
 	middlewares []actor.MailboxMiddleware
 	invoker     actor.MessageInvoker
 	dispatcher  actor.Dispatcher
+	processFn   func() // m.process, made once
 
 	sysMu sync.Mutex
 	sys   ring[any]
@@ -127,7 +130,7 @@ func (m *mailbox) UserMessageCount() int { return m.q.Len() }
 
 func (m *mailbox) schedule() {
 	if m.status.CompareAndSwap(idle, running) {
-		m.dispatcher.Schedule(m.process)
+		m.dispatcher.Schedule(m.processFn)
 	}
 }
 
