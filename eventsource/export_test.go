@@ -1,5 +1,23 @@
 package eventsource
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/internal/migrate"
+)
+
+// MigrateTo applies the store's migrations up to version only, for a test
+// of a later migration on data written before it.
+func MigrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, version int) error {
+	ms, err := migrate.Load(migrationFS, "migrations")
+	if err != nil {
+		return err
+	}
+	return migrate.Apply(ctx, pool, schema, "eventsource", ms[:version])
+}
+
 // MemberSQL exposes the statement of a consumer-group member's read, for
 // a test that checks its plan.
 func (s *Store) MemberSQL(size int) string { return memberRead(s.q, size).full }

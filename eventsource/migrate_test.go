@@ -2,6 +2,7 @@ package eventsource_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -23,9 +24,9 @@ func TestMigrate(t *testing.T) {
 			require.NoError(t, s.Migrate(ctx))
 		}
 		require.NoError(t, eventsource.Migrate(ctx, s.Pool(), s.Schema()))
-		var versions int
-		require.NoError(t, s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+s.QuotedSchema()+".schema_migrations WHERE component = 'eventsource'").Scan(&versions))
-		require.Equal(t, 1, versions)
+		var versions, last int
+		require.NoError(t, s.Pool().QueryRow(ctx, "SELECT count(*), max(version) FROM "+s.QuotedSchema()+".schema_migrations WHERE component = 'eventsource'").Scan(&versions, &last))
+		require.Equal(t, last, versions, "each migration applied once")
 		require.Equal(t, 1, countRows(t, s, "events"), "migrating again keeps the data")
 	})
 
@@ -82,4 +83,119 @@ func TestMigrate(t *testing.T) {
 		require.Equal(t, `"kumi"`, s.QuotedSchema())
 		require.Equal(t, "kumi_events", s.NotifyChannel())
 	})
+}
+
+// Migration 0004 moves positions from the events to the ranges of their
+// appends: events appended and sequenced before it read the same after it
+// (positions, order, streams, consumer-group members), those appended but
+// not yet sequenced get the next positions in insertion order, and appends
+// after it continue densely.
+func TestMigrationKeepsPositions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.NewSchema(t)
+	pool := pgtest.Pool(t)
+	require.NoError(t, eventsource.MigrateTo(ctx, pool, schema, 3))
+	s, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	q := s.QuotedSchema()
+
+	// Before 0004: the append statement is the same; the sequencer of the
+	// time numbered events one by one in seq order (here in SQL), and a
+	// consumer-group index was built on the events.
+	mustAppend(t, s, "acct-1", ev("A", `{"n":1}`), ev("B", `{"n":2}`), ev("C", `{"n":3}`))
+	mustAppend(t, s, "acct-2", ev("A", `{"n":4}`))
+	mustAppend(t, s, "order-1", ev("A", `{"n":5}`), ev("B", `{"n":6}`))
+	mustAppend(t, s, "acct-1", ev("D", `{"n":7}`), ev("E", `{"n":8}`))
+	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s.events e SET position = p.pos
+FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS pos FROM %[1]s.events WHERE stream_name <> 'acct-2' AND NOT (stream_name = 'acct-1' AND version >= 3)) p
+WHERE e.seq = p.seq;
+UPDATE %[1]s.sequencer SET last_position = (SELECT max(position) FROM %[1]s.events);
+CREATE INDEX events_cg_4 ON %[1]s.events (category, (((cg_hash %% 4) + 4) %% 4), position) WHERE position IS NOT NULL`, q))
+	require.NoError(t, err)
+	mustAppend(t, s, "acct-2", ev("B", `{"n":9}`)) // after acct-2's unsequenced first event
+	type key struct {
+		stream  string
+		version int64
+	}
+	before := map[key]int64{}
+	rows, err := pool.Query(ctx, "SELECT stream_name, version, coalesce(position, 0) FROM "+q+".events")
+	require.NoError(t, err)
+	for rows.Next() {
+		var k key
+		var p int64
+		require.NoError(t, rows.Scan(&k.stream, &k.version, &p))
+		before[k] = p
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, before, 9)
+
+	require.NoError(t, s.Migrate(ctx))
+	s, err = eventsource.New(pool, eventsource.Config{Schema: schema}) // a process started after the upgrade
+	require.NoError(t, err)
+
+	// Sequenced events: the same positions, $all and a category in the
+	// same order; unsequenced ones still at 0 in their streams.
+	all, err := s.ReadAll(ctx, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 5)
+	for i, e := range all {
+		require.Equal(t, int64(i+1), e.Position)
+		require.Equal(t, before[key{e.Stream, e.Version}], e.Position, "%s@%d", e.Stream, e.Version)
+	}
+	for _, stream := range []string{"acct-1", "acct-2", "order-1"} {
+		events, err := s.ReadStream(ctx, stream, 0, 0)
+		require.NoError(t, err)
+		for i, e := range events {
+			require.Equal(t, int64(i), e.Version)
+			require.Equal(t, before[key{stream, e.Version}], e.Position, "%s@%d", stream, e.Version)
+		}
+	}
+	acct, err := s.ReadCategory(ctx, "acct", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, acct, 3)
+
+	// The rest is sequenced after the head, in insertion order; a new
+	// append follows densely.
+	n, err := s.Sequence(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	mustAppend(t, s, "acct-3", ev("A", `{"n":10}`), ev("B", `{"n":11}`))
+	sequenceAll(t, s)
+	all, err = s.ReadAll(ctx, 0, 0)
+	require.NoError(t, err)
+	require.Len(t, all, 11)
+	last := map[string]int64{}
+	for i, e := range all {
+		require.Equal(t, int64(i+1), e.Position, "dense")
+		if v, ok := last[e.Stream]; ok {
+			require.Equal(t, v+1, e.Version, "%s in version order", e.Stream)
+		}
+		last[e.Stream] = e.Version
+	}
+	// In insertion order: acct-2's first event, acct-1's second append,
+	// acct-2's second event.
+	require.Equal(t, []string{"acct-2", "acct-1", "acct-1", "acct-2"},
+		[]string{all[5].Stream, all[6].Stream, all[7].Stream, all[8].Stream})
+
+	// The consumer-group index on the events went with their position
+	// column; it is built again on the ranges, and the members partition
+	// the category.
+	var old int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'events' AND indexname = 'events_cg_4'`,
+		schema).Scan(&old))
+	require.Zero(t, old)
+	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 4))
+	seen := 0
+	for m := range 4 {
+		events, err := s.ReadMember(ctx, "acct", m, 4, 0, 0)
+		require.NoError(t, err)
+		for _, e := range events {
+			name, err := eventsource.ParseStreamName(e.Stream)
+			require.NoError(t, err)
+			require.Equal(t, m, eventsource.BucketOf(name, 4))
+		}
+		seen += len(events)
+	}
+	require.Equal(t, 9, seen)
 }
