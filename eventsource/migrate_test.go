@@ -100,20 +100,30 @@ func TestMigrationKeepsPositions(t *testing.T) {
 	require.NoError(t, err)
 	q := s.QuotedSchema()
 
-	// Before 0004: the append statement is the same; the sequencer of the
-	// time numbered events one by one in seq order (here in SQL), and a
-	// consumer-group index was built on the events.
-	mustAppend(t, s, "acct-1", ev("A", `{"n":1}`), ev("B", `{"n":2}`), ev("C", `{"n":3}`))
-	mustAppend(t, s, "acct-2", ev("A", `{"n":4}`))
-	mustAppend(t, s, "order-1", ev("A", `{"n":5}`), ev("B", `{"n":6}`))
-	mustAppend(t, s, "acct-1", ev("D", `{"n":7}`), ev("E", `{"n":8}`))
+	// Before 0004: the append statement of the time (each event drew its
+	// seq), and its sequencer numbering events one by one in seq order
+	// (here in SQL); a consumer-group index was built on the events.
+	oldAppend := func(stream string, n int) {
+		name, err := eventsource.ParseStreamName(stream)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, fmt.Sprintf(`WITH s AS (INSERT INTO %[1]s.streams AS st (stream_name, version) VALUES ($1, $2::bigint - 1)
+ON CONFLICT (stream_name) DO UPDATE SET version = st.version + $2 RETURNING version)
+INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT gen_random_uuid(), $1, $3, $4, %[1]s.cg_hash($4), s.version - $2 + g, 'Old', jsonb_build_object('g', g)
+FROM s, generate_series(1, $2::int) AS g`, q), stream, n, name.Category, name.CardinalID)
+		require.NoError(t, err)
+	}
+	oldAppend("acct-1", 3)
+	oldAppend("acct-2", 1)
+	oldAppend("order-1", 2)
+	oldAppend("acct-1", 2)
 	_, err = pool.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s.events e SET position = p.pos
 FROM (SELECT seq, row_number() OVER (ORDER BY seq) AS pos FROM %[1]s.events WHERE stream_name <> 'acct-2' AND NOT (stream_name = 'acct-1' AND version >= 3)) p
 WHERE e.seq = p.seq;
 UPDATE %[1]s.sequencer SET last_position = (SELECT max(position) FROM %[1]s.events);
 CREATE INDEX events_cg_4 ON %[1]s.events (category, (((cg_hash %% 4) + 4) %% 4), position) WHERE position IS NOT NULL`, q))
 	require.NoError(t, err)
-	mustAppend(t, s, "acct-2", ev("B", `{"n":9}`)) // after acct-2's unsequenced first event
+	oldAppend("acct-2", 1) // after acct-2's unsequenced first event
 	type key struct {
 		stream  string
 		version int64
@@ -156,15 +166,19 @@ CREATE INDEX events_cg_4 ON %[1]s.events (category, (((cg_hash %% 4) + 4) %% 4),
 	require.Len(t, acct, 3)
 
 	// The rest is sequenced after the head, in insertion order; a new
-	// append follows densely.
+	// append follows densely, and so does one by the previous version's
+	// statement (a process not yet upgraded), which the trigger gives a
+	// range per event.
 	n, err := s.Sequence(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	mustAppend(t, s, "acct-3", ev("A", `{"n":10}`), ev("B", `{"n":11}`))
+	oldAppend("acct-4", 2)
+	mustAppend(t, s, "acct-4", ev("C", `{"n":12}`))
 	sequenceAll(t, s)
 	all, err = s.ReadAll(ctx, 0, 0)
 	require.NoError(t, err)
-	require.Len(t, all, 11)
+	require.Len(t, all, 14)
 	last := map[string]int64{}
 	for i, e := range all {
 		require.Equal(t, int64(i+1), e.Position, "dense")
@@ -197,5 +211,5 @@ CREATE INDEX events_cg_4 ON %[1]s.events (category, (((cg_hash %% 4) + 4) %% 4),
 		}
 		seen += len(events)
 	}
-	require.Equal(t, 9, seen)
+	require.Equal(t, 12, seen)
 }

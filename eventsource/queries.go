@@ -91,19 +91,27 @@ func newQueries(q string) queries {
 	// The statement returns one row, the stream's new version and the
 	// count of events inserted, or none. (The single-event form returns
 	// the inserted row's version: a little cheaper than counting.)
+	// The CTE r inserts the append's range (see migration 0004): it
+	// draws the append's seq after s holds the stream's row, and the
+	// events carry it.
+	ranges := func(streamCTE string) string {
+		return fmt.Sprintf(`WITH s AS (%s), r AS (
+INSERT INTO %[2]s.appends (stream_name, first_version, last_version, category, cg_hash)
+SELECT $1, s.version - $2 + 1, s.version, $7, $9 FROM s RETURNING seq)`, streamCTE, q)
+	}
 	batch := func(streamCTE string) string {
-		return fmt.Sprintf(`WITH s AS (%s), ins AS (
-INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
-SELECT u.id, $1, $7, $8, $9, s.version - $2 + u.ord, u.type, u.data::jsonb, u.meta::jsonb
-FROM s, unnest($3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, type, data, meta, ord)
+		return fmt.Sprintf(`%s, ins AS (
+INSERT INTO %[2]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
+SELECT r.seq, u.id, $1, $7, $8, $9, s.version - $2 + u.ord, u.type, u.data::jsonb, u.meta::jsonb
+FROM s, r, unnest($3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, type, data, meta, ord)
 RETURNING 1)
-SELECT s.version, (SELECT count(*) FROM ins) FROM s`, streamCTE, q)
+SELECT s.version, (SELECT count(*) FROM ins) FROM s`, ranges(streamCTE), q)
 	}
 	single := func(streamCTE string) string {
-		return fmt.Sprintf(`WITH s AS (%s)
-INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
-SELECT $3::uuid, $1, $7, $8, $9, s.version, $4::text, $5::text::jsonb, $6::text::jsonb FROM s
-RETURNING version, 1::bigint`, streamCTE, q)
+		return fmt.Sprintf(`%s
+INSERT INTO %[2]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
+SELECT r.seq, $3::uuid, $1, $7, $8, $9, s.version, $4::text, $5::text::jsonb, $6::text::jsonb FROM s, r
+RETURNING version, 1::bigint`, ranges(streamCTE), q)
 	}
 	both := func(streamCTE string) [2]string { return [2]string{batch(streamCTE), single(streamCTE)} }
 	return queries{
@@ -131,7 +139,7 @@ JOIN %[1]s.events e ON e.event_id = k.id `+rangeOf+` ORDER BY k.ord`, q),
 
 		// The head, the age of the oldest unsequenced event above the
 		// watermark in insertion order (NULL when there is none), the
-		// watermark and the sequence's last value ($1 is the quoted events
+		// watermark and the sequence's last value ($1 is the quoted appends
 		// table): the sequencer's cheap look when idle, which also notices
 		// a reset of the sequence (see Store.sequenceOnce).
 		sequencerPending: fmt.Sprintf(`SELECT s.last_position, (SELECT extract(epoch FROM now() - a.recorded_at)::float8
@@ -145,7 +153,7 @@ FROM %[1]s.sequencer s WHERE s.id = 1`, q),
 		sequencerBacklog: fmt.Sprintf(`SELECT LEAST(coalesce(sum(b.n), 0), $1::bigint)::bigint FROM (SELECT last_version - first_version + 1 AS n
 FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1) LIMIT $1::bigint) b`, q),
 		// The transaction's own settings first, then the sequence's last
-		// value; $1 is the quoted events table. This statement runs under
+		// value; $1 is the quoted appends table. This statement runs under
 		// the session's timeouts (a role's or a database's), every later
 		// one under the sequencer's: $2 and $3 are its statement and lock
 		// timeouts, and a transaction_timeout (PostgreSQL 17 and later) is

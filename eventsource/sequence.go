@@ -172,9 +172,9 @@ type SequenceResetError struct {
 
 // Error says what happened and what to do.
 func (e *SequenceResetError) Error() string {
-	return fmt.Sprintf("kumi: the events' seq sequence in schema %q went back to %d (watermark %d, last seen %d): "+
+	return fmt.Sprintf("kumi: the appends' seq sequence in schema %q went back to %d (watermark %d, last seen %d): "+
 		"the sequencer lowered its watermark to 0 and sequences the new events (nothing is skipped); "+
-		"set the sequence above the events' seqs: SELECT setval(pg_get_serial_sequence('%s.events', 'seq'), (SELECT max(seq) FROM %s.events))",
+		"set the sequence above the appends' seqs: SELECT setval(pg_get_serial_sequence('%s.appends', 'seq'), (SELECT max(seq) FROM %s.appends))",
 		e.Schema, e.LastValue, e.Watermark, e.Seen, pgIdent(e.Schema), pgIdent(e.Schema))
 }
 
@@ -249,7 +249,7 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 	// One round trip, two statements in order: the settings and M, then
 	// the lock and X.
 	batch := &pgx.Batch{}
-	batch.Queue(s.sql.sequencerLastSeq, s.q+".events", pgInterval(timeout), pgInterval(SequencerLockTimeout),
+	batch.Queue(s.sql.sequencerLastSeq, s.q+".appends", pgInterval(timeout), pgInterval(SequencerLockTimeout),
 		pgInterval(SequencerStallTimeout))
 	batch.Queue(s.sql.sequencerLock)
 	br := tx.SendBatch(ctx, batch)

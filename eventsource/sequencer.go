@@ -258,7 +258,7 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 	if !local {
 		var head, low, lastSeq int64
 		var age *float64
-		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending, q.store.q+".events").Scan(&head, &age, &low, &lastSeq)
+		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending, q.store.q+".appends").Scan(&head, &age, &low, &lastSeq)
 		q.countAttempt()
 		switch {
 		case err == nil:
