@@ -164,10 +164,16 @@ func TestConsumerGroups(t *testing.T) {
 	t.Run("MemberReadUsesTheConsumerGroupIndex", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
+		// 500 streams, a third of them in the category, each one append
+		// of 60 events, written as the append statement writes them.
 		_, err := s.Pool().Exec(ctx, fmt.Sprintf(`
-INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
-SELECT gen_random_uuid(), c || '-' || (i %% 500), c, (i %% 500)::text, %[1]s.cg_hash((i %% 500)::text), i / 500, 'E', '{}'
-FROM generate_series(0, 29999) AS i, LATERAL (SELECT CASE WHEN i %% 3 = 0 THEN 'cg' ELSE 'noise' END AS c) cat`, s.QuotedSchema()))
+INSERT INTO %[1]s.appends (seq, stream_name, first_version, last_version, category, cg_hash) OVERRIDING SYSTEM VALUE
+SELECT k + 1, c || '-' || k, 0, 59, c, %[1]s.cg_hash(k::text)
+FROM generate_series(0, 499) AS k, LATERAL (SELECT CASE WHEN k %% 3 = 0 THEN 'cg' ELSE 'noise' END AS c) cat;
+INSERT INTO %[1]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT k + 1, gen_random_uuid(), c || '-' || k, c, k::text, %[1]s.cg_hash(k::text), v, 'E', '{}'
+FROM generate_series(0, 499) AS k, generate_series(0, 59) AS v,
+  LATERAL (SELECT CASE WHEN k %% 3 = 0 THEN 'cg' ELSE 'noise' END AS c) cat`, s.QuotedSchema()))
 		require.NoError(t, err)
 		n, err := s.Sequence(ctx)
 		require.NoError(t, err)

@@ -2,8 +2,9 @@
 -- appends"). {{schema}} is replaced by the quoted schema name.
 --
 -- Appends wait on this lock. A process of the previous version still
--- running afterwards fails loudly in its sequencer and its reads
--- (events.position is gone); its appends go on, through the trigger below.
+-- running afterwards fails loudly, writing nothing: its sequencer and its
+-- reads name events.position, which is gone, and its appends give no seq,
+-- which is NOT NULL without a default now.
 LOCK TABLE {{schema}}.events IN ACCESS EXCLUSIVE MODE;
 -- For the unqualified names below (pg_get_serial_sequence reads its
 -- argument as SQL text, which a schema name must not be spliced into).
@@ -43,26 +44,6 @@ CREATE INDEX appends_unsequenced ON {{schema}}.appends (seq) WHERE last_position
 -- every consumer-group index events_cg_<n>: those are rebuilt on appends.
 ALTER TABLE {{schema}}.events DROP COLUMN position;
 -- An event's seq is now its range's, given by the append statement: one
--- number per append, not per event.
+-- number per append, not per event. An insert that gives none is refused
+-- (NOT NULL): an event without a range would never get a position.
 ALTER TABLE {{schema}}.events ALTER COLUMN seq DROP IDENTITY;
-
--- An insert that gives no seq (SQL written by hand or by a tool, or the
--- append statement of a process of the previous version) gets a range per
--- event here. It takes its transaction's xid before it draws the seq, as
--- the append statement does (see the sequencer's watermark). The append
--- statement gives the seq, and the WHEN clause skips the function. The
--- function's search_path is the store's schema (then pg_temp, so that no
--- temporary table stands in for appends): no schema name in its body.
-CREATE FUNCTION {{schema}}.events_range() RETURNS trigger
-    LANGUAGE plpgsql SET search_path = {{schema}}, pg_temp
-    AS $$
-BEGIN
-    PERFORM pg_current_xact_id();
-    INSERT INTO appends (stream_name, first_version, last_version, category, cg_hash, recorded_at)
-    VALUES (NEW.stream_name, NEW.version, NEW.version, NEW.category, NEW.cg_hash, NEW.recorded_at)
-    RETURNING seq INTO NEW.seq;
-    RETURN NEW;
-END
-$$;
-CREATE TRIGGER events_range BEFORE INSERT ON {{schema}}.events
-    FOR EACH ROW WHEN (NEW.seq IS NULL) EXECUTE FUNCTION {{schema}}.events_range();
