@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,9 +37,9 @@ func latencyEnv(name string, def int) int {
 }
 
 // BenchmarkLiveLatencyRemote: append → handler start with the appender in
-// another process, at KUMI_LATENCY_RATE events/s (default 5,000), one
-// event per append over 500 streams, for KUMI_LATENCY_SECONDS (default
-// 10). The appender is this test binary run again as a child process; it
+// another process, at KUMI_LATENCY_RATE events/s (default 5,000), in
+// appends of KUMI_LATENCY_BATCH events (default 1) over 500 streams, for
+// KUMI_LATENCY_SECONDS (default 10). The appender is this test binary run again as a child process; it
 // runs a Sequencer, as every process that appends should, and its appends
 // wake it. Here one worker, 8 buckets, records for each event the time
 // from just before its Append (the event's data, a clock of the same
@@ -48,6 +49,7 @@ func latencyEnv(name string, def int) int {
 //	go test -run '^$' -bench BenchmarkLiveLatencyRemote -benchtime 1x ./actors/
 func BenchmarkLiveLatencyRemote(b *testing.B) {
 	rate, seconds := latencyEnv("KUMI_LATENCY_RATE", 5000), latencyEnv("KUMI_LATENCY_SECONDS", 10)
+	batch := latencyEnv("KUMI_LATENCY_BATCH", 1)
 	_, schema := newTestStore(b)
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -70,14 +72,15 @@ func BenchmarkLiveLatencyRemote(b *testing.B) {
 		mu.Unlock()
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(b),
-			fmt.Sprintf("%s=%s %d %d", latencyAppenderEnv, schema, rate, seconds))
+			fmt.Sprintf("%s=%s %d %d %d", latencyAppenderEnv, schema, rate, seconds, batch))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		require.NoError(b, cmd.Run(), "appender process: %s", out.String())
 		var appended int
 		var reached float64
-		_, err := fmt.Sscanf(strings.TrimSpace(out.String()), "appended %d at %f", &appended, &reached)
-		require.NoError(b, err, "appender process: %s", out.String())
+		child := strings.TrimSpace(out.String())
+		_, err := fmt.Sscanf(child, "appended %d at %f", &appended, &reached)
+		require.NoError(b, err, "appender process: %s", child)
 		pgtest.Eventually(b, time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return len(lat) >= appended }, "all handled")
 
 		mu.Lock()
@@ -91,23 +94,23 @@ func BenchmarkLiveLatencyRemote(b *testing.B) {
 		if l, err := os.ReadFile("/proc/loadavg"); err == nil {
 			load = strings.Join(strings.Fields(string(l))[:3], " ")
 		}
-		b.Logf("live latency append→handler, appender in another process at %d events/s (reached %.0f) for %ds, %d events: "+
-			"p50 %v, p99 %v, max %v; load average %s",
-			rate, reached, seconds, appended, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), pmax.Round(time.Millisecond), load)
+		b.Logf("live latency append→handler, appender in another process at %d events/s in appends of %d for %ds: "+
+			"p50 %v, p99 %v, max %v; the appender: %s; load average %s",
+			rate, batch, seconds, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), pmax.Round(time.Millisecond), child, load)
 	}
 }
 
 // runLatencyAppender is the appender process of BenchmarkLiveLatencyRemote:
-// spec is "schema rate seconds". It appends rate single-event appends a
-// second (each in a goroutine of its own, paced by the clock, not by the
+// spec is "schema rate seconds batch". It appends rate events a second in
+// appends of batch events (each in a goroutine of its own, paced by the clock, not by the
 // appends: a slow append delays nothing after it) for the given seconds,
 // with its own Sequencer, waits until every event has a position, and
-// prints "appended N at R" (R: events/s reached). It returns the exit
-// code.
+// prints "appended N at R, append p50 … p99 …" (R: events/s reached; the
+// percentiles of the appends' own time). It returns the exit code.
 func runLatencyAppender(spec string) int {
 	var schema string
-	var rate, seconds int
-	if _, err := fmt.Sscanf(spec, "%s %d %d", &schema, &rate, &seconds); err != nil {
+	var rate, seconds, batch int
+	if _, err := fmt.Sscanf(spec, "%s %d %d %d", &schema, &rate, &seconds, &batch); err != nil {
 		fmt.Fprintln(os.Stderr, "appender:", err)
 		return 2
 	}
@@ -140,18 +143,25 @@ func runLatencyAppender(spec string) int {
 
 	var wg sync.WaitGroup
 	var failed atomic.Value
-	total := rate * seconds
+	appends := rate * seconds / batch
+	total := appends * batch
+	took := make([]time.Duration, appends) // each append's own time
 	start := time.Now()
 	tick := time.NewTicker(time.Millisecond)
-	for sent := 0; sent < total; {
+	for sent := 0; sent < appends; {
 		<-tick.C
-		due := min(total, int(time.Since(start).Seconds()*float64(rate)))
+		due := min(appends, int(time.Since(start).Seconds()*float64(rate)/float64(batch)))
 		for ; sent < due; sent++ {
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				_, err := store.Append(ctx, fmt.Sprintf("live-%d", i%500), eventsource.Any,
-					[]eventsource.EventData{{Type: "Tick", Data: []byte(strconv.FormatInt(time.Now().UnixNano(), 10))}})
+				at := time.Now()
+				events := make([]eventsource.EventData, batch)
+				for k := range events {
+					events[k] = eventsource.EventData{Type: "Tick", Data: []byte(strconv.FormatInt(at.UnixNano(), 10))}
+				}
+				_, err := store.Append(ctx, fmt.Sprintf("live-%d", i%500), eventsource.Any, events)
+				took[i] = time.Since(at)
 				if err != nil {
 					failed.Store(err)
 				}
@@ -172,6 +182,8 @@ func runLatencyAppender(spec string) int {
 		fmt.Fprintln(os.Stderr, "appender: not every event sequenced within a minute")
 		return 1
 	}
-	fmt.Printf("appended %d at %.0f\n", total, float64(total)/elapsed.Seconds())
+	slices.Sort(took)
+	fmt.Printf("appended %d at %.0f, append p50 %v p99 %v\n", total, float64(total)/elapsed.Seconds(),
+		took[appends/2].Round(10*time.Microsecond), took[appends*99/100].Round(10*time.Microsecond))
 	return 0
 }
