@@ -12,7 +12,9 @@ import (
 )
 
 // Sequence gives global positions to committed events that have none, in
-// insertion order, and returns how many it sequenced. It is what a
+// the insertion order of their appends (each append's events get
+// consecutive positions, in version order, from one update of its range),
+// and returns how many events it sequenced. It is what a
 // [Sequencer] runs; tests and tools call it directly. When another process
 // is sequencing at that moment it returns 0 at once.
 //
@@ -27,10 +29,11 @@ import (
 //
 // Each step sets its own statement and lock timeouts (SET LOCAL: see
 // [SequencerStatementTimeout]), whatever the role or database sets; a step
-// that times out all the same is retried at once with half the batch, down
-// to a single event, and the batch grows back after steps that succeed.
+// that times out all the same is retried at once with half the batch (of
+// appends), down to a single append, and the batch grows back after steps
+// that succeed.
 //
-// When it finds that the events' identity sequence was reset below the
+// When it finds that the appends' identity sequence was reset below the
 // search watermark, it recovers (see sequenceOnce), goes on, and returns
 // the events it sequenced with a [*SequenceResetError].
 func (s *Store) Sequence(ctx context.Context) (int, error) {

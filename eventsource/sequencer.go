@@ -58,9 +58,9 @@ type SequencerStats struct {
 	Failing            int
 	FailingSince       time.Time
 	LastError          error
-	// Batch is the current step size: SequencerBatchDefault, or less for
-	// a while after steps were cancelled by a timeout (Timeouts counts
-	// them).
+	// Batch is the current step size, in appends: SequencerBatchDefault,
+	// or less for a while after steps were cancelled by a timeout
+	// (Timeouts counts them).
 	Batch    int
 	Timeouts int64
 	// Resets counts resets of the events' sequence found and recovered
