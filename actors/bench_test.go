@@ -34,16 +34,22 @@ func benchEvents() int {
 }
 
 // seedBench inserts n events of category "bench" over 10,000 streams
-// straight into the table (as appends would have written them) and
-// sequences them.
+// straight into the tables, as appends of 10 events would have written
+// them (append k to stream k mod 10,000, its seq k+1), and sequences them.
 func seedBench(b *testing.B, s *eventsource.Store, n int) {
 	ctx := context.Background()
 	q := s.QuotedSchema()
+	require.Zero(b, n%10, "events in appends of 10")
 	_, err := s.Pool().Exec(ctx, fmt.Sprintf(`
-INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
-SELECT gen_random_uuid(), 'bench-' || (i %% 10000), 'bench', (i %% 10000)::text, %[1]s.cg_hash((i %% 10000)::text),
-       i / 10000, 'Seeded', jsonb_build_object('i', i)
+INSERT INTO %[1]s.appends (seq, stream_name, first_version, last_version, category, cg_hash) OVERRIDING SYSTEM VALUE
+SELECT k + 1, 'bench-' || (k %% 10000), (k / 10000) * 10, (k / 10000) * 10 + 9, 'bench', %[1]s.cg_hash((k %% 10000)::text)
+FROM generate_series(0, %[2]d / 10 - 1) AS k;
+INSERT INTO %[1]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT i / 10 + 1, gen_random_uuid(), 'bench-' || (i / 10 %% 10000), 'bench', (i / 10 %% 10000)::text,
+       %[1]s.cg_hash((i / 10 %% 10000)::text), (i / 10 / 10000) * 10 + i %% 10, 'Seeded', jsonb_build_object('i', i)
 FROM generate_series(0, %[2]d - 1) AS i ORDER BY i`, q, n))
+	require.NoError(b, err)
+	_, err = s.Pool().Exec(ctx, "SELECT setval(pg_get_serial_sequence($1, 'seq'), $2)", q+".appends", n/10)
 	require.NoError(b, err)
 	got, err := s.Sequence(ctx)
 	require.NoError(b, err)

@@ -18,7 +18,13 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The child process of BenchmarkLiveLatencyRemote: an appender, not tests.
+	if spec := os.Getenv(latencyAppenderEnv); spec != "" {
+		os.Exit(runLatencyAppender(spec))
+	}
+	pgtest.Main(m)
+}
 
 func quietSystem() *actor.ActorSystem {
 	var h slog.Handler = slog.DiscardHandler

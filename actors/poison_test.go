@@ -24,10 +24,12 @@ func insertPoison(t *testing.T, store *eventsource.Store, stream string) uuid.UU
 	id := uuid.New()
 	_, err = store.Pool().Exec(ctx, fmt.Sprintf(`WITH s AS (
   INSERT INTO %[1]s.streams AS st (stream_name, version) VALUES ($2, 0)
-  ON CONFLICT (stream_name) DO UPDATE SET version = st.version + 1 RETURNING version)
-INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
-SELECT $1, $2, $3, $4, %[1]s.cg_hash($4), s.version, 'Poison',
-  (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 8300)) FROM s`, store.QuotedSchema()),
+  ON CONFLICT (stream_name) DO UPDATE SET version = st.version + 1 RETURNING version), r AS (
+  INSERT INTO %[1]s.appends (stream_name, first_version, last_version, category, cg_hash)
+  SELECT $2, s.version, s.version, $3, %[1]s.cg_hash($4) FROM s RETURNING seq)
+INSERT INTO %[1]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT r.seq, $1, $2, $3, $4, %[1]s.cg_hash($4), s.version, 'Poison',
+  (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 8300)) FROM s, r`, store.QuotedSchema()),
 		id, stream, sn.Category, sn.CardinalID)
 	require.NoError(t, err)
 	return id

@@ -219,6 +219,7 @@ const (
 	drainStreams = 10_000
 	drainBuckets = 8
 	drainPage    = 1000
+	drainAppend  = 10 // events per append
 	drainRounds  = 4
 )
 
@@ -239,8 +240,19 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 	sequenced := time.Since(start)
 	start = time.Now()
 	require.NoError(b, s.EnsureConsumerGroupIndex(ctx, drainBuckets))
-	_, err = pool.Exec(ctx, "VACUUM ANALYZE "+s.QuotedSchema()+".events")
+	// The raw side reads the same rows laid out as before positions moved
+	// to the ranges: one table, the position in each row, an index on
+	// (category, position).
+	_, err = pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s.raw_events AS
+SELECT e.event_id, e.stream_name, e.category, e.version, a.last_position - a.last_version + e.version AS position,
+  e.cg_hash, e.type, e.data, e.metadata, e.recorded_at
+FROM %[1]s.appends a JOIN %[1]s.events e ON e.stream_name = a.stream_name AND e.version BETWEEN a.first_version AND a.last_version;
+CREATE INDEX ON %[1]s.raw_events (category, position)`, s.QuotedSchema()))
 	require.NoError(b, err)
+	for _, table := range []string{"events", "appends", "raw_events"} {
+		_, err = pool.Exec(ctx, "VACUUM ANALYZE "+s.QuotedSchema()+"."+table)
+		require.NoError(b, err)
+	}
 	indexed := time.Since(start)
 	b.Logf("drain seed: %d events inserted in %v, sequenced in %v (%.0f events/s), indexed and vacuumed in %v",
 		drainEvents, seeded.Round(time.Millisecond), sequenced.Round(time.Millisecond), drainEvents/sequenced.Seconds(), indexed.Round(time.Millisecond))
@@ -252,8 +264,8 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 	require.NoError(b, err)
 	b.Logf("bucket read plan: %s", strings.TrimSpace(plan[min(1, len(plan)-1)]))
 
-	rawSQL := fmt.Sprintf(`SELECT event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at
-		FROM %s.events WHERE category = $1 AND position > $2 AND position <= $3 ORDER BY position LIMIT $4`, s.QuotedSchema())
+	rawSQL := fmt.Sprintf(`SELECT event_id, stream_name, category, version, position, cg_hash, type, data, metadata, recorded_at
+		FROM %s.raw_events WHERE category = $1 AND position > $2 AND position <= $3 ORDER BY position LIMIT $4`, s.QuotedSchema())
 
 	var rawTime, storeTime time.Duration
 	var ratios []float64
@@ -330,18 +342,26 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 		drainEvents/single.Seconds())
 }
 
-// seedDrain inserts the drain's events straight into the events table with
-// one INSERT … SELECT generate_series (ids are random v4 UUIDs, data a small
-// object), as appends would have written them but unsequenced; the
-// benchmark then sequences them with one Store.Sequence call.
+// seedDrain inserts the drain's events and their ranges straight into the
+// tables with INSERT … SELECT generate_series (ids are random v4 UUIDs,
+// data a small object), as appends of drainAppend events each would have
+// written them, but unsequenced: append k is to stream k mod drainStreams,
+// its seq k+1; the benchmark then sequences them with one Store.Sequence
+// call.
 func seedDrain(b *testing.B, s *eventsource.Store) {
 	ctx := context.Background()
 	q := s.QuotedSchema()
 	_, err := s.Pool().Exec(ctx, fmt.Sprintf(`
-INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
-SELECT gen_random_uuid(), 'bench-' || (i %% %[2]d), 'bench', (i %% %[2]d)::text, %[1]s.cg_hash((i %% %[2]d)::text),
-       i / %[2]d, 'Seeded', jsonb_build_object('i', i, 'note', 'seeded benchmark event')
-FROM generate_series(0, %[3]d - 1) AS i ORDER BY i`, q, drainStreams, drainEvents))
+INSERT INTO %[1]s.appends (seq, stream_name, first_version, last_version, category, cg_hash) OVERRIDING SYSTEM VALUE
+SELECT k + 1, 'bench-' || (k %% %[2]d), (k / %[2]d) * %[4]d, (k / %[2]d) * %[4]d + %[4]d - 1, 'bench', %[1]s.cg_hash((k %% %[2]d)::text)
+FROM generate_series(0, %[3]d / %[4]d - 1) AS k;
+INSERT INTO %[1]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT i / %[4]d + 1, gen_random_uuid(), 'bench-' || (i / %[4]d %% %[2]d), 'bench', (i / %[4]d %% %[2]d)::text,
+       %[1]s.cg_hash((i / %[4]d %% %[2]d)::text), (i / %[4]d / %[2]d) * %[4]d + i %% %[4]d, 'Seeded',
+       jsonb_build_object('i', i, 'note', 'seeded benchmark event')
+FROM generate_series(0, %[3]d - 1) AS i ORDER BY i`, q, drainStreams, drainEvents, drainAppend))
+	require.NoError(b, err)
+	_, err = s.Pool().Exec(ctx, "SELECT setval(pg_get_serial_sequence($1, 'seq'), $2)", q+".appends", drainEvents/drainAppend)
 	require.NoError(b, err)
 	_, err = s.Pool().Exec(ctx, fmt.Sprintf(`INSERT INTO %s.streams (stream_name, version)
 SELECT 'bench-' || i, %d - 1 FROM generate_series(0, %d - 1) AS i`, q, drainEvents/drainStreams, drainStreams))

@@ -55,11 +55,11 @@ func BucketOfHash(hash int64, n int) int {
 // BucketOf returns the bucket of a stream in a group of n.
 func BucketOf(stream StreamName, n int) int { return BucketOfHash(Hash(stream.CardinalID), n) }
 
-// bucketExpr is the SQL expression of an event's bucket in a group of n. n
-// is an integer literal so that the planner matches it to the
-// consumer-group index.
-func bucketExpr(n int) string {
-	return fmt.Sprintf("(((cg_hash %% %d) + %d) %% %d)", n, n, n)
+// bucketExpr is the SQL expression of the bucket in a group of n of the
+// hash column hash (cg_hash, or a qualified a.cg_hash). n is an integer
+// literal so that the planner matches it to the consumer-group index.
+func bucketExpr(hash string, n int) string {
+	return fmt.Sprintf("(((%s %% %d) + %d) %% %d)", hash, n, n, n)
 }
 
 // cgIndexLockPoll is how often EnsureConsumerGroupIndex retries the lock

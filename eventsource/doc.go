@@ -56,14 +56,18 @@
 // a larger one, and a reader that has moved past it would skip it).
 // Instead a [Sequencer] assigns them after commit: [Store.Sequence] takes
 // the single sequencer row FOR UPDATE SKIP LOCKED, then, in a fresh
-// statement that sees every committed event, numbers the committed events
+// statement that sees every committed event, numbers the committed appends
 // that have no position yet in insertion order, continuing from the last
-// position, and commits. One sequencer runs at a time across all
+// position, and commits. It numbers appends, not events: each append
+// writes one narrow row, the range of versions it added to its stream, and
+// an event's position is its range's last position less the versions
+// after it in the range, so an append of 100 events costs the sequencer
+// one row; reads join the ranges to the events. One sequencer runs at a time across all
 // processes; the others skip. An event that commits late is simply
 // numbered later, after every position a reader can already have passed.
 // A stream's events are numbered in version order because an append to a
 // stream only takes its insertion number once the previous append to the
-// stream has committed. Until it is sequenced, an event is in its stream
+// stream has committed, and within an append positions follow versions. Until it is sequenced, an event is in its stream
 // ([Store.ReadStream], with Position 0) but not in global order. The
 // sequencer's search for unsequenced events starts at a watermark below
 // which everything is known to be sequenced or rolled back, so that it

@@ -8,16 +8,8 @@ import (
 	"github.com/kumi-run/kumi/internal/migrate"
 )
 
-// BucketSQL exposes the statement of a consumer-group bucket's read, for
-// a test that checks its plan.
-func (s *Store) BucketSQL(size int) string { return bucketRead(s.q, size).full }
-
-// TextSize exposes the bound of an event's text form, for a test that
-// checks it against PostgreSQL's.
-var TextSize = textSize
-
-// MigrateTo applies the store's first version migrations to schema, as a
-// binary that knew no later one would: for tests of an upgrade.
+// MigrateTo applies the store's migrations up to version only, for a test
+// of a later migration on data written before it.
 func MigrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, version int) error {
 	ms, err := migrate.Load(migrationFS, "migrations")
 	if err != nil {
@@ -25,3 +17,11 @@ func MigrateTo(ctx context.Context, pool *pgxpool.Pool, schema string, version i
 	}
 	return migrate.Apply(ctx, pool, schema, "eventsource", ms[:version])
 }
+
+// BucketSQL exposes the statement of a consumer-group bucket's read, for
+// a test that checks its plan.
+func (s *Store) BucketSQL(size int) string { return bucketRead(s.q, size).full }
+
+// TextSize exposes the bound of an event's text form, for a test that
+// checks it against PostgreSQL's.
+var TextSize = textSize

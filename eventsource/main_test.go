@@ -78,3 +78,13 @@ func exampleDB() (*pgxpool.Pool, string, func()) {
 		pool.Close()
 	}
 }
+
+// eventsWithPositions is SQL for the store's events with their positions
+// (NULL while unsequenced), for checks written in SQL: the events, each
+// joined to its append's range (see docs/eventsource.md, "Sequencing
+// appends").
+func eventsWithPositions(s *eventsource.Store) string {
+	return fmt.Sprintf(`(SELECT e.*, a.last_position - a.last_version + e.version AS position
+FROM %[1]s.events e JOIN %[1]s.appends a ON a.stream_name = e.stream_name AND e.version BETWEEN a.first_version AND a.last_version)`,
+		s.QuotedSchema())
+}

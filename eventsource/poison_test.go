@@ -79,9 +79,12 @@ func insertPoison(t *testing.T, s *eventsource.Store, stream string, version int
 	sn, err := eventsource.ParseStreamName(stream)
 	require.NoError(t, err)
 	id := uuid.New()
-	_, err = s.Pool().Exec(context.Background(), fmt.Sprintf(`INSERT INTO %[1]s.events
-(event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
-SELECT $1, $2, $3, $4, %[1]s.cg_hash($4), $5, 'Poison', jsonb_agg('1e131071'::numeric) FROM generate_series(1, 8300)`,
+	_, err = s.Pool().Exec(context.Background(), fmt.Sprintf(`WITH r AS (
+  INSERT INTO %[1]s.appends (stream_name, first_version, last_version, category, cg_hash)
+  VALUES ($2, $5, $5, $3, %[1]s.cg_hash($4)) RETURNING seq)
+INSERT INTO %[1]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT r.seq, $1, $2, $3, $4, %[1]s.cg_hash($4), $5, 'Poison',
+  (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 8300)) FROM r`,
 		s.QuotedSchema()), id, stream, sn.Category, sn.CardinalID, version)
 	require.NoError(t, err)
 	_, err = s.Pool().Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s.streams (stream_name, version) VALUES ($1, $2)

@@ -39,18 +39,47 @@ type queries struct {
 // same rows without their payloads (see Store.query).
 type readSQL struct{ full, keys string }
 
-// eventRead builds both forms of a read from what follows its column list.
-func eventRead(format string, args ...any) readSQL {
+// eventRead builds both forms of a read from what follows its column list:
+// the events are e, and pos is the SQL of an event's position.
+func eventRead(pos, format string, args ...any) readSQL {
 	from := fmt.Sprintf(format, args...)
-	return readSQL{full: "SELECT " + eventColumns + " " + from, keys: "SELECT " + keyColumns + " " + from}
+	cols := func(payload string) string {
+		return "SELECT e.event_id, e.stream_name, e.category, e.version, " + pos + ", e.cg_hash, e.type, " + payload + ", e.recorded_at "
+	}
+	return readSQL{full: cols("e.data, e.metadata") + from, keys: cols("NULL::jsonb, NULL::jsonb") + from}
 }
 
+// Positions are kept per append, in the appends table (migration 0004,
+// docs/eventsource.md "Sequencing appends"): a range of consecutive
+// versions of one stream whose last event has last_position.
 const (
-	eventColumns = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
-	// keyColumns are eventColumns without the payloads, which read as NULL.
-	keyColumns        = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, NULL::jsonb, NULL::jsonb, recorded_at`
+	// rangePosition is the position of event e in its range a.
+	rangePosition = `a.last_position - a.last_version + e.version`
+	// streamPosition is the position of event e, 0 while unsequenced,
+	// from the lateral join rangeOf.
+	streamPosition = `coalesce(r.position, 0)`
+	// rangeEvents joins the events of range a above the position $%d
+	// (the read's cursor), in version order by the primary key.
+	rangeEvents = `JOIN %[1]s.events e ON e.stream_name = a.stream_name
+  AND e.version BETWEEN GREATEST(a.first_version, a.last_version - a.last_position + $%[2]d + 1) AND a.last_version`
+	// rangeOf finds the range of event e (the one with the largest first
+	// version at or below e's version) and its position, NULL while
+	// unsequenced: one probe of the appends' primary key.
+	rangeOf = `LEFT JOIN LATERAL (SELECT ra.last_position - ra.last_version + e.version AS position FROM %[1]s.appends ra
+  WHERE ra.stream_name = e.stream_name AND ra.first_version <= e.version AND ra.last_version >= e.version
+  ORDER BY ra.first_version DESC LIMIT 1) r ON true`
 	deadLetterColumns = `subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
 )
+
+// rangeRead is a global read: the ranges of where (on appends a, in
+// order, with the position $cursor the cursor) joined to their events
+// above the cursor. Rows come out in the order of (order, e.version),
+// which is position order since ranges do not overlap: an incremental sort
+// of each range's events over the ordered index scan of the ranges.
+func rangeRead(q, where, order string, cursor int, limit int) readSQL {
+	return eventRead(rangePosition, `FROM %[1]s.appends a `+rangeEvents+`
+WHERE %[3]s ORDER BY %[4]s, e.version LIMIT $%[5]d`, q, cursor, where, order, limit)
+}
 
 func newQueries(q string) queries {
 	// $1 stream, $2 count, $3 ids, $4 types, $5 data, $6 metadata,
@@ -62,19 +91,27 @@ func newQueries(q string) queries {
 	// The statement returns one row, the stream's new version and the
 	// count of events inserted, or none. (The single-event form returns
 	// the inserted row's version: a little cheaper than counting.)
+	// The CTE r inserts the append's range (see migration 0004): it
+	// draws the append's seq after s holds the stream's row, and the
+	// events carry it.
+	ranges := func(streamCTE string) string {
+		return fmt.Sprintf(`WITH s AS (%s), r AS (
+INSERT INTO %[2]s.appends (stream_name, first_version, last_version, category, cg_hash)
+SELECT $1, s.version - $2 + 1, s.version, $7, $9 FROM s RETURNING seq)`, streamCTE, q)
+	}
 	batch := func(streamCTE string) string {
-		return fmt.Sprintf(`WITH s AS (%s), ins AS (
-INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
-SELECT u.id, $1, $7, $8, $9, s.version - $2 + u.ord, u.type, u.data::jsonb, u.meta::jsonb
-FROM s, unnest($3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, type, data, meta, ord)
+		return fmt.Sprintf(`%s, ins AS (
+INSERT INTO %[2]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
+SELECT r.seq, u.id, $1, $7, $8, $9, s.version - $2 + u.ord, u.type, u.data::jsonb, u.meta::jsonb
+FROM s, r, unnest($3::uuid[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(id, type, data, meta, ord)
 RETURNING 1)
-SELECT s.version, (SELECT count(*) FROM ins) FROM s`, streamCTE, q)
+SELECT s.version, (SELECT count(*) FROM ins) FROM s`, ranges(streamCTE), q)
 	}
 	single := func(streamCTE string) string {
-		return fmt.Sprintf(`WITH s AS (%s)
-INSERT INTO %[2]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
-SELECT $3::uuid, $1, $7, $8, $9, s.version, $4::text, $5::text::jsonb, $6::text::jsonb FROM s
-RETURNING version, 1::bigint`, streamCTE, q)
+		return fmt.Sprintf(`%s
+INSERT INTO %[2]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data, metadata)
+SELECT r.seq, $3::uuid, $1, $7, $8, $9, s.version, $4::text, $5::text::jsonb, $6::text::jsonb FROM s, r
+RETURNING version, 1::bigint`, ranges(streamCTE), q)
 	}
 	both := func(streamCTE string) [2]string { return [2]string{batch(streamCTE), single(streamCTE)} }
 	return queries{
@@ -89,32 +126,34 @@ RETURNING version`, q)),
 		},
 		streamVersion: fmt.Sprintf(`SELECT version FROM %s.streams WHERE stream_name = $1`, q),
 
-		readStreamForward:  eventRead(`FROM %s.events WHERE stream_name = $1 AND version >= $2 ORDER BY version LIMIT $3`, q),
-		readStreamBackward: eventRead(`FROM %s.events WHERE stream_name = $1 AND version <= $2 ORDER BY version DESC LIMIT $3`, q),
-		readCategory:       eventRead(`FROM %s.events WHERE category = $1 AND position > $2 ORDER BY position LIMIT $3`, q),
-		readAll:            eventRead(`FROM %s.events WHERE position > $1 ORDER BY position LIMIT $2`, q),
+		readStreamForward: eventRead(streamPosition, `FROM %[1]s.events e `+rangeOf+`
+WHERE e.stream_name = $1 AND e.version >= $2 ORDER BY e.version LIMIT $3`, q),
+		readStreamBackward: eventRead(streamPosition, `FROM %[1]s.events e `+rangeOf+`
+WHERE e.stream_name = $1 AND e.version <= $2 ORDER BY e.version DESC LIMIT $3`, q),
+		readCategory: rangeRead(q, `a.category = $1 AND a.last_position > $2`, `a.last_position`, 2, 3),
+		readAll:      rangeRead(q, `a.last_position > $1`, `a.last_position`, 1, 2),
 		// The events of $1, in its order.
-		readEventsByID: eventRead(`FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
-JOIN %s.events ON event_id = k.id ORDER BY k.ord`, q),
+		readEventsByID: eventRead(streamPosition, `FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
+JOIN %[1]s.events e ON e.event_id = k.id `+rangeOf+` ORDER BY k.ord`, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
 
 		// The head, the age of the oldest unsequenced event above the
 		// watermark in insertion order (NULL when there is none), the
-		// watermark and the sequence's last value ($1 is the quoted events
+		// watermark and the sequence's last value ($1 is the quoted appends
 		// table): the sequencer's cheap look when idle, which also notices
 		// a reset of the sequence (see Store.sequenceOnce).
-		sequencerPending: fmt.Sprintf(`SELECT s.last_position, (SELECT extract(epoch FROM now() - e.recorded_at)::float8
-  FROM %[1]s.events e WHERE e.position IS NULL AND e.seq > s.low_seq ORDER BY e.seq LIMIT 1),
+		sequencerPending: fmt.Sprintf(`SELECT s.last_position, (SELECT extract(epoch FROM now() - a.recorded_at)::float8
+  FROM %[1]s.appends a WHERE a.last_position IS NULL AND a.seq > s.low_seq ORDER BY a.seq LIMIT 1),
   s.low_seq, coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)
 FROM %[1]s.sequencer s WHERE s.id = 1`, q),
 		// A stuck sequencer's report counts the committed events that wait
 		// above the watermark, at most $1 of them, in a transaction whose
 		// statement timeout the first statement sets to its $1.
 		sequencerTimeout: `SELECT set_config('statement_timeout', $1, true)`,
-		sequencerBacklog: fmt.Sprintf(`SELECT count(*) FROM (SELECT FROM %[1]s.events
-WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1) LIMIT $1) b`, q),
+		sequencerBacklog: fmt.Sprintf(`SELECT LEAST(coalesce(sum(b.n), 0), $1::bigint)::bigint FROM (SELECT last_version - first_version + 1 AS n
+FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1) LIMIT $1::bigint) b`, q),
 		// The transaction's own settings first, then the sequence's last
-		// value; $1 is the quoted events table. This statement runs under
+		// value; $1 is the quoted appends table. This statement runs under
 		// the session's timeouts (a role's or a database's), every later
 		// one under the sequencer's: $2 and $3 are its statement and lock
 		// timeouts, and a transaction_timeout (PostgreSQL 17 and later) is
@@ -132,7 +171,9 @@ WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id =
 		// statistics say (a plan cached while the table was small would
 		// otherwise read a whole backlog and sort it for every batch): an
 		// ordered scan of the unsequenced index that stops after the
-		// batch, and a nested loop of TID lookups. The last value is read
+		// batch, and a nested loop of TID lookups. A disabled plan node
+		// puts the plan's cost far above the JIT threshold, and compiling
+		// it took half a second: no JIT. The last value is read
 		// before the lock statement, which assigns the transaction's xid
 		// (see Store.sequenceOnce).
 		sequencerLastSeq: `SELECT set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true),
@@ -141,6 +182,7 @@ WHERE position IS NULL AND seq > (SELECT low_seq FROM %[1]s.sequencer WHERE id =
   CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
   set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
+  set_config('jit', 'off', true),
   coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
 		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
@@ -164,26 +206,36 @@ LIMIT 1`, q),
 		// After a reset of the events' sequence (see Store.sequenceOnce):
 		// the watermark goes down to $1.
 		sequencerLowerWatermark: fmt.Sprintf(`UPDATE %s.sequencer SET low_seq = $1 WHERE id = 1`, q),
+		// The step: at most $2 unsequenced ranges above the watermark $4,
+		// in seq order, each numbered to end at the head $1 plus the sizes
+		// of the ranges up to it (a running sum: dense); the new head and
+		// watermark saved, the head notified on $3. $5 and $6 are the
+		// watermark candidate (see Store.sequenceOnce). Returns the events
+		// and the ranges numbered, the head, the watermark, the snapshot's
+		// xmin, and whether the sequencer row was saved and notified.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
-  SELECT ctid, seq, $1::bigint + row_number() OVER (ORDER BY seq) AS pos
-  FROM (SELECT ctid, seq FROM %[1]s.events WHERE position IS NULL AND seq > $4 ORDER BY seq LIMIT $2) p
+  SELECT ctid, seq, $1::bigint + sum(n) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS pos
+  FROM (SELECT ctid, seq, last_version - first_version + 1 AS n
+    FROM %[1]s.appends WHERE last_position IS NULL AND seq > $4 ORDER BY seq LIMIT $2) p
 ), upd AS (
-  UPDATE %[1]s.events e SET position = pending.pos FROM pending WHERE e.ctid = pending.ctid RETURNING e.position
+  UPDATE %[1]s.appends a SET last_position = pending.pos FROM pending WHERE a.ctid = pending.ctid
+  RETURNING a.last_position, a.last_version - a.first_version + 1 AS n
 ), head AS (
-  SELECT (SELECT count(*) FROM upd) AS n, (SELECT coalesce(max(position), $1::bigint) FROM upd) AS last,
+  SELECT (SELECT coalesce(sum(n), 0) FROM upd)::bigint AS n, (SELECT count(*) FROM upd) AS ranges,
+    (SELECT coalesce(max(last_position), $1::bigint) FROM upd) AS last,
     (SELECT max(seq) FROM pending) AS max_seq,
     pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin
 ), low AS (
   SELECT CASE WHEN $6::bigint > 0 AND h.xmin >= $6::bigint
-    THEN GREATEST($4::bigint, CASE WHEN h.n < $2::bigint THEN $5::bigint ELSE LEAST($5::bigint, h.max_seq) END)
+    THEN GREATEST($4::bigint, CASE WHEN h.ranges < $2::bigint THEN $5::bigint ELSE LEAST($5::bigint, h.max_seq) END)
     ELSE $4::bigint END AS low
   FROM head h
 ), save AS (
   UPDATE %[1]s.sequencer SET last_position = h.last, low_seq = l.low FROM head h, low l
-  WHERE id = 1 AND (h.n > 0 OR l.low <> $4::bigint) RETURNING 1
+  WHERE id = 1 AND (h.ranges > 0 OR l.low <> $4::bigint) RETURNING 1
 )
-SELECT h.n, h.last, l.low, h.xmin, (SELECT count(*) FROM save),
-  (SELECT count(*) FROM (SELECT pg_notify($3, hh.last::text) FROM head hh WHERE hh.n > 0) notified)
+SELECT h.n, h.ranges, h.last, l.low, h.xmin, (SELECT count(*) FROM save),
+  (SELECT count(*) FROM (SELECT pg_notify($3, hh.last::text) FROM head hh WHERE hh.ranges > 0) notified)
 FROM head h, low l`, q),
 
 		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),
@@ -198,8 +250,8 @@ ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, u
 		// stream are taken from the event, and checked against the
 		// caller's when given ($4 = 0 and $5 = '' mean "not given").
 		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters (subscription, bucket, event_id, position, stream_name, reason, attempts)
-SELECT $1, $2, e.event_id, e.position, e.stream_name, $6, $7 FROM %[1]s.events e
-WHERE e.event_id = $3 AND e.position IS NOT NULL AND ($4::bigint = 0 OR e.position = $4) AND ($5::text = '' OR e.stream_name = $5)
+SELECT $1, $2, e.event_id, r.position, e.stream_name, $6, $7 FROM %[1]s.events e `+rangeOf+`
+WHERE e.event_id = $3 AND r.position IS NOT NULL AND ($4::bigint = 0 OR r.position = $4) AND ($5::text = '' OR e.stream_name = $5)
 ON CONFLICT (subscription, event_id) DO UPDATE SET bucket = excluded.bucket, reason = excluded.reason,
   attempts = excluded.attempts, created_at = now(), replayed_at = NULL
 RETURNING position, stream_name, created_at`, q),
@@ -259,51 +311,55 @@ const (
 	advisoryUnlock = `SELECT pg_advisory_unlock($1)`
 )
 
-// bucketRead is the read of a bucket of a group of size (Store.ReadBucket),
-// written so that only the consumer-group index (category, bucket,
-// position) can serve it, as one ordered range scan from the cursor to the
-// end of the bucket:
+// bucketRead is the read of a bucket of a group of size (Store.ReadBucket):
+// its ranges, written so that only the consumer-group index (category,
+// bucket, last_position) on appends can serve them, as one ordered range
+// scan from the cursor to the end of the bucket, joined to their events
+// (see rangeRead):
 //
 //   - the bucket expression is written out with size as a literal, as in
 //     the index;
-//   - "(bucket, position) > ($2, $3) AND bucket <= $2" means "bucket = $2
-//     AND position > $3", but no other index can serve it: given the plain
-//     form, the planner may prefer the global position index and filter
-//     out the other buckets' rows (every row of the category read once per
-//     bucket). (A row comparison over all three index columns would not
-//     do: the btree would start each page at the bucket's first entry.);
-//   - ORDER BY bucket, position is the index's order (bucket is constant in
-//     the result);
-//   - "position IS NOT NULL" matches the partial index's predicate, which
-//     the planner cannot infer from a row comparison.
+//   - "(bucket, last_position) > ($2, $3) AND bucket <= $2" means "bucket =
+//     $2 AND last_position > $3", but no other index can serve it: given
+//     the plain form, the planner may prefer the global position index and
+//     filter out the other buckets' ranges (every range of the category
+//     read once per bucket). (A row comparison over all three index
+//     columns would not do: the btree would start each page at the
+//     bucket's first entry.);
+//   - ORDER BY bucket, last_position is the index's order (bucket is
+//     constant in the result);
+//   - "last_position IS NOT NULL" matches the partial index's predicate,
+//     which the planner cannot infer from a row comparison.
 func bucketRead(q string, size int) readSQL {
-	m := bucketExpr(size)
-	return eventRead(`FROM %s.events
-WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
-ORDER BY %s, position LIMIT $4`, q, m, m, m)
+	m := bucketExpr("a.cg_hash", size)
+	return rangeRead(q, fmt.Sprintf(`a.category = $1 AND (%[1]s, a.last_position) > ($2, $3) AND %[1]s <= $2
+  AND a.last_position IS NOT NULL`, m), m+", a.last_position", 3, 4)
 }
 
 // bucketLag counts at most $4 events of a bucket of a group of size after
-// a position, and the oldest one's time (Store.BucketLag): the bucket
-// read's shape (see bucketRead), one range scan of the consumer-group
-// index, which no other index can serve.
+// the position $3, and the oldest one's time (Store.BucketLag): the bucket
+// read's ranges (see bucketRead), one range scan of the consumer-group
+// index, which no other index can serve, without reading the events: the
+// first $4 ranges hold at least min($4, the backlog) events, and a
+// range's time is its events'.
 func bucketLag(q string, size int) string {
-	m := bucketExpr(size)
-	return fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM (
-  SELECT recorded_at FROM %s.events
-  WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
-  ORDER BY %s, position LIMIT $4) lag`, q, m, m, m)
+	m := bucketExpr("cg_hash", size)
+	return fmt.Sprintf(`SELECT LEAST(coalesce(sum(n), 0), $4::bigint)::bigint, min(recorded_at) FROM (
+  SELECT last_position - GREATEST(last_position - last_version + first_version, $3 + 1) + 1 AS n, recorded_at
+  FROM %[1]s.appends
+  WHERE category = $1 AND (%[2]s, last_position) > ($2, $3) AND %[2]s <= $2 AND last_position IS NOT NULL
+  ORDER BY %[2]s, last_position LIMIT $4::bigint) lag`, q, m)
 }
 
 // createConsumerGroupIndex builds the consumer-group index of a group of
-// n, named name, without blocking appends. Partial: an event enters the
-// index when it gets its position, not before (one index write per event,
-// not two). The planner has no statistics for the expression of a partial
-// index, which is why the bucket read is written so that no other index
-// can serve it.
+// n, named name, on the ranges, without blocking appends. Partial: a range
+// enters the index when it gets its position, not before (one index write
+// per append, not two). The planner has no statistics for the expression
+// of a partial index, which is why the bucket read is written so that no
+// other index can serve it.
 func createConsumerGroupIndex(q, name string, n int) string {
-	return fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s.events (category, %s, position) WHERE position IS NOT NULL",
-		pgx.Identifier{name}.Sanitize(), q, bucketExpr(n))
+	return fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s.appends (category, %s, last_position) WHERE last_position IS NOT NULL",
+		pgx.Identifier{name}.Sanitize(), q, bucketExpr("cg_hash", n))
 }
 
 // dropIndex drops an index (qname, quoted with its schema) left invalid

@@ -178,3 +178,86 @@ func TestReads(t *testing.T) {
 		require.Equal(t, ctx, eventsource.TraceContext(ctx, json.RawMessage(`{"traceparent": 5}`)))
 	})
 }
+
+// Positions are kept per append (docs/eventsource.md, "Sequencing
+// appends"): every read gives each event of an append its own position,
+// pages that end inside an append continue after the last event returned,
+// and every kind of read agrees on each event's position.
+func TestPagesSplitAppends(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	batch := func(n int) []eventsource.EventData {
+		out := make([]eventsource.EventData, n)
+		for i := range out {
+			out[i] = ev("E", fmt.Sprintf(`{"i":%d}`, i))
+		}
+		return out
+	}
+	mustAppend(t, s, "order-1", batch(5)...)
+	mustAppend(t, s, "user-1", batch(2)...)
+	mustAppend(t, s, "order-2", batch(4)...)
+	mustAppend(t, s, "order-1", batch(3)...)
+	sequenceAll(t, s)
+	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 2))
+
+	// pages reads from 0 in pages of limit and returns the events.
+	pages := func(limit int, read func(after int64, limit int) ([]eventsource.RecordedEvent, error)) []eventsource.RecordedEvent {
+		var out []eventsource.RecordedEvent
+		for after := int64(0); ; {
+			page, err := read(after, limit)
+			require.NoError(t, err)
+			if len(page) == 0 {
+				return out
+			}
+			require.LessOrEqual(t, len(page), limit)
+			out = append(out, page...)
+			after = page[len(page)-1].Position
+		}
+	}
+	byStream := map[string]map[int64]int64{} // stream → version → position
+	for _, limit := range []int{1, 2, 3, 100} {
+		all := pages(limit, func(after int64, limit int) ([]eventsource.RecordedEvent, error) { return s.ReadAll(ctx, after, limit) })
+		require.Len(t, all, 14, "limit %d", limit)
+		for i, e := range all {
+			require.Equal(t, int64(i+1), e.Position, "limit %d: dense, each once", limit)
+			if byStream[e.Stream] == nil {
+				byStream[e.Stream] = map[int64]int64{}
+			}
+			byStream[e.Stream][e.Version] = e.Position
+		}
+		orders := pages(limit, func(after int64, limit int) ([]eventsource.RecordedEvent, error) {
+			return s.ReadCategory(ctx, "order", after, limit)
+		})
+		require.Len(t, orders, 12, "limit %d", limit)
+		members := 0
+		for m := range 2 {
+			got := pages(limit, func(after int64, limit int) ([]eventsource.RecordedEvent, error) {
+				return s.ReadBucket(ctx, "order", m, 2, after, limit)
+			})
+			members += len(got)
+			orders = append(orders, got...)
+		}
+		require.Equal(t, 12, members, "limit %d", limit)
+		for _, e := range orders {
+			require.Equal(t, byStream[e.Stream][e.Version], e.Position, "limit %d: %s@%d", limit, e.Stream, e.Version)
+		}
+	}
+	require.Equal(t, map[int64]int64{0: 1, 1: 2, 2: 3, 3: 4, 4: 5, 5: 12, 6: 13, 7: 14}, byStream["order-1"])
+	for stream, positions := range byStream {
+		events, err := s.ReadStream(ctx, stream, 0, 0)
+		require.NoError(t, err)
+		require.Len(t, events, len(positions))
+		for _, e := range events {
+			require.Equal(t, positions[e.Version], e.Position, "%s@%d", stream, e.Version)
+		}
+	}
+	// A member's lag counts the events after a cursor inside an append.
+	n, _, err := s.BucketLag(ctx, "order", eventsource.BucketOf(eventsource.StreamName{CardinalID: "1"}, 2), 2, 3)
+	require.NoError(t, err)
+	want := int64(5) // order-1's versions 3, 4 (positions 4, 5) and 5–7 (12–14)
+	if eventsource.BucketOf(eventsource.StreamName{CardinalID: "2"}, 2) == eventsource.BucketOf(eventsource.StreamName{CardinalID: "1"}, 2) {
+		want += 4 // order-2, positions 8–11
+	}
+	require.Equal(t, want, n)
+}

@@ -12,7 +12,9 @@ import (
 )
 
 // Sequence gives global positions to committed events that have none, in
-// insertion order, and returns how many it sequenced. It is what a
+// the insertion order of their appends (each append's events get
+// consecutive positions, in version order, from one update of its range),
+// and returns how many events it sequenced. It is what a
 // [Sequencer] runs; tests and tools call it directly. When another process
 // is sequencing at that moment it returns 0 at once.
 //
@@ -27,10 +29,11 @@ import (
 //
 // Each step sets its own statement and lock timeouts (SET LOCAL: see
 // [SequencerStatementTimeout]), whatever the role or database sets; a step
-// that times out all the same is retried at once with half the batch, down
-// to a single event, and the batch grows back after steps that succeed.
+// that times out all the same is retried at once with half the batch (of
+// appends), down to a single append, and the batch grows back after steps
+// that succeed.
 //
-// When it finds that the events' identity sequence was reset below the
+// When it finds that the appends' identity sequence was reset below the
 // search watermark, it recovers (see sequenceOnce), goes on, and returns
 // the events it sequenced with a [*SequenceResetError].
 func (s *Store) Sequence(ctx context.Context) (int, error) {
@@ -117,7 +120,7 @@ func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration
 	var reset error
 	for {
 		size := b.n
-		n, err := s.sequenceOnce(ctx, size, timeout)
+		n, ranges, err := s.sequenceOnce(ctx, size, timeout)
 		b.held = errors.Is(err, errRowHeld)
 		if b.held {
 			return total, reset
@@ -127,10 +130,10 @@ func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration
 		switch {
 		case errors.As(err, &re):
 			reset = err
-			b.done(n)
+			b.done(ranges)
 		case err == nil:
-			b.done(n)
-			if n < size {
+			b.done(ranges)
+			if ranges < size {
 				return total, reset
 			}
 		case ctx.Err() == nil && isTimeout(err) && b.timedOut():
@@ -172,9 +175,9 @@ type SequenceResetError struct {
 
 // Error says what happened and what to do.
 func (e *SequenceResetError) Error() string {
-	return fmt.Sprintf("kumi: the events' seq sequence in schema %q went back to %d (watermark %d, last seen %d): "+
+	return fmt.Sprintf("kumi: the appends' seq sequence in schema %q went back to %d (watermark %d, last seen %d): "+
 		"the sequencer lowered its watermark to 0 and sequences the new events (nothing is skipped); "+
-		"set the sequence above the events' seqs: SELECT setval(pg_get_serial_sequence('%s.events', 'seq'), (SELECT max(seq) FROM %s.events))",
+		"set the sequence above the appends' seqs: SELECT setval(pg_get_serial_sequence('%s.appends', 'seq'), (SELECT max(seq) FROM %s.appends))",
 		e.Schema, e.LastValue, e.Watermark, e.Seen, pgIdent(e.Schema), pgIdent(e.Schema))
 }
 
@@ -184,8 +187,9 @@ func (e *SequenceResetError) Unwrap() error { return ErrSequenceReset }
 // pgIdent quotes a schema name for the SQL of a message.
 func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 
-// sequenceOnce runs one sequencer transaction, of at most limit events,
-// each of its statements after the first bounded by timeout.
+// sequenceOnce runs one sequencer transaction, of at most limit appends
+// (ranges), each of its statements after the first bounded by timeout; it
+// returns the events and the ranges it numbered.
 //
 // The watermark. Every sequenced event leaves a dead entry in the partial
 // index of unsequenced events, until VACUUM; a search from the start of
@@ -235,25 +239,25 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // reset undone by more appends than the old last value before any step
 // reads the sequence goes unnoticed; the message of the error asks for the
 // sequence to be set back above the events' seqs.
-func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Duration) (int, error) {
+func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Duration) (int, int, error) {
 	s.seqMu.Lock()
 	cand := s.seqCand
 	s.seqMu.Unlock()
 
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("kumi: sequencer begin: %w", err)
+		return 0, 0, fmt.Errorf("kumi: sequencer begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	// One round trip, two statements in order: the settings and M, then
 	// the lock and X.
 	batch := &pgx.Batch{}
-	batch.Queue(s.sql.sequencerLastSeq, s.q+".events", pgInterval(timeout), pgInterval(SequencerLockTimeout),
+	batch.Queue(s.sql.sequencerLastSeq, s.q+".appends", pgInterval(timeout), pgInterval(SequencerLockTimeout),
 		pgInterval(SequencerStallTimeout))
 	batch.Queue(s.sql.sequencerLock)
 	br := tx.SendBatch(ctx, batch)
 	var lastSeq, last, low, xid int64
-	err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lastSeq)
+	err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lastSeq)
 	if err == nil {
 		err = br.QueryRow().Scan(&last, &low, &xid)
 	}
@@ -262,15 +266,15 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 	}
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, errRowHeld
+			return 0, 0, errRowHeld
 		}
-		return 0, fmt.Errorf("kumi: sequencer lock: %w", err)
+		return 0, 0, fmt.Errorf("kumi: sequencer lock: %w", err)
 	}
 	var reset *SequenceResetError
 	if lastSeq < low || lastSeq < cand.seen { // see seqWentBack
 		reset = &SequenceResetError{Schema: s.cfg.Schema, LastValue: lastSeq, Watermark: low, Seen: cand.seen}
 		if _, err := tx.Exec(ctx, s.sql.sequencerLowerWatermark, 0); err != nil {
-			return 0, fmt.Errorf("kumi: sequencer lowering the watermark after a reset: %w", err)
+			return 0, 0, fmt.Errorf("kumi: sequencer lowering the watermark after a reset: %w", err)
 		}
 		low, cand = 0, seqCandidate{}
 	}
@@ -279,14 +283,14 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 		// candidate means nothing here.
 		cand = seqCandidate{}
 	}
-	var n, newLast, newLow, xmin, saved, notified int64
+	var n, ranges, newLast, newLow, xmin, saved, notified int64
 	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, limit, s.NotifyChannel(), low, cand.seq, cand.xid).
-		Scan(&n, &newLast, &newLow, &xmin, &saved, &notified); err != nil {
-		return 0, fmt.Errorf("kumi: sequencer assign: %w", err)
+		Scan(&n, &ranges, &newLast, &newLow, &xmin, &saved, &notified); err != nil {
+		return 0, 0, fmt.Errorf("kumi: sequencer assign: %w", err)
 	}
 	if saved > 0 || reset != nil {
 		if err := tx.Commit(ctx); err != nil {
-			return 0, fmt.Errorf("kumi: sequencer commit: %w", err)
+			return 0, 0, fmt.Errorf("kumi: sequencer commit: %w", err)
 		}
 	}
 	// A candidate is used once its xid is below a snapshot's xmin; then
@@ -301,9 +305,9 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 	}
 	s.seqMu.Unlock()
 	if reset != nil {
-		return int(n), reset
+		return int(n), int(ranges), reset
 	}
-	return int(n), nil
+	return int(n), int(ranges), nil
 }
 
 // seqWentBack reports whether lastSeq, the sequence's last value read

@@ -60,9 +60,9 @@ type SequencerStats struct {
 	Failing            int
 	FailingSince       time.Time
 	LastError          error
-	// Batch is the current step size: SequencerBatchDefault, or less for
-	// a while after steps were cancelled by a timeout (Timeouts counts
-	// them).
+	// Batch is the current step size, in appends: SequencerBatchDefault,
+	// or less for a while after steps were cancelled by a timeout
+	// (Timeouts counts them).
 	Batch    int
 	Timeouts int64
 	// Resets counts resets of the events' sequence found and recovered
@@ -249,7 +249,7 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 	if !local {
 		var head, low, lastSeq int64
 		var age *float64
-		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending, q.store.q+".events").Scan(&head, &age, &low, &lastSeq)
+		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending, q.store.q+".appends").Scan(&head, &age, &low, &lastSeq)
 		q.countAttempt()
 		switch {
 		case err == nil:

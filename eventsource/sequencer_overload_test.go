@@ -71,13 +71,23 @@ func TestSequencerUnderADatabaseStatementTimeout(t *testing.T) {
 
 // A step that its own statement timeout cancels is retried at once with
 // half the batch: with a timeout too short for a full step, a large
-// backlog is still sequenced, completely and in order.
+// backlog is still sequenced, completely and in order. The backlog is
+// 20,000 appends of one event each (a step's work is per append), written
+// in SQL as the append statement writes them.
 func TestSequenceHalvesTheBatchOnATimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
 	const backlog = 20_000
-	appendBacklog(t, s, backlog)
+	_, err := s.Pool().Exec(ctx, fmt.Sprintf(`
+INSERT INTO %[1]s.appends (seq, stream_name, first_version, last_version, category, cg_hash) OVERRIDING SYSTEM VALUE
+SELECT i, 'burst-' || i, 0, 0, 'burst', %[1]s.cg_hash(i::text) FROM generate_series(1, %[2]d) AS i;
+INSERT INTO %[1]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT i, gen_random_uuid(), 'burst-' || i, 'burst', i::text, %[1]s.cg_hash(i::text), 0, 'Burst', jsonb_build_object('i', i, 'pad', repeat('x', 200))
+FROM generate_series(1, %[2]d) AS i`, s.QuotedSchema(), backlog))
+	require.NoError(t, err)
+	_, err = s.Pool().Exec(ctx, "SELECT setval(pg_get_serial_sequence($1, 'seq'), $2)", s.QuotedSchema()+".appends", backlog)
+	require.NoError(t, err)
 	var timeouts int64
 	pgtest.Eventually(t, 60*time.Second, func() bool {
 		_, n, err := s.SequenceWithin(ctx, 10*time.Millisecond)
@@ -93,8 +103,8 @@ func TestSequenceHalvesTheBatchOnATimeout(t *testing.T) {
 	require.Positive(t, timeouts, "a full step did not fit the timeout: the test exercised the halving")
 	var n, lo, hi, distinct, disorder int64
 	require.NoError(t, s.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT count(*), min(position), max(position), count(DISTINCT position),
-		(SELECT count(*) FROM (SELECT position < lag(position) OVER (ORDER BY seq) AS back FROM %[1]s.events) x WHERE back)
-		FROM %[1]s.events`, s.QuotedSchema())).Scan(&n, &lo, &hi, &distinct, &disorder))
+		(SELECT count(*) FROM (SELECT position < lag(position) OVER (ORDER BY seq) AS back FROM %[1]s ev) x WHERE back)
+		FROM %[1]s ev`, eventsWithPositions(s))).Scan(&n, &lo, &hi, &distinct, &disorder))
 	require.Equal(t, []int64{backlog, 1, backlog, backlog, 0}, []int64{n, lo, hi, distinct, disorder},
 		"positions are exactly 1..n, in insertion order")
 }

@@ -85,7 +85,7 @@ func TestSequencer(t *testing.T) {
 		}, "all sequenced")
 		var n, lo, hi, distinct int64
 		require.NoError(t, stores[0].Pool().QueryRow(ctx, "SELECT count(*), min(position), max(position), count(DISTINCT position) FROM "+
-			stores[0].QuotedSchema()+".events").Scan(&n, &lo, &hi, &distinct))
+			eventsWithPositions(stores[0])+" ev").Scan(&n, &lo, &hi, &distinct))
 		require.Equal(t, []int64{total, 1, total, total}, []int64{n, lo, hi, distinct}, "positions are exactly 1..n")
 	})
 

@@ -30,7 +30,7 @@ func TestSequencerRecoversFromAResetSequence(t *testing.T) {
 	}
 	restart := func() {
 		var seq string
-		require.NoError(t, s.Pool().QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'seq')", s.QuotedSchema()+".events").Scan(&seq))
+		require.NoError(t, s.Pool().QueryRow(ctx, "SELECT pg_get_serial_sequence($1, 'seq')", s.QuotedSchema()+".appends").Scan(&seq))
 		_, err := s.Pool().Exec(ctx, "ALTER SEQUENCE "+seq+" RESTART WITH 1")
 		require.NoError(t, err)
 	}

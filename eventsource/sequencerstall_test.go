@@ -133,9 +133,9 @@ func TestSequencerTakeoverNeedsTheHoldersRole(t *testing.T) {
 	for _, stmt := range []string{
 		"CREATE ROLE " + r + " LOGIN",
 		"GRANT USAGE ON SCHEMA " + q + " TO " + r,
-		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %[1]s.events, %[1]s.streams TO %[2]s", q, r),
+		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %[1]s.events, %[1]s.streams, %[1]s.appends TO %[2]s", q, r),
 		"GRANT SELECT, UPDATE ON " + q + ".sequencer TO " + r,
-		"GRANT SELECT ON SEQUENCE " + q + ".events_seq_seq TO " + r,
+		"GRANT SELECT ON SEQUENCE " + q + ".appends_seq_seq TO " + r,
 	} {
 		_, err := pool.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)

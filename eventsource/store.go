@@ -31,7 +31,9 @@ const (
 	// MaxBatchBytesLimit is the most MaxBatchBytes (and MaxEventSize) may
 	// be: encoding a batch takes a few times its size in memory, and
 	// PostgreSQL takes no message over 1 GB.
-	MaxBatchBytesLimit    = 256 << 20
+	MaxBatchBytesLimit = 256 << 20
+	// SequencerBatchDefault is the most appends (each with all its
+	// events) one sequencer step numbers.
 	SequencerBatchDefault = 5_000
 	maxSchemaNameLength   = migrate.MaxSchemaNameLength
 	notifyChannelSuffix   = "_events"

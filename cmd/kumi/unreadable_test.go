@@ -20,10 +20,12 @@ func TestDeadLetterOfAnUnreadableEvent(t *testing.T) {
 	ctx := context.Background()
 	id := uuid.New()
 	_, err := b.store.Pool().Exec(ctx, fmt.Sprintf(`WITH s AS (
-  INSERT INTO %[1]s.streams (stream_name, version) VALUES ('order-9', 0) RETURNING version)
-INSERT INTO %[1]s.events (event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
-SELECT $1, 'order-9', 'order', '9', %[1]s.cg_hash('9'), s.version, 'Poison',
-  (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 8300)) FROM s`, b.store.QuotedSchema()), id)
+  INSERT INTO %[1]s.streams (stream_name, version) VALUES ('order-9', 0) RETURNING version), r AS (
+  INSERT INTO %[1]s.appends (stream_name, first_version, last_version, category, cg_hash)
+  SELECT 'order-9', s.version, s.version, 'order', %[1]s.cg_hash('9') FROM s RETURNING seq)
+INSERT INTO %[1]s.events (seq, event_id, stream_name, category, cardinal_id, cg_hash, version, type, data)
+SELECT r.seq, $1, 'order-9', 'order', '9', %[1]s.cg_hash('9'), s.version, 'Poison',
+  (SELECT jsonb_agg('1e131071'::numeric) FROM generate_series(1, 8300)) FROM s, r`, b.store.QuotedSchema()), id)
 	require.NoError(t, err)
 	_, err = b.store.Sequence(ctx)
 	require.NoError(t, err)

@@ -144,7 +144,7 @@ func TestPoisonAndHungHandlers(t *testing.T) {
 		count(*) FILTER (WHERE e.type NOT IN ('Poison', 'Hang') AND EXISTS (
 			SELECT 1 FROM %[1]s.dead_letters d WHERE d.subscription = $2 AND d.event_id = e.event_id)),
 		count(*) FILTER (WHERE e.position IS NULL)
-		FROM %[1]s.events e WHERE e.category = $1`, e.o.q)
+		FROM %[2]s e WHERE e.category = $1`, e.o.q, eventsWithPositions(e.o.q))
 	var healthyLost, badPending, healthyDead, unsequenced int64
 	deadline := time.Now().Add(pick(90*time.Second, 180*time.Second))
 	for {

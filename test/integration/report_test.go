@@ -58,7 +58,7 @@ type fault struct {
 func (o *observer) settle(timeout time.Duration) bool {
 	q := fmt.Sprintf(`SELECT count(*) FILTER (WHERE position IS NULL),
 		count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM %[1]s.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id))
-		FROM %[1]s.events e WHERE e.category = $1 AND e.event_id <> ALL($3::uuid[])`, o.q)
+		FROM %[2]s e WHERE e.category = $1 AND e.event_id <> ALL($3::uuid[])`, o.q, eventsWithPositions(o.q))
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

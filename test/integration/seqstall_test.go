@@ -205,8 +205,8 @@ func headMovesAfter(ctx context.Context, pool *pgxpool.Pool, schema string, at t
 // one, and the events without a position.
 func positionGaps(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) (skipped, unsequenced int64) {
 	t.Helper()
-	err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(max(position), 0) - count(position), count(*) - count(position) FROM %s.events`,
-		pgx.Identifier{schema}.Sanitize())).Scan(&skipped, &unsequenced)
+	err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(max(position), 0) - count(position), count(*) - count(position) FROM %s e`,
+		eventsWithPositions(pgx.Identifier{schema}.Sanitize()))).Scan(&skipped, &unsequenced)
 	if err != nil {
 		t.Fatal(err)
 	}
