@@ -96,6 +96,12 @@ type Lease struct {
 // fair share. KindSession first opens the dedicated connection and takes
 // the session lock. The tables must exist: call [Migrate] first.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	return newStore(ctx, pool, cfg, renderStatements)
+}
+
+// newStore is New with the statements rendered by render (a test stands in
+// an older binary's).
+func newStore(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(schema string) statements) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -109,7 +115,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s := &Store{
 		pool:    pool,
 		cfg:     cfg,
-		st:      renderStatements(cfg.Schema),
+		st:      render(cfg.Schema),
 		log:     cfg.Logger.With("subscription", cfg.Subscription, "worker", cfg.Worker),
 		usable:  usableFor(cfg.TTL, cfg.Margin),
 		channel: ChannelName(cfg.Schema, cfg.Subscription),
