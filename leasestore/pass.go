@@ -526,6 +526,7 @@ func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 	// Once it is the view, the map is written by others (a failed fence
 	// marks its bucket) and read only under the lock.
 	s.view = next
+	s.serving = [2]int{out.sub.generation, out.sub.buckets}
 	s.viewMu.Unlock()
 	bySlot := func(l []Lease) {
 		sort.Slice(l, func(i, j int) bool { return l[i].Slot < l[j].Slot })

@@ -771,3 +771,33 @@ func TestFeeders(t *testing.T) {
 		}
 	}
 }
+
+// A checkpoint reset (the operator's fence) is refused while a resize runs
+// and on a retired generation's slots.
+func TestCheckpointResetDuringAndAfterAResize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupResize(t, 2)
+	a := b.open(t, b.config(KindRow, 1, "a"))
+	settle(t, []*Store{a}, 1)
+	fence := func(slot int) error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := FenceOut(ctx, tx, b.schema, b.sub, slot, true)
+			return err
+		})
+	}
+	require.NoError(t, fence(0))
+	b.request(t, 2)
+	var busy *ResizeInProgressError
+	require.ErrorAs(t, fence(0), &busy)
+	require.ErrorIs(t, fence(0), ErrResizeInProgress)
+	settle(t, []*Store{a}, 3)
+	l := a.Held()[0]
+	bound, err := a.ProposeCut(ctx, l.Slot, l.Epoch, 0)
+	require.NoError(t, err)
+	require.True(t, bound.Decided)
+	require.NoError(t, a.Drain(ctx, l.Slot, l.Epoch, bound.Limit))
+	require.Equal(t, 1, b.resize(t).Generation, "1 → 2 completes with its only drain")
+	require.ErrorIs(t, fence(0), ErrRetiredGeneration)
+	require.NoError(t, fence(eventsource.Slot(1, 1)))
+}
