@@ -425,7 +425,9 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 				return out, fmt.Errorf("resize: %w", err)
 			}
 			if state != r.state {
-				events = append(events, "resize:"+string(state))
+				if err := s.notify(ctx, tx, "resize:"+string(state)); err != nil {
+					return out, err
+				}
 				if state == ResizeSteady {
 					v.completed = true
 					v.generation, v.buckets, v.next, v.cut, v.active = r.generation+1, r.next, 0, -1, r.next

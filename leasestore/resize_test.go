@@ -801,3 +801,44 @@ func TestCheckpointResetDuringAndAfterAResize(t *testing.T) {
 	require.ErrorIs(t, fence(0), ErrRetiredGeneration)
 	require.NoError(t, fence(eventsource.Slot(1, 1)))
 }
+
+// Every transition of a resize notifies the subscription's lease channel
+// with resize:<state>:<worker>, and wakes the workers.
+func TestResizeNotifies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupResize(t, 2)
+	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{ChannelName(b.schema, b.sub)}.Sanitize())
+	require.NoError(t, err)
+	next := func(prefix string) string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		for {
+			n, err := conn.WaitForNotification(wctx)
+			require.NoError(t, err, "no %s notification", prefix)
+			if len(n.Payload) >= len(prefix) && n.Payload[:len(prefix)] == prefix {
+				return n.Payload
+			}
+		}
+	}
+	a := b.open(t, b.config(KindRow, 1, "a"))
+	watcher := b.open(t, b.config(KindRow, 1, "watcher"))
+	settle(t, []*Store{a}, 1)
+	drain(watcher)
+	b.request(t, 2)
+	require.Equal(t, "resize:sealing:test", next("resize:"))
+	woken(t, watcher, "the request")
+	settle(t, []*Store{a}, 2) // its old bucket and its share of the new ones (the watcher is a worker too)
+	l := a.Held()[0]
+	bound, err := a.ProposeCut(ctx, l.Slot, l.Epoch, 0)
+	require.NoError(t, err)
+	require.Equal(t, "resize:cut:a", next("resize:"))
+	drain(watcher)
+	require.NoError(t, a.Drain(ctx, l.Slot, l.Epoch, bound.Limit))
+	require.Equal(t, "resize:steady:a", next("resize:"))
+	woken(t, watcher, "the drain")
+}
