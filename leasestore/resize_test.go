@@ -842,3 +842,110 @@ func TestResizeNotifies(t *testing.T) {
 	require.Equal(t, "resize:steady:a", next("resize:"))
 	woken(t, watcher, "the drain")
 }
+
+// A worker of an older version that creates a new subscription writes
+// lease rows and no subscriptions row; this version adopts them, their
+// count ruling over its own.
+func TestEnsureAdoptsTheRowsOfAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		ctx := context.Background()
+		b := setup(t)
+		p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 3, 30*time.Second, nil)
+		_, err := b.pool.Exec(ctx, p1.st.get("ensure_rows"), b.sub, 3)
+		require.NoError(t, err)
+		s := b.open(t, b.config(kind, 8, "a"))
+		require.NoError(t, s.EnsureShards(ctx))
+		gen, n := s.Serving()
+		require.Equal(t, [2]int{0, 3}, [2]int{gen, n})
+		require.Len(t, pass(t, s).Owned, 3)
+		r, err := ReadResize(ctx, b.pool, b.schema, b.sub)
+		require.NoError(t, err)
+		require.Equal(t, 3, r.Buckets)
+	})
+}
+
+// A slot handed over, or taken, after its holder proposed is granted on a
+// row that carries the proposal: the new holding knows its bound from its
+// first moment (the bound rule of docs/resize.md), without proposing.
+func TestClaimAndRenewCarryTheBound(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		ctx := context.Background()
+		b := setupResize(t, 4)
+		a := b.open(t, b.config(kind, 2, "a"))
+		settle(t, []*Store{a}, 2)
+		b.request(t, 4)
+		settle(t, []*Store{a}, 6)
+		b.setHead(t, 40)
+		l := a.Held()[1]
+		require.Equal(t, 1, l.Slot)
+		bound, err := a.ProposeCut(ctx, 1, l.Epoch, 7)
+		require.NoError(t, err)
+		require.Equal(t, Bound{Resizing: true, Limit: 40}, bound)
+		res := pass(t, a)
+		require.Equal(t, Bound{Resizing: true, Limit: 40}, res.Owned[1].Bound, "the renewal carries it")
+		require.Equal(t, Bound{}, res.Owned[0].Bound, "slot 0 has not proposed")
+
+		// A joiner takes slot 1 by the two-phase handoff.
+		bw := b.open(t, b.config(kind, 2, "b"))
+		_, err = RequestHandoff(ctx, b.pool, b.schema, b.sub, 1, "b")
+		require.NoError(t, err)
+		res = pass(t, a)
+		require.Contains(t, res.HandOff, 1)
+		require.NoError(t, a.HandOver(ctx, 1))
+		res = pass(t, bw)
+		i := slices.IndexFunc(res.Claimed, func(l Lease) bool { return l.Slot == 1 })
+		require.NotEqual(t, -1, i, "b activates its claim: %+v", res.Claimed)
+		require.Equal(t, Bound{Resizing: true, Limit: 40}, res.Claimed[i].Bound, "the claim carries the proposal")
+		require.Equal(t, ResizeSealing, res.Resize.State)
+	})
+}
+
+// During a resize each generation is shared on its own: k workers hold
+// the undrained old slots and the new slots each within [floor, ceil] of
+// that generation's share, and never a drained slot.
+func TestFairSharePerGeneration(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		ctx := context.Background()
+		b := setupResize(t, 9)
+		var stores []*Store
+		for i := range 3 {
+			stores = append(stores, b.open(t, b.config(kind, 8, fmt.Sprint("w", i))))
+		}
+		settle(t, stores, 8)
+		b.request(t, 9)
+		settle(t, stores, 17)
+		cut := proposeAll(t, b, stores, 8)
+		for _, i := range []int{0, 1} { // 6 old slots left undrained
+			s, l := holding(t, stores, i)
+			require.NoError(t, s.Drain(ctx, i, l.Epoch, cut))
+		}
+		within := func(active, generation int) {
+			t.Helper()
+			pgtest.Eventually(t, 20*time.Second, func() bool {
+				round(t, stores)
+				total := 0
+				for _, s := range stores {
+					k := 0
+					for _, l := range s.Held() {
+						if l.Generation == generation {
+							k++
+						}
+						if l.Generation == 0 && l.Bucket < 2 {
+							t.Fatalf("worker %s holds drained slot %d", s.Worker(), l.Slot)
+						}
+					}
+					if k < active/3 || k > FairShare(active, 3) {
+						return false
+					}
+					total += k
+				}
+				return total == active
+			}, "generation %d's %d slots never shared within [floor, ceil] among 3", generation, active)
+		}
+		within(6, 0)
+		within(9, 1)
+	})
+}
