@@ -380,9 +380,13 @@ func TestResizeRequestRefusals(t *testing.T) {
 // request in every state of a resize is refused.
 func TestConcurrentResizeIsRefused(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, concurrentResizeIsRefused)
+}
+
+func concurrentResizeIsRefused(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 4, 6)
-	a := b.open(t, b.config(KindRow, 2, "a"))
+	a := b.open(t, b.config(kind, 2, "a"))
 	pass(t, a)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -569,9 +573,13 @@ func TestCrashOfTheDrainingHolder(t *testing.T) {
 // refused with KU001, and so after the resize completes.
 func TestProtocolOneWorkerIsFencedOut(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, protocolOneWorkerIsFencedOut)
+}
+
+func protocolOneWorkerIsFencedOut(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 4)
-	a := b.open(t, b.config(KindRow, 2, "a"))
+	a := b.open(t, b.config(kind, 2, "a"))
 	require.NoError(t, a.EnsureShards(ctx))
 	p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 2, 30*time.Second, nil)
 	held, err := p1.pass(ctx)
@@ -664,11 +672,15 @@ func TestRequestAndProtocolOneHeartbeatRace(t *testing.T) {
 // after, and a pass never waits for the subscriptions row.
 func TestResizeLocksNeverDeadlock(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) { resizeLocksNeverDeadlock(t, kind) })
+}
+
+func resizeLocksNeverDeadlock(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 6, 4)
 	var stores []*Store
 	for i := range 6 {
-		stores = append(stores, b.open(t, b.config(KindRow, 4, fmt.Sprint("w", i))))
+		stores = append(stores, b.open(t, b.config(kind, 4, fmt.Sprint("w", i))))
 	}
 	settle(t, stores, 4)
 	deadline := time.Now().Add(3 * time.Second)
@@ -806,6 +818,10 @@ func TestCheckpointResetDuringAndAfterAResize(t *testing.T) {
 // with resize:<state>:<worker>, and wakes the workers.
 func TestResizeNotifies(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, resizeNotifies)
+}
+
+func resizeNotifies(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 2)
 	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
@@ -825,8 +841,8 @@ func TestResizeNotifies(t *testing.T) {
 			}
 		}
 	}
-	a := b.open(t, b.config(KindRow, 1, "a"))
-	watcher := b.open(t, b.config(KindRow, 1, "watcher"))
+	a := b.open(t, b.config(kind, 1, "a"))
+	watcher := b.open(t, b.config(kind, 1, "watcher"))
 	settle(t, []*Store{a}, 1)
 	drain(watcher)
 	b.request(t, 2)
