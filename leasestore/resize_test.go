@@ -327,7 +327,11 @@ func TestResizeRequestRefusals(t *testing.T) {
 		require.Contains(t, cfg.Error(), fmt.Sprint(MaxBuckets))
 	}
 	require.ErrorIs(t, req(2, false), ErrSameBuckets)
-	_, err := RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: "nobody", Buckets: 4})
+	var byErr *ConfigError
+	_, err := RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: b.sub, Buckets: 4, By: "ops\x1b[2J"})
+	require.ErrorAs(t, err, &byErr)
+	require.Equal(t, "By", byErr.Field)
+	_, err = RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: "nobody", Buckets: 4})
 	require.ErrorIs(t, err, ErrNoSubscription)
 
 	var missing *IndexMissingError
