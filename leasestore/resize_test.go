@@ -969,3 +969,35 @@ func TestFairSharePerGeneration(t *testing.T) {
 		within(9, 1)
 	})
 }
+
+// A worker started during a resize with either count in its Config (a
+// rolling deploy before or after the operator's change) serves the
+// database's generations: the old one's undrained buckets and the new
+// one's, each lease with its generation's count, without an error.
+func TestAWorkerWithEitherCountDuringAResize(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		ctx := context.Background()
+		b := setupResize(t, 6)
+		a := b.open(t, b.config(kind, 3, "a"))
+		settle(t, []*Store{a}, 3)
+		b.request(t, 6)
+		settle(t, []*Store{a}, 9)
+		cut := proposeAll(t, b, []*Store{a}, 3)
+		l := a.Held()[0]
+		require.NoError(t, a.Drain(ctx, l.Slot, l.Epoch, cut)) // switched: new 0 and 3 are ready
+		stores := []*Store{a, b.open(t, b.config(kind, 3, "old-count")), b.open(t, b.config(kind, 6, "new-count"))}
+		res := settle(t, stores, 2+6)
+		for i, s := range stores {
+			require.Equal(t, ResizeSwitched, res[i].Resize.State)
+			gen, n := s.Serving()
+			require.Equal(t, [2]int{0, 3}, [2]int{gen, n}, "worker %s", s.Worker())
+			for _, l := range s.Held() {
+				require.Equal(t, map[int]int{0: 3, 1: 6}[l.Generation], l.Buckets, "worker %s slot %d", s.Worker(), l.Slot)
+				if l.Generation == 1 {
+					require.Equal(t, l.Bucket%3 == 0, l.Ready, "worker %s new bucket %d", s.Worker(), l.Bucket)
+				}
+			}
+		}
+	})
+}
