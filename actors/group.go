@@ -50,16 +50,16 @@ type group struct {
 	coordinatorSupervisor *supervision.Strategy
 	interval              time.Duration
 
-	mu       sync.Mutex
-	owned    map[int]leasestore.Lease
-	handoff  map[int]bool
-	progress map[int]int64
-	lags     map[int]bucketLag
-	lagAt    time.Time
-	members  int
-	queues   map[int]*overflow.Queue
-	done     chan struct{}
-	err      error
+	mu          sync.Mutex
+	owned       map[int]leasestore.Lease
+	handoff     map[int]bool
+	progress    map[int]int64
+	lags        map[int]bucketLag
+	lagAt       time.Time
+	liveWorkers int
+	queues      map[int]*overflow.Queue
+	done        chan struct{}
+	err         error
 	// failure is why the coordinator's guardian stopped it, if it did.
 	failure *GroupFailedError
 	// renewedAt is when the last successful lease pass started (the
@@ -141,7 +141,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		leasePool.Close()
 		return nil, err
 	}
-	if err := leases.EnsureShards(ctx); err != nil {
+	if err := leases.EnsureBuckets(ctx); err != nil {
 		return fail(err)
 	}
 	if err := rt.store.EnsureConsumerGroupIndex(ctx, opts.Buckets); err != nil {
@@ -218,7 +218,7 @@ func (gr *Group) Err() error {
 
 // Stop stops the group gracefully: each reader finishes its in-flight event
 // and flushes its checkpoint, then every lease is released and the worker
-// leaves the membership, so other workers take the buckets over at once.
+// leaves the pool, so other workers take the buckets over at once.
 // It is idempotent and safe from several goroutines. If ctx ends first it
 // stops the actors without waiting for them, leaves the leases to expire,
 // logs what was still running, and returns ctx.Err(). If the group had
@@ -363,7 +363,7 @@ func (g *group) failed() *GroupFailedError {
 func (g *group) setPass(res leasestore.PassResult, start time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.members = res.Live
+	g.liveWorkers = res.Live
 	g.renewedAt, g.passErr = start, nil
 }
 
@@ -506,7 +506,7 @@ func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLa
 	}
 	for _, b := range buckets {
 		cp := byBucket[b]
-		n, oldest, err := g.store.MemberLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
+		n, oldest, err := g.store.BucketLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
 		if err != nil {
 			return nil, err
 		}
@@ -519,7 +519,7 @@ func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLa
 func (g *group) statusSnapshot() observability.SubscriptionStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.opts.Buckets, Members: g.members}
+	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.opts.Buckets, LiveWorkers: g.liveWorkers}
 	for b, l := range g.owned {
 		lag := g.lags[b]
 		bs := observability.BucketStatus{Bucket: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}
@@ -611,7 +611,7 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 	for i := range st.Owned {
 		b := &st.Owned[i]
 		b.Checkpoint = byBucket[b.Bucket]
-		if b.Lag, _, err = g.store.MemberLag(ctx, g.opts.Category, b.Bucket, g.opts.Buckets, b.Checkpoint); err != nil {
+		if b.Lag, _, err = g.store.BucketLag(ctx, g.opts.Category, b.Bucket, g.opts.Buckets, b.Checkpoint); err != nil {
 			return st, err
 		}
 	}

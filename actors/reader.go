@@ -238,7 +238,7 @@ func (r *reader) start(ctx actor.Context) {
 		r.endOverflowed(err)
 	}
 	r.spawnHandler(ctx)
-	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Member: r.bucket})
+	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Bucket: r.bucket})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
 	r.after(ctx, r.tick, &flushTick{gen: r})
@@ -312,7 +312,7 @@ func (r *reader) readPage(ctx actor.Context) {
 	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
-		events, err := r.g.store.ReadMemberBounded(c, o.Category, r.bucket, o.Buckets, from, limit, maxBytes)
+		events, err := r.g.store.ReadBucketBounded(c, o.Category, r.bucket, o.Buckets, from, limit, maxBytes)
 		last := from
 		if len(events) > 0 {
 			last = events[len(events)-1].Position

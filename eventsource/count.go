@@ -5,28 +5,28 @@ import (
 	"time"
 )
 
-// MemberLag returns how many events of category with position > after
-// belong to member of a group of size, and when the oldest of them was
+// BucketLag returns how many events of category with position > after
+// belong to bucket of a group of size, and when the oldest of them was
 // recorded (zero when there are none): a bucket's backlog behind its
 // checkpoint. It uses the consumer-group index (see
 // [Store.EnsureConsumerGroupIndex]); its cost grows with the backlog, so it
 // counts at most MaxLagCount events: a count of MaxLagCount means "at
 // least".
-func (s *Store) MemberLag(ctx context.Context, category string, member, size int, after int64) (int64, time.Time, error) {
+func (s *Store) BucketLag(ctx context.Context, category string, bucket, size int, after int64) (int64, time.Time, error) {
 	if err := ValidateCategory(category); err != nil {
 		return 0, time.Time{}, err
 	}
-	if err := checkGroup(member, size); err != nil {
+	if err := checkGroup(bucket, size); err != nil {
 		return 0, time.Time{}, err
 	}
 	var n int64
 	var oldest *time.Time
-	err := s.pool.QueryRow(ctx, memberLag(s.q, size), category, member, after, MaxLagCount).Scan(&n, &oldest)
+	err := s.pool.QueryRow(ctx, bucketLag(s.q, size), category, bucket, after, MaxLagCount).Scan(&n, &oldest)
 	if oldest == nil {
 		return n, time.Time{}, err
 	}
 	return n, *oldest, err
 }
 
-// MaxLagCount caps [Store.MemberLag]'s count.
+// MaxLagCount caps [Store.BucketLag]'s count.
 const MaxLagCount = 100_000

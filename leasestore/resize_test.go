@@ -584,15 +584,15 @@ func protocolOneWorkerIsFencedOut(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 4)
 	a := b.open(t, b.config(kind, 2, "a"))
-	require.NoError(t, a.EnsureShards(ctx))
+	require.NoError(t, a.EnsureBuckets(ctx))
 	p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 2, 30*time.Second, nil)
 	held, err := p1.pass(ctx)
 	require.NoError(t, err, "never resized: a protocol-1 worker works")
 	require.Len(t, held, 2)
 	snap, err := a.Snapshot(ctx)
 	require.NoError(t, err)
-	for _, m := range snap.Members {
-		require.Equal(t, map[string]int{"a": 2, "older": 1}[m.Worker], m.Protocol, m.Worker)
+	for _, w := range snap.Workers {
+		require.Equal(t, map[string]int{"a": 2, "older": 1}[w.Worker], w.Protocol, w.Worker)
 	}
 
 	_, err = RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: b.sub, Buckets: 4, EvictOldWorkers: true})
@@ -630,7 +630,7 @@ func TestRequestAndProtocolOneHeartbeatRace(t *testing.T) {
 	ctx := context.Background()
 	b := setupResize(t, 4)
 	a := b.open(t, b.config(KindRow, 2, "a"))
-	require.NoError(t, a.EnsureShards(ctx))
+	require.NoError(t, a.EnsureBuckets(ctx))
 	p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 2, 30*time.Second, nil)
 	expire := func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT set_config('kumi.protocol', '2', true)"); err != nil {
@@ -875,7 +875,7 @@ func TestEnsureAdoptsTheRowsOfAnOlderVersion(t *testing.T) {
 		_, err := b.pool.Exec(ctx, p1.st.get("ensure_rows"), b.sub, 3)
 		require.NoError(t, err)
 		s := b.open(t, b.config(kind, 8, "a"))
-		require.NoError(t, s.EnsureShards(ctx))
+		require.NoError(t, s.EnsureBuckets(ctx))
 		gen, n := s.Serving()
 		require.Equal(t, [2]int{0, 3}, [2]int{gen, n})
 		require.Len(t, pass(t, s).Owned, 3)

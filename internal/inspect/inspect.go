@@ -21,7 +21,7 @@ import (
 // `kumi status` and the console show it.
 //
 // It reads the leases with leasestore.ReadSnapshotTx, not
-// leasestore.Store.Snapshot: a leasestore.Store joins the pool as a member
+// leasestore.Store.Snapshot: a leasestore.Store joins the pool as a worker
 // when it is created, and an observer that joins changes every worker's
 // fair share.
 type Inspection struct {
@@ -36,9 +36,9 @@ type Inspection struct {
 	Head int64
 	// Buckets is the subscription's N (0 when it has no lease rows yet).
 	Buckets int
-	// Members are the subscription's membership rows, live or not, by
-	// worker id.
-	Members []leasestore.Member
+	// Workers are the subscription's worker rows, live or not, by worker
+	// id.
+	Workers []leasestore.WorkerState
 	// Rows are the buckets, by number.
 	Rows []BucketRow
 }
@@ -61,12 +61,12 @@ type BucketRow struct {
 	Oldest time.Time
 }
 
-// LiveMembers counts the members that are live and, for session kind,
+// LiveWorkers counts the workers that are live and, for session kind,
 // whose session still holds its lock.
-func (in Inspection) LiveMembers() int {
+func (in Inspection) LiveWorkers() int {
 	n := 0
-	for _, m := range in.Members {
-		if m.Live && !m.SessionGone {
+	for _, w := range in.Workers {
+		if w.Live && !w.SessionGone {
 			n++
 		}
 	}
@@ -97,10 +97,10 @@ func notMigrated(schema string, err error) error {
 	return err
 }
 
-// Inspect reads one subscription's members, buckets and checkpoints in one
+// Inspect reads one subscription's workers, buckets and checkpoints in one
 // read-only repeatable-read transaction (leasestore.ReadSnapshotTx and
 // eventsource.Store.ProgressTx), and — when category is not "" — each
-// bucket's lag behind its checkpoint (eventsource.Store.MemberLag, one
+// bucket's lag behind its checkpoint (eventsource.Store.BucketLag, one
 // query per bucket). It writes nothing and takes no lock a worker waits
 // for.
 func Inspect(ctx context.Context, store *eventsource.Store, subscription, category string) (Inspection, error) {
@@ -127,7 +127,7 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 	if err != nil {
 		return Inspection{}, notMigrated(store.Schema(), err)
 	}
-	in.Now, in.Head, in.Members = progress.Now, progress.Head, snap.Members
+	in.Now, in.Head, in.Workers = progress.Now, progress.Head, snap.Workers
 	checkpoints := make(map[int]eventsource.Checkpoint, len(progress.Checkpoints))
 	for _, c := range progress.Checkpoints {
 		checkpoints[c.Bucket] = c
@@ -136,14 +136,14 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 	for i, b := range snap.Buckets {
 		c := checkpoints[b.Bucket]
 		in.Rows[i] = BucketRow{BucketState: b, Live: b.Held(in.Now), Checkpoint: c.Position, CheckpointAt: c.UpdatedAt, Lag: -1}
-		in.Buckets = max(in.Buckets, b.ShardCount)
+		in.Buckets = max(in.Buckets, b.BucketCount)
 	}
 	if category == "" {
 		return in, nil
 	}
 	for i := range in.Rows {
 		r := &in.Rows[i]
-		n, oldest, err := store.MemberLag(ctx, category, r.Bucket, r.ShardCount, r.Checkpoint)
+		n, oldest, err := store.BucketLag(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint)
 		if err != nil {
 			return in, fmt.Errorf("lag of bucket %d: %w", r.Bucket, notMigrated(store.Schema(), err))
 		}
@@ -158,7 +158,7 @@ type SubscriptionSummary struct {
 	Subscription string `json:"subscription"`
 	Buckets      int    `json:"buckets"`              // N; 0 when it has checkpoints but no lease rows
 	Held         int    `json:"held"`                 // buckets with a live owner
-	Members      int    `json:"live_members"`         // live members
+	LiveWorkers  int    `json:"live_workers"`         // live workers
 	Checkpoints  int    `json:"checkpoints"`          // buckets with a stored checkpoint
 	DeadLetters  int    `json:"pending_dead_letters"` // pending dead letters
 }
@@ -194,7 +194,7 @@ func Subscriptions(ctx context.Context, store *eventsource.Store) ([]Subscriptio
 	}
 	for _, l := range leases {
 		s := summary(l.Subscription)
-		s.Buckets, s.Held, s.Members = l.Buckets, l.Held, l.Members
+		s.Buckets, s.Held, s.LiveWorkers = l.Buckets, l.Held, l.LiveWorkers
 	}
 	for _, st := range stats {
 		s := summary(st.Subscription)
