@@ -143,8 +143,10 @@ RETURNING l.bucket;
 -- name: placement_lock
 -- Serialises two-phase claim placement of one subscription, so that two
 -- claimants never both count the same surplus: the next placer's loads
--- read what the previous one committed. It is the last lock a pass takes
--- and is held only to its commit, so the wait is short and cannot deadlock.
+-- read what the previous one committed. Held to the pass's commit; taken
+-- (as the owners' rows after it) under a short lock_timeout in a savepoint,
+-- so a placer that waits for rows this pass holds makes this pass place
+-- nothing rather than deadlock.
 SELECT pg_advisory_xact_lock($1);
 
 -- name: loads
