@@ -154,3 +154,47 @@ func TestAPlacerWaitingForThisPassesRowsDoesNotFailIt(t *testing.T) {
 	require.NoError(t, lockErr, "the other placer gets the row once the pass ended")
 	require.Len(t, a.Held(), 2, "the pass renewed its rows and placed nothing")
 }
+
+// A cancel locks every lease row of both generations. A pass may hold a
+// row it claimed (SKIP LOCKED, in no order) while it waits, placing claims,
+// for a lower one: if the cancel holds that one and waits for the claimed
+// one, PostgreSQL breaks the cycle by failing one of the two — the cancel,
+// when it waited first (TestResizeLocksNeverDeadlock/session once: "cancel
+// resize: deadlock detected"). A cancel is a transaction with no effect
+// until it commits: it is tried again.
+func TestACancelCaughtInADeadlockIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupResize(t, 4)
+	a := b.open(t, b.config(KindRow, 2, "a"))
+	require.NoError(t, a.EnsureBuckets(ctx))
+	b.request(t, 4)
+	q := b.table("lease_buckets")
+
+	// A pass holds new bucket 1, which it claimed, and is about to wait
+	// for new bucket 0, placing a claim on it.
+	pass, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = pass.Rollback(ctx) }()
+	_, err = pass.Exec(ctx, "SET LOCAL deadlock_timeout = '30s'") // PostgreSQL fails the cancel, not this
+	require.NoError(t, err)
+	lockRow := "SELECT bucket FROM " + q + " WHERE subscription = $1 AND bucket = $2 FOR UPDATE"
+	_, err = pass.Exec(ctx, lockRow, b.sub, eventsource.Slot(1, 1))
+	require.NoError(t, err)
+
+	cancelled := make(chan error, 1)
+	go func() { _, err := CancelResize(ctx, b.pool, b.schema, b.sub); cancelled <- err }()
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		var waiting bool
+		err := pgtest.Pool(t).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "+
+			"WHERE NOT l.granted AND a.query LIKE '%lease_buckets%' AND a.pid <> pg_backend_pid())").Scan(&waiting)
+		return err == nil && waiting
+	}, "the cancel never waited for the pass's row")
+	_, passErr := pass.Exec(ctx, lockRow, b.sub, eventsource.Slot(1, 0)) // the cycle: the cancel, waiting first, is failed
+	commitErr := pass.Commit(ctx)
+	cancelErr := <-cancelled
+	require.NoError(t, passErr, "the pass goes on")
+	require.NoError(t, commitErr)
+	require.NoError(t, cancelErr, "and the cancel, tried again, succeeds")
+	require.Equal(t, ResizeSteady, b.resize(t).State)
+}

@@ -602,6 +602,15 @@ USING (SELECT bucket FROM {{schema}}.lease_buckets
        WHERE subscription = $1 AND bucket < $2 * 65536 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
 WHERE l.subscription = $1 AND l.bucket = o.bucket;
 
+-- name: resize_cancel_lock
+-- Cancel, old generation $2: lock both generations' rows in slot order
+-- first, the order a pass renews them in (the next statement's two parts
+-- lock theirs in no order between them).
+SELECT bucket FROM {{schema}}.lease_buckets
+WHERE subscription = $1 AND generation IN ($2, $2 + 1)
+ORDER BY bucket
+FOR UPDATE;
+
 -- name: resize_cancel_rows
 -- Cancel, old generation $2: the next generation's rows go; the old rows'
 -- proposals, cut and drains are cleared (a drained row is free again).
