@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
@@ -42,6 +43,18 @@ type RuntimeOptions struct {
 	// that is less than its GroupOptions.QueueBytes. Default 256 MiB
 	// (RuntimeQueueBytesDefault); at least 16 MiB.
 	QueueBytes int64
+	// ReadPool, when set, is a pool on a hot standby of the store's
+	// database: the readers' catch-up pages and the publisher's reads go
+	// there, and everything else (appends, the sequencer, leases,
+	// checkpoints, dead letters, exactly-once commits, LISTEN) stays on
+	// the store's pool. Nothing is skipped or reordered however far the
+	// standby lags: see eventsource.ReadReplica and docs/eventsource.md,
+	// "Reading from a hot standby". Nil (the default) reads on the primary.
+	// The runtime does not close it.
+	ReadPool *pgxpool.Pool
+	// ReadReplica tunes the reads on ReadPool (its Logger defaults to
+	// Logger); ignored without a ReadPool.
+	ReadReplica eventsource.ReadReplicaOptions
 }
 
 // RuntimeQueueBytesDefault is RuntimeOptions.QueueBytes's default: 256 MiB
@@ -63,6 +76,15 @@ type Runtime struct {
 	notifier  *eventsource.Notifier
 	listener  *eventsource.Listener
 	publisher *actor.PID
+	// reads serves the catch-up pages and the publisher's reads: the store,
+	// or replica when RuntimeOptions.ReadPool is set.
+	reads   eventsource.PageReader
+	replica *eventsource.ReadReplica
+	// published is the publisher's position: every event up to it was
+	// posted to its subscribers, or read before they subscribed.
+	published atomic.Int64
+	// unregisterReplica stops the kumi.replica.* metrics.
+	unregisterReplica func()
 	// dispatcher runs the readers' and handlers' mailboxes on reused
 	// goroutines.
 	dispatcher *dispatcher
@@ -116,6 +138,33 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
 		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
+	rt.reads, rt.unregisterReplica = store, func() {}
+	if opts.ReadPool != nil {
+		ro := opts.ReadReplica
+		if ro.Logger == nil {
+			ro.Logger = logger
+		}
+		replica, err := eventsource.NewReadReplica(store, opts.ReadPool, ro)
+		var ce *eventsource.ConfigError
+		if errors.As(err, &ce) {
+			return nil, &OptionError{"ReadReplica." + ce.Field, nil, ce.Reason}
+		} else if err != nil {
+			return nil, err
+		}
+		rt.reads, rt.replica = replica, replica
+		replica.Start()
+		rt.unregisterReplica = rt.telemetry.t.RegisterReplica(func() observability.ReplicaStatus {
+			st := replica.Stats()
+			return observability.ReplicaStatus{LagEvents: st.LagEvents, LagSeconds: st.Lag.Seconds(),
+				FallingBack: st.FallingBack, StandbyReads: st.StandbyReads, PrimaryReads: st.PrimaryReads}
+		})
+	}
+	stopReplica := func() {
+		rt.unregisterReplica()
+		if rt.replica != nil {
+			rt.replica.Stop()
+		}
+	}
 	if opts.Sequencer.Logger == nil {
 		opts.Sequencer.Logger = logger
 	}
@@ -128,6 +177,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 		}})
 	if err != nil {
 		rt.sequencer.Stop()
+		stopReplica()
 		return nil, err
 	}
 	listener, err := notifier.Listen(store.NotifyChannel())
@@ -136,6 +186,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	}
 	if err != nil {
 		rt.sequencer.Stop()
+		stopReplica()
 		return nil, err
 	}
 	rt.notifier, rt.listener = notifier, listener
@@ -144,7 +195,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
 			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets, Takeovers: st.Takeovers}
 	})
-	rt.publisher = system.Root.Spawn(newPublisherProps(store, listener.C(), opts.PollInterval, logger, rt.telemetry))
+	rt.publisher = system.Root.Spawn(newPublisherProps(rt.reads, listener.C(), listener.Latest, &rt.published, opts.PollInterval, logger, rt.telemetry))
 	return rt, nil
 }
 
@@ -161,6 +212,10 @@ func Migrate(ctx context.Context, store *eventsource.Store) error {
 	}
 	return nil
 }
+
+// ReadReplica returns the reads on RuntimeOptions.ReadPool (their lag and
+// counts in its Stats), or nil without one.
+func (rt *Runtime) ReadReplica() *eventsource.ReadReplica { return rt.replica }
 
 // Store returns the runtime's event store.
 func (rt *Runtime) Store() *eventsource.Store { return rt.store }
@@ -196,6 +251,10 @@ func (rt *Runtime) Stop(ctx context.Context) error {
 		errs = append(errs, rt.notifier.Stop(ctx))
 		rt.unregisterSequencer()
 		rt.sequencer.Stop()
+		rt.unregisterReplica()
+		if rt.replica != nil {
+			rt.replica.Stop()
+		}
 	}
 	if busy, err := rt.dispatcher.close(ctx); err != nil {
 		rt.logger.Warn("kumi: runtime stop: actors still running when the deadline came; left running "+
