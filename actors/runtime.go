@@ -80,6 +80,9 @@ type Runtime struct {
 	// or replica when RuntimeOptions.ReadPool is set.
 	reads   eventsource.PageReader
 	replica *eventsource.ReadReplica
+	// bucketLag counts a bucket's backlog for the lag metrics: on the
+	// standby with a read pool.
+	bucketLag func(ctx context.Context, category string, bucket, buckets int, after int64) (int64, time.Time, error)
 	// published is the publisher's position: every event up to it was
 	// posted to its subscribers, or read before they subscribed.
 	published atomic.Int64
@@ -138,7 +141,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
 		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
-	rt.reads, rt.unregisterReplica = store, func() {}
+	rt.reads, rt.bucketLag, rt.unregisterReplica = store, store.MemberLag, func() {}
 	if opts.ReadPool != nil {
 		ro := opts.ReadReplica
 		if ro.Logger == nil {
@@ -151,7 +154,7 @@ func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsour
 		} else if err != nil {
 			return nil, err
 		}
-		rt.reads, rt.replica = replica, replica
+		rt.reads, rt.replica, rt.bucketLag = replica, replica, replica.BucketLag
 		replica.Start()
 		rt.unregisterReplica = rt.telemetry.t.RegisterReplica(func() observability.ReplicaStatus {
 			st := replica.Stats()

@@ -210,6 +210,24 @@ func TestReadReplica(t *testing.T) {
 		require.Greater(t, rr.Stats().StandbyReads, before)
 	})
 
+	t.Run("BucketLagCountsOnTheStandby", func(t *testing.T) {
+		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{FallbackLag: time.Millisecond, LagInterval: 10 * time.Millisecond})
+		require.NoError(t, r.WaitReplayed(ctx))
+		before, _, err := p.MemberLag(ctx, "acct", 0, 1, 0)
+		require.NoError(t, err)
+		require.NoError(t, r.PauseReplay(ctx))
+		defer func() { require.NoError(t, r.ResumeReplay(ctx)) }()
+		appendN(t, p, 4)
+		sequenceAll(t, p)
+		n, _, err := rr.BucketLag(ctx, "acct", 0, 1, 0)
+		require.NoError(t, err)
+		require.Equal(t, before, n, "counted on the paused standby")
+		pgtest.Eventually(t, time.Minute, func() bool { return rr.Measure(ctx).FallingBack }, "the lag passes FallbackLag")
+		n, _, err = rr.BucketLag(ctx, "acct", 0, 1, 0)
+		require.NoError(t, err)
+		require.Equal(t, before+4, n, "counted on the primary while falling back")
+	})
+
 	t.Run("RestartedReplica", func(t *testing.T) {
 		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: 50 * time.Millisecond})
 		f := &pageFollower{pr: rr, cursor: head(t, p), last: head(t, p)}

@@ -145,8 +145,10 @@ type ReadReplicaStats struct {
 type ReadReplica struct {
 	primary *Store
 	standby *pgxpool.Pool
-	opts    ReadReplicaOptions
-	pause   retry.Policy
+	// onStandby is primary's schema over standby.
+	onStandby *Store
+	opts      ReadReplicaOptions
+	pause     retry.Policy
 
 	standbyReads, primaryReads, retries atomic.Int64
 	fallingBack                         atomic.Bool
@@ -172,7 +174,11 @@ func NewReadReplica(primary *Store, standby *pgxpool.Pool, opts ReadReplicaOptio
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &ReadReplica{primary: primary, standby: standby, opts: opts.withDefaults(),
+	onStandby, err := New(standby, primary.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ReadReplica{primary: primary, standby: standby, onStandby: onStandby, opts: opts.withDefaults(),
 		pause: retry.Policy{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2, Jitter: retry.Equal}}, nil
 }
 
@@ -206,6 +212,20 @@ func (r *ReadReplica) HeadPosition(ctx context.Context) (int64, error) {
 		}
 	}
 	return r.primary.HeadPosition(ctx)
+}
+
+// BucketLag is [Store.MemberLag] on the standby — a count of the
+// bucket's events after a checkpoint, as of the standby's replay (so
+// short by the bucket's share of the lag) — or on the primary while reads
+// fall back to it or when the standby fails.
+func (r *ReadReplica) BucketLag(ctx context.Context, category string, bucket, buckets int, after int64) (int64, time.Time, error) {
+	if !r.fallingBack.Load() {
+		n, oldest, err := r.onStandby.MemberLag(ctx, category, bucket, buckets, after)
+		if err == nil || ctx.Err() != nil {
+			return n, oldest, err
+		}
+	}
+	return r.primary.MemberLag(ctx, category, bucket, buckets, after)
 }
 
 // read reads one page on the standby until it covers known (see
