@@ -56,7 +56,7 @@ func TestGroupReadsOnAReplica(t *testing.T) {
 	seed(t, direct, "acct", 20, 200) // a backlog to catch up from the standby
 	r := pgtest.NewReplica(t, srv)
 	rec := newRecorder()
-	ro := eventsource.ReadReplicaOptions{Wait: 50 * time.Millisecond, LagInterval: 20 * time.Millisecond}
+	ro := eventsource.ReadReplicaOptions{Wait: 300 * time.Millisecond, LagInterval: 20 * time.Millisecond}
 	a := startReplicaWorker(t, srv, r.URL, schema, "a", ro, groupOpts("replica", 4, rec, "a"))
 	b := startReplicaWorker(t, srv, r.URL, schema, "b", ro, groupOpts("replica", 4, rec, "b"))
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 200 }, "the backlog is handled (got %d)", rec.distinct())
