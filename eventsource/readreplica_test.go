@@ -1,8 +1,12 @@
 package eventsource_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,6 +214,25 @@ func TestReadReplica(t *testing.T) {
 		require.Greater(t, rr.Stats().StandbyReads, before)
 	})
 
+	t.Run("WarnPastWarnLag", func(t *testing.T) {
+		var logs syncBuffer
+		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{WarnLag: time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		require.NoError(t, r.WaitReplayed(ctx))
+		rr.Measure(ctx)
+		require.NoError(t, r.PauseReplay(ctx))
+		appendN(t, p, 3)
+		sequenceAll(t, p)
+		pgtest.Eventually(t, time.Minute, func() bool { return rr.Measure(ctx).Lag > time.Millisecond }, "the lag passes WarnLag")
+		rr.Measure(ctx) // still lagging: no second line
+		require.NoError(t, r.ResumeReplay(ctx))
+		pgtest.Eventually(t, time.Minute, func() bool { return rr.Measure(ctx).Lag == 0 }, "the standby catches up")
+		out := logs.String()
+		require.Equal(t, 1, strings.Count(out, `level=WARN msg="kumi: read replica lagging"`), out)
+		require.Contains(t, out, "lag_events=3")
+		require.Equal(t, 1, strings.Count(out, `level=INFO msg="kumi: read replica caught up"`), out)
+	})
+
 	t.Run("BucketLagCountsOnTheStandby", func(t *testing.T) {
 		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{FallbackLag: time.Millisecond, LagInterval: 10 * time.Millisecond})
 		require.NoError(t, r.WaitReplayed(ctx))
@@ -337,4 +360,22 @@ func (b *bucketFollower) step(ctx context.Context, known int64, limit int) error
 		b.cursor = max(b.cursor, known)
 	}
 	return nil
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and the test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
