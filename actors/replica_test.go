@@ -88,3 +88,46 @@ func TestGroupReadsOnAReplica(t *testing.T) {
 	require.Empty(t, rec.order, "per-stream order")
 	require.Empty(t, rec.overlaps)
 }
+
+// TestAReaderOnAStandbyCoversWhatThePublisherRead: a reader whose
+// catch-up reads a standby covers the publisher's position, not only the
+// batches it got. The publisher, reading past a paused standby on the
+// primary (after Wait) for another group, is ahead of the standby when the
+// group starts: its reader gets no batch for the events before its
+// subscription, and a catch-up trusted up to the batches alone would end
+// on the standby's head and wait for a batch that never comes.
+func TestAReaderOnAStandbyCoversWhatThePublisherRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.LocalServer(t)
+	schema := pgtest.NewSchema(t)
+	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, Migrate(ctx, direct))
+	r := pgtest.NewReplica(t, srv)
+	other, late := newRecorder(), newRecorder()
+	ro := eventsource.ReadReplicaOptions{Wait: 20 * time.Millisecond}
+	w := startReplicaWorker(t, srv, r.URL, schema, "w", ro, GroupOptions{Subscription: "other", Category: "other", Buckets: 2,
+		Handler: ackHandler(other, "w"), Lease: fastLease(), CheckpointInterval: 20 * time.Millisecond})
+
+	require.NoError(t, r.PauseReplay(ctx))
+	t.Cleanup(func() { _ = r.ResumeReplay(context.Background()) })
+	seed(t, direct, "acct", 5, 10)
+	_, err = direct.Sequence(ctx)
+	require.NoError(t, err)
+	head, err := direct.HeadPosition(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, head)
+	pgtest.Eventually(t, waitLong, func() bool {
+		pos, err := w.sys.Root.RequestFuture(w.rt.publisher, &publisherPosition{}, time.Second).Result()
+		return err == nil && pos.(int64) >= head
+	}, "the publisher read the new events on the primary")
+
+	g, err := w.rt.StartGroup(ctx, GroupOptions{Subscription: "late", Category: "acct", Buckets: 2, Worker: "w",
+		Handler: ackHandler(late, "w"), Lease: fastLease(), CheckpointInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return late.distinct() == 10 },
+		"the late group handles the events before it, the standby still paused (got %d)", late.distinct())
+	require.NoError(t, r.ResumeReplay(ctx))
+	require.NoError(t, g.Stop(ctx))
+}
