@@ -576,7 +576,7 @@ func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLa
 	}
 	for _, b := range buckets {
 		cp := byBucket[b]
-		n, oldest, err := g.store.BucketLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
+		n, oldest, err := g.rt.bucketLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
 		if err != nil {
 			return nil, err
 		}

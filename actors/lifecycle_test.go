@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,7 +44,7 @@ func TestLifecycleContract(t *testing.T) {
 	t.Run("Publisher", func(t *testing.T) {
 		startstoptest.Stress(t, func(t *testing.T) startstop.Service {
 			return &publisherService{system: sys, logger: testLoggerOrDiscard(),
-				props: newPublisherProps(store, make(chan struct{}), time.Hour, testLoggerOrDiscard(), newTelemetry(nil, testLoggerOrDiscard()))}
+				props: newPublisherProps(store, make(chan struct{}), func() int64 { return 0 }, new(atomic.Int64), time.Hour, testLoggerOrDiscard(), newTelemetry(nil, testLoggerOrDiscard()))}
 		})
 	})
 	require.ErrorIs(t, ErrStopped, startstop.ErrStopped)

@@ -105,6 +105,12 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 			Sequencer:    eventsource.SequencerOptions{MinInterval: time.Millisecond, MaxInterval: 20 * time.Millisecond, Logger: logger},
 			Supervision:  supervision.ObserverFunc(func(supervision.Decision) {}),
 			QueueBytes:   32 << 20,
+			// The primary as its own read pool: every page it reads covers
+			// the head its reader knows, so the read path runs as on a
+			// standby that is never behind.
+			ReadPool: pgtest.NewPool(t, 4),
+			ReadReplica: eventsource.ReadReplicaOptions{Wait: 500 * time.Millisecond, LagInterval: 100 * time.Millisecond,
+				WarnLag: 10 * time.Second, FallbackLag: 20 * time.Second, Logger: logger},
 		},
 		System:      actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(logger))),
 		StopTimeout: 20 * time.Second,

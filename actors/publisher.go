@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -87,11 +88,17 @@ type subscriber struct {
 // notification and fans them out to the subscribed readers' bounded queues.
 // It never waits on a reader: a post applies the reader's overflow policy.
 type publisher struct {
-	store  *eventsource.Store
-	wake   <-chan struct{}
-	poll   time.Duration
-	logger *slog.Logger
-	tel    *telemetry
+	store eventsource.PageReader
+	// known is the head the notifier last announced: a fetch that is not
+	// full covers it (see eventsource.PageReader).
+	known func() int64
+	// published is pos for the readers, stored before the batches up to
+	// it are posted: a reader's catch-up covers it (see reader.readPage).
+	published *atomic.Int64
+	wake      <-chan struct{}
+	poll      time.Duration
+	logger    *slog.Logger
+	tel       *telemetry
 
 	pos      int64
 	size     int64                  // the average size of the events last fetched
@@ -102,9 +109,20 @@ type publisher struct {
 	cancel   context.CancelFunc
 }
 
-func newPublisherProps(store *eventsource.Store, wake <-chan struct{}, poll time.Duration, logger *slog.Logger, tel *telemetry) *actor.Props {
+// newPublisherProps makes the publisher: it reads through reads when
+// woken on wake (or every poll), knowing the head known returns (nil: 0),
+// and keeps its position in published (nil: its own).
+func newPublisherProps(reads eventsource.PageReader, wake <-chan struct{}, known func() int64, published *atomic.Int64,
+	poll time.Duration, logger *slog.Logger, tel *telemetry) *actor.Props {
+	if known == nil {
+		known = func() int64 { return 0 }
+	}
+	if published == nil {
+		published = new(atomic.Int64)
+	}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &publisher{store: store, wake: wake, poll: poll, logger: logger, tel: tel, subs: map[string]*subscriber{}}
+		return &publisher{store: reads, known: known, published: published, wake: wake, poll: poll, logger: logger, tel: tel,
+			subs: map[string]*subscriber{}}
 	})
 }
 
@@ -147,7 +165,7 @@ func (p *publisher) start(ctx actor.Context) {
 	if err != nil {
 		p.logger.Warn("kumi: publisher could not read the head position; starting from 0", "err", err)
 	}
-	p.pos = head
+	p.setPos(head)
 	go func() {
 		t := time.NewTicker(p.poll)
 		defer t.Stop()
@@ -171,7 +189,7 @@ func (p *publisher) fetch(ctx actor.Context) {
 		return
 	}
 	p.fetching, p.again = true, false
-	self, root, from := ctx.Self(), ctx.ActorSystem().Root, p.pos
+	self, root, from, known := ctx.Self(), ctx.ActorSystem().Root, p.pos, p.known()
 	cheap, subscribers := len(p.subs) == 0, len(p.subs)
 	limit := fetchLimit(publisherBatchSize, publisherFetchBytes, p.size)
 	go func() {
@@ -183,7 +201,7 @@ func (p *publisher) fetch(ctx actor.Context) {
 		} else {
 			var span observability.FetchSpan
 			c, span = p.tel.startFetch(c, from, subscribers)
-			res.events, res.err = p.store.ReadAllBounded(c, from, limit, publisherFetchBytes)
+			res.events, res.err = p.store.ReadAllPage(c, from, known, limit, publisherFetchBytes)
 			res.to = from
 			if n := len(res.events); n > 0 {
 				res.to = res.events[n-1].Position
@@ -205,7 +223,7 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 		// read the range in full instead, so it misses nothing.
 		p.again = true
 	case f.cheap:
-		p.pos = max(p.pos, f.to)
+		p.setPos(max(p.pos, f.to))
 	default:
 		for _, e := range f.events {
 			if e.Err != nil {
@@ -213,8 +231,8 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 					"event_id", e.ID, "stream", e.Stream, "position", e.Position, "err", e.Err)
 			}
 		}
+		p.setPos(f.to)
 		p.broadcast(ctx, f)
-		p.pos = f.to
 		if n := int64(len(f.events)); n > 0 {
 			p.size = f.bytes / n
 		}
@@ -225,6 +243,12 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 	if p.again {
 		p.fetch(ctx)
 	}
+}
+
+// setPos moves the publisher's position, and published with it.
+func (p *publisher) setPos(pos int64) {
+	p.pos = pos
+	p.published.Store(pos)
 }
 
 func (p *publisher) broadcast(ctx actor.Context, f *publisherFetched) {

@@ -307,12 +307,17 @@ func (r *reader) readPage(ctx actor.Context) {
 	}
 	r.reading = true
 	o := r.g.opts
-	from, target, resumes := r.cursor, r.target, r.resumes
+	// The page must cover what the publisher has read, not only the
+	// batches this reader got: after a pause dropped some, or before the
+	// first, a read on a standby could otherwise end below them and leave
+	// the reader waiting for a batch that never comes. (On the primary
+	// it covers them anyway.)
+	from, target, resumes := r.cursor, max(r.target, r.g.rt.published.Load()), r.resumes
 	maxBytes := r.readAhead()
 	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
-		events, err := r.g.store.ReadBucketBounded(c, o.Category, r.bucket, o.Buckets, from, limit, maxBytes)
+		events, err := r.g.rt.reads.ReadBucketPage(c, o.Category, r.bucket, o.Buckets, from, target, limit, maxBytes)
 		last := from
 		if len(events) > 0 {
 			last = events[len(events)-1].Position

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
@@ -43,6 +44,18 @@ type RuntimeOptions struct {
 	// that is less than its GroupOptions.QueueBytes. Default 256 MiB
 	// (RuntimeQueueBytesDefault); at least 16 MiB.
 	QueueBytes int64
+	// ReadPool, when set, is a pool on a hot standby of the store's
+	// database: the readers' catch-up pages and the publisher's reads go
+	// there, and everything else (appends, the sequencer, leases,
+	// checkpoints, dead letters, exactly-once commits, LISTEN) stays on
+	// the store's pool. Nothing is skipped or reordered however far the
+	// standby lags: see eventsource.ReadReplica and docs/eventsource.md,
+	// "Reading from a hot standby". Nil (the default) reads on the primary.
+	// The runtime does not close it.
+	ReadPool *pgxpool.Pool
+	// ReadReplica tunes the reads on ReadPool (its Logger defaults to
+	// Logger); ignored without a ReadPool.
+	ReadReplica eventsource.ReadReplicaOptions
 }
 
 // RuntimeQueueBytesDefault is RuntimeOptions.QueueBytes's default: 256 MiB
@@ -69,6 +82,18 @@ type Runtime struct {
 	listener  *eventsource.Listener
 	pub       *publisherService
 	publisher *actor.PID // pub's, once started
+	// reads serves the catch-up pages and the publisher's reads: the store,
+	// or replica when RuntimeOptions.ReadPool is set.
+	reads   eventsource.PageReader
+	replica *eventsource.ReadReplica
+	// bucketLag counts a bucket's backlog for the lag metrics: on the
+	// standby with a read pool.
+	bucketLag func(ctx context.Context, category string, bucket, buckets int, after int64) (int64, time.Time, error)
+	// published is the publisher's position: every event up to it was
+	// posted to its subscribers, or read before they subscribed.
+	published atomic.Int64
+	// unregisterReplica stops the kumi.replica.* metrics.
+	unregisterReplica func()
 	// dispatcher runs the readers' and handlers' mailboxes on reused
 	// goroutines.
 	dispatcher *dispatcher
@@ -136,14 +161,29 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
 		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
+	rt.reads, rt.bucketLag, rt.unregisterReplica = store, store.BucketLag, func() {}
+	if opts.ReadPool != nil {
+		ro := opts.ReadReplica
+		if ro.Logger == nil {
+			ro.Logger = logger
+		}
+		replica, err := eventsource.NewReadReplica(store, opts.ReadPool, ro)
+		var ce *eventsource.ConfigError
+		if errors.As(err, &ce) {
+			return nil, &OptionError{"ReadReplica." + ce.Field, nil, ce.Reason}
+		} else if err != nil {
+			return nil, err
+		}
+		rt.reads, rt.replica, rt.bucketLag = replica, replica, replica.BucketLag
+	}
 	return rt, nil
 }
 
-// Start migrates the store's schema (idempotent), starts the sequencer
-// and the notifier, and spawns the Publisher on the runtime's actor
-// system. ctx bounds the start only. A second Start does nothing; after
-// Stop it returns [ErrStopped]; a failed start undoes what it did, and may
-// be tried again.
+// Start migrates the store's schema (idempotent), starts the sequencer,
+// the notifier and the read replica's lag measurement (with a read pool),
+// and spawns the Publisher on the runtime's actor system. ctx bounds the
+// start only. A second Start does nothing; after Stop it returns
+// [ErrStopped]; a failed start undoes what it did, and may be tried again.
 func (rt *Runtime) Start(ctx context.Context) error { return rt.life.Start(ctx, rt.start) }
 
 func (rt *Runtime) start(ctx context.Context) (err error) {
@@ -172,9 +212,13 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 		}
 	}()
 	pub := &publisherService{system: rt.system, logger: rt.logger,
-		props: newPublisherProps(rt.store, listener.C(), rt.opts.PollInterval, rt.logger, rt.telemetry)}
+		props: newPublisherProps(rt.reads, listener.C(), listener.Latest, &rt.published, rt.opts.PollInterval, rt.logger, rt.telemetry)}
 	sequencer := eventsource.NewSequencer(rt.store, rt.opts.Sequencer)
-	for _, s := range []startstop.Service{sequencer, notifier, pub} {
+	services := []startstop.Service{sequencer, notifier, pub}
+	if rt.replica != nil {
+		services = append(services, rt.replica)
+	}
+	for _, s := range services {
 		if err := s.Start(ctx); err != nil {
 			return err
 		}
@@ -186,6 +230,14 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
 			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets, Takeovers: st.Takeovers}
 	}))
+	if rt.replica != nil {
+		replica := rt.replica
+		rt.unregisterReplica = sync.OnceFunc(rt.telemetry.t.RegisterReplica(func() observability.ReplicaStatus {
+			st := replica.Stats()
+			return observability.ReplicaStatus{LagEvents: st.LagEvents, LagSeconds: st.Lag.Seconds(),
+				FallingBack: st.FallingBack, StandbyReads: st.StandbyReads, PrimaryReads: st.PrimaryReads}
+		}))
+	}
 	return nil
 }
 
@@ -202,6 +254,10 @@ func Migrate(ctx context.Context, store *eventsource.Store) error {
 	}
 	return nil
 }
+
+// ReadReplica returns the reads on RuntimeOptions.ReadPool (their lag and
+// counts in its Stats), or nil without one.
+func (rt *Runtime) ReadReplica() *eventsource.ReadReplica { return rt.replica }
 
 // Store returns the runtime's event store.
 func (rt *Runtime) Store() *eventsource.Store { return rt.store }
@@ -232,6 +288,10 @@ func (rt *Runtime) halt(ctx context.Context) error {
 	errs = append(errs, rt.notifier.Stop(ctx))
 	rt.unregisterSequencer()
 	errs = append(errs, rt.sequencer.Stop(ctx))
+	rt.unregisterReplica()
+	if rt.replica != nil {
+		errs = append(errs, rt.replica.Stop(ctx))
+	}
 	if busy, err := rt.dispatcher.close(ctx); err != nil {
 		rt.logger.Warn("kumi: runtime stop: actors still running when the deadline came; left running "+
 			"(a handler blocked in a call that ignores its context ends only when that call returns)",

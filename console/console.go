@@ -34,6 +34,10 @@ type ReplayFunc func(ctx context.Context, subscription string, event eventsource
 type Options struct {
 	// Store is the event store whose schema the console shows. Required.
 	Store *eventsource.Store
+	// Reads, when set, is a store on a hot standby of Store's database, of
+	// the same schema: the buckets' lag counts (the console's heavy reads)
+	// are read there, as of its replay. Nil reads them through Store.
+	Reads *eventsource.Store
 	// Categories maps a subscription to its category, so the console can
 	// measure each bucket's lag (the lease tables do not record it). A
 	// subscription missing here is shown without lag.

@@ -690,3 +690,36 @@ func TestViewersOfOneSubscriptionShareOneReadASecond(t *testing.T) {
 	require.Equal(t, 1, count("refunds"), "another subscription has its own look")
 	require.Equal(t, 2, count("orders"))
 }
+
+// TestLagIsCountedOnTheReadStore: with Options.Reads on a hot standby
+// whose replay is paused, the buckets' lag is the standby's count, while
+// the leases and the head come from Store, the primary.
+func TestLagIsCountedOnTheReadStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.LocalServer(t)
+	schema := pgtest.NewSchema(t)
+	store, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	require.NoError(t, leasestore.Migrate(ctx, store.Pool(), schema))
+	f := &fixture{schema: schema, store: store}
+	f.appendEvents(t, "acct", 4, 20)
+	settle(t, f.lease(t, "orders", "worker-a", 2))
+	r := pgtest.NewReplica(t, srv)
+	require.NoError(t, r.WaitReplayed(ctx))
+	require.NoError(t, r.PauseReplay(ctx))
+	t.Cleanup(func() { _ = r.ResumeReplay(context.Background()) })
+	f.appendEvents(t, "acct", 4, 6)
+	reads, err := eventsource.New(pgtest.PoolOn(t, r.URL, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	_, hs := f.serve(t, Options{Reads: reads, Categories: map[string]string{"orders": "acct"}})
+
+	st := decode[State](t, get(t, hs, "/api/s/orders").body)
+	require.EqualValues(t, 26, st.Head, "the head is the primary's")
+	var lag int64
+	for _, b := range st.Rows {
+		lag += *b.Lag
+	}
+	require.EqualValues(t, 20, lag, "the lag is the paused standby's count")
+}

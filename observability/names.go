@@ -92,6 +92,7 @@ const (
 	AttrOutcome      = "kumi.outcome"       // Outcome of a delivery, or ok/error
 	AttrOperation    = "kumi.operation"     // lease operation (LeaseOp)
 	AttrSource       = "kumi.source"        // fetch source: publisher or reader
+	AttrReadOn       = "kumi.read_on"       // read pool: where a page was read, standby or primary
 	AttrFrom         = "kumi.from"          // fetch: position read from (exclusive)
 	AttrLast         = "kumi.last"          // fetch: last position read
 	AttrCount        = "kumi.count"         // fetch: events read
@@ -170,6 +171,21 @@ const (
 	MetricSequencerTimeouts       = "kumi.sequencer.timeouts"        // counter {step}
 	MetricSequencerResets         = "kumi.sequencer.resets"          // counter {reset}
 	MetricSequencerTakeovers      = "kumi.sequencer.takeovers"       // counter {takeover}
+)
+
+// The read replica's metrics (see [Telemetry.RegisterReplica]), when the
+// runtime reads on a hot standby (actors.RuntimeOptions.ReadPool).
+const (
+	MetricReplicaLagEvents   = "kumi.replica.lag.events"   // gauge {event}
+	MetricReplicaLagSeconds  = "kumi.replica.lag.seconds"  // gauge s
+	MetricReplicaFallingBack = "kumi.replica.falling_back" // gauge {replica}: 0 or 1
+	MetricReplicaReads       = "kumi.replica.reads"        // counter {read}: read_on
+)
+
+// Units of the read replica's metrics.
+const (
+	UnitReplica = "{replica}"
+	UnitRead    = "{read}"
 )
 
 // Units of the sequencer's metrics.

@@ -20,6 +20,7 @@ type consoleCmd struct {
 	AllowActions bool              `name:"allow-actions" help:"Enable the actions: relinquish a bucket, reset a checkpoint, discard dead letters, and replay them with --replay-exec. Off: the console is read-only."`
 	ReplayExec   string            `name:"replay-exec" placeholder:"COMMAND" help:"With --allow-actions, replay a dead letter through this shell command, as \"kumi dead-letters replay --exec\" does."`
 	Category     map[string]string `short:"c" placeholder:"SUB=CATEGORY" help:"A subscription's category, to measure its buckets' lag (repeatable)."`
+	ReadURL      string            `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the buckets' lag is counted there. Never printed."`
 }
 
 // Run serves the console until interrupted.
@@ -34,6 +35,11 @@ func (c *consoleCmd) Run(e *env) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
 	opts := console.Options{Store: store, Categories: c.Category, Token: c.Token, AllowActions: c.AllowActions,
 		Logger: log}
+	if c.ReadURL != "" {
+		if opts.Reads, err = e.connectReads(c.ReadURL); err != nil {
+			return err
+		}
+	}
 	if c.ReplayExec != "" {
 		opts.Replay = func(ctx context.Context, sub string, ev eventsource.RecordedEvent) error {
 			return (&dlReplayCmd{Subscription: sub, Exec: c.ReplayExec}).handler(e)(ctx, ev)

@@ -54,6 +54,8 @@ type env struct {
 
 	pool  *pgxpool.Pool
 	store *eventsource.Store
+	// readPool is connectReads's pool.
+	readPool *pgxpool.Pool
 }
 
 // connect opens the pool and the store on first use.
@@ -78,9 +80,32 @@ func (e *env) connect() (*eventsource.Store, error) {
 	return store, nil
 }
 
+// connectReads opens a store on url (a hot standby, for a command's
+// heavy reads), closed with the env.
+func (e *env) connectReads(url string) (*eventsource.Store, error) {
+	pool, err := inspect.ConnectPool(e.ctx, url, 4)
+	var ue *inspect.URLError
+	if errors.As(err, &ue) {
+		return nil, &usageError{msg: "--read-url: " + ue.Error()}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--read-url: %w", err)
+	}
+	store, err := eventsource.New(pool, eventsource.Config{Schema: e.schema})
+	if err != nil {
+		pool.Close()
+		return nil, usageErrorf("--schema: %v", err)
+	}
+	e.readPool = pool
+	return store, nil
+}
+
 func (e *env) close() {
 	if e.pool != nil {
 		e.pool.Close()
+	}
+	if e.readPool != nil {
+		e.readPool.Close()
 	}
 }
 

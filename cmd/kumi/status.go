@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 type statusCmd struct {
 	Subscription string `short:"s" placeholder:"NAME" help:"The subscription to show; without it, a line per subscription of the schema."`
 	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it)."`
 	JSON         bool   `name:"json" help:"Print JSON instead of tables."`
+	ReadURL      string `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the lag counts are read there, and how far it is behind is shown. Never printed."`
 }
 
 // Run prints the overview, or one subscription's state.
@@ -31,7 +33,19 @@ func (s *statusCmd) Run(e *env) error {
 		}
 		return s.printOverview(e, subs)
 	}
-	in, err := inspect.Inspect(e.ctx, store, s.Subscription, s.Category)
+	reads := store
+	var replica *inspect.ReplicaStatus
+	if s.ReadURL != "" {
+		if reads, err = e.connectReads(s.ReadURL); err != nil {
+			return err
+		}
+		st, err := inspect.Replica(e.ctx, store, reads)
+		if err != nil {
+			return fmt.Errorf("--read-url: %w", err)
+		}
+		replica = &st
+	}
+	in, err := inspect.InspectReads(e.ctx, store, reads, s.Subscription, s.Category)
 	if err != nil {
 		return asUsage(err)
 	}
@@ -40,9 +54,14 @@ func (s *statusCmd) Run(e *env) error {
 			"(`kumi status` without --subscription lists the subscriptions)", s.Subscription, in.Schema)
 	}
 	if s.JSON {
-		return e.printJSON(statusJSON(in))
+		out := statusJSON(in)
+		out.ReadReplica = replica
+		return e.printJSON(out)
 	}
 	printStatus(e.stdout, in)
+	if replica != nil {
+		printReplica(e.stdout, in.Now, *replica)
+	}
 	return nil
 }
 
@@ -75,7 +94,11 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	}
 	fmt.Fprintf(w, "subscription %q in schema %q: %d buckets, %d held, %d live workers, head position %d\n",
 		in.Subscription, in.Schema, in.Buckets, held, in.LiveWorkers(), in.Head)
-	fmt.Fprintf(w, "(times are the database's: %s)\n\n", in.Now.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "(times are the database's: %s)\n", in.Now.UTC().Format(time.RFC3339))
+	if in.Standby {
+		fmt.Fprintln(w, "(read on a hot standby: leases and checkpoints as of its replay; a session worker's lock is held on the primary, so its liveness is unknown here)")
+	}
+	fmt.Fprintln(w)
 
 	owned := in.OwnedBy()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -87,6 +110,8 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 			live = "no (session gone)"
 		case !w.Live:
 			live = "no"
+		case in.Standby && w.Kind == leasestore.KindSession:
+			live = "unknown"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", inspect.TermSafe(w.Worker), w.Kind, live, ago(in.Now, w.Heartbeat),
 			until(in.Now, w.Expires), owned[w.Worker])
@@ -124,6 +149,16 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	if in.Category == "" {
 		fmt.Fprintln(w, "\n(lag: pass --category to measure it)")
 	}
+}
+
+// printReplica writes the read replica's lag after the tables.
+func printReplica(w io.Writer, now time.Time, st inspect.ReplicaStatus) {
+	paused := ""
+	if st.ReplayPaused {
+		paused = ", replay paused"
+	}
+	fmt.Fprintf(w, "\nread replica: head position %d, %d events behind the primary's %d (%d bytes of WAL), last replayed commit %s%s\n",
+		st.StandbyHead, st.LagEvents, st.PrimaryHead, st.LagBytes, ago(now, st.ReplayedAt), paused)
 }
 
 // ago says how long before now t was, "-" for a zero t.
@@ -198,13 +233,17 @@ type statusOut struct {
 	LiveWorkers  int          `json:"live_workers"`
 	Workers      []workerJSON `json:"workers"`
 	Buckets      []bucketJSON `json:"buckets"`
+	// Standby: the database read is a hot standby (see inspect.Inspection).
+	Standby bool `json:"standby,omitempty"`
+	// ReadReplica is --read-url's lag, when given.
+	ReadReplica *inspect.ReplicaStatus `json:"read_replica,omitempty"`
 }
 
 func statusJSON(in inspect.Inspection) statusOut {
 	owned := in.OwnedBy()
 	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
 		Head: in.Head, BucketCount: in.Buckets, LiveWorkers: in.LiveWorkers(),
-		Workers: []workerJSON{}, Buckets: []bucketJSON{}}
+		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Standby: in.Standby}
 	for _, w := range in.Workers {
 		out.Workers = append(out.Workers, workerJSON{Worker: w.Worker, Kind: w.Kind.String(), Live: w.Live && !w.SessionGone,
 			SessionGone: w.SessionGone, JoinedAt: w.Joined, HeartbeatAt: w.Heartbeat, ExpiresAt: w.Expires,

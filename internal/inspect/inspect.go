@@ -41,6 +41,14 @@ type Inspection struct {
 	Workers []leasestore.WorkerState
 	// Rows are the buckets, by number.
 	Rows []BucketRow
+	// Standby reports that the store's database is a hot standby: what it
+	// shows is as of its replay, and a session-kind worker's advisory
+	// lock, held on the primary, is invisible there, so SessionGone is
+	// left false for every worker (SessionUnknown).
+	Standby bool
+	// SessionUnknown reports workers of the session kind whose lock could
+	// not be checked (Standby).
+	SessionUnknown bool
 }
 
 // BucketRow is one bucket: its lease row and its checkpoint.
@@ -104,6 +112,13 @@ func notMigrated(schema string, err error) error {
 // query per bucket). It writes nothing and takes no lock a worker waits
 // for.
 func Inspect(ctx context.Context, store *eventsource.Store, subscription, category string) (Inspection, error) {
+	return InspectReads(ctx, store, store, subscription, category)
+}
+
+// InspectReads is [Inspect] with the lag counts read through reads (a
+// store on a hot standby of store's database, say: they are the heavy
+// part), as of what reads shows; everything else is read through store.
+func InspectReads(ctx context.Context, store, reads *eventsource.Store, subscription, category string) (Inspection, error) {
 	if err := eventsource.ValidateSubscription(subscription); err != nil {
 		return Inspection{}, err
 	}
@@ -121,13 +136,25 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 			if progress, err = store.ProgressTx(ctx, tx, subscription); err != nil {
 				return err
 			}
-			snap, err = leasestore.ReadSnapshotTx(ctx, tx, store.Schema(), subscription)
-			return err
+			if snap, err = leasestore.ReadSnapshotTx(ctx, tx, store.Schema(), subscription); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&in.Standby)
 		})
 	if err != nil {
 		return Inspection{}, notMigrated(store.Schema(), err)
 	}
 	in.Now, in.Head, in.Workers = progress.Now, progress.Head, snap.Workers
+	if in.Standby {
+		// pg_locks on a standby shows none of the primary's advisory locks:
+		// every session worker would look gone.
+		for i := range in.Workers {
+			if in.Workers[i].Kind == leasestore.KindSession {
+				in.Workers[i].SessionGone = false
+				in.SessionUnknown = true
+			}
+		}
+	}
 	checkpoints := make(map[int]eventsource.Checkpoint, len(progress.Checkpoints))
 	for _, c := range progress.Checkpoints {
 		checkpoints[c.Bucket] = c
@@ -143,13 +170,70 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 	}
 	for i := range in.Rows {
 		r := &in.Rows[i]
-		n, oldest, err := store.BucketLag(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint)
+		n, oldest, err := reads.BucketLag(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint)
 		if err != nil {
-			return in, fmt.Errorf("lag of bucket %d: %w", r.Bucket, notMigrated(store.Schema(), err))
+			return in, fmt.Errorf("lag of bucket %d: %w", r.Bucket, notMigrated(reads.Schema(), err))
 		}
 		r.Lag, r.Oldest = n, oldest
 	}
 	return in, nil
+}
+
+// ReplicaStatus is how far a hot standby is behind its primary.
+type ReplicaStatus struct {
+	// PrimaryHead and StandbyHead are the last sequenced positions each
+	// shows; LagEvents their difference, the sequenced events the standby
+	// does not show yet.
+	PrimaryHead int64 `json:"primary_head"`
+	StandbyHead int64 `json:"standby_head"`
+	LagEvents   int64 `json:"lag_events"`
+	// LagBytes is the WAL the primary has written that the standby has not
+	// replayed.
+	LagBytes int64 `json:"lag_bytes"`
+	// ReplayedAt is the primary's commit time of the last transaction the
+	// standby replayed (zero before the first); it ages while the primary
+	// is idle, so read it with LagEvents.
+	ReplayedAt time.Time `json:"replayed_at"`
+	// ReplayPaused reports pg_wal_replay_pause() in effect.
+	ReplayPaused bool `json:"replay_paused"`
+}
+
+// ErrNotStandby reports a read database that is not a hot standby.
+var ErrNotStandby = errors.New("the read database is not a hot standby (pg_is_in_recovery() is false)")
+
+// Replica measures how far standby, a store on a hot standby, is behind
+// primary; [ErrNotStandby] when it is not one.
+func Replica(ctx context.Context, primary, standby *eventsource.Store) (ReplicaStatus, error) {
+	var st ReplicaStatus
+	var err error
+	var lsn string
+	if err := primary.Pool().QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return st, err
+	}
+	if st.PrimaryHead, err = primary.HeadPosition(ctx); err != nil {
+		return st, notMigrated(primary.Schema(), err)
+	}
+	var inRecovery bool
+	var replayed *time.Time
+	err = standby.Pool().QueryRow(ctx, `SELECT pg_is_in_recovery(),
+		coalesce(greatest(pg_wal_lsn_diff($1::pg_lsn, pg_last_wal_replay_lsn()), 0), 0)::bigint,
+		pg_last_xact_replay_timestamp(),
+		CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() <> 'not paused' ELSE false END`, lsn).
+		Scan(&inRecovery, &st.LagBytes, &replayed, &st.ReplayPaused)
+	switch {
+	case err != nil:
+		return st, err
+	case !inRecovery:
+		return st, ErrNotStandby
+	}
+	if replayed != nil {
+		st.ReplayedAt = *replayed
+	}
+	if st.StandbyHead, err = standby.HeadPosition(ctx); err != nil {
+		return st, notMigrated(standby.Schema(), err)
+	}
+	st.LagEvents = max(st.PrimaryHead-st.StandbyHead, 0)
+	return st, nil
 }
 
 // SubscriptionSummary is one subscription of a schema, for an overview.

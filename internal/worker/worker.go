@@ -71,6 +71,12 @@ type Config struct {
 	// NoListen turns off the lease store's LISTEN connection, as behind a
 	// transaction pooler (actors.LeaseOptions.NoListen).
 	NoListen bool
+	// ReadURL, when set, is a hot standby of the database: the readers'
+	// catch-up pages and the publisher's reads go there
+	// (actors.RuntimeOptions.ReadPool). ReplicaWait and ReplicaFallbackLag
+	// are eventsource.ReadReplicaOptions' Wait and FallbackLag.
+	ReadURL                         string
+	ReplicaWait, ReplicaFallbackLag time.Duration
 	// MetricsAddr, when set, serves /metrics, /healthz and /status.
 	MetricsAddr string
 	// Quiet silences the logs; Verbose logs at Debug.
@@ -112,6 +118,9 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.PoisonType, "poison-type", "", "the handler panics on every delivery of events of this type")
 	fs.StringVar(&c.HangType, "hang-type", "", "the handler blocks on events of this type, ignoring the delivery's context, until the worker stops")
 	fs.BoolVar(&c.NoListen, "no-listen", false, "no LISTEN for lease changes (behind a transaction pooler)")
+	fs.StringVar(&c.ReadURL, "read-url", "", "PostgreSQL URL of a hot standby of the database: catch-up and publisher reads go there (default: none)")
+	fs.DurationVar(&c.ReplicaWait, "replica-wait", 0, "with -read-url: how long a read waits for the standby before reading the primary (0: default, 1s)")
+	fs.DurationVar(&c.ReplicaFallbackLag, "replica-fallback-lag", 0, "with -read-url: read on the primary while the standby lags more than this (0: never)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no logs")
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
@@ -206,7 +215,20 @@ func Run(ctx context.Context, c Config) error {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(logger)))
 	tel := observability.New(observability.Options{Logger: logger})
 	defer tel.Close()
-	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{Logger: logger, Telemetry: tel, QueueBytes: c.ProcessQueueBytes})
+	ro := actors.RuntimeOptions{Logger: logger, Telemetry: tel, QueueBytes: c.ProcessQueueBytes,
+		ReadReplica: eventsource.ReadReplicaOptions{Wait: c.ReplicaWait, FallbackLag: c.ReplicaFallbackLag}}
+	if c.ReadURL != "" {
+		rcfg, err := inspect.ParseURL(c.ReadURL)
+		if err != nil {
+			return fmt.Errorf("-read-url: %w", err)
+		}
+		rcfg.MaxConns = pcfg.MaxConns
+		if ro.ReadPool, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
+			return redact(err)
+		}
+		defer ro.ReadPool.Close()
+	}
+	rt, err := actors.NewRuntime(ctx, system, store, ro)
 	if err != nil {
 		return err
 	}

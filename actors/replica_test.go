@@ -1,0 +1,128 @@
+package actors
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// startReplicaWorker is startWorker on srv's URL, reading on the hot
+// standby at readURL (RuntimeOptions.ReadPool).
+func startReplicaWorker(t *testing.T, srv *pgtest.Server, readURL, schema, name string, ro eventsource.ReadReplicaOptions, opts GroupOptions) *testWorker {
+	t.Helper()
+	ctx := context.Background()
+	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.PoolOn(t, srv.URL, 12)}
+	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
+		ReadPool: pgtest.PoolOn(t, readURL, 8), ReadReplica: ro})
+	require.NoError(t, err)
+	opts.Worker = name
+	w.group, err = w.rt.StartGroup(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { w.stop(t) })
+	return w
+}
+
+func TestReadPoolOptionsAreValidated(t *testing.T) {
+	store, _ := newTestStore(t)
+	_, err := NewRuntime(context.Background(), quietSystem(), store, RuntimeOptions{ReadPool: store.Pool(),
+		ReadReplica: eventsource.ReadReplicaOptions{Wait: -time.Second}})
+	var oe *OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "ReadReplica.Wait", oe.Field)
+}
+
+// TestGroupReadsOnAReplica: two workers whose catch-up pages and publisher
+// reads go to a real hot standby handle every event exactly once, in order
+// per stream, through a catch-up, live appends with replay paused (reads
+// past Wait go to the primary), and a restart of the standby; the reads
+// went to the standby, and to the primary only while it could not serve
+// them.
+func TestGroupReadsOnAReplica(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.LocalServer(t)
+	schema := pgtest.NewSchema(t)
+	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, Migrate(ctx, direct))
+	require.NoError(t, direct.EnsureConsumerGroupIndex(ctx, 4))
+	seed(t, direct, "acct", 20, 200) // a backlog to catch up from the standby
+	r := pgtest.NewReplica(t, srv)
+	rec := newRecorder()
+	ro := eventsource.ReadReplicaOptions{Wait: 300 * time.Millisecond, LagInterval: 20 * time.Millisecond}
+	a := startReplicaWorker(t, srv, r.URL, schema, "a", ro, groupOpts("replica", 4, rec, "a"))
+	b := startReplicaWorker(t, srv, r.URL, schema, "b", ro, groupOpts("replica", 4, rec, "b"))
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 200 }, "the backlog is handled (got %d)", rec.distinct())
+	onStandby := a.rt.ReadReplica().Stats().StandbyReads + b.rt.ReadReplica().Stats().StandbyReads
+	require.Positive(t, onStandby, "the catch-up read the standby")
+
+	seed(t, direct, "acct", 20, 100) // live
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 300 }, "live events are handled (got %d)", rec.distinct())
+
+	require.NoError(t, r.PauseReplay(ctx))
+	seed(t, direct, "acct", 20, 100)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 400 },
+		"events the paused standby does not show are read on the primary (got %d)", rec.distinct())
+	require.Positive(t, a.rt.ReadReplica().Stats().PrimaryReads+b.rt.ReadReplica().Stats().PrimaryReads)
+	require.NoError(t, r.ResumeReplay(ctx))
+
+	require.NoError(t, r.Restart(ctx))
+	seed(t, direct, "acct", 20, 100)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 500 }, "through the restart (got %d)", rec.distinct())
+	require.NoError(t, r.WaitReplayed(ctx))
+	before := a.rt.ReadReplica().Stats().StandbyReads + b.rt.ReadReplica().Stats().StandbyReads
+	seed(t, direct, "acct", 20, 100)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "after the restart (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool {
+		return a.rt.ReadReplica().Stats().StandbyReads+b.rt.ReadReplica().Stats().StandbyReads > before
+	}, "reads are back on the standby")
+
+	require.Zero(t, rec.duplicates(), "each event handled once")
+	require.Empty(t, rec.order, "per-stream order")
+	require.Empty(t, rec.overlaps)
+}
+
+// TestAReaderOnAStandbyCoversWhatThePublisherRead: a reader whose
+// catch-up reads a standby covers the publisher's position, not only the
+// batches it got. The publisher, reading past a paused standby on the
+// primary (after Wait) for another group, is ahead of the standby when the
+// group starts: its reader gets no batch for the events before its
+// subscription, and a catch-up trusted up to the batches alone would end
+// on the standby's head and wait for a batch that never comes.
+func TestAReaderOnAStandbyCoversWhatThePublisherRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.LocalServer(t)
+	schema := pgtest.NewSchema(t)
+	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, Migrate(ctx, direct))
+	r := pgtest.NewReplica(t, srv)
+	other, late := newRecorder(), newRecorder()
+	ro := eventsource.ReadReplicaOptions{Wait: 20 * time.Millisecond}
+	w := startReplicaWorker(t, srv, r.URL, schema, "w", ro, GroupOptions{Subscription: "other", Category: "other", Buckets: 2,
+		Handler: ackHandler(other, "w"), Lease: fastLease(), CheckpointInterval: 20 * time.Millisecond})
+
+	require.NoError(t, r.PauseReplay(ctx))
+	t.Cleanup(func() { _ = r.ResumeReplay(context.Background()) })
+	seed(t, direct, "acct", 5, 10)
+	pgtest.Eventually(t, waitLong, func() bool {
+		pos, err := w.sys.Root.RequestFuture(w.rt.publisher, &publisherPosition{}, time.Second).Result()
+		return err == nil && pos.(int64) >= 10 // sequenced by the worker's sequencer
+	}, "the publisher read the new events on the primary")
+
+	g, err := w.rt.StartGroup(ctx, GroupOptions{Subscription: "late", Category: "acct", Buckets: 2, Worker: "w",
+		Handler: ackHandler(late, "w"), Lease: fastLease(), CheckpointInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return late.distinct() == 10 },
+		"the late group handles the events before it, the standby still paused (got %d)", late.distinct())
+	require.NoError(t, r.ResumeReplay(ctx))
+	require.NoError(t, g.Stop(ctx))
+}

@@ -1,0 +1,423 @@
+package eventsource
+
+import (
+	"context"
+	"fmt"
+	"github.com/kumi-run/kumi/internal/startstop"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	retry "github.com/kumi-run/kumi/internal/backoff"
+)
+
+// PageReader reads the pages a subscription catches up and follows with:
+// a bucket's events, or every event, after a position. [Store] reads them
+// on the primary; a [ReadReplica] on a hot standby of it.
+//
+// known is a position the caller already knows was handed out (from a
+// notification, a checkpoint or an earlier batch): a page that is not full
+// — fewer than limit events, and less than maxBytes of them when
+// maxBytes > 0 — holds every event of the read in (after, known]. A full
+// page holds the first events after after, with no gap. So a caller that
+// moves its cursor to known after a page that is not full skips nothing,
+// wherever the page was read.
+type PageReader interface {
+	// ReadBucketPage reads up to limit events of bucket of a group of
+	// buckets over category with position > after, in global order,
+	// bounded by maxBytes as [Store.ReadBucketBounded] is.
+	ReadBucketPage(ctx context.Context, category string, bucket, buckets int, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error)
+	// ReadAllPage reads up to limit events of $all with position > after,
+	// bounded by maxBytes as [Store.ReadAllBounded] is.
+	ReadAllPage(ctx context.Context, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error)
+	// HeadPosition returns the highest position the reader's database
+	// shows.
+	HeadPosition(ctx context.Context) (int64, error)
+}
+
+// ReadBucketPage is [Store.ReadBucketBounded]. The primary shows every
+// position it handed out, so a page read here covers any known head.
+func (s *Store) ReadBucketPage(ctx context.Context, category string, bucket, buckets int, after, _ int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
+	return s.ReadBucketBounded(ctx, category, bucket, buckets, after, limit, maxBytes)
+}
+
+// ReadAllPage is [Store.ReadAllBounded]; see [Store.ReadBucketPage].
+func (s *Store) ReadAllPage(ctx context.Context, after, _ int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
+	return s.ReadAllBounded(ctx, after, limit, maxBytes)
+}
+
+// Defaults of [ReadReplicaOptions].
+const (
+	ReplicaWaitDefault        = time.Second
+	ReplicaLagIntervalDefault = time.Second
+	ReplicaWarnLagDefault     = 30 * time.Second
+)
+
+// ReadReplicaOptions tune a [ReadReplica]. The zero value of every field
+// means its default.
+type ReadReplicaOptions struct {
+	// Wait bounds how long one read waits for the standby to show the
+	// head its caller knows (retrying the standby with a short backoff)
+	// before it reads the page on the primary instead. Default 1 s.
+	Wait time.Duration
+	// LagInterval is how often the standby's lag is measured. Default 1 s.
+	LagInterval time.Duration
+	// WarnLag: when the lag passes it, "kumi: read replica lagging" is
+	// logged at Warn (once, and "kumi: read replica caught up" at Info when
+	// it is back under). Default 30 s; negative turns the line off.
+	WarnLag time.Duration
+	// FallbackLag, when positive, sends every read to the primary while
+	// the lag is past it, and back to the standby once it is not. Default
+	// 0: off (reads past Wait still fall back one by one).
+	FallbackLag time.Duration
+	// Logger receives the lag lines and standby failures; nil discards
+	// them.
+	Logger *slog.Logger
+}
+
+func (o ReadReplicaOptions) withDefaults() ReadReplicaOptions {
+	if o.Wait == 0 {
+		o.Wait = ReplicaWaitDefault
+	}
+	if o.LagInterval == 0 {
+		o.LagInterval = ReplicaLagIntervalDefault
+	}
+	if o.WarnLag == 0 {
+		o.WarnLag = ReplicaWarnLagDefault
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+func (o ReadReplicaOptions) validate() error {
+	switch {
+	case o.Wait < 0 || o.Wait > time.Hour:
+		return &ConfigError{"Wait", fmt.Sprintf("%v, outside [0, 1h] (0 means %v)", o.Wait, ReplicaWaitDefault)}
+	case o.LagInterval < 0 || o.LagInterval > time.Hour:
+		return &ConfigError{"LagInterval", fmt.Sprintf("%v, outside [0, 1h] (0 means %v)", o.LagInterval, ReplicaLagIntervalDefault)}
+	case o.FallbackLag < 0:
+		return &ConfigError{"FallbackLag", fmt.Sprintf("%v, negative (0 means never)", o.FallbackLag)}
+	}
+	return nil
+}
+
+// ReadReplicaStats is a snapshot of a [ReadReplica]: its lag as last
+// measured, and where its reads went.
+type ReadReplicaStats struct {
+	// LagEvents is the primary's head minus the standby's: the sequenced
+	// events the standby does not show yet.
+	LagEvents int64
+	// Lag is how long ago the primary had a head the standby does not
+	// show yet (0 when it shows the primary's head), to within
+	// LagInterval.
+	Lag time.Duration
+	// PrimaryHead and StandbyHead are the heads last measured, at
+	// MeasuredAt (zero before the first measurement).
+	PrimaryHead, StandbyHead int64
+	MeasuredAt               time.Time
+	// Err is the last measurement's failure, nil when it succeeded.
+	Err error
+	// FallingBack reports whether reads go to the primary: the lag is
+	// past FallbackLag, or the standby could not be measured.
+	FallingBack bool
+	// StandbyReads counts the pages read on the standby, PrimaryReads
+	// those read on the primary instead (fallbacks), and Retries the
+	// standby reads that showed less than their caller knew and were
+	// tried again.
+	StandbyReads, PrimaryReads, Retries int64
+}
+
+// ReadReplica is a [PageReader] on a hot standby of a store's primary: see
+// docs/eventsource.md, "Reading from a hot standby". Every read takes the
+// standby's head and then the page on one connection, so the page's
+// snapshot shows at least that head, with no gap below it (the standby
+// shows the positions 1..head); a page that is not full and ends below the
+// head its caller knows is not trusted: it is read again after a short
+// backoff, for at most Wait, then on the primary. A standby error sends
+// the read to the primary too. Nothing else goes to the standby.
+//
+// Start runs the lag measurement (its stats, the Warn line, FallbackLag);
+// reads work without it.
+type ReadReplica struct {
+	primary *Store
+	standby *pgxpool.Pool
+	// onStandby is primary's schema over standby.
+	onStandby *Store
+	opts      ReadReplicaOptions
+	pause     retry.Policy
+
+	standbyReads, primaryReads, retries atomic.Int64
+	fallingBack                         atomic.Bool
+
+	mu      sync.Mutex
+	stats   ReadReplicaStats
+	track   lagTracker
+	warned  bool
+	failing bool
+	life    startstop.Lifecycle
+}
+
+// NewReadReplica returns a ReadReplica reading primary's schema through
+// standby, a pool on a hot standby of primary's database.
+func NewReadReplica(primary *Store, standby *pgxpool.Pool, opts ReadReplicaOptions) (*ReadReplica, error) {
+	if primary == nil {
+		return nil, &ConfigError{"primary", "nil"}
+	}
+	if standby == nil {
+		return nil, &ConfigError{"standby", "nil"}
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	onStandby, err := New(standby, primary.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ReadReplica{primary: primary, standby: standby, onStandby: onStandby, opts: opts.withDefaults(),
+		pause: retry.Policy{Initial: 5 * time.Millisecond, Max: 100 * time.Millisecond, Multiplier: 2, Jitter: retry.Equal}}, nil
+}
+
+// Pool returns the standby's pool.
+func (r *ReadReplica) Pool() *pgxpool.Pool { return r.standby }
+
+// ReadBucketPage reads as [Store.ReadBucketBounded] does, on the standby.
+func (r *ReadReplica) ReadBucketPage(ctx context.Context, category string, bucket, buckets int, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
+	if err := ValidateCategory(category); err != nil {
+		return nil, err
+	}
+	if err := checkGroup(bucket, buckets); err != nil {
+		return nil, err
+	}
+	return r.read(ctx, bounds{limitOf(limit), maxBytes}, after, known, bucketRead(r.primary.q, buckets),
+		category, bucket, after, limitOf(limit))
+}
+
+// ReadAllPage reads as [Store.ReadAllBounded] does, on the standby.
+func (r *ReadReplica) ReadAllPage(ctx context.Context, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
+	return r.read(ctx, bounds{limitOf(limit), maxBytes}, after, known, r.primary.sql.readAll, after, limitOf(limit))
+}
+
+// HeadPosition returns the standby's head, or the primary's while reads
+// fall back to it or the standby fails.
+func (r *ReadReplica) HeadPosition(ctx context.Context) (int64, error) {
+	if !r.fallingBack.Load() {
+		var h int64
+		if err := r.standby.QueryRow(ctx, r.primary.sql.headPosition).Scan(&h); err == nil || ctx.Err() != nil {
+			return h, err
+		}
+	}
+	return r.primary.HeadPosition(ctx)
+}
+
+// BucketLag is [Store.BucketLag] on the standby — a count of the
+// bucket's events after a checkpoint, as of the standby's replay (so
+// short by the bucket's share of the lag) — or on the primary while reads
+// fall back to it or when the standby fails.
+func (r *ReadReplica) BucketLag(ctx context.Context, category string, bucket, buckets int, after int64) (int64, time.Time, error) {
+	if !r.fallingBack.Load() {
+		n, oldest, err := r.onStandby.BucketLag(ctx, category, bucket, buckets, after)
+		if err == nil || ctx.Err() != nil {
+			return n, oldest, err
+		}
+	}
+	return r.primary.BucketLag(ctx, category, bucket, buckets, after)
+}
+
+// read reads one page on the standby until it covers known (see
+// [PageReader]), for at most Wait, and on the primary otherwise.
+func (r *ReadReplica) read(ctx context.Context, b bounds, after, known int64, rs readSQL, args ...any) ([]RecordedEvent, error) {
+	if !r.fallingBack.Load() {
+		deadline := time.Now().Add(r.opts.Wait)
+		for attempt := 1; ; attempt++ {
+			events, head, err := r.readStandby(ctx, b, rs, args)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				r.opts.Logger.Debug("kumi: read replica: a standby read failed; reading the page on the primary", "err", err)
+				break
+			}
+			if head >= known || known <= after || b.full(events) {
+				r.standbyReads.Add(1)
+				return events, nil
+			}
+			if !time.Now().Before(deadline) {
+				break
+			}
+			r.retries.Add(1)
+			if !retry.Sleep(ctx, r.pause.Next(attempt)) {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	r.primaryReads.Add(1)
+	return r.primary.queryBounded(ctx, r.primary.pool, b, rs, args...)
+}
+
+// readStandby reads the standby's head, then the page, on one connection:
+// the page's snapshot is taken after the head's, on the same server, so it
+// shows every position up to that head.
+func (r *ReadReplica) readStandby(ctx context.Context, b bounds, rs readSQL, args []any) ([]RecordedEvent, int64, error) {
+	conn, err := r.standby.Acquire(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer conn.Release()
+	var head int64
+	if err := conn.QueryRow(ctx, r.primary.sql.headPosition).Scan(&head); err != nil {
+		return nil, 0, err
+	}
+	events, err := r.primary.queryBounded(ctx, conn, b, rs, args...)
+	return events, head, err
+}
+
+// full reports whether events fill b: a page that does not may end before
+// the end of what its snapshot shows only by its byte or event bound.
+func (b bounds) full(events []RecordedEvent) bool {
+	if len(events) >= b.events {
+		return true
+	}
+	if b.bytes <= 0 {
+		return false
+	}
+	var n int64
+	for i := range events {
+		n += events[i].Size()
+	}
+	return n >= b.bytes
+}
+
+// Start measures the lag every LagInterval until Stop. Start and Stop
+// follow kumi's lifecycle contract (docs/architecture.md, "Lifecycle"):
+// ctx bounds the start only; Stop is final and idempotent. Reads work
+// whether or not it runs.
+func (r *ReadReplica) Start(ctx context.Context) error {
+	return r.life.Start(ctx, func(context.Context) error {
+		r.life.Go(r.run)
+		return nil
+	})
+}
+
+// Stop stops the lag measurement and waits for it (ctx bounds the wait).
+func (r *ReadReplica) Stop(ctx context.Context) error { return r.life.Stop(ctx, nil) }
+
+func (r *ReadReplica) run(ctx context.Context) {
+	t := time.NewTicker(r.opts.LagInterval)
+	defer t.Stop()
+	for {
+		r.Measure(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Measure measures the lag once (Start does it every LagInterval) and
+// returns the stats it leaves.
+func (r *ReadReplica) Measure(ctx context.Context) ReadReplicaStats {
+	c, cancel := context.WithTimeout(ctx, max(r.opts.LagInterval, time.Second))
+	defer cancel()
+	var primary, standby int64
+	err := r.primary.pool.QueryRow(c, r.primary.sql.headPosition).Scan(&primary)
+	if err != nil {
+		err = fmt.Errorf("primary: %w", err)
+	} else if err = r.standby.QueryRow(c, r.primary.sql.headPosition).Scan(&standby); err != nil {
+		err = fmt.Errorf("standby: %w", err)
+	}
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil && !r.failing {
+			r.opts.Logger.Warn("kumi: read replica: cannot measure the standby's lag; reads go to the primary until it can", "err", err)
+		}
+		r.failing = ctx.Err() == nil
+		r.stats.Err = err
+		r.fallingBack.Store(r.failing || r.stats.FallingBack)
+		return r.statsLocked()
+	}
+	if r.failing {
+		r.opts.Logger.Info("kumi: read replica: the standby's lag can be measured again")
+	}
+	r.failing = false
+	lag := r.track.observe(now, primary, standby)
+	r.stats.Err = nil
+	r.stats.PrimaryHead, r.stats.StandbyHead, r.stats.MeasuredAt = primary, standby, now
+	r.stats.LagEvents = max(primary-standby, 0)
+	r.stats.Lag = lag
+	r.stats.FallingBack = r.opts.FallbackLag > 0 && lag > r.opts.FallbackLag
+	r.fallingBack.Store(r.stats.FallingBack)
+	if w := r.opts.WarnLag; w > 0 {
+		switch {
+		case lag > w && !r.warned:
+			r.warned = true
+			r.opts.Logger.Warn("kumi: read replica lagging", "lag", lag, "lag_events", r.stats.LagEvents,
+				"warn_lag", w, "falling_back", r.stats.FallingBack)
+		case lag <= w && r.warned:
+			r.warned = false
+			r.opts.Logger.Info("kumi: read replica caught up", "lag", lag, "lag_events", r.stats.LagEvents)
+		}
+	}
+	return r.statsLocked()
+}
+
+// Stats returns a snapshot of the lag last measured and the reads so far.
+func (r *ReadReplica) Stats() ReadReplicaStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.statsLocked()
+}
+
+func (r *ReadReplica) statsLocked() ReadReplicaStats {
+	st := r.stats
+	st.FallingBack = r.fallingBack.Load()
+	st.StandbyReads, st.PrimaryReads, st.Retries = r.standbyReads.Load(), r.primaryReads.Load(), r.retries.Load()
+	return st
+}
+
+// lagTracker turns measurements of the primary's and the standby's heads
+// into a lag in time: how long ago the primary had a head the standby does
+// not show yet. It keeps the primary heads measured that the standby has
+// not reached, oldest first.
+type lagTracker struct {
+	samples []lagSample
+}
+
+type lagSample struct {
+	at   time.Time
+	head int64
+}
+
+// maxLagSamples bounds the samples kept: past it every other one but the
+// oldest is dropped, so the lag stays exact while the oldest is unreached
+// and is understated by at most the gap thinning left after it.
+const maxLagSamples = 256
+
+func (l *lagTracker) observe(now time.Time, primary, standby int64) time.Duration {
+	i := 0
+	for i < len(l.samples) && l.samples[i].head <= standby {
+		i++
+	}
+	l.samples = l.samples[i:]
+	if n := len(l.samples); primary > standby && (n == 0 || l.samples[n-1].head < primary) {
+		l.samples = append(l.samples, lagSample{now, primary})
+	}
+	if len(l.samples) > maxLagSamples {
+		kept := l.samples[:1]
+		for j := 2; j < len(l.samples); j += 2 {
+			kept = append(kept, l.samples[j])
+		}
+		l.samples = kept
+	}
+	if len(l.samples) == 0 {
+		return 0
+	}
+	return now.Sub(l.samples[0].at)
+}
