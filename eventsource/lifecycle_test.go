@@ -13,7 +13,7 @@ import (
 	"github.com/kumi-run/kumi/internal/startstop/startstoptest"
 )
 
-// The sequencer and the notifier keep kumi's lifecycle contract
+// The sequencer, the notifier and the read replica keep kumi's lifecycle contract
 // (docs/architecture.md, "Lifecycle").
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
@@ -28,6 +28,15 @@ func TestLifecycle(t *testing.T) {
 			n, err := store.NewNotifier(eventsource.NotifierOptions{PollInterval: time.Millisecond})
 			require.NoError(t, err)
 			return n
+		})
+	})
+	t.Run("ReadReplica", func(t *testing.T) {
+		// Its "standby" is the primary's pool: the contract does not
+		// depend on what the lag measurement finds.
+		startstoptest.Stress(t, func(t *testing.T) startstop.Service {
+			r, err := eventsource.NewReadReplica(store, store.Pool(), eventsource.ReadReplicaOptions{LagInterval: time.Millisecond})
+			require.NoError(t, err)
+			return r
 		})
 	})
 	require.ErrorIs(t, eventsource.ErrStopped, startstop.ErrStopped)
