@@ -2,6 +2,7 @@ package eventsource
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -13,20 +14,29 @@ import (
 // counts at most MaxLagCount events: a count of MaxLagCount means "at
 // least".
 func (s *Store) MemberLag(ctx context.Context, category string, member, size int, after int64) (int64, time.Time, error) {
+	return s.BucketLagUntil(ctx, category, member, size, after, math.MaxInt64)
+}
+
+// BucketLagUntil is [Store.MemberLag] with an upper bound: it counts the
+// events of bucket of a group of size with after < position <= until. A
+// bucket of a generation that a resize ends at the cut C has no more to do
+// than its events up to C (see docs/resize.md): its lag is
+// BucketLagUntil(…, checkpoint, C). until < after counts nothing.
+func (s *Store) BucketLagUntil(ctx context.Context, category string, bucket, size int, after, until int64) (int64, time.Time, error) {
 	if err := ValidateCategory(category); err != nil {
 		return 0, time.Time{}, err
 	}
-	if err := checkGroup(member, size); err != nil {
+	if err := checkGroup(bucket, size); err != nil {
 		return 0, time.Time{}, err
 	}
 	var n int64
 	var oldest *time.Time
-	err := s.pool.QueryRow(ctx, memberLag(s.q, size), category, member, after, MaxLagCount).Scan(&n, &oldest)
+	err := s.pool.QueryRow(ctx, memberLag(s.q, size), category, bucket, after, MaxLagCount, until).Scan(&n, &oldest)
 	if oldest == nil {
 		return n, time.Time{}, err
 	}
 	return n, *oldest, err
 }
 
-// MaxLagCount caps [Store.MemberLag]'s count.
+// MaxLagCount caps [Store.MemberLag]'s and [Store.BucketLagUntil]'s count.
 const MaxLagCount = 100_000
