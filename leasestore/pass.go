@@ -37,8 +37,16 @@ type PassResult struct {
 	Requested []Request
 	// Live is the number of live workers, this one included.
 	Live int
-	// FairShare is ceil(N / Live).
+	// FairShare is ceil(N / Live) for the serving generation (its
+	// undrained buckets during a resize).
 	FairShare int
+	// Ready is the held buckets of the next generation that became ready
+	// in this pass (their feeders drained): start their readers now. A
+	// bucket claimed ready is in Claimed, not here.
+	Ready []Lease
+	// Resize is the subscription's generation and resize as this pass read
+	// them (Old and New are nil).
+	Resize Resize
 }
 
 // Pass runs one reconcile pass, in one transaction bounded by Heartbeat (a

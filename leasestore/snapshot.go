@@ -32,6 +32,12 @@ type BucketState struct {
 	Heartbeat   time.Time // the owner's last renewal
 	ClaimWorker string    // a pending two-phase claim; "" when none
 	ClaimedAt   time.Time // when ClaimWorker placed it
+	// Slot is the row's key, eventsource.Slot(Generation, Bucket); for a
+	// subscription never resized, the bucket.
+	Slot       int
+	Generation int   // the bucket's generation (docs/resize.md)
+	Proposal   int64 // an old bucket's cut proposal during a resize; -1: none
+	Drained    bool  // an old bucket drained to the cut
 }
 
 // Held reports whether the bucket has an owner whose lease is unexpired at
@@ -50,6 +56,9 @@ type Member struct {
 	// SessionGone: KindSession, and its advisory lock is free — its
 	// session is gone, whatever its expiry says.
 	SessionGone bool
+	// Protocol is the kumi protocol the worker speaks: 1 for versions that
+	// predate resizes, 2 from the version that has them.
+	Protocol int
 }
 
 // Snapshot reads the subscription's buckets and members, consistently (one

@@ -58,7 +58,9 @@ type heldLease struct {
 
 // Lease is a bucket held by this worker.
 type Lease struct {
-	Bucket int // 0..N-1
+	// Bucket is the bucket within its generation, 0..Buckets-1. For a
+	// subscription never resized (generation 0) it is also its Slot.
+	Bucket int
 	// Epoch is the fencing token of this holding: it grows on every change
 	// of owner and on every [FenceOut]. Pass it to [Store.Fence] or
 	// [Store.Guard] with every write.
@@ -66,6 +68,25 @@ type Lease struct {
 	// Expires is the database's expiry of the lease when last renewed (by
 	// the database's clock; compare it only with database times).
 	Expires time.Time
+	// Slot is eventsource.Slot(Generation, Bucket): the key of the lease
+	// and of the bucket's checkpoint, and what [Store.EnsureHeld],
+	// [Store.Fence], [Store.Guard], [Store.HandOver], [Store.Release],
+	// [Store.ProposeCut] and [Store.DrainTx] take.
+	Slot int
+	// Generation is the bucket's generation (docs/resize.md) and Buckets
+	// its bucket count: the consumer-group size its reader reads by.
+	Generation, Buckets int
+	// Bound is, for a bucket of the serving generation during a resize,
+	// the bound its lease row carried when this pass granted or renewed
+	// it: a proposal, or the cut once decided. A reader started with
+	// Bound.Resizing false in state sealing proposes before delivering
+	// ([Store.ProposeCut]).
+	Bound Bound
+	// Ready reports that the bucket's reader may run: always for the
+	// serving generation; for the next generation's, once its feeders
+	// have all drained (after the switch). A held bucket that is not
+	// ready is on standby: renewed, with no reader.
+	Ready bool
 }
 
 // New validates cfg and returns the worker's Store. It joins the pool at
