@@ -244,7 +244,7 @@ func TestZombie(t *testing.T) {
 	tx, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM `+q+`.lease_members WHERE subscription = 'zombie' AND worker = 'a' FOR UPDATE`)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM `+q+`.lease_workers WHERE subscription = 'zombie' AND worker = 'a' FOR UPDATE`)
 	require.NoError(t, err)
 
 	// Watch the checkpoint: it must never move backwards.

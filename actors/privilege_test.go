@@ -38,7 +38,7 @@ func TestWorkerRunsUnderTheLeastPrivilegeRole(t *testing.T) {
 		fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %[1]s.events, %[1]s.streams, %[1]s.checkpoints, %[1]s.dead_letters, %[1]s.lease_buckets TO %[2]s", q, r),
 		"GRANT SELECT, UPDATE ON " + q + ".sequencer TO " + r,
 		"GRANT SELECT ON SEQUENCE " + q + ".events_seq_seq TO " + r,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + q + ".lease_members TO " + r,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + q + ".lease_workers TO " + r,
 	} {
 		_, err := pool.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)

@@ -61,7 +61,7 @@ func TestRun(t *testing.T) {
 		var owned, members int
 		require.NoError(t, admin.Pool().QueryRow(ctx, `SELECT count(*) FROM `+q+`.lease_buckets
 			WHERE subscription = 'run-graceful' AND owner IS NOT NULL`).Scan(&owned))
-		require.NoError(t, admin.Pool().QueryRow(ctx, `SELECT count(*) FROM `+q+`.lease_members
+		require.NoError(t, admin.Pool().QueryRow(ctx, `SELECT count(*) FROM `+q+`.lease_workers
 			WHERE subscription = 'run-graceful'`).Scan(&members))
 		require.Zero(t, owned, "every lease released")
 		require.Zero(t, members, "the worker left the membership")

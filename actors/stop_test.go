@@ -122,7 +122,7 @@ func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
 		"SELECT count(*) FROM "+q+".lease_buckets WHERE subscription = 'broken' AND owner IS NOT NULL").Scan(&held))
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
-		"SELECT count(*) FROM "+q+".lease_members WHERE subscription = 'broken'").Scan(&members))
+		"SELECT count(*) FROM "+q+".lease_workers WHERE subscription = 'broken'").Scan(&members))
 	require.Zero(t, held, "the failed group released its leases")
 	require.Zero(t, members, "the failed group left the membership")
 

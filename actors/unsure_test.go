@@ -46,7 +46,7 @@ func TestASurvivedRenewalFailureRedeliversNothing(t *testing.T) {
 	tx, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema}.Sanitize()+`.lease_members WHERE subscription = 'unsure' AND worker = 'w' FOR UPDATE`)
+	_, err = tx.Exec(ctx, `SELECT 1 FROM `+pgx.Identifier{schema}.Sanitize()+`.lease_workers WHERE subscription = 'unsure' AND worker = 'w' FOR UPDATE`)
 	require.NoError(t, err)
 	pgtest.Eventually(t, waitLong, func() bool { return w.group.g.leases.EnsureHeld(0) != nil }, "the lease becomes unsure")
 	seed(t, store, "acct", 1, 1) // the next delivery finds it unsure

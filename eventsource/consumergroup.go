@@ -45,7 +45,7 @@ func checkGroup(member, size int) error {
 }
 
 // Member is the consumer-group member (bucket) of hash in a group of size n:
-// the non-negative remainder ((hash % n) + n) % n, as SQL's cg_member. It
+// the non-negative remainder ((hash % n) + n) % n, as SQL's cg_bucket. It
 // panics if n < 1.
 func Member(hash int64, n int) int {
 	m := int64(n)

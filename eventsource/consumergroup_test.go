@@ -63,8 +63,8 @@ func TestConsumerGroupHash(t *testing.T) {
 			require.Equal(t, v.hash, got, "cg_hash(%q)", v.cardinal)
 			for i, n := range vectorGroups {
 				var m int
-				require.NoError(t, s.Pool().QueryRow(ctx, "SELECT "+s.QuotedSchema()+".cg_member($1, $2)", v.hash, n).Scan(&m))
-				require.Equal(t, v.members[i], m, "cg_member(cg_hash(%q), %d)", v.cardinal, n)
+				require.NoError(t, s.Pool().QueryRow(ctx, "SELECT "+s.QuotedSchema()+".cg_bucket($1, $2)", v.hash, n).Scan(&m))
+				require.Equal(t, v.members[i], m, "cg_bucket(cg_hash(%q), %d)", v.cardinal, n)
 			}
 		}
 	})
@@ -77,8 +77,8 @@ func TestConsumerGroupHash(t *testing.T) {
 				m := eventsource.Member(h, n)
 				require.True(t, m >= 0 && m < n, "Member(%d, %d) = %d", h, n, m)
 				var sqlM int
-				require.NoError(t, s.Pool().QueryRow(ctx, "SELECT "+s.QuotedSchema()+".cg_member($1, $2)", h, n).Scan(&sqlM))
-				require.Equal(t, m, sqlM, "cg_member(%d, %d)", h, n)
+				require.NoError(t, s.Pool().QueryRow(ctx, "SELECT "+s.QuotedSchema()+".cg_bucket($1, $2)", h, n).Scan(&sqlM))
+				require.Equal(t, m, sqlM, "cg_bucket(%d, %d)", h, n)
 			}
 		}
 	})

@@ -28,7 +28,7 @@ const (
 	KindSession
 )
 
-// String returns "row" or "session", as stored in lease_members.kind.
+// String returns "row" or "session", as stored in lease_workers.kind.
 func (k Kind) String() string {
 	switch k {
 	case KindRow:

@@ -10,7 +10,7 @@
 // [Migrate] creates two tables in the configured schema: lease_buckets, one
 // row per (subscription, bucket) with the owner, the epoch, the expiry, the
 // heartbeat, the fixed shard count and the pending two-phase claim; and
-// lease_members, one row per (subscription, worker) with its heartbeat and
+// lease_workers, one row per (subscription, worker) with its heartbeat and
 // expiry (and, for [KindSession], its session's advisory lock key). Every
 // time in them is the database's now(): expiry is judged by one clock, so
 // two workers' clock skew cannot make both believe they hold a bucket.

@@ -155,7 +155,7 @@ func TestHandoff(t *testing.T) {
 			ctx := context.Background()
 			// As if a newer heartbeat had landed before a delayed one.
 			later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
-			for _, table := range []string{"lease_buckets", "lease_members"} {
+			for _, table := range []string{"lease_buckets", "lease_workers"} {
 				_, err := b.pool.Exec(ctx, "UPDATE "+pgx.Identifier{b.schema, table}.Sanitize()+
 					" SET expires_at = $1, heartbeat_at = $1", later)
 				require.NoError(t, err)
@@ -183,7 +183,7 @@ func TestHandoff(t *testing.T) {
 			blocker, err := b.pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = blocker.Rollback(ctx) }()
-			_, err = blocker.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{b.schema, "lease_members"}.Sanitize()+" FOR UPDATE")
+			_, err = blocker.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{b.schema, "lease_workers"}.Sanitize()+" FOR UPDATE")
 			require.NoError(t, err)
 			start := time.Now()
 			_, err = a.Pass(ctx)

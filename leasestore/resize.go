@@ -476,11 +476,11 @@ func (s *Store) DrainTx(ctx context.Context, tx pgx.Tx, slot int, epoch, cut int
 		return fmt.Errorf("leasestore: drain slot %d: its checkpoint is %d, beyond the cut %d (reset during the resize?)",
 			slot, stored, cut)
 	}
-	if _, err := tx.Exec(ctx, s.st.get("resize_drain"), s.cfg.Subscription, slot); err != nil {
+	if _, err := tx.Exec(ctx, s.st.get("resize_drain"), s.cfg.Subscription, slot, cut); err != nil {
 		return resizeError("drain", err)
 	}
 	s.log.Info("resize slot drained", "slot", slot, "epoch", epoch, "cut", cut)
-	state, err := s.advance(ctx, tx, r, false)
+	state, _, err := s.advance(ctx, tx, r, false)
 	if err != nil {
 		return resizeError("drain", err)
 	}
@@ -498,31 +498,31 @@ func (s *Store) Drain(ctx context.Context, slot int, epoch, cut int64) error {
 // next generation when every old bucket has; it returns the state after.
 // The old lease rows go at completion (those locked at that moment — a
 // zombie's fence — are left to later passes' prune).
-func (s *Store) advance(ctx context.Context, tx pgx.Tx, r subscriptionRow, inPass bool) (ResizeState, error) {
+func (s *Store) advance(ctx context.Context, tx pgx.Tx, r subscriptionRow, inPass bool) (ResizeState, []int32, error) {
 	if r.state != ResizeCut && r.state != ResizeSwitched {
-		return r.state, nil
+		return r.state, nil, nil
 	}
 	var rows, undrainedRows int
 	var classes []int32
 	d := gcd(r.buckets, r.next)
 	if err := tx.QueryRow(ctx, s.st.get("resize_undrained"), s.cfg.Subscription, r.generation, d).
 		Scan(&rows, &undrainedRows, &classes); err != nil {
-		return r.state, err
+		return r.state, nil, err
 	}
 	switch {
 	case rows > 0 && undrainedRows == 0:
 		if _, err := tx.Exec(ctx, s.st.get("resize_complete"), s.cfg.Subscription, r.generation, r.next); err != nil {
-			return r.state, err
+			return r.state, nil, err
 		}
 		s.log.Info("resize completed", "generation", r.generation+1, "buckets", r.next, "cut", *r.cut,
 			"by_pass", inPass)
-		return ResizeSteady, nil
+		return ResizeSteady, nil, nil
 	case r.state == ResizeCut && len(classes) < d:
 		if _, err := tx.Exec(ctx, s.st.get("resize_switch"), s.cfg.Subscription, r.generation); err != nil {
-			return r.state, err
+			return r.state, nil, err
 		}
 		s.log.Info("resize switched", "generation", r.generation+1, "buckets", r.next, "cut", *r.cut, "by_pass", inPass)
-		return ResizeSwitched, nil
+		return ResizeSwitched, classes, nil
 	}
-	return r.state, nil
+	return r.state, classes, nil
 }

@@ -190,6 +190,13 @@ func TestCompareIdentitiesNamesTheFirstMismatch(t *testing.T) {
 // docs/operations.md lists for workers on the lease tables.
 func leastPrivilegeRole(t *testing.T, b *testBundle) string {
 	t.Helper()
+	return leastPrivilegeRoleOn(t, b, "lease_workers")
+}
+
+// leastPrivilegeRoleOn is leastPrivilegeRole with the workers' table named
+// workers (its name before migration 0002 was lease_members).
+func leastPrivilegeRoleOn(t *testing.T, b *testBundle, workers string) string {
+	t.Helper()
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	role := "kumi_lease_" + hex.EncodeToString(r[:])
@@ -200,7 +207,7 @@ func leastPrivilegeRole(t *testing.T, b *testBundle) string {
 		"GRANT USAGE ON SCHEMA " + q + " TO " + ro,
 		"GRANT SELECT ON " + q + ".schema_migrations TO " + ro,
 		"GRANT SELECT, INSERT, UPDATE ON " + q + ".lease_buckets TO " + ro,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + q + ".lease_members TO " + ro,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + q + "." + workers + " TO " + ro,
 	} {
 		_, err := pool.Exec(context.Background(), stmt)
 		require.NoError(t, err, stmt)
@@ -209,7 +216,24 @@ func leastPrivilegeRole(t *testing.T, b *testBundle) string {
 		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+ro)
 		_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+ro)
 	})
+	if workers == "lease_workers" {
+		grantResizeTables(t, b, role)
+	}
 	return role
+}
+
+// grantResizeTables grants role what a worker needs on migration 0003's
+// tables (docs/operations.md, roles).
+func grantResizeTables(t *testing.T, b *testBundle, role string) {
+	t.Helper()
+	q, ro := pgx.Identifier{b.schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+	for _, stmt := range []string{
+		"GRANT SELECT, INSERT, UPDATE ON " + q + ".subscriptions, " + q + ".generations TO " + ro,
+		"GRANT DELETE ON " + q + ".lease_buckets TO " + ro,
+	} {
+		_, err := pgtest.Pool(t).Exec(context.Background(), stmt)
+		require.NoError(t, err, stmt)
+	}
 }
 
 func rolePool(t *testing.T, role string) *pgxpool.Pool {

@@ -180,8 +180,9 @@ func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription st
 	snap.Buckets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketState, error) {
 		var b BucketState
 		var granted, expires, heartbeat, claimed *time.Time
-		err := r.Scan(&b.Bucket, &b.ShardCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
-			&b.ClaimWorker, &claimed, &snap.Now)
+		err := r.Scan(&b.Slot, &b.ShardCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
+			&b.ClaimWorker, &claimed, &snap.Now, &b.Generation, &b.Proposal, &b.Drained)
+		b.Bucket = b.Slot % eventsource.MaxGroupSize
 		b.GrantedAt, b.Expires, b.Heartbeat, b.ClaimedAt = orZero(granted), orZero(expires),
 			orZero(heartbeat), orZero(claimed)
 		return b, err
@@ -194,7 +195,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription st
 		var m Member
 		var kind string
 		err := r.Scan(&m.Worker, &kind, &m.Joined, &m.Heartbeat, &m.Expires, &m.Live, &m.BackendPID,
-			&m.SessionGone)
+			&m.SessionGone, &m.Protocol)
 		if kind == KindSession.String() {
 			m.Kind = KindSession
 		}

@@ -34,6 +34,7 @@ type Store struct {
 
 	opMu    sync.Mutex // serialises the operations that write
 	ensured bool       // EnsureShards succeeded; under opMu
+	warned  bool       // the database's bucket count differs from Config.Buckets, and it was logged; under opMu
 
 	viewMu sync.RWMutex
 	view   map[int]heldLease // what this worker believes it holds
@@ -54,6 +55,7 @@ type heldLease struct {
 	handoff bool      // a claim is pending: draining, no longer renewed
 	fenced  bool      // a fence check found the bucket gone
 	gen     uint64    // KindSession: the session generation the pass that renewed it ran under
+	slot    slotInfo  // the slot's generation, bound and readiness, as last read
 }
 
 // Lease is a bucket held by this worker.
@@ -94,6 +96,12 @@ type Lease struct {
 // fair share. KindSession first opens the dedicated connection and takes
 // the session lock. The tables must exist: call [Migrate] first.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	return newStore(ctx, pool, cfg, renderStatements)
+}
+
+// newStore is New with the statements rendered by render (a test stands in
+// an older binary's).
+func newStore(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(schema string) statements) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -107,7 +115,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s := &Store{
 		pool:    pool,
 		cfg:     cfg,
-		st:      renderStatements(cfg.Schema),
+		st:      render(cfg.Schema),
 		log:     cfg.Logger.With("subscription", cfg.Subscription, "worker", cfg.Worker),
 		usable:  usableFor(cfg.TTL, cfg.Margin),
 		channel: ChannelName(cfg.Schema, cfg.Subscription),
@@ -116,7 +124,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(cfg.Worker))
-	s.offset = int(h.Sum32() % uint32(cfg.Buckets))
+	s.offset = int(h.Sum32() % (1 << 16)) // the claim statement takes it modulo each generation's count
 	s.keys.ensure = lockKey("ensure", cfg.Schema, cfg.Subscription)
 	s.keys.place = lockKey("place", cfg.Schema, cfg.Subscription)
 	if cfg.Kind == KindSession {
@@ -155,6 +163,9 @@ func (s *Store) join(ctx context.Context) error {
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var joined bool
+		if _, err := tx.Exec(ctx, s.st.get("protocol")); err != nil {
+			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
+		}
 		if err := tx.QueryRow(ctx, s.st.get("member_heartbeat"), s.memberArgs(pid)...).Scan(&joined); err != nil {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
@@ -188,10 +199,17 @@ func (s *Store) Worker() string { return s.cfg.Worker }
 // Config returns the store's configuration with its defaults applied.
 func (s *Store) Config() Config { return s.cfg }
 
-// EnsureShards creates the subscription's N lease rows if they do not exist.
-// It is idempotent and safe to call from many workers at once. When the rows
-// exist for a different N it returns *[ShardCountMismatchError] and writes
-// nothing. [Store.Pass] calls it once if it has not been called.
+// EnsureShards creates the subscription — its subscriptions row, its
+// generation 0 and its lease rows — with Config.Buckets buckets if it does
+// not exist. It is idempotent and safe to call from many workers at once.
+// Once the subscription exists the database's bucket count rules:
+// Config.Buckets only applies when a subscription is created (a resize
+// changes it, docs/resize.md), and a store whose Config.Buckets differs
+// from the serving generation's count logs so once at Warn and serves the
+// database's generations; it no longer returns *[ShardCountMismatchError].
+// Lease rows that a worker of an older version created without a
+// subscriptions row are adopted, with their count. [Store.Pass] calls it
+// once if it has not been called.
 func (s *Store) EnsureShards(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -202,41 +220,35 @@ func (s *Store) EnsureShards(ctx context.Context) error {
 }
 
 func (s *Store) ensureShards(ctx context.Context) error {
-	var rows, lo, hi int
-	err := s.pool.QueryRow(ctx, s.st.get("shards_present"), s.cfg.Subscription).Scan(&rows, &lo, &hi)
-	if err == nil && rows == s.cfg.Buckets && lo == s.cfg.Buckets && hi == s.cfg.Buckets {
-		s.ensured = true // every worker but the first takes this path
-		return nil
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.st.get("ensure_lock"), s.keys.ensure); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, s.st.get("shard_counts"), s.cfg.Subscription)
-		if err != nil {
-			return err
-		}
-		counts, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return err
-		}
-		for _, n := range counts {
-			if int(n) != s.cfg.Buckets {
-				return &ShardCountMismatchError{Subscription: s.cfg.Subscription, Configured: s.cfg.Buckets, Found: int(n)}
+	var gen, n int
+	err := s.pool.QueryRow(ctx, s.st.get("subscription_present"), s.cfg.Subscription).Scan(&gen, &n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, s.st.get("ensure_lock"), s.keys.ensure); err != nil {
+				return err
 			}
-		}
-		_, err = tx.Exec(ctx, s.st.get("ensure_rows"), s.cfg.Subscription, s.cfg.Buckets)
-		return err
-	})
+			return tx.QueryRow(ctx, s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets).Scan(&gen, &n)
+		})
+	}
 	if err != nil {
-		var mismatch *ShardCountMismatchError
-		if errors.As(err, &mismatch) {
-			return mismatch
-		}
-		return fmt.Errorf("leasestore: ensure shards: %w%s", err, migrateHint(err))
+		return fmt.Errorf("leasestore: ensure buckets: %w%s", err, migrateHint(err))
 	}
 	s.ensured = true
+	s.noteBuckets(gen, n)
 	return nil
+}
+
+// noteBuckets logs once, at Warn, that the database's bucket count differs
+// from Config.Buckets. Under opMu.
+func (s *Store) noteBuckets(generation, n int) {
+	if n == s.cfg.Buckets || s.warned {
+		return
+	}
+	s.warned = true
+	s.log.Warn(fmt.Sprintf("kumi: the database's bucket count rules: subscription %q has %d buckets (generation %d); "+
+		"Config.Buckets = %d only applies when a subscription is created. Set it to %d to silence this.",
+		s.cfg.Subscription, n, generation, s.cfg.Buckets, n),
+		"configured", s.cfg.Buckets, "database", n, "generation", generation)
 }
 
 // EnsureHeld reports whether this worker may still act on bucket outside
@@ -293,16 +305,16 @@ func (s *Store) fresh(bucket int, h heldLease) error {
 	return nil
 }
 
-// Held returns the leases this worker believes it holds, sorted by bucket
+// Held returns the leases this worker believes it holds, sorted by slot
 // (those being handed off included), as of the last operation.
 func (s *Store) Held() []Lease {
 	s.viewMu.RLock()
 	defer s.viewMu.RUnlock()
 	out := make([]Lease, 0, len(s.view))
-	for b, h := range s.view {
-		out = append(out, Lease{Bucket: b, Epoch: h.epoch, Expires: h.expires})
+	for slot, h := range s.view {
+		out = append(out, h.lease(slot))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Bucket < out[j].Bucket })
+	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
 	return out
 }
 

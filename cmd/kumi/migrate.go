@@ -64,8 +64,8 @@ func (m *migrateCmd) Run(e *env) error {
 	return nil
 }
 
-// versions is the schema's migration versions, "eventsource version 1,
-// leasestore version 1", or "" before any migration.
+// versions is the schema's migration versions, "eventsource version 2,
+// leasestore version 2", or "" before any migration.
 func versions(e *env, store *eventsource.Store) (string, error) {
 	vs, err := migrate.Versions(e.ctx, store.Pool(), store.Schema())
 	if err != nil {

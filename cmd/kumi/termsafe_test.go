@@ -26,9 +26,9 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 		_, err := b.store.Pool().Exec(ctx, sql, args...)
 		require.NoError(t, err, sql)
 	}
-	exec(`INSERT INTO `+q+`.lease_members (subscription, worker, kind, heartbeat_at, expires_at)
+	exec(`INSERT INTO `+q+`.lease_workers (subscription, worker, kind, heartbeat_at, expires_at)
 VALUES ('balances', $1, 'row', now(), now() + interval '1 hour'), ('balances', 'plain', 'row', now(), now() + interval '1 hour')`, hostile)
-	exec(`INSERT INTO `+q+`.lease_buckets (subscription, bucket, shard_count, owner, epoch, granted_at, expires_at, heartbeat_at, claim_worker, claimed_at)
+	exec(`INSERT INTO `+q+`.lease_buckets (subscription, bucket, bucket_count, owner, epoch, granted_at, expires_at, heartbeat_at, claim_worker, claimed_at)
 VALUES ('balances', 0, 2, $1, 1, now(), now() + interval '1 hour', now(), NULL, NULL),
        ('balances', 1, 2, $1, 1, now(), now() + interval '1 hour', now(), $1, now())`, hostile)
 	evs := b.appendEvents(t, "order", 1, 1)

@@ -7,7 +7,7 @@
 //     id's prefix before '+' and no control characters.
 //   - FuzzHash: eventsource.Hash and Member are deterministic, follow their
 //     documented formula, and put every id in [0, n) for n in 1..1024. That
-//     they equal the SQL cg_hash and cg_member is checked against a real
+//     they equal the SQL cg_hash and cg_bucket is checked against a real
 //     database by test/integration's TestHashMatchesSQL, to keep the fuzz
 //     target pure.
 //   - FuzzLeaseConfig: the group and lease option validation never panics

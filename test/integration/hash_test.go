@@ -15,7 +15,7 @@ import (
 
 // TestHashMatchesSQL is the database half of test/fuzz's FuzzHash: for a
 // table of cardinal ids — the fuzz seeds among them — and group sizes, the
-// Go hash and member equal the SQL cg_hash and cg_member of a migrated
+// Go hash and member equal the SQL cg_hash and cg_bucket of a migrated
 // store, which a bucket read relies on.
 func TestHashMatchesSQL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -32,7 +32,7 @@ func TestHashMatchesSQL(t *testing.T) {
 	}
 	sizes := []int{1, 2, 3, 4, 7, 8, 16, 31, 32, 100, 1000, 1024, 4096, 65536}
 	q := pgx.Identifier{schema}.Sanitize()
-	rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT id, n, %[1]s.cg_hash(id), %[1]s.cg_member(%[1]s.cg_hash(id), n)
+	rows, err := pool.Query(ctx, fmt.Sprintf(`SELECT id, n, %[1]s.cg_hash(id), %[1]s.cg_bucket(%[1]s.cg_hash(id), n)
 		FROM unnest($1::text[]) AS id, unnest($2::int[]) AS n`, q), ids, sizes)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestHashMatchesSQL(t *testing.T) {
 			t.Errorf("Hash(%q) = %d, SQL cg_hash = %d", id, got, hash)
 		}
 		if got := eventsource.Member(eventsource.Hash(id), n); got != member {
-			t.Errorf("Member(Hash(%q), %d) = %d, SQL cg_member = %d", id, n, got, member)
+			t.Errorf("Member(Hash(%q), %d) = %d, SQL cg_bucket = %d", id, n, got, member)
 		}
 		return nil
 	})

@@ -48,7 +48,7 @@ BEGIN
     VALUES (NEW.subscription, NEW.bucket, OLD.owner, NEW.owner, OLD.epoch, NEW.epoch,
         OLD.expires_at, now(), clock_timestamp(),
         OLD.owner IS NOT NULL AND NEW.owner IS NOT NULL AND EXISTS (
-            SELECT 1 FROM {{s}}.lease_members m
+            SELECT 1 FROM {{s}}.lease_workers m
             JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
                 AND l.pid = pg_backend_pid()
                 AND l.classid = ((m.lock_key >> 32) & 4294967295)::oid
@@ -77,8 +77,8 @@ BEGIN
     END IF;
     RETURN NULL;
 END $f$;
-DROP TRIGGER IF EXISTS obs_member ON {{s}}.lease_members;
-CREATE TRIGGER obs_member AFTER INSERT OR UPDATE OR DELETE ON {{s}}.lease_members FOR EACH ROW
+DROP TRIGGER IF EXISTS obs_member ON {{s}}.lease_workers;
+CREATE TRIGGER obs_member AFTER INSERT OR UPDATE OR DELETE ON {{s}}.lease_workers FOR EACH ROW
     EXECUTE FUNCTION {{s}}.obs_member();
 
 CREATE TABLE IF NOT EXISTS {{s}}.obs_checkpoint_log (

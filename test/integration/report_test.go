@@ -118,12 +118,12 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 			AND e.version > x.prev AND e.version < x.version AND e.event_id = ANY($2::uuid[]))`, o.q),
 		o.sub, o.excusedIDs()).Scan(&r.order), "order")
 
-	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT d.app, %[1]s.cg_member(e.cg_hash, $2), count(*)
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT d.app, %[1]s.cg_bucket(e.cg_hash, $2), count(*)
 		FROM %[1]s.obs_delivery_log d
 		JOIN %[1]s.events e ON e.event_id = d.event_id
 		LEFT JOIN LATERAL (
 			SELECT l.new_owner FROM %[1]s.obs_lease_log l
-			WHERE l.subscription = d.subscription AND l.bucket = %[1]s.cg_member(e.cg_hash, $2) AND l.at <= d.at
+			WHERE l.subscription = d.subscription AND l.bucket = %[1]s.cg_bucket(e.cg_hash, $2) AND l.at <= d.at
 			ORDER BY l.at DESC LIMIT 1) o ON true
 		WHERE d.subscription = $1 AND o.new_owner IS DISTINCT FROM d.app
 		GROUP BY 1, 2`, o.q), o.sub, o.n)

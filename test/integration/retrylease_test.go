@@ -127,7 +127,7 @@ func TestRetriedDeliveryRechecksItsLease(t *testing.T) {
 func lastHeartbeat(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, sub, worker string) time.Time {
 	t.Helper()
 	var at time.Time
-	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT heartbeat_at FROM %s.lease_members WHERE subscription = $1 AND worker = $2`,
+	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT heartbeat_at FROM %s.lease_workers WHERE subscription = $1 AND worker = $2`,
 		pgx.Identifier{schema}.Sanitize()), sub, worker).Scan(&at); err != nil {
 		t.Fatal(err)
 	}

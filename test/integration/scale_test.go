@@ -214,7 +214,7 @@ func leaseTableStats(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sche
 	var s tableStats
 	err := pool.QueryRow(ctx, `SELECT coalesce(sum(n_tup_upd), 0)::float8, coalesce(sum(n_tup_ins + n_tup_del), 0)::float8,
 		coalesce(sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)), 0)::float8
-		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname IN ('lease_buckets', 'lease_members')`, schema).
+		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname IN ('lease_buckets', 'lease_workers')`, schema).
 		Scan(&s.updated, &s.insDel, &s.scans)
 	if err != nil {
 		t.Fatal(err)
