@@ -64,8 +64,8 @@ type coordinator struct {
 	// resize is the subscription's generation and resize as the last
 	// pass read them.
 	resize leasestore.Resize
-	cancel  context.CancelFunc
-	bg      context.Context
+	cancel context.CancelFunc
+	bg     context.Context
 	// renewed is when the last successful pass started.
 	renewed time.Time
 	// stopped is closed when the actor has stopped, its children first.

@@ -226,4 +226,3 @@ func (c *coordinator) onCutDrained(ctx actor.Context, m *readerCutDrained) {
 	c.g.setOwned(c.owned, c.handoff)
 	c.pass(ctx) // the drain may have switched or completed the resize
 }
-
