@@ -425,7 +425,9 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 				return out, fmt.Errorf("resize: %w", err)
 			}
 			if state != r.state {
-				events = append(events, "resize:"+string(state))
+				if err := s.notify(ctx, tx, "resize:"+string(state)); err != nil {
+					return out, err
+				}
 				if state == ResizeSteady {
 					v.completed = true
 					v.generation, v.buckets, v.next, v.cut, v.active = r.generation+1, r.next, 0, -1, r.next
@@ -526,6 +528,7 @@ func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 	// Once it is the view, the map is written by others (a failed fence
 	// marks its bucket) and read only under the lock.
 	s.view = next
+	s.serving = [2]int{out.sub.generation, out.sub.buckets}
 	s.viewMu.Unlock()
 	bySlot := func(l []Lease) {
 		sort.Slice(l, func(i, j int) bool { return l[i].Slot < l[j].Slot })

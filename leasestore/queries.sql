@@ -443,6 +443,13 @@ SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, req
 FROM {{schema}}.subscriptions WHERE subscription = $1
 FOR UPDATE SKIP LOCKED;
 
+-- name: resize_share
+-- An operator's fence (a checkpoint reset): no resize may begin meanwhile.
+SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
+    coalesce(requested_by, ''), switched_at
+FROM {{schema}}.subscriptions WHERE subscription = $1
+FOR SHARE;
+
 -- name: resize_read
 SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
     coalesce(requested_by, ''), switched_at

@@ -36,8 +36,9 @@ type Store struct {
 	ensured bool       // EnsureShards succeeded; under opMu
 	warned  bool       // the database's bucket count differs from Config.Buckets, and it was logged; under opMu
 
-	viewMu sync.RWMutex
-	view   map[int]heldLease // what this worker believes it holds
+	viewMu  sync.RWMutex
+	view    map[int]heldLease // what this worker believes it holds
+	serving [2]int            // the serving generation and its bucket count, as last read; under viewMu
 
 	changes     <-chan struct{}       // the listener's; never fires without one
 	listener    *eventsource.Listener // nil with NoListen
@@ -235,7 +236,23 @@ func (s *Store) ensureShards(ctx context.Context) error {
 	}
 	s.ensured = true
 	s.noteBuckets(gen, n)
+	s.viewMu.Lock()
+	s.serving = [2]int{gen, n}
+	s.viewMu.Unlock()
 	return nil
+}
+
+// Serving returns the subscription's serving generation and its bucket
+// count as this store last read them ([Store.EnsureShards], a pass): what
+// the database says, whatever Config.Buckets says. Before either has run
+// it returns (0, Config.Buckets).
+func (s *Store) Serving() (generation, buckets int) {
+	s.viewMu.RLock()
+	defer s.viewMu.RUnlock()
+	if s.serving[1] == 0 {
+		return 0, s.cfg.Buckets
+	}
+	return s.serving[0], s.serving[1]
 }
 
 // noteBuckets logs once, at Warn, that the database's bucket count differs
