@@ -29,10 +29,10 @@ type State struct {
 	Buckets      int       `json:"bucket_count"`       // N; 0 before any worker started it
 	Generation   int       `json:"generation"`         // the serving generation (docs/resize.md)
 	// Resize is the running resize, if any.
-	Resize *Resize `json:"resize,omitempty"`
-	LiveMembers  int       `json:"live_members"`
-	Members      []Member  `json:"members"` // by worker id
-	Rows         []Bucket  `json:"buckets"` // by bucket
+	Resize      *Resize  `json:"resize,omitempty"`
+	LiveMembers int      `json:"live_members"`
+	Members     []Member `json:"members"` // by worker id
+	Rows        []Bucket `json:"buckets"` // by bucket
 	// PendingLetters counts pending dead letters, up to 1000 (then
 	// PendingMore is set).
 	PendingLetters int  `json:"pending_dead_letters"`
