@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -170,4 +171,37 @@ func TestResizeCommand(t *testing.T) {
 	r = <-follow
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "done      generation 2, 16 buckets")
+}
+
+// After a resize a dead letter says which generation's bucket gave up on
+// its event: the list shows a GEN column, JSON the generation, and a
+// retired generation's letter replays by its event as any other.
+func TestDeadLettersShowTheirGeneration(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	evs := b.appendEvents(t, "order", 2, 4)
+	for i, e := range evs[:3] {
+		_, err := b.store.AddDeadLetter(ctx, eventsource.DeadLetter{Subscription: "shipping", Generation: i % 2, Bucket: 1,
+			EventID: e.ID, Reason: "boom", Attempts: 5})
+		require.NoError(t, err)
+	}
+	r := b.run(t, "dead-letters", "list", "-s", "shipping")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^POSITION\s+GEN\s+BUCKET\s+EVENT`, r.stdout)
+	require.Regexp(t, `(?m)^`+itoa(int(evs[1].Position))+`\s+1\s+1\s+`+evs[1].ID.String(), r.stdout)
+	r = b.run(t, "dead-letters", "list", "-s", "shipping", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	ls := decode[[]letterJSON](t, r.stdout)
+	require.Len(t, ls, 3)
+	require.Equal(t, []int{0, 1, 0}, []int{ls[0].Generation, ls[1].Generation, ls[2].Generation})
+
+	r = b.run(t, "dead-letters", "replay", "-s", "shipping", "--event", evs[0].ID.String(), "--exec", "cat >/dev/null")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	d, err := b.store.DeadLetter(ctx, "shipping", evs[0].ID)
+	require.NoError(t, err)
+	require.NotNil(t, d.ReplayedAt, "generation 0's letter replayed")
+	d, err = b.store.DeadLetter(ctx, "shipping", evs[2].ID)
+	require.NoError(t, err)
+	require.Nil(t, d.ReplayedAt, "only the letter asked for")
 }
