@@ -365,3 +365,40 @@ func TestResizeRefusals(t *testing.T) {
 	_, err = FollowResize(cctx, store, leasestore.Resize{Subscription: "refuse", State: leasestore.ResizeSealing}, ResizeOptions{})
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
 }
+
+// A worker started with the old Buckets after a resize (a rolling deploy
+// with stale options) serves the database's generation: no error, it takes
+// its share of the new buckets, and delivers.
+func TestOldBucketsOptionAfterAResize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	seed(t, store, "acct", 8, 40)
+	a := startWorker(t, schema, "a", withLease(groupOpts("stale", 4, rec, "a"), resizeLease()))
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 40 }, "the first worker delivers")
+	r, _ := resizeTo(t, store, "stale", 6)
+	require.Equal(t, 1, r.Generation)
+
+	b := startWorker(t, schema, "b", withLease(groupOpts("stale", 4, rec, "b"), resizeLease()))
+	pgtest.Eventually(t, waitLong, func() bool { return len(a.owned()) == 3 && len(b.owned()) == 3 },
+		"the six buckets split between the two")
+	seed(t, store, "acct", 8, 40)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 80 }, "both deliver")
+	st, err := b.group.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 6, st.Buckets, "the database's count, not the option's")
+	require.Equal(t, 1, st.Generation)
+	for _, o := range st.Owned {
+		require.Equal(t, 1, o.Generation)
+		require.Less(t, o.Bucket, 6)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Empty(t, rec.order)
+}
+
+func withLease(o GroupOptions, l LeaseOptions) GroupOptions {
+	o.Lease = l
+	return o
+}
