@@ -61,7 +61,7 @@ func positionOf(t *testing.T, store *eventsource.Store, stream string, version i
 // lastPosition is the store's last sequenced position.
 func lastPosition(t *testing.T, store *eventsource.Store, category string) int64 {
 	t.Helper()
-	evs, err := store.ReadMember(context.Background(), category, 0, 1, 0, 10000)
+	evs, err := store.ReadBucket(context.Background(), category, 0, 1, 0, 10000)
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)
 	return evs[len(evs)-1].Position
@@ -415,7 +415,7 @@ func TestBatchExactlyOnce(t *testing.T) {
 		seed(t, store, "acct", 2, 8)
 		_, err := store.Sequence(ctx)
 		require.NoError(t, err)
-		evs, err := store.ReadMember(ctx, "acct", 0, 1, 0, 100)
+		evs, err := store.ReadBucket(ctx, "acct", 0, 1, 0, 100)
 		require.NoError(t, err)
 		require.Len(t, evs, 8)
 		require.NotZero(t, evs[0].Position)

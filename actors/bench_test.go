@@ -91,7 +91,7 @@ func counting(n *atomic.Int64) *actor.Props {
 }
 
 // BenchmarkPipelineDrain: pre-appended events, 16 buckets, two workers,
-// a no-op handler; beside the store's read-only 16-member drain of the same
+// a no-op handler; beside the store's read-only 16-bucket drain of the same
 // rows in the same run.
 func BenchmarkPipelineDrain(b *testing.B) {
 	ctx := context.Background()
@@ -100,7 +100,7 @@ func BenchmarkPipelineDrain(b *testing.B) {
 	seedBench(b, store, n)
 	require.NoError(b, store.EnsureConsumerGroupIndex(ctx, 16))
 
-	// The store alone: 16 members read their buckets in parallel, on a new
+	// The store alone: 16 readers read their buckets in parallel, on a new
 	// pool, as each worker's is: both drains start on cold connections.
 	reader, err := eventsource.New(pgtest.NewPool(b, 24), eventsource.Config{Schema: schema})
 	require.NoError(b, err)
@@ -113,7 +113,7 @@ func BenchmarkPipelineDrain(b *testing.B) {
 			defer wg.Done()
 			var after int64
 			for {
-				evs, err := reader.ReadMember(ctx, "bench", m, 16, after, benchPage())
+				evs, err := reader.ReadBucket(ctx, "bench", m, 16, after, benchPage())
 				if err != nil || len(evs) == 0 {
 					return
 				}
@@ -128,7 +128,7 @@ func BenchmarkPipelineDrain(b *testing.B) {
 
 	storeRate := float64(n) / storeTime.Seconds()
 	b.ReportMetric(storeRate, "store-events/s")
-	b.Logf("store's read-only 16-member drain of %d events, pages of %d: %.0f events/s (%v)", n, benchPage(), storeRate, storeTime)
+	b.Logf("store's read-only 16-bucket drain of %d events, pages of %d: %.0f events/s (%v)", n, benchPage(), storeRate, storeTime)
 	for _, c := range benchDrains() {
 		var handled atomic.Int64
 		o := GroupOptions{Subscription: "drain-" + c.name, Category: "bench", Buckets: 16,
@@ -137,7 +137,7 @@ func BenchmarkPipelineDrain(b *testing.B) {
 			o.Handler, o.Batch.MaxEvents = countingBatches(&handled), c.batch
 		}
 		// Both workers start at once, as a pool would: each joins the
-		// membership before its first pass, so each claims its share at
+		// worker row before its first pass, so each claims its share at
 		// once instead of one taking all and handing half over.
 		a, bw := benchRuntime(b, schema, "a"), benchRuntime(b, schema, "b")
 		start = time.Now()

@@ -44,7 +44,7 @@ type readerRef struct {
 
 // coordinator is the one actor per process per subscription group. It owns
 // the reconcile timer: each pass (run off the mailbox) heartbeats
-// membership, renews, claims up to the fair share and sheds surplus by
+// its worker row, renews, claims up to the fair share and sheds surplus by
 // handoff; the coordinator then brings its BucketReader children in line.
 type coordinator struct {
 	g       *group
@@ -355,7 +355,7 @@ func (c *coordinator) onDrained(ctx actor.Context, d *readerDrained) {
 }
 
 // beginLeave is the graceful stop: drain every reader, then release every
-// lease and leave the membership, so other workers take over at once.
+// lease and leave the pool, so other workers take over at once.
 func (c *coordinator) beginLeave(ctx actor.Context) {
 	if c.leaving {
 		return

@@ -51,7 +51,7 @@
 //     overflow sees the gap and re-reads it from the database: no policy
 //     loses an event for a group.
 //   - The Coordinator (one per Group) runs a reconcile pass every lease
-//     heartbeat, and at once on a rebalance notification: membership
+//     heartbeat, and at once on a rebalance notification: worker
 //     heartbeat, renew, claim up to the fair share, cooperative handoff of
 //     surplus (leasestore). It spawns a BucketReader for each newly owned
 //     bucket, stops the reader of each lost one, and drains a reader before

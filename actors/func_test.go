@@ -271,7 +271,7 @@ func TestFunctionHandlers(t *testing.T) {
 			cps, _ := store.Checkpoints(ctx, "fn-exactly")
 			var done int
 			for _, c := range cps {
-				if m, _, err := store.MemberLag(ctx, "acct", c.Bucket, 4, c.Position); err == nil && m == 0 {
+				if m, _, err := store.BucketLag(ctx, "acct", c.Bucket, 4, c.Position); err == nil && m == 0 {
 					done++
 				}
 			}

@@ -51,16 +51,16 @@ type group struct {
 	coordinatorSupervisor *supervision.Strategy
 	interval              time.Duration
 
-	mu       sync.Mutex
-	owned    map[int]leasestore.Lease
-	handoff  map[int]bool
-	progress map[int]int64
-	lags     map[int]bucketLag
-	lagAt    time.Time
-	members  int
-	queues   map[int]*overflow.Queue
-	done     chan struct{}
-	err      error
+	mu          sync.Mutex
+	owned       map[int]leasestore.Lease
+	handoff     map[int]bool
+	progress    map[int]int64
+	lags        map[int]bucketLag
+	lagAt       time.Time
+	liveWorkers int
+	queues      map[int]*overflow.Queue
+	done        chan struct{}
+	err         error
 	// failure is why the coordinator's guardian stopped it, if it did.
 	failure *GroupFailedError
 	// renewedAt is when the last successful lease pass started (the
@@ -152,7 +152,7 @@ func (rt *Runtime) StartGroup(ctx context.Context, opts GroupOptions) (*Group, e
 		leasePool.Close()
 		return nil, err
 	}
-	if err := leases.EnsureShards(ctx); err != nil {
+	if err := leases.EnsureBuckets(ctx); err != nil {
 		return fail(err)
 	}
 	if err := rt.store.EnsureConsumerGroupIndex(ctx, opts.Buckets); err != nil {
@@ -229,7 +229,7 @@ func (gr *Group) Err() error {
 
 // Stop stops the group gracefully: each reader finishes its in-flight event
 // and flushes its checkpoint, then every lease is released and the worker
-// leaves the membership, so other workers take the buckets over at once.
+// leaves the pool, so other workers take the buckets over at once.
 // It is idempotent and safe from several goroutines. If ctx ends first it
 // stops the actors without waiting for them, leaves the leases to expire,
 // logs what was still running, and returns ctx.Err(). If the group had
@@ -374,7 +374,7 @@ func (g *group) failed() *GroupFailedError {
 func (g *group) setPass(res leasestore.PassResult, start time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.members = res.Live
+	g.liveWorkers = res.Live
 	g.renewedAt, g.passErr = start, nil
 }
 
@@ -544,7 +544,7 @@ func lagUntil(l leasestore.Lease, r leasestore.Resize) int64 {
 func (g *group) statusSnapshot() observability.SubscriptionStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.buckets(), Members: g.members}
+	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.buckets(), LiveWorkers: g.liveWorkers}
 	for b, l := range g.owned {
 		lag := g.lags[b]
 		bs := observability.BucketStatus{Bucket: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}

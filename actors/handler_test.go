@@ -239,7 +239,7 @@ func TestZombie(t *testing.T) {
 	t.Cleanup(func() { a.stop(t) })
 	first := <-blocked
 
-	// Freeze a's lease: hold its membership row so its passes hang.
+	// Freeze a's lease: hold its worker row so its passes hang.
 	q := pgx.Identifier{schema}.Sanitize()
 	tx, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)

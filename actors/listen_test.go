@@ -77,8 +77,8 @@ func TestOneListenSessionPerProcess(t *testing.T) {
 
 	snap, err := groups[1].g.leases.Snapshot(ctx)
 	require.NoError(t, err)
-	require.Len(t, snap.Members, 1)
+	require.Len(t, snap.Workers, 1)
 	require.Equal(t, 1, count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid = $2
-		AND query NOT LIKE 'LISTEN %'`, app, snap.Members[0].BackendPID),
+		AND query NOT LIKE 'LISTEN %'`, app, snap.Workers[0].BackendPID),
 		"the session kind's dedicated session is there, and is no LISTEN")
 }

@@ -59,7 +59,7 @@ type subscribe struct {
 	PID      *actor.PID
 	Category string
 	Size     int
-	Member   int
+	Bucket   int
 }
 
 type unsubscribe struct{ PID *actor.PID }
@@ -238,8 +238,8 @@ func (p *publisher) broadcast(ctx actor.Context, f *publisherFetched) {
 	for i := range f.events {
 		e := &f.events[i]
 		bySize := p.index[e.Category]
-		for size, members := range bySize {
-			for _, s := range members[eventsource.Member(e.Hash, size)] {
+		for size, buckets := range bySize {
+			for _, s := range buckets[eventsource.BucketOfHash(e.Hash, size)] {
 				b := out[s]
 				if b == nil {
 					b = &liveBatch{From: s.from, To: f.to}
@@ -267,6 +267,6 @@ func (p *publisher) buildIndex() {
 		if bySize[s.sub.Size] == nil {
 			bySize[s.sub.Size] = make([][]*subscriber, s.sub.Size)
 		}
-		bySize[s.sub.Size][s.sub.Member] = append(bySize[s.sub.Size][s.sub.Member], s)
+		bySize[s.sub.Size][s.sub.Bucket] = append(bySize[s.sub.Size][s.sub.Bucket], s)
 	}
 }

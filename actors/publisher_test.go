@@ -97,7 +97,7 @@ func TestPublisher(t *testing.T) {
 			probes = append(probes, p)
 			ppid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }))
 			t.Cleanup(func() { _ = sys.Root.StopFuture(ppid).Wait() })
-			sys.Root.Send(pid, &subscribe{PID: ppid, Category: "acct", Size: 1, Member: 0})
+			sys.Root.Send(pid, &subscribe{PID: ppid, Category: "acct", Size: 1, Bucket: 0})
 			time.Sleep(30 * time.Millisecond) // spread the attach moments; not a wait for a condition
 		}
 		close(stop)
@@ -144,7 +144,7 @@ func TestPublisher(t *testing.T) {
 			q.Hold() // a stalled subscriber: nothing is taken from its queue
 			p := &probe{}
 			ppid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return p }, actor.WithMailbox(q.Mailbox())))
-			sys.Root.Send(pid, &subscribe{PID: ppid, Category: "acct", Size: 1, Member: 0})
+			sys.Root.Send(pid, &subscribe{PID: ppid, Category: "acct", Size: 1, Bucket: 0})
 			// The publisher answers in mailbox order: once it has, the
 			// subscription is registered at its current position.
 			_, err = sys.Root.RequestFuture(pid, &publisherPosition{}, 10*time.Second).Result()

@@ -284,7 +284,7 @@ func (r *reader) start(ctx actor.Context) {
 	if r.seal {
 		r.propose(ctx) // before anything is delivered: nothing is read yet
 	}
-	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.size, Member: r.member})
+	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.size, Bucket: r.member})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
 	r.after(ctx, r.tick, &flushTick{gen: r})
@@ -363,7 +363,7 @@ func (r *reader) readPage(ctx actor.Context) {
 	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
-		events, err := r.g.store.ReadMemberBounded(c, o.Category, r.member, r.size, from, limit, maxBytes)
+		events, err := r.g.store.ReadBucketBounded(c, o.Category, r.member, r.size, from, limit, maxBytes)
 		last := from
 		if len(events) > 0 {
 			last = events[len(events)-1].Position

@@ -59,13 +59,13 @@ func TestRun(t *testing.T) {
 		}
 		require.Equal(t, ev[0].Position, flushed, "the stop flushed the checkpoint")
 		q := pgx.Identifier{schema}.Sanitize()
-		var owned, members int
+		var owned, workers int
 		require.NoError(t, admin.Pool().QueryRow(ctx, `SELECT count(*) FROM `+q+`.lease_buckets
 			WHERE subscription = 'run-graceful' AND owner IS NOT NULL`).Scan(&owned))
 		require.NoError(t, admin.Pool().QueryRow(ctx, `SELECT count(*) FROM `+q+`.lease_workers
-			WHERE subscription = 'run-graceful'`).Scan(&members))
+			WHERE subscription = 'run-graceful'`).Scan(&workers))
 		require.Zero(t, owned, "every lease released")
-		require.Zero(t, members, "the worker left the membership")
+		require.Zero(t, workers, "the worker left the pool")
 	})
 
 	t.Run("BoundsTheGracefulStopByStopTimeout", func(t *testing.T) {

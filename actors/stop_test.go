@@ -81,7 +81,7 @@ func TestRuntimeStopHonoursItsContextWhileAHandlerIsBlocked(t *testing.T) {
 // A reader that hits a configuration error (here a missing table, 42P01)
 // cannot be cured by a restart: the group ends visibly. Done closes, the
 // error is the group's, the leases are released at once and the worker
-// leaves the membership, so that healthy workers take over without waiting
+// leaves the pool, so that healthy workers take over without waiting
 // for the TTL.
 func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	t.Parallel()
@@ -118,13 +118,13 @@ func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	require.Equal(t, supervision.Config, gf.Class)
 	require.Contains(t, gf.Fix, "kumi migrate")
 
-	var held, members int
+	var held, workers int
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
 		"SELECT count(*) FROM "+q+".lease_buckets WHERE subscription = 'broken' AND owner IS NOT NULL").Scan(&held))
 	require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
-		"SELECT count(*) FROM "+q+".lease_workers WHERE subscription = 'broken'").Scan(&members))
+		"SELECT count(*) FROM "+q+".lease_workers WHERE subscription = 'broken'").Scan(&workers))
 	require.Zero(t, held, "the failed group released its leases")
-	require.Zero(t, members, "the failed group left the membership")
+	require.Zero(t, workers, "the failed group left the pool")
 
 	var he *HealthError
 	require.ErrorAs(t, rt.Healthy(ctx), &he, "a failed group makes the process unhealthy")

@@ -68,7 +68,7 @@ func (t *telemetry) ownership(ctx context.Context, kind observability.ChangeKind
 // passChanges records the ownership changes a pass reports and returns
 // their summary.
 func (t *telemetry) passChanges(ctx context.Context, res leasestore.PassResult, prev map[int]leasestore.Lease, shedding map[int]bool) observability.PassSummary {
-	s := observability.PassSummary{Members: res.Live, FairShare: res.FairShare, Owned: len(res.Owned)}
+	s := observability.PassSummary{LiveWorkers: res.Live, FairShare: res.FairShare, Owned: len(res.Owned)}
 	taken := map[int]leasestore.Takeover{}
 	for _, tk := range res.Takeovers {
 		taken[tk.Bucket] = tk

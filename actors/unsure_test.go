@@ -41,7 +41,7 @@ func TestASurvivedRenewalFailureRedeliversNothing(t *testing.T) {
 	t.Cleanup(func() { w.stop(t) })
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 50 }, "the backlog handled")
 
-	// Hold the worker's membership row: its passes (heartbeat and renewal)
+	// Hold the worker's row: its passes (heartbeat and renewal)
 	// wait, and after TTL − Margin EnsureHeld fails.
 	tx, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)

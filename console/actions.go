@@ -59,8 +59,8 @@ func (c *Console) relinquishAction(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// relinquish asks the owner of bucket to hand it over to the live member
-// to (or, when to is "", the least loaded live member other than the
+// relinquish asks the owner of bucket to hand it over to the live worker
+// to (or, when to is "", the least loaded live worker other than the
 // owner): leasestore.RequestHandoff, as `kumi relinquish` calls it, with
 // its refusals as 400 (bad input), 404 (no such subscription) or 409 (the
 // lease state forbids it).
@@ -101,11 +101,11 @@ func handoffRefusal(h *leasestore.HandoffError) error {
 	case leasestore.ErrTargetIsOwner:
 		return refuse(http.StatusBadRequest, "%s is the bucket's owner", h.To)
 	case leasestore.ErrTargetNotLive:
-		return refuse(http.StatusBadRequest, "%s is not a live member of %q", h.To, sub)
+		return refuse(http.StatusBadRequest, "%s is not a live worker of %q", h.To, sub)
 	case leasestore.ErrNoOtherWorker:
 		return refuse(http.StatusConflict, "%s is the only live worker of %q: nobody could take bucket %d", row.Owner, sub, bucket)
 	default: // leasestore.ErrHandoffRaced
-		return refuse(http.StatusConflict, "bucket %d changed while the claim was placed (owner, claim or %s's membership): look again and retry", bucket, h.To)
+		return refuse(http.StatusConflict, "bucket %d changed while the claim was placed (owner, claim or %s's liveness): look again and retry", bucket, h.To)
 	}
 }
 

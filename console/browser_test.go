@@ -204,7 +204,7 @@ func TestTheConsoleInARealBrowser(t *testing.T) {
 	t.Run("UpdatesWhenAWorkerJoins", func(t *testing.T) {
 		startBrowserWorker(parent, f.schema, "beta") // lives on after this subtest
 		b.waitFor(t, owners+` === 'alpha,beta'`, "beta's buckets appear without a reload")
-		b.waitFor(t, `document.querySelector('#members').textContent.includes('beta')`, "beta is listed as a member")
+		b.waitFor(t, `document.querySelector('#workers').textContent.includes('beta')`, "beta is listed as a worker")
 		b.waitFor(t, `[...document.querySelectorAll('#timeline .k')].some(k => k.textContent === 'handoff')`,
 			"the timeline shows the handoffs to beta")
 	})

@@ -84,7 +84,7 @@ func (f *fixture) hostileLetter(t testing.TB, sub string) eventsource.DeadLetter
 	return d
 }
 
-// join makes worker a member of sub's pool of n buckets; it claims nothing
+// join makes worker a worker of sub's pool of n buckets; it claims nothing
 // until it passes.
 func (f *fixture) join(t testing.TB, sub, worker string, n int) *leasestore.Store {
 	t.Helper()
@@ -197,7 +197,7 @@ func TestPagesAndJSONShowTheSubscription(t *testing.T) {
 
 	st := decode[State](t, get(t, srv, "/api/s/orders").body)
 	require.Equal(t, 4, st.Buckets)
-	require.Equal(t, 2, st.LiveMembers)
+	require.Equal(t, 2, st.LiveWorkers)
 	require.Len(t, st.Rows, 4)
 	require.Equal(t, 1, st.PendingLetters)
 	require.False(t, st.Actions.Enabled)
@@ -382,7 +382,7 @@ func TestRelinquishPlacesAHandoffClaimWithTheCLIsRefusals(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.lease(t, "orders", "worker-a", 4) // alone: takes all four
-	f.join(t, "orders", "worker-b", 4)  // a member that has placed no claim yet
+	f.join(t, "orders", "worker-b", 4)  // a worker that has placed no claim yet
 	var logs syncBuffer
 	c, srv := f.serve(t, Options{AllowActions: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 
@@ -408,7 +408,7 @@ func TestRelinquishPlacesAHandoffClaimWithTheCLIsRefusals(t *testing.T) {
 		"NotANumber":     {"/api/s/orders/buckets/x/relinquish", http.StatusBadRequest, "numbered from 0"},
 		"NoSuchSub":      {"/api/s/nosuch/buckets/0/relinquish", http.StatusNotFound, "no buckets"},
 		"ToTheOwner":     {"/api/s/orders/buckets/2/relinquish?to=worker-a", http.StatusBadRequest, "is the bucket's owner"},
-		"ToANonMember":   {"/api/s/orders/buckets/2/relinquish?to=ghost", http.StatusBadRequest, "not a live member"},
+		"ToANonWorker":   {"/api/s/orders/buckets/2/relinquish?to=ghost", http.StatusBadRequest, "not a live worker"},
 		"InvalidSubName": {"/api/s/" + url.PathEscape(" x") + "/buckets/0/relinquish", http.StatusBadRequest, "white space"},
 	}
 	for name, tc := range refusals {

@@ -1,5 +1,5 @@
 // Package console is kumi's web console: an [http.Handler] that shows a
-// schema's subscriptions — members, a map of bucket ownership and lag, dead
+// schema's subscriptions — workers, a map of bucket ownership and lag, dead
 // letters and a timeline of ownership changes — and updates itself while
 // it is open. Mount it next to /metrics, or run it standalone with
 // `kumi console` (docs/console.md).

@@ -30,9 +30,9 @@ type State struct {
 	Generation   int       `json:"generation"`         // the serving generation (docs/resize.md)
 	// Resize is the running resize, if any.
 	Resize      *Resize  `json:"resize,omitempty"`
-	LiveMembers int      `json:"live_members"`
-	Members     []Member `json:"members"` // by worker id
-	Rows        []Bucket `json:"buckets"` // by bucket
+	LiveWorkers int      `json:"live_workers"`
+	Workers     []Worker `json:"workers"` // by worker id
+	Rows        []Bucket `json:"buckets"` // by slot
 	// PendingLetters counts pending dead letters, up to 1000 (then
 	// PendingMore is set).
 	PendingLetters int  `json:"pending_dead_letters"`
@@ -50,14 +50,15 @@ type Actions struct {
 	Replay  bool `json:"replay"`  // enabled, and Options.Replay is set
 }
 
-// Member is one membership row.
-type Member struct {
+// Worker is one worker's row: a worker that has joined the subscription's
+// pool, live or not.
+type Worker struct {
 	Worker          string  `json:"worker"`                // the worker id
 	Kind            string  `json:"kind"`                  // "row" or "session"
 	Live            bool    `json:"live"`                  // unexpired, and its session held (session kind)
 	SessionGone     bool    `json:"session_gone"`          // session kind whose advisory lock nobody holds
 	HeartbeatAgeSec float64 `json:"heartbeat_age_seconds"` // since its last heartbeat
-	ExpiresInSec    float64 `json:"expires_in_seconds"`    // until its membership lapses (negative: lapsed)
+	ExpiresInSec    float64 `json:"expires_in_seconds"`    // until it stops counting as live (negative: lapsed)
 	Owns            int     `json:"owns"`                  // buckets it holds live
 }
 
@@ -108,14 +109,14 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 		return State{}, err
 	}
 	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets, Generation: in.Resize.Generation,
-		LiveMembers: in.LiveMembers(), Members: []Member{}, Rows: []Bucket{},
+		LiveWorkers: in.LiveWorkers(), Workers: []Worker{}, Rows: []Bucket{},
 		PendingLetters: min(len(letters), maxPendingCount), PendingMore: len(letters) > maxPendingCount,
 		Actions: Actions{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}}
 	owned := in.OwnedBy()
-	for _, m := range in.Members {
-		st.Members = append(st.Members, Member{Worker: m.Worker, Kind: m.Kind.String(), Live: m.Live && !m.SessionGone,
-			SessionGone: m.SessionGone, HeartbeatAgeSec: in.Now.Sub(m.Heartbeat).Seconds(),
-			ExpiresInSec: m.Expires.Sub(in.Now).Seconds(), Owns: owned[m.Worker]})
+	for _, w := range in.Workers {
+		st.Workers = append(st.Workers, Worker{Worker: w.Worker, Kind: w.Kind.String(), Live: w.Live && !w.SessionGone,
+			SessionGone: w.SessionGone, HeartbeatAgeSec: in.Now.Sub(w.Heartbeat).Seconds(),
+			ExpiresInSec: w.Expires.Sub(in.Now).Seconds(), Owns: owned[w.Worker]})
 	}
 	ready := map[int]bool{}
 	if rz := in.Resize; rz.Resizing() {
@@ -256,7 +257,7 @@ func statusOf(err error) int {
 type Change struct {
 	At   time.Time `json:"at"`   // the database's clock at the look that saw it
 	Kind string    `json:"kind"` // see the kind* constants
-	// Bucket is the bucket concerned, -1 for a membership change.
+	// Bucket is the bucket concerned, -1 for a worker joining or leaving.
 	Bucket   int    `json:"bucket"`
 	From     string `json:"from,omitempty"`
 	To       string `json:"to,omitempty"`
@@ -273,8 +274,8 @@ const (
 	kindReclaim = "reclaim" // released and taken again by the same worker
 	kindRequest = "request" // a pending handoff claim placed
 	kindExpire  = "expire"  // the owner's lease lapsed
-	kindJoin    = "join"    // a member joined
-	kindLeave   = "leave"   // a member's row went away
+	kindJoin    = "join"    // a worker joined
+	kindLeave   = "leave"   // a worker's row went away
 )
 
 // maxChanges is how many changes are kept per subscription; maxTracked how
@@ -306,7 +307,7 @@ func (h *history) observe(in inspect.Inspection) ([]Change, time.Time) {
 	defer h.mu.Unlock()
 	sh, ok := h.subs[in.Subscription]
 	if !ok {
-		if len(in.Rows) == 0 && len(in.Members) == 0 {
+		if len(in.Rows) == 0 && len(in.Workers) == 0 {
 			return []Change{}, in.Now
 		}
 		if len(h.subs) >= maxTracked {
@@ -346,32 +347,32 @@ func diff(prev, cur inspect.Inspection) []Change {
 		ch.At = cur.Now
 		out = append(out, ch)
 	}
-	prevMembers := map[string]bool{}
-	for _, m := range prev.Members {
-		prevMembers[m.Worker] = true
+	prevWorkers := map[string]bool{}
+	for _, w := range prev.Workers {
+		prevWorkers[w.Worker] = true
 	}
-	curMembers := map[string]string{}   // worker -> its state, for evidence
-	sessionGone := map[string]bool{}    // a session member whose buckets may go at once
-	heartbeat := map[string]time.Time{} // a live member's last heartbeat
-	for _, m := range cur.Members {
-		sessionGone[m.Worker] = m.SessionGone
-		if m.Live && !m.SessionGone {
-			heartbeat[m.Worker] = m.Heartbeat
+	curWorkers := map[string]string{}   // worker -> its state, for evidence
+	sessionGone := map[string]bool{}    // a session worker whose buckets may go at once
+	heartbeat := map[string]time.Time{} // a live worker's last heartbeat
+	for _, w := range cur.Workers {
+		sessionGone[w.Worker] = w.SessionGone
+		if w.Live && !w.SessionGone {
+			heartbeat[w.Worker] = w.Heartbeat
 		}
-		state := "is still a live member"
+		state := "is still a live worker"
 		switch {
-		case m.SessionGone:
+		case w.SessionGone:
 			state = "has lost its session"
-		case !m.Live:
-			state = "has let its membership expire"
+		case !w.Live:
+			state = "has let its worker row expire"
 		}
-		curMembers[m.Worker] = state
-		if !prevMembers[m.Worker] {
-			add(Change{Kind: kindJoin, Bucket: -1, To: m.Worker})
+		curWorkers[w.Worker] = state
+		if !prevWorkers[w.Worker] {
+			add(Change{Kind: kindJoin, Bucket: -1, To: w.Worker})
 		}
 	}
-	for w := range prevMembers {
-		if _, ok := curMembers[w]; !ok {
+	for w := range prevWorkers {
+		if _, ok := curWorkers[w]; !ok {
 			add(Change{Kind: kindLeave, Bucket: -1, From: w})
 		}
 	}
@@ -428,15 +429,15 @@ func diff(prev, cur inspect.Inspection) []Change {
 					p.Owner, clock(heartbeat[p.Owner]))})
 		default:
 			add(Change{Kind: kindSteal, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
-				Evidence: stealEvidence(p, cur.Now, curMembers)})
+				Evidence: stealEvidence(p, cur.Now, curWorkers)})
 		}
 	}
 	return out
 }
 
 // stealEvidence says why a bucket could be taken from its owner: its lease
-// had lapsed, and what became of the owner's membership.
-func stealEvidence(p inspect.BucketRow, now time.Time, members map[string]string) string {
+// had lapsed, and what became of the owner's worker row.
+func stealEvidence(p inspect.BucketRow, now time.Time, workers map[string]string) string {
 	var ev []string
 	switch {
 	case !p.Live:
@@ -447,7 +448,7 @@ func stealEvidence(p inspect.BucketRow, now time.Time, members map[string]string
 		ev = append(ev, fmt.Sprintf("%s's lease ran until %s", p.Owner, clock(p.Expires)))
 	}
 	ev = append(ev, "last renewed at "+clock(p.Heartbeat))
-	if state, ok := members[p.Owner]; ok {
+	if state, ok := workers[p.Owner]; ok {
 		ev = append(ev, p.Owner+" "+state)
 	} else {
 		ev = append(ev, p.Owner+" has left the pool")

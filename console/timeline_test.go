@@ -14,15 +14,15 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	row := func(b int, owner string, epoch int64, expires time.Time, claim string) inspect.BucketRow {
-		r := inspect.BucketRow{BucketState: leasestore.BucketState{Bucket: b, Slot: b, ShardCount: 6, Owner: owner, Epoch: epoch,
+		r := inspect.BucketRow{BucketState: leasestore.BucketState{Bucket: b, Slot: b, BucketCount: 6, Owner: owner, Epoch: epoch,
 			Expires: expires, Heartbeat: expires.Add(-10 * time.Second), ClaimWorker: claim, ClaimedAt: t0}}
 		r.Live = owner != "" && expires.After(t0)
 		return r
 	}
-	member := func(w string, live bool) leasestore.Member { return leasestore.Member{Worker: w, Live: live} }
+	worker := func(w string, live bool) leasestore.WorkerState { return leasestore.WorkerState{Worker: w, Live: live} }
 	later := t0.Add(time.Minute)
 	prev := inspect.Inspection{Subscription: "s", Now: t0,
-		Members: []leasestore.Member{member("a", true), member("b", true), member("gone", true), member("s", true)},
+		Workers: []leasestore.WorkerState{worker("a", true), worker("b", true), worker("gone", true), worker("s", true)},
 		Rows: []inspect.BucketRow{
 			row(0, "", 0, time.Time{}, ""),              // claimed by c
 			row(1, "a", 3, t0.Add(time.Second), "b"),    // handed over to b
@@ -35,7 +35,7 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 			row(8, "a", 11, t0.Add(time.Second), ""),    // expiry passed, but a renewed and handed over
 		}}
 	cur := inspect.Inspection{Subscription: "s", Now: later,
-		Members: []leasestore.Member{{Worker: "a", Live: true, Heartbeat: later}, member("b", true), member("c", true),
+		Workers: []leasestore.WorkerState{{Worker: "a", Live: true, Heartbeat: later}, worker("b", true), worker("c", true),
 			{Worker: "s", Live: true, SessionGone: true}},
 		Rows: []inspect.BucketRow{
 			row(0, "c", 1, later.Add(time.Minute), ""),

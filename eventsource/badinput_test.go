@@ -76,7 +76,7 @@ func TestBadInput(t *testing.T) {
 		for _, c := range []string{"", "a-b", "a+b", "a\x00", strings.Repeat("c", eventsource.MaxCategoryLength+1)} {
 			_, err := s.ReadCategory(ctx, c, 0, 0)
 			require.ErrorIs(t, err, eventsource.ErrInvalidName, "%q", c)
-			_, err = s.ReadMember(ctx, c, 0, 1, 0, 0)
+			_, err = s.ReadBucket(ctx, c, 0, 1, 0, 0)
 			require.ErrorIs(t, err, eventsource.ErrInvalidName, "%q", c)
 		}
 		for _, sub := range []string{"", "a\x00", "a\rb", strings.Repeat("s", eventsource.MaxSubscriptionNameLength+1)} {
@@ -224,7 +224,7 @@ func TestHostileSchemaNames(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, all, 2)
 			require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 3))
-			m, err := s.ReadMember(ctx, "order", all[0].Bucket(3), 3, 0, 0)
+			m, err := s.ReadBucket(ctx, "order", all[0].Bucket(3), 3, 0, 0)
 			require.NoError(t, err)
 			require.Len(t, m, 2)
 			_, err = s.SaveCheckpoint(ctx, "sub", 0, 2, nil)

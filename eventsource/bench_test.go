@@ -214,18 +214,18 @@ func runWriters(b *testing.B, writers, perWriter int, fn func(w, j int) error) t
 }
 
 // Drain workload: one category of drainEvents events over drainStreams
-// streams, read by drainMembers consumer-group members in parallel.
+// streams, read by drainBuckets consumer-group buckets in parallel.
 const (
 	drainEvents  = 1_000_000
 	drainStreams = 10_000
-	drainMembers = 8
+	drainBuckets = 8
 	drainPage    = 1000
 	drainRounds  = 4
 )
 
 func BenchmarkConsumerGroupDrain(b *testing.B) {
 	ctx := context.Background()
-	pool := pgtest.NewPool(b, drainMembers+4)
+	pool := pgtest.NewPool(b, drainBuckets+4)
 	s, err := eventsource.New(pool, eventsource.Config{Schema: pgtest.NewSchema(b)})
 	require.NoError(b, err)
 	require.NoError(b, s.Migrate(ctx))
@@ -239,19 +239,19 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 	require.Equal(b, drainEvents, n)
 	sequenced := time.Since(start)
 	start = time.Now()
-	require.NoError(b, s.EnsureConsumerGroupIndex(ctx, drainMembers))
+	require.NoError(b, s.EnsureConsumerGroupIndex(ctx, drainBuckets))
 	_, err = pool.Exec(ctx, "VACUUM ANALYZE "+s.QuotedSchema()+".events")
 	require.NoError(b, err)
 	indexed := time.Since(start)
 	b.Logf("drain seed: %d events inserted in %v, sequenced in %v (%.0f events/s), indexed and vacuumed in %v",
 		drainEvents, seeded.Round(time.Millisecond), sequenced.Round(time.Millisecond), drainEvents/sequenced.Seconds(), indexed.Round(time.Millisecond))
 
-	// The plan of a member's page, for the record.
-	rows, err := pool.Query(ctx, "EXPLAIN "+s.MemberSQL(drainMembers), "bench", 3, drainEvents/2, drainPage)
+	// The plan of a bucket's page, for the record.
+	rows, err := pool.Query(ctx, "EXPLAIN "+s.BucketSQL(drainBuckets), "bench", 3, drainEvents/2, drainPage)
 	require.NoError(b, err)
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(b, err)
-	b.Logf("member read plan: %s", strings.TrimSpace(plan[min(1, len(plan)-1)]))
+	b.Logf("bucket read plan: %s", strings.TrimSpace(plan[min(1, len(plan)-1)]))
 
 	rawSQL := fmt.Sprintf(`SELECT event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at
 		FROM %s.events WHERE category = $1 AND position > $2 AND position <= $3 ORDER BY position LIMIT $4`, s.QuotedSchema())
@@ -259,11 +259,11 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 	var rawTime, storeTime time.Duration
 	var ratios []float64
 	for round := range b.N * drainRounds {
-		// Raw: the same rows, split into drainMembers contiguous position
+		// Raw: the same rows, split into drainBuckets contiguous position
 		// ranges scanned in parallel on the (category, position) index.
 		raw := func() time.Duration {
 			return drainParallel(b, func(m int) (int, error) {
-				lo, hi := int64(m*drainEvents/drainMembers), int64((m+1)*drainEvents/drainMembers)
+				lo, hi := int64(m*drainEvents/drainBuckets), int64((m+1)*drainEvents/drainBuckets)
 				total := 0
 				for {
 					rows, err := pool.Query(ctx, rawSQL, "bench", lo, hi, drainPage)
@@ -287,7 +287,7 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 			var after int64
 			total := 0
 			for {
-				evs, err := s.ReadMember(ctx, "bench", m, drainMembers, after, drainPage)
+				evs, err := s.ReadBucket(ctx, "bench", m, drainBuckets, after, drainPage)
 				if err != nil || len(evs) == 0 {
 					return total, err
 				}
@@ -324,9 +324,9 @@ func BenchmarkConsumerGroupDrain(b *testing.B) {
 	b.ReportMetric(ratio, "%-of-raw")
 	b.ReportMetric(drainEvents/single.Seconds(), "one-reader-events/s")
 	b.ReportMetric(drainEvents/sequenced.Seconds(), "sequenced-events/s")
-	b.Logf("drain of %d events by %d members: kumi %.0f events/s (%v a drain), raw range scan %.0f events/s (%v): %.0f%% of raw (median of %d rounds); "+
+	b.Logf("drain of %d events by %d buckets: kumi %.0f events/s (%v a drain), raw range scan %.0f events/s (%v): %.0f%% of raw (median of %d rounds); "+
 		"one reader of the whole category: %.0f events/s",
-		drainEvents, drainMembers, storeRate, (storeTime / time.Duration(b.N*drainRounds)).Round(time.Millisecond),
+		drainEvents, drainBuckets, storeRate, (storeTime / time.Duration(b.N*drainRounds)).Round(time.Millisecond),
 		rawRate, (rawTime / time.Duration(b.N*drainRounds)).Round(time.Millisecond), ratio, len(ratios),
 		drainEvents/single.Seconds())
 }
@@ -349,16 +349,16 @@ SELECT 'bench-' || i, %d - 1 FROM generate_series(0, %d - 1) AS i`, q, drainEven
 	require.NoError(b, err)
 }
 
-func drainParallel(b *testing.B, member func(m int) (int, error)) time.Duration {
+func drainParallel(b *testing.B, bucket func(m int) (int, error)) time.Duration {
 	var wg sync.WaitGroup
 	var total atomic.Int64
-	errs := make([]error, drainMembers)
+	errs := make([]error, drainBuckets)
 	start := time.Now()
-	for m := range drainMembers {
+	for m := range drainBuckets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := member(m)
+			n, err := bucket(m)
 			total.Add(int64(n))
 			errs[m] = err
 		}()

@@ -17,7 +17,7 @@ import (
 // Hash is the consumer-group hash of a cardinal id: the first 8 bytes of
 // its MD5 digest as a big-endian signed 64-bit integer. The SQL function
 // cg_hash in the store's schema computes the same value. It is stored with
-// every event, so a member's read never hashes rows at query time.
+// every event, so a bucket's read never hashes rows at query time.
 //
 // MD5 is used for its spread and its availability in stock PostgreSQL, not
 // for security: a stream name chosen to collide only lands in a given
@@ -28,37 +28,37 @@ func Hash(cardinalID string) int64 {
 }
 
 // MaxGroupSize is the largest consumer-group size the store takes (in
-// [Store.EnsureConsumerGroupIndex], [Store.ReadMember] and
-// [Store.MemberLag]): the size is written into the index expression
+// [Store.EnsureConsumerGroupIndex], [Store.ReadBucket] and
+// [Store.BucketLag]): the size is written into the index expression
 // ((hash % n) + n) % n, which for n beyond 2^62 overflows bigint and makes
 // every sequencing UPDATE fail, store-wide. It is the store's own bound,
 // at least the lease store's bound on buckets (leasestore.MaxBuckets).
 const MaxGroupSize = 1 << 16
 
-// checkGroup refuses a member outside [0, size) or a size outside
+// checkGroup refuses a bucket outside [0, size) or a size outside
 // [1, MaxGroupSize].
-func checkGroup(member, size int) error {
-	if size < 1 || size > MaxGroupSize || member < 0 || member >= size {
-		return fmt.Errorf("%w: member %d of a group of %d (sizes are 1 to %d)", ErrInvalidMember, member, size, MaxGroupSize)
+func checkGroup(bucket, size int) error {
+	if size < 1 || size > MaxGroupSize || bucket < 0 || bucket >= size {
+		return fmt.Errorf("%w: bucket %d of a group of %d (sizes are 1 to %d)", ErrInvalidBucket, bucket, size, MaxGroupSize)
 	}
 	return nil
 }
 
-// Member is the consumer-group member (bucket) of hash in a group of size n:
-// the non-negative remainder ((hash % n) + n) % n, as SQL's cg_bucket. It
-// panics if n < 1.
-func Member(hash int64, n int) int {
+// BucketOfHash is the consumer-group bucket of hash in a group of n: the
+// non-negative remainder ((hash % n) + n) % n, as SQL's cg_bucket. It panics
+// if n < 1.
+func BucketOfHash(hash int64, n int) int {
 	m := int64(n)
 	return int(((hash % m) + m) % m)
 }
 
 // BucketOf returns the bucket of a stream in a group of n.
-func BucketOf(stream StreamName, n int) int { return Member(Hash(stream.CardinalID), n) }
+func BucketOf(stream StreamName, n int) int { return BucketOfHash(Hash(stream.CardinalID), n) }
 
-// memberExpr is the SQL expression of an event's member in a group of n. n
+// bucketExpr is the SQL expression of an event's bucket in a group of n. n
 // is an integer literal so that the planner matches it to the
 // consumer-group index.
-func memberExpr(n int) string {
+func bucketExpr(n int) string {
 	return fmt.Sprintf("(((cg_hash %% %d) + %d) %% %d)", n, n, n)
 }
 
@@ -67,7 +67,7 @@ func memberExpr(n int) string {
 const cgIndexLockPoll = 50 * time.Millisecond
 
 // EnsureConsumerGroupIndex creates, if missing, the index that makes a
-// consumer-group member's read ([Store.ReadMember]) of a group of n an index
+// consumer-group bucket's read ([Store.ReadBucket]) of a group of n an index
 // range scan. Workers call it when a subscription starts; once the index
 // exists it costs one catalogue lookup per process.
 //
@@ -92,7 +92,7 @@ func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
 	}
 	if !exists || !valid {
 		if err := s.buildConsumerGroupIndex(ctx, name, n); err != nil {
-			return fmt.Errorf("kumi: consumer-group index for %d members: %w", n, err)
+			return fmt.Errorf("kumi: consumer-group index for %d buckets: %w", n, err)
 		}
 	}
 	s.cgIndexes[n] = true

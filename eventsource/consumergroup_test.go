@@ -18,11 +18,11 @@ import (
 
 // hashVectors pin the consumer-group hash: changing it would move every
 // stream to another bucket. Computed independently (Python's hashlib:
-// struct.unpack('>q', md5(s).digest()[:8])) and members as h mod n.
+// struct.unpack('>q', md5(s).digest()[:8])) and buckets as h mod n.
 var hashVectors = []struct {
 	cardinal string
 	hash     int64
-	members  [4]int // for groups of 1, 3, 8 and 1000
+	buckets  [4]int // for groups of 1, 3, 8 and 1000
 }{
 	{"", -3162216497309240828, [4]int{0, 1, 4, 172}},
 	{"0", -3473083983811222033, [4]int{0, 2, 7, 967}},
@@ -49,7 +49,7 @@ func TestConsumerGroupHash(t *testing.T) {
 		for _, v := range hashVectors {
 			require.Equal(t, v.hash, eventsource.Hash(v.cardinal), "Hash(%q)", v.cardinal)
 			for i, n := range vectorGroups {
-				require.Equal(t, v.members[i], eventsource.Member(v.hash, n), "Member(Hash(%q), %d)", v.cardinal, n)
+				require.Equal(t, v.buckets[i], eventsource.BucketOfHash(v.hash, n), "BucketOfHash(Hash(%q), %d)", v.cardinal, n)
 			}
 		}
 	})
@@ -64,18 +64,18 @@ func TestConsumerGroupHash(t *testing.T) {
 			for i, n := range vectorGroups {
 				var m int
 				require.NoError(t, s.Pool().QueryRow(ctx, "SELECT "+s.QuotedSchema()+".cg_bucket($1, $2)", v.hash, n).Scan(&m))
-				require.Equal(t, v.members[i], m, "cg_bucket(cg_hash(%q), %d)", v.cardinal, n)
+				require.Equal(t, v.buckets[i], m, "cg_bucket(cg_hash(%q), %d)", v.cardinal, n)
 			}
 		}
 	})
 
-	t.Run("MemberIsNonNegativeAtTheExtremes", func(t *testing.T) {
+	t.Run("BucketIsNonNegativeAtTheExtremes", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
 		for _, h := range []int64{math.MinInt64, math.MinInt64 + 1, -1, 0, 1, math.MaxInt64} {
 			for _, n := range []int{1, 2, 3, 7, 8, 64, 1000, math.MaxInt32} {
-				m := eventsource.Member(h, n)
-				require.True(t, m >= 0 && m < n, "Member(%d, %d) = %d", h, n, m)
+				m := eventsource.BucketOfHash(h, n)
+				require.True(t, m >= 0 && m < n, "BucketOfHash(%d, %d) = %d", h, n, m)
 				var sqlM int
 				require.NoError(t, s.Pool().QueryRow(ctx, "SELECT "+s.QuotedSchema()+".cg_bucket($1, $2)", h, n).Scan(&sqlM))
 				require.Equal(t, m, sqlM, "cg_bucket(%d, %d)", h, n)
@@ -124,15 +124,15 @@ func TestConsumerGroups(t *testing.T) {
 	sequenceAll(t, s)
 
 	for _, n := range []int{1, 3, 8} {
-		t.Run(fmt.Sprintf("MembersOfAGroupOf%dPartitionTheCategory", n), func(t *testing.T) {
+		t.Run(fmt.Sprintf("BucketsOfAGroupOf%dPartitionTheCategory", n), func(t *testing.T) {
 			t.Parallel()
 			require.NoError(t, s.EnsureConsumerGroupIndex(ctx, n))
 			owner := map[uuid.UUID]int{}
-			streamMember := map[string]int{}
+			streamBucket := map[string]int{}
 			for m := range n {
 				var after int64
 				for {
-					page, err := s.ReadMember(ctx, "cg", m, n, after, 7)
+					page, err := s.ReadBucket(ctx, "cg", m, n, after, 7)
 					require.NoError(t, err)
 					if len(page) == 0 {
 						break
@@ -142,26 +142,26 @@ func TestConsumerGroups(t *testing.T) {
 						after = e.Position
 						require.Equal(t, "cg", e.Category)
 						_, dup := owner[e.ID]
-						require.False(t, dup, "event %s read by two members", e.ID)
+						require.False(t, dup, "event %s read by two buckets", e.ID)
 						owner[e.ID] = m
 						cardinal, _, _ := strings.Cut(strings.TrimPrefix(e.Stream, "cg-"), "+")
-						require.Equal(t, eventsource.Member(eventsource.Hash(cardinal), n), m, e.Stream)
+						require.Equal(t, eventsource.BucketOfHash(eventsource.Hash(cardinal), n), m, e.Stream)
 						require.Equal(t, m, e.Bucket(n))
-						if prev, ok := streamMember[cardinal]; ok {
-							require.Equal(t, prev, m, "stream %s is split between members", e.Stream)
+						if prev, ok := streamBucket[cardinal]; ok {
+							require.Equal(t, prev, m, "stream %s is split between buckets", e.Stream)
 						}
-						streamMember[cardinal] = m
+						streamBucket[cardinal] = m
 					}
 				}
 			}
-			require.Len(t, owner, len(want), "every event of the category in exactly one member")
+			require.Len(t, owner, len(want), "every event of the category in exactly one bucket")
 			for _, id := range want {
 				require.Contains(t, owner, id)
 			}
 		})
 	}
 
-	t.Run("MemberReadUsesTheConsumerGroupIndex", func(t *testing.T) {
+	t.Run("BucketReadUsesTheConsumerGroupIndex", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
 		_, err := s.Pool().Exec(ctx, fmt.Sprintf(`
@@ -172,10 +172,10 @@ FROM generate_series(0, 29999) AS i, LATERAL (SELECT CASE WHEN i %% 3 = 0 THEN '
 		require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 8))
 		_, err = s.Pool().Exec(ctx, "ANALYZE "+s.QuotedSchema()+".events")
 		require.NoError(t, err)
-		// A page much smaller than the member: an ordered scan of the
-		// member's part of the index that stops after the page, with no
-		// sort of the member's rows.
-		rows, err := s.Pool().Query(ctx, "EXPLAIN "+s.MemberSQL(8), "cg", 3, 0, 100)
+		// A page much smaller than the bucket: an ordered scan of the
+		// bucket's part of the index that stops after the page, with no
+		// sort of the bucket's rows.
+		rows, err := s.Pool().Query(ctx, "EXPLAIN "+s.BucketSQL(8), "cg", 3, 0, 100)
 		require.NoError(t, err)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
@@ -184,11 +184,11 @@ FROM generate_series(0, 29999) AS i, LATERAL (SELECT CASE WHEN i %% 3 = 0 THEN '
 		require.NotContains(t, plan, "Sort", "plan:\n%s", plan)
 	})
 
-	t.Run("InvalidMembersAreRefused", func(t *testing.T) {
+	t.Run("InvalidBucketsAreRefused", func(t *testing.T) {
 		t.Parallel()
-		for _, c := range []struct{ member, size int }{{0, 0}, {-1, 3}, {3, 3}, {0, -1}} {
-			_, err := s.ReadMember(ctx, "cg", c.member, c.size, 0, 0)
-			require.ErrorIs(t, err, eventsource.ErrInvalidMember, "member %d of %d", c.member, c.size)
+		for _, c := range []struct{ bucket, size int }{{0, 0}, {-1, 3}, {3, 3}, {0, -1}} {
+			_, err := s.ReadBucket(ctx, "cg", c.bucket, c.size, 0, 0)
+			require.ErrorIs(t, err, eventsource.ErrInvalidBucket, "bucket %d of %d", c.bucket, c.size)
 		}
 		var cfgErr *eventsource.ConfigError
 		require.ErrorAs(t, s.EnsureConsumerGroupIndex(ctx, 0), &cfgErr)
@@ -246,12 +246,12 @@ func TestEnsureConsumerGroupIndex(t *testing.T) {
 	})
 }
 
-func TestMemberLag(t *testing.T) {
+func TestBucketLag(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
 	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 3))
-	n, oldest, err := s.MemberLag(ctx, "lag", 0, 3, 0)
+	n, oldest, err := s.BucketLag(ctx, "lag", 0, 3, 0)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.True(t, oldest.IsZero())
@@ -270,16 +270,16 @@ func TestMemberLag(t *testing.T) {
 				want = append(want, e)
 			}
 		}
-		n, oldest, err := s.MemberLag(ctx, "lag", m, 3, 0)
+		n, oldest, err := s.BucketLag(ctx, "lag", m, 3, 0)
 		require.NoError(t, err)
-		require.Equal(t, int64(len(want)), n, "member %d", m)
+		require.Equal(t, int64(len(want)), n, "bucket %d", m)
 		if len(want) > 0 {
 			require.True(t, oldest.Equal(want[0].RecordedAt))
-			n, _, err = s.MemberLag(ctx, "lag", m, 3, want[0].Position)
+			n, _, err = s.BucketLag(ctx, "lag", m, 3, want[0].Position)
 			require.NoError(t, err)
-			require.Equal(t, int64(len(want)-1), n, "behind the first of member %d", m)
+			require.Equal(t, int64(len(want)-1), n, "behind the first of bucket %d", m)
 		}
 	}
-	_, _, err = s.MemberLag(ctx, "lag", 3, 3, 0)
-	require.ErrorIs(t, err, eventsource.ErrInvalidMember)
+	_, _, err = s.BucketLag(ctx, "lag", 3, 3, 0)
+	require.ErrorIs(t, err, eventsource.ErrInvalidBucket)
 }

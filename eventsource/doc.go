@@ -84,19 +84,19 @@
 // # Reading
 //
 // [Store.ReadStream] and [Store.ReadStreamBackward] page through a stream
-// by version. [Store.ReadCategory], [Store.ReadAll] and [Store.ReadMember]
+// by version. [Store.ReadCategory], [Store.ReadAll] and [Store.ReadBucket]
 // page through global order from a position (exclusive). [Store.HeadPosition]
-// is the last position handed out; [Store.MemberLag] is a bucket's backlog.
+// is the last position handed out; [Store.BucketLag] is a bucket's backlog.
 //
 // # Consumer groups
 //
-// A group of n members splits a category by stream: member
-// [Member]([Hash](cardinal id), n). [Hash] is the first 8 bytes of the MD5
+// A group of n buckets splits a category by stream: bucket
+// [BucketOfHash]([Hash](cardinal id), n). [Hash] is the first 8 bytes of the MD5
 // of the cardinal id as a big-endian signed integer, computed identically
 // by the SQL function cg_hash, and stored with every event so that a
-// member's read never hashes rows. [Store.EnsureConsumerGroupIndex] builds
+// bucket's read never hashes rows. [Store.EnsureConsumerGroupIndex] builds
 // (concurrently, without blocking appends) the index that makes
-// [Store.ReadMember] for a group of n a range scan; n is at most
+// [Store.ReadBucket] for a group of n a range scan; n is at most
 // [MaxGroupSize].
 //
 // # Unreadable events

@@ -83,8 +83,8 @@ type RecordedEvent struct {
 	Err error
 }
 
-// Bucket returns the event's consumer-group member in a group of n.
-func (e *RecordedEvent) Bucket(n int) int { return Member(e.Hash, n) }
+// Bucket returns the event's consumer-group bucket in a group of n.
+func (e *RecordedEvent) Bucket(n int) int { return BucketOfHash(e.Hash, n) }
 
 // recordedEventOverhead is what a RecordedEvent costs in memory besides its
 // strings and payloads.
@@ -134,8 +134,8 @@ var (
 	ErrDuplicateEventID = errors.New("kumi: duplicate event id")
 	// ErrInvalidEvent is wrapped by [*EventError].
 	ErrInvalidEvent = errors.New("kumi: invalid event")
-	// ErrInvalidMember reports a consumer-group member outside [0, size).
-	ErrInvalidMember = errors.New("kumi: invalid consumer-group member")
+	// ErrInvalidBucket reports a consumer-group bucket outside [0, size).
+	ErrInvalidBucket = errors.New("kumi: invalid consumer-group bucket")
 	// ErrUnreadableEvent is wrapped by [*UnreadableEventError].
 	ErrUnreadableEvent = errors.New("kumi: unreadable event")
 )

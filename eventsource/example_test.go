@@ -181,10 +181,10 @@ func ExampleStore_ReadCategory() {
 	// mail for order-2
 }
 
-// Consumer groups: each member of a group of n reads the events of its
+// Consumer groups: each bucket of a group of n reads the events of its
 // share of the streams, and a stream's events always go to the same
-// member.
-func ExampleStore_ReadMember() {
+// bucket.
+func ExampleStore_ReadBucket() {
 	ctx := context.Background()
 	pool, schema, done := exampleDB()
 	defer done()
@@ -196,21 +196,21 @@ func ExampleStore_ReadMember() {
 	}
 	_, _ = store.Sequence(ctx) // a Sequencer does this in the background
 
-	const members = 3
-	_ = store.EnsureConsumerGroupIndex(ctx, members)
+	const buckets = 3
+	_ = store.EnsureConsumerGroupIndex(ctx, buckets)
 	total := 0
-	for m := range members {
-		events, _ := store.ReadMember(ctx, "order", m, members, 0, 1000)
+	for m := range buckets {
+		events, _ := store.ReadBucket(ctx, "order", m, buckets, 0, 1000)
 		for _, e := range events {
-			if e.Bucket(members) != m {
-				panic("wrong member")
+			if e.Bucket(buckets) != m {
+				panic("wrong bucket")
 			}
 		}
 		total += len(events)
 	}
 	fmt.Println(total, "events")
 	stream, _ := eventsource.ParseStreamName("order-3+snapshot")
-	fmt.Println(eventsource.BucketOf(stream, members) == eventsource.Member(eventsource.Hash("3"), members))
+	fmt.Println(eventsource.BucketOf(stream, buckets) == eventsource.BucketOfHash(eventsource.Hash("3"), buckets))
 	// Output:
 	// 20 events
 	// true

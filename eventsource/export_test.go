@@ -8,9 +8,9 @@ import (
 	"github.com/kumi-run/kumi/internal/migrate"
 )
 
-// MemberSQL exposes the statement of a consumer-group member's read, for
+// BucketSQL exposes the statement of a consumer-group bucket's read, for
 // a test that checks its plan.
-func (s *Store) MemberSQL(size int) string { return memberRead(s.q, size).full }
+func (s *Store) BucketSQL(size int) string { return bucketRead(s.q, size).full }
 
 // TextSize exposes the bound of an event's text form, for a test that
 // checks it against PostgreSQL's.

@@ -145,9 +145,9 @@ func TestBucketLagUntil(t *testing.T) {
 		require.NoError(t, err)
 		require.Zero(t, n, "a drained bucket: nothing up to the cut")
 		require.True(t, oldest.IsZero())
-		m, _, err := s.MemberLag(ctx, "lag", b, 2, 0)
+		m, _, err := s.BucketLag(ctx, "lag", b, 2, 0)
 		require.NoError(t, err)
-		require.Equal(t, int64(len(all)), m, "MemberLag has no bound")
+		require.Equal(t, int64(len(all)), m, "BucketLag has no bound")
 	}
 	_, _, err = s.BucketLagUntil(ctx, "lag", 2, 2, 0, cut)
 	require.ErrorIs(t, err, eventsource.ErrInvalidMember)

@@ -74,10 +74,10 @@ func TestGroupSizesAreBounded(t *testing.T) {
 		var cfgErr *eventsource.ConfigError
 		require.ErrorAs(t, err, &cfgErr, "%d", n)
 		require.Contains(t, cfgErr.Reason, "65536", "%d", n)
-		_, err = s.ReadMember(ctx, "cat", 0, n, 0, 0)
-		require.ErrorIs(t, err, eventsource.ErrInvalidMember, "%d", n)
-		_, _, err = s.MemberLag(ctx, "cat", 0, n, 0)
-		require.ErrorIs(t, err, eventsource.ErrInvalidMember, "%d", n)
+		_, err = s.ReadBucket(ctx, "cat", 0, n, 0, 0)
+		require.ErrorIs(t, err, eventsource.ErrInvalidBucket, "%d", n)
+		_, _, err = s.BucketLag(ctx, "cat", 0, n, 0)
+		require.ErrorIs(t, err, eventsource.ErrInvalidBucket, "%d", n)
 	}
 	// Sequencing goes on.
 	mustAppend(t, s, "cat-1", ev("A", `{}`))
@@ -87,7 +87,7 @@ func TestGroupSizesAreBounded(t *testing.T) {
 	require.Len(t, all, 1)
 	// The largest size works end to end.
 	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, eventsource.MaxGroupSize))
-	m, err := s.ReadMember(ctx, "cat", all[0].Bucket(eventsource.MaxGroupSize), eventsource.MaxGroupSize, 0, 0)
+	m, err := s.ReadBucket(ctx, "cat", all[0].Bucket(eventsource.MaxGroupSize), eventsource.MaxGroupSize, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, m, 1)
 }

@@ -15,7 +15,7 @@ import (
 
 // TestStoreThroughATransactionPooler: every kind of statement the store
 // runs — migrations, single- and multi-event appends (also in the caller's
-// transaction), sequencing, reads, member reads, checkpoints and dead
+// transaction), sequencing, reads, bucket reads, checkpoints and dead
 // letters — through a real PgBouncer 1.18 in transaction mode, with the
 // exec mode docs/operations.md gives (pgtest.BouncerExecMode) and with
 // describe_exec. The modes that guess parameter types from Go types, exec
@@ -60,13 +60,13 @@ func TestStoreThroughATransactionPooler(t *testing.T) {
 			// Uncontended here; docs/operations.md says to build these over a
 			// direct connection (the build takes a session advisory lock).
 			require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 2))
-			var member int
+			var read int
 			for m := 0; m < 2; m++ {
-				events, err := s.ReadMember(ctx, "acct", m, 2, 0, 100)
+				events, err := s.ReadBucket(ctx, "acct", m, 2, 0, 100)
 				require.NoError(t, err)
-				member += len(events)
+				read += len(events)
 			}
-			require.Equal(t, 6, member)
+			require.Equal(t, 6, read)
 
 			cp, err := s.SaveCheckpoint(ctx, "sub", 0, 4, nil)
 			require.NoError(t, err)

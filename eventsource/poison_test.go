@@ -138,17 +138,17 @@ func TestReadsIsolateAnUnreadableEvent(t *testing.T) {
 	check("ReadStream", stream, err, 3)
 	back, err := s.ReadStreamBackward(ctx, "sick-1", -1, 100)
 	check("ReadStreamBackward", back, err, 3)
-	member := eventsource.BucketOf(eventsource.StreamName{CardinalID: "1"}, 4)
+	bucket := eventsource.BucketOf(eventsource.StreamName{CardinalID: "1"}, 4)
 	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 4))
-	mem, err := s.ReadMember(ctx, "sick", member, 4, 0, 100)
+	mem, err := s.ReadBucket(ctx, "sick", bucket, 4, 0, 100)
 	require.NoError(t, err)
 	want := 0
 	for _, e := range cat {
-		if e.Bucket(4) == member {
+		if e.Bucket(4) == bucket {
 			want++
 		}
 	}
-	check("ReadMember", mem, err, want)
+	check("ReadBucket", mem, err, want)
 }
 
 func TestTextSizeBoundsWhatPostgreSQLPrints(t *testing.T) {

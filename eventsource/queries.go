@@ -261,36 +261,36 @@ const (
 	advisoryUnlock = `SELECT pg_advisory_unlock($1)`
 )
 
-// memberRead is the read of a member of a group of size (Store.ReadMember),
-// written so that only the consumer-group index (category, member,
+// bucketRead is the read of a bucket of a group of size (Store.ReadBucket),
+// written so that only the consumer-group index (category, bucket,
 // position) can serve it, as one ordered range scan from the cursor to the
-// end of the member:
+// end of the bucket:
 //
-//   - the member expression is written out with size as a literal, as in
+//   - the bucket expression is written out with size as a literal, as in
 //     the index;
-//   - "(member, position) > ($2, $3) AND member <= $2" means "member = $2
+//   - "(bucket, position) > ($2, $3) AND bucket <= $2" means "bucket = $2
 //     AND position > $3", but no other index can serve it: given the plain
 //     form, the planner may prefer the global position index and filter
-//     out the other members' rows (every row of the category read once per
-//     member). (A row comparison over all three index columns would not
-//     do: the btree would start each page at the member's first entry.);
-//   - ORDER BY member, position is the index's order (member is constant in
+//     out the other buckets' rows (every row of the category read once per
+//     bucket). (A row comparison over all three index columns would not
+//     do: the btree would start each page at the bucket's first entry.);
+//   - ORDER BY bucket, position is the index's order (bucket is constant in
 //     the result);
 //   - "position IS NOT NULL" matches the partial index's predicate, which
 //     the planner cannot infer from a row comparison.
-func memberRead(q string, size int) readSQL {
-	m := memberExpr(size)
+func bucketRead(q string, size int) readSQL {
+	m := bucketExpr(size)
 	return eventRead(`FROM %s.events
 WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
 ORDER BY %s, position LIMIT $4`, q, m, m, m)
 }
 
-// memberLag counts at most $4 events of a member of a group of size after
+// bucketLag counts at most $4 events of a bucket of a group of size after
 // a position $3 and up to $5, and the oldest one's time
-// (Store.BucketLagUntil): the member read's shape (see memberRead), one
-// range scan of the consumer-group index, which no other index can serve.
-func memberLag(q string, size int) string {
-	m := memberExpr(size)
+// (Store.BucketLagUntil): the bucket read's shape (see bucketRead), one range scan of the consumer-group
+// index, which no other index can serve.
+func bucketLag(q string, size int) string {
+	m := bucketExpr(size)
 	return fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM (
   SELECT recorded_at FROM %s.events
   WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL AND position <= $5
@@ -301,11 +301,11 @@ func memberLag(q string, size int) string {
 // n, named name, without blocking appends. Partial: an event enters the
 // index when it gets its position, not before (one index write per event,
 // not two). The planner has no statistics for the expression of a partial
-// index, which is why the member read is written so that no other index
+// index, which is why the bucket read is written so that no other index
 // can serve it.
 func createConsumerGroupIndex(q, name string, n int) string {
 	return fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s.events (category, %s, position) WHERE position IS NOT NULL",
-		pgx.Identifier{name}.Sanitize(), q, memberExpr(n))
+		pgx.Identifier{name}.Sanitize(), q, bucketExpr(n))
 }
 
 // dropIndex drops an index (qname, quoted with its schema) left invalid

@@ -67,25 +67,25 @@ func (s *Store) ReadAllBounded(ctx context.Context, after int64, limit int, maxB
 	return s.query(ctx, bounds{limitOf(limit), maxBytes}, s.sql.readAll, after, limitOf(limit))
 }
 
-// ReadMember returns up to limit events of category with position > after
-// that belong to consumer-group member of a group of size, in global order.
-// Every event of a stream belongs to one member. Call
+// ReadBucket returns up to limit events of category with position > after
+// that belong to consumer-group bucket of a group of size, in global order.
+// Every event of a stream belongs to one bucket. Call
 // [Store.EnsureConsumerGroupIndex] for size once first, or the read scans
 // the whole category.
-func (s *Store) ReadMember(ctx context.Context, category string, member, size int, after int64, limit int) ([]RecordedEvent, error) {
-	return s.ReadMemberBounded(ctx, category, member, size, after, limit, 0)
+func (s *Store) ReadBucket(ctx context.Context, category string, bucket, size int, after int64, limit int) ([]RecordedEvent, error) {
+	return s.ReadBucketBounded(ctx, category, bucket, size, after, limit, 0)
 }
 
-// ReadMemberBounded is [Store.ReadMember] bounded in bytes as well, as
+// ReadBucketBounded is [Store.ReadBucket] bounded in bytes as well, as
 // [Store.ReadAllBounded] is.
-func (s *Store) ReadMemberBounded(ctx context.Context, category string, member, size int, after int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
+func (s *Store) ReadBucketBounded(ctx context.Context, category string, bucket, size int, after int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
 	if err := ValidateCategory(category); err != nil {
 		return nil, err
 	}
-	if err := checkGroup(member, size); err != nil {
+	if err := checkGroup(bucket, size); err != nil {
 		return nil, err
 	}
-	return s.query(ctx, bounds{limitOf(limit), maxBytes}, memberRead(s.q, size), category, member, after, limitOf(limit))
+	return s.query(ctx, bounds{limitOf(limit), maxBytes}, bucketRead(s.q, size), category, bucket, after, limitOf(limit))
 }
 
 // HeadPosition returns the highest global position handed out so far.

@@ -36,8 +36,8 @@ func TestReadsBoundedInBytes(t *testing.T) {
 		"ReadAllBounded": func(after int64, limit int, maxBytes int64) ([]eventsource.RecordedEvent, error) {
 			return s.ReadAllBounded(ctx, after, limit, maxBytes)
 		},
-		"ReadMemberBounded": func(after int64, limit int, maxBytes int64) ([]eventsource.RecordedEvent, error) {
-			return s.ReadMemberBounded(ctx, "big", 0, 1, after, limit, maxBytes)
+		"ReadBucketBounded": func(after int64, limit int, maxBytes int64) ([]eventsource.RecordedEvent, error) {
+			return s.ReadBucketBounded(ctx, "big", 0, 1, after, limit, maxBytes)
 		},
 	}
 	for name, read := range reads {

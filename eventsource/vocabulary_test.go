@@ -71,7 +71,7 @@ FROM generate_series(0, 29999) AS i, LATERAL (SELECT CASE WHEN i %% 3 = 0 THEN '
 		require.NoError(t, err)
 		return strings.Join(lines, "\n")
 	}
-	p := plan(s.MemberSQL(8), "cg", 3, 0, 100)
+	p := plan(s.BucketSQL(8), "cg", 3, 0, 100)
 	require.Contains(t, p, "Index Scan using events_cg_8", "the bucket read, plan:\n%s", p)
 	_, err = pool.Exec(ctx, "DROP INDEX "+q+".events_cg_8")
 	require.NoError(t, err)
@@ -80,5 +80,5 @@ FROM generate_series(0, 29999) AS i, LATERAL (SELECT CASE WHEN i %% 3 = 0 THEN '
 
 	var b int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT "+q+".cg_bucket($1, $2)", int64(-7), 3).Scan(&b))
-	require.Equal(t, eventsource.Member(-7, 3), b)
+	require.Equal(t, eventsource.BucketOfHash(-7, 3), b)
 }

@@ -154,7 +154,7 @@ func BenchmarkClaimContention(b *testing.B) {
 	pool, _ := tracedPool(b, 24)
 	stores := benchStores(b, pool, KindRow, 16, 1024)
 	ctx := context.Background()
-	if err := stores[0].EnsureShards(ctx); err != nil {
+	if err := stores[0].EnsureBuckets(ctx); err != nil {
 		b.Fatal(err)
 	}
 	var claims, failed atomic.Int64

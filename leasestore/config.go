@@ -96,7 +96,7 @@ type Config struct {
 	Buckets int
 	// Kind of lease; KindRow by default.
 	Kind Kind
-	// TTL is how long a lease (and a membership) lasts without renewal,
+	// TTL is how long a lease (and a worker row) lasts without renewal,
 	// between MinTTL and MaxTTL.
 	TTL time.Duration
 	// Heartbeat is how often the caller runs [Store.Pass]; it also bounds

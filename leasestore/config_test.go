@@ -179,7 +179,7 @@ func TestPoolerDetection(t *testing.T) {
 func TestStatementsAreAllParsed(t *testing.T) {
 	t.Parallel()
 	st := renderStatements(`we"ird`)
-	for _, name := range []string{"member_heartbeat", "members_view", "renew", "claim", "place_claims", "guard"} {
+	for _, name := range []string{"worker_heartbeat", "workers_view", "renew", "claim", "place_claims", "guard"} {
 		require.Contains(t, st.get(name), `"we""ird".`, name)
 	}
 	require.Panics(t, func() { st.get("nope") })

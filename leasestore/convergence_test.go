@@ -44,13 +44,13 @@ func TestConvergence(t *testing.T) {
 						c.NoListen = true
 						workers[i] = b.open(t, c)
 					}
-					require.NoError(t, workers[0].EnsureShards(t.Context()))
+					require.NoError(t, workers[0].EnsureBuckets(t.Context()))
 					ceil, floor := FairShare(tc.n, tc.k), tc.n/tc.k
 					fair := -1
 					for r := 1; r <= 8; r++ {
 						res := round(t, workers)
 						for _, p := range res {
-							require.Equal(t, tc.k, p.Live, "membership makes every worker visible at once")
+							require.Equal(t, tc.k, p.Live, "a worker row makes every worker visible at once")
 						}
 						all, _, lo, hi := split(t, workers[0], workers)
 						if fair < 0 && all && hi <= ceil {

@@ -13,11 +13,11 @@
 // lease_workers, one row per (subscription, worker) with its heartbeat and
 // expiry (and, for [KindSession], its session's advisory lock key); and
 // subscriptions and generations, a subscription's serving generation and a
-// resize in progress. Every
-// time in them is the database's now(): expiry is judged by one clock, so
-// two workers' clock skew cannot make both believe they hold a bucket.
+// resize in progress. Every time in them is the database's now(): expiry
+// is judged by one clock, so two workers' clock skew cannot make both
+// believe they hold a bucket.
 //
-// # Membership and the fair share
+// # The pool of workers and the fair share
 //
 // [New] joins the pool at once, so every worker — one that owns nothing
 // included — is counted, and the fair share [FairShare](N, live) is known on
@@ -25,7 +25,7 @@
 //
 // # A pass
 //
-// [Store.Pass] is one transaction: heartbeat the membership; renew the held
+// [Store.Pass] is one transaction: heartbeat the worker row; renew the held
 // buckets (monotonically: GREATEST, so a delayed renewal never moves a lease
 // back) and reconfirm them — a bucket another worker has claimed is not
 // extended and is reported in [PassResult.HandOff]; activate this worker's
@@ -42,7 +42,7 @@
 // the bucket's reader, flushes its checkpoint and calls [Store.HandOver];
 // the claimant, woken by a notification, activates the claim on its next
 // pass, and the epoch grows. A claim whose claimant is no longer a live
-// member (or is older than 2×TTL) is stale and is recovered. A bucket moves
+// worker (or is older than 2×TTL) is stale and is recovered. A bucket moves
 // without its owner's consent only with liveness evidence: its lease has
 // expired by the database's clock, or — [KindSession] — the owner's session
 // advisory lock is free, proven inside the taking transaction by taking

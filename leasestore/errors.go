@@ -14,24 +14,19 @@ var ErrNotHeld = errors.New("leasestore: bucket not held")
 // ErrClosed is returned by the methods of a [Store] after [Store.Close].
 var ErrClosed = errors.New("leasestore: store closed")
 
-// ShardCountMismatchError was returned by [Store.EnsureShards] when the
+// BucketCountMismatchError was returned by [Store.EnsureBuckets] when the
 // subscription already had lease rows for a different number of buckets.
 // Since bucket counts change online (docs/resize.md) the database's count
 // rules and nothing returns it; it stays for code that tests for it. It
 // is a configuration error (see [ConfigError]).
-type ShardCountMismatchError struct {
+type BucketCountMismatchError struct {
 	Subscription string // the subscription whose rows exist
 	Configured   int    // Config.Buckets
-	Found        int    // the shard count of the existing rows
+	Found        int    // the bucket count of the existing rows
 }
 
-// ShardCountMismatch is the former name of [ShardCountMismatchError].
-//
-// Deprecated: use ShardCountMismatchError.
-type ShardCountMismatch = ShardCountMismatchError
-
 // Error says both counts and how to fix the configuration.
-func (e *ShardCountMismatchError) Error() string {
+func (e *BucketCountMismatchError) Error() string {
 	return fmt.Sprintf("leasestore: subscription %q has %d buckets in the database but is configured with %d; "+
 		"a subscription's bucket count is fixed: configure %d, or use a new subscription name",
 		e.Subscription, e.Found, e.Configured, e.Found)
@@ -39,7 +34,7 @@ func (e *ShardCountMismatchError) Error() string {
 
 // ConfigError reports true: the error is a supervision.ConfigMarker, so
 // supervision classifies it as invalid configuration.
-func (e *ShardCountMismatchError) ConfigError() bool { return true }
+func (e *BucketCountMismatchError) ConfigError() bool { return true }
 
 // LostFenceError is returned by a fence's Check and by [Store.Guard] when
 // the writer no longer holds the bucket at the epoch it was granted: the
@@ -59,7 +54,7 @@ func (e *LostFenceError) Error() string {
 	now := fmt.Sprintf("owner %q at epoch %d", e.Owner, e.FoundEpoch)
 	switch {
 	case e.FoundEpoch < 0:
-		now = "no lease row (was EnsureShards run?)"
+		now = "no lease row (was EnsureBuckets run?)"
 	case e.Owner == "":
 		now = fmt.Sprintf("free at epoch %d", e.FoundEpoch)
 	}

@@ -212,21 +212,21 @@ func ExampleConfig_WithDefaults() {
 	// Margin
 }
 
-func ExampleStore_EnsureShards() {
+func ExampleStore_EnsureBuckets() {
 	ctx := context.Background()
 	pool, schema, done := exampleDB()
 	defer done()
 	cfg := leasestore.Config{Schema: schema, Subscription: "orders", Buckets: 4, NoListen: true}
 	four, _ := leasestore.New(ctx, pool, cfg)
 	defer four.Close()
-	fmt.Println(four.EnsureShards(ctx))
+	fmt.Println(four.EnsureBuckets(ctx))
 
 	// Once the subscription exists, the database's bucket count rules: a
 	// worker configured with another one serves it (and logs so once).
 	cfg.Buckets = 8
 	eight, _ := leasestore.New(ctx, pool, cfg)
 	defer eight.Close()
-	fmt.Println(eight.EnsureShards(ctx))
+	fmt.Println(eight.EnsureBuckets(ctx))
 	res, _ := eight.Pass(ctx)
 	fmt.Println("buckets", res.Resize.Buckets, "held", len(res.Owned))
 	// Output:
@@ -248,7 +248,7 @@ func ExampleStore_Snapshot() {
 	for _, b := range snap.Buckets {
 		fmt.Println(b.Bucket, b.Owner, b.Epoch, b.Held(snap.Now))
 	}
-	for _, m := range snap.Members {
+	for _, m := range snap.Workers {
 		fmt.Println(m.Worker, m.Kind, m.Live)
 	}
 	// Output:

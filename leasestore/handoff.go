@@ -67,7 +67,7 @@ func (s *Store) Release(ctx context.Context, buckets []int) error {
 }
 
 // Leave releases every bucket this worker holds, withdraws its claims and
-// deletes its membership, in one transaction, and notifies the others, who
+// deletes its worker row, in one transaction, and notifies the others, who
 // rebalance at once. Stop every reader and flush its checkpoint first. A
 // later Pass joins again.
 func (s *Store) Leave(ctx context.Context) error {
@@ -83,7 +83,7 @@ func (s *Store) Leave(ctx context.Context) error {
 		b := &pgx.Batch{}
 		b.Queue(s.st.get("release_all"), s.cfg.Subscription, s.cfg.Worker)
 		b.Queue(s.st.get("withdraw_all"), s.cfg.Subscription, s.cfg.Worker)
-		b.Queue(s.st.get("member_delete"), s.cfg.Subscription, s.cfg.Worker)
+		b.Queue(s.st.get("worker_delete"), s.cfg.Subscription, s.cfg.Worker)
 		b.Queue(s.st.get("notify"), s.channel, "leave:"+s.cfg.Worker)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("leasestore: leave: %w", err)

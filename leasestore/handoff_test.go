@@ -11,7 +11,7 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-// The two-phase handoff and membership, for both kinds.
+// The two-phase handoff and the pool of workers, for both kinds.
 func TestHandoff(t *testing.T) {
 	t.Parallel()
 
@@ -76,7 +76,7 @@ func TestHandoff(t *testing.T) {
 			claimant := b.open(t, shortTTL(b.config(kind, 4, "dies")))
 			require.Len(t, pass(t, claimant).Requested, 2)
 			require.Len(t, pass(t, a).HandOff, 2)
-			require.NoError(t, claimant.Close()) // dies without leaving: its membership lapses
+			require.NoError(t, claimant.Close()) // dies without leaving: its worker row lapses
 			var res PassResult
 			pgtest.Eventually(t, 10*time.Second, func() bool {
 				res = pass(t, a)
@@ -142,8 +142,8 @@ func TestHandoff(t *testing.T) {
 			require.Empty(t, res.Takeovers, "left buckets are free, not taken over")
 			snap, err := bw.Snapshot(context.Background())
 			require.NoError(t, err)
-			require.Len(t, snap.Members, 1)
-			require.Equal(t, "b", snap.Members[0].Worker)
+			require.Len(t, snap.Workers, 1)
+			require.Equal(t, "b", snap.Workers[0].Worker)
 		})
 	})
 
@@ -166,8 +166,8 @@ func TestHandoff(t *testing.T) {
 			}
 			snap, err := a.Snapshot(ctx)
 			require.NoError(t, err)
-			require.True(t, snap.Members[0].Expires.Equal(later))
-			require.True(t, snap.Members[0].Heartbeat.Equal(later))
+			require.True(t, snap.Workers[0].Expires.Equal(later))
+			require.True(t, snap.Workers[0].Heartbeat.Equal(later))
 			require.True(t, snap.Buckets[0].Heartbeat.Equal(later))
 		})
 	})

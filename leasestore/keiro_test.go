@@ -27,7 +27,7 @@ import (
 // SessionURL checks of TestSessionReachesThePoolsServerAndDatabase and
 // TestPoolerDetection (KindSession's dedicated connection, which KindRow
 // does not open), Config validation (TestConfig, per field), and
-// TestLifecycle/SnapshotShowsBucketsClaimsAndMembers, which shows one worker
+// TestLifecycle/SnapshotShowsBucketsClaimsAndWorkers, which shows one worker
 // of each kind side by side.
 
 // kindFeatures are what a lease kind does beyond the behaviour every kind
@@ -125,7 +125,7 @@ func shortTTL(c Config) Config {
 func TestKeiroSuite(t *testing.T) {
 	t.Parallel()
 
-	t.Run("EnsureShardsIsIdempotentAndSafeConcurrently", func(t *testing.T) {
+	t.Run("EnsureBucketsIsIdempotentAndSafeConcurrently", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)
 			s := b.open(t, b.config(kind, 16, "a"))
@@ -133,19 +133,19 @@ func TestKeiroSuite(t *testing.T) {
 			errs := make([]error, 8)
 			for i := range errs {
 				wg.Add(1)
-				go func() { defer wg.Done(); errs[i] = s.EnsureShards(context.Background()) }()
+				go func() { defer wg.Done(); errs[i] = s.EnsureBuckets(context.Background()) }()
 			}
 			wg.Wait()
 			for _, err := range errs {
 				require.NoError(t, err)
 			}
-			require.NoError(t, s.EnsureShards(context.Background()))
+			require.NoError(t, s.EnsureBuckets(context.Background()))
 			snap, err := s.Snapshot(context.Background())
 			require.NoError(t, err)
 			require.Len(t, snap.Buckets, 16)
 			for i, bk := range snap.Buckets {
 				require.Equal(t, i, bk.Bucket)
-				require.Equal(t, 16, bk.ShardCount)
+				require.Equal(t, 16, bk.BucketCount)
 				require.Empty(t, bk.Owner)
 				require.Zero(t, bk.Epoch)
 			}
@@ -252,14 +252,14 @@ func TestKeiroSuite(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)
 			s4 := b.open(t, b.config(kind, 4, "a"))
-			require.NoError(t, s4.EnsureShards(context.Background()))
+			require.NoError(t, s4.EnsureBuckets(context.Background()))
 			var logged bytes.Buffer
 			cfg := b.config(kind, 8, "b")
 			cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, nil))
 			s8 := b.open(t, cfg)
 			_, n := s8.Serving()
 			require.Equal(t, 8, n, "before it reads the database, its own count")
-			require.NoError(t, s8.EnsureShards(context.Background()), "no mismatch error: the database rules")
+			require.NoError(t, s8.EnsureBuckets(context.Background()), "no mismatch error: the database rules")
 			gen, n := s8.Serving()
 			require.Equal(t, [2]int{0, 4}, [2]int{gen, n}, "the database's count")
 			round(t, []*Store{s4, s8})

@@ -41,7 +41,7 @@ func TestLeaseKinds(t *testing.T) {
 			require.True(t, killed)
 
 			res := pass(t, bw)
-			require.Equal(t, 1, res.Live, "a member whose session is gone is not live")
+			require.Equal(t, 1, res.Live, "a worker whose session is gone is not live")
 			require.Len(t, res.Owned, 8)
 			require.Equal(t, lostByA, buckets(res.Claimed))
 			for _, tk := range res.Takeovers {

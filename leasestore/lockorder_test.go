@@ -22,7 +22,7 @@ func TestPlacingClaimsLocksInTheRenewsOrder(t *testing.T) {
 	b := setup(t)
 	a := b.open(t, b.config(KindRow, 2, "a"))
 	require.Len(t, pass(t, a).Owned, 2)
-	_ = b.open(t, b.config(KindRow, 2, "b")) // a live member to claim for
+	_ = b.open(t, b.config(KindRow, 2, "b")) // a live worker to claim for
 
 	// The owner's renew, mid-way: it holds bucket 0 and will want bucket 1.
 	renew, err := b.pool.Begin(ctx)
@@ -97,4 +97,104 @@ func TestAFailedFenceAndAPassDoNotRace(t *testing.T) {
 		<-passed
 		pass(t, a) // takes bucket 0 back at its new epoch
 	}
+}
+
+// A pass below its share takes the placement lock after it has renewed
+// (locked) its own rows. Another placer holding the placement lock may wait
+// for one of those rows (its place_claims, or, during a resize, its
+// placement in the second generation): a cycle. The pass must wait for the
+// placement lock no longer than for the owners' rows — it places nothing
+// this time — rather than deadlock, which PostgreSQL broke by failing the
+// whole pass (TestResizeLifecycle/row/8to9 once: "place claims: deadlock
+// detected").
+func TestAPlacerWaitingForThisPassesRowsDoesNotFailIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	cfg := b.config(KindRow, 8, "a")
+	cfg.Heartbeat = time.Second // its waits for locks: 250 ms, under PostgreSQL's deadlock_timeout
+	a := b.open(t, cfg)
+	bw := b.open(t, b.config(KindRow, 8, "b"))
+	require.NoError(t, bw.EnsureBuckets(ctx))
+	q := pgx.Identifier{b.schema}.Sanitize()
+	_, err := b.pool.Exec(ctx, "UPDATE "+q+".lease_buckets SET owner = CASE WHEN bucket < 2 THEN 'a' ELSE 'b' END, "+
+		"epoch = 1, granted_at = now(), expires_at = now() + interval '1 hour' WHERE subscription = $1", b.sub)
+	require.NoError(t, err)
+
+	// The other placer: it holds the placement lock ...
+	other, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", a.keys.place)
+	require.NoError(t, err)
+
+	// ... when a's pass, holding its two rows, wants it to place claims on b's surplus.
+	passed := make(chan error, 1)
+	go func() { _, err := a.Pass(ctx); passed <- err }()
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		var waiting bool
+		err := pgtest.Pool(t).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "+
+			"AND objid = ($1::bigint & 4294967295)::oid)", a.keys.place).Scan(&waiting)
+		select {
+		case err := <-passed: // it already gave up waiting
+			passed <- err
+			return true
+		default:
+		}
+		return err == nil && waiting
+	}, "a's pass never waited for the placement lock")
+	// The other placer now waits for a's row.
+	locked := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(ctx, "SELECT 1 FROM "+q+".lease_buckets WHERE subscription = $1 AND bucket = 0 FOR UPDATE", b.sub)
+		locked <- err
+	}()
+	passErr, lockErr := <-passed, <-locked // both done before anything can fail the test and roll back other
+	require.NoError(t, passErr, "a's pass")
+	require.NoError(t, lockErr, "the other placer gets the row once the pass ended")
+	require.Len(t, a.Held(), 2, "the pass renewed its rows and placed nothing")
+}
+
+// A cancel locks every lease row of both generations. A pass may hold a
+// row it claimed (SKIP LOCKED, in no order) while it waits, placing claims,
+// for a lower one: if the cancel holds that one and waits for the claimed
+// one, PostgreSQL breaks the cycle by failing one of the two — the cancel,
+// when it waited first (TestResizeLocksNeverDeadlock/session once: "cancel
+// resize: deadlock detected"). A cancel is a transaction with no effect
+// until it commits: it is tried again.
+func TestACancelCaughtInADeadlockIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupResize(t, 4)
+	a := b.open(t, b.config(KindRow, 2, "a"))
+	require.NoError(t, a.EnsureBuckets(ctx))
+	b.request(t, 4)
+	q := b.table("lease_buckets")
+
+	// A pass holds new bucket 1, which it claimed, and is about to wait
+	// for new bucket 0, placing a claim on it.
+	pass, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = pass.Rollback(ctx) }()
+	_, err = pass.Exec(ctx, "SET LOCAL deadlock_timeout = '30s'") // PostgreSQL fails the cancel, not this
+	require.NoError(t, err)
+	lockRow := "SELECT bucket FROM " + q + " WHERE subscription = $1 AND bucket = $2 FOR UPDATE"
+	_, err = pass.Exec(ctx, lockRow, b.sub, eventsource.Slot(1, 1))
+	require.NoError(t, err)
+
+	cancelled := make(chan error, 1)
+	go func() { _, err := CancelResize(ctx, b.pool, b.schema, b.sub); cancelled <- err }()
+	pgtest.Eventually(t, 10*time.Second, func() bool {
+		var waiting bool
+		err := pgtest.Pool(t).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "+
+			"WHERE NOT l.granted AND a.query LIKE '%lease_buckets%' AND a.pid <> pg_backend_pid())").Scan(&waiting)
+		return err == nil && waiting
+	}, "the cancel never waited for the pass's row")
+	_, passErr := pass.Exec(ctx, lockRow, b.sub, eventsource.Slot(1, 0)) // the cycle: the cancel, waiting first, is failed
+	commitErr := pass.Commit(ctx)
+	cancelErr := <-cancelled
+	require.NoError(t, passErr, "the pass goes on")
+	require.NoError(t, commitErr)
+	require.NoError(t, cancelErr, "and the cancel, tried again, succeeds")
+	require.Equal(t, ResizeSteady, b.resize(t).State)
 }

@@ -195,7 +195,7 @@ func TestLifecycle(t *testing.T) {
 			require.ErrorIs(t, s.Release(context.Background(), []int{0}), ErrClosed)
 			require.ErrorIs(t, s.HandOver(context.Background(), 0), ErrClosed)
 			require.ErrorIs(t, s.Leave(context.Background()), ErrClosed)
-			require.ErrorIs(t, s.EnsureShards(context.Background()), ErrClosed)
+			require.ErrorIs(t, s.EnsureBuckets(context.Background()), ErrClosed)
 		})
 	})
 
@@ -209,7 +209,7 @@ func TestLifecycle(t *testing.T) {
 		})
 	})
 
-	t.Run("SnapshotShowsBucketsClaimsAndMembers", func(t *testing.T) {
+	t.Run("SnapshotShowsBucketsClaimsAndWorkers", func(t *testing.T) {
 		// Kind-specific by design: one worker of each kind side by side,
 		// to show how a snapshot tells them apart.
 		b := setup(t)
@@ -225,11 +225,11 @@ func TestLifecycle(t *testing.T) {
 		require.Equal(t, "s", snap.Buckets[1].ClaimWorker, "one pending claim on A's surplus")
 		require.False(t, snap.Buckets[1].ClaimedAt.IsZero())
 		require.False(t, snap.Buckets[0].GrantedAt.After(snap.Now))
-		require.Len(t, snap.Members, 2)
-		require.Equal(t, KindRow, snap.Members[0].Kind)
-		require.Equal(t, KindSession, snap.Members[1].Kind)
-		require.Equal(t, int(s.session.backendPID()), snap.Members[1].BackendPID)
-		require.True(t, snap.Members[1].Live)
-		require.False(t, snap.Members[1].SessionGone)
+		require.Len(t, snap.Workers, 2)
+		require.Equal(t, KindRow, snap.Workers[0].Kind)
+		require.Equal(t, KindSession, snap.Workers[1].Kind)
+		require.Equal(t, int(s.session.backendPID()), snap.Workers[1].BackendPID)
+		require.True(t, snap.Workers[1].Live)
+		require.False(t, snap.Workers[1].SessionGone)
 	})
 }

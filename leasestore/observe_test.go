@@ -11,8 +11,8 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 )
 
-// The operator's reads (the CLI, the console) see what a member's Snapshot
-// sees, and join nothing: the members and their fair shares stay as they
+// The operator's reads (the CLI, the console) see what a worker's Snapshot
+// sees, and join nothing: the workers and their fair shares stay as they
 // were.
 func TestOperatorReadsJoinNothing(t *testing.T) {
 	t.Parallel()
@@ -31,11 +31,11 @@ func TestOperatorReadsJoinNothing(t *testing.T) {
 
 		want, err := a.Snapshot(ctx)
 		require.NoError(t, err)
-		require.Len(t, want.Members, 2)
+		require.Len(t, want.Workers, 2)
 		got, err := ReadSnapshot(ctx, b.pool, b.schema, b.sub)
 		require.NoError(t, err)
 		require.Equal(t, want.Buckets, got.Buckets)
-		require.Equal(t, want.Members, got.Members, "the observer is not a member")
+		require.Equal(t, want.Workers, got.Workers, "the observer is not a worker")
 		require.Equal(t, b.sub, got.Subscription)
 
 		// In the caller's repeatable-read transaction: Now is its clock.
@@ -55,7 +55,7 @@ func TestOperatorReadsJoinNothing(t *testing.T) {
 		snap, err := ReadSnapshot(ctx, b.pool, b.schema, "nobody")
 		require.NoError(t, err)
 		require.Empty(t, snap.Buckets)
-		require.Empty(t, snap.Members)
+		require.Empty(t, snap.Workers)
 		require.False(t, snap.Now.IsZero())
 
 		// Nothing joined: a's and c's passes keep their shares of 2.
@@ -80,19 +80,27 @@ func TestListSubscriptionsAndBucketCount(t *testing.T) {
 	pass(t, x) // takes the 3 buckets
 	pass(t, y) // joins; its claims wait for x's handover
 
-	want := []SubscriptionLeases{
-		{Subscription: "billing", Buckets: 3, Held: 3, Members: 2},
-		{Subscription: "orders", Buckets: 4, Held: 4, Members: 1},
+	type brief struct {
+		sub                 string
+		buckets, held, live int
 	}
+	briefs := func(ls []SubscriptionLeases) []brief {
+		out := make([]brief, len(ls))
+		for i, l := range ls {
+			out[i] = brief{l.Subscription, l.Buckets, l.Held, l.LiveWorkers}
+		}
+		return out
+	}
+	want := []brief{{"billing", 3, 3, 2}, {"orders", 4, 4, 1}}
 	got, err := ListSubscriptions(ctx, b.pool, b.schema)
 	require.NoError(t, err)
-	require.Equal(t, want, got)
+	require.Equal(t, want, briefs(got))
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		got, err = ListSubscriptionsTx(ctx, tx, b.schema)
 		return err
 	})
 	require.NoError(t, err)
-	require.Equal(t, want, got)
+	require.Equal(t, want, briefs(got))
 
 	for sub, n := range map[string]int{"orders": 4, "billing": 3, "nobody": 0} {
 		got, err := BucketCount(ctx, b.pool, b.schema, sub)

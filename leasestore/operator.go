@@ -135,13 +135,13 @@ var (
 	ErrClaimPending = errors.New("leasestore: the bucket already has a pending claim")
 	// ErrTargetIsOwner: the worker asked for is the bucket's owner.
 	ErrTargetIsOwner = errors.New("leasestore: the target is the bucket's owner")
-	// ErrTargetNotLive: the worker asked for is not a live member of the
-	// subscription (a claim by a non-member is stale, and cleared).
-	ErrTargetNotLive = errors.New("leasestore: the target is not a live member")
+	// ErrTargetNotLive: the worker asked for is not a live worker of the
+	// subscription (a claim by anyone else is stale, and cleared).
+	ErrTargetNotLive = errors.New("leasestore: the target is not a live worker")
 	// ErrNoOtherWorker: the owner is the subscription's only live worker:
 	// nobody could take the bucket.
 	ErrNoOtherWorker = errors.New("leasestore: no live worker but the owner")
-	// ErrHandoffRaced: the owner, the claim or the target's membership
+	// ErrHandoffRaced: the owner, the claim or the target's liveness
 	// changed between the read and the claim; look again and retry.
 	ErrHandoffRaced = errors.New("leasestore: the bucket changed while the claim was placed")
 )
@@ -179,11 +179,11 @@ func (e *HandoffError) Error() string {
 	case ErrTargetIsOwner:
 		why = fmt.Sprintf("%s is the bucket's owner", e.To)
 	case ErrTargetNotLive:
-		why = fmt.Sprintf("%s is not a live member", e.To)
+		why = fmt.Sprintf("%s is not a live worker", e.To)
 	case ErrNoOtherWorker:
 		why = fmt.Sprintf("%s is the only live worker: nobody could take the bucket", l.Owner)
 	default:
-		why = fmt.Sprintf("the owner, the claim or %s's membership changed meanwhile: look again and retry", e.To)
+		why = fmt.Sprintf("the owner, the claim or %s's liveness changed meanwhile: look again and retry", e.To)
 	}
 	return fmt.Sprintf("leasestore: request handoff of subscription %q bucket %d refused: %s", e.Subscription, e.Bucket, why)
 }
@@ -196,7 +196,7 @@ type HandoffRequest struct {
 	Owner string // the owner asked to hand the bucket over
 	Epoch int64  // its epoch, which the claimant's activation grows by one
 	To    string // the claimant: the target asked for, or the one chosen
-	// Buckets is the subscription's N, Live its live members (the owner
+	// Buckets is the subscription's N, Live its live workers (the owner
 	// included) and Load the claimant's load before the claim — the live
 	// buckets it owned plus its pending claims — as the target was chosen:
 	// against FairShare(Buckets, Live) they tell whether the claim puts the
@@ -218,16 +218,16 @@ type HandoffRequest struct {
 // (its renewal no longer extends the lease), drains and calls HandOver;
 // the claimant activates the bucket at the next epoch on its own pass. The
 // workers are notified at once. It is an operator's call (`kumi
-// relinquish`, the console): it does not join the pool as a member.
+// relinquish`, the console): it does not join the pool as a worker.
 //
-// A claim names a live member because leasestore treats a claim by anyone
+// A claim names a live worker because leasestore treats a claim by anyone
 // else as stale and clears it. The fair share still rules: a claimant above
 // its share after the claim withdraws it on its next pass if that comes
 // before the owner's handover.
 //
 // It refuses with a *[HandoffError], changing nothing, a subscription
 // without lease rows, a bucket out of range, a free or expired bucket, one
-// with a pending claim, a target that is the owner or not a live member,
+// with a pending claim, a target that is the owner or not a live worker,
 // and an owner that is the only live worker. The claim is placed with the
 // conditions checked again under the row lock (waiting at most 5 s for a
 // pass in flight); when they no longer hold, the refusal is
@@ -272,12 +272,12 @@ func RequestHandoff(ctx context.Context, pool *pgxpool.Pool, schema, subscriptio
 }
 
 // chooseClaimant applies RequestHandoff's refusals to snap and returns the
-// claimant: to, or the least loaded live member other than the owner. It
+// claimant: to, or the least loaded live worker other than the owner. It
 // fills req's counts.
 func chooseClaimant(snap Snapshot, bucket int, to string, req *HandoffRequest) (string, error) {
 	n := 0
 	for _, b := range snap.Buckets {
-		n = max(n, b.ShardCount)
+		n = max(n, b.BucketCount)
 	}
 	row, found := snap.bucket(bucket)
 	switch {
@@ -305,7 +305,7 @@ func chooseClaimant(snap Snapshot, bucket int, to string, req *HandoffRequest) (
 	}
 	var candidates []string
 	req.Buckets, req.Live = n, 0
-	for _, m := range snap.Members {
+	for _, m := range snap.Workers {
 		if m.Live && !m.SessionGone {
 			req.Live++
 			if m.Worker != row.Owner {
@@ -349,7 +349,7 @@ func (s Snapshot) bucket(b int) (BucketState, bool) {
 func (s Snapshot) refuse(reason error, bucket int, to string) *HandoffError {
 	e := &HandoffError{Reason: reason, Subscription: s.Subscription, Bucket: bucket, To: to, Now: s.Now}
 	for _, b := range s.Buckets {
-		e.Buckets = max(e.Buckets, b.ShardCount)
+		e.Buckets = max(e.Buckets, b.BucketCount)
 	}
 	e.Lease, _ = s.bucket(bucket)
 	return e

@@ -143,7 +143,7 @@ func TestRequestHandoff(t *testing.T) {
 			b := setup(t)
 			a := b.open(t, b.config(kind, 4, "a"))
 			require.Len(t, pass(t, a).Owned, 4, "alone, a takes every bucket")
-			bw := b.open(t, b.config(kind, 4, "b")) // members that have run no pass
+			bw := b.open(t, b.config(kind, 4, "b")) // workers that have run no pass
 			c := b.open(t, b.config(kind, 4, "c"))
 			conn, err := b.pool.Acquire(ctx)
 			require.NoError(t, err)

@@ -54,7 +54,7 @@ type PassResult struct {
 
 // Pass runs one reconcile pass, in one transaction bounded by Heartbeat (a
 // hung pass is abandoned, and counts as a failed renewal): it heartbeats the
-// membership, renews and reconfirms the held buckets, activates this
+// worker row, renews and reconfirms the held buckets, activates this
 // worker's claims whose owner handed over, claims free or expired buckets
 // (or those of owners proven dead) up to the fair share, withdraws claims
 // above it, and places two-phase claims on live owners' surplus when still
@@ -188,7 +188,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	defer cancel()
 	start := readClock(s.cfg.Clock)
 	if !s.ensured {
-		if err := s.ensureShards(ctx); err != nil {
+		if err := s.ensureBuckets(ctx); err != nil {
 			return PassResult{}, err
 		}
 	}
@@ -226,8 +226,8 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	// (see boundLocks), and speak protocol 2 (the lease_workers trigger).
 	b.Queue(boundLocksSQL, s.boundLocksArg())
 	b.Queue(s.st.get("protocol"))
-	b.Queue(s.st.get("member_heartbeat"), s.memberArgs(pid)...)
-	b.Queue(s.st.get("members_view"), sub, me, 10*s.cfg.TTL)
+	b.Queue(s.st.get("worker_heartbeat"), s.workerArgs(pid)...)
+	b.Queue(s.st.get("workers_view"), sub, me, 10*s.cfg.TTL)
 	b.Queue(s.st.get("subscription_read"), sub)
 	b.Queue(s.st.get("renew"), sub, me, s.cfg.TTL, claimStale)
 	b.Queue(s.st.get("my_claims"), sub, me)
@@ -251,14 +251,14 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	if joined {
 		events = append(events, "join")
 	}
-	type member struct {
+	type worker struct {
 		worker, kind         string
 		key                  int64
 		live, gone, longGone bool
 	}
 	rows, _ := br.Query()
-	members, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (member, error) {
-		var m member
+	workers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (worker, error) {
+		var m worker
 		err := r.Scan(&m.worker, &m.kind, &m.key, &m.live, &m.gone, &m.longGone)
 		return m, err
 	})
@@ -271,7 +271,7 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	if err := br.QueryRow().Scan(&v.generation, &v.buckets, &state, &v.next, &v.cut, &v.active, &classes,
 		&v.retiredLeft); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = fmt.Errorf("%w: %q (was EnsureShards run?)", ErrNoSubscription, sub)
+			err = fmt.Errorf("%w: %q (was EnsureBuckets run?)", ErrNoSubscription, sub)
 		}
 		return fail("subscription", err)
 	}
@@ -305,7 +305,7 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	var deadWorkers []string
 	var deadKeys []int64
 	prune := false
-	for _, m := range members {
+	for _, m := range workers {
 		if m.live && !m.gone {
 			live[m.worker] = true
 		}
@@ -444,7 +444,7 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 		}
 	}
 	if prune {
-		if _, err := tx.Exec(ctx, s.st.get("prune_members"), sub, me, 10*s.cfg.TTL); err != nil {
+		if _, err := tx.Exec(ctx, s.st.get("prune_workers"), sub, me, 10*s.cfg.TTL); err != nil {
 			return out, fmt.Errorf("prune workers: %w", err)
 		}
 	}

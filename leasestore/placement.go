@@ -20,13 +20,48 @@ import (
 // It works on one generation's buckets (during a resize each active
 // generation is balanced on its own).
 func (s *Store) place(ctx context.Context, tx pgx.Tx, generation, have, share, floor int, live map[string]bool) ([]Request, error) {
+	// Everything that may wait for a lock runs in a savepoint with a short
+	// lock_timeout: the placement lock (another placer may hold it while it
+	// waits for rows this pass holds: during a resize a pass places in two
+	// generations, under one placement lock) and the owners' rows (an
+	// owner's pass holding them). A wait that runs out, or a deadlock
+	// PostgreSQL breaks here, makes this pass place nothing; nothing else
+	// fails.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	placed, err := s.placeIn(ctx, sp, generation, have, share, floor, live)
+	if err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil || ctx.Err() != nil {
+			return nil, errors.Join(err, rbErr)
+		}
+		s.log.Debug("lease claims not placed: owners or placers busy", "err", err)
+		return nil, nil
+	}
+	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT; lock_timeout stays for this tx
+		return nil, err
+	}
+	sort.Slice(placed, func(i, j int) bool { return placed[i].Bucket < placed[j].Bucket })
+	for _, q := range placed {
+		s.log.Info("lease claim placed on surplus", "bucket", q.Bucket, "owner", q.Owner)
+	}
+	return placed, nil
+}
+
+// placeIn is place's work, in the savepoint sp.
+func (s *Store) placeIn(ctx context.Context, sp pgx.Tx, generation, have, share, floor int, live map[string]bool) ([]Request, error) {
+	wait := min(s.cfg.Heartbeat/4, time.Second)
 	b := &pgx.Batch{}
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
 	b.Queue(s.st.get("placement_lock"), s.keys.place)
 	b.Queue(s.st.get("loads"), s.cfg.Subscription, s.cfg.Worker, generation)
-	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, err
+	br := sp.SendBatch(ctx, b)
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
 	}
 	type load struct {
 		worker     string
@@ -72,36 +107,10 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, generation, have, share, f
 	for w, k := range takes {
 		owners, counts = append(owners, w), append(counts, int32(k))
 	}
-	// In a savepoint with a short lock_timeout: an owner's pass holding its
-	// rows is waited for briefly; one that holds them longer (or waits for
-	// this very lock) makes this pass place nothing, and nothing else fails.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	wait := min(s.cfg.Heartbeat/4, time.Second)
-	if _, err := sp.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
-		return nil, errors.Join(err, sp.Rollback(ctx))
-	}
 	rows, _ = sp.Query(ctx, s.st.get("place_claims"), s.cfg.Subscription, s.cfg.Worker, owners, counts, generation)
-	placed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Request, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Request, error) {
 		var q Request
 		err := r.Scan(&q.Bucket, &q.Owner)
 		return q, err
 	})
-	if err != nil {
-		if rbErr := sp.Rollback(ctx); rbErr != nil || ctx.Err() != nil {
-			return nil, errors.Join(err, rbErr)
-		}
-		s.log.Debug("lease claims not placed: owners busy", "err", err)
-		return nil, nil
-	}
-	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT; lock_timeout stays for this tx
-		return nil, err
-	}
-	sort.Slice(placed, func(i, j int) bool { return placed[i].Bucket < placed[j].Bucket })
-	for _, q := range placed {
-		s.log.Info("lease claim placed on surplus", "bucket", q.Bucket, "owner", q.Owner)
-	}
-	return placed, nil
 }

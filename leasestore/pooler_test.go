@@ -50,7 +50,7 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		require.ErrorAs(t, err, &pe, "got %v", err)
 		require.NotContains(t, err.Error(), bouncer.URL)
 
-		// Nothing joined: a rival sees no member but itself.
+		// Nothing joined: a rival sees no worker but itself.
 		rival := b.open(t, b.config(KindSession, 4, "b"))
 		res := pass(t, rival)
 		require.Equal(t, 1, res.Live)

@@ -9,11 +9,11 @@
 -- Serialises EnsureBuckets of one subscription across processes.
 SELECT pg_advisory_xact_lock($1);
 
--- name: member_heartbeat
+-- name: worker_heartbeat
 -- Join or heartbeat; monotonic, so a delayed heartbeat never moves expiry
 -- back. $3 kind, $4 ttl, $5 session backend pid, $6 session lock key. Run
 -- after the protocol statement (the lease_workers trigger).
--- joined reports a member that was absent or expired before this statement.
+-- joined reports a worker that was absent or expired before this statement.
 WITH prev AS (
     SELECT expires_at > now() AS live
     FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2
@@ -32,8 +32,8 @@ WITH prev AS (
 )
 SELECT coalesce((SELECT NOT live FROM prev), true) AS joined FROM up;
 
--- name: members_view
--- The other members, whether each is live, and whether a session member's
+-- name: workers_view
+-- The other workers, whether each is live, and whether a session worker's
 -- advisory lock is free (its session is gone: evidence of death).
 WITH held AS MATERIALIZED (
     SELECT classid, objid FROM pg_locks
@@ -52,7 +52,7 @@ WHERE m.subscription = $1 AND m.worker <> $2;
 -- name: renew
 -- Renew (heartbeat) every bucket this worker owns, and reconfirm it: while a
 -- live claimant's claim is pending the expiry is NOT extended (the owner
--- must drain and hand over); a stale claim (claimant not a live member, or
+-- must drain and hand over); a stale claim (claimant not a live worker, or
 -- older than $4) is recovered here. Locks in bucket order. $3 ttl.
 WITH mine AS (
     SELECT l.bucket, l.claim_worker AS prev_claim,
@@ -82,9 +82,9 @@ RETURNING l.bucket, l.epoch, l.expires_at, mine.pending,
 SELECT bucket FROM {{schema}}.lease_buckets WHERE subscription = $1 AND claim_worker = $2 ORDER BY bucket;
 
 -- name: confirm_dead
--- Liveness evidence, made atomic: a session member whose advisory lock this
+-- Liveness evidence, made atomic: a session worker whose advisory lock this
 -- transaction can take has no session. The lock is held until commit, so the
--- member cannot come back under the same key while its buckets move.
+-- worker cannot come back under the same key while its buckets move.
 -- $2 workers, $3 their lock keys.
 WITH dead AS (
     SELECT d.w FROM unnest($2::text[], $3::bigint[]) AS d(w, k)
@@ -143,8 +143,10 @@ RETURNING l.bucket;
 -- name: placement_lock
 -- Serialises two-phase claim placement of one subscription, so that two
 -- claimants never both count the same surplus: the next placer's loads
--- read what the previous one committed. It is the last lock a pass takes
--- and is held only to its commit, so the wait is short and cannot deadlock.
+-- read what the previous one committed. Held to the pass's commit; taken
+-- (as the owners' rows after it) under a short lock_timeout in a savepoint,
+-- so a placer that waits for rows this pass holds makes this pass place
+-- nothing rather than deadlock.
 SELECT pg_advisory_xact_lock($1);
 
 -- name: loads
@@ -194,8 +196,8 @@ FROM pick
 WHERE l.subscription = $1 AND l.bucket = pick.bucket
 RETURNING l.bucket, l.owner;
 
--- name: prune_members
--- Forget members gone for long that own and claim nothing.
+-- name: prune_workers
+-- Forget workers gone for long that own and claim nothing.
 DELETE FROM {{schema}}.lease_workers m
 WHERE m.subscription = $1 AND m.worker <> $2 AND m.expires_at < now() - $3::interval
   AND NOT EXISTS (SELECT 1 FROM {{schema}}.lease_buckets l
@@ -242,7 +244,7 @@ FROM (SELECT bucket FROM {{schema}}.lease_buckets
       ORDER BY bucket FOR UPDATE) x
 WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.claim_worker = $2;
 
--- name: member_delete
+-- name: worker_delete
 DELETE FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2;
 
 -- name: guard
@@ -260,7 +262,7 @@ FROM {{schema}}.lease_buckets
 WHERE subscription = $1
 ORDER BY bucket;
 
--- name: snapshot_members
+-- name: snapshot_workers
 WITH held AS MATERIALIZED (
     SELECT classid, objid FROM pg_locks
     WHERE locktype = 'advisory' AND granted AND objsubid = 1
@@ -292,7 +294,7 @@ SELECT EXISTS (
 -- name: session_identity
 -- Where a connection is: its database, whether it is a standby, whether it
 -- sees the session lock $1 granted to backend $2 in its own database (the
--- check that matters: it is what members_view and confirm_dead rely on),
+-- check that matters: it is what workers_view and confirm_dead rely on),
 -- and the cluster's system identifier (needs EXECUTE on pg_control_system,
 -- which PUBLIC has by default; see session_identity_plain).
 SELECT current_database(), pg_is_in_recovery(),
@@ -335,7 +337,7 @@ RETURNING epoch;
 SET LOCAL lock_timeout = '5s';
 
 -- name: operator_request
--- RequestHandoff: place a pending claim in the name of live member $3 on
+-- RequestHandoff: place a pending claim in the name of live worker $3 on
 -- bucket $2, held by a live owner other than $3 with no claim pending — the
 -- first phase of the two-phase handoff, as a joining worker's pass places
 -- it. Re-checked here, under the row lock: the decision was made on an
@@ -599,6 +601,15 @@ DELETE FROM {{schema}}.lease_buckets l
 USING (SELECT bucket FROM {{schema}}.lease_buckets
        WHERE subscription = $1 AND bucket < $2 * 65536 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
 WHERE l.subscription = $1 AND l.bucket = o.bucket;
+
+-- name: resize_cancel_lock
+-- Cancel, old generation $2: lock both generations' rows in slot order
+-- first, the order a pass renews them in (the next statement's two parts
+-- lock theirs in no order between them).
+SELECT bucket FROM {{schema}}.lease_buckets
+WHERE subscription = $1 AND generation IN ($2, $2 + 1)
+ORDER BY bucket
+FOR UPDATE;
 
 -- name: resize_cancel_rows
 -- Cancel, old generation $2: the next generation's rows go; the old rows'

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -279,36 +280,59 @@ func CancelResize(ctx context.Context, pool *pgxpool.Pool, schema, subscription 
 	}
 	st := renderStatements(schema)
 	var out Resize
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		r, err := lockSubscription(ctx, tx, st, subscription)
-		if err != nil {
-			return err
-		}
-		switch r.state {
-		case ResizeSteady:
-			return fmt.Errorf("%w: %q", ErrNoResize, subscription)
-		case ResizeSwitched:
-			return &ResizeSwitchedError{Subscription: subscription, From: r.buckets, To: r.next,
-				SwitchedAt: orZero(r.switchedAt)}
-		}
-		b := &pgx.Batch{}
-		b.Queue(st.get("resize_cancel_rows"), subscription, r.generation)
-		b.Queue(st.get("resize_cancel_checkpoints"), subscription, r.generation+1)
-		b.Queue(st.get("resize_cancel"), subscription, r.generation).QueryRow(func(row pgx.Row) error {
-			r, err = subscriptionRow{}.scan(row)
+	// The cancel locks every lease row of both generations, in slot order.
+	// A pass may hold a row it claimed (SKIP LOCKED, in any order) while it
+	// waits for a lower one, placing claims: PostgreSQL breaks such a cycle
+	// by failing one side, and when it fails the cancel, which has changed
+	// nothing, the cancel is tried again.
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			out, err = cancelTx(ctx, tx, st, schema, subscription)
 			return err
 		})
-		b.Queue(st.get("notify"), ChannelName(schema, subscription), "resize:steady:kumi-operator")
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
+		var pgErr *pgconn.PgError
+		if attempt == cancelAttempts || !errors.As(err, &pgErr) || pgErr.Code != "40P01" || ctx.Err() != nil {
+			break
 		}
-		out = r.resize(subscription)
-		return nil
-	})
+	}
 	if err != nil {
 		return Resize{}, resizeError("cancel resize", err)
 	}
 	return out, nil
+}
+
+// cancelAttempts bounds CancelResize's tries when PostgreSQL fails it to
+// break a deadlock.
+const cancelAttempts = 5
+
+// cancelTx is CancelResize's transaction.
+func cancelTx(ctx context.Context, tx pgx.Tx, st statements, schema, subscription string) (Resize, error) {
+	r, err := lockSubscription(ctx, tx, st, subscription)
+	if err != nil {
+		return Resize{}, err
+	}
+	switch r.state {
+	case ResizeSteady:
+		return Resize{}, fmt.Errorf("%w: %q", ErrNoResize, subscription)
+	case ResizeSwitched:
+		return Resize{}, &ResizeSwitchedError{Subscription: subscription, From: r.buckets, To: r.next,
+			SwitchedAt: orZero(r.switchedAt)}
+	}
+	b := &pgx.Batch{}
+	b.Queue(st.get("resize_cancel_lock"), subscription, r.generation)
+	b.Queue(st.get("resize_cancel_rows"), subscription, r.generation)
+	b.Queue(st.get("resize_cancel_checkpoints"), subscription, r.generation+1)
+	b.Queue(st.get("resize_cancel"), subscription, r.generation).QueryRow(func(row pgx.Row) error {
+		r, err = subscriptionRow{}.scan(row)
+		return err
+	})
+	b.Queue(st.get("notify"), ChannelName(schema, subscription), "resize:steady:kumi-operator")
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Resize{}, err
+	}
+	return r.resize(subscription), nil
 }
 
 // ReadResize reads subscription's generation and resize, with each

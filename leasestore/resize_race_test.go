@@ -36,7 +36,7 @@ func TestDisjointnessUnderContentionWithResize(t *testing.T) {
 			c.TTL, c.Heartbeat, c.Margin, c.NoListen = 800*time.Millisecond, 300*time.Millisecond, 250*time.Millisecond, true
 			o.workers = append(o.workers, &hammerWorker{s: openOn(t, b.pool, c), beliefs: map[int]belief{}})
 		}
-		require.NoError(t, o.workers[0].s.EnsureShards(ctx))
+		require.NoError(t, o.workers[0].s.EnsureBuckets(ctx))
 		var st hammerStats
 		var proposals, drains atomic.Int64
 		features := featuresOf(t, kind)

@@ -584,15 +584,15 @@ func protocolOneWorkerIsFencedOut(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 4)
 	a := b.open(t, b.config(kind, 2, "a"))
-	require.NoError(t, a.EnsureShards(ctx))
+	require.NoError(t, a.EnsureBuckets(ctx))
 	p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 2, 30*time.Second, nil)
 	held, err := p1.pass(ctx)
 	require.NoError(t, err, "never resized: a protocol-1 worker works")
 	require.Len(t, held, 2)
 	snap, err := a.Snapshot(ctx)
 	require.NoError(t, err)
-	for _, m := range snap.Members {
-		require.Equal(t, map[string]int{"a": 2, "older": 1}[m.Worker], m.Protocol, m.Worker)
+	for _, w := range snap.Workers {
+		require.Equal(t, map[string]int{"a": 2, "older": 1}[w.Worker], w.Protocol, w.Worker)
 	}
 
 	_, err = RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: b.sub, Buckets: 4, EvictOldWorkers: true})
@@ -630,7 +630,7 @@ func TestRequestAndProtocolOneHeartbeatRace(t *testing.T) {
 	ctx := context.Background()
 	b := setupResize(t, 4)
 	a := b.open(t, b.config(KindRow, 2, "a"))
-	require.NoError(t, a.EnsureShards(ctx))
+	require.NoError(t, a.EnsureBuckets(ctx))
 	p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 2, 30*time.Second, nil)
 	expire := func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT set_config('kumi.protocol', '2', true)"); err != nil {
@@ -875,7 +875,7 @@ func TestEnsureAdoptsTheRowsOfAnOlderVersion(t *testing.T) {
 		_, err := b.pool.Exec(ctx, p1.st.get("ensure_rows"), b.sub, 3)
 		require.NoError(t, err)
 		s := b.open(t, b.config(kind, 8, "a"))
-		require.NoError(t, s.EnsureShards(ctx))
+		require.NoError(t, s.EnsureBuckets(ctx))
 		gen, n := s.Serving()
 		require.Equal(t, [2]int{0, 3}, [2]int{gen, n})
 		require.Len(t, pass(t, s).Owned, 3)
@@ -967,5 +967,37 @@ func TestFairSharePerGeneration(t *testing.T) {
 		}
 		within(6, 0)
 		within(9, 1)
+	})
+}
+
+// A worker started during a resize with either count in its Config (a
+// rolling deploy before or after the operator's change) serves the
+// database's generations: the old one's undrained buckets and the new
+// one's, each lease with its generation's count, without an error.
+func TestAWorkerWithEitherCountDuringAResize(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		ctx := context.Background()
+		b := setupResize(t, 6)
+		a := b.open(t, b.config(kind, 3, "a"))
+		settle(t, []*Store{a}, 3)
+		b.request(t, 6)
+		settle(t, []*Store{a}, 9)
+		cut := proposeAll(t, b, []*Store{a}, 3)
+		l := a.Held()[0]
+		require.NoError(t, a.Drain(ctx, l.Slot, l.Epoch, cut)) // switched: new 0 and 3 are ready
+		stores := []*Store{a, b.open(t, b.config(kind, 3, "old-count")), b.open(t, b.config(kind, 6, "new-count"))}
+		res := settle(t, stores, 2+6)
+		for i, s := range stores {
+			require.Equal(t, ResizeSwitched, res[i].Resize.State)
+			gen, n := s.Serving()
+			require.Equal(t, [2]int{0, 3}, [2]int{gen, n}, "worker %s", s.Worker())
+			for _, l := range s.Held() {
+				require.Equal(t, map[int]int{0: 3, 1: 6}[l.Generation], l.Buckets, "worker %s slot %d", s.Worker(), l.Slot)
+				if l.Generation == 1 {
+					require.Equal(t, l.Bucket%3 == 0, l.Ready, "worker %s new bucket %d", s.Worker(), l.Bucket)
+				}
+			}
+		}
 	})
 }

@@ -97,7 +97,7 @@ type identity struct {
 
 // verify checks that the session connection conn (backend pid, holding the
 // lock) and the pool reach the same server and database, both a primary:
-// what other workers conclude from the lock — members_view's pg_locks read
+// what other workers conclude from the lock — workers_view's pg_locks read
 // and confirm_dead's pg_try_advisory_xact_lock, both on the pool, both per
 // database and per server — holds only then. The decisive check is that
 // the pool sees the lock granted to that backend in its own database; the

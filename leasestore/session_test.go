@@ -70,13 +70,13 @@ func TestSessionReachesThePoolsServerAndDatabase(t *testing.T) {
 		require.Contains(t, mm.Session, other)
 		require.Contains(t, err.Error(), "SessionURL")
 
-		// Nothing joined: a rival sees no member, live or dead.
+		// Nothing joined: a rival sees no worker, live or dead.
 		bw := b.open(t, b.config(KindSession, 4, "b"))
 		res := pass(t, bw)
 		require.Equal(t, 1, res.Live)
 		snap, err := bw.Snapshot(context.Background())
 		require.NoError(t, err)
-		require.Len(t, snap.Members, 1)
+		require.Len(t, snap.Workers, 1)
 	})
 
 	t.Run("ASessionURLToAnotherServerIsRefused", func(t *testing.T) {

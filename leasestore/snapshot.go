@@ -18,13 +18,17 @@ type Snapshot struct {
 	// time of the snapshot against it.
 	Now     time.Time
 	Buckets []BucketState // sorted by bucket
-	Members []Member      // sorted by worker
+	Workers []WorkerState // sorted by worker
+	// Members is the former name of Workers (the same slice).
+	//
+	// Deprecated: use Workers.
+	Members []WorkerState
 }
 
 // BucketState is one lease row. Zero times stand for NULL.
 type BucketState struct {
-	Bucket      int       // 0..ShardCount-1
-	ShardCount  int       // N
+	Bucket      int       // 0..BucketCount-1
+	BucketCount int       // N
 	Owner       string    // "" when free
 	Epoch       int64     // grows by one on every change of owner and FenceOut
 	GrantedAt   time.Time // when Owner got it
@@ -38,19 +42,24 @@ type BucketState struct {
 	Generation int   // the bucket's generation (docs/resize.md)
 	Proposal   int64 // an old bucket's cut proposal during a resize; -1: none
 	Drained    bool  // an old bucket drained to the cut
+	// ShardCount is the former name of BucketCount (the same value).
+	//
+	// Deprecated: use BucketCount.
+	ShardCount int
 }
 
 // Held reports whether the bucket has an owner whose lease is unexpired at
 // now (a database time, such as [Snapshot.Now]).
 func (b BucketState) Held(now time.Time) bool { return b.Owner != "" && b.Expires.After(now) }
 
-// Member is one worker's membership.
-type Member struct {
+// WorkerState is one worker's row: a worker that has joined the
+// subscription's pool, live or not.
+type WorkerState struct {
 	Worker     string    // the worker id
 	Kind       Kind      // its lease kind
 	Joined     time.Time // when its row was created
 	Heartbeat  time.Time // its last heartbeat
-	Expires    time.Time // when its membership lapses without a heartbeat
+	Expires    time.Time // when it stops counting as live without a heartbeat
 	Live       bool      // unexpired at Snapshot.Now
 	BackendPID int       // KindSession: the session's backend
 	// SessionGone: KindSession, and its advisory lock is free — its
@@ -61,7 +70,7 @@ type Member struct {
 	Protocol int
 }
 
-// Snapshot reads the subscription's buckets and members, consistently (one
+// Snapshot reads the subscription's buckets and workers, consistently (one
 // repeatable-read transaction), for operators, tests and the CLI.
 func (s *Store) Snapshot(ctx context.Context) (Snapshot, error) {
 	var snap Snapshot
@@ -77,10 +86,10 @@ func (s *Store) Snapshot(ctx context.Context) (Snapshot, error) {
 	return snap, nil
 }
 
-// ReadSnapshot reads a subscription's buckets and members as
+// ReadSnapshot reads a subscription's buckets and workers as
 // [Store.Snapshot] does, for an observer — the CLI, the console — that
-// must not join the pool: a Store is a member from [New] on, and a member
-// changes every worker's fair share. It writes nothing.
+// must not join the pool: a Store is one of the pool's workers from [New]
+// on, and every worker changes the others' fair share. It writes nothing.
 func ReadSnapshot(ctx context.Context, pool *pgxpool.Pool, schema, subscription string) (Snapshot, error) {
 	var snap Snapshot
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
@@ -112,7 +121,11 @@ type SubscriptionLeases struct {
 	Subscription string // the subscription's name
 	Buckets      int    // N
 	Held         int    // buckets with an owner whose lease is unexpired
-	Members      int    // members whose membership is unexpired
+	LiveWorkers  int    // workers whose row is unexpired
+	// Members is the former name of LiveWorkers (the same value).
+	//
+	// Deprecated: use LiveWorkers.
+	Members int
 }
 
 // ListSubscriptions lists every subscription with lease rows in schema, by
@@ -139,7 +152,8 @@ func listSubscriptions(ctx context.Context, db querier, schema string) ([]Subscr
 	rows, _ := db.Query(ctx, renderStatements(schema).get("operator_subscriptions"))
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SubscriptionLeases, error) {
 		var s SubscriptionLeases
-		err := r.Scan(&s.Subscription, &s.Buckets, &s.Held, &s.Members)
+		err := r.Scan(&s.Subscription, &s.Buckets, &s.Held, &s.LiveWorkers)
+		s.Members = s.LiveWorkers
 		return s, err
 	})
 	if err != nil {
@@ -171,7 +185,7 @@ func checkOperatorArgs(schema, subscription string) error {
 	return eventsource.ValidateSubscription(subscription)
 }
 
-// readSnapshot reads a subscription's buckets and members in tx, which
+// readSnapshot reads a subscription's buckets and workers in tx, which
 // should be repeatable read for the two to agree.
 func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription string) (Snapshot, error) {
 	snap := Snapshot{Subscription: subscription}
@@ -180,30 +194,32 @@ func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription st
 	snap.Buckets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketState, error) {
 		var b BucketState
 		var granted, expires, heartbeat, claimed *time.Time
-		err := r.Scan(&b.Slot, &b.ShardCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
+		err := r.Scan(&b.Slot, &b.BucketCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
 			&b.ClaimWorker, &claimed, &snap.Now, &b.Generation, &b.Proposal, &b.Drained)
 		b.Bucket = b.Slot % eventsource.MaxGroupSize
 		b.GrantedAt, b.Expires, b.Heartbeat, b.ClaimedAt = orZero(granted), orZero(expires),
 			orZero(heartbeat), orZero(claimed)
+		b.ShardCount = b.BucketCount
 		return b, err
 	})
 	if err != nil {
 		return Snapshot{}, err
 	}
-	rows, _ = tx.Query(ctx, st.get("snapshot_members"), subscription)
-	snap.Members, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Member, error) {
-		var m Member
+	rows, _ = tx.Query(ctx, st.get("snapshot_workers"), subscription)
+	snap.Workers, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerState, error) {
+		var w WorkerState
 		var kind string
-		err := r.Scan(&m.Worker, &kind, &m.Joined, &m.Heartbeat, &m.Expires, &m.Live, &m.BackendPID,
-			&m.SessionGone, &m.Protocol)
+		err := r.Scan(&w.Worker, &kind, &w.Joined, &w.Heartbeat, &w.Expires, &w.Live, &w.BackendPID,
+			&w.SessionGone, &w.Protocol)
 		if kind == KindSession.String() {
-			m.Kind = KindSession
+			w.Kind = KindSession
 		}
-		return m, err
+		return w, err
 	})
 	if err != nil {
 		return Snapshot{}, err
 	}
+	snap.Members = snap.Workers
 	if snap.Now.IsZero() {
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&snap.Now); err != nil {
 			return Snapshot{}, err

@@ -20,7 +20,7 @@ import (
 
 // Store is one worker's view of one subscription's bucket leases. Its
 // methods are safe for concurrent use; Pass, Renew, HandOver, Release,
-// Leave and EnsureShards run one at a time.
+// Leave and EnsureBuckets run one at a time.
 type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -33,7 +33,7 @@ type Store struct {
 	session *session // KindSession only
 
 	opMu    sync.Mutex // serialises the operations that write
-	ensured bool       // EnsureShards succeeded; under opMu
+	ensured bool       // EnsureBuckets succeeded; under opMu
 	warned  bool       // the database's bucket count differs from Config.Buckets, and it was logged; under opMu
 
 	viewMu  sync.RWMutex
@@ -93,7 +93,7 @@ type Lease struct {
 }
 
 // New validates cfg and returns the worker's Store. It joins the pool at
-// once (a membership row), so the other workers count it in their next
+// once (a worker row), so the other workers count it in their next
 // fair share. KindSession first opens the dedicated connection and takes
 // the session lock. The tables must exist: call [Migrate] first.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
@@ -155,7 +155,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(s
 	return s, nil
 }
 
-// join registers (or heartbeats) the membership row.
+// join registers (or heartbeats) the worker row.
 func (s *Store) join(ctx context.Context) error {
 	var pid *int32
 	if s.session != nil {
@@ -167,7 +167,7 @@ func (s *Store) join(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, s.st.get("protocol")); err != nil {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
-		if err := tx.QueryRow(ctx, s.st.get("member_heartbeat"), s.memberArgs(pid)...).Scan(&joined); err != nil {
+		if err := tx.QueryRow(ctx, s.st.get("worker_heartbeat"), s.workerArgs(pid)...).Scan(&joined); err != nil {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
 		if joined {
@@ -177,7 +177,7 @@ func (s *Store) join(ctx context.Context) error {
 	})
 }
 
-func (s *Store) memberArgs(pid *int32) []any {
+func (s *Store) workerArgs(pid *int32) []any {
 	var key *int64
 	if s.session != nil {
 		key = &s.session.key
@@ -200,27 +200,27 @@ func (s *Store) Worker() string { return s.cfg.Worker }
 // Config returns the store's configuration with its defaults applied.
 func (s *Store) Config() Config { return s.cfg }
 
-// EnsureShards creates the subscription — its subscriptions row, its
+// EnsureBuckets creates the subscription — its subscriptions row, its
 // generation 0 and its lease rows — with Config.Buckets buckets if it does
 // not exist. It is idempotent and safe to call from many workers at once.
 // Once the subscription exists the database's bucket count rules:
 // Config.Buckets only applies when a subscription is created (a resize
 // changes it, docs/resize.md), and a store whose Config.Buckets differs
 // from the serving generation's count logs so once at Warn and serves the
-// database's generations; it no longer returns *[ShardCountMismatchError].
+// database's generations; it no longer returns *[BucketCountMismatchError].
 // Lease rows that a worker of an older version created without a
 // subscriptions row are adopted, with their count. [Store.Pass] calls it
 // once if it has not been called.
-func (s *Store) EnsureShards(ctx context.Context) error {
+func (s *Store) EnsureBuckets(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
-	return s.ensureShards(ctx)
+	return s.ensureBuckets(ctx)
 }
 
-func (s *Store) ensureShards(ctx context.Context) error {
+func (s *Store) ensureBuckets(ctx context.Context) error {
 	var gen, n int
 	err := s.pool.QueryRow(ctx, s.st.get("subscription_present"), s.cfg.Subscription).Scan(&gen, &n)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -243,7 +243,7 @@ func (s *Store) ensureShards(ctx context.Context) error {
 }
 
 // Serving returns the subscription's serving generation and its bucket
-// count as this store last read them ([Store.EnsureShards], a pass): what
+// count as this store last read them ([Store.EnsureBuckets], a pass): what
 // the database says, whatever Config.Buckets says. Before either has run
 // it returns (0, Config.Buckets).
 func (s *Store) Serving() (generation, buckets int) {

@@ -105,3 +105,40 @@ func TestGrantsOnTheWorkersTableSurviveItsRename(t *testing.T) {
 	require.Len(t, pass(t, s).Owned, 2)
 	require.NoError(t, s.Leave(ctx), "a leave deletes its lease_workers row")
 }
+
+// Both migrations, and a pass over the renamed tables, run in schemas whose
+// names are SQL: every identifier is quoted, so they are just names.
+func TestHostileSchemaNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	canary := pgtest.NewSchema(t)
+	_, err := pool.Exec(ctx, "CREATE SCHEMA "+canary+"; CREATE TABLE "+canary+".y (id int)")
+	require.NoError(t, err)
+	suffix := canary[len(canary)-6:]
+	for _, schema := range []string{
+		`x"; DROP TABLE ` + canary + `.y; --` + suffix,
+		`a$$b'c;` + suffix,
+		`Mixed Case "Ünï" ` + suffix,
+		`{{schema}}` + suffix,
+	} {
+		t.Run(schema, func(t *testing.T) {
+			t.Parallel()
+			t.Cleanup(func() {
+				_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			})
+			require.NoError(t, Migrate(ctx, pool, schema))
+			require.NoError(t, Migrate(ctx, pool, schema))
+			b := &testBundle{pool: pool, schema: schema, sub: "orders"}
+			s := b.open(t, b.config(KindRow, 2, "w"))
+			require.Len(t, pass(t, s).Owned, 2)
+			snap, err := s.Snapshot(ctx)
+			require.NoError(t, err)
+			require.Len(t, snap.Workers, 1)
+
+			var exists bool
+			require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", canary+".y").Scan(&exists))
+			require.True(t, exists, "the canary table survived")
+		})
+	}
+}

@@ -152,7 +152,7 @@ func TestStatusGauges(t *testing.T) {
 	lag.Store(5)
 	unregister := h.tel.RegisterStatus(func() observability.SubscriptionStatus {
 		return observability.SubscriptionStatus{
-			Subscription: "orders", Worker: "w1", Buckets: 4, Members: 2,
+			Subscription: "orders", Worker: "w1", Buckets: 4, LiveWorkers: 2,
 			Owned: []observability.BucketStatus{
 				{Bucket: 3, Epoch: 9, State: "live", Checkpoint: 120, LagEvents: lag.Load(), LagSeconds: 1.5, QueueDepth: 2, QueueBytes: 4096},
 				{Bucket: 1, Epoch: 4, State: "catching_up", Checkpoint: 80},

@@ -99,7 +99,7 @@ func ExampleTelemetry_OwnershipChange() {
 	tel.OwnershipChange(ctx, observability.OwnershipChange{
 		Kind: observability.ChangeHandoffGive, Subscription: "orders", Bucket: 2, Worker: "worker-a", Epoch: 3,
 		Peer: "worker-b", Reason: "over fair share 2"})
-	pass.End(observability.PassSummary{Members: 2, FairShare: 2, Owned: 2, Claimed: 1, Stolen: 1, Given: 1})
+	pass.End(observability.PassSummary{LiveWorkers: 2, FairShare: 2, Owned: 2, Claimed: 1, Stolen: 1, Given: 1})
 
 	printSpans(spans.GetSpans(), observability.AttrBucket, observability.AttrEpoch,
 		observability.AttrPeer, observability.AttrEvidence, observability.AttrOwned)
@@ -218,7 +218,7 @@ func ExampleTelemetry_RegisterStatus() {
 		// Real code returns a snapshot the coordinator keeps (an
 		// atomic.Pointer), never asks the actor.
 		return observability.SubscriptionStatus{
-			Subscription: "orders", Worker: "worker-a", Buckets: 4, Members: 2,
+			Subscription: "orders", Worker: "worker-a", Buckets: 4, LiveWorkers: 2,
 			Owned: []observability.BucketStatus{
 				{Bucket: 0, Epoch: 1, State: "live", Checkpoint: 990, LagEvents: 10, LagSeconds: 0.2},
 				{Bucket: 1, Epoch: 5, State: "catching_up", Checkpoint: 500, LagEvents: 500, LagSeconds: 30},

@@ -106,7 +106,7 @@ const (
 	AttrDirective    = "kumi.directive"     // supervision directive
 	AttrRestarts     = "kumi.restarts"      // failures within the window
 	AttrBackoff      = "kumi.backoff"       // restart backoff, seconds
-	AttrMembers      = "kumi.members"       // live workers seen by a pass
+	AttrLiveWorkers  = "kumi.live_workers"  // live workers seen by a pass
 	AttrFairShare    = "kumi.fair_share"    // ceil(N / live workers)
 	AttrOwned        = "kumi.owned"         // buckets owned after a pass
 	AttrClaimed      = "kumi.claimed"       // buckets claimed in a pass

@@ -30,14 +30,14 @@ func TestOwnershipChangeSpans(t *testing.T) {
 		}
 		h.tel.OwnershipChange(ctx, c)
 	}
-	pass.End(observability.PassSummary{Members: 2, FairShare: 5, Owned: 5, Claimed: 1, Taken: 1, Stolen: 1, Given: 1, Shed: 1, Released: 1, Lost: 2})
+	pass.End(observability.PassSummary{LiveWorkers: 2, FairShare: 5, Owned: 5, Claimed: 1, Taken: 1, Stolen: 1, Given: 1, Shed: 1, Released: 1, Lost: 2})
 
 	rec := h.ended(observability.SpanReconcile)
 	require.Len(t, rec, 1)
 	ra := attrs(rec[0])
 	assert.Equal(t, "orders", ra[observability.AttrSubscription])
 	assert.Equal(t, "w1", ra[observability.AttrWorker])
-	assert.EqualValues(t, 2, ra[observability.AttrMembers])
+	assert.EqualValues(t, 2, ra[observability.AttrLiveWorkers])
 	assert.EqualValues(t, 5, ra[observability.AttrFairShare])
 	assert.EqualValues(t, 2, ra[observability.AttrLost])
 
@@ -113,9 +113,9 @@ func TestReconcileMetrics(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	_, p := h.tel.StartReconcile(ctx, "orders", "w1")
-	p.End(observability.PassSummary{Members: 1, FairShare: 4, Owned: 4, Claimed: 4})
+	p.End(observability.PassSummary{LiveWorkers: 1, FairShare: 4, Owned: 4, Claimed: 4})
 	_, p = h.tel.StartReconcile(ctx, "orders", "w1")
-	p.End(observability.PassSummary{Members: 2, FairShare: 2, Owned: 4, Shed: 2}) // shed alone is no rebalance
+	p.End(observability.PassSummary{LiveWorkers: 2, FairShare: 2, Owned: 4, Shed: 2}) // shed alone is no rebalance
 	_, p = h.tel.StartReconcile(ctx, "orders", "w1")
 	p.End(observability.PassSummary{Err: errors.New("db down")})
 

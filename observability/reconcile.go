@@ -12,13 +12,27 @@ import (
 
 // PassSummary is what a reconcile pass did, reported when it ends.
 type PassSummary struct {
-	// Members is the number of live workers the pass saw, FairShare
-	// ceil(N / Members), Owned the buckets held after the pass.
-	Members, FairShare, Owned int
+	// LiveWorkers is the number of live workers the pass saw, FairShare
+	// ceil(N / LiveWorkers), Owned the buckets held after the pass.
+	LiveWorkers, FairShare, Owned int
 	// Counts of this pass's ownership changes, by kind.
 	Claimed, Taken, Stolen, Given, Shed, Released, Lost int
 	// Err is the error that cut the pass short, if any.
 	Err error
+	// Members is the former name of LiveWorkers, read when LiveWorkers is
+	// zero.
+	//
+	// Deprecated: use LiveWorkers.
+	Members int
+}
+
+// liveWorkers is LiveWorkers, or the deprecated Members a caller may
+// still set instead.
+func (s PassSummary) liveWorkers() int {
+	if s.LiveWorkers == 0 {
+		return s.Members
+	}
+	return s.LiveWorkers
 }
 
 func (s PassSummary) changed() bool {
@@ -61,7 +75,7 @@ func (r ReconcileSpan) End(s PassSummary) {
 	}
 	if r.span.IsRecording() {
 		r.span.SetAttributes(
-			attribute.Int(AttrMembers, s.Members),
+			attribute.Int(AttrLiveWorkers, s.liveWorkers()),
 			attribute.Int(AttrFairShare, s.FairShare),
 			attribute.Int(AttrOwned, s.Owned),
 			attribute.Int(AttrClaimed, s.Claimed),

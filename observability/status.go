@@ -16,10 +16,15 @@ type SubscriptionStatus struct {
 	Worker       string `json:"worker"`
 	// Buckets is the subscription's bucket count N.
 	Buckets int `json:"buckets"`
-	// Members is the number of live workers last seen.
-	Members int `json:"members,omitempty"`
+	// LiveWorkers is the number of live workers last seen.
+	LiveWorkers int `json:"live_workers,omitempty"`
 	// Owned lists the buckets this worker holds, in any order.
 	Owned []BucketStatus `json:"owned"`
+	// Members is the former name of LiveWorkers, read when LiveWorkers is
+	// zero; [Telemetry.Status] returns both set alike.
+	//
+	// Deprecated: use LiveWorkers.
+	Members int `json:"-"`
 }
 
 // BucketStatus is one owned bucket.
@@ -82,6 +87,10 @@ func (t *Telemetry) Status() []SubscriptionStatus {
 	out := make([]SubscriptionStatus, 0, len(fs))
 	for _, f := range fs {
 		s := f()
+		if s.LiveWorkers == 0 {
+			s.LiveWorkers = s.Members
+		}
+		s.Members = s.LiveWorkers
 		owned := append([]BucketStatus(nil), s.Owned...)
 		sort.Slice(owned, func(i, j int) bool { return owned[i].Bucket < owned[j].Bucket })
 		if owned == nil {

@@ -149,7 +149,7 @@ func checkConsole(t *testing.T, page string, buckets int) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		var st console.State
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
-		return st.Buckets == buckets && st.Category == category && len(st.Rows) == buckets && st.LiveMembers > 0
+		return st.Buckets == buckets && st.Category == category && len(st.Rows) == buckets && st.LiveWorkers > 0
 	}, "the console shows the demo's %d buckets and its live workers", buckets)
 }
 
@@ -325,7 +325,7 @@ func TestInspectReadsWithoutJoining(t *testing.T) {
 	in, err := inspect.Inspect(ctx, store, "demo", category)
 	require.NoError(t, err)
 	require.Empty(t, in.Rows)
-	require.Empty(t, in.Members)
+	require.Empty(t, in.Workers)
 }
 
 func TestShortChangesOnlyTheDefaults(t *testing.T) {

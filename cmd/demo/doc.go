@@ -61,7 +61,7 @@
 // The demo serves the web console (package console, read-only) on a free
 // loopback port and prints its address for the demo's subscription among
 // its first lines (plain mode) or at the head of the live view's database
-// line: the bucket map, members, dead letters and ownership timeline of the
+// line: the bucket map, workers, dead letters and ownership timeline of the
 // run, updated every second. -console HOST:PORT serves it elsewhere,
 // -console off not at all.
 //

@@ -274,11 +274,11 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 
 	var cut []string
 	owned := s.in.OwnedBy()
-	members := map[string]bool{}
-	for _, m := range s.in.Members {
-		members[m.Worker] = m.Live && !m.SessionGone
+	inPool := map[string]bool{}
+	for _, w := range s.in.Workers {
+		inPool[w.Worker] = w.Live && !w.SessionGone
 	}
-	add("%sWORKER  PID      STATE     MEMBER  BUCKETS  HANDLED  RATE%s", c.bold, c.reset)
+	add("%sWORKER  PID      STATE     POOL    BUCKETS  HANDLED  RATE%s", c.bold, c.reset)
 	stopped := 0
 	for _, p := range d.fleet.all() {
 		state := p.State()
@@ -286,16 +286,16 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 			stopped++
 			continue
 		}
-		member := "-"
-		if live, ok := members[p.name]; ok {
-			member = map[bool]string{true: "live", false: "lapsed"}[live]
+		pool := "-"
+		if live, ok := inPool[p.name]; ok {
+			pool = map[bool]string{true: "live", false: "lapsed"}[live]
 		}
 		rate := d.wrate[p.name]
 		if state != stateRunning && state != stateLeaving {
 			rate = 0
 		}
 		add("%s  %-7d  %-8s  %-6s  %7d  %7d  %4.0f/s", c.worker(p.name, fmt.Sprintf("%-6s", p.name)), p.Pid(),
-			state, member, owned[p.name], s.byWorker[p.name], rate)
+			state, pool, owned[p.name], s.byWorker[p.name], rate)
 	}
 	if stopped > 0 {
 		cut = append(cut, fmt.Sprintf("%d stopped workers", stopped))

@@ -20,12 +20,12 @@ import (
 const hostile = "w\x1b[2J\a\r\u009b31m\x7f\u202eevil\tx\ny"
 
 // testDemo is a demo with a sample of its own and no processes.
-func testDemo(t *testing.T, rows []inspect.BucketRow, members []leasestore.Member) *demo {
+func testDemo(t *testing.T, rows []inspect.BucketRow, workers []leasestore.WorkerState) *demo {
 	t.Helper()
 	d := &demo{cfg: config{buckets: len(rows), duration: time.Minute, lease: "row", ttl: time.Second},
 		db: &database{describe: "test"}, fleet: &fleet{}, prod: &producer{}, phase: "running",
 		wrate: map[string]float64{}, warned: map[string]bool{}, start: time.Now(), tui: true}
-	d.cur = &sample{at: time.Now(), in: inspect.Inspection{Buckets: len(rows), Rows: rows, Members: members},
+	d.cur = &sample{at: time.Now(), in: inspect.Inspection{Buckets: len(rows), Rows: rows, Workers: workers},
 		byWorker: map[string]int64{}}
 	return d
 }
@@ -50,7 +50,7 @@ func TestViewEscapesWhatItReadsFromTheDatabase(t *testing.T) {
 		r.Bucket, r.Owner, r.Epoch = b, hostile, 1
 		return r
 	}
-	d := testDemo(t, []inspect.BucketRow{row(0), row(1)}, []leasestore.Member{{Worker: hostile, Live: true}})
+	d := testDemo(t, []inspect.BucketRow{row(0), row(1)}, []leasestore.WorkerState{{Worker: hostile, Live: true}})
 	d.ownership(nil, d.cur)
 	lines := d.frame(200, 0)
 	requireTermSafe(t, lines)

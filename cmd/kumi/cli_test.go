@@ -199,11 +199,11 @@ func TestStatus(t *testing.T) {
 		}
 	}
 
-	t.Run("TableShowsMembersOwnersAndLag", func(t *testing.T) {
+	t.Run("TableShowsWorkersOwnersAndLag", func(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "status", "-s", "balances", "-c", "account")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, `subscription "balances" in schema "`+b.schema+`": 4 buckets, 4 held, 1 live members, head position 40`)
+		require.Contains(t, r.stdout, `subscription "balances" in schema "`+b.schema+`": 4 buckets, 4 held, 1 live workers, head position 40`)
 		require.Regexp(t, `(?m)^worker-a\s+row\s+yes\s+\S+ ago\s+in \S+\s+4$`, r.stdout)
 		require.Regexp(t, `(?m)^1\s+worker-a\s+1\s+in \S+\s+-\s+`+itoa(int(evs[9].Position))+`\s+`+itoa(int(wantLag[1]))+`\b`, r.stdout)
 	})
@@ -215,9 +215,9 @@ func TestStatus(t *testing.T) {
 		require.Equal(t, "balances", st.Subscription)
 		require.Equal(t, n, st.BucketCount)
 		require.EqualValues(t, 40, st.Head)
-		require.Len(t, st.Members, 1)
-		require.True(t, st.Members[0].Live)
-		require.Equal(t, n, st.Members[0].Owns)
+		require.Len(t, st.Workers, 1)
+		require.True(t, st.Workers[0].Live)
+		require.Equal(t, n, st.Workers[0].Owns)
 		require.Len(t, st.Buckets, n)
 		for _, bk := range st.Buckets {
 			require.Equal(t, "worker-a", bk.Owner)
@@ -256,7 +256,7 @@ func TestStatus(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "status", "-s", "balances", "--json")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Len(t, decode[statusOut](t, r.stdout).Members, 1, "status must not register itself as a member")
+		require.Len(t, decode[statusOut](t, r.stdout).Workers, 1, "status must not register itself as a worker")
 	})
 }
 
@@ -531,10 +531,10 @@ func TestRelinquish(t *testing.T) {
 		require.Equal(t, exitRuntime, r.code)
 		require.Contains(t, r.stderr, "has no owner")
 	})
-	t.Run("RefusesATargetThatIsNotAMember", func(t *testing.T) {
+	t.Run("RefusesATargetThatIsNotAWorker", func(t *testing.T) {
 		r := b.run(t, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--to", "ghost")
 		require.Equal(t, exitUsage, r.code)
-		require.Contains(t, r.stderr, "--to ghost: not a live member")
+		require.Contains(t, r.stderr, "--to ghost: not a live worker")
 	})
 	t.Run("RefusesTheOwnerAsTarget", func(t *testing.T) {
 		r := b.run(t, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--to", "worker-a")

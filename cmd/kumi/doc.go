@@ -5,12 +5,12 @@
 //	kumi [--database-url URL] [--schema NAME] <command>
 //
 //	migrate                      create or upgrade the tables (--group-size N builds a consumer-group index)
-//	status [-s SUB] [-c CAT]     members; per bucket: owner, epoch, lease expiry, pending claim, checkpoint, lag
+//	status [-s SUB] [-c CAT]     workers; per bucket: owner, epoch, lease expiry, pending claim, checkpoint, lag
 //	dead-letters list|show|replay|discard
 //	checkpoints show|reset       reset refuses while a live owner holds the bucket, unless --force
 //	relinquish -s SUB --bucket B ask the bucket's owner to drain it and hand it over
 //	resize -s SUB --buckets M    change the bucket count online (--cancel, --no-wait; docs/resize.md)
-//	console [--listen ADDR]      serve the web console: bucket map, members, dead letters, timeline (docs/console.md)
+//	console [--listen ADDR]      serve the web console: bucket map, workers, dead letters, timeline (docs/console.md)
 //
 // The database comes from --database-url or DATABASE_URL, and is never
 // printed with its password. Exit status: 0 success, 1 a runtime error (the
@@ -29,7 +29,7 @@
 // # Relinquish
 //
 // `relinquish` places a pending two-phase claim on the bucket in the name of
-// a live member other than the owner (by default the least loaded one), so
+// a live worker other than the owner (by default the least loaded one), so
 // the owner drains the bucket's reader, flushes its checkpoint and hands it
 // over exactly as it would to a joining worker (leasestore.RequestHandoff).
 //

@@ -34,7 +34,7 @@ type cli struct {
 	Schema      string `name:"schema" env:"KUMI_SCHEMA" default:"kumi" placeholder:"NAME" help:"Schema holding kumi's tables."`
 
 	Migrate     migrateCmd     `cmd:"" help:"Create or upgrade kumi's tables (event store and leases); idempotent."`
-	Status      statusCmd      `cmd:"" help:"Show members, and for each bucket its owner, epoch, lease expiry, checkpoint and lag."`
+	Status      statusCmd      `cmd:"" help:"Show workers, and for each bucket its owner, epoch, lease expiry, checkpoint and lag."`
 	DeadLetters deadLettersCmd `cmd:"" name:"dead-letters" help:"List, show, replay or discard the events a subscription gave up on."`
 	Checkpoints checkpointsCmd `cmd:"" help:"Show or reset a subscription's checkpoints."`
 	Relinquish  relinquishCmd  `cmd:"" help:"Ask the owner of a bucket to drain it and hand it over."`

@@ -18,12 +18,12 @@ type relinquishCmd struct {
 }
 
 // Run places the first phase of leasestore's two-phase handoff — a pending
-// claim — in the name of a live member other than the owner
+// claim — in the name of a live worker other than the owner
 // (leasestore.RequestHandoff, whose refusals it words). The owner's next
 // reconfirm sees it, stops the bucket's reader, flushes its checkpoint and
 // hands the bucket over; the claimant activates it on its next pass. This
 // is the path a joining worker's claim takes, so nothing is delivered
-// twice and nothing is skipped. The claim names a live member because
+// twice and nothing is skipped. The claim names a live worker because
 // leasestore treats a claim by anyone else as stale and clears it.
 func (c *relinquishCmd) Run(e *env) error {
 	if c.Wait < 0 {
@@ -75,12 +75,12 @@ func (c *relinquishCmd) refused(err error, schema string) error {
 	case leasestore.ErrTargetIsOwner:
 		return usageErrorf("--to %s: that worker is the bucket's owner", inspect.TermSafe(h.To))
 	case leasestore.ErrTargetNotLive:
-		return usageErrorf("--to %s: not a live member of %q (kumi status -s %s lists them)", inspect.TermSafe(h.To), c.Subscription, c.Subscription)
+		return usageErrorf("--to %s: not a live worker of %q (kumi status -s %s lists them)", inspect.TermSafe(h.To), c.Subscription, c.Subscription)
 	case leasestore.ErrNoOtherWorker:
 		return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
 			"(start another worker first; to stop %s, stop it gracefully)", inspect.TermSafe(row.Owner), c.Subscription, c.Bucket, inspect.TermSafe(row.Owner))
 	default: // leasestore.ErrHandoffRaced
-		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's membership); "+
+		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's liveness); "+
 			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, inspect.TermSafe(h.To), c.Subscription)
 	}
 }
@@ -89,7 +89,7 @@ func (c *relinquishCmd) refused(err error, schema string) error {
 // inspection without checkpoints or lag, for predict and watch.
 func inspection(schema string, req leasestore.HandoffRequest) inspect.Inspection {
 	in := inspect.Inspection{Schema: schema, Subscription: req.Before.Subscription, Now: req.Before.Now,
-		Buckets: req.Buckets, Members: req.Before.Members}
+		Buckets: req.Buckets, Workers: req.Before.Workers}
 	for _, b := range req.Before.Buckets {
 		in.Rows = append(in.Rows, inspect.BucketRow{BucketState: b, Live: b.Held(in.Now), Lag: -1})
 	}
@@ -118,7 +118,7 @@ func loads(in inspect.Inspection) map[string]int {
 // it (the old owner, as a rule) — and a worker below its share places
 // claims on the buckets of one above it.
 func predict(in inspect.Inspection, bucket int, owner, target string, load map[string]int) string {
-	live := max(in.LiveMembers(), 1)
+	live := max(in.LiveWorkers(), 1)
 	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
 	o, t := inspect.TermSafe(owner), inspect.TermSafe(target)
 	after := load[target] + 1 // its claim on the bucket is counted
@@ -198,15 +198,15 @@ func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before inspect.I
 // below its fair share while another is above it (nor below the floor
 // while another is above that): no pass would move a bucket.
 func settled(in inspect.Inspection) bool {
-	live := max(in.LiveMembers(), 1)
+	live := max(in.LiveWorkers(), 1)
 	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
 	owned := in.OwnedBy()
 	low, lowFloor, high, highFloor := false, false, false, false
-	for _, m := range in.Members {
-		if !m.Live || m.SessionGone {
+	for _, w := range in.Workers {
+		if !w.Live || w.SessionGone {
 			continue
 		}
-		n := owned[m.Worker]
+		n := owned[w.Worker]
 		low, lowFloor = low || n < share, lowFloor || n < floor
 		high, highFloor = high || n > share, highFloor || n > floor
 	}

@@ -222,7 +222,7 @@ func (c *resizeCmd) printWorkers(e *env, out io.Writer, store *eventsource.Store
 		return err
 	}
 	live, old := 0, []string{}
-	for _, m := range snap.Members {
+	for _, m := range snap.Workers {
 		if m.Live && !m.SessionGone {
 			live++
 			if m.Protocol < 2 {

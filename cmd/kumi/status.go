@@ -59,14 +59,14 @@ func (s *statusCmd) printOverview(e *env, subs []inspect.SubscriptionSummary) er
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE MEMBERS\tCHECKPOINTS\tDEAD LETTERS")
+	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE WORKERS\tCHECKPOINTS\tDEAD LETTERS")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.Members, s.Checkpoints, s.DeadLetters)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.LiveWorkers, s.Checkpoints, s.DeadLetters)
 	}
 	return tw.Flush()
 }
 
-// printStatus writes an inspection as two tables: members, then buckets.
+// printStatus writes an inspection as two tables: workers, then buckets.
 func printStatus(w io.Writer, in inspect.Inspection) {
 	held := 0
 	for _, r := range in.Rows {
@@ -74,8 +74,8 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 			held++
 		}
 	}
-	fmt.Fprintf(w, "subscription %q in schema %q: %d buckets, %d held, %d live members, head position %d\n",
-		in.Subscription, in.Schema, in.Buckets, held, in.LiveMembers(), in.Head)
+	fmt.Fprintf(w, "subscription %q in schema %q: %d buckets, %d held, %d live workers, head position %d\n",
+		in.Subscription, in.Schema, in.Buckets, held, in.LiveWorkers(), in.Head)
 	fmt.Fprintf(w, "(times are the database's: %s)\n", in.Now.UTC().Format(time.RFC3339))
 	resizing := in.Resize.Resizing()
 	if resizing {
@@ -85,19 +85,19 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 
 	owned := in.OwnedBy()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tKIND\tLIVE\tHEARTBEAT\tEXPIRES\tOWNS")
-	for _, m := range in.Members {
+	fmt.Fprintln(tw, "WORKER\tKIND\tLIVE\tHEARTBEAT\tEXPIRES\tOWNS")
+	for _, w := range in.Workers {
 		live := "yes"
 		switch {
-		case m.SessionGone:
+		case w.SessionGone:
 			live = "no (session gone)"
-		case !m.Live:
+		case !w.Live:
 			live = "no"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", inspect.TermSafe(m.Worker), m.Kind, live, ago(in.Now, m.Heartbeat),
-			until(in.Now, m.Expires), owned[m.Worker])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", inspect.TermSafe(w.Worker), w.Kind, live, ago(in.Now, w.Heartbeat),
+			until(in.Now, w.Expires), owned[w.Worker])
 	}
-	if len(in.Members) == 0 {
+	if len(in.Workers) == 0 {
 		fmt.Fprintln(tw, "(none)\t\t\t\t\t")
 	}
 	_ = tw.Flush()
@@ -216,7 +216,7 @@ func roundDur(d time.Duration) string {
 	}
 }
 
-type memberJSON struct {
+type workerJSON struct {
 	Worker      string    `json:"worker"`
 	Kind        string    `json:"kind"`
 	Live        bool      `json:"live"`
@@ -256,8 +256,8 @@ type statusOut struct {
 	Now          time.Time    `json:"now"`
 	Head         int64        `json:"head"`
 	BucketCount  int          `json:"bucket_count"`
-	LiveMembers  int          `json:"live_members"`
-	Members      []memberJSON `json:"members"`
+	LiveWorkers  int          `json:"live_workers"`
+	Workers      []workerJSON `json:"workers"`
 	Buckets      []bucketJSON `json:"buckets"`
 	// Generation is the serving generation; Resize the running resize,
 	// if any (its state, the next generation and bucket count, the cut).
@@ -268,8 +268,8 @@ type statusOut struct {
 func statusJSON(in inspect.Inspection) statusOut {
 	owned := in.OwnedBy()
 	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
-		Head: in.Head, BucketCount: in.Buckets, LiveMembers: in.LiveMembers(),
-		Members: []memberJSON{}, Buckets: []bucketJSON{}, Generation: in.Resize.Generation}
+		Head: in.Head, BucketCount: in.Buckets, LiveWorkers: in.LiveWorkers(),
+		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Generation: in.Resize.Generation}
 	if in.Resize.Resizing() {
 		r := resizeJSON(in.Resize)
 		out.Resize = &r
@@ -278,10 +278,10 @@ func statusJSON(in inspect.Inspection) statusOut {
 	for _, s := range in.Resize.New {
 		ready[s.Slot] = s.Ready
 	}
-	for _, m := range in.Members {
-		out.Members = append(out.Members, memberJSON{Worker: m.Worker, Kind: m.Kind.String(), Live: m.Live && !m.SessionGone,
-			SessionGone: m.SessionGone, JoinedAt: m.Joined, HeartbeatAt: m.Heartbeat, ExpiresAt: m.Expires,
-			BackendPID: m.BackendPID, Owns: owned[m.Worker]})
+	for _, w := range in.Workers {
+		out.Workers = append(out.Workers, workerJSON{Worker: w.Worker, Kind: w.Kind.String(), Live: w.Live && !w.SessionGone,
+			SessionGone: w.SessionGone, JoinedAt: w.Joined, HeartbeatAt: w.Heartbeat, ExpiresAt: w.Expires,
+			BackendPID: w.BackendPID, Owns: owned[w.Worker]})
 	}
 	for _, r := range in.Rows {
 		b := bucketJSON{Bucket: r.Bucket, Generation: r.Generation, Drained: r.Drained,

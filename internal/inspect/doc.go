@@ -1,7 +1,7 @@
 // Package inspect is what kumi's operator tools share: a read-only view of
 // a subscription ([Inspect], [Subscriptions], [Known]), built from
 // leasestore's and eventsource's operator reads without joining the pool
-// as a member; connecting from a connection string without ever repeating
+// as a worker; connecting from a connection string without ever repeating
 // its password ([ConnectPool], [ParseURL], [RedactURL]); and printing what
 // the database holds so a terminal shows it rather than acts on it
 // ([TermSafe], [NewTermWriter], [TermSafeJSON]).

@@ -22,7 +22,7 @@ import (
 // `kumi status` and the console show it.
 //
 // It reads the leases with leasestore.ReadSnapshotTx, not
-// leasestore.Store.Snapshot: a leasestore.Store joins the pool as a member
+// leasestore.Store.Snapshot: a leasestore.Store joins the pool as a worker
 // when it is created, and an observer that joins changes every worker's
 // fair share.
 type Inspection struct {
@@ -42,9 +42,9 @@ type Inspection struct {
 	// bucket's part while one runs (leasestore.ReadResizeTx); zero when
 	// the subscription has no subscriptions row (no worker started it).
 	Resize leasestore.Resize
-	// Members are the subscription's membership rows, live or not, by
-	// worker id.
-	Members []leasestore.Member
+	// Workers are the subscription's worker rows, live or not, by worker
+	// id.
+	Workers []leasestore.WorkerState
 	// Rows are the buckets, by slot: the serving generation's, and during
 	// a resize the next one's after them.
 	Rows []BucketRow
@@ -70,12 +70,12 @@ type BucketRow struct {
 	Oldest time.Time
 }
 
-// LiveMembers counts the members that are live and, for session kind,
+// LiveWorkers counts the workers that are live and, for session kind,
 // whose session still holds its lock.
-func (in Inspection) LiveMembers() int {
+func (in Inspection) LiveWorkers() int {
 	n := 0
-	for _, m := range in.Members {
-		if m.Live && !m.SessionGone {
+	for _, w := range in.Workers {
+		if w.Live && !w.SessionGone {
 			n++
 		}
 	}
@@ -106,11 +106,12 @@ func notMigrated(schema string, err error) error {
 	return err
 }
 
-// Inspect reads one subscription's members, buckets and checkpoints in one
+// Inspect reads one subscription's workers, buckets and checkpoints in one
 // read-only repeatable-read transaction (leasestore.ReadSnapshotTx and
 // eventsource.Store.ProgressTx, leasestore.ReadResizeTx), and — when
 // category is not "" — each bucket's lag behind its checkpoint
-// (eventsource.Store.BucketLagUntil, one query per bucket). It writes nothing and takes no lock a worker waits
+// (eventsource.Store.BucketLagUntil, one query per bucket). It writes
+// nothing and takes no lock a worker waits
 // for.
 func Inspect(ctx context.Context, store *eventsource.Store, subscription, category string) (Inspection, error) {
 	if err := eventsource.ValidateSubscription(subscription); err != nil {
@@ -142,7 +143,7 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 	if err != nil {
 		return Inspection{}, notMigrated(store.Schema(), err)
 	}
-	in.Now, in.Head, in.Members = progress.Now, progress.Head, snap.Members
+	in.Now, in.Head, in.Workers = progress.Now, progress.Head, snap.Workers
 	checkpoints := make(map[int]eventsource.Checkpoint, len(progress.Checkpoints))
 	for _, c := range progress.Checkpoints {
 		checkpoints[c.Bucket] = c
@@ -152,7 +153,7 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 		c := checkpoints[b.Slot]
 		in.Rows[i] = BucketRow{BucketState: b, Live: b.Held(in.Now), Checkpoint: c.Position, CheckpointAt: c.UpdatedAt, Lag: -1}
 		if b.Generation == in.Resize.Generation {
-			in.Buckets = max(in.Buckets, b.ShardCount)
+			in.Buckets = max(in.Buckets, b.BucketCount)
 		}
 	}
 	if category == "" {
@@ -167,7 +168,7 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 		case r.Generation == in.Resize.Generation && in.Resize.Resizing() && in.Resize.CutDecided:
 			until = in.Resize.Cut
 		}
-		n, oldest, err := store.BucketLagUntil(ctx, category, r.Bucket, r.ShardCount, r.Checkpoint, until)
+		n, oldest, err := store.BucketLagUntil(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint, until)
 		if err != nil {
 			return in, fmt.Errorf("lag of bucket %d: %w", r.Bucket, notMigrated(store.Schema(), err))
 		}
@@ -182,7 +183,7 @@ type SubscriptionSummary struct {
 	Subscription string `json:"subscription"`
 	Buckets      int    `json:"buckets"`              // N; 0 when it has checkpoints but no lease rows
 	Held         int    `json:"held"`                 // buckets with a live owner
-	Members      int    `json:"live_members"`         // live members
+	LiveWorkers  int    `json:"live_workers"`         // live workers
 	Checkpoints  int    `json:"checkpoints"`          // buckets with a stored checkpoint
 	DeadLetters  int    `json:"pending_dead_letters"` // pending dead letters
 }
@@ -218,7 +219,7 @@ func Subscriptions(ctx context.Context, store *eventsource.Store) ([]Subscriptio
 	}
 	for _, l := range leases {
 		s := summary(l.Subscription)
-		s.Buckets, s.Held, s.Members = l.Buckets, l.Held, l.Members
+		s.Buckets, s.Held, s.LiveWorkers = l.Buckets, l.Held, l.LiveWorkers
 	}
 	for _, st := range stats {
 		s := summary(st.Subscription)

@@ -52,7 +52,7 @@ func TestRealJaeger(t *testing.T) {
 	tel.OwnershipChange(pctx, observability.OwnershipChange{
 		Kind: observability.ChangeHandoffTake, Subscription: "orders", Bucket: 3,
 		Worker: "worker-b", Peer: "worker-a", Epoch: 7, Reason: "handoff"})
-	pass.End(observability.PassSummary{Members: 2, FairShare: 2, Owned: 2, Taken: 1})
+	pass.End(observability.PassSummary{LiveWorkers: 2, FairShare: 2, Owned: 2, Taken: 1})
 
 	// An append's trace context travels in metadata to the delivery.
 	actx, appendSpan := tp.Tracer("app").Start(ctx, "append")

@@ -5,7 +5,7 @@
 //   - FuzzParseStreamName: eventsource.ParseStreamName never panics, and a
 //     name it accepts splits back into itself, with the cardinal id the
 //     id's prefix before '+' and no control characters.
-//   - FuzzHash: eventsource.Hash and Member are deterministic, follow their
+//   - FuzzHash: eventsource.Hash and BucketOfHash are deterministic, follow their
 //     documented formula, and put every id in [0, n) for n in 1..1024. That
 //     they equal the SQL cg_hash and cg_bucket is checked against a real
 //     database by test/integration's TestHashMatchesSQL, to keep the fuzz

@@ -73,22 +73,22 @@ func FuzzHash(f *testing.F) {
 		if want := int64(binary.BigEndian.Uint64(sum[:8])); h != want {
 			t.Fatalf("Hash(%q) = %d, want the first 8 bytes of its MD5 as a big-endian int64 (%d)", id, h, want)
 		}
-		m := eventsource.Member(h, n)
+		m := eventsource.BucketOfHash(h, n)
 		if m < 0 || m >= n {
-			t.Fatalf("Member(Hash(%q), %d) = %d, outside [0, %d)", id, n, m, n)
+			t.Fatalf("BucketOfHash(Hash(%q), %d) = %d, outside [0, %d)", id, n, m, n)
 		}
-		if m2 := eventsource.Member(h, n); m2 != m {
-			t.Fatalf("Member not deterministic: %d, %d", m, m2)
+		if m2 := eventsource.BucketOfHash(h, n); m2 != m {
+			t.Fatalf("BucketOfHash not deterministic: %d, %d", m, m2)
 		}
 		if int64(m) != ((h%int64(n))+int64(n))%int64(n) {
-			t.Fatalf("Member(%d, %d) = %d, not the non-negative remainder", h, n, m)
+			t.Fatalf("BucketOfHash(%d, %d) = %d, not the non-negative remainder", h, n, m)
 		}
-		if eventsource.Member(h, 1) != 0 {
-			t.Fatalf("Member(%d, 1) != 0", h)
+		if eventsource.BucketOfHash(h, 1) != 0 {
+			t.Fatalf("BucketOfHash(%d, 1) != 0", h)
 		}
 		if sn, err := eventsource.ParseStreamName("c-" + id); err == nil {
-			if got := eventsource.BucketOf(sn, n); got != eventsource.Member(eventsource.Hash(sn.CardinalID), n) {
-				t.Fatalf("BucketOf(%q, %d) = %d, not the member of its cardinal id's hash", sn.Name, n, got)
+			if got := eventsource.BucketOf(sn, n); got != eventsource.BucketOfHash(eventsource.Hash(sn.CardinalID), n) {
+				t.Fatalf("BucketOf(%q, %d) = %d, not the bucket of its cardinal id's hash", sn.Name, n, got)
 			}
 			whole, err := eventsource.ParseStreamName("c-" + sn.CardinalID + "+other")
 			if err == nil && eventsource.BucketOf(whole, n) != eventsource.BucketOf(sn, n) {

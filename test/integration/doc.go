@@ -22,7 +22,7 @@
 // Triggers log, inside the writers' own transactions, every change of a
 // bucket's owner (with the previous owner's expiry, the taker's now() and
 // whether the taker holds the previous owner's session lock), every pass
-// (membership heartbeat), every checkpoint write and every delivery the
+// (worker heartbeat), every checkpoint write and every delivery the
 // workers' sink records, by whose session (application_name is the worker
 // id). A poller reads the lease and checkpoint tables every 20 ms, and the
 // harness reads each worker's /metrics directly (never through its proxy)

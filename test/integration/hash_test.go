@@ -15,7 +15,7 @@ import (
 
 // TestHashMatchesSQL is the database half of test/fuzz's FuzzHash: for a
 // table of cardinal ids — the fuzz seeds among them — and group sizes, the
-// Go hash and member equal the SQL cg_hash and cg_bucket of a migrated
+// Go hash and bucket equal the SQL cg_hash and cg_bucket of a migrated
 // store, which a bucket read relies on.
 func TestHashMatchesSQL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -39,15 +39,15 @@ func TestHashMatchesSQL(t *testing.T) {
 	}
 	checked := 0
 	var id string
-	var n, member int
+	var n, bucket int
 	var hash int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &n, &hash, &member}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &n, &hash, &bucket}, func() error {
 		checked++
 		if got := eventsource.Hash(id); got != hash {
 			t.Errorf("Hash(%q) = %d, SQL cg_hash = %d", id, got, hash)
 		}
-		if got := eventsource.Member(eventsource.Hash(id), n); got != member {
-			t.Errorf("Member(Hash(%q), %d) = %d, SQL cg_bucket = %d", id, n, got, member)
+		if got := eventsource.BucketOfHash(eventsource.Hash(id), n); got != bucket {
+			t.Errorf("BucketOfHash(Hash(%q), %d) = %d, SQL cg_bucket = %d", id, n, got, bucket)
 		}
 		return nil
 	})

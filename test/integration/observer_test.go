@@ -25,8 +25,8 @@ import (
 //   - every change of a bucket's owner or epoch, with the previous owner's
 //     expiry, the taker's now(), and whether the taker holds the previous
 //     owner's session lock (liveness evidence) — obs_lease_log;
-//   - every membership heartbeat, that is every pass a worker completes —
-//     obs_member_log;
+//   - every worker heartbeat, that is every pass a worker completes —
+//     obs_worker_log;
 //   - every checkpoint write, old and new value — obs_checkpoint_log;
 //   - every delivery the sink records, first or duplicate, and by whose
 //     session (application_name is the worker id) — obs_delivery_log;
@@ -62,24 +62,24 @@ CREATE TRIGGER obs_lease AFTER UPDATE ON {{s}}.lease_buckets FOR EACH ROW
     WHEN (OLD.owner IS DISTINCT FROM NEW.owner OR OLD.epoch IS DISTINCT FROM NEW.epoch)
     EXECUTE FUNCTION {{s}}.obs_lease();
 
-CREATE TABLE IF NOT EXISTS {{s}}.obs_member_log (
+CREATE TABLE IF NOT EXISTS {{s}}.obs_worker_log (
     id bigserial PRIMARY KEY,
     subscription text NOT NULL, worker text NOT NULL, op text NOT NULL,
     heartbeat_at timestamptz, expires_at timestamptz, at timestamptz NOT NULL);
-CREATE OR REPLACE FUNCTION {{s}}.obs_member() RETURNS trigger LANGUAGE plpgsql AS $f$
+CREATE OR REPLACE FUNCTION {{s}}.obs_worker() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        INSERT INTO {{s}}.obs_member_log (subscription, worker, op, heartbeat_at, expires_at, at)
+        INSERT INTO {{s}}.obs_worker_log (subscription, worker, op, heartbeat_at, expires_at, at)
         VALUES (OLD.subscription, OLD.worker, TG_OP, OLD.heartbeat_at, OLD.expires_at, clock_timestamp());
     ELSE
-        INSERT INTO {{s}}.obs_member_log (subscription, worker, op, heartbeat_at, expires_at, at)
+        INSERT INTO {{s}}.obs_worker_log (subscription, worker, op, heartbeat_at, expires_at, at)
         VALUES (NEW.subscription, NEW.worker, TG_OP, NEW.heartbeat_at, NEW.expires_at, clock_timestamp());
     END IF;
     RETURN NULL;
 END $f$;
-DROP TRIGGER IF EXISTS obs_member ON {{s}}.lease_workers;
-CREATE TRIGGER obs_member AFTER INSERT OR UPDATE OR DELETE ON {{s}}.lease_workers FOR EACH ROW
-    EXECUTE FUNCTION {{s}}.obs_member();
+DROP TRIGGER IF EXISTS obs_worker ON {{s}}.lease_workers;
+CREATE TRIGGER obs_worker AFTER INSERT OR UPDATE OR DELETE ON {{s}}.lease_workers FOR EACH ROW
+    EXECUTE FUNCTION {{s}}.obs_worker();
 
 CREATE TABLE IF NOT EXISTS {{s}}.obs_checkpoint_log (
     id bigserial PRIMARY KEY,
@@ -397,12 +397,12 @@ func (o *observer) ownedSummary() string {
 }
 
 // lastPass returns the start of the last pass of worker that landed
-// before t (its last membership heartbeat): the worker's EnsureHeld judges
+// before t (its last worker heartbeat): the worker's EnsureHeld judges
 // by a renewal that started no later than that.
 func (o *observer) lastPass(worker string, before time.Time) time.Time {
 	o.t.Helper()
 	var at *time.Time
-	err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT max(heartbeat_at) FROM %s.obs_member_log
+	err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT max(heartbeat_at) FROM %s.obs_worker_log
 		WHERE subscription = $1 AND worker = $2 AND at < $3`, o.q), o.sub, worker, before).Scan(&at)
 	if err != nil || at == nil {
 		o.t.Fatalf("observer: last pass of %s: %v", worker, err)
@@ -443,7 +443,7 @@ func (o *observer) deadLetters() int64 {
 // the last of them did, false after timeout.
 func (o *observer) waitWorking(workers []string, t time.Time, timeout time.Duration) (time.Time, bool) {
 	q := fmt.Sprintf(`SELECT w,
-		(SELECT min(at) FROM %[1]s.obs_member_log m WHERE m.subscription = $1 AND m.worker = w AND m.heartbeat_at > $3),
+		(SELECT min(at) FROM %[1]s.obs_worker_log m WHERE m.subscription = $1 AND m.worker = w AND m.heartbeat_at > $3),
 		(SELECT min(at) FROM %[1]s.obs_delivery_log d WHERE d.subscription = $1 AND d.app = w AND d.at > $3)
 		FROM unnest($2::text[]) AS w`, o.q)
 	deadline := time.Now().Add(timeout)

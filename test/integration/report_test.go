@@ -278,12 +278,12 @@ func (o *observer) transitions(ctx context.Context) []transition {
 }
 
 // passes returns the start of every pass each worker completed (its
-// membership heartbeats), in order.
+// worker heartbeats), in order.
 func (o *observer) passes(ctx context.Context) map[string][]time.Time {
-	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT worker, heartbeat_at FROM %s.obs_member_log
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT worker, heartbeat_at FROM %s.obs_worker_log
 		WHERE subscription = $1 AND op <> 'DELETE' ORDER BY id`, o.q), o.sub)
 	if err != nil {
-		o.t.Fatalf("observer: member log: %v", err)
+		o.t.Fatalf("observer: worker log: %v", err)
 	}
 	out := map[string][]time.Time{}
 	var w string
@@ -295,7 +295,7 @@ func (o *observer) passes(ctx context.Context) map[string][]time.Time {
 		return nil
 	})
 	if err != nil {
-		o.t.Fatalf("observer: member log: %v", err)
+		o.t.Fatalf("observer: worker log: %v", err)
 	}
 	return out
 }

@@ -92,14 +92,14 @@
         return;
       }
       tbody.replaceChildren(...subs.map((s) => row([
-        link(root + 's/' + seg(s.subscription), s.subscription), s.buckets, s.held, s.live_members,
+        link(root + 's/' + seg(s.subscription), s.subscription), s.buckets, s.held, s.live_workers,
         s.checkpoints,
         s.pending_dead_letters ? link(root + 's/' + seg(s.subscription) + '/letters', s.pending_dead_letters) : '0',
       ])));
     });
   }
 
-  // The subscription: the bucket map, its members, the timeline.
+  // The subscription: the bucket map, its workers, the timeline.
   function subscription() {
     let selected = null;
     let state = null;
@@ -118,7 +118,7 @@
       const s = state;
       const held = s.buckets.filter((b) => b.live).length;
       document.getElementById('stats').textContent = s.bucket_count + ' buckets, ' + held + ' held, ' +
-        s.live_members + ' live members, head position ' + s.head + (s.category ? ', category ' + s.category : '') +
+        s.live_workers + ' live workers, head position ' + s.head + (s.category ? ', category ' + s.category : '') +
         ' · database time ' + new Date(s.now).toISOString() + (s.resize ? ' · ' + s.resize.text : '');
 
       const maxLag = Math.max(1, ...s.buckets.map((b) => b.lag || 0));
@@ -148,7 +148,7 @@
       if (!s.buckets.length) map.replaceChildren(el('p', 'note', 'no buckets: no worker has started this subscription'));
       detail();
 
-      document.getElementById('members').replaceChildren(...s.members.map((m) => {
+      document.getElementById('workers').replaceChildren(...s.workers.map((m) => {
         const sw = el('span', 'swatch');
         sw.style.background = colour(m.worker);
         return row([sw, m.worker, m.kind, m.session_gone ? 'no (session gone)' : m.live ? 'yes' : 'no',
