@@ -632,10 +632,10 @@ type Status struct {
 
 // ResizeStatus is a resize in progress, as a group's last pass read it.
 type ResizeStatus struct {
-	State       leasestore.ResizeState `json:"state"`
-	NextBuckets int                    `json:"next_buckets,omitempty"`
-	Cut         int64                  `json:"cut,omitempty"`
-	CutDecided  bool                   `json:"cut_decided,omitempty"`
+	State       leasestore.ResizeState `json:"state"`                  // leasestore.ResizeSteady when none runs
+	NextBuckets int                    `json:"next_buckets,omitempty"` // M, while a resize runs
+	Cut         int64                  `json:"cut,omitempty"`          // C, once CutDecided
+	CutDecided  bool                   `json:"cut_decided,omitempty"`  // the state is cut or switched
 }
 
 // Status returns the buckets this worker owns with their epochs,
