@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -164,13 +167,24 @@ func TestResizeCommand(t *testing.T) {
 	r = b.run(t, "resize", "-s", "orders", "--cancel")
 	require.Equal(t, exitRuntime, r.code, r.stderr)
 	require.Contains(t, r.stderr, "too late to cancel: the resize of orders (8 → 16) switched at ")
-	follow = make(chan result, 1)
-	go func() { follow <- b.run(t, "resize", "-s", "orders") }()
+	// The follower prints where the resize stands when it starts: the
+	// rest of the drains only once it has, so it sees the completion.
+	cmd := exec.Command(kumiBin, "resize", "-s", "orders")
+	cmd.Env = cleanEnv(b.env)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "the follower's first line")
+	require.Contains(t, lines.Text(), "switched  C = ")
 	w.drain(1, bound.Limit)
 	w.pass()
-	r = <-follow
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, "done      generation 2, 16 buckets")
+	var rest []string
+	for lines.Scan() {
+		rest = append(rest, lines.Text())
+	}
+	require.NoError(t, cmd.Wait())
+	require.Contains(t, strings.Join(rest, "\n"), "done      generation 2, 16 buckets")
 }
 
 // After a resize a dead letter says which generation's bucket gave up on
