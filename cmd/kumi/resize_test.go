@@ -133,6 +133,9 @@ func TestResizeCommand(t *testing.T) {
 	require.Equal(t, "sealing", st.Resize.State)
 	require.Equal(t, 8, st.Resize.NextBuckets)
 	require.Len(t, st.Buckets, 12, "both generations' buckets")
+	r = b.run(t, "status")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^orders\s+4\s+.*resizing 4 → 8, sealing$`, r.stdout)
 
 	follow := make(chan result, 1)
 	go func() { follow <- b.run(t, "resize", "-s", "orders", "--json") }()

@@ -61,7 +61,11 @@ func (s *statusCmd) printOverview(e *env, subs []inspect.SubscriptionSummary) er
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE WORKERS\tCHECKPOINTS\tDEAD LETTERS")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.LiveWorkers, s.Checkpoints, s.DeadLetters)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.LiveWorkers, s.Checkpoints, s.DeadLetters)
+		if s.Resize != "" {
+			fmt.Fprintf(tw, "\tresizing %s", s.Resize)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -186,21 +186,36 @@ type SubscriptionSummary struct {
 	LiveWorkers  int    `json:"live_workers"`         // live workers
 	Checkpoints  int    `json:"checkpoints"`          // buckets with a stored checkpoint
 	DeadLetters  int    `json:"pending_dead_letters"` // pending dead letters
+	// Resize says a running resize's counts and state ("8 → 32, switched");
+	// "" when none runs.
+	Resize string `json:"resize,omitempty"`
 }
 
 // Subscriptions lists every subscription that has lease rows, checkpoints
 // or dead letters in the store's schema, sorted by name: the lease
 // table's (leasestore.ListSubscriptionsTx) and the store's
-// (eventsource.Store.SubscriptionsTx), read in one read-only
-// repeatable-read transaction.
+// (eventsource.Store.SubscriptionsTx), with each one's running resize
+// (leasestore.ReadResizeTx), read in one read-only repeatable-read
+// transaction.
 func Subscriptions(ctx context.Context, store *eventsource.Store) ([]SubscriptionSummary, error) {
 	var leases []leasestore.SubscriptionLeases
 	var stats []eventsource.SubscriptionStats
+	resizing := map[string]string{}
 	err := pgx.BeginTxFunc(ctx, store.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			var err error
 			if leases, err = leasestore.ListSubscriptionsTx(ctx, tx, store.Schema()); err != nil {
 				return err
+			}
+			for _, l := range leases {
+				r, err := leasestore.ReadResizeTx(ctx, tx, store.Schema(), l.Subscription)
+				switch {
+				case errors.Is(err, leasestore.ErrNoSubscription):
+				case err != nil:
+					return err
+				case r.Resizing():
+					resizing[l.Subscription] = fmt.Sprintf("%d → %d, %s", r.Buckets, r.NextBuckets, r.State)
+				}
 			}
 			stats, err = store.SubscriptionsTx(ctx, tx)
 			return err
@@ -220,6 +235,7 @@ func Subscriptions(ctx context.Context, store *eventsource.Store) ([]Subscriptio
 	for _, l := range leases {
 		s := summary(l.Subscription)
 		s.Buckets, s.Held, s.LiveWorkers = l.Buckets, l.Held, l.LiveWorkers
+		s.Resize = resizing[l.Subscription]
 	}
 	for _, st := range stats {
 		s := summary(st.Subscription)
