@@ -50,7 +50,7 @@ type ResizeRequest struct {
 
 // Resize is a subscription's generation and resize as the database has them.
 type Resize struct {
-	Subscription string
+	Subscription string      // the subscription
 	Generation   int         // the serving generation g
 	Buckets      int         // its bucket count N
 	State        ResizeState // ResizeSteady when no resize runs
