@@ -88,7 +88,7 @@ type Runtime struct {
 	replica *eventsource.ReadReplica
 	// bucketLag counts a bucket's backlog for the lag metrics: on the
 	// standby with a read pool.
-	bucketLag func(ctx context.Context, category string, bucket, buckets int, after int64) (int64, time.Time, error)
+	bucketLag func(ctx context.Context, category string, bucket, buckets int, after, until int64) (int64, time.Time, error)
 	// published is the publisher's position: every event up to it was
 	// posted to its subscribers, or read before they subscribed.
 	published atomic.Int64
@@ -161,7 +161,7 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
 		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
-	rt.reads, rt.bucketLag, rt.unregisterReplica = store, store.BucketLag, func() {}
+	rt.reads, rt.bucketLag, rt.unregisterReplica = store, store.BucketLagUntil, func() {}
 	if opts.ReadPool != nil {
 		ro := opts.ReadReplica
 		if ro.Logger == nil {
@@ -174,7 +174,7 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 		} else if err != nil {
 			return nil, err
 		}
-		rt.reads, rt.replica, rt.bucketLag = replica, replica, replica.BucketLag
+		rt.reads, rt.replica, rt.bucketLag = replica, replica, replica.BucketLagUntil
 	}
 	return rt, nil
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // maxPendingCount bounds the pending dead letters counted per look; more
@@ -25,9 +27,12 @@ type State struct {
 	Now          time.Time `json:"now"`                // the database's clock
 	Head         int64     `json:"head"`               // the store's last sequenced position
 	Buckets      int       `json:"bucket_count"`       // N; 0 before any worker started it
-	LiveWorkers  int       `json:"live_workers"`
-	Workers      []Worker  `json:"workers"` // by worker id
-	Rows         []Bucket  `json:"buckets"` // by bucket
+	Generation   int       `json:"generation"`         // the serving generation (docs/resize.md)
+	// Resize is the running resize, if any.
+	Resize      *Resize  `json:"resize,omitempty"`
+	LiveWorkers int      `json:"live_workers"`
+	Workers     []Worker `json:"workers"` // by worker id
+	Rows        []Bucket `json:"buckets"` // by slot
 	// PendingLetters counts pending dead letters, up to 1000 (then
 	// PendingMore is set).
 	PendingLetters int  `json:"pending_dead_letters"`
@@ -57,10 +62,29 @@ type Worker struct {
 	Owns            int     `json:"owns"`                  // buckets it holds live
 }
 
+// Resize is a running resize (docs/resize.md), as State carries it.
+type Resize struct {
+	State       string `json:"state"`             // sealing, cut or switched
+	NextBuckets int    `json:"next_bucket_count"` // M
+	Cut         *int64 `json:"cut,omitempty"`     // C, once decided
+	Text        string `json:"text"`              // one line saying where it stands
+}
+
 // Bucket is one bucket: its lease and its checkpoint. Durations are
 // judged against State.Now.
 type Bucket struct {
-	Bucket        int      `json:"bucket"`
+	// Bucket is the bucket's slot, the key of its lease and checkpoint and
+	// what the relinquish action takes: the bucket itself in generation 0;
+	// Label names it for people ("5", or "g1/5" for bucket 5 of
+	// generation 1).
+	Bucket     int    `json:"bucket"`
+	Label      string `json:"label"`
+	Generation int    `json:"generation"`
+	// During a resize: an old bucket's proposal and drain, a new bucket's
+	// readiness (standby until its old buckets drained).
+	Proposal      *int64   `json:"proposal,omitempty"`
+	Drained       bool     `json:"drained,omitempty"`
+	Standby       bool     `json:"standby,omitempty"`
 	Owner         string   `json:"owner"` // "" when free
 	Live          bool     `json:"live"`  // the owner's lease is unexpired
 	Epoch         int64    `json:"epoch"`
@@ -88,7 +112,7 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets,
+	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets, Generation: in.Resize.Generation,
 		LiveWorkers: in.LiveWorkers(), Workers: []Worker{}, Rows: []Bucket{},
 		PendingLetters: min(len(letters), maxPendingCount), PendingMore: len(letters) > maxPendingCount,
 		Actions: Actions{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}}
@@ -98,9 +122,23 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 			SessionGone: w.SessionGone, HeartbeatAgeSec: in.Now.Sub(w.Heartbeat).Seconds(),
 			ExpiresInSec: w.Expires.Sub(in.Now).Seconds(), Owns: owned[w.Worker]})
 	}
+	ready := map[int]bool{}
+	if rz := in.Resize; rz.Resizing() {
+		st.Resize = &Resize{State: string(rz.State), NextBuckets: rz.NextBuckets, Text: resizeText(rz)}
+		if rz.CutDecided {
+			st.Resize.Cut = ptr(rz.Cut)
+		}
+		for _, n := range rz.New {
+			ready[n.Slot] = n.Ready
+		}
+	}
 	for _, r := range in.Rows {
-		b := Bucket{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch, ClaimWorker: r.ClaimWorker,
-			Checkpoint: r.Checkpoint}
+		b := Bucket{Bucket: r.Slot, Label: label(r), Generation: r.Generation, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch,
+			ClaimWorker: r.ClaimWorker, Checkpoint: r.Checkpoint, Drained: r.Drained,
+			Standby: r.Generation > in.Resize.Generation && !ready[r.Slot]}
+		if r.Proposal >= 0 && in.Resize.Resizing() && r.Generation == in.Resize.Generation {
+			b.Proposal = ptr(r.Proposal)
+		}
 		if !r.Expires.IsZero() {
 			b.ExpiresInSec = ptr(r.Expires.Sub(in.Now).Seconds())
 		}
@@ -120,6 +158,26 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// label names a bucket for people: its number, with its generation once
+// the subscription has been resized.
+func label(r inspect.BucketRow) string {
+	if r.Generation == 0 {
+		return strconv.Itoa(r.Bucket)
+	}
+	return fmt.Sprintf("g%d/%d", r.Generation, r.Bucket)
+}
+
+// resizeText says where a running resize stands.
+func resizeText(r leasestore.Resize) string {
+	c := inspect.CountResize(r)
+	cut := "cut not decided"
+	if r.CutDecided {
+		cut = fmt.Sprintf("cut at %d", r.Cut)
+	}
+	return fmt.Sprintf("resizing %d → %d buckets (generation %d → %d), %s, %s: old drained %d/%d, new ready %d/%d",
+		r.Buckets, r.NextBuckets, r.Generation, r.Generation+1, r.State, cut, c.Drained, len(r.Old), c.Ready, len(r.New))
+}
 
 // look is one read of a subscription for its viewers: refused when the
 // schema does not know it, else inspected. Viewers share it (Console.looks).
@@ -324,10 +382,11 @@ func diff(prev, cur inspect.Inspection) []Change {
 	}
 	prevRows := map[int]inspect.BucketRow{}
 	for _, r := range prev.Rows {
-		prevRows[r.Bucket] = r
+		prevRows[r.Slot] = r
 	}
 	for _, c := range cur.Rows {
-		p, ok := prevRows[c.Bucket]
+		c.Bucket = c.Slot // the timeline names buckets by slot, as the map does
+		p, ok := prevRows[c.Slot]
 		if !ok {
 			if c.Owner != "" {
 				add(Change{Kind: kindClaim, Bucket: c.Bucket, To: c.Owner, Epoch: c.Epoch})

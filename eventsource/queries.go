@@ -68,7 +68,7 @@ const (
 	rangeOf = `LEFT JOIN LATERAL (SELECT ra.last_position - ra.last_version + e.version AS position FROM %[1]s.appends ra
   WHERE ra.stream_name = e.stream_name AND ra.first_version <= e.version AND ra.last_version >= e.version
   ORDER BY ra.first_version DESC LIMIT 1) r ON true`
-	deadLetterColumns = `subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
+	deadLetterColumns = `subscription, generation, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
 )
 
 // rangeRead is a global read: the ranges of where (on appends a, in
@@ -248,15 +248,17 @@ ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, u
 
 		// A dead letter names an event of the store; its position and
 		// stream are taken from the event, and checked against the
-		// caller's when given ($4 = 0 and $5 = '' mean "not given").
-		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters (subscription, bucket, event_id, position, stream_name, reason, attempts)
-SELECT $1, $2, e.event_id, r.position, e.stream_name, $6, $7 FROM %[1]s.events e `+rangeOf+`
+		// caller's when given ($4 = 0 and $5 = '' mean "not given"); $8 is
+		// the generation of the bucket $2.
+		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters (subscription, generation, bucket, event_id, position, stream_name, reason, attempts)
+SELECT $1, $8, $2, e.event_id, r.position, e.stream_name, $6, $7 FROM %[1]s.events e `+rangeOf+`
 WHERE e.event_id = $3 AND r.position IS NOT NULL AND ($4::bigint = 0 OR r.position = $4) AND ($5::text = '' OR e.stream_name = $5)
-ON CONFLICT (subscription, event_id) DO UPDATE SET bucket = excluded.bucket, reason = excluded.reason,
+ON CONFLICT (subscription, event_id) DO UPDATE SET generation = excluded.generation, bucket = excluded.bucket, reason = excluded.reason,
   attempts = excluded.attempts, created_at = now(), replayed_at = NULL
 RETURNING position, stream_name, created_at`, q),
 		deadLetterList: fmt.Sprintf(`SELECT %s FROM %s.dead_letters
-WHERE subscription = $1 AND ($2::int IS NULL OR bucket = $2) AND position > $3 AND ($5 OR replayed_at IS NULL)
+WHERE subscription = $1 AND ($6::int IS NULL OR generation = $6) AND ($2::int IS NULL OR bucket = $2) AND position > $3
+  AND ($5 OR replayed_at IS NULL)
 ORDER BY position, event_id LIMIT $4`, deadLetterColumns, q),
 		deadLetterGet: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, deadLetterColumns, q),
 		// A replay records its outcome only on the letter it replayed: $3
@@ -337,17 +339,19 @@ func bucketRead(q string, size int) readSQL {
 }
 
 // bucketLag counts at most $4 events of a bucket of a group of size after
-// the position $3, and the oldest one's time (Store.BucketLag): the bucket
-// read's ranges (see bucketRead), one range scan of the consumer-group
-// index, which no other index can serve, without reading the events: the
-// first $4 ranges hold at least min($4, the backlog) events, and a
-// range's time is its events'.
+// the position $3 and up to $5, and the oldest one's time
+// (Store.BucketLagUntil): the bucket read's ranges (see bucketRead), one
+// range scan of the consumer-group index, which no other index can serve,
+// without reading the events: the first $4 ranges hold at least min($4,
+// the backlog) events, a range's time is its events', and a range that
+// straddles $3 or $5 counts only its events between them.
 func bucketLag(q string, size int) string {
 	m := bucketExpr("cg_hash", size)
 	return fmt.Sprintf(`SELECT LEAST(coalesce(sum(n), 0), $4::bigint)::bigint, min(recorded_at) FROM (
-  SELECT last_position - GREATEST(last_position - last_version + first_version, $3 + 1) + 1 AS n, recorded_at
+  SELECT GREATEST(LEAST(last_position, $5::bigint) - GREATEST(last_position - last_version + first_version, $3 + 1) + 1, 0) AS n, recorded_at
   FROM %[1]s.appends
   WHERE category = $1 AND (%[2]s, last_position) > ($2, $3) AND %[2]s <= $2 AND last_position IS NOT NULL
+    AND last_position - last_version + first_version <= $5::bigint
   ORDER BY %[2]s, last_position LIMIT $4::bigint) lag`, q, m)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/kumi-run/kumi/internal/startstop"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,13 +220,19 @@ func (r *ReadReplica) HeadPosition(ctx context.Context) (int64, error) {
 // short by the bucket's share of the lag) — or on the primary while reads
 // fall back to it or when the standby fails.
 func (r *ReadReplica) BucketLag(ctx context.Context, category string, bucket, buckets int, after int64) (int64, time.Time, error) {
+	return r.BucketLagUntil(ctx, category, bucket, buckets, after, math.MaxInt64)
+}
+
+// BucketLagUntil is [Store.BucketLagUntil] on the standby, as BucketLag is
+// [Store.BucketLag].
+func (r *ReadReplica) BucketLagUntil(ctx context.Context, category string, bucket, buckets int, after, until int64) (int64, time.Time, error) {
 	if !r.fallingBack.Load() {
-		n, oldest, err := r.onStandby.BucketLag(ctx, category, bucket, buckets, after)
+		n, oldest, err := r.onStandby.BucketLagUntil(ctx, category, bucket, buckets, after, until)
 		if err == nil || ctx.Err() != nil {
 			return n, oldest, err
 		}
 	}
-	return r.primary.BucketLag(ctx, category, bucket, buckets, after)
+	return r.primary.BucketLagUntil(ctx, category, bucket, buckets, after, until)
 }
 
 // read reads one page on the standby until it covers known (see

@@ -55,7 +55,7 @@ FROM generate_series(0, 29999) AS i, LATERAL (SELECT CASE WHEN i %% 3 = 0 THEN '
 	require.NoError(t, eventsource.MigrateTo(ctx, pool, schema, 2))
 	var version int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT max(version) FROM "+q+".schema_migrations WHERE component = 'eventsource'").Scan(&version))
-	require.Equal(t, 2, version)
+	require.GreaterOrEqual(t, version, 2, "0002 applied (and any migration after it)")
 	var member, bucket bool
 	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regproc($1) IS NOT NULL, to_regproc($2) IS NOT NULL",
 		q+".cg_member", q+".cg_bucket").Scan(&member, &bucket))

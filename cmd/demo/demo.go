@@ -38,12 +38,14 @@ type step struct {
 	do   func(d *demo)
 }
 
-// scenario is the script: a join, a graceful leave, a kill -9 of the
-// busiest worker, and a replacement, spread over the run.
+// scenario is the script: a join, a resize to twice the buckets, a
+// graceful leave, a kill -9 of the busiest worker, and a replacement,
+// spread over the run.
 func scenario(duration time.Duration) []step {
 	at := func(f float64) time.Duration { return time.Duration(f * float64(duration)) }
 	return []step{
 		{at(0.22), "join", func(d *demo) { d.join("scenario") }},
+		{at(0.32), "resize", func(d *demo) { d.resize("scenario") }},
 		{at(0.42), "leave", func(d *demo) { d.leave("scenario") }},
 		{at(0.62), "kill", func(d *demo) { d.kill("scenario") }},
 		{at(0.80), "join", func(d *demo) { d.join("scenario") }},
@@ -252,6 +254,8 @@ func (d *demo) key(k byte) bool {
 		d.leave("key")
 	case 'k', 'K':
 		d.kill("key")
+	case 'r', 'R':
+		d.resize("key")
 	case 'q', 'Q', 3: // 3: Ctrl-C in raw mode
 		d.logf("key", "finishing")
 		return true

@@ -174,6 +174,7 @@ func TestShortRunLosesNothing(t *testing.T) {
 			require.Equal(t, exitOK, r.code, out)
 			for _, want := range []string{
 				" join ", "w3 started",
+				" resize ", "8 → 16 buckets requested", "done: generation 1 serves with 16 buckets",
 				" leave ", "sent SIGTERM", " left ", "stopped gracefully",
 				" kill ", "killed with SIGKILL", " gone ",
 				" took ",

@@ -1,7 +1,8 @@
 // Command demo shows kumi at work on one machine: several worker processes
 // share a subscription's buckets while a producer appends, buckets move on
-// a join, a graceful leave and a kill -9, and a final check proves that
-// every appended event was handled.
+// a join, a graceful leave and a kill -9, the subscription is resized to
+// twice its buckets while it runs, and a final check proves that every
+// appended event was handled.
 //
 //	go run ./cmd/demo [-workers 3] [-buckets 16] [-rate 200] [-duration 60s]
 //	                  [-lease row|session] [-ttl 3s] [-short] [-no-tui] [-exactly-once]
@@ -26,7 +27,13 @@
 // finishes its in-flight events, flushes its checkpoints and releases its
 // leases, so the others take over at once); a kill sends SIGKILL to the
 // worker owning the most buckets (row leases: its buckets move when their
-// ttl lapses; -lease session: at once, its session being gone).
+// ttl lapses; -lease session: at once, its session being gone). A resize
+// (docs/resize.md) changes the bucket count from -buckets to twice it, and
+// the next one back: the demo builds the index and requests it, as `kumi
+// resize --no-wait` does, and the workers do the rest; the view's
+// "buckets" line follows it (state, cut, old buckets drained, new ones
+// ready), the log records each step, and the bucket map shows both
+// generations' buckets ("g1/5": bucket 5 of generation 1).
 //
 // # The view and the check
 //
@@ -37,7 +44,7 @@
 // stopped workers and older events, and its last line says what it hid.
 // With -no-tui (or when stdout is not a terminal) it
 // prints log lines instead. Keys: a add a worker, l stop one gracefully, k
-// kill -9 the busiest, q finish; stdin goes to raw mode only when it is a
+// kill -9 the busiest, r resize, q finish; stdin goes to raw mode only when it is a
 // terminal. At the end the producer stops, the demo waits until every
 // event is in the sink, stops the workers gracefully and prints the check:
 // appended against distinct events handled. Ctrl-C, SIGTERM and SIGHUP

@@ -62,6 +62,7 @@ func (d *demo) poll() {
 		return
 	}
 	d.ownership(prev, s)
+	d.resizeNews(prev, s)
 	if dt := s.at.Sub(prev.at).Seconds(); dt > 0 {
 		d.rate = smooth(d.rate, float64(s.handled-prev.handled)/dt)
 		d.rated = true
@@ -85,16 +86,16 @@ func (d *demo) warnOnce(key, format string, args ...any) {
 // lease) changed between two samples, grouped by who took them.
 func (d *demo) ownership(prev, cur *sample) {
 	type key struct{ to, from, how string }
-	moved := map[key][]int{}
+	moved := map[key][]string{}
 	var keys []key
 	prevOwner := map[int]inspect.BucketRow{}
 	if prev != nil {
 		for _, r := range prev.in.Rows {
-			prevOwner[r.Bucket] = r
+			prevOwner[r.Slot] = r
 		}
 	}
 	for _, r := range cur.in.Rows {
-		p := prevOwner[r.Bucket]
+		p := prevOwner[r.Slot]
 		was, now := effective(p), effective(r)
 		if was == now && (now == "" || p.Epoch == r.Epoch) {
 			continue
@@ -111,10 +112,10 @@ func (d *demo) ownership(prev, cur *sample) {
 		if _, ok := moved[k]; !ok {
 			keys = append(keys, k)
 		}
-		moved[k] = append(moved[k], r.Bucket)
+		moved[k] = append(moved[k], bucketLabel(r))
 	}
 	for _, k := range keys {
-		list := joinInts(moved[k])
+		list := strings.Join(moved[k], " ")
 		switch k.how {
 		case "took":
 			from := ""
@@ -138,12 +139,13 @@ func effective(r inspect.BucketRow) string {
 	return ""
 }
 
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
+// bucketLabel names a bucket: its number, with its generation once the
+// subscription has been resized ("g1/5": bucket 5 of generation 1).
+func bucketLabel(r inspect.BucketRow) string {
+	if r.Generation == 0 {
+		return strconv.Itoa(r.Bucket)
 	}
-	return strings.Join(s, " ")
+	return fmt.Sprintf("g%d/%d", r.Generation, r.Bucket)
 }
 
 // render draws the live view, or in plain mode prints a status line every
@@ -181,8 +183,8 @@ func (d *demo) statusLine() string {
 	for _, r := range s.in.Rows {
 		lag += max(r.Lag, 0)
 	}
-	return fmt.Sprintf("appended %d · handled %d (%s) · duplicates %d · lag %d · owners %s",
-		d.prod.appended.Load(), s.handled, d.rateText(), s.deliveries-s.handled, lag, owners)
+	return fmt.Sprintf("appended %d · handled %d (%s) · duplicates %d · lag %d · %s · owners %s",
+		d.prod.appended.Load(), s.handled, d.rateText(), s.deliveries-s.handled, lag, resizeText(s.in.Resize), owners)
 }
 
 // layout is how much of the live view to show.
@@ -267,6 +269,7 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 		d.cfg.rate, s.in.Head, lag)
 	add("%shandled%s   %d distinct (%s) · %d deliveries · %d duplicates", c.dim, c.reset, s.handled, d.rateText(),
 		s.deliveries, s.deliveries-s.handled)
+	add("%sbuckets%s   %s", c.dim, c.reset, resizeText(s.in.Resize))
 	add("")
 
 	var cut []string
@@ -328,7 +331,7 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 		addTail("")
 	}
 	if d.keys != nil && d.phase == "running" {
-		addTail("%skeys: a add a worker · l graceful leave · k kill -9 the busiest · q finish%s", c.dim, c.reset)
+		addTail("%skeys: a add a worker · l graceful leave · k kill -9 the busiest · r resize · q finish%s", c.dim, c.reset)
 	}
 
 	hidden := 0
@@ -398,7 +401,7 @@ func (d *demo) bucketTable(c palette, width int) []string {
 			if r.Lag >= 0 {
 				lag = strconv.FormatInt(r.Lag, 10)
 			}
-			cells = append(cells, fmt.Sprintf("%6d %s %5d %10d %6s", r.Bucket,
+			cells = append(cells, fmt.Sprintf("%6s %s %5d %10d %6s", bucketLabel(r),
 				c.worker(r.Owner, fmt.Sprintf("%-6s", ownerText(r))), r.Epoch, r.Checkpoint, lag))
 		}
 		lines = append(lines, strings.Join(cells, "   "))
@@ -413,7 +416,7 @@ func (d *demo) bucketMap(c palette, width, room int) ([]string, int) {
 	rows := d.cur.in.Rows
 	digits, owner := 1, 1
 	for _, r := range rows {
-		digits = max(digits, len(strconv.Itoa(r.Bucket)))
+		digits = max(digits, len(bucketLabel(r)))
 		owner = max(owner, utf8.RuneCountInString(ownerText(r)))
 	}
 	cell := digits + 1 + owner
@@ -427,7 +430,7 @@ func (d *demo) bucketMap(c palette, width, room int) ([]string, int) {
 		var cells []string
 		for _, r := range rows[i:min(i+per, shown)] {
 			text := fmt.Sprintf("%-*s", owner, ownerText(r))
-			cells = append(cells, fmt.Sprintf("%*d %s", digits, r.Bucket, c.worker(r.Owner, text)))
+			cells = append(cells, fmt.Sprintf("%*s %s", digits, bucketLabel(r), c.worker(r.Owner, text)))
 		}
 		lines = append(lines, strings.Join(cells, "  "))
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,6 +39,7 @@ type dlListCmd struct {
 
 type letterJSON struct {
 	Subscription string     `json:"subscription"`
+	Generation   int        `json:"generation"`
 	Bucket       int        `json:"bucket"`
 	EventID      uuid.UUID  `json:"event_id"`
 	Position     int64      `json:"position"`
@@ -49,7 +51,7 @@ type letterJSON struct {
 }
 
 func letterOut(d eventsource.DeadLetter) letterJSON {
-	return letterJSON{Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.EventID, Position: d.Position,
+	return letterJSON{Subscription: d.Subscription, Generation: d.Generation, Bucket: d.Bucket, EventID: d.EventID, Position: d.Position,
 		Stream: d.Stream, Reason: d.Reason, Attempts: d.Attempts, CreatedAt: d.CreatedAt, ReplayedAt: d.ReplayedAt}
 }
 
@@ -89,13 +91,20 @@ func (c *dlListCmd) Run(e *env) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tBUCKET\tEVENT\tSTREAM\tATTEMPTS\tCREATED\tSTATE\tREASON")
+	// Once the subscription was resized, a bucket number means other
+	// streams in another generation: the letters say whose (docs/resize.md).
+	gens := slices.ContainsFunc(letters, func(d eventsource.DeadLetter) bool { return d.Generation > 0 })
+	head, gen := "POSITION\tBUCKET\t", func(eventsource.DeadLetter) string { return "" }
+	if gens {
+		head, gen = "POSITION\tGEN\tBUCKET\t", func(d eventsource.DeadLetter) string { return fmt.Sprintf("%d\t", d.Generation) }
+	}
+	fmt.Fprintln(tw, head+"EVENT\tSTREAM\tATTEMPTS\tCREATED\tSTATE\tREASON")
 	for _, d := range letters {
 		state := "pending"
 		if d.ReplayedAt != nil {
 			state = "replayed"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, d.Bucket, d.EventID, inspect.TermSafe(d.Stream), d.Attempts,
+		fmt.Fprintf(tw, "%d\t%s%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, gen(d), d.Bucket, d.EventID, inspect.TermSafe(d.Stream), d.Attempts,
 			d.CreatedAt.UTC().Format(time.RFC3339), state, inspect.TermSafe(oneLine(d.Reason, 60)))
 	}
 	if err := tw.Flush(); err != nil {
@@ -243,12 +252,13 @@ func (c *dlReplayCmd) Run(e *env) error {
 				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, inspect.TermSafe(d.Stream))
 				continue
 			}
-			// The one letter of this bucket at this position: positions
-			// are unique, so After = position-1, Limit 1 selects it.
-			b := d.Bucket
+			// The one letter of this bucket of this generation at this
+			// position: positions are unique, so After = position-1,
+			// Limit 1 selects it.
+			b, g := d.Bucket, d.Generation
 			want := d.EventID
 			n, err := store.ReplayDeadLetters(e.ctx, c.Subscription, eventsource.DeadLetterFilter{
-				Bucket: &b, After: d.Position - 1, Limit: 1, IncludeReplayed: c.Again},
+				Generation: &g, Bucket: &b, After: d.Position - 1, Limit: 1, IncludeReplayed: c.Again},
 				func(ctx context.Context, ev eventsource.RecordedEvent) error {
 					if ev.ID != want {
 						return fmt.Errorf("kumi replay: expected event %s, was handed %s (another replay ran at once?)", want, ev.ID)

@@ -79,7 +79,11 @@ func (s *statusCmd) printOverview(e *env, subs []inspect.SubscriptionSummary) er
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE WORKERS\tCHECKPOINTS\tDEAD LETTERS")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.LiveWorkers, s.Checkpoints, s.DeadLetters)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.LiveWorkers, s.Checkpoints, s.DeadLetters)
+		if s.Resize != "" {
+			fmt.Fprintf(tw, "\tresizing %s", s.Resize)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -97,6 +101,10 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	fmt.Fprintf(w, "(times are the database's: %s)\n", in.Now.UTC().Format(time.RFC3339))
 	if in.Standby {
 		fmt.Fprintln(w, "(read on a hot standby: leases and checkpoints as of its replay; a session worker's lock is held on the primary, so its liveness is unknown here)")
+	}
+	resizing := in.Resize.Resizing()
+	if resizing {
+		printResizeHeader(w, in.Resize)
 	}
 	fmt.Fprintln(w)
 
@@ -123,7 +131,14 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	fmt.Fprintln(w)
 
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BUCKET\tOWNER\tEPOCH\tLEASE\tCLAIM\tCHECKPOINT\tLAG")
+	if resizing {
+		fmt.Fprint(tw, "GEN\t")
+	}
+	fmt.Fprint(tw, "BUCKET\tOWNER\tEPOCH\tLEASE\tCLAIM\tCHECKPOINT\tLAG")
+	if resizing {
+		fmt.Fprint(tw, "\tRESIZE")
+	}
+	fmt.Fprintln(tw)
 	for _, r := range in.Rows {
 		owner, lease := inspect.TermSafe(r.Owner), until(in.Now, r.Expires)
 		switch {
@@ -143,7 +158,14 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 				lag += fmt.Sprintf(" (oldest %s)", ago(in.Now, r.Oldest))
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%s\n", r.Bucket, owner, r.Epoch, lease, claim, r.Checkpoint, lag)
+		if resizing {
+			fmt.Fprintf(tw, "%d\t", r.Generation)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%s", r.Bucket, owner, r.Epoch, lease, claim, r.Checkpoint, lag)
+		if resizing {
+			fmt.Fprintf(tw, "\t%s", slotState(in.Resize, r.BucketState))
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 	if in.Category == "" {
@@ -159,6 +181,43 @@ func printReplica(w io.Writer, now time.Time, st inspect.ReplicaStatus) {
 	}
 	fmt.Fprintf(w, "\nread replica: head position %d, %d events behind the primary's %d (%d bytes of WAL), last replayed commit %s%s\n",
 		st.StandbyHead, st.LagEvents, st.PrimaryHead, st.LagBytes, ago(now, st.ReplayedAt), paused)
+}
+
+// printResizeHeader says where a running resize stands.
+func printResizeHeader(w io.Writer, r leasestore.Resize) {
+	c := inspect.CountResize(r)
+	cut := "not decided"
+	if r.CutDecided {
+		cut = fmt.Sprint(r.Cut)
+	}
+	fmt.Fprintf(w, "resizing: generation %d → %d, %d → %d buckets, state %s, cut %s\n",
+		r.Generation, r.Generation+1, r.Buckets, r.NextBuckets, r.State, cut)
+	fmt.Fprintf(w, "  requested %s%s; old proposed %d/%d, drained %d/%d; new ready %d/%d\n",
+		r.RequestedAt.UTC().Format(time.RFC3339), by(r.RequestedBy), c.Proposed, len(r.Old), c.Drained, len(r.Old),
+		c.Ready, len(r.New))
+}
+
+// slotState is a bucket's part in a running resize: an old bucket's
+// proposal and drain, a new bucket's feeders and readiness.
+func slotState(r leasestore.Resize, b leasestore.BucketState) string {
+	if b.Generation == r.Generation {
+		switch {
+		case b.Drained:
+			return "drained"
+		case r.CutDecided:
+			return "draining to the cut"
+		case b.Proposal >= 0:
+			return fmt.Sprintf("proposed %d", b.Proposal)
+		}
+		return "serving (no proposal yet)"
+	}
+	for _, s := range r.New {
+		if s.Slot == b.Slot && s.Ready {
+			return "ready"
+		}
+	}
+	d := gcd(r.Buckets, r.NextBuckets)
+	return fmt.Sprintf("standby (waits for old buckets ≡ %d mod %d)", b.Bucket%d, d)
 }
 
 // ago says how long before now t was, "-" for a zero t.
@@ -208,6 +267,10 @@ type workerJSON struct {
 
 type bucketJSON struct {
 	Bucket           int        `json:"bucket"`
+	Generation       int        `json:"generation"`
+	Proposal         *int64     `json:"proposal,omitempty"`
+	Drained          bool       `json:"drained,omitempty"`
+	Ready            bool       `json:"ready"`
 	Owner            string     `json:"owner"`
 	Live             bool       `json:"live"`
 	Epoch            int64      `json:"epoch"`
@@ -237,22 +300,39 @@ type statusOut struct {
 	Standby bool `json:"standby,omitempty"`
 	// ReadReplica is --read-url's lag, when given.
 	ReadReplica *inspect.ReplicaStatus `json:"read_replica,omitempty"`
+	// Generation is the serving generation; Resize the running resize,
+	// if any (its state, the next generation and bucket count, the cut).
+	Generation int        `json:"generation"`
+	Resize     *resizeOut `json:"resize,omitempty"`
 }
 
 func statusJSON(in inspect.Inspection) statusOut {
 	owned := in.OwnedBy()
 	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
 		Head: in.Head, BucketCount: in.Buckets, LiveWorkers: in.LiveWorkers(),
-		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Standby: in.Standby}
+		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Standby: in.Standby, Generation: in.Resize.Generation}
+	if in.Resize.Resizing() {
+		r := resizeJSON(in.Resize)
+		out.Resize = &r
+	}
+	ready := map[int]bool{}
+	for _, s := range in.Resize.New {
+		ready[s.Slot] = s.Ready
+	}
 	for _, w := range in.Workers {
 		out.Workers = append(out.Workers, workerJSON{Worker: w.Worker, Kind: w.Kind.String(), Live: w.Live && !w.SessionGone,
 			SessionGone: w.SessionGone, JoinedAt: w.Joined, HeartbeatAt: w.Heartbeat, ExpiresAt: w.Expires,
 			BackendPID: w.BackendPID, Owns: owned[w.Worker]})
 	}
 	for _, r := range in.Rows {
-		b := bucketJSON{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch,
+		b := bucketJSON{Bucket: r.Bucket, Generation: r.Generation, Drained: r.Drained,
+			Ready: r.Generation <= in.Resize.Generation && !r.Drained || ready[r.Slot], Owner: r.Owner, Live: r.Live, Epoch: r.Epoch,
 			GrantedAt: timePtr(r.GrantedAt), ExpiresAt: timePtr(r.Expires), ClaimWorker: r.ClaimWorker,
 			ClaimedAt: timePtr(r.ClaimedAt), Checkpoint: r.Checkpoint, CheckpointAt: timePtr(r.CheckpointAt)}
+		if r.Proposal >= 0 && in.Resize.Resizing() && r.Generation == in.Resize.Generation {
+			p := r.Proposal
+			b.Proposal = &p
+		}
 		if !r.Expires.IsZero() {
 			s := r.Expires.Sub(in.Now).Seconds()
 			b.ExpiresInSeconds = &s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	neturl "net/url"
 	"slices"
 	"strings"
@@ -34,12 +35,18 @@ type Inspection struct {
 	Now time.Time
 	// Head is the store's last sequenced global position.
 	Head int64
-	// Buckets is the subscription's N (0 when it has no lease rows yet).
+	// Buckets is the subscription's N (0 when it has no lease rows yet):
+	// the serving generation's.
 	Buckets int
+	// Resize is the subscription's generation and resize, with each
+	// bucket's part while one runs (leasestore.ReadResizeTx); zero when
+	// the subscription has no subscriptions row (no worker started it).
+	Resize leasestore.Resize
 	// Workers are the subscription's worker rows, live or not, by worker
 	// id.
 	Workers []leasestore.WorkerState
-	// Rows are the buckets, by number.
+	// Rows are the buckets, by slot: the serving generation's, and during
+	// a resize the next one's after them.
 	Rows []BucketRow
 	// Standby reports that the store's database is a hot standby: what it
 	// shows is as of its replay, and a session-kind worker's advisory
@@ -62,7 +69,9 @@ type BucketRow struct {
 	Checkpoint   int64
 	CheckpointAt time.Time
 	// Lag is the number of the category's events of this bucket after the
-	// checkpoint, or -1 when no category was given.
+	// checkpoint — for a bucket of a generation that a decided cut ends,
+	// up to the cut — or -1 when no category was given (or for a bucket
+	// of the next generation on standby, which has nothing to do yet).
 	Lag int64
 	// Oldest is when the oldest of those events was recorded (zero when
 	// there are none).
@@ -107,9 +116,10 @@ func notMigrated(schema string, err error) error {
 
 // Inspect reads one subscription's workers, buckets and checkpoints in one
 // read-only repeatable-read transaction (leasestore.ReadSnapshotTx and
-// eventsource.Store.ProgressTx), and — when category is not "" — each
-// bucket's lag behind its checkpoint (eventsource.Store.BucketLag, one
-// query per bucket). It writes nothing and takes no lock a worker waits
+// eventsource.Store.ProgressTx, leasestore.ReadResizeTx), and — when
+// category is not "" — each bucket's lag behind its checkpoint
+// (eventsource.Store.BucketLagUntil, one query per bucket). It writes
+// nothing and takes no lock a worker waits
 // for.
 func Inspect(ctx context.Context, store *eventsource.Store, subscription, category string) (Inspection, error) {
 	return InspectReads(ctx, store, store, subscription, category)
@@ -139,6 +149,13 @@ func InspectReads(ctx context.Context, store, reads *eventsource.Store, subscrip
 			if snap, err = leasestore.ReadSnapshotTx(ctx, tx, store.Schema(), subscription); err != nil {
 				return err
 			}
+			in.Resize, err = leasestore.ReadResizeTx(ctx, tx, store.Schema(), subscription)
+			if errors.Is(err, leasestore.ErrNoSubscription) {
+				in.Resize, err = leasestore.Resize{}, nil
+			}
+			if err != nil {
+				return err
+			}
 			return tx.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&in.Standby)
 		})
 	if err != nil {
@@ -161,16 +178,25 @@ func InspectReads(ctx context.Context, store, reads *eventsource.Store, subscrip
 	}
 	in.Rows = make([]BucketRow, len(snap.Buckets))
 	for i, b := range snap.Buckets {
-		c := checkpoints[b.Bucket]
+		c := checkpoints[b.Slot]
 		in.Rows[i] = BucketRow{BucketState: b, Live: b.Held(in.Now), Checkpoint: c.Position, CheckpointAt: c.UpdatedAt, Lag: -1}
-		in.Buckets = max(in.Buckets, b.BucketCount)
+		if b.Generation == in.Resize.Generation {
+			in.Buckets = max(in.Buckets, b.BucketCount)
+		}
 	}
 	if category == "" {
 		return in, nil
 	}
 	for i := range in.Rows {
 		r := &in.Rows[i]
-		n, oldest, err := reads.BucketLag(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint)
+		until := int64(math.MaxInt64)
+		switch {
+		case r.Generation > in.Resize.Generation && !in.Resize.CutDecided:
+			continue // standby: nothing to do yet
+		case r.Generation == in.Resize.Generation && in.Resize.Resizing() && in.Resize.CutDecided:
+			until = in.Resize.Cut
+		}
+		n, oldest, err := reads.BucketLagUntil(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint, until)
 		if err != nil {
 			return in, fmt.Errorf("lag of bucket %d: %w", r.Bucket, notMigrated(reads.Schema(), err))
 		}
@@ -245,21 +271,36 @@ type SubscriptionSummary struct {
 	LiveWorkers  int    `json:"live_workers"`         // live workers
 	Checkpoints  int    `json:"checkpoints"`          // buckets with a stored checkpoint
 	DeadLetters  int    `json:"pending_dead_letters"` // pending dead letters
+	// Resize says a running resize's counts and state ("8 → 32, switched");
+	// "" when none runs.
+	Resize string `json:"resize,omitempty"`
 }
 
 // Subscriptions lists every subscription that has lease rows, checkpoints
 // or dead letters in the store's schema, sorted by name: the lease
 // table's (leasestore.ListSubscriptionsTx) and the store's
-// (eventsource.Store.SubscriptionsTx), read in one read-only
-// repeatable-read transaction.
+// (eventsource.Store.SubscriptionsTx), with each one's running resize
+// (leasestore.ReadResizeTx), read in one read-only repeatable-read
+// transaction.
 func Subscriptions(ctx context.Context, store *eventsource.Store) ([]SubscriptionSummary, error) {
 	var leases []leasestore.SubscriptionLeases
 	var stats []eventsource.SubscriptionStats
+	resizing := map[string]string{}
 	err := pgx.BeginTxFunc(ctx, store.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			var err error
 			if leases, err = leasestore.ListSubscriptionsTx(ctx, tx, store.Schema()); err != nil {
 				return err
+			}
+			for _, l := range leases {
+				r, err := leasestore.ReadResizeTx(ctx, tx, store.Schema(), l.Subscription)
+				switch {
+				case errors.Is(err, leasestore.ErrNoSubscription):
+				case err != nil:
+					return err
+				case r.Resizing():
+					resizing[l.Subscription] = fmt.Sprintf("%d → %d, %s", r.Buckets, r.NextBuckets, r.State)
+				}
 			}
 			stats, err = store.SubscriptionsTx(ctx, tx)
 			return err
@@ -279,6 +320,7 @@ func Subscriptions(ctx context.Context, store *eventsource.Store) ([]Subscriptio
 	for _, l := range leases {
 		s := summary(l.Subscription)
 		s.Buckets, s.Held, s.LiveWorkers = l.Buckets, l.Held, l.LiveWorkers
+		s.Resize = resizing[l.Subscription]
 	}
 	for _, st := range stats {
 		s := summary(st.Subscription)

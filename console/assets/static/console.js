@@ -119,7 +119,7 @@
       const held = s.buckets.filter((b) => b.live).length;
       document.getElementById('stats').textContent = s.bucket_count + ' buckets, ' + held + ' held, ' +
         s.live_workers + ' live workers, head position ' + s.head + (s.category ? ', category ' + s.category : '') +
-        ' · database time ' + new Date(s.now).toISOString();
+        ' · database time ' + new Date(s.now).toISOString() + (s.resize ? ' · ' + s.resize.text : '');
 
       const maxLag = Math.max(1, ...s.buckets.map((b) => b.lag || 0));
       map.replaceChildren(...s.buckets.map((b) => {
@@ -127,10 +127,12 @@
         c.dataset.bucket = b.bucket;
         c.dataset.owner = b.owner;
         if (!b.owner) c.classList.add('free');
+        if (b.drained) c.classList.add('drained');
+        if (b.standby) c.classList.add('standby');
         else c.style.background = colour(b.owner);
         if (b.owner && !b.live) c.classList.add('expired');
         if (b.bucket === selected) c.classList.add('selected');
-        c.append(el('div', 'b', '#' + b.bucket + (b.claim_worker ? ' → ' + b.claim_worker : '')));
+        c.append(el('div', 'b', '#' + b.label + (b.claim_worker ? ' → ' + b.claim_worker : '')));
         c.append(el('div', 'o', b.owner || 'free'));
         if (b.lag !== null) {
           c.append(el('div', '', 'lag ' + b.lag));
@@ -138,7 +140,9 @@
           bar.style.width = (100 * b.lag / maxLag) + '%';
           c.append(bar);
         }
-        c.title = 'bucket ' + b.bucket + ': ' + (b.owner || 'free') + ', epoch ' + b.epoch;
+        c.title = 'bucket ' + b.label + ': ' + (b.owner || 'free') + ', epoch ' + b.epoch +
+          (b.drained ? ', drained to the cut' : '') + (b.standby ? ', standby until its old buckets drain' : '') +
+          (b.proposal !== undefined ? ', proposed ' + b.proposal : '');
         return c;
       }));
       if (!s.buckets.length) map.replaceChildren(el('p', 'note', 'no buckets: no worker has started this subscription'));
