@@ -28,14 +28,15 @@ func TestDeprecatedNamesMeanTheNewOnes(t *testing.T) {
 	require.NoError(t, a.EnsureShards(ctx))
 	_, err := a.Pass(ctx)
 	require.NoError(t, err)
-	err = open("b", 8).EnsureShards(ctx)
-	var mismatch *leasestore.BucketCountMismatchError
-	require.ErrorAs(t, err, &mismatch)
+	// Since resizes the database's count rules: nothing returns the
+	// mismatch error any more; its former names still name the type.
+	require.NoError(t, open("b", 8).EnsureShards(ctx))
+	var err2 error = &leasestore.BucketCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}
 	var former *leasestore.ShardCountMismatchError
-	require.ErrorAs(t, err, &former)
+	require.ErrorAs(t, err2, &former)
 	var older *leasestore.ShardCountMismatch
-	require.ErrorAs(t, err, &older)
-	require.Same(t, mismatch, former)
+	require.ErrorAs(t, err2, &older)
+	require.Equal(t, 4, former.Found)
 
 	snap, err := leasestore.ReadSnapshot(ctx, pool, schema, "orders")
 	require.NoError(t, err)

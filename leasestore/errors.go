@@ -14,9 +14,11 @@ var ErrNotHeld = errors.New("leasestore: bucket not held")
 // ErrClosed is returned by the methods of a [Store] after [Store.Close].
 var ErrClosed = errors.New("leasestore: store closed")
 
-// BucketCountMismatchError is returned by [Store.EnsureBuckets] when the
-// subscription already has lease rows for a different number of buckets.
-// Nothing is written. It is a configuration error (see [ConfigError]).
+// BucketCountMismatchError was returned by [Store.EnsureBuckets] when the
+// subscription already had lease rows for a different number of buckets.
+// Since bucket counts change online (docs/resize.md) the database's count
+// rules and nothing returns it; it stays for code that tests for it. It
+// is a configuration error (see [ConfigError]).
 type BucketCountMismatchError struct {
 	Subscription string // the subscription whose rows exist
 	Configured   int    // Config.Buckets

@@ -221,16 +221,18 @@ func ExampleStore_EnsureBuckets() {
 	defer four.Close()
 	fmt.Println(four.EnsureBuckets(ctx))
 
+	// Once the subscription exists, the database's bucket count rules: a
+	// worker configured with another one serves it (and logs so once).
 	cfg.Buckets = 8
 	eight, _ := leasestore.New(ctx, pool, cfg)
 	defer eight.Close()
-	var mismatch *leasestore.BucketCountMismatchError
-	if errors.As(eight.EnsureBuckets(ctx), &mismatch) {
-		fmt.Println("configured", mismatch.Configured, "found", mismatch.Found)
-	}
+	fmt.Println(eight.EnsureBuckets(ctx))
+	res, _ := eight.Pass(ctx)
+	fmt.Println("buckets", res.Resize.Buckets, "held", len(res.Owned))
 	// Output:
 	// <nil>
-	// configured 8 found 4
+	// <nil>
+	// buckets 4 held 2
 }
 
 func ExampleStore_Snapshot() {

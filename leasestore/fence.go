@@ -35,12 +35,22 @@ func (s *Store) Fence(bucket int, epoch int64) eventsource.Fence {
 // A transaction guarding several buckets should guard them in ascending
 // bucket order, the order in which a pass locks them.
 func (s *Store) Guard(ctx context.Context, tx pgx.Tx, bucket int, epoch int64) error {
+	return s.guardWith(ctx, tx, "guard", bucket, epoch)
+}
+
+// guardResize is Guard for a resize's write to the slot's own lease row
+// (a proposal, a drain): it locks the row FOR UPDATE rather than FOR SHARE.
+func (s *Store) guardResize(ctx context.Context, tx pgx.Tx, slot int, epoch int64) error {
+	return s.guardWith(ctx, tx, "resize_guard", slot, epoch)
+}
+
+func (s *Store) guardWith(ctx context.Context, tx pgx.Tx, statement string, bucket int, epoch int64) error {
 	if err := s.boundLocks(ctx, tx); err != nil {
 		return fmt.Errorf("leasestore: guard bucket %d: %w", bucket, err)
 	}
 	var owner string
 	var found int64
-	err := tx.QueryRow(ctx, s.st.get("guard"), s.cfg.Subscription, bucket).Scan(&owner, &found)
+	err := tx.QueryRow(ctx, s.st.get(statement), s.cfg.Subscription, bucket).Scan(&owner, &found)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		owner, found = "", -1

@@ -1,8 +1,12 @@
 package leasestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,24 +244,41 @@ func TestKeiroSuite(t *testing.T) {
 		})
 	})
 
-	t.Run("BucketCountMismatchLeavesNoPartialRows", func(t *testing.T) {
+	// keiro's ensureShards inserted a new N's rows before it noticed the
+	// mismatch; kumi's first worker creates the subscription, and every
+	// later one, whatever its Buckets, serves the database's count
+	// (docs/resize.md: GroupOptions.Buckets once a subscription exists).
+	t.Run("AWorkerWithAnotherBucketCountServesTheDatabasesAndWritesNoRows", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)
 			s4 := b.open(t, b.config(kind, 4, "a"))
-			require.NoError(t, s4.EnsureBuckets(context.Background()))
-			s8 := b.open(t, b.config(kind, 8, "b"))
-			err := s8.EnsureBuckets(context.Background())
-			var mismatch *BucketCountMismatchError
-			require.ErrorAs(t, err, &mismatch)
-			require.Equal(t, BucketCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}, *mismatch)
-			require.Contains(t, err.Error(), "configure 4")
-			_, err = s8.Pass(context.Background())
-			require.ErrorAs(t, err, &mismatch, "a pass ensures the rows first, and fails the same way")
+			require.NoError(t, s4.EnsureShards(context.Background()))
+			var logged bytes.Buffer
+			cfg := b.config(kind, 8, "b")
+			cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, nil))
+			s8 := b.open(t, cfg)
+			_, n := s8.Serving()
+			require.Equal(t, 8, n, "before it reads the database, its own count")
+			require.NoError(t, s8.EnsureShards(context.Background()), "no mismatch error: the database rules")
+			gen, n := s8.Serving()
+			require.Equal(t, [2]int{0, 4}, [2]int{gen, n}, "the database's count")
+			round(t, []*Store{s4, s8})
+			res := round(t, []*Store{s4, s8})
+			require.Len(t, res[1].Owned, 2, "the 8-bucket worker holds half of the 4 buckets")
+			for _, l := range res[1].Owned {
+				require.Equal(t, 4, l.Buckets)
+				require.Less(t, l.Bucket, 4)
+				require.True(t, l.Ready)
+			}
+			require.Equal(t, 4, res[1].Resize.Buckets)
 			var rows, maxBucket int
 			require.NoError(t, b.pool.QueryRow(context.Background(),
 				"SELECT count(*), max(bucket) FROM "+pgx.Identifier{b.schema, "lease_buckets"}.Sanitize()).Scan(&rows, &maxBucket))
 			require.Equal(t, 4, rows)
 			require.Equal(t, 3, maxBucket)
+			require.Equal(t, 1, strings.Count(logged.String(), "the database's bucket count rules"),
+				"one Warn line, however many passes: %s", logged.String())
+			require.Contains(t, logged.String(), "configured=8 database=4 generation=0")
 		})
 	})
 
@@ -278,4 +299,16 @@ func TestKeiroSuite(t *testing.T) {
 			require.False(t, errors.Is(err, ErrNotHeld))
 		})
 	})
+}
+
+// syncWriter serialises writes to w (a logger shared by goroutines).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

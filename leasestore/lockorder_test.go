@@ -40,7 +40,7 @@ func TestPlacingClaimsLocksInTheRenewsOrder(t *testing.T) {
 	require.NoError(t, place.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&placePID))
 	placed := make(chan error, 1)
 	go func() {
-		rows, err := place.Query(ctx, a.st.get("place_claims"), b.sub, "b", []string{"a"}, []int32{2})
+		rows, err := place.Query(ctx, a.st.get("place_claims"), b.sub, "b", []string{"a"}, []int32{2}, 0)
 		if err == nil {
 			_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (int32, error) {
 				var bucket int32

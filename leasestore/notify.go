@@ -21,7 +21,9 @@ import (
 func (s *Store) Changes() <-chan struct{} { return s.changes }
 
 // notify queues a notification in tx; PostgreSQL delivers it on commit.
-// The payload is "events:worker", so the listener can skip its own.
+// The payload is "events:worker", so the listener can skip its own; a
+// resize's transition is "resize:<state>:worker" (docs/resize.md), and
+// no other event is sent with it.
 func (s *Store) notify(ctx context.Context, tx pgx.Tx, events string) error {
 	if _, err := tx.Exec(ctx, s.st.get("notify"), s.channel, events+":"+s.cfg.Worker); err != nil {
 		return fmt.Errorf("leasestore: notify: %w", err)
@@ -50,6 +52,7 @@ func (s *Store) listen() error {
 	}
 	l, err := n.ListenFiltered(s.channel, func(payload string) bool {
 		s.received.Add(1)
+		payload, _ = strings.CutPrefix(payload, "resize:") // resize:<state>:worker
 		_, from, _ := strings.Cut(payload, ":")
 		return from != s.cfg.Worker
 	})

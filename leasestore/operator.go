@@ -57,6 +57,11 @@ func (e *HeldError) Error() string {
 // Lost and in Claimed, and its reader restarts from the stored checkpoint
 // — the operator's. The workers are notified at once (on commit).
 //
+// A resize in progress refuses it with a *[ResizeInProgressError] (a
+// reset would move a bucket across the cut), and so does a slot of a
+// retired generation ([ErrRetiredGeneration]): reset the serving
+// generation's buckets.
+//
 // Without force a bucket whose owner's lease is unexpired is refused with a
 // *[HeldError] and nothing changes. A lapsed lease is not refused: it is
 // exactly the case whose owner may come back and renew at the same epoch.
@@ -67,6 +72,9 @@ func FenceOut(ctx context.Context, tx pgx.Tx, schema, subscription string, bucke
 		return FencedOut{}, &ConfigError{Field: "Schema", Reason: "is required"}
 	}
 	st := renderStatements(schema)
+	if err := resetAllowed(ctx, tx, st, subscription, bucket); err != nil {
+		return FencedOut{}, err
+	}
 	var out FencedOut
 	var left *time.Duration
 	err := tx.QueryRow(ctx, st.get("operator_lock"), subscription, bucket).Scan(&out.Owner, &out.Epoch, &left)
@@ -113,7 +121,8 @@ var (
 	// ErrNoBuckets: the subscription has no lease rows — no worker has
 	// started it, or the name is wrong.
 	ErrNoBuckets = errors.New("leasestore: the subscription has no lease rows")
-	// ErrBucketOutOfRange: the bucket is not in 0..N-1.
+	// ErrBucketOutOfRange: the subscription has no lease row at that slot
+	// (for a subscription never resized: the bucket is not in 0..N-1).
 	ErrBucketOutOfRange = errors.New("leasestore: no such bucket")
 	// ErrBucketFree: the bucket has no owner, so nothing to hand over; a
 	// worker below its fair share claims it on its next pass.
@@ -198,8 +207,10 @@ type HandoffRequest struct {
 	Before Snapshot
 }
 
-// RequestHandoff asks the live owner of bucket to hand it over to the live
-// worker to, or when to is "" to the live worker other than the owner with
+// RequestHandoff asks the live owner of bucket — a slot,
+// eventsource.Slot(generation, bucket), which for a subscription never
+// resized is the bucket itself — to hand it over to the live
+// member to, or when to is "" to the live member other than the owner with
 // the fewest buckets (owned live, plus pending claims; ties by name): it
 // places the first phase of the two-phase handoff, a pending claim in the
 // target's name — the path a joining worker's claim takes, so nothing is
@@ -268,13 +279,13 @@ func chooseClaimant(snap Snapshot, bucket int, to string, req *HandoffRequest) (
 	for _, b := range snap.Buckets {
 		n = max(n, b.BucketCount)
 	}
+	row, found := snap.bucket(bucket)
 	switch {
 	case n == 0:
 		return "", snap.refuse(ErrNoBuckets, bucket, to)
-	case bucket < 0 || bucket >= n:
+	case !found:
 		return "", snap.refuse(ErrBucketOutOfRange, bucket, to)
 	}
-	row, _ := snap.bucket(bucket)
 	switch {
 	case row.Owner == "":
 		return "", snap.refuse(ErrBucketFree, bucket, to)
@@ -324,10 +335,10 @@ func chooseClaimant(snap Snapshot, bucket int, to string, req *HandoffRequest) (
 	return candidates[0], nil
 }
 
-// bucket returns the lease row of bucket b.
+// bucket returns the lease row of slot b.
 func (s Snapshot) bucket(b int) (BucketState, bool) {
 	for _, r := range s.Buckets {
-		if r.Bucket == b {
+		if r.Slot == b {
 			return r, true
 		}
 	}
@@ -342,4 +353,30 @@ func (s Snapshot) refuse(reason error, bucket int, to string) *HandoffError {
 	}
 	e.Lease, _ = s.bucket(bucket)
 	return e
+}
+
+// ErrRetiredGeneration: the slot belongs to a generation a resize retired
+// (docs/resize.md); its checkpoints stay as its record and are not reset.
+var ErrRetiredGeneration = errors.New("leasestore: the slot belongs to a retired generation")
+
+// resetAllowed refuses an operator's fence during a resize and on a
+// retired generation's slot. It locks the subscription's row FOR SHARE,
+// first (the lock order of resizes: that row, then lease rows), so no
+// resize begins before the reset commits.
+func resetAllowed(ctx context.Context, tx pgx.Tx, st statements, subscription string, slot int) error {
+	r, err := subscriptionRow{}.scan(tx.QueryRow(ctx, st.get("resize_share"), subscription))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // no subscriptions row: a lease store of an older version's making, never resized
+	case err != nil:
+		return fmt.Errorf("leasestore: fence out slot %d: %w%s", slot, err, migrateHint(err))
+	case r.state != ResizeSteady:
+		return &ResizeInProgressError{Subscription: subscription, From: r.buckets, To: r.next, State: r.state,
+			RequestedAt: orZero(r.requestedAt), RequestedBy: r.requestedBy}
+	}
+	if gen, _ := eventsource.SlotBucket(slot); gen < r.generation {
+		return fmt.Errorf("leasestore: fence out slot %d of generation %d (serving: %d): %w", slot, gen, r.generation,
+			ErrRetiredGeneration)
+	}
+	return nil
 }

@@ -71,7 +71,7 @@ func TestFenceOut(t *testing.T) {
 			// stored checkpoint.
 			res := pass(t, a)
 			require.Equal(t, []int{0}, res.Lost)
-			require.Equal(t, []Lease{{Bucket: 0, Epoch: out.Epoch, Expires: res.Claimed[0].Expires}}, res.Claimed)
+			require.Equal(t, []Lease{{Bucket: 0, Slot: 0, Buckets: 1, Ready: true, Epoch: out.Epoch, Expires: res.Claimed[0].Expires}}, res.Claimed)
 			require.NoError(t, fencedWrite(ctx, b.pool, table, a.Fence(0, out.Epoch), 0, 6, "a", out.Epoch))
 			pos, _ = readCheckpoint(t, b, table, 0)
 			require.EqualValues(t, 6, pos)

@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kumi-run/kumi/eventsource"
 )
 
 // PassResult is what one [Store.Pass] found and did.
@@ -37,8 +40,16 @@ type PassResult struct {
 	Requested []Request
 	// Live is the number of live workers, this one included.
 	Live int
-	// FairShare is ceil(N / Live).
+	// FairShare is ceil(N / Live) for the serving generation (its
+	// undrained buckets during a resize).
 	FairShare int
+	// Ready is the held buckets of the next generation that became ready
+	// in this pass (their feeders drained): start their readers now. A
+	// bucket claimed ready is in Claimed, not here.
+	Ready []Lease
+	// Resize is the subscription's generation and resize as this pass read
+	// them (Old and New are nil).
+	Resize Resize
 }
 
 // Pass runs one reconcile pass, in one transaction bounded by Heartbeat (a
@@ -80,10 +91,12 @@ type Request struct {
 }
 
 type ownedRow struct {
-	bucket  int
-	epoch   int64
-	expires time.Time
-	pending bool // renewed row with a fresh claim against it: handoff
+	bucket   int // the slot
+	epoch    int64
+	expires  time.Time
+	pending  bool   // renewed row with a fresh claim against it: handoff
+	buckets  int    // its generation's bucket count
+	proposal *int64 // its cut proposal, as locked
 }
 
 type claimedRow struct {
@@ -101,6 +114,67 @@ type passOutcome struct {
 	placed  []Request
 	live    int
 	share   int
+	sub     subscriptionView
+}
+
+// subscriptionView is the subscription as a pass read it (no lock).
+type subscriptionView struct {
+	generation, buckets, next int
+	state                     ResizeState
+	cut                       int64          // -1: not decided
+	active                    int            // the serving generation's undrained buckets
+	undrained                 map[int32]bool // feeder classes with an undrained old bucket (cut decided)
+	retiredLeft               bool           // lease rows of retired generations remain
+	completed                 bool           // this pass completed the resize: generation is the new one
+}
+
+func (v subscriptionView) resizing() bool { return v.state != ResizeSteady }
+
+// info is what a pass tells of a held slot: its generation, bound and
+// readiness.
+func (v subscriptionView) info(slot, buckets int, proposal *int64) slotInfo {
+	gen, bucket := eventsource.SlotBucket(slot)
+	in := slotInfo{generation: gen, buckets: buckets, ready: true}
+	switch {
+	case gen < v.generation:
+		in.ready = false // retired (only when the pass completed the resize as it ran)
+	case gen == v.generation && !v.completed:
+		if proposal != nil {
+			in.bound = Bound{Resizing: true, Limit: *proposal}
+		}
+		if v.resizing() && v.cut >= 0 {
+			in.bound = Bound{Resizing: true, Limit: v.cut, Decided: true}
+		}
+	case gen > v.generation:
+		in.ready = v.state == ResizeSwitched && !v.undrained[int32(bucket%gcd(v.buckets, v.next))]
+	}
+	return in
+}
+
+// resize is the view as a Resize (without its slots).
+func (v subscriptionView) resize(subscription string) Resize {
+	r := Resize{Subscription: subscription, Generation: v.generation, Buckets: v.buckets, State: v.state}
+	if v.resizing() {
+		r.NextBuckets = v.next
+	}
+	if v.resizing() && v.cut >= 0 {
+		r.Cut, r.CutDecided = v.cut, true
+	}
+	return r
+}
+
+// slotInfo is what a pass knows of a held slot beyond its lease.
+type slotInfo struct {
+	generation, buckets int
+	bound               Bound
+	ready               bool
+}
+
+// lease is h, held at slot, as a Lease.
+func (h heldLease) lease(slot int) Lease {
+	_, bucket := eventsource.SlotBucket(slot)
+	return Lease{Bucket: bucket, Slot: slot, Epoch: h.epoch, Expires: h.expires, Generation: h.slot.generation,
+		Buckets: h.slot.buckets, Bound: h.slot.bound, Ready: h.slot.ready}
 }
 
 func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
@@ -145,27 +219,34 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 }
 
 func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32) (passOutcome, error) {
-	sub, me, n := s.cfg.Subscription, s.cfg.Worker, s.cfg.Buckets
+	sub, me := s.cfg.Subscription, s.cfg.Worker
 	claimStale := 2 * s.cfg.TTL
 	b := &pgx.Batch{}
 	// First, in the same round trip: bound this transaction's row locks
-	// (see boundLocks).
+	// (see boundLocks), and speak protocol 2 (the lease_workers trigger).
 	b.Queue(boundLocksSQL, s.boundLocksArg())
+	b.Queue(s.st.get("protocol"))
 	b.Queue(s.st.get("worker_heartbeat"), s.workerArgs(pid)...)
 	b.Queue(s.st.get("workers_view"), sub, me, 10*s.cfg.TTL)
+	b.Queue(s.st.get("subscription_read"), sub)
 	b.Queue(s.st.get("renew"), sub, me, s.cfg.TTL, claimStale)
 	b.Queue(s.st.get("my_claims"), sub, me)
 	br := tx.SendBatch(ctx, b)
 	var out passOutcome
 	var events []string
 	var joined bool
-	if _, err := br.Exec(); err != nil {
+	fail := func(what string, err error) (passOutcome, error) {
 		_ = br.Close()
-		return out, fmt.Errorf("bound locks: %w", err)
+		return out, fmt.Errorf("%s: %w%s", what, err, migrateHint(err))
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail("bound locks", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return fail("protocol", err)
 	}
 	if err := br.QueryRow().Scan(&joined); err != nil {
-		_ = br.Close()
-		return out, fmt.Errorf("heartbeat: %w%s", err, migrateHint(err))
+		return fail("heartbeat", err)
 	}
 	if joined {
 		events = append(events, "join")
@@ -182,27 +263,36 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 		return m, err
 	})
 	if err != nil {
-		_ = br.Close()
-		return out, fmt.Errorf("workers: %w", err)
+		return fail("members", err)
 	}
+	v := &out.sub
+	var state string
+	var classes []int32
+	if err := br.QueryRow().Scan(&v.generation, &v.buckets, &state, &v.next, &v.cut, &v.active, &classes,
+		&v.retiredLeft); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("%w: %q (was EnsureBuckets run?)", ErrNoSubscription, sub)
+		}
+		return fail("subscription", err)
+	}
+	v.state = ResizeState(state)
+	v.undrained = classSet(classes)
 	rows, _ = br.Query()
 	recovered := false
 	out.renewed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ownedRow, error) {
 		var o ownedRow
 		var rec bool
-		err := r.Scan(&o.bucket, &o.epoch, &o.expires, &o.pending, &rec, &out.dbNow)
+		err := r.Scan(&o.bucket, &o.epoch, &o.expires, &o.pending, &rec, &out.dbNow, &o.buckets, &o.proposal)
 		recovered = recovered || rec
 		return o, err
 	})
 	if err != nil {
-		_ = br.Close()
-		return out, fmt.Errorf("renew: %w", err)
+		return fail("renew", err)
 	}
 	rows, _ = br.Query()
 	mine, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
-		_ = br.Close()
-		return out, fmt.Errorf("claims: %w", err)
+		return fail("claims", err)
 	}
 	if err := br.Close(); err != nil {
 		return out, err
@@ -225,23 +315,37 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 		prune = prune || m.longGone
 	}
 	out.live = len(live) + 1
-	out.share = FairShare(n, out.live)
-	floor := n / out.live
-	held := 0
-	for _, r := range out.renewed {
-		if !r.pending {
-			held++
-		}
-	}
 	pending := make([]int, len(mine))
 	for i, b := range mine {
 		pending[i] = int(b)
 	}
-
-	if acquire {
-		if want := out.share - held; want > 0 {
-			var dead []string
-			if len(deadWorkers) > 0 {
+	// Each active generation is balanced on its own (docs/resize.md, §9):
+	// the serving one's undrained buckets, and the next one's during a
+	// resize.
+	type generation struct{ gen, n, active int }
+	gens := []generation{{v.generation, v.buckets, v.active}}
+	if v.resizing() {
+		gens = append(gens, generation{v.generation + 1, v.next, v.next})
+	}
+	var dead []string
+	confirmed := false
+	for i, g := range gens {
+		share := FairShare(g.active, out.live)
+		if i == 0 {
+			out.share = share
+		}
+		if !acquire {
+			continue
+		}
+		inGen := func(slot int) bool { gen, _ := eventsource.SlotBucket(slot); return gen == g.gen }
+		held := 0
+		for _, r := range out.renewed {
+			if !r.pending && inGen(r.bucket) {
+				held++
+			}
+		}
+		if want := share - held; want > 0 && g.active > 0 {
+			if !confirmed && len(deadWorkers) > 0 {
 				if err := tx.QueryRow(ctx, s.st.get("confirm_dead"), sub, deadWorkers, deadKeys).Scan(&dead); err != nil {
 					return out, fmt.Errorf("confirm dead sessions: %w", err)
 				}
@@ -250,41 +354,50 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 					s.log.Info("lease workers' sessions are gone", "dead", dead)
 				}
 			}
+			confirmed = true
 			if dead == nil {
 				dead = []string{}
 			}
-			rows, _ := tx.Query(ctx, s.st.get("claim"), sub, me, want, dead, s.offset, claimStale, n, s.cfg.TTL)
-			out.claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimedRow, error) {
+			rows, _ := tx.Query(ctx, s.st.get("claim"), sub, me, want, dead, s.offset, claimStale, g.n, s.cfg.TTL, g.gen)
+			claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimedRow, error) {
 				var c claimedRow
-				err := r.Scan(&c.bucket, &c.epoch, &c.expires, &c.prevOwner, &c.wasMine, &c.prevExpired, &out.dbNow)
+				err := r.Scan(&c.bucket, &c.epoch, &c.expires, &c.prevOwner, &c.wasMine, &c.prevExpired, &out.dbNow,
+					&c.buckets, &c.proposal)
 				return c, err
 			})
 			if err != nil {
 				return out, fmt.Errorf("claim: %w", err)
 			}
-			if len(out.claimed) > 0 {
+			if len(claimed) > 0 {
 				events = append(events, "claim")
 			}
-			for _, c := range out.claimed {
+			for _, c := range claimed {
 				held++
 				pending = slices.DeleteFunc(pending, func(b int) bool { return b == c.bucket })
 			}
+			out.claimed = append(out.claimed, claimed...)
 		}
-		switch have := held + len(pending); {
-		case have > out.share:
-			rows, _ := tx.Query(ctx, s.st.get("withdraw_claims"), sub, me, have-out.share)
+		mineInGen := 0
+		for _, p := range pending {
+			if inGen(p) {
+				mineInGen++
+			}
+		}
+		switch have := held + mineInGen; {
+		case have > share:
+			rows, _ := tx.Query(ctx, s.st.get("withdraw_claims"), sub, me, have-share, g.gen)
 			gone, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 			if err != nil {
 				return out, fmt.Errorf("withdraw claims: %w", err)
 			}
-			for _, g := range gone {
-				pending = slices.DeleteFunc(pending, func(b int) bool { return b == int(g) })
+			for _, w := range gone {
+				pending = slices.DeleteFunc(pending, func(b int) bool { return b == int(w) })
 			}
 			if len(gone) > 0 {
 				events = append(events, "withdraw")
 			}
-		case have < out.share && len(live) > 0:
-			placed, err := s.place(ctx, tx, have, out.share, floor, live)
+		case have < share && len(live) > 0:
+			placed, err := s.place(ctx, tx, g.gen, have, share, g.active/out.live, live)
 			if err != nil {
 				return out, fmt.Errorf("place claims: %w", err)
 			}
@@ -292,9 +405,42 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 				pending = append(pending, p.Bucket)
 			}
 			if len(placed) > 0 {
-				out.placed = placed
+				out.placed = append(out.placed, placed...)
 				events = append(events, "request")
 			}
+		}
+	}
+	if v.resizing() {
+		// The safety net of the resize's transitions (docs/resize.md §5):
+		// never waiting for the subscriptions row, which a transition
+		// elsewhere may hold while it waits for a lease row this pass holds.
+		r, err := subscriptionRow{}.scan(tx.QueryRow(ctx, s.st.get("resize_lock_skip"), sub))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return out, fmt.Errorf("resize: %w", err)
+		default:
+			state, classes, err := s.advance(ctx, tx, r, true)
+			if err != nil {
+				return out, fmt.Errorf("resize: %w", err)
+			}
+			if state != r.state {
+				if err := s.notify(ctx, tx, "resize:"+string(state)); err != nil {
+					return out, err
+				}
+				if state == ResizeSteady {
+					v.completed = true
+					v.generation, v.buckets, v.next, v.cut, v.active = r.generation+1, r.next, 0, -1, r.next
+				} else {
+					v.undrained = classSet(classes)
+				}
+				v.state = state
+			}
+		}
+	}
+	if v.retiredLeft && !v.resizing() {
+		if _, err := tx.Exec(ctx, s.st.get("prune_retired"), sub, v.generation); err != nil {
+			return out, fmt.Errorf("prune retired buckets: %w", err)
 		}
 	}
 	if prune {
@@ -312,9 +458,19 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	return out, nil
 }
 
+// classSet is a set of feeder classes.
+func classSet(classes []int32) map[int32]bool {
+	out := make(map[int32]bool, len(classes))
+	for _, c := range classes {
+		out[c] = true
+	}
+	return out
+}
+
 // apply makes a committed pass the new view and reports the differences.
 func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
-	res := PassResult{Live: out.live, FairShare: out.share, Pending: out.pending, Requested: out.placed}
+	res := PassResult{Live: out.live, FairShare: out.share, Pending: out.pending, Requested: out.placed,
+		Resize: out.sub.resize(s.cfg.Subscription)}
 	if res.Pending == nil {
 		res.Pending = []int{}
 	}
@@ -322,7 +478,8 @@ func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 	prev := s.view
 	next := make(map[int]heldLease, len(out.renewed)+len(out.claimed))
 	for _, r := range out.renewed {
-		h := heldLease{epoch: r.epoch, expires: r.expires, handoff: r.pending, renewed: start, gen: gen}
+		h := heldLease{epoch: r.epoch, expires: r.expires, handoff: r.pending, renewed: start, gen: gen,
+			slot: out.sub.info(r.bucket, r.buckets, r.proposal)}
 		p, had := prev[r.bucket]
 		same := had && p.epoch == r.epoch
 		if r.pending {
@@ -335,13 +492,18 @@ func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 			res.HandOff = append(res.HandOff, r.bucket)
 		}
 		next[r.bucket] = h
-		if !same {
-			res.Claimed = append(res.Claimed, Lease{Bucket: r.bucket, Epoch: r.epoch, Expires: r.expires})
+		switch {
+		case !same:
+			res.Claimed = append(res.Claimed, h.lease(r.bucket))
+		case h.slot.ready && !p.slot.ready:
+			res.Ready = append(res.Ready, h.lease(r.bucket))
 		}
 	}
 	for _, c := range out.claimed {
-		next[c.bucket] = heldLease{epoch: c.epoch, expires: c.expires, renewed: start, gen: gen}
-		res.Claimed = append(res.Claimed, Lease{Bucket: c.bucket, Epoch: c.epoch, Expires: c.expires})
+		h := heldLease{epoch: c.epoch, expires: c.expires, renewed: start, gen: gen,
+			slot: out.sub.info(c.bucket, c.buckets, c.proposal)}
+		next[c.bucket] = h
+		res.Claimed = append(res.Claimed, h.lease(c.bucket))
 		t := Takeover{Bucket: c.bucket, Epoch: c.epoch, From: c.prevOwner}
 		switch {
 		case c.prevOwner == "" && c.wasMine:
@@ -361,17 +523,19 @@ func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 		}
 	}
 	for b, h := range next {
-		res.Owned = append(res.Owned, Lease{Bucket: b, Epoch: h.epoch, Expires: h.expires})
+		res.Owned = append(res.Owned, h.lease(b))
 	}
 	// Once it is the view, the map is written by others (a failed fence
 	// marks its bucket) and read only under the lock.
 	s.view = next
+	s.serving = [2]int{out.sub.generation, out.sub.buckets}
 	s.viewMu.Unlock()
-	byBucket := func(l []Lease) {
-		sort.Slice(l, func(i, j int) bool { return l[i].Bucket < l[j].Bucket })
+	bySlot := func(l []Lease) {
+		sort.Slice(l, func(i, j int) bool { return l[i].Slot < l[j].Slot })
 	}
-	byBucket(res.Owned)
-	byBucket(res.Claimed)
+	bySlot(res.Owned)
+	bySlot(res.Claimed)
+	bySlot(res.Ready)
 	sort.Ints(res.Lost)
 	sort.Ints(res.HandOff)
 	sort.Slice(res.Takeovers, func(i, j int) bool { return res.Takeovers[i].Bucket < res.Takeovers[j].Bucket })

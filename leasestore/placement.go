@@ -17,10 +17,12 @@ import (
 // floor(N/live), on what they hold above the floor. Placements of one
 // subscription are serialised by a transaction lock, so two claimants never
 // count the same surplus, and joiners arriving together all place at once.
-func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, live map[string]bool) ([]Request, error) {
+// It works on one generation's buckets (during a resize each active
+// generation is balanced on its own).
+func (s *Store) place(ctx context.Context, tx pgx.Tx, generation, have, share, floor int, live map[string]bool) ([]Request, error) {
 	b := &pgx.Batch{}
 	b.Queue(s.st.get("placement_lock"), s.keys.place)
-	b.Queue(s.st.get("loads"), s.cfg.Subscription, s.cfg.Worker)
+	b.Queue(s.st.get("loads"), s.cfg.Subscription, s.cfg.Worker, generation)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
@@ -81,7 +83,7 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, have, share, floor int, li
 	if _, err := sp.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1))); err != nil {
 		return nil, errors.Join(err, sp.Rollback(ctx))
 	}
-	rows, _ = sp.Query(ctx, s.st.get("place_claims"), s.cfg.Subscription, s.cfg.Worker, owners, counts)
+	rows, _ = sp.Query(ctx, s.st.get("place_claims"), s.cfg.Subscription, s.cfg.Worker, owners, counts, generation)
 	placed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Request, error) {
 		var q Request
 		err := r.Scan(&q.Bucket, &q.Owner)

@@ -5,37 +5,25 @@
 -- judged, so it errs towards "not yet expired".
 -- $1 is always the subscription, $2 (where present) this worker.
 
--- name: buckets_present
--- The fast path of EnsureBuckets: rows and their bucket counts, no lock.
-SELECT count(*)::int, coalesce(min(bucket_count), 0), coalesce(max(bucket_count), 0)
-FROM {{schema}}.lease_buckets WHERE subscription = $1;
-
 -- name: ensure_lock
 -- Serialises EnsureBuckets of one subscription across processes.
 SELECT pg_advisory_xact_lock($1);
 
--- name: bucket_counts
-SELECT DISTINCT bucket_count FROM {{schema}}.lease_buckets WHERE subscription = $1;
-
--- name: ensure_rows
--- $2 bucket count.
-INSERT INTO {{schema}}.lease_buckets (subscription, bucket, bucket_count)
-SELECT $1, g, $2 FROM generate_series(0, $2::int - 1) AS g
-ON CONFLICT (subscription, bucket) DO NOTHING;
-
 -- name: worker_heartbeat
 -- Join or heartbeat; monotonic, so a delayed heartbeat never moves expiry
--- back. $3 kind, $4 ttl, $5 session backend pid, $6 session lock key.
--- joined reports a worker that was absent or expired before this statement.
+-- back. $3 kind, $4 ttl, $5 session backend pid, $6 session lock key. Run
+-- after the protocol statement (the lease_workers trigger).
+-- joined reports a member that was absent or expired before this statement.
 WITH prev AS (
     SELECT expires_at > now() AS live
     FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2
 ), up AS (
     INSERT INTO {{schema}}.lease_workers AS m
-        (subscription, worker, kind, heartbeat_at, expires_at, backend_pid, lock_key)
-    VALUES ($1, $2, $3, now(), now() + $4::interval, $5, $6)
+        (subscription, worker, kind, heartbeat_at, expires_at, backend_pid, lock_key, protocol)
+    VALUES ($1, $2, $3, now(), now() + $4::interval, $5, $6, 2)
     ON CONFLICT (subscription, worker) DO UPDATE SET
         kind = EXCLUDED.kind,
+        protocol = EXCLUDED.protocol,
         heartbeat_at = GREATEST(m.heartbeat_at, EXCLUDED.heartbeat_at),
         expires_at = GREATEST(m.expires_at, EXCLUDED.expires_at),
         backend_pid = EXCLUDED.backend_pid,
@@ -88,7 +76,7 @@ FROM mine
 WHERE l.subscription = $1 AND l.bucket = mine.bucket
 RETURNING l.bucket, l.epoch, l.expires_at, mine.pending,
     (mine.prev_claim IS NOT NULL AND NOT mine.pending) AS recovered,
-    now() AS db_now;
+    now() AS db_now, l.bucket_count, l.cut_proposal;
 
 -- name: my_claims
 SELECT bucket FROM {{schema}}.lease_buckets WHERE subscription = $1 AND claim_worker = $2 ORDER BY bucket;
@@ -114,12 +102,13 @@ SELECT coalesce(array_agg(w), '{}') FROM dead;
 -- proven dead ($4). A bucket under another live claimant's fresh claim is
 -- left to that claimant. SKIP LOCKED: never wait behind a rival's claim or
 -- an in-flight fenced write. $5 start offset, $6 claim stale-after, $7
--- bucket count, $8 ttl.
+-- the generation's bucket count, $8 ttl, $9 the generation. A drained row
+-- (an old bucket of a resize) is never claimed.
 WITH c AS (
     SELECT l.bucket, l.owner AS prev_owner, (l.claim_worker IS NOT DISTINCT FROM $2) AS was_mine,
         (l.expires_at < now()) AS prev_expired
     FROM {{schema}}.lease_buckets l
-    WHERE l.subscription = $1
+    WHERE l.subscription = $1 AND l.generation = $9 AND l.drained_at IS NULL
       AND l.owner IS DISTINCT FROM $2
       AND (l.owner IS NULL OR l.expires_at < now() OR l.owner = ANY($4::text[]))
       AND (l.claim_worker IS NULL OR l.claim_worker = $2 OR l.claim_worker = ANY($4::text[])
@@ -128,7 +117,7 @@ WITH c AS (
                           WHERE m.subscription = l.subscription AND m.worker = l.claim_worker
                             AND m.expires_at > now()))
     ORDER BY (l.claim_worker IS NOT DISTINCT FROM $2) DESC, (l.owner IS NULL) DESC,
-        (l.bucket + $5::int) % $7::int
+        (l.bucket % 65536 + $5::int) % $7::int
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 )
@@ -138,13 +127,14 @@ UPDATE {{schema}}.lease_buckets l SET
 FROM c
 WHERE l.subscription = $1 AND l.bucket = c.bucket
 RETURNING l.bucket, l.epoch, l.expires_at, coalesce(c.prev_owner, ''), c.was_mine,
-    coalesce(c.prev_expired, false), now() AS db_now;
+    coalesce(c.prev_expired, false), now() AS db_now, l.bucket_count, l.cut_proposal;
 
 -- name: withdraw_claims
--- Withdraw $3 of this worker's pending claims, those not yet handed over first.
+-- Withdraw $3 of this worker's pending claims in generation $4, those not
+-- yet handed over first.
 UPDATE {{schema}}.lease_buckets l SET claim_worker = NULL, claimed_at = NULL
 FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND claim_worker = $2
+      WHERE subscription = $1 AND claim_worker = $2 AND generation = $4
       ORDER BY (owner IS NULL), bucket DESC
       LIMIT $3 FOR UPDATE SKIP LOCKED) w
 WHERE l.subscription = $1 AND l.bucket = w.bucket
@@ -158,21 +148,23 @@ RETURNING l.bucket;
 SELECT pg_advisory_xact_lock($1);
 
 -- name: loads
--- Per other worker: unclaimed live-leased buckets it owns (the ones a claim
--- may be placed on) and its load (those plus its own pending claims).
+-- Per other worker: unclaimed live-leased buckets of generation $3 it owns
+-- (the ones a claim may be placed on) and its load (those plus its own
+-- pending claims in the generation).
 SELECT w, sum(free)::int, sum(n)::int FROM (
     SELECT owner AS w, 1 AS free, 1 AS n FROM {{schema}}.lease_buckets
-    WHERE subscription = $1 AND owner IS NOT NULL AND expires_at > now() AND claim_worker IS NULL
+    WHERE subscription = $1 AND generation = $3 AND owner IS NOT NULL AND expires_at > now()
+      AND claim_worker IS NULL
     UNION ALL
     SELECT claim_worker, 0, 1 FROM {{schema}}.lease_buckets
-    WHERE subscription = $1 AND claim_worker IS NOT NULL
+    WHERE subscription = $1 AND generation = $3 AND claim_worker IS NOT NULL
 ) x
 WHERE w <> $2
 GROUP BY w;
 
 -- name: place_claims
--- The first phase of a handoff: mark $4[i] of owner $3[i]'s buckets as
--- claimed by this worker. The owner's next renew sees it and hands over.
+-- The first phase of a handoff: mark $4[i] of owner $3[i]'s buckets of
+-- generation $5 as claimed by this worker. The owner's next renew sees it and hands over.
 -- No SKIP LOCKED: the owner is often mid-pass (the same notification woke
 -- both), so this waits for its renew, bounded by a lock_timeout
 -- (min(heartbeat/4, 1s)). It picks each owner's highest buckets, but locks
@@ -185,7 +177,7 @@ WITH want AS (SELECT * FROM unnest($3::text[], $4::int[]) AS w(owner, k)),
 cand AS (
     SELECT p.bucket, w.owner FROM want w CROSS JOIN LATERAL (
         SELECT l.bucket FROM {{schema}}.lease_buckets l
-        WHERE l.subscription = $1 AND l.owner = w.owner
+        WHERE l.subscription = $1 AND l.owner = w.owner AND l.generation = $5
           AND l.claim_worker IS NULL AND l.expires_at > now()
         ORDER BY l.bucket DESC
         LIMIT w.k) p
@@ -262,7 +254,8 @@ FOR SHARE;
 
 -- name: snapshot_buckets
 SELECT bucket, bucket_count, coalesce(owner, ''), epoch, granted_at, expires_at, heartbeat_at,
-    coalesce(claim_worker, ''), claimed_at, now()
+    coalesce(claim_worker, ''), claimed_at, now(), generation, coalesce(cut_proposal, -1),
+    drained_at IS NOT NULL
 FROM {{schema}}.lease_buckets
 WHERE subscription = $1
 ORDER BY bucket;
@@ -278,7 +271,8 @@ SELECT m.worker, m.kind, m.joined_at, m.heartbeat_at, m.expires_at, m.expires_at
     (m.kind = 'session' AND NOT EXISTS (
         SELECT 1 FROM held h
         WHERE h.classid = ((m.lock_key >> 32) & 4294967295)::oid
-          AND h.objid = (m.lock_key & 4294967295)::oid))
+          AND h.objid = (m.lock_key & 4294967295)::oid)),
+    m.protocol
 FROM {{schema}}.lease_workers m
 WHERE m.subscription = $1
 ORDER BY m.worker;
@@ -354,16 +348,282 @@ WHERE l.subscription = $1 AND l.bucket = $2
 RETURNING l.owner, l.epoch;
 
 -- name: operator_subscriptions
--- ListSubscriptions: every subscription with lease rows, its N, its buckets
--- held by a live owner and its live workers. No $1.
-SELECT l.subscription, max(l.bucket_count)::int,
-    (count(*) FILTER (WHERE l.owner IS NOT NULL AND l.expires_at > now()))::int,
+-- ListSubscriptions: every subscription with lease rows, its N (the
+-- serving generation's), its buckets of that generation held by a live
+-- owner and its live workers. No $1.
+SELECT l.subscription, coalesce(max(s.bucket_count), max(l.bucket_count))::int,
+    (count(*) FILTER (WHERE l.owner IS NOT NULL AND l.expires_at > now()
+                        AND l.generation = coalesce(s.generation, 0)))::int,
     (SELECT count(*) FROM {{schema}}.lease_workers m
      WHERE m.subscription = l.subscription AND m.expires_at > now())::int
 FROM {{schema}}.lease_buckets l
+LEFT JOIN {{schema}}.subscriptions s ON s.subscription = l.subscription
 GROUP BY l.subscription
 ORDER BY l.subscription;
 
 -- name: operator_bucket_count
--- BucketCount: the subscription's N, 0 without lease rows.
-SELECT coalesce(max(bucket_count), 0)::int FROM {{schema}}.lease_buckets WHERE subscription = $1;
+-- BucketCount: the subscription's N (its serving generation's), 0 when it
+-- has neither a subscriptions row nor lease rows.
+SELECT coalesce((SELECT bucket_count FROM {{schema}}.subscriptions WHERE subscription = $1),
+                (SELECT max(bucket_count) FROM {{schema}}.lease_buckets WHERE subscription = $1), 0)::int;
+
+-- Resizes (docs/resize.md). A lease row's bucket column holds its slot,
+-- generation * 65536 + bucket; the subscriptions row is the resize's state.
+-- Lock order: the subscriptions row first (FOR UPDATE), then lease rows in
+-- slot order; a pass never waits for the subscriptions row (SKIP LOCKED).
+
+-- name: protocol
+-- The kumi protocol this transaction speaks: the lease_workers trigger lets
+-- protocol-2 writes through and fences out protocol-1 workers of a
+-- subscription that is resizing or has been resized (KU001).
+SELECT set_config('kumi.protocol', '2', true);
+
+-- name: subscription_read
+-- A pass's view of the subscription, no lock: its serving generation and
+-- resize, the serving generation's active (undrained) bucket count, the
+-- feeder classes (bucket % gcd(N, M)) that still have an undrained bucket
+-- once the cut is decided, and whether rows of retired generations are
+-- left to prune.
+SELECT s.generation, s.bucket_count, s.state, coalesce(s.next_bucket_count, 0), coalesce(s.cut, -1),
+    CASE WHEN s.state = 'steady' THEN s.bucket_count ELSE o.active END, coalesce(o.classes, '{}'),
+    EXISTS (SELECT 1 FROM {{schema}}.lease_buckets r
+            WHERE r.subscription = s.subscription AND r.bucket < s.generation * 65536)
+FROM {{schema}}.subscriptions s
+LEFT JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE l.drained_at IS NULL)::int AS active,
+        array_agg(DISTINCT (l.bucket % 65536) % gcd(s.bucket_count, s.next_bucket_count))
+            FILTER (WHERE l.drained_at IS NULL) AS classes
+    FROM {{schema}}.lease_buckets l
+    WHERE s.state <> 'steady' AND l.subscription = s.subscription AND l.generation = s.generation
+) o ON true
+WHERE s.subscription = $1;
+
+-- name: subscription_present
+-- The fast path of EnsureBuckets: the subscription's serving generation and
+-- its bucket count, no lock.
+SELECT generation, bucket_count FROM {{schema}}.subscriptions WHERE subscription = $1;
+
+-- name: subscription_create
+-- Under the ensure lock: create the subscription with $2 buckets, or adopt
+-- the lease rows a worker of an older version created (their count rules).
+-- Returns the serving generation and its bucket count.
+WITH found AS (
+    SELECT max(bucket_count) AS n FROM {{schema}}.lease_buckets WHERE subscription = $1
+), sub AS (
+    INSERT INTO {{schema}}.subscriptions (subscription, bucket_count)
+    SELECT $1, coalesce(found.n, $2::int) FROM found
+    ON CONFLICT (subscription) DO NOTHING
+    RETURNING generation, bucket_count
+), gen AS (
+    INSERT INTO {{schema}}.generations (subscription, generation, bucket_count, start_after, switched_at)
+    SELECT $1, 0, bucket_count, 0, now() FROM sub
+    ON CONFLICT DO NOTHING
+), buckets AS (
+    INSERT INTO {{schema}}.lease_buckets (subscription, bucket, bucket_count)
+    SELECT $1, g, sub.bucket_count FROM sub, generate_series(0, sub.bucket_count - 1) AS g
+    ON CONFLICT (subscription, bucket) DO NOTHING
+)
+SELECT generation, bucket_count FROM sub
+UNION ALL
+SELECT generation, bucket_count FROM {{schema}}.subscriptions WHERE subscription = $1
+LIMIT 1;
+
+-- name: resize_lock
+-- Every resize transition's first lock.
+SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
+    coalesce(requested_by, ''), switched_at
+FROM {{schema}}.subscriptions WHERE subscription = $1
+FOR UPDATE;
+
+-- name: resize_lock_skip
+-- resize_lock for a pass, which must never wait for it: no row when a
+-- transition is under way elsewhere.
+SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
+    coalesce(requested_by, ''), switched_at
+FROM {{schema}}.subscriptions WHERE subscription = $1
+FOR UPDATE SKIP LOCKED;
+
+-- name: resize_share
+-- An operator's fence (a checkpoint reset): no resize may begin meanwhile.
+SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
+    coalesce(requested_by, ''), switched_at
+FROM {{schema}}.subscriptions WHERE subscription = $1
+FOR SHARE;
+
+-- name: resize_read
+SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
+    coalesce(requested_by, ''), switched_at
+FROM {{schema}}.subscriptions WHERE subscription = $1;
+
+-- name: resize_slots
+-- ReadResize: the lease rows of generations $2 and $2 + 1.
+SELECT bucket, coalesce(owner, ''), epoch, coalesce(cut_proposal, -1), drained_at IS NOT NULL
+FROM {{schema}}.lease_buckets
+WHERE subscription = $1 AND generation IN ($2, $2 + 1)
+ORDER BY bucket;
+
+-- name: resize_event_store
+-- A resize reads the sequencer and writes checkpoints: the event store's
+-- tables must be in the schema ($1, the schema's name).
+SELECT count(*)::int FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname IN ('sequencer', 'checkpoints') AND c.relkind = 'r';
+
+-- name: resize_index_valid
+-- Whether the consumer-group index $2 exists in schema $1 and is valid.
+SELECT i.indisvalid FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2;
+
+-- name: resize_old_workers
+-- Live workers of a protocol that predates resizes.
+SELECT worker FROM {{schema}}.lease_workers
+WHERE subscription = $1 AND expires_at > now() AND protocol < 2
+ORDER BY worker;
+
+-- name: resize_request
+-- Under resize_lock, state steady: the resize to $2 buckets begins. The
+-- next generation's lease rows are free; its checkpoints come with the cut.
+WITH s AS (
+    UPDATE {{schema}}.subscriptions SET state = 'sealing', next_bucket_count = $2, cut = NULL,
+        requested_at = now(), requested_by = nullif($3, ''), switched_at = NULL, updated_at = now()
+    WHERE subscription = $1
+    RETURNING generation, bucket_count, state, next_bucket_count, cut, requested_at, requested_by, switched_at
+), gen AS (
+    INSERT INTO {{schema}}.generations (subscription, generation, bucket_count)
+    SELECT $1, generation + 1, $2 FROM s
+    ON CONFLICT (subscription, generation) DO UPDATE SET bucket_count = EXCLUDED.bucket_count,
+        start_after = NULL, end_at = NULL, created_at = now(), switched_at = NULL, retired_at = NULL
+), buckets AS (
+    INSERT INTO {{schema}}.lease_buckets (subscription, bucket, bucket_count, generation)
+    SELECT $1, (s.generation + 1) * 65536 + g, $2, s.generation + 1 FROM s, generate_series(0, $2::int - 1) AS g
+    ON CONFLICT (subscription, bucket) DO NOTHING
+)
+SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
+    coalesce(requested_by, ''), switched_at
+FROM s;
+
+-- name: resize_guard
+-- The fence of a resize's write to the slot's own row (a proposal, a
+-- drain): guard, with the row lock the write needs.
+SELECT coalesce(owner, ''), epoch FROM {{schema}}.lease_buckets
+WHERE subscription = $1 AND bucket = $2
+FOR UPDATE;
+
+-- name: resize_propose
+-- The holder's proposal for slot $2: the largest of its earlier one, its
+-- cursor $3 and the head, read after the fence.
+UPDATE {{schema}}.lease_buckets
+SET cut_proposal = GREATEST(coalesce(cut_proposal, 0), $3::bigint,
+                            (SELECT last_position FROM {{schema}}.sequencer))
+WHERE subscription = $1 AND bucket = $2
+RETURNING cut_proposal;
+
+-- name: resize_proposals
+-- Old generation $2: how many buckets have not proposed, and the largest
+-- proposal.
+SELECT (count(*) FILTER (WHERE cut_proposal IS NULL))::int, coalesce(max(cut_proposal), 0)
+FROM {{schema}}.lease_buckets WHERE subscription = $1 AND generation = $2;
+
+-- name: resize_decide
+-- The last proposal decides the cut $3 for old generation $2 and new bucket
+-- count $4: on the subscription, on both generations' records, and as the
+-- new buckets' checkpoints (overwriting any a cancelled attempt left). The
+-- old lease rows are not written (that would wait for every pass holding
+-- one): each carries its proposal, at most C, which bounds a holding
+-- granted on it until it learns C; a drain writes C on its row.
+WITH s AS (
+    UPDATE {{schema}}.subscriptions SET state = 'cut', cut = $3, updated_at = now()
+    WHERE subscription = $1 AND state = 'sealing'
+), old AS (
+    UPDATE {{schema}}.generations SET end_at = $3 WHERE subscription = $1 AND generation = $2
+), new AS (
+    UPDATE {{schema}}.generations SET start_after = $3 WHERE subscription = $1 AND generation = $2 + 1
+)
+INSERT INTO {{schema}}.checkpoints AS c (subscription, bucket, position)
+SELECT $1, ($2 + 1) * 65536 + g, $3 FROM generate_series(0, $4::int - 1) AS g
+ON CONFLICT (subscription, bucket) DO UPDATE SET position = EXCLUDED.position, updated_at = now();
+
+-- name: resize_drain_checkpoint
+-- The drained slot's checkpoint at the cut, forward only, as a fenced
+-- checkpoint write: the stored value comes back.
+INSERT INTO {{schema}}.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
+ON CONFLICT (subscription, bucket) DO UPDATE SET position = GREATEST(c.position, EXCLUDED.position), updated_at = now()
+RETURNING position;
+
+-- name: resize_drain
+-- Slot $2 drained to the cut $3: released for good (no claim takes a
+-- drained row).
+UPDATE {{schema}}.lease_buckets SET drained_at = now(), cut = $3, owner = NULL, expires_at = NULL,
+    heartbeat_at = now(), claim_worker = NULL, claimed_at = NULL
+WHERE subscription = $1 AND bucket = $2;
+
+-- name: resize_undrained
+-- Old generation $2: its rows, its undrained rows, and the feeder classes
+-- (bucket % $3, $3 = gcd(N, M)) that still have an undrained row.
+SELECT count(*)::int, (count(*) FILTER (WHERE drained_at IS NULL))::int,
+    coalesce(array_agg(DISTINCT (bucket % 65536) % $3::int) FILTER (WHERE drained_at IS NULL), '{}')
+FROM {{schema}}.lease_buckets WHERE subscription = $1 AND generation = $2;
+
+-- name: resize_switch
+-- The first new bucket is ready: cancel is refused from here on.
+WITH s AS (
+    UPDATE {{schema}}.subscriptions SET state = 'switched', switched_at = now(), updated_at = now()
+    WHERE subscription = $1 AND state = 'cut'
+)
+UPDATE {{schema}}.generations SET switched_at = now() WHERE subscription = $1 AND generation = $2 + 1;
+
+-- name: resize_complete
+-- Every old bucket drained: generation $2 + 1 with $3 buckets serves, $2
+-- retires, and its rows go — those not locked at this moment (a zombie's
+-- fence): later passes prune the rest.
+WITH s AS (
+    UPDATE {{schema}}.subscriptions SET generation = $2 + 1, bucket_count = $3, state = 'steady',
+        next_bucket_count = NULL, cut = NULL, switched_at = coalesce(switched_at, now()), updated_at = now()
+    WHERE subscription = $1 AND generation = $2
+), old AS (
+    UPDATE {{schema}}.generations SET retired_at = now() WHERE subscription = $1 AND generation = $2
+), new AS (
+    UPDATE {{schema}}.generations SET switched_at = coalesce(switched_at, now())
+    WHERE subscription = $1 AND generation = $2 + 1
+)
+DELETE FROM {{schema}}.lease_buckets l
+USING (SELECT bucket FROM {{schema}}.lease_buckets
+       WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
+WHERE l.subscription = $1 AND l.bucket = o.bucket;
+
+-- name: prune_retired
+-- Rows of generations below the serving one $2 that completion could not
+-- delete (locked then). Never waits.
+DELETE FROM {{schema}}.lease_buckets l
+USING (SELECT bucket FROM {{schema}}.lease_buckets
+       WHERE subscription = $1 AND bucket < $2 * 65536 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
+WHERE l.subscription = $1 AND l.bucket = o.bucket;
+
+-- name: resize_cancel_rows
+-- Cancel, old generation $2: the next generation's rows go; the old rows'
+-- proposals, cut and drains are cleared (a drained row is free again).
+WITH gone AS (
+    DELETE FROM {{schema}}.lease_buckets WHERE subscription = $1 AND generation = $2 + 1
+)
+UPDATE {{schema}}.lease_buckets l SET cut_proposal = NULL, cut = NULL, drained_at = NULL
+FROM (SELECT bucket FROM {{schema}}.lease_buckets
+      WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE) o
+WHERE l.subscription = $1 AND l.bucket = o.bucket;
+
+-- name: resize_cancel_checkpoints
+-- Cancel: the next generation's ($2) checkpoints, if the cut wrote them.
+DELETE FROM {{schema}}.checkpoints
+WHERE subscription = $1 AND bucket BETWEEN $2 * 65536 AND $2 * 65536 + 65535;
+
+-- name: resize_cancel
+-- Cancel: steady again at generation $2, its record of the next generation gone.
+WITH gen AS (
+    DELETE FROM {{schema}}.generations WHERE subscription = $1 AND generation = $2 + 1
+), old AS (
+    UPDATE {{schema}}.generations SET end_at = NULL WHERE subscription = $1 AND generation = $2
+)
+UPDATE {{schema}}.subscriptions SET state = 'steady', next_bucket_count = NULL, cut = NULL, updated_at = now()
+WHERE subscription = $1
+RETURNING generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
+    coalesce(requested_by, ''), switched_at;

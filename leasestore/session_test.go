@@ -216,7 +216,24 @@ func leastPrivilegeRoleOn(t *testing.T, b *testBundle, workers string) string {
 		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+ro)
 		_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+ro)
 	})
+	if workers == "lease_workers" {
+		grantResizeTables(t, b, role)
+	}
 	return role
+}
+
+// grantResizeTables grants role what a worker needs on migration 0003's
+// tables (docs/operations.md, roles).
+func grantResizeTables(t *testing.T, b *testBundle, role string) {
+	t.Helper()
+	q, ro := pgx.Identifier{b.schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+	for _, stmt := range []string{
+		"GRANT SELECT, INSERT, UPDATE ON " + q + ".subscriptions, " + q + ".generations TO " + ro,
+		"GRANT DELETE ON " + q + ".lease_buckets TO " + ro,
+	} {
+		_, err := pgtest.Pool(t).Exec(context.Background(), stmt)
+		require.NoError(t, err, stmt)
+	}
 }
 
 func rolePool(t *testing.T, role string) *pgxpool.Pool {

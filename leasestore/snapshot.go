@@ -36,6 +36,12 @@ type BucketState struct {
 	Heartbeat   time.Time // the owner's last renewal
 	ClaimWorker string    // a pending two-phase claim; "" when none
 	ClaimedAt   time.Time // when ClaimWorker placed it
+	// Slot is the row's key, eventsource.Slot(Generation, Bucket); for a
+	// subscription never resized, the bucket.
+	Slot       int
+	Generation int   // the bucket's generation (docs/resize.md)
+	Proposal   int64 // an old bucket's cut proposal during a resize; -1: none
+	Drained    bool  // an old bucket drained to the cut
 	// ShardCount is the former name of BucketCount (the same value).
 	//
 	// Deprecated: use BucketCount.
@@ -59,6 +65,9 @@ type WorkerState struct {
 	// SessionGone: KindSession, and its advisory lock is free — its
 	// session is gone, whatever its expiry says.
 	SessionGone bool
+	// Protocol is the kumi protocol the worker speaks: 1 for versions that
+	// predate resizes, 2 from the version that has them.
+	Protocol int
 }
 
 // Snapshot reads the subscription's buckets and workers, consistently (one
@@ -185,8 +194,9 @@ func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription st
 	snap.Buckets, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketState, error) {
 		var b BucketState
 		var granted, expires, heartbeat, claimed *time.Time
-		err := r.Scan(&b.Bucket, &b.BucketCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
-			&b.ClaimWorker, &claimed, &snap.Now)
+		err := r.Scan(&b.Slot, &b.BucketCount, &b.Owner, &b.Epoch, &granted, &expires, &heartbeat,
+			&b.ClaimWorker, &claimed, &snap.Now, &b.Generation, &b.Proposal, &b.Drained)
+		b.Bucket = b.Slot % eventsource.MaxGroupSize
 		b.GrantedAt, b.Expires, b.Heartbeat, b.ClaimedAt = orZero(granted), orZero(expires),
 			orZero(heartbeat), orZero(claimed)
 		b.ShardCount = b.BucketCount
@@ -200,7 +210,7 @@ func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription st
 		var w WorkerState
 		var kind string
 		err := r.Scan(&w.Worker, &kind, &w.Joined, &w.Heartbeat, &w.Expires, &w.Live, &w.BackendPID,
-			&w.SessionGone)
+			&w.SessionGone, &w.Protocol)
 		if kind == KindSession.String() {
 			w.Kind = KindSession
 		}

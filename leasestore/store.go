@@ -34,9 +34,11 @@ type Store struct {
 
 	opMu    sync.Mutex // serialises the operations that write
 	ensured bool       // EnsureBuckets succeeded; under opMu
+	warned  bool       // the database's bucket count differs from Config.Buckets, and it was logged; under opMu
 
-	viewMu sync.RWMutex
-	view   map[int]heldLease // what this worker believes it holds
+	viewMu  sync.RWMutex
+	view    map[int]heldLease // what this worker believes it holds
+	serving [2]int            // the serving generation and its bucket count, as last read; under viewMu
 
 	changes     <-chan struct{}       // the listener's; never fires without one
 	listener    *eventsource.Listener // nil with NoListen
@@ -54,11 +56,14 @@ type heldLease struct {
 	handoff bool      // a claim is pending: draining, no longer renewed
 	fenced  bool      // a fence check found the bucket gone
 	gen     uint64    // KindSession: the session generation the pass that renewed it ran under
+	slot    slotInfo  // the slot's generation, bound and readiness, as last read
 }
 
 // Lease is a bucket held by this worker.
 type Lease struct {
-	Bucket int // 0..N-1
+	// Bucket is the bucket within its generation, 0..Buckets-1. For a
+	// subscription never resized (generation 0) it is also its Slot.
+	Bucket int
 	// Epoch is the fencing token of this holding: it grows on every change
 	// of owner and on every [FenceOut]. Pass it to [Store.Fence] or
 	// [Store.Guard] with every write.
@@ -66,6 +71,25 @@ type Lease struct {
 	// Expires is the database's expiry of the lease when last renewed (by
 	// the database's clock; compare it only with database times).
 	Expires time.Time
+	// Slot is eventsource.Slot(Generation, Bucket): the key of the lease
+	// and of the bucket's checkpoint, and what [Store.EnsureHeld],
+	// [Store.Fence], [Store.Guard], [Store.HandOver], [Store.Release],
+	// [Store.ProposeCut] and [Store.DrainTx] take.
+	Slot int
+	// Generation is the bucket's generation (docs/resize.md) and Buckets
+	// its bucket count: the consumer-group size its reader reads by.
+	Generation, Buckets int
+	// Bound is, for a bucket of the serving generation during a resize,
+	// the bound its lease row carried when this pass granted or renewed
+	// it: a proposal, or the cut once decided. A reader started with
+	// Bound.Resizing false in state sealing proposes before delivering
+	// ([Store.ProposeCut]).
+	Bound Bound
+	// Ready reports that the bucket's reader may run: always for the
+	// serving generation; for the next generation's, once its feeders
+	// have all drained (after the switch). A held bucket that is not
+	// ready is on standby: renewed, with no reader.
+	Ready bool
 }
 
 // New validates cfg and returns the worker's Store. It joins the pool at
@@ -101,7 +125,7 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, cfg Config, render func(s
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(cfg.Worker))
-	s.offset = int(h.Sum32() % uint32(cfg.Buckets))
+	s.offset = int(h.Sum32() % (1 << 16)) // the claim statement takes it modulo each generation's count
 	s.keys.ensure = lockKey("ensure", cfg.Schema, cfg.Subscription)
 	s.keys.place = lockKey("place", cfg.Schema, cfg.Subscription)
 	if cfg.Kind == KindSession {
@@ -140,6 +164,9 @@ func (s *Store) join(ctx context.Context) error {
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var joined bool
+		if _, err := tx.Exec(ctx, s.st.get("protocol")); err != nil {
+			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
+		}
 		if err := tx.QueryRow(ctx, s.st.get("worker_heartbeat"), s.workerArgs(pid)...).Scan(&joined); err != nil {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
@@ -173,10 +200,17 @@ func (s *Store) Worker() string { return s.cfg.Worker }
 // Config returns the store's configuration with its defaults applied.
 func (s *Store) Config() Config { return s.cfg }
 
-// EnsureBuckets creates the subscription's N lease rows if they do not exist.
-// It is idempotent and safe to call from many workers at once. When the rows
-// exist for a different N it returns *[BucketCountMismatchError] and writes
-// nothing. [Store.Pass] calls it once if it has not been called.
+// EnsureBuckets creates the subscription — its subscriptions row, its
+// generation 0 and its lease rows — with Config.Buckets buckets if it does
+// not exist. It is idempotent and safe to call from many workers at once.
+// Once the subscription exists the database's bucket count rules:
+// Config.Buckets only applies when a subscription is created (a resize
+// changes it, docs/resize.md), and a store whose Config.Buckets differs
+// from the serving generation's count logs so once at Warn and serves the
+// database's generations; it no longer returns *[BucketCountMismatchError].
+// Lease rows that a worker of an older version created without a
+// subscriptions row are adopted, with their count. [Store.Pass] calls it
+// once if it has not been called.
 func (s *Store) EnsureBuckets(ctx context.Context) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -187,41 +221,51 @@ func (s *Store) EnsureBuckets(ctx context.Context) error {
 }
 
 func (s *Store) ensureBuckets(ctx context.Context) error {
-	var rows, lo, hi int
-	err := s.pool.QueryRow(ctx, s.st.get("buckets_present"), s.cfg.Subscription).Scan(&rows, &lo, &hi)
-	if err == nil && rows == s.cfg.Buckets && lo == s.cfg.Buckets && hi == s.cfg.Buckets {
-		s.ensured = true // every worker but the first takes this path
-		return nil
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.st.get("ensure_lock"), s.keys.ensure); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, s.st.get("bucket_counts"), s.cfg.Subscription)
-		if err != nil {
-			return err
-		}
-		counts, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return err
-		}
-		for _, n := range counts {
-			if int(n) != s.cfg.Buckets {
-				return &BucketCountMismatchError{Subscription: s.cfg.Subscription, Configured: s.cfg.Buckets, Found: int(n)}
+	var gen, n int
+	err := s.pool.QueryRow(ctx, s.st.get("subscription_present"), s.cfg.Subscription).Scan(&gen, &n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, s.st.get("ensure_lock"), s.keys.ensure); err != nil {
+				return err
 			}
-		}
-		_, err = tx.Exec(ctx, s.st.get("ensure_rows"), s.cfg.Subscription, s.cfg.Buckets)
-		return err
-	})
+			return tx.QueryRow(ctx, s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets).Scan(&gen, &n)
+		})
+	}
 	if err != nil {
-		var mismatch *BucketCountMismatchError
-		if errors.As(err, &mismatch) {
-			return mismatch
-		}
 		return fmt.Errorf("leasestore: ensure buckets: %w%s", err, migrateHint(err))
 	}
 	s.ensured = true
+	s.noteBuckets(gen, n)
+	s.viewMu.Lock()
+	s.serving = [2]int{gen, n}
+	s.viewMu.Unlock()
 	return nil
+}
+
+// Serving returns the subscription's serving generation and its bucket
+// count as this store last read them ([Store.EnsureBuckets], a pass): what
+// the database says, whatever Config.Buckets says. Before either has run
+// it returns (0, Config.Buckets).
+func (s *Store) Serving() (generation, buckets int) {
+	s.viewMu.RLock()
+	defer s.viewMu.RUnlock()
+	if s.serving[1] == 0 {
+		return 0, s.cfg.Buckets
+	}
+	return s.serving[0], s.serving[1]
+}
+
+// noteBuckets logs once, at Warn, that the database's bucket count differs
+// from Config.Buckets. Under opMu.
+func (s *Store) noteBuckets(generation, n int) {
+	if n == s.cfg.Buckets || s.warned {
+		return
+	}
+	s.warned = true
+	s.log.Warn(fmt.Sprintf("kumi: the database's bucket count rules: subscription %q has %d buckets (generation %d); "+
+		"Config.Buckets = %d only applies when a subscription is created. Set it to %d to silence this.",
+		s.cfg.Subscription, n, generation, s.cfg.Buckets, n),
+		"configured", s.cfg.Buckets, "database", n, "generation", generation)
 }
 
 // EnsureHeld reports whether this worker may still act on bucket outside
@@ -278,16 +322,16 @@ func (s *Store) fresh(bucket int, h heldLease) error {
 	return nil
 }
 
-// Held returns the leases this worker believes it holds, sorted by bucket
+// Held returns the leases this worker believes it holds, sorted by slot
 // (those being handed off included), as of the last operation.
 func (s *Store) Held() []Lease {
 	s.viewMu.RLock()
 	defer s.viewMu.RUnlock()
 	out := make([]Lease, 0, len(s.view))
-	for b, h := range s.view {
-		out = append(out, Lease{Bucket: b, Epoch: h.epoch, Expires: h.expires})
+	for slot, h := range s.view {
+		out = append(out, h.lease(slot))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Bucket < out[j].Bucket })
+	sort.Slice(out, func(i, j int) bool { return out[i].Slot < out[j].Slot })
 	return out
 }
 

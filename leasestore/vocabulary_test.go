@@ -40,10 +40,9 @@ SELECT 'constraint ' || co.conname FROM pg_constraint co JOIN pg_namespace n ON 
 
 // An older kumi worker, still running when a newer one applies migration
 // 0002, fails every pass (its statements name lease_members and
-// shard_count): it renews nothing, EnsureHeld fails for its buckets once
-// TTL-Margin has passed since its last renewal, and once its leases lapse a
-// current worker takes them at a new epoch, which fences the older one's
-// writes out. Restarted, the older binary refuses the newer schema.
+// shard_count): it renews nothing, and once its leases lapse a current
+// worker takes them at a new epoch, which fences the older one's writes
+// out. Restarted, the older binary refuses the newer schema.
 func TestAnOlderWorkerHoldsNothingOnceTheSchemaIsRenamed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -52,36 +51,27 @@ func TestAnOlderWorkerHoldsNothingOnceTheSchemaIsRenamed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, migrate.Apply(ctx, b.pool, b.schema, "leasestore", ms[:1]))
 
-	// The older binary's statements: the current ones in 0001's words.
-	old := strings.NewReplacer("lease_workers", "lease_members", "bucket_count", "shard_count")
-	oldStatements := func(schema string) statements {
-		st := renderStatements(schema)
-		for name, text := range st {
-			st[name] = old.Replace(text)
-		}
-		return st
-	}
-	clock := NewManualClock()
-	cfg := b.config(KindRow, 4, "old")
-	cfg.TTL, cfg.Heartbeat, cfg.Margin, cfg.Clock, cfg.NoListen = 2*time.Second, 500*time.Millisecond, 500*time.Millisecond, clock, true
-	older, err := newStore(ctx, b.pool, cfg, oldStatements)
+	// The older binary's statements: protocol 1's in 0001's words.
+	const ttl = 2 * time.Second
+	older := newProtocolOne(b.pool, b.schema, b.sub, "old", 4, ttl,
+		strings.NewReplacer("lease_workers", "lease_members", "bucket_count", "shard_count"))
+	_, err = b.pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{b.schema, "lease_buckets"}.Sanitize()+
+		" (subscription, bucket, shard_count) SELECT $1, g, 4 FROM generate_series(0, 3) g", b.sub)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = older.Close() })
-	require.Len(t, pass(t, older).Owned, 4, "on its own schema the older worker holds every bucket")
-	require.NoError(t, older.EnsureHeld(0))
+	held, err := older.pass(ctx)
+	require.NoError(t, err)
+	require.Len(t, held, 4, "on its own schema the older worker holds every bucket")
 
 	require.NoError(t, Migrate(ctx, b.pool, b.schema))
 
-	_, err = older.Pass(ctx)
+	_, err = older.pass(ctx)
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr), "%v", err)
 	require.Equal(t, "42P01", pgErr.Code, "undefined table: %v", err)
-	clock.Advance(cfg.TTL - cfg.Margin)
-	require.ErrorIs(t, older.EnsureHeld(0), ErrNotHeld, "no renewal: its deliveries stop")
 
-	cur := cfg
-	cur.Worker, cur.Clock = "new", nil
-	current := b.open(t, cur)
+	cfg := b.config(KindRow, 4, "new")
+	cfg.TTL, cfg.Heartbeat, cfg.Margin, cfg.NoListen = ttl, 500*time.Millisecond, 500*time.Millisecond, true
+	current := b.open(t, cfg)
 	pgtest.Eventually(t, 30*time.Second, func() bool {
 		res, err := current.Pass(ctx)
 		return err == nil && len(res.Owned) == 4
@@ -89,10 +79,9 @@ func TestAnOlderWorkerHoldsNothingOnceTheSchemaIsRenamed(t *testing.T) {
 	for _, l := range current.Held() {
 		require.Equal(t, int64(2), l.Epoch, "bucket %d at a new epoch", l.Bucket)
 	}
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return older.Guard(ctx, tx, 0, 1) })
-	var lost *LostFenceError
-	require.ErrorAs(t, err, &lost, "the older worker's fenced write is refused")
-	require.Equal(t, "new", lost.Owner)
+	owner, epoch, err := older.guard(ctx, 0)
+	require.NoError(t, err)
+	require.NotEqual(t, [2]any{"old", int64(1)}, [2]any{owner, epoch}, "its holding is fenced out")
 
 	var newer *migrate.NewerSchemaError
 	require.ErrorAs(t, migrate.Apply(ctx, b.pool, b.schema, "leasestore", ms[:1]), &newer,
@@ -110,6 +99,7 @@ func TestGrantsOnTheWorkersTableSurviveItsRename(t *testing.T) {
 	require.NoError(t, migrate.Apply(ctx, b.pool, b.schema, "leasestore", ms[:1]))
 	role := leastPrivilegeRoleOn(t, b, "lease_members")
 	require.NoError(t, Migrate(ctx, b.pool, b.schema))
+	grantResizeTables(t, b, role) // new tables need their grants (docs/operations.md, roles)
 
 	s := openOn(t, rolePool(t, role), b.config(KindRow, 2, "w"))
 	require.Len(t, pass(t, s).Owned, 2)
