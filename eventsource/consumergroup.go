@@ -85,7 +85,7 @@ func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
 	if s.cgIndexes[n] {
 		return nil
 	}
-	name := fmt.Sprintf("%s%d", cgIndexPrefix, n)
+	name := ConsumerGroupIndexName(n)
 	exists, valid, err := s.indexState(ctx, s.pool, name)
 	if err != nil {
 		return err
@@ -98,6 +98,12 @@ func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
 	s.cgIndexes[n] = true
 	return nil
 }
+
+// ConsumerGroupIndexName is the name, in the store's schema, of the
+// consumer-group index of a group of n ([Store.EnsureConsumerGroupIndex]):
+// "events_cg_<n>". A resize to n buckets checks that it exists and is
+// valid before any worker reads by n (see docs/resize.md).
+func ConsumerGroupIndexName(n int) string { return fmt.Sprintf("%s%d", cgIndexPrefix, n) }
 
 type queryRower interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

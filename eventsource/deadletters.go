@@ -15,6 +15,11 @@ import (
 	"github.com/kumi-run/kumi/internal/migrate"
 )
 
+// maxGeneration is the last generation of a subscription's buckets: a
+// checkpoint's slot, generation × MaxGroupSize + bucket, fits PostgreSQL's
+// integer (see docs/resize.md).
+const maxGeneration = math.MaxInt32 / MaxGroupSize
+
 // MaxDeadLetterReasonLength bounds a dead letter's reason, in bytes; a
 // longer reason is truncated.
 const MaxDeadLetterReasonLength = 8 << 10
@@ -37,8 +42,12 @@ var (
 // at most one per (subscription, event).
 type DeadLetter struct {
 	// Subscription and Bucket are the subscription and consumer-group
-	// bucket that gave up on the event.
+	// bucket that gave up on the event; Generation is the generation of
+	// the subscription's buckets Bucket belongs to (0 until the
+	// subscription is first resized, see docs/resize.md). A bucket number
+	// means another set of streams in another generation.
 	Subscription string
+	Generation   int
 	Bucket       int
 	// EventID is the event's id.
 	EventID uuid.UUID
@@ -62,7 +71,12 @@ type DeadLetter struct {
 
 // DeadLetterFilter selects dead letters of a subscription.
 type DeadLetterFilter struct {
-	// Bucket, when not nil, selects one bucket's letters.
+	// Generation, when not nil, selects one generation's letters (see
+	// [DeadLetter.Generation]); nil selects every generation's.
+	Generation *int
+	// Bucket, when not nil, selects one bucket's letters: of Generation
+	// when that is given, else of every generation (a caller that means
+	// the serving generation's bucket gives its generation too).
 	Bucket *int
 	// After selects letters of events with a position above it: the cursor
 	// for paging (the last letter's Position).
@@ -97,6 +111,8 @@ func (s *Store) addDeadLetter(ctx context.Context, db queryRower, d DeadLetter) 
 	switch {
 	case d.Bucket < 0:
 		return DeadLetter{}, fmt.Errorf("%w: negative bucket %d", ErrInvalidDeadLetter, d.Bucket)
+	case d.Generation < 0 || d.Generation > maxGeneration:
+		return DeadLetter{}, fmt.Errorf("%w: generation %d: generations are 0 to %d", ErrInvalidDeadLetter, d.Generation, maxGeneration)
 	case d.EventID == uuid.Nil:
 		return DeadLetter{}, fmt.Errorf("%w: no event id", ErrInvalidDeadLetter)
 	case d.Position < 0:
@@ -112,7 +128,7 @@ func (s *Store) addDeadLetter(ctx context.Context, db queryRower, d DeadLetter) 
 	d.Reason = cleanReason(d.Reason)
 	d.ReplayedAt = nil
 	err := db.QueryRow(ctx, s.sql.deadLetterAdd, d.Subscription, d.Bucket, d.EventID, d.Position, d.Stream,
-		d.Reason, d.Attempts).Scan(&d.Position, &d.Stream, &d.CreatedAt)
+		d.Reason, d.Attempts, d.Generation).Scan(&d.Position, &d.Stream, &d.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return DeadLetter{}, fmt.Errorf("%w: dead letter for event %s (position %d, stream %q) of %q",
 			ErrEventNotFound, d.EventID, d.Position, d.Stream, d.Subscription)
@@ -145,8 +161,11 @@ func (s *Store) DeadLetters(ctx context.Context, subscription string, filter Dea
 	if b := filter.Bucket; b != nil && (*b < 0 || *b > math.MaxInt32) {
 		return nil, fmt.Errorf("%w: filter bucket %d: buckets are 0 to %d", ErrInvalidDeadLetter, *b, math.MaxInt32)
 	}
+	if g := filter.Generation; g != nil && (*g < 0 || *g > maxGeneration) {
+		return nil, fmt.Errorf("%w: filter generation %d: generations are 0 to %d", ErrInvalidDeadLetter, *g, maxGeneration)
+	}
 	rows, err := s.pool.Query(ctx, s.sql.deadLetterList, subscription, filter.Bucket, filter.After,
-		limitOf(filter.Limit), filter.IncludeReplayed)
+		limitOf(filter.Limit), filter.IncludeReplayed, filter.Generation)
 	if err != nil {
 		return nil, fmt.Errorf("kumi: list dead letters: %w", err)
 	}
@@ -308,7 +327,7 @@ func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed boo
 
 func scanDeadLetter(row pgx.CollectableRow) (DeadLetter, error) {
 	var d DeadLetter
-	err := row.Scan(&d.Subscription, &d.Bucket, &d.EventID, &d.Position, &d.Stream, &d.Reason, &d.Attempts,
+	err := row.Scan(&d.Subscription, &d.Generation, &d.Bucket, &d.EventID, &d.Position, &d.Stream, &d.Reason, &d.Attempts,
 		&d.CreatedAt, &d.ReplayedAt)
 	return d, err
 }

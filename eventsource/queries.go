@@ -49,7 +49,7 @@ const (
 	eventColumns = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, data, metadata, recorded_at`
 	// keyColumns are eventColumns without the payloads, which read as NULL.
 	keyColumns        = `event_id, stream_name, category, version, coalesce(position, 0), cg_hash, type, NULL::jsonb, NULL::jsonb, recorded_at`
-	deadLetterColumns = `subscription, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
+	deadLetterColumns = `subscription, generation, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
 )
 
 func newQueries(q string) queries {
@@ -196,15 +196,17 @@ ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, u
 
 		// A dead letter names an event of the store; its position and
 		// stream are taken from the event, and checked against the
-		// caller's when given ($4 = 0 and $5 = '' mean "not given").
-		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters (subscription, bucket, event_id, position, stream_name, reason, attempts)
-SELECT $1, $2, e.event_id, e.position, e.stream_name, $6, $7 FROM %[1]s.events e
+		// caller's when given ($4 = 0 and $5 = '' mean "not given"); $8 is
+		// the generation of the bucket $2.
+		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters (subscription, generation, bucket, event_id, position, stream_name, reason, attempts)
+SELECT $1, $8, $2, e.event_id, e.position, e.stream_name, $6, $7 FROM %[1]s.events e
 WHERE e.event_id = $3 AND e.position IS NOT NULL AND ($4::bigint = 0 OR e.position = $4) AND ($5::text = '' OR e.stream_name = $5)
-ON CONFLICT (subscription, event_id) DO UPDATE SET bucket = excluded.bucket, reason = excluded.reason,
+ON CONFLICT (subscription, event_id) DO UPDATE SET generation = excluded.generation, bucket = excluded.bucket, reason = excluded.reason,
   attempts = excluded.attempts, created_at = now(), replayed_at = NULL
 RETURNING position, stream_name, created_at`, q),
 		deadLetterList: fmt.Sprintf(`SELECT %s FROM %s.dead_letters
-WHERE subscription = $1 AND ($2::int IS NULL OR bucket = $2) AND position > $3 AND ($5 OR replayed_at IS NULL)
+WHERE subscription = $1 AND ($6::int IS NULL OR generation = $6) AND ($2::int IS NULL OR bucket = $2) AND position > $3
+  AND ($5 OR replayed_at IS NULL)
 ORDER BY position, event_id LIMIT $4`, deadLetterColumns, q),
 		deadLetterGet: fmt.Sprintf(`SELECT %s FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, deadLetterColumns, q),
 		// A replay records its outcome only on the letter it replayed: $3
@@ -284,14 +286,14 @@ ORDER BY %s, position LIMIT $4`, q, m, m, m)
 }
 
 // bucketLag counts at most $4 events of a bucket of a group of size after
-// a position, and the oldest one's time (Store.BucketLag): the bucket
-// read's shape (see bucketRead), one range scan of the consumer-group
-// index, which no other index can serve.
+// a position $3 and up to $5, and the oldest one's time
+// (Store.BucketLagUntil): the bucket read's shape (see bucketRead), one
+// range scan of the consumer-group index, which no other index can serve.
 func bucketLag(q string, size int) string {
 	m := bucketExpr(size)
 	return fmt.Sprintf(`SELECT count(*), min(recorded_at) FROM (
   SELECT recorded_at FROM %s.events
-  WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL
+  WHERE category = $1 AND (%s, position) > ($2, $3) AND %s <= $2 AND position IS NOT NULL AND position <= $5
   ORDER BY %s, position LIMIT $4) lag`, q, m, m, m)
 }
 
