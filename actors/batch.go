@@ -62,9 +62,11 @@ type Batch struct {
 	// events may have been delivered before, behind a first event that
 	// failed.
 	Attempt int
-	// Subscription, Bucket, Epoch and Fence are as in [Delivery]; pass the
-	// batch to [CommitBatchWithCheckpoint] for exactly-once.
+	// Subscription, Generation, Bucket, Epoch and Fence are as in
+	// [Delivery]; pass the batch to [CommitBatchWithCheckpoint] for
+	// exactly-once.
 	Subscription string
+	Generation   int
 	Bucket       int
 	Epoch        int64
 	Fence        eventsource.Fence
@@ -321,7 +323,7 @@ func commitEvents(ctx context.Context, store *eventsource.Store, b *Batch, pick 
 		if err := b.Fence.Check(ctx, tx); err != nil {
 			return err
 		}
-		stored, err := store.LockCheckpointTx(ctx, tx, b.Subscription, b.Bucket)
+		stored, err := store.LockCheckpointTx(ctx, tx, b.Subscription, eventsource.Slot(b.Generation, b.Bucket))
 		if err != nil {
 			return err
 		}
@@ -332,7 +334,7 @@ func commitEvents(ctx context.Context, store *eventsource.Store, b *Batch, pick 
 		if err := fn(ctx, tx, evs); err != nil {
 			return err
 		}
-		_, err = store.SaveCheckpointTx(ctx, tx, b.Subscription, b.Bucket, evs[len(evs)-1].Position, nil)
+		_, err = store.SaveCheckpointTx(ctx, tx, b.Subscription, eventsource.Slot(b.Generation, b.Bucket), evs[len(evs)-1].Position, nil)
 		return err
 	})
 }

@@ -38,7 +38,7 @@ func (r *reader) takeBatch(s *slot) *Batch {
 	for ; n < len(r.pending) && len(evs) < limit; n++ {
 		e := r.pending[n]
 		size += eventSize(e)
-		if e.Err != nil || (o.MaxBytes > 0 && size > o.MaxBytes) {
+		if e.Err != nil || (o.MaxBytes > 0 && size > o.MaxBytes) || r.beyondBound(e.Position) {
 			break
 		}
 		evs = append(evs, e)
@@ -49,7 +49,7 @@ func (r *reader) takeBatch(s *slot) *Batch {
 	}
 	s.batch = evs
 	d := s.d
-	return &Batch{Events: evs, Attempt: d.Attempt, Subscription: d.Subscription, Bucket: d.Bucket,
+	return &Batch{Events: evs, Attempt: d.Attempt, Subscription: d.Subscription, Generation: d.Generation, Bucket: d.Bucket,
 		Epoch: d.Epoch, Fence: d.Fence, Context: d.Context, d: d}
 }
 

@@ -38,6 +38,8 @@ type readerRef struct {
 	queue    *overflow.Queue
 	draining bool
 	stopping bool
+	// resize is what the reader was last told of the resize.
+	resize resizeBound
 }
 
 // coordinator is the one actor per process per subscription group. It owns
@@ -55,8 +57,15 @@ type coordinator struct {
 	left    bool
 	halted  bool         // stopping or restarting
 	giving  map[int]bool // HandOver calls under way
-	cancel  context.CancelFunc
-	bg      context.Context
+	// drained is the old-generation slots whose readers drained them to
+	// the cut: released for good, never served again (a pass that began
+	// before the drain may still report them).
+	drained map[int]bool
+	// resize is the subscription's generation and resize as the last
+	// pass read them.
+	resize leasestore.Resize
+	cancel context.CancelFunc
+	bg     context.Context
 	// renewed is when the last successful pass started.
 	renewed time.Time
 	// stopped is closed when the actor has stopped, its children first.
@@ -104,6 +113,8 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		c.pass(ctx)
 	case *readerProgress:
 		c.g.setProgress(msg.Bucket, msg.Position)
+	case *readerCutDrained:
+		c.onCutDrained(ctx, msg)
 	case *actor.Terminated:
 		for b, ref := range c.readers {
 			if ref.pid.Equal(msg.Who) {
@@ -131,6 +142,7 @@ func (c *coordinator) halt() {
 
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
+	c.drained = map[int]bool{}
 	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
@@ -201,10 +213,20 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 		return
 	}
 	owned := map[int]leasestore.Lease{}
+	reported := map[int]bool{}
 	for _, l := range res.Owned {
-		owned[l.Bucket] = l
+		reported[l.Slot] = true
+		if !c.drained[l.Slot] {
+			owned[l.Slot] = l
+		}
+	}
+	for s := range c.drained {
+		if !reported[s] {
+			delete(c.drained, s)
+		}
 	}
 	c.owned = owned
+	c.noteResize(res.Resize)
 	for _, b := range res.HandOff {
 		c.handoff[b] = true
 	}
@@ -271,8 +293,17 @@ func (c *coordinator) syncReaders(ctx actor.Context) {
 	}
 	sort.Ints(buckets)
 	for _, b := range buckets {
-		if c.readers[b] == nil && !c.handoff[b] {
-			c.spawn(ctx, c.owned[b])
+		l := c.owned[b]
+		switch ref := c.readers[b]; {
+		case ref == nil && !c.handoff[b] && l.Ready:
+			c.spawn(ctx, l) // a next generation's bucket waits, held, until ready
+		case ref != nil && !ref.stopping && ref.epoch == l.Epoch:
+			// A draining reader (a handoff) proposes too: it holds the
+			// lease until it hands over.
+			if m := c.resizeOf(l); m != ref.resize {
+				ref.resize = m
+				ctx.Send(ref.pid, &m)
+			}
 		}
 	}
 }
@@ -283,19 +314,24 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 		MaxBytes:     c.g.opts.QueueBytes,
 		Budget:       c.g.rt.budget,
 		Policy:       c.g.opts.Overflow,
-		OnTransition: c.g.queueTransition(l.Bucket),
+		OnTransition: c.g.queueTransition(l.Slot),
 	})
 	if err != nil {
 		panic(&OptionError{"QueueCapacity", c.g.opts.QueueCapacity, err.Error()}) // validated at StartGroup
 	}
+	m := c.resizeOf(l)
+	c.g.logger.Debug("kumi: reader starts", "slot", l.Slot, "generation", l.Generation, "bucket", l.Bucket,
+		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "bound", m.bound.Limit, "bounded", m.bound.Resizing,
+		"cut", m.bound.Decided, "seal", m.seal, "state", c.resize.State, "serving", c.resize.Generation)
 	r := func() actor.Actor {
-		return &reader{g: c.g, bucket: l.Bucket, epoch: l.Epoch, fence: c.g.leases.Fence(l.Bucket, l.Epoch), queue: q}
+		return &reader{g: c.g, bucket: l.Slot, generation: l.Generation, member: l.Bucket, size: l.Buckets,
+			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal}
 	}
 	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor),
 		actor.WithDispatcher(c.g.rt.dispatcher))
 	pid := ctx.Spawn(props)
-	c.readers[l.Bucket] = &readerRef{pid: pid, epoch: l.Epoch, queue: q}
-	c.g.registerQueue(l.Bucket, q)
+	c.readers[l.Slot] = &readerRef{pid: pid, epoch: l.Epoch, queue: q, resize: m}
+	c.g.registerQueue(l.Slot, q)
 }
 
 func (c *coordinator) handOver(ctx actor.Context, bucket int) {

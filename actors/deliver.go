@@ -109,12 +109,12 @@ func (r *reader) pump(ctx actor.Context) {
 		return
 	}
 	if !r.draining {
-		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.pending) > 0 {
+		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.pending) > 0 && !r.beyondBound(r.pending[0].Position) {
 			e := r.pending[0]
 			r.pending = r.pending[1:]
 			r.nextID++
 			r.win.slots = append(r.win.slots, &slot{d: &Delivery{
-				Event: e, Subscription: r.g.opts.Subscription, Bucket: r.bucket, Epoch: r.epoch,
+				Event: e, Subscription: r.g.opts.Subscription, Generation: r.generation, Bucket: r.member, Epoch: r.epoch,
 				Fence: r.fence, id: r.nextID, exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
 			}})
 		}
@@ -145,6 +145,7 @@ func (r *reader) pump(ctx actor.Context) {
 		r.readPage(ctx)
 	}
 	r.maybeFinishDrain(ctx)
+	r.maybeDrainToCut(ctx)
 }
 
 // send delivers a slot's event (again) to the handler.
@@ -398,7 +399,7 @@ func (r *reader) deadLetter(ctx actor.Context, s *slot, reason string, attempts 
 	s.state = slotDeadLettering
 	d := s.d
 	s.dl = &eventsource.DeadLetter{
-		Subscription: d.Subscription, Bucket: d.Bucket, EventID: d.Event.ID,
+		Subscription: d.Subscription, Generation: d.Generation, Bucket: d.Bucket, EventID: d.Event.ID,
 		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: attempts,
 	}
 	r.writeDeadLetter(ctx, s)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,16 @@ type group struct {
 	// readerStates holds the readers' states other than reading (see
 	// setReaderState), guarded by mu.
 	readerStates map[int]string
+	// resize is the subscription's generation and resize as the last pass
+	// read them, guarded by mu.
+	resize leasestore.Resize
+}
+
+// setResize records the resize the last pass read.
+func (g *group) setResize(r leasestore.Resize) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.resize = r
 }
 
 // queueTransition counts and reports a reader queue's pause or overflow.
@@ -468,15 +479,19 @@ func (g *group) measureLags(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		owned := g.ownedBuckets()
 		g.mu.Lock()
+		owned := make([]leasestore.Lease, 0, len(g.owned))
+		for _, l := range g.owned {
+			owned = append(owned, l)
+		}
+		resize := g.resize
 		due := time.Since(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
 		g.mu.Unlock()
 		if !due {
 			continue
 		}
 		mctx, cancel := context.WithTimeout(ctx, g.opts.DatabaseTimeout)
-		lags, err := g.measureLag(mctx, owned)
+		lags, err := g.measureLag(mctx, owned, resize)
 		cancel()
 		g.mu.Lock()
 		g.lagAt = time.Now()
@@ -490,8 +505,8 @@ func (g *group) measureLags(ctx context.Context) {
 	}
 }
 
-// measureLag reads the buckets' checkpoints and backlogs.
-func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLag, error) {
+// measureLag reads the held buckets' checkpoints and backlogs, by slot.
+func (g *group) measureLag(ctx context.Context, buckets []leasestore.Lease, resize leasestore.Resize) (map[int]bucketLag, error) {
 	out := make(map[int]bucketLag, len(buckets))
 	if len(buckets) == 0 {
 		return out, nil
@@ -504,22 +519,32 @@ func (g *group) measureLag(ctx context.Context, buckets []int) (map[int]bucketLa
 	for _, c := range cps {
 		byBucket[c.Bucket] = c.Position
 	}
-	for _, b := range buckets {
-		cp := byBucket[b]
-		n, oldest, err := g.store.BucketLag(ctx, g.opts.Category, b, g.opts.Buckets, cp)
+	for _, l := range buckets {
+		cp := byBucket[l.Slot]
+		n, oldest, err := g.store.BucketLagUntil(ctx, g.opts.Category, l.Bucket, l.Buckets, cp, lagUntil(l, resize))
 		if err != nil {
 			return nil, err
 		}
-		out[b] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
+		out[l.Slot] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
 	}
 	return out, nil
+}
+
+// lagUntil is the last position a held bucket has to deliver: the cut for
+// a bucket of the serving generation once a resize decided it (its events
+// beyond belong to the next generation), else none.
+func lagUntil(l leasestore.Lease, r leasestore.Resize) int64 {
+	if r.Resizing() && r.CutDecided && l.Generation == r.Generation {
+		return r.Cut
+	}
+	return math.MaxInt64
 }
 
 // statusSnapshot is the group's status for observability, from memory.
 func (g *group) statusSnapshot() observability.SubscriptionStatus {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.opts.Buckets, LiveWorkers: g.liveWorkers}
+	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.buckets(), LiveWorkers: g.liveWorkers}
 	for b, l := range g.owned {
 		lag := g.lags[b]
 		bs := observability.BucketStatus{Bucket: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}
@@ -528,6 +553,9 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 		}
 		if g.handoff[b] {
 			bs.State = "handing_off"
+		}
+		if !l.Ready {
+			bs.State = "standby" // a next generation's bucket, waiting for its feeders to drain
 		}
 		if !lag.oldest.IsZero() && lag.events > 0 {
 			bs.LagSeconds = time.Since(lag.oldest).Seconds()
@@ -554,10 +582,26 @@ func (g *group) registerQueue(bucket int, q *overflow.Queue) {
 	g.queues[bucket] = q
 }
 
+// buckets is the serving generation's bucket count: the database's, once
+// a pass has read it, else the configured one. Call with mu held.
+func (g *group) buckets() int {
+	if g.resize.Buckets > 0 {
+		return g.resize.Buckets
+	}
+	return g.opts.Buckets
+}
+
 // BucketStatus is one owned bucket's state.
 type BucketStatus struct {
-	Bucket int   `json:"bucket"`
-	Epoch  int64 `json:"epoch"`
+	// Bucket is the bucket within Generation (docs/resize.md); Slot the
+	// key of its lease and checkpoint (the bucket itself in generation 0).
+	Bucket     int   `json:"bucket"`
+	Generation int   `json:"generation"`
+	Slot       int   `json:"slot"`
+	Epoch      int64 `json:"epoch"`
+	// Ready is false for a next generation's bucket held on standby
+	// during a resize: no reader until its feeders drained.
+	Ready bool `json:"ready"`
 	// Checkpoint is the stored position; Lag the bucket's events after it.
 	Checkpoint int64 `json:"checkpoint"`
 	Lag        int64 `json:"lag"`
@@ -571,12 +615,27 @@ type BucketStatus struct {
 
 // Status is a snapshot of a group in this process.
 type Status struct {
-	Subscription string         `json:"subscription"`
-	Category     string         `json:"category"`
-	Worker       string         `json:"worker"`
-	Buckets      int            `json:"buckets"`
-	Head         int64          `json:"head"`
-	Owned        []BucketStatus `json:"owned"`
+	Subscription string `json:"subscription"`
+	Category     string `json:"category"`
+	Worker       string `json:"worker"`
+	// Buckets and Generation are the serving generation's, as the
+	// database has them (see GroupOptions.Buckets).
+	Buckets    int `json:"buckets"`
+	Generation int `json:"generation"`
+	// Resize is the resize in progress as the last pass read it: its
+	// state (leasestore.ResizeSteady when none), next bucket count and
+	// cut.
+	Resize ResizeStatus   `json:"resize"`
+	Head   int64          `json:"head"`
+	Owned  []BucketStatus `json:"owned"`
+}
+
+// ResizeStatus is a resize in progress, as a group's last pass read it.
+type ResizeStatus struct {
+	State       leasestore.ResizeState `json:"state"`
+	NextBuckets int                    `json:"next_buckets,omitempty"`
+	Cut         int64                  `json:"cut,omitempty"`
+	CutDecided  bool                   `json:"cut_decided,omitempty"`
 }
 
 // Status returns the buckets this worker owns with their epochs,
@@ -584,9 +643,18 @@ type Status struct {
 func (gr *Group) Status(ctx context.Context) (Status, error) {
 	g := gr.g
 	g.mu.Lock()
-	st := Status{Subscription: g.opts.Subscription, Category: g.opts.Category, Worker: g.leases.Worker(), Buckets: g.opts.Buckets}
+	st := Status{Subscription: g.opts.Subscription, Category: g.opts.Category, Worker: g.leases.Worker(), Buckets: g.buckets(),
+		Generation: g.resize.Generation, Resize: ResizeStatus{State: g.resize.State, NextBuckets: g.resize.NextBuckets,
+			Cut: g.resize.Cut, CutDecided: g.resize.CutDecided}}
+	if st.Resize.State == "" {
+		st.Resize.State = leasestore.ResizeSteady
+	}
+	resize := g.resize
+	held := map[int]leasestore.Lease{}
 	for b, l := range g.owned {
-		bs := BucketStatus{Bucket: b, Epoch: l.Epoch, HandingOff: g.handoff[b]}
+		held[b] = l
+		bs := BucketStatus{Bucket: l.Bucket, Generation: l.Generation, Slot: b, Epoch: l.Epoch, Ready: l.Ready,
+			HandingOff: g.handoff[b]}
 		if q := g.queues[b]; q != nil {
 			qs := q.Stats()
 			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
@@ -594,7 +662,7 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 		st.Owned = append(st.Owned, bs)
 	}
 	g.mu.Unlock()
-	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Bucket < st.Owned[j].Bucket })
+	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Slot < st.Owned[j].Slot })
 	head, err := g.store.HeadPosition(ctx)
 	if err != nil {
 		return st, err
@@ -610,8 +678,9 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 	}
 	for i := range st.Owned {
 		b := &st.Owned[i]
-		b.Checkpoint = byBucket[b.Bucket]
-		if b.Lag, _, err = g.store.BucketLag(ctx, g.opts.Category, b.Bucket, g.opts.Buckets, b.Checkpoint); err != nil {
+		l := held[b.Slot]
+		b.Checkpoint = byBucket[b.Slot]
+		if b.Lag, _, err = g.store.BucketLagUntil(ctx, g.opts.Category, l.Bucket, l.Buckets, b.Checkpoint, lagUntil(l, resize)); err != nil {
 			return st, err
 		}
 	}

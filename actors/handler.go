@@ -36,8 +36,15 @@ type Delivery struct {
 	// Attempt counts deliveries of this event: 0 the first time, 1 after
 	// the first retry, and so on.
 	Attempt int
-	// Subscription and Bucket say whose delivery this is.
+	// Subscription, Generation and Bucket say whose delivery this is:
+	// Bucket is the bucket within Generation, the generation of the
+	// subscription's buckets (0 until it is first resized, see
+	// docs/resize.md). A bucket number means another set of streams in
+	// another generation: a handler that keys state by Bucket must key it
+	// by (Generation, Bucket). The checkpoint is the slot's,
+	// eventsource.Slot(Generation, Bucket).
 	Subscription string
+	Generation   int
 	Bucket       int
 	// Epoch is the lease epoch under which the bucket is held.
 	Epoch int64
@@ -204,7 +211,8 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		if err := d.Fence.Check(ctx, tx); err != nil {
 			return err
 		}
-		stored, err := store.LockCheckpointTx(ctx, tx, d.Subscription, d.Bucket)
+		slot := eventsource.Slot(d.Generation, d.Bucket)
+		stored, err := store.LockCheckpointTx(ctx, tx, d.Subscription, slot)
 		if err != nil {
 			return err
 		}
@@ -214,7 +222,7 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		_, err = store.SaveCheckpointTx(ctx, tx, d.Subscription, d.Bucket, d.Event.Position, nil)
+		_, err = store.SaveCheckpointTx(ctx, tx, d.Subscription, slot, d.Event.Position, nil)
 		return err
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // OverflowBatch marks a liveBatch as bounded by the reader's overflow queue.
@@ -89,11 +90,26 @@ type (
 // the publisher's batches, delivers its events one at a time to its handler
 // (so per-stream order holds), and moves the fenced checkpoint after acks.
 type reader struct {
-	g      *group
-	bucket int
-	epoch  int64
-	fence  eventsource.Fence
-	queue  *overflow.Queue
+	g *group
+	// bucket is the reader's slot, the key of its lease and checkpoint
+	// (eventsource.Slot(generation, member); in generation 0 the bucket
+	// itself); member is its bucket within its generation, of size.
+	bucket     int
+	generation int
+	member     int
+	size       int
+	epoch      int64
+	fence      eventsource.Fence
+	queue      *overflow.Queue
+	// During a resize (see resize_reader.go): deliver nothing beyond bound;
+	// proposing while a proposal is out (frozen at the cursor);
+	// cutDraining while the drain to the cut is being written.
+	bound       leasestore.Bound
+	proposing   bool
+	cutDraining bool
+	// seal: the resize is sealing and the lease carried no bound: propose
+	// one before delivering anything.
+	seal bool
 
 	handler      *actor.PID // nil while it is being replaced
 	handlerFails int        // replacements since a handler last answered
@@ -155,6 +171,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		if msg.err != nil {
 			panic(fmt.Errorf("kumi: bucket %d: load checkpoint: %w", r.bucket, msg.err))
 		}
+		r.g.logger.Debug("kumi: reader checkpoint loaded", "slot", r.bucket, "epoch", r.epoch, "checkpoint", msg.pos)
 		r.cursor, r.acked, r.flushed = msg.pos, msg.pos, msg.pos
 		r.ready = true
 		r.readPage(ctx)
@@ -222,6 +239,26 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *drainReader:
 		r.draining = true
 		r.maybeFinishDrain(ctx)
+	case *resizeBound:
+		r.onResizeBound(ctx, msg)
+	case *proposed:
+		if msg.gen == r {
+			r.onProposed(ctx, msg)
+		}
+	case *proposeAgain:
+		if msg.gen == r && !r.stopped {
+			r.proposing = false
+			r.propose(ctx)
+		}
+	case *cutDrained:
+		if msg.gen == r {
+			r.onCutDrained(ctx, msg)
+		}
+	case *drainAgain:
+		if msg.gen == r && !r.stopped {
+			r.cutDraining = false
+			r.maybeDrainToCut(ctx)
+		}
 	}
 }
 
@@ -238,11 +275,25 @@ func (r *reader) start(ctx actor.Context) {
 		r.endOverflowed(err)
 	}
 	r.spawnHandler(ctx)
-	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.g.opts.Buckets, Bucket: r.bucket})
+	if r.bound.Decided {
+		// Started on a decided cut: the catch-up reads through it, even in
+		// a bucket with no event near it (no live batch would move the
+		// cursor there).
+		r.target = max(r.target, r.bound.Limit)
+	}
+	if r.seal {
+		r.propose(ctx) // before anything is delivered: nothing is read yet
+	}
+	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.size, Bucket: r.member})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
 	r.after(ctx, r.tick, &flushTick{gen: r})
 	r.async(ctx, func(c context.Context) any {
+		// The index of the reader's generation (a no-op once built: a
+		// resize builds the new generation's before it is requested).
+		if err := r.g.store.EnsureConsumerGroupIndex(c, r.size); err != nil {
+			return &checkpointLoaded{gen: r, err: err}
+		}
 		pos, err := r.g.store.Checkpoint(c, r.g.opts.Subscription, r.bucket)
 		return &checkpointLoaded{gen: r, pos: pos, err: err}
 	})
@@ -312,7 +363,7 @@ func (r *reader) readPage(ctx actor.Context) {
 	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
-		events, err := r.g.store.ReadBucketBounded(c, o.Category, r.bucket, o.Buckets, from, limit, maxBytes)
+		events, err := r.g.store.ReadBucketBounded(c, o.Category, r.member, r.size, from, limit, maxBytes)
 		last := from
 		if len(events) > 0 {
 			last = events[len(events)-1].Position

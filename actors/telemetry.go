@@ -74,17 +74,17 @@ func (t *telemetry) passChanges(ctx context.Context, res leasestore.PassResult, 
 		taken[tk.Bucket] = tk
 	}
 	for _, l := range res.Claimed {
-		tk, ok := taken[l.Bucket]
+		tk, ok := taken[l.Slot]
 		switch {
 		case ok && tk.Evidence == leasestore.EvidenceHandoff:
 			s.Taken++
-			t.ownership(ctx, observability.ChangeHandoffTake, l.Bucket, l.Epoch, tk.From, "handed over", tk.Evidence, nil)
+			t.ownership(ctx, observability.ChangeHandoffTake, l.Slot, l.Epoch, tk.From, "handed over", tk.Evidence, nil)
 		case ok && tk.From != "":
 			s.Stolen++
-			t.ownership(ctx, observability.ChangeSteal, l.Bucket, l.Epoch, tk.From, "owner not live", tk.Evidence, nil)
+			t.ownership(ctx, observability.ChangeSteal, l.Slot, l.Epoch, tk.From, "owner not live", tk.Evidence, nil)
 		default:
 			s.Claimed++
-			t.ownership(ctx, observability.ChangeClaim, l.Bucket, l.Epoch, "", "free bucket", tk.Evidence, nil)
+			t.ownership(ctx, observability.ChangeClaim, l.Slot, l.Epoch, "", "free bucket", tk.Evidence, nil)
 		}
 	}
 	for _, r := range res.Requested {

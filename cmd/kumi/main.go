@@ -38,6 +38,7 @@ type cli struct {
 	DeadLetters deadLettersCmd `cmd:"" name:"dead-letters" help:"List, show, replay or discard the events a subscription gave up on."`
 	Checkpoints checkpointsCmd `cmd:"" help:"Show or reset a subscription's checkpoints."`
 	Relinquish  relinquishCmd  `cmd:"" help:"Ask the owner of a bucket to drain it and hand it over."`
+	Resize      resizeCmd      `cmd:"" help:"Change a subscription's bucket count while its workers run; cancel or follow a resize."`
 	Console     consoleCmd     `cmd:"" help:"Serve the web console: subscriptions, bucket map, dead letters, ownership timeline."`
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 type statusCmd struct {
@@ -75,7 +76,12 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	}
 	fmt.Fprintf(w, "subscription %q in schema %q: %d buckets, %d held, %d live workers, head position %d\n",
 		in.Subscription, in.Schema, in.Buckets, held, in.LiveWorkers(), in.Head)
-	fmt.Fprintf(w, "(times are the database's: %s)\n\n", in.Now.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "(times are the database's: %s)\n", in.Now.UTC().Format(time.RFC3339))
+	resizing := in.Resize.Resizing()
+	if resizing {
+		printResizeHeader(w, in.Resize)
+	}
+	fmt.Fprintln(w)
 
 	owned := in.OwnedBy()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -98,7 +104,14 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	fmt.Fprintln(w)
 
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BUCKET\tOWNER\tEPOCH\tLEASE\tCLAIM\tCHECKPOINT\tLAG")
+	if resizing {
+		fmt.Fprint(tw, "GEN\t")
+	}
+	fmt.Fprint(tw, "BUCKET\tOWNER\tEPOCH\tLEASE\tCLAIM\tCHECKPOINT\tLAG")
+	if resizing {
+		fmt.Fprint(tw, "\tRESIZE")
+	}
+	fmt.Fprintln(tw)
 	for _, r := range in.Rows {
 		owner, lease := inspect.TermSafe(r.Owner), until(in.Now, r.Expires)
 		switch {
@@ -118,12 +131,56 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 				lag += fmt.Sprintf(" (oldest %s)", ago(in.Now, r.Oldest))
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%s\n", r.Bucket, owner, r.Epoch, lease, claim, r.Checkpoint, lag)
+		if resizing {
+			fmt.Fprintf(tw, "%d\t", r.Generation)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%d\t%s", r.Bucket, owner, r.Epoch, lease, claim, r.Checkpoint, lag)
+		if resizing {
+			fmt.Fprintf(tw, "\t%s", slotState(in.Resize, r.BucketState))
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 	if in.Category == "" {
 		fmt.Fprintln(w, "\n(lag: pass --category to measure it)")
 	}
+}
+
+// printResizeHeader says where a running resize stands.
+func printResizeHeader(w io.Writer, r leasestore.Resize) {
+	c := inspect.CountResize(r)
+	cut := "not decided"
+	if r.CutDecided {
+		cut = fmt.Sprint(r.Cut)
+	}
+	fmt.Fprintf(w, "resizing: generation %d → %d, %d → %d buckets, state %s, cut %s\n",
+		r.Generation, r.Generation+1, r.Buckets, r.NextBuckets, r.State, cut)
+	fmt.Fprintf(w, "  requested %s%s; old proposed %d/%d, drained %d/%d; new ready %d/%d\n",
+		r.RequestedAt.UTC().Format(time.RFC3339), by(r.RequestedBy), c.Proposed, len(r.Old), c.Drained, len(r.Old),
+		c.Ready, len(r.New))
+}
+
+// slotState is a bucket's part in a running resize: an old bucket's
+// proposal and drain, a new bucket's feeders and readiness.
+func slotState(r leasestore.Resize, b leasestore.BucketState) string {
+	if b.Generation == r.Generation {
+		switch {
+		case b.Drained:
+			return "drained"
+		case r.CutDecided:
+			return "draining to the cut"
+		case b.Proposal >= 0:
+			return fmt.Sprintf("proposed %d", b.Proposal)
+		}
+		return "serving (no proposal yet)"
+	}
+	for _, s := range r.New {
+		if s.Slot == b.Slot && s.Ready {
+			return "ready"
+		}
+	}
+	d := gcd(r.Buckets, r.NextBuckets)
+	return fmt.Sprintf("standby (waits for old buckets ≡ %d mod %d)", b.Bucket%d, d)
 }
 
 // ago says how long before now t was, "-" for a zero t.
@@ -173,6 +230,10 @@ type workerJSON struct {
 
 type bucketJSON struct {
 	Bucket           int        `json:"bucket"`
+	Generation       int        `json:"generation"`
+	Proposal         *int64     `json:"proposal,omitempty"`
+	Drained          bool       `json:"drained,omitempty"`
+	Ready            bool       `json:"ready"`
 	Owner            string     `json:"owner"`
 	Live             bool       `json:"live"`
 	Epoch            int64      `json:"epoch"`
@@ -198,22 +259,39 @@ type statusOut struct {
 	LiveWorkers  int          `json:"live_workers"`
 	Workers      []workerJSON `json:"workers"`
 	Buckets      []bucketJSON `json:"buckets"`
+	// Generation is the serving generation; Resize the running resize,
+	// if any (its state, the next generation and bucket count, the cut).
+	Generation int        `json:"generation"`
+	Resize     *resizeOut `json:"resize,omitempty"`
 }
 
 func statusJSON(in inspect.Inspection) statusOut {
 	owned := in.OwnedBy()
 	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
 		Head: in.Head, BucketCount: in.Buckets, LiveWorkers: in.LiveWorkers(),
-		Workers: []workerJSON{}, Buckets: []bucketJSON{}}
-	for _, w := range in.Workers {
-		out.Workers = append(out.Workers, workerJSON{Worker: w.Worker, Kind: w.Kind.String(), Live: w.Live && !w.SessionGone,
-			SessionGone: w.SessionGone, JoinedAt: w.Joined, HeartbeatAt: w.Heartbeat, ExpiresAt: w.Expires,
-			BackendPID: w.BackendPID, Owns: owned[w.Worker]})
+		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Generation: in.Resize.Generation}
+	if in.Resize.Resizing() {
+		r := resizeJSON(in.Resize)
+		out.Resize = &r
+	}
+	ready := map[int]bool{}
+	for _, s := range in.Resize.New {
+		ready[s.Slot] = s.Ready
+	}
+	for _, m := range in.Workers {
+		out.Workers = append(out.Workers, workerJSON{Worker: m.Worker, Kind: m.Kind.String(), Live: m.Live && !m.SessionGone,
+			SessionGone: m.SessionGone, JoinedAt: m.Joined, HeartbeatAt: m.Heartbeat, ExpiresAt: m.Expires,
+			BackendPID: m.BackendPID, Owns: owned[m.Worker]})
 	}
 	for _, r := range in.Rows {
-		b := bucketJSON{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch,
+		b := bucketJSON{Bucket: r.Bucket, Generation: r.Generation, Drained: r.Drained,
+			Ready: r.Generation <= in.Resize.Generation && !r.Drained || ready[r.Slot], Owner: r.Owner, Live: r.Live, Epoch: r.Epoch,
 			GrantedAt: timePtr(r.GrantedAt), ExpiresAt: timePtr(r.Expires), ClaimWorker: r.ClaimWorker,
 			ClaimedAt: timePtr(r.ClaimedAt), Checkpoint: r.Checkpoint, CheckpointAt: timePtr(r.CheckpointAt)}
+		if r.Proposal >= 0 && in.Resize.Resizing() && r.Generation == in.Resize.Generation {
+			p := r.Proposal
+			b.Proposal = &p
+		}
 		if !r.Expires.IsZero() {
 			s := r.Expires.Sub(in.Now).Seconds()
 			b.ExpiresInSeconds = &s

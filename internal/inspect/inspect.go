@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	neturl "net/url"
 	"slices"
 	"strings"
@@ -34,12 +35,18 @@ type Inspection struct {
 	Now time.Time
 	// Head is the store's last sequenced global position.
 	Head int64
-	// Buckets is the subscription's N (0 when it has no lease rows yet).
+	// Buckets is the subscription's N (0 when it has no lease rows yet):
+	// the serving generation's.
 	Buckets int
-	// Workers are the subscription's worker rows, live or not, by worker
-	// id.
+	// Resize is the subscription's generation and resize, with each
+	// bucket's part while one runs (leasestore.ReadResizeTx); zero when
+	// the subscription has no subscriptions row (no worker started it).
+	Resize leasestore.Resize
+	// Workers are the subscription's worker rows, live or not, by
+	// worker id.
 	Workers []leasestore.WorkerState
-	// Rows are the buckets, by number.
+	// Rows are the buckets, by slot: the serving generation's, and during
+	// a resize the next one's after them.
 	Rows []BucketRow
 }
 
@@ -54,7 +61,9 @@ type BucketRow struct {
 	Checkpoint   int64
 	CheckpointAt time.Time
 	// Lag is the number of the category's events of this bucket after the
-	// checkpoint, or -1 when no category was given.
+	// checkpoint — for a bucket of a generation that a decided cut ends,
+	// up to the cut — or -1 when no category was given (or for a bucket
+	// of the next generation on standby, which has nothing to do yet).
 	Lag int64
 	// Oldest is when the oldest of those events was recorded (zero when
 	// there are none).
@@ -99,9 +108,9 @@ func notMigrated(schema string, err error) error {
 
 // Inspect reads one subscription's workers, buckets and checkpoints in one
 // read-only repeatable-read transaction (leasestore.ReadSnapshotTx and
-// eventsource.Store.ProgressTx), and — when category is not "" — each
-// bucket's lag behind its checkpoint (eventsource.Store.BucketLag, one
-// query per bucket). It writes nothing and takes no lock a worker waits
+// eventsource.Store.ProgressTx, leasestore.ReadResizeTx), and — when
+// category is not "" — each bucket's lag behind its checkpoint
+// (eventsource.Store.BucketLagUntil, one query per bucket). It writes nothing and takes no lock a worker waits
 // for.
 func Inspect(ctx context.Context, store *eventsource.Store, subscription, category string) (Inspection, error) {
 	if err := eventsource.ValidateSubscription(subscription); err != nil {
@@ -121,7 +130,13 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 			if progress, err = store.ProgressTx(ctx, tx, subscription); err != nil {
 				return err
 			}
-			snap, err = leasestore.ReadSnapshotTx(ctx, tx, store.Schema(), subscription)
+			if snap, err = leasestore.ReadSnapshotTx(ctx, tx, store.Schema(), subscription); err != nil {
+				return err
+			}
+			in.Resize, err = leasestore.ReadResizeTx(ctx, tx, store.Schema(), subscription)
+			if errors.Is(err, leasestore.ErrNoSubscription) {
+				in.Resize, err = leasestore.Resize{}, nil
+			}
 			return err
 		})
 	if err != nil {
@@ -134,16 +149,25 @@ func Inspect(ctx context.Context, store *eventsource.Store, subscription, catego
 	}
 	in.Rows = make([]BucketRow, len(snap.Buckets))
 	for i, b := range snap.Buckets {
-		c := checkpoints[b.Bucket]
+		c := checkpoints[b.Slot]
 		in.Rows[i] = BucketRow{BucketState: b, Live: b.Held(in.Now), Checkpoint: c.Position, CheckpointAt: c.UpdatedAt, Lag: -1}
-		in.Buckets = max(in.Buckets, b.BucketCount)
+		if b.Generation == in.Resize.Generation {
+			in.Buckets = max(in.Buckets, b.BucketCount)
+		}
 	}
 	if category == "" {
 		return in, nil
 	}
 	for i := range in.Rows {
 		r := &in.Rows[i]
-		n, oldest, err := store.BucketLag(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint)
+		until := int64(math.MaxInt64)
+		switch {
+		case r.Generation > in.Resize.Generation && !in.Resize.CutDecided:
+			continue // standby: nothing to do yet
+		case r.Generation == in.Resize.Generation && in.Resize.Resizing() && in.Resize.CutDecided:
+			until = in.Resize.Cut
+		}
+		n, oldest, err := store.BucketLagUntil(ctx, category, r.Bucket, r.BucketCount, r.Checkpoint, until)
 		if err != nil {
 			return in, fmt.Errorf("lag of bucket %d: %w", r.Bucket, notMigrated(store.Schema(), err))
 		}

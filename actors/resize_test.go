@@ -1,0 +1,367 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// exactlyOnceHandler records each delivery and commits it through
+// CommitWithCheckpoint into the projection: the recorder shows order and
+// overlaps, the projection effects committed more than once.
+// deliveries records who delivered each event, to judge its duplicates.
+type deliveries struct {
+	mu sync.Mutex
+	by map[uuid.UUID][]delivered
+}
+
+// delivered is one delivery: by which holding of which slot.
+type delivered struct {
+	worker                      string
+	generation, bucket, attempt int
+	epoch, position             int64
+}
+
+func (ds *deliveries) add(worker string, d *Delivery) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	ds.by[d.Event.ID] = append(ds.by[d.Event.ID], delivered{worker: worker, generation: d.Generation, bucket: d.Bucket,
+		attempt: d.Attempt, epoch: d.Epoch, position: d.Event.Position})
+}
+
+// badDuplicates lists the events delivered more than once other than as
+// docs/guarantees.md allows under a lease loss (the machine this runs on
+// may starve a pass past the TTL): every duplicate must come from two
+// holdings of the same slot — a later holding repeating what an earlier
+// one acked after its last checkpoint. An event delivered by two
+// generations (the cut crossed) or twice by one holding is a fault.
+func (ds *deliveries) badDuplicates() (bad []string, allowed int) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	for id, l := range ds.by {
+		for i := 1; i < len(l); i++ {
+			a, b := l[i-1], l[i]
+			switch {
+			case a.generation != b.generation:
+				bad = append(bad, fmt.Sprintf("event %s (position %d) delivered by generations %d and %d", id, a.position, a.generation, b.generation))
+			case a.worker == b.worker && a.epoch == b.epoch && b.attempt == 0:
+				bad = append(bad, fmt.Sprintf("event %s (position %d) delivered twice by %s at epoch %d", id, a.position, a.worker, a.epoch))
+			default:
+				allowed++
+			}
+		}
+	}
+	return bad, allowed
+}
+
+func exactlyOnceHandler(rec *recorder, ds *deliveries, proj *projection, worker string) *actor.Props {
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		d, ok := ctx.Message().(*Delivery)
+		if !ok {
+			return
+		}
+		ds.add(worker, d)
+		rec.begin(worker, d.Event)
+		err := CommitWithCheckpoint(d.Context, proj.store, d, proj.apply(d))
+		rec.end(worker, d.Event)
+		ctx.Respond(answer(err))
+	})
+}
+
+// resizeLease is fastLease with room for a loaded machine: a resize runs
+// many passes, and a lease lapsing under load only slows it down.
+func resizeLease() LeaseOptions {
+	return LeaseOptions{TTL: 6 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 1500 * time.Millisecond}
+}
+
+// appender appends to streams of category until stopped, one event at a
+// time, round-robin over streams, and counts what it appended.
+type appender struct {
+	n    atomic.Int64
+	stop chan struct{}
+	done chan error
+}
+
+func startAppender(t *testing.T, store *eventsource.Store, category string, streams int) *appender {
+	a := &appender{stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-a.stop:
+				a.done <- nil
+				return
+			default:
+			}
+			if _, err := store.Append(context.Background(), fmt.Sprintf("%s-%d", category, i%streams), eventsource.Any,
+				[]eventsource.EventData{{Type: "Live", Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}}); err != nil {
+				a.done <- err
+				return
+			}
+			a.n.Add(1)
+		}
+	}()
+	t.Cleanup(a.end)
+	return a
+}
+
+// end stops the appender once and returns its error.
+func (a *appender) end() {
+	select {
+	case <-a.stop:
+	default:
+		close(a.stop)
+	}
+}
+
+// resizeTo resizes and waits for the new generation, recording the states
+// it passed through.
+func resizeTo(t *testing.T, store *eventsource.Store, sub string, m int) (leasestore.Resize, []leasestore.ResizeState) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLong)
+	defer cancel()
+	var states []leasestore.ResizeState
+	r, err := Resize(ctx, store, sub, m, ResizeOptions{Wait: true, By: "test", Poll: 10 * time.Millisecond,
+		Progress: func(r leasestore.Resize) {
+			if len(states) == 0 || states[len(states)-1] != r.State {
+				states = append(states, r.State)
+			}
+		}})
+	if err != nil {
+		now, rerr := leasestore.ReadResize(context.Background(), store.Pool(), store.Schema(), sub)
+		t.Logf("resize now: %+v (%v)", now, rerr)
+	}
+	require.NoError(t, err, "resize to %d (passed through %v)", m, states)
+	require.Equal(t, m, r.Buckets)
+	require.Equal(t, leasestore.ResizeSteady, r.State)
+	return r, states
+}
+
+// Resize up and down while three workers run and an appender appends:
+// every event delivered, its effect committed exactly once, every stream
+// in order across both changes, no stream handled by two workers at once,
+// no event delivered by two generations; the old generations' checkpoints
+// end at their cuts.
+func TestResizeUpAndDownInProcess(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			store, schema := newTestStore(t)
+			proj := newProjection(t, store, schema)
+			rec := newRecorder()
+			ds := &deliveries{by: map[uuid.UUID][]delivered{}}
+			seed(t, store, "acct", 24, 200)
+			var ws []*testWorker
+			for i := range 3 {
+				name := fmt.Sprintf("w%d", i)
+				opts := groupOpts("resize-"+kind.String(), 4, rec, name)
+				opts.Lease = resizeLease()
+				opts.Handler = exactlyOnceHandler(rec, ds, proj, name)
+				opts.Lease.Kind = kind
+				ws = append(ws, startWorker(t, schema, name, opts))
+			}
+			pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() >= 100 }, "the group delivers")
+			app := startAppender(t, store, "acct", 24)
+
+			sub := "resize-" + kind.String()
+			up, states := resizeTo(t, store, sub, 12)
+			require.Equal(t, 1, up.Generation)
+			t.Logf("4 → 12 passed through %v", states)
+			down, states := resizeTo(t, store, sub, 3)
+			require.Equal(t, 2, down.Generation)
+			t.Logf("12 → 3 passed through %v", states)
+
+			app.end()
+			require.NoError(t, <-app.done)
+			total := 200 + int(app.n.Load())
+			pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == total }, "every event delivered")
+			rec.mu.Lock()
+			require.Empty(t, rec.order, "per-stream order across the resizes")
+			require.Empty(t, rec.overlaps, "no stream handled by two workers at once")
+			rec.mu.Unlock()
+			bad, allowed := ds.badDuplicates()
+			require.Empty(t, bad, "no duplicate but a lease loss's")
+			t.Logf("duplicates after lease losses on this machine: %d", allowed)
+			n, over := proj.counts(t)
+			require.Equal(t, total, n)
+			require.Zero(t, over, "every effect committed once")
+
+			// The retired generations' checkpoints: all at their cuts; the
+			// serving one's above the second cut.
+			cps, err := store.Checkpoints(ctx, sub)
+			require.NoError(t, err)
+			byGen := map[int][]int64{}
+			for _, c := range cps {
+				g, _ := eventsource.SlotBucket(c.Bucket)
+				byGen[g] = append(byGen[g], c.Position)
+			}
+			require.Len(t, byGen[0], 4)
+			require.Len(t, byGen[1], 12)
+			require.Len(t, byGen[2], 3)
+			for g := range 2 {
+				for _, p := range byGen[g] {
+					require.Equal(t, byGen[g][0], p, "generation %d ended at one cut", g)
+				}
+			}
+			require.Less(t, byGen[0][0], byGen[1][0], "the second cut is after the first")
+			for _, w := range ws {
+				st, err := w.group.Status(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 3, st.Buckets)
+				require.Equal(t, 2, st.Generation)
+				for _, b := range st.Owned {
+					require.Equal(t, 2, b.Generation)
+					require.Equal(t, eventsource.Slot(2, b.Bucket), b.Slot)
+				}
+			}
+		})
+	}
+}
+
+// gate blocks the handling of one stream's events until opened.
+type gate struct {
+	stream string
+	in     chan struct{} // closed when a blocked event reached the handler
+	inOnce sync.Once
+	open   chan struct{}
+}
+
+func (g *gate) wait(d *Delivery) {
+	if d.Event.Stream != g.stream {
+		return
+	}
+	g.inOnce.Do(func() { close(g.in) })
+	select {
+	case <-g.open:
+	case <-d.Context.Done():
+	}
+}
+
+// A resize cancelled in state cut, with some old buckets drained and one
+// held back by a slow handler (4 → 5: every new bucket waits for every old
+// one, so the resize cannot switch): a second resize meanwhile is refused,
+// the cancel puts everything back — the drained buckets are served again
+// from the cut — and every event is delivered exactly once, in order.
+func TestCancelResizeUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	seed(t, store, "acct", 8, 80)
+	g := &gate{stream: "acct-3", in: make(chan struct{}), open: make(chan struct{})}
+	// One worker: no handoff of the held-back bucket (a handoff would wait
+	// for its handler, past the lease).
+	var ws []*testWorker
+	for i := range 1 {
+		name := fmt.Sprintf("w%d", i)
+		opts := groupOpts("cancel", 4, rec, name)
+		opts.Lease = resizeLease()
+		opts.HandlerTimeout = waitLong
+		opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+			if d, ok := ctx.Message().(*Delivery); ok {
+				rec.begin(name, d.Event)
+				g.wait(d)
+				rec.end(name, d.Event)
+				ctx.Respond(Ack{})
+			}
+		})
+		ws = append(ws, startWorker(t, schema, name, opts))
+	}
+	<-g.in // one bucket is held back
+	app := startAppender(t, store, "acct", 8)
+
+	r, err := Resize(ctx, store, "cancel", 5, ResizeOptions{By: "test"})
+	require.NoError(t, err)
+	require.Equal(t, leasestore.ResizeSealing, r.State)
+	pgtest.Eventually(t, waitLong, func() bool {
+		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "cancel")
+		require.NoError(t, err)
+		drained := 0
+		for _, s := range r.Old {
+			if s.Drained {
+				drained++
+			}
+		}
+		return r.State == leasestore.ResizeCut && drained == 3
+	}, "the cut decided, three old buckets drained, the held-back one not")
+
+	_, err = Resize(ctx, store, "cancel", 6, ResizeOptions{})
+	var inProgress *leasestore.ResizeInProgressError
+	require.ErrorAs(t, err, &inProgress, "a second resize is refused")
+	require.Equal(t, 5, inProgress.To)
+
+	r, err = CancelResize(ctx, store, "cancel")
+	require.NoError(t, err)
+	require.Equal(t, leasestore.ResizeSteady, r.State)
+	require.Equal(t, 0, r.Generation)
+	require.Equal(t, 4, r.Buckets)
+	_, err = CancelResize(ctx, store, "cancel")
+	require.ErrorIs(t, err, leasestore.ErrNoResize)
+
+	close(g.open)
+	pgtest.Eventually(t, waitLong, func() bool {
+		n := 0
+		for _, w := range ws {
+			n += len(w.owned())
+		}
+		return n == 4
+	}, "the drained buckets are served again")
+	app.end()
+	require.NoError(t, <-app.done)
+	total := 80 + int(app.n.Load())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == total }, "every event delivered")
+	rec.mu.Lock()
+	require.Empty(t, rec.order)
+	require.Empty(t, rec.overlaps)
+	rec.mu.Unlock()
+	require.Zero(t, rec.duplicates(), "a cancel repeats nothing")
+	for _, w := range ws {
+		for _, b := range w.owned() {
+			require.Less(t, b, 4, "only generation 0's buckets")
+		}
+	}
+}
+
+// Resize refuses what it cannot do, typed, before writing anything.
+func TestResizeRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	startWorker(t, schema, "w", groupOpts("refuse", 4, rec, "w"))
+	for _, m := range []int{0, -1, leasestore.MaxBuckets + 1} {
+		_, err := Resize(ctx, store, "refuse", m, ResizeOptions{})
+		var cfg *leasestore.ConfigError
+		require.ErrorAs(t, err, &cfg, "buckets %d", m)
+		require.Equal(t, "Buckets", cfg.Field)
+	}
+	_, err := Resize(ctx, store, "refuse", 4, ResizeOptions{})
+	require.ErrorIs(t, err, leasestore.ErrSameBuckets)
+	_, err = Resize(ctx, store, "nobody", 8, ResizeOptions{})
+	require.ErrorIs(t, err, leasestore.ErrNoSubscription)
+	_, err = CancelResize(ctx, store, "refuse")
+	require.ErrorIs(t, err, leasestore.ErrNoResize)
+	r, err := leasestore.ReadResize(ctx, store.Pool(), schema, "refuse")
+	require.NoError(t, err)
+	require.Equal(t, leasestore.ResizeSteady, r.State)
+	require.Equal(t, 4, r.Buckets)
+
+	// A waiting Resize whose context ends leaves the resize running.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = FollowResize(cctx, store, leasestore.Resize{Subscription: "refuse", State: leasestore.ResizeSealing}, ResizeOptions{})
+	require.True(t, errors.Is(err, context.Canceled), "%v", err)
+}
