@@ -11,6 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // maxPendingCount bounds the pending dead letters counted per look; more
@@ -37,6 +38,41 @@ type State struct {
 	Timeline      []Change  `json:"timeline"`
 	WatchingSince time.Time `json:"watching_since"`
 	Actions       Actions   `json:"actions"`
+	// Generation is the serving generation (0 until a resize completes);
+	// Buckets and Rows are its buckets.
+	Generation int `json:"generation"`
+	// Resize is the resize in progress (docs/resize.md); null when none.
+	Resize *Resize `json:"resize"`
+}
+
+// Resize is a resize in progress, from leasestore.ReadResize: the old
+// generation's buckets drain to the cut, the new one's start once the old
+// buckets feeding them have drained.
+type Resize struct {
+	State          string  `json:"state"` // sealing, cut or switched
+	Generation     int     `json:"generation"`
+	NextGeneration int     `json:"next_generation"`
+	From           int     `json:"from"`         // N
+	To             int     `json:"to"`           // M
+	Cut            *int64  `json:"cut"`          // C, null until decided
+	RequestedBy    string  `json:"requested_by"` // "" when unknown
+	RequestedAgo   float64 `json:"requested_seconds_ago"`
+	Drained        int     `json:"drained"` // old buckets drained
+	Ready          int     `json:"ready"`   // new buckets ready
+	// Old and New are the two generations' buckets, by bucket.
+	Old []ResizeBucket `json:"old"`
+	New []ResizeBucket `json:"new"`
+}
+
+// ResizeBucket is one bucket of a generation during a resize.
+type ResizeBucket struct {
+	Bucket   int    `json:"bucket"` // within its generation
+	Slot     int    `json:"slot"`   // its lease and checkpoint key
+	Owner    string `json:"owner"`  // "" when free (a drained bucket has none)
+	Epoch    int64  `json:"epoch"`
+	Proposal *int64 `json:"proposal"` // an old bucket's cut proposal; null when none
+	Drained  bool   `json:"drained"`  // an old bucket drained to the cut
+	Ready    bool   `json:"ready"`    // a new bucket whose feeders drained: its reader runs
 }
 
 // Actions says which actions the console allows.
@@ -84,6 +120,8 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	rs := in.Resize
+	in = servingOnly(in)
 	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets,
 		LiveWorkers: in.LiveWorkers(), Workers: []Worker{}, Rows: []Bucket{},
 		PendingLetters: min(len(letters), maxPendingCount), PendingMore: len(letters) > maxPendingCount,
@@ -111,8 +149,71 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 		}
 		st.Rows = append(st.Rows, b)
 	}
+	st.Generation = rs.Generation
+	if rs.Resizing() {
+		st.Resize = resizeOf(rs, in.Now)
+	}
 	st.Timeline, st.WatchingSince = c.hist.observe(in)
 	return st, nil
+}
+
+// servingOnly keeps the serving generation's rows of in: during a resize
+// the lease table holds the next generation's beside them (State.Resize
+// shows both), and until the last is pruned some of a retired one's.
+func servingOnly(in inspect.Inspection) inspect.Inspection {
+	rows := make([]inspect.BucketRow, 0, len(in.Rows))
+	for _, r := range in.Rows {
+		if r.Generation == in.Resize.Generation {
+			rows = append(rows, r)
+		}
+	}
+	in.Rows = rows
+	return in
+}
+
+// resizeLabel names a subscription's generation and resize state for the
+// timeline.
+func resizeLabel(r leasestore.Resize) string {
+	if !r.Resizing() {
+		return fmt.Sprintf("generation %d, %d buckets", r.Generation, r.Buckets)
+	}
+	label := fmt.Sprintf("resizing %d → %d, %s", r.Buckets, r.NextBuckets, r.State)
+	if r.CutDecided {
+		label += fmt.Sprintf(", cut %d", r.Cut)
+	}
+	return label
+}
+
+// resizeOf renders a resize in progress.
+func resizeOf(rs leasestore.Resize, now time.Time) *Resize {
+	out := &Resize{State: string(rs.State), Generation: rs.Generation, NextGeneration: rs.Generation + 1,
+		From: rs.Buckets, To: rs.NextBuckets, RequestedBy: rs.RequestedBy, Old: []ResizeBucket{}, New: []ResizeBucket{}}
+	if !rs.RequestedAt.IsZero() {
+		out.RequestedAgo = now.Sub(rs.RequestedAt).Seconds()
+	}
+	if rs.CutDecided {
+		out.Cut = ptr(rs.Cut)
+	}
+	bucket := func(s leasestore.SlotStatus) ResizeBucket {
+		b := ResizeBucket{Bucket: s.Bucket, Slot: s.Slot, Owner: s.Owner, Epoch: s.Epoch, Drained: s.Drained, Ready: s.Ready}
+		if s.Proposal >= 0 {
+			b.Proposal = ptr(s.Proposal)
+		}
+		return b
+	}
+	for _, s := range rs.Old {
+		out.Old = append(out.Old, bucket(s))
+		if s.Drained {
+			out.Drained++
+		}
+	}
+	for _, s := range rs.New {
+		out.New = append(out.New, bucket(s))
+		if s.Ready {
+			out.Ready++
+		}
+	}
+	return out
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -218,6 +319,7 @@ const (
 	kindExpire  = "expire"  // the owner's lease lapsed
 	kindJoin    = "join"    // a worker joined
 	kindLeave   = "leave"   // a worker's row went away
+	kindResize  = "resize"  // the subscription's generation or resize state changed
 )
 
 // maxChanges is how many changes are kept per subscription; maxTracked how
@@ -317,6 +419,12 @@ func diff(prev, cur inspect.Inspection) []Change {
 		if _, ok := curWorkers[w]; !ok {
 			add(Change{Kind: kindLeave, Bucket: -1, From: w})
 		}
+	}
+	if pr, cr := resizeLabel(prev.Resize), resizeLabel(cur.Resize); pr != cr {
+		add(Change{Kind: kindResize, Bucket: -1, From: pr, To: cr})
+	}
+	if prev.Resize.Generation != cur.Resize.Generation {
+		return out // the rows are another generation's buckets
 	}
 	prevRows := map[int]inspect.BucketRow{}
 	for _, r := range prev.Rows {
