@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,31 +151,26 @@ func TestResizeLatency(t *testing.T) {
 	}
 }
 
-// resize asks for the subscription's bucket count to become m, as an
-// operator does (kumi resize builds the index concurrently, then
-// requests), and returns the resize as requested.
+// resize asks for the subscription's bucket count to become m as an
+// operator does, with `kumi resize --no-wait` (which builds the index for
+// m concurrently, then requests), and returns the subscription as it was
+// before the request.
 func (e *env) resize(m int) leasestore.Resize {
 	e.t.Helper()
+	before, ok := e.readResize()
+	if !ok || before.Resizing() {
+		e.t.Fatalf("resize to %d: the subscription is not steady: %+v", m, before)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, withAppName(e.url, "operator"))
+	cmd := exec.CommandContext(ctx, kumiBin, "--schema", e.cfg.Schema, "resize", "-s", e.cfg.Subscription,
+		"--buckets", strconv.Itoa(m), "--no-wait")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+withAppName(e.url, "operator"))
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		e.t.Fatalf("resize: %v", err)
+		e.t.Fatalf("kumi resize to %d: %v\n%s", m, err, out)
 	}
-	defer pool.Close()
-	store, err := eventsource.New(pool, eventsource.Config{Schema: e.cfg.Schema})
-	if err != nil {
-		e.t.Fatalf("resize: %v", err)
-	}
-	if err := store.EnsureConsumerGroupIndex(ctx, m); err != nil {
-		e.t.Fatalf("resize: index for %d buckets: %v", m, err)
-	}
-	r, err := leasestore.RequestResize(ctx, pool, e.cfg.Schema, leasestore.ResizeRequest{
-		Subscription: e.cfg.Subscription, Buckets: m, By: "resize_test"})
-	if err != nil {
-		e.t.Fatalf("resize to %d: %v", m, err)
-	}
-	return r
+	return before
 }
 
 // readResize reads the subscription's resize (false when the read fails,
