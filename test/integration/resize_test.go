@@ -20,8 +20,7 @@ import (
 )
 
 // TestResizeUp: three workers serve 8 buckets under steady appends; the
-// subscription is resized to 32 (long form: and back to 8 and to 32
-// again) while a worker joins, one holding an undrained old bucket is
+// subscription is resized to 32 (long form: and back to 8, twice) while a worker joins, one holding an undrained old bucket is
 // killed with SIGKILL, and one leaves gracefully (SIGTERM). Nothing is
 // lost, first deliveries stay in stream order, no checkpoint moves back,
 // no lease is taken while valid; no event of the old generation is
@@ -42,7 +41,7 @@ func runResize(t *testing.T, scenario string, from, to int) {
 			e.o.waitHandled(t, 50, time.Minute)
 			targets := []int{to}
 			if long {
-				targets = []int{to, from, to}
+				targets = []int{to, from, to, from} // up and back down twice
 			}
 			next := len(slots) + 1
 			killed := map[string]bool{}
@@ -50,7 +49,7 @@ func runResize(t *testing.T, scenario string, from, to int) {
 			for _, m := range targets {
 				// A backlog in the old buckets keeps the resize running
 				// while the faults land in it.
-				e.appendBacklog(pick(3000, 20000), 200)
+				e.appendBacklog(pick(3000, 10000), 200)
 				rs := e.resize(m)
 				joiner := fmt.Sprintf("w%d", next)
 				next++
