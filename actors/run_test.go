@@ -11,6 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // runStore is a store on a pool of its own, as a service's would be.
@@ -131,7 +132,11 @@ func TestRun(t *testing.T) {
 		_, schema := newTestStore(t)
 		store := runStore(t, schema)
 		a := groupOpts("run-start", 1, nil, "w")
-		b := groupOpts("run-start", 2, nil, "w") // the same subscription with another N
+		// A second group that cannot start: its session connection's URL
+		// does not parse. (Another N is no longer refused: the database's
+		// count rules, docs/resize.md.)
+		b := groupOpts("run-start", 1, nil, "w")
+		b.Lease.Kind, b.Lease.SessionURL = leasestore.KindSession, "postgres://%zz"
 		err := Run(context.Background(), store, RunOptions{}, a, b)
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "start groups[1] (run-start)")

@@ -88,7 +88,11 @@ type Config struct {
 	// C1), no bidirectional controls and no leading or trailing white
 	// space (eventsource.ValidateName's rules).
 	Worker string
-	// Buckets is N, the fixed number of buckets of the subscription (≥ 1).
+	// Buckets is N, the number of buckets a subscription is created with
+	// (1 to MaxBuckets). Once the subscription exists the database's count
+	// rules: a store configured with another one logs so once at Warn and
+	// serves the database's buckets ([Store.Serving]); a resize changes
+	// the count online (docs/resize.md).
 	Buckets int
 	// Kind of lease; KindRow by default.
 	Kind Kind

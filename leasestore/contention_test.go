@@ -61,7 +61,7 @@ func (w *hammerWorker) believe(owned []Lease) {
 	defer w.mu.Unlock()
 	w.beliefs = map[int]belief{}
 	for _, l := range owned {
-		w.beliefs[l.Bucket] = belief{epoch: l.Epoch, expires: l.Expires, pid: pid}
+		w.beliefs[l.Slot] = belief{epoch: l.Epoch, expires: l.Expires, pid: pid}
 	}
 }
 
@@ -92,12 +92,14 @@ func (o *observer) check(ctx context.Context) {
 		beliefs[i] = w.snapshot()
 	}
 	var now time.Time
+	var slots []int32
 	var epochs []int64
 	var lockPIDs []int32
 	err := o.b.pool.QueryRow(ctx, `SELECT now(),
+		(SELECT array_agg(bucket ORDER BY bucket) FROM `+pgx.Identifier{o.b.schema, "lease_buckets"}.Sanitize()+`),
 		(SELECT array_agg(epoch ORDER BY bucket) FROM `+pgx.Identifier{o.b.schema, "lease_buckets"}.Sanitize()+`),
 		(SELECT coalesce(array_agg(pid), '{}') FROM pg_locks WHERE locktype = 'advisory' AND granted)`).
-		Scan(&now, &epochs, &lockPIDs)
+		Scan(&now, &slots, &epochs, &lockPIDs)
 	if err != nil {
 		if ctx.Err() == nil {
 			o.fail("observer query: %v", err)
@@ -121,11 +123,19 @@ func (o *observer) check(ctx context.Context) {
 			o.fail("bucket %d has two valid holders at %v: %v", b, now, hs)
 		}
 	}
-	for b, e := range epochs {
+	present := map[int]bool{}
+	for i, e := range epochs {
+		b := int(slots[i])
+		present[b] = true
 		if e < o.maxEpoch[b] {
 			o.fail("bucket %d epoch went down: %d after %d", b, e, o.maxEpoch[b])
 		}
 		o.maxEpoch[b] = e
+	}
+	for b := range o.maxEpoch {
+		if !present[b] {
+			delete(o.maxEpoch, b) // a retired generation's row, deleted by a resize
+		}
 	}
 	o.checks.Add(1)
 }

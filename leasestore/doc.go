@@ -7,11 +7,13 @@
 //
 // # Tables
 //
-// [Migrate] creates two tables in the configured schema: lease_buckets, one
-// row per (subscription, bucket) with the owner, the epoch, the expiry, the
-// heartbeat, the fixed bucket count and the pending two-phase claim; and
+// [Migrate] creates the tables in the configured schema: lease_buckets, one
+// row per (subscription, slot) with the owner, the epoch, the expiry, the
+// heartbeat, its generation's bucket count and the pending two-phase claim;
 // lease_workers, one row per (subscription, worker) with its heartbeat and
-// expiry (and, for [KindSession], its session's advisory lock key). Every
+// expiry (and, for [KindSession], its session's advisory lock key); and
+// subscriptions and generations, a subscription's serving generation and a
+// resize in progress. Every
 // time in them is the database's now(): expiry is judged by one clock, so
 // two workers' clock skew cannot make both believe they hold a bucket.
 //
@@ -78,6 +80,20 @@
 // process's one LISTEN connection (the actors runtime passes its own), or
 // one of its own when none is given. Polling every heartbeat remains the
 // correctness fallback.
+//
+// # Resizes
+//
+// A subscription's bucket count changes online by generations
+// (docs/resize.md). [RequestResize] adds generation g+1 with M buckets
+// beside the serving generation g; the holders of g's buckets propose
+// bounds ([Store.ProposeCut]), the last proposal decides the cut C, each
+// old bucket drains to C ([Store.DrainTx]), and new bucket j starts
+// ([Lease.Ready]) once its [Feeders] have drained. A bucket's lease row and
+// checkpoint are keyed by its slot, eventsource.Slot(generation, bucket):
+// for a subscription never resized, the bucket itself. Config.Buckets is
+// the count a subscription is created with; afterwards the database's
+// rules ([Store.Serving]). Workers of a version before resizes are fenced
+// out of a subscription that resizes (SQLSTATE KU001).
 //
 // docs/leases.md has the state diagram, the margin arithmetic and the
 // benchmark figures.

@@ -40,7 +40,7 @@ const (
 type ResizeRequest struct {
 	Subscription string // the subscription; a worker must have started it
 	Buckets      int    // M, the new bucket count, in [1, MaxBuckets]
-	By           string // who asks, shown by status ("" = unknown)
+	By           string // who asks, shown by status ("" = unknown); a worker id's rules (Config.Worker)
 	// EvictOldWorkers resizes although workers of a kumi version that
 	// predates resizes (protocol 1) are live: they are fenced out (their
 	// next heartbeat fails with KU001) and their buckets move after a TTL.
@@ -93,9 +93,6 @@ type Bound struct {
 	// [Store.DrainTx].
 	Decided bool
 }
-
-// slotOf and its inverse, for this package's int32 columns.
-func slotOf(generation, bucket int) int { return eventsource.Slot(generation, bucket) }
 
 // indexName is the consumer-group index of n buckets that the event store
 // builds (eventsource.Store.EnsureConsumerGroupIndex).
@@ -167,7 +164,8 @@ func lockSubscription(ctx context.Context, tx pgx.Tx, st statements, subscriptio
 // (eventsource.Store.EnsureConsumerGroupIndex), as actors.Resize does.
 //
 // Refusals, each with nothing written: M outside [1, MaxBuckets], or the
-// generation limit reached (a *[ConfigError] naming Buckets); M = N
+// generation limit reached (a *[ConfigError] naming Buckets); By with
+// control characters or too long (a *[ConfigError] naming By); M = N
 // ([ErrSameBuckets]); no such subscription ([ErrNoSubscription]); a
 // resize running (*[ResizeInProgressError]); the index missing or invalid
 // (*[IndexMissingError]); live protocol-1 workers without EvictOldWorkers
@@ -179,6 +177,11 @@ func RequestResize(ctx context.Context, pool *pgxpool.Pool, schema string, req R
 	if req.Buckets < 1 || req.Buckets > MaxBuckets {
 		return Resize{}, &ConfigError{Field: "Buckets", Reason: fmt.Sprintf("is %d; it must be between 1 and %d",
 			req.Buckets, MaxBuckets)}
+	}
+	if req.By != "" {
+		if err := eventsource.ValidateName("requester", req.By, MaxWorkerLength); err != nil {
+			return Resize{}, &ConfigError{Field: "By", Reason: fmt.Sprintf("%v; use printable characters", err)}
+		}
 	}
 	st := renderStatements(schema)
 	var out Resize
@@ -291,7 +294,7 @@ func CancelResize(ctx context.Context, pool *pgxpool.Pool, schema, subscription 
 		b := &pgx.Batch{}
 		b.Queue(st.get("resize_cancel_rows"), subscription, r.generation)
 		b.Queue(st.get("resize_cancel_checkpoints"), subscription, r.generation+1)
-		b.Queue(st.get("resize_cancel")+"", subscription, r.generation).QueryRow(func(row pgx.Row) error {
+		b.Queue(st.get("resize_cancel"), subscription, r.generation).QueryRow(func(row pgx.Row) error {
 			r, err = subscriptionRow{}.scan(row)
 			return err
 		})

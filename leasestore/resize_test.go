@@ -327,7 +327,11 @@ func TestResizeRequestRefusals(t *testing.T) {
 		require.Contains(t, cfg.Error(), fmt.Sprint(MaxBuckets))
 	}
 	require.ErrorIs(t, req(2, false), ErrSameBuckets)
-	_, err := RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: "nobody", Buckets: 4})
+	var byErr *ConfigError
+	_, err := RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: b.sub, Buckets: 4, By: "ops\x1b[2J"})
+	require.ErrorAs(t, err, &byErr)
+	require.Equal(t, "By", byErr.Field)
+	_, err = RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: "nobody", Buckets: 4})
 	require.ErrorIs(t, err, ErrNoSubscription)
 
 	var missing *IndexMissingError
@@ -380,9 +384,13 @@ func TestResizeRequestRefusals(t *testing.T) {
 // request in every state of a resize is refused.
 func TestConcurrentResizeIsRefused(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, concurrentResizeIsRefused)
+}
+
+func concurrentResizeIsRefused(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 4, 6)
-	a := b.open(t, b.config(KindRow, 2, "a"))
+	a := b.open(t, b.config(kind, 2, "a"))
 	pass(t, a)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -569,9 +577,13 @@ func TestCrashOfTheDrainingHolder(t *testing.T) {
 // refused with KU001, and so after the resize completes.
 func TestProtocolOneWorkerIsFencedOut(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, protocolOneWorkerIsFencedOut)
+}
+
+func protocolOneWorkerIsFencedOut(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 4)
-	a := b.open(t, b.config(KindRow, 2, "a"))
+	a := b.open(t, b.config(kind, 2, "a"))
 	require.NoError(t, a.EnsureBuckets(ctx))
 	p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 2, 30*time.Second, nil)
 	held, err := p1.pass(ctx)
@@ -664,11 +676,15 @@ func TestRequestAndProtocolOneHeartbeatRace(t *testing.T) {
 // after, and a pass never waits for the subscriptions row.
 func TestResizeLocksNeverDeadlock(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) { resizeLocksNeverDeadlock(t, kind) })
+}
+
+func resizeLocksNeverDeadlock(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 6, 4)
 	var stores []*Store
 	for i := range 6 {
-		stores = append(stores, b.open(t, b.config(KindRow, 4, fmt.Sprint("w", i))))
+		stores = append(stores, b.open(t, b.config(kind, 4, fmt.Sprint("w", i))))
 	}
 	settle(t, stores, 4)
 	deadline := time.Now().Add(3 * time.Second)
@@ -806,6 +822,10 @@ func TestCheckpointResetDuringAndAfterAResize(t *testing.T) {
 // with resize:<state>:<worker>, and wakes the workers.
 func TestResizeNotifies(t *testing.T) {
 	t.Parallel()
+	forEachKind(t, resizeNotifies)
+}
+
+func resizeNotifies(t *testing.T, kind Kind) {
 	ctx := context.Background()
 	b := setupResize(t, 2)
 	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig)
@@ -825,8 +845,8 @@ func TestResizeNotifies(t *testing.T) {
 			}
 		}
 	}
-	a := b.open(t, b.config(KindRow, 1, "a"))
-	watcher := b.open(t, b.config(KindRow, 1, "watcher"))
+	a := b.open(t, b.config(kind, 1, "a"))
+	watcher := b.open(t, b.config(kind, 1, "watcher"))
 	settle(t, []*Store{a}, 1)
 	drain(watcher)
 	b.request(t, 2)
@@ -947,5 +967,37 @@ func TestFairSharePerGeneration(t *testing.T) {
 		}
 		within(6, 0)
 		within(9, 1)
+	})
+}
+
+// A worker started during a resize with either count in its Config (a
+// rolling deploy before or after the operator's change) serves the
+// database's generations: the old one's undrained buckets and the new
+// one's, each lease with its generation's count, without an error.
+func TestAWorkerWithEitherCountDuringAResize(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		ctx := context.Background()
+		b := setupResize(t, 6)
+		a := b.open(t, b.config(kind, 3, "a"))
+		settle(t, []*Store{a}, 3)
+		b.request(t, 6)
+		settle(t, []*Store{a}, 9)
+		cut := proposeAll(t, b, []*Store{a}, 3)
+		l := a.Held()[0]
+		require.NoError(t, a.Drain(ctx, l.Slot, l.Epoch, cut)) // switched: new 0 and 3 are ready
+		stores := []*Store{a, b.open(t, b.config(kind, 3, "old-count")), b.open(t, b.config(kind, 6, "new-count"))}
+		res := settle(t, stores, 2+6)
+		for i, s := range stores {
+			require.Equal(t, ResizeSwitched, res[i].Resize.State)
+			gen, n := s.Serving()
+			require.Equal(t, [2]int{0, 3}, [2]int{gen, n}, "worker %s", s.Worker())
+			for _, l := range s.Held() {
+				require.Equal(t, map[int]int{0: 3, 1: 6}[l.Generation], l.Buckets, "worker %s slot %d", s.Worker(), l.Slot)
+				if l.Generation == 1 {
+					require.Equal(t, l.Bucket%3 == 0, l.Ready, "worker %s new bucket %d", s.Worker(), l.Bucket)
+				}
+			}
+		}
 	})
 }
