@@ -140,7 +140,12 @@ func (r *reader) setBound(ctx actor.Context, b leasestore.Bound) {
 	default:
 		r.bound.Resizing, r.bound.Limit = true, max(r.bound.Limit, b.Limit)
 	}
-	r.pump(ctx)
+	if r.ready {
+		// Not before the checkpoint is loaded: pump reads while catching
+		// up, and a read from the cursor's zero value would queue events
+		// the checkpoint covers.
+		r.pump(ctx)
+	}
 }
 
 // maybeDrainToCut drains the slot once the cut is decided, the bucket is
