@@ -2,50 +2,165 @@ package console
 
 import (
 	"context"
-	"net/http"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/leasestore"
 )
 
-// During a resize the console's state carries it — the state, the next
-// count, a line saying where it stands — and both generations' buckets,
-// named for people ("g1/5"), the new ones on standby until their old ones
-// drained; the relinquish action takes the slot the map carries.
-func TestStateShowsAResize(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	f := newFixture(t)
-	w := f.lease(t, "orders", "worker-a", 4)
-	_, srv := f.serve(t, Options{})
-	require.NoError(t, f.store.EnsureConsumerGroupIndex(ctx, 8))
-	_, err := leasestore.RequestResize(ctx, f.store.Pool(), f.schema, leasestore.ResizeRequest{Subscription: "orders", Buckets: 8})
-	require.NoError(t, err)
-	_, err = w.Pass(ctx)
-	require.NoError(t, err)
+// resizing is a subscription "orders" of 4 buckets held by two workers
+// (plain lease stores, no readers), with a resize to 8 requested: the
+// test moves it through its states by the calls a reader makes.
+type resizing struct {
+	f       *fixture
+	workers []*leasestore.Store
+}
 
-	r := get(t, srv, "/api/s/orders")
-	require.Equal(t, http.StatusOK, r.status, r.body)
-	st := decode[State](t, r.body)
-	require.Equal(t, 4, st.Buckets)
-	require.Equal(t, 0, st.Generation)
+func newResizing(t *testing.T, f *fixture) *resizing {
+	t.Helper()
+	ctx := context.Background()
+	r := &resizing{f: f, workers: []*leasestore.Store{f.lease(t, "orders", "worker-a", 4), f.lease(t, "orders", "worker-b", 4)}}
+	settle(t, r.workers...)
+	require.NoError(t, f.store.EnsureConsumerGroupIndex(ctx, 8))
+	_, err := leasestore.RequestResize(ctx, f.store.Pool(), f.schema, leasestore.ResizeRequest{
+		Subscription: "orders", Buckets: 8, By: "kumi@ops-1"})
+	require.NoError(t, err)
+	r.pass(t)
+	return r
+}
+
+// pass runs a pass of every worker (they claim the new buckets).
+func (r *resizing) pass(t *testing.T) {
+	t.Helper()
+	for _, s := range r.workers {
+		_, err := s.Pass(context.Background())
+		require.NoError(t, err)
+	}
+}
+
+// propose has every holder of an old bucket propose; the last decides the
+// cut, which it returns.
+func (r *resizing) propose(t *testing.T) int64 {
+	t.Helper()
+	var cut int64
+	for _, s := range r.workers {
+		for _, l := range s.Held() {
+			if l.Generation == 0 {
+				b, err := s.ProposeCut(context.Background(), l.Slot, l.Epoch, 0)
+				require.NoError(t, err)
+				cut = b.Limit
+			}
+		}
+	}
+	return cut
+}
+
+// drain drains the old buckets for which keep returns true.
+func (r *resizing) drain(t *testing.T, cut int64, keep func(bucket int) bool) {
+	t.Helper()
+	for _, s := range r.workers {
+		for _, l := range s.Held() {
+			if l.Generation == 0 && keep(l.Bucket) {
+				require.NoError(t, s.Drain(context.Background(), l.Slot, l.Epoch, cut))
+			}
+		}
+	}
+}
+
+func TestTheSubscriptionShowsAResizeInProgress(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := newResizing(t, f)
+	c, srv := f.serve(t, Options{Categories: map[string]string{"orders": "acct"}})
+	// Each look a second after the last: viewers share one read a second.
+	var clock time.Time
+	c.looks.now = func() time.Time { return clock }
+	look := func() State {
+		clock = clock.Add(lookEvery)
+		return decode[State](t, get(t, srv, "/api/s/orders").body)
+	}
+
+	st := look()
 	require.NotNil(t, st.Resize)
 	require.Equal(t, "sealing", st.Resize.State)
-	require.Equal(t, 8, st.Resize.NextBuckets)
-	require.Nil(t, st.Resize.Cut)
-	require.Contains(t, st.Resize.Text, "resizing 4 → 8 buckets (generation 0 → 1), sealing, cut not decided")
-	require.Len(t, st.Rows, 12)
-	labels := map[string]Bucket{}
-	for _, b := range st.Rows {
-		labels[b.Label] = b
+	require.Equal(t, 0, st.Generation)
+	require.Equal(t, []int{0, 1, 4, 8}, []int{st.Resize.Generation, st.Resize.NextGeneration, st.Resize.From, st.Resize.To})
+	require.Nil(t, st.Resize.Cut, "no cut before the proposals")
+	require.Equal(t, "kumi@ops-1", st.Resize.RequestedBy)
+	require.Len(t, st.Resize.Old, 4)
+	require.Len(t, st.Resize.New, 8)
+	require.Len(t, st.Rows, 4, "the bucket map is the serving generation's")
+	require.Equal(t, 4, st.Buckets)
+	for _, b := range st.Resize.New {
+		require.False(t, b.Ready, "new bucket %d stands by", b.Bucket)
+		require.Equal(t, 65536+b.Bucket, b.Slot)
 	}
-	require.Equal(t, 3, labels["3"].Bucket)
-	require.False(t, labels["3"].Standby)
-	g15 := labels["g1/5"]
-	require.Equal(t, 65536+5, g15.Bucket, "the slot")
-	require.Equal(t, 1, g15.Generation)
-	require.True(t, g15.Standby)
-	require.Equal(t, "worker-a", g15.Owner)
+	require.Contains(t, get(t, srv, "/s/orders").body, `id="resize"`)
+
+	cut := r.propose(t)
+	st = look()
+	require.Equal(t, "cut", st.Resize.State)
+	require.NotNil(t, st.Resize.Cut)
+	require.Equal(t, cut, *st.Resize.Cut)
+	for _, b := range st.Resize.Old {
+		require.NotNil(t, b.Proposal, "old bucket %d proposed", b.Bucket)
+		require.LessOrEqual(t, *b.Proposal, cut)
+	}
+
+	// Old bucket 0 feeds new buckets 0 and 4 (gcd(4, 8) = 4): its drain is
+	// the switch.
+	r.drain(t, cut, func(b int) bool { return b == 0 })
+	st = look()
+	require.Equal(t, "switched", st.Resize.State)
+	require.Equal(t, 1, st.Resize.Drained)
+	require.Equal(t, 2, st.Resize.Ready)
+	require.True(t, st.Resize.Old[0].Drained)
+	require.Empty(t, st.Resize.Old[0].Owner, "a drained bucket has no owner")
+	require.True(t, st.Resize.New[0].Ready)
+	require.True(t, st.Resize.New[4].Ready)
+	require.False(t, st.Resize.New[1].Ready)
+
+	r.drain(t, cut, func(b int) bool { return b != 0 })
+	r.pass(t)
+	st = look()
+	require.Nil(t, st.Resize, "the resize completed")
+	require.Equal(t, 1, st.Generation)
+	require.Equal(t, 8, st.Buckets)
+	require.Len(t, st.Rows, 8)
+	var steps []string
+	for _, ch := range st.Timeline {
+		if ch.Kind == kindResize {
+			steps = append([]string{ch.To}, steps...) // newest first
+		}
+	}
+	require.Equal(t, []string{"resizing 4 → 8, cut, cut " + itoa(cut), "resizing 4 → 8, switched, cut " + itoa(cut),
+		"generation 1, 8 buckets"}, steps, "the timeline records each state the console saw")
 }
+
+func TestTheResizeInARealBrowser(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := newResizing(t, f)
+	cut := r.propose(t)
+	r.drain(t, cut, func(b int) bool { return b == 1 })
+	_, srv := f.serve(t, Options{Categories: map[string]string{"orders": "acct"}})
+	b := newBrowser(t)
+	b.run(t, chromedp.Navigate(srv.URL+"/s/orders"))
+	b.waitFor(t, `!document.querySelector('#resize').hidden`, "the resize section shows")
+	require.Equal(t, 4, eval[int](t, b, `document.querySelectorAll('#map .cell').length`), "the serving generation's map")
+	require.Equal(t, 4, eval[int](t, b, `document.querySelectorAll('#resize-old .cell').length`))
+	require.Equal(t, 8, eval[int](t, b, `document.querySelectorAll('#resize-new .cell').length`))
+	require.Equal(t, "1", eval[string](t, b, `[...document.querySelectorAll('#resize-old .cell.drained')].map(c => c.querySelector('.b').textContent.slice(1)).join(',')`))
+	require.Equal(t, 6, eval[int](t, b, `document.querySelectorAll('#resize-new .cell.standby').length`),
+		"new buckets 1 and 5 are ready, the others stand by")
+	state := eval[string](t, b, `document.querySelector('#resize-state').textContent`)
+	require.Contains(t, state, "4 → 8 buckets, state switched, cut at position "+itoa(cut))
+	require.Contains(t, state, "by kumi@ops-1")
+	require.Empty(t, b.takeErrors(), "no console errors, exceptions or dialogs")
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,12 +26,9 @@ type State struct {
 	Now          time.Time `json:"now"`                // the database's clock
 	Head         int64     `json:"head"`               // the store's last sequenced position
 	Buckets      int       `json:"bucket_count"`       // N; 0 before any worker started it
-	Generation   int       `json:"generation"`         // the serving generation (docs/resize.md)
-	// Resize is the running resize, if any.
-	Resize      *Resize  `json:"resize,omitempty"`
-	LiveWorkers int      `json:"live_workers"`
-	Workers     []Worker `json:"workers"` // by worker id
-	Rows        []Bucket `json:"buckets"` // by slot
+	LiveWorkers  int       `json:"live_workers"`
+	Workers      []Worker  `json:"workers"` // by worker id
+	Rows         []Bucket  `json:"buckets"` // by bucket
 	// PendingLetters counts pending dead letters, up to 1000 (then
 	// PendingMore is set).
 	PendingLetters int  `json:"pending_dead_letters"`
@@ -42,6 +38,41 @@ type State struct {
 	Timeline      []Change  `json:"timeline"`
 	WatchingSince time.Time `json:"watching_since"`
 	Actions       Actions   `json:"actions"`
+	// Generation is the serving generation (0 until a resize completes);
+	// Buckets and Rows are its buckets.
+	Generation int `json:"generation"`
+	// Resize is the resize in progress (docs/resize.md); null when none.
+	Resize *Resize `json:"resize"`
+}
+
+// Resize is a resize in progress, from leasestore.ReadResize: the old
+// generation's buckets drain to the cut, the new one's start once the old
+// buckets feeding them have drained.
+type Resize struct {
+	State          string  `json:"state"` // sealing, cut or switched
+	Generation     int     `json:"generation"`
+	NextGeneration int     `json:"next_generation"`
+	From           int     `json:"from"`         // N
+	To             int     `json:"to"`           // M
+	Cut            *int64  `json:"cut"`          // C, null until decided
+	RequestedBy    string  `json:"requested_by"` // "" when unknown
+	RequestedAgo   float64 `json:"requested_seconds_ago"`
+	Drained        int     `json:"drained"` // old buckets drained
+	Ready          int     `json:"ready"`   // new buckets ready
+	// Old and New are the two generations' buckets, by bucket.
+	Old []ResizeBucket `json:"old"`
+	New []ResizeBucket `json:"new"`
+}
+
+// ResizeBucket is one bucket of a generation during a resize.
+type ResizeBucket struct {
+	Bucket   int    `json:"bucket"` // within its generation
+	Slot     int    `json:"slot"`   // its lease and checkpoint key
+	Owner    string `json:"owner"`  // "" when free (a drained bucket has none)
+	Epoch    int64  `json:"epoch"`
+	Proposal *int64 `json:"proposal"` // an old bucket's cut proposal; null when none
+	Drained  bool   `json:"drained"`  // an old bucket drained to the cut
+	Ready    bool   `json:"ready"`    // a new bucket whose feeders drained: its reader runs
 }
 
 // Actions says which actions the console allows.
@@ -62,29 +93,10 @@ type Worker struct {
 	Owns            int     `json:"owns"`                  // buckets it holds live
 }
 
-// Resize is a running resize (docs/resize.md), as State carries it.
-type Resize struct {
-	State       string `json:"state"`             // sealing, cut or switched
-	NextBuckets int    `json:"next_bucket_count"` // M
-	Cut         *int64 `json:"cut,omitempty"`     // C, once decided
-	Text        string `json:"text"`              // one line saying where it stands
-}
-
 // Bucket is one bucket: its lease and its checkpoint. Durations are
 // judged against State.Now.
 type Bucket struct {
-	// Bucket is the bucket's slot, the key of its lease and checkpoint and
-	// what the relinquish action takes: the bucket itself in generation 0;
-	// Label names it for people ("5", or "g1/5" for bucket 5 of
-	// generation 1).
-	Bucket     int    `json:"bucket"`
-	Label      string `json:"label"`
-	Generation int    `json:"generation"`
-	// During a resize: an old bucket's proposal and drain, a new bucket's
-	// readiness (standby until its old buckets drained).
-	Proposal      *int64   `json:"proposal,omitempty"`
-	Drained       bool     `json:"drained,omitempty"`
-	Standby       bool     `json:"standby,omitempty"`
+	Bucket        int      `json:"bucket"`
 	Owner         string   `json:"owner"` // "" when free
 	Live          bool     `json:"live"`  // the owner's lease is unexpired
 	Epoch         int64    `json:"epoch"`
@@ -100,11 +112,7 @@ type Bucket struct {
 // changes since the console's previous look at it.
 func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	cat := c.opts.Categories[sub]
-	reads := c.opts.Reads
-	if reads == nil {
-		reads = c.opts.Store
-	}
-	in, err := inspect.InspectReads(ctx, c.opts.Store, reads, sub, cat)
+	in, err := inspect.Inspect(ctx, c.opts.Store, sub, cat)
 	if err != nil {
 		return State{}, err
 	}
@@ -112,7 +120,9 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets, Generation: in.Resize.Generation,
+	rs := in.Resize
+	in = servingOnly(in)
+	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets,
 		LiveWorkers: in.LiveWorkers(), Workers: []Worker{}, Rows: []Bucket{},
 		PendingLetters: min(len(letters), maxPendingCount), PendingMore: len(letters) > maxPendingCount,
 		Actions: Actions{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}}
@@ -122,23 +132,9 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 			SessionGone: w.SessionGone, HeartbeatAgeSec: in.Now.Sub(w.Heartbeat).Seconds(),
 			ExpiresInSec: w.Expires.Sub(in.Now).Seconds(), Owns: owned[w.Worker]})
 	}
-	ready := map[int]bool{}
-	if rz := in.Resize; rz.Resizing() {
-		st.Resize = &Resize{State: string(rz.State), NextBuckets: rz.NextBuckets, Text: resizeText(rz)}
-		if rz.CutDecided {
-			st.Resize.Cut = ptr(rz.Cut)
-		}
-		for _, n := range rz.New {
-			ready[n.Slot] = n.Ready
-		}
-	}
 	for _, r := range in.Rows {
-		b := Bucket{Bucket: r.Slot, Label: label(r), Generation: r.Generation, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch,
-			ClaimWorker: r.ClaimWorker, Checkpoint: r.Checkpoint, Drained: r.Drained,
-			Standby: r.Generation > in.Resize.Generation && !ready[r.Slot]}
-		if r.Proposal >= 0 && in.Resize.Resizing() && r.Generation == in.Resize.Generation {
-			b.Proposal = ptr(r.Proposal)
-		}
+		b := Bucket{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch, ClaimWorker: r.ClaimWorker,
+			Checkpoint: r.Checkpoint}
 		if !r.Expires.IsZero() {
 			b.ExpiresInSec = ptr(r.Expires.Sub(in.Now).Seconds())
 		}
@@ -153,31 +149,74 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 		}
 		st.Rows = append(st.Rows, b)
 	}
+	st.Generation = rs.Generation
+	if rs.Resizing() {
+		st.Resize = resizeOf(rs, in.Now)
+	}
 	st.Timeline, st.WatchingSince = c.hist.observe(in)
 	return st, nil
 }
 
-func ptr[T any](v T) *T { return &v }
-
-// label names a bucket for people: its number, with its generation once
-// the subscription has been resized.
-func label(r inspect.BucketRow) string {
-	if r.Generation == 0 {
-		return strconv.Itoa(r.Bucket)
+// servingOnly keeps the serving generation's rows of in: during a resize
+// the lease table holds the next generation's beside them (State.Resize
+// shows both), and until the last is pruned some of a retired one's.
+func servingOnly(in inspect.Inspection) inspect.Inspection {
+	rows := make([]inspect.BucketRow, 0, len(in.Rows))
+	for _, r := range in.Rows {
+		if r.Generation == in.Resize.Generation {
+			rows = append(rows, r)
+		}
 	}
-	return fmt.Sprintf("g%d/%d", r.Generation, r.Bucket)
+	in.Rows = rows
+	return in
 }
 
-// resizeText says where a running resize stands.
-func resizeText(r leasestore.Resize) string {
-	c := inspect.CountResize(r)
-	cut := "cut not decided"
+// resizeLabel names a subscription's generation and resize state for the
+// timeline.
+func resizeLabel(r leasestore.Resize) string {
+	if !r.Resizing() {
+		return fmt.Sprintf("generation %d, %d buckets", r.Generation, r.Buckets)
+	}
+	label := fmt.Sprintf("resizing %d → %d, %s", r.Buckets, r.NextBuckets, r.State)
 	if r.CutDecided {
-		cut = fmt.Sprintf("cut at %d", r.Cut)
+		label += fmt.Sprintf(", cut %d", r.Cut)
 	}
-	return fmt.Sprintf("resizing %d → %d buckets (generation %d → %d), %s, %s: old drained %d/%d, new ready %d/%d",
-		r.Buckets, r.NextBuckets, r.Generation, r.Generation+1, r.State, cut, c.Drained, len(r.Old), c.Ready, len(r.New))
+	return label
 }
+
+// resizeOf renders a resize in progress.
+func resizeOf(rs leasestore.Resize, now time.Time) *Resize {
+	out := &Resize{State: string(rs.State), Generation: rs.Generation, NextGeneration: rs.Generation + 1,
+		From: rs.Buckets, To: rs.NextBuckets, RequestedBy: rs.RequestedBy, Old: []ResizeBucket{}, New: []ResizeBucket{}}
+	if !rs.RequestedAt.IsZero() {
+		out.RequestedAgo = now.Sub(rs.RequestedAt).Seconds()
+	}
+	if rs.CutDecided {
+		out.Cut = ptr(rs.Cut)
+	}
+	bucket := func(s leasestore.SlotStatus) ResizeBucket {
+		b := ResizeBucket{Bucket: s.Bucket, Slot: s.Slot, Owner: s.Owner, Epoch: s.Epoch, Drained: s.Drained, Ready: s.Ready}
+		if s.Proposal >= 0 {
+			b.Proposal = ptr(s.Proposal)
+		}
+		return b
+	}
+	for _, s := range rs.Old {
+		out.Old = append(out.Old, bucket(s))
+		if s.Drained {
+			out.Drained++
+		}
+	}
+	for _, s := range rs.New {
+		out.New = append(out.New, bucket(s))
+		if s.Ready {
+			out.Ready++
+		}
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // look is one read of a subscription for its viewers: refused when the
 // schema does not know it, else inspected. Viewers share it (Console.looks).
@@ -280,6 +319,7 @@ const (
 	kindExpire  = "expire"  // the owner's lease lapsed
 	kindJoin    = "join"    // a worker joined
 	kindLeave   = "leave"   // a worker's row went away
+	kindResize  = "resize"  // the subscription's generation or resize state changed
 )
 
 // maxChanges is how many changes are kept per subscription; maxTracked how
@@ -380,13 +420,18 @@ func diff(prev, cur inspect.Inspection) []Change {
 			add(Change{Kind: kindLeave, Bucket: -1, From: w})
 		}
 	}
+	if pr, cr := resizeLabel(prev.Resize), resizeLabel(cur.Resize); pr != cr {
+		add(Change{Kind: kindResize, Bucket: -1, From: pr, To: cr})
+	}
+	if prev.Resize.Generation != cur.Resize.Generation {
+		return out // the rows are another generation's buckets
+	}
 	prevRows := map[int]inspect.BucketRow{}
 	for _, r := range prev.Rows {
-		prevRows[r.Slot] = r
+		prevRows[r.Bucket] = r
 	}
 	for _, c := range cur.Rows {
-		c.Bucket = c.Slot // the timeline names buckets by slot, as the map does
-		p, ok := prevRows[c.Slot]
+		p, ok := prevRows[c.Bucket]
 		if !ok {
 			if c.Owner != "" {
 				add(Change{Kind: kindClaim, Bucket: c.Bucket, To: c.Owner, Epoch: c.Epoch})

@@ -14,7 +14,7 @@ func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	row := func(b int, owner string, epoch int64, expires time.Time, claim string) inspect.BucketRow {
-		r := inspect.BucketRow{BucketState: leasestore.BucketState{Bucket: b, Slot: b, BucketCount: 6, Owner: owner, Epoch: epoch,
+		r := inspect.BucketRow{BucketState: leasestore.BucketState{Bucket: b, BucketCount: 6, Owner: owner, Epoch: epoch,
 			Expires: expires, Heartbeat: expires.Add(-10 * time.Second), ClaimWorker: claim, ClaimedAt: t0}}
 		r.Live = owner != "" && expires.After(t0)
 		return r

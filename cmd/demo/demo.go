@@ -17,8 +17,10 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -38,9 +40,8 @@ type step struct {
 	do   func(d *demo)
 }
 
-// scenario is the script: a join, a resize to twice the buckets, a
-// graceful leave, a kill -9 of the busiest worker, and a replacement,
-// spread over the run.
+// scenario is the script: a join, a resize, a graceful leave, a kill -9
+// of the busiest worker, and a replacement, spread over the run.
 func scenario(duration time.Duration) []step {
 	at := func(f float64) time.Duration { return time.Duration(f * float64(duration)) }
 	return []step{
@@ -308,6 +309,36 @@ func (d *demo) kill(why string) {
 		wait = "its session is gone, so its buckets move on the next pass"
 	}
 	d.logf("kill", "%s killed with SIGKILL holding %d buckets: %s%s", p.name, owned[p.name], wait, because(why))
+}
+
+// resize changes the subscription's bucket count online, alternating
+// between the -buckets it started with and twice that (docs/resize.md):
+// it builds the index for the new count and requests the resize, as `kumi
+// resize --no-wait` does; the workers do the rest, and poll logs its
+// progress. A resize already running is left alone.
+func (d *demo) resize(why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cur, err := leasestore.ReadResize(ctx, d.db.pool, d.db.schema, subscription)
+	if err != nil {
+		d.logf("error", "resize: %s", inspect.RedactURL(err.Error()))
+		return
+	}
+	if cur.Resizing() {
+		d.logf("skip", "resize skipped: %d → %d is still running (state %s)", cur.Buckets, cur.NextBuckets, cur.State)
+		return
+	}
+	to := 2 * d.cfg.buckets
+	if cur.Buckets != d.cfg.buckets {
+		to = d.cfg.buckets
+	}
+	r, err := actors.Resize(ctx, d.db.store, subscription, to, actors.ResizeOptions{By: "demo"})
+	if err != nil {
+		d.logf("error", "resize to %d: %s", to, inspect.RedactURL(err.Error()))
+		return
+	}
+	d.logf("resize", "%d → %d buckets requested (generation %d → %d): the old buckets drain to a cut, "+
+		"each new one starts once its old ones have drained%s", r.Buckets, to, r.Generation, r.Generation+1, because(why))
 }
 
 // signalName is "SIGINT" for syscall.SIGINT, and so on.

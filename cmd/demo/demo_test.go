@@ -155,26 +155,37 @@ func checkConsole(t *testing.T, page string, buckets int) {
 
 var checkLine = regexp.MustCompile(`(?m)^check: appended (\d+), handled (\d+) distinct, (\d+) deliveries`)
 
-// The end-to-end run of issue 6: real worker processes, a join, a graceful
-// leave and a kill -9 in a few seconds, and nothing lost.
+// The end-to-end run of issue 6: real worker processes, a join, a resize
+// from 8 to 16 buckets (issue 14), a graceful leave and a kill -9 in a few
+// seconds, and nothing lost.
 func TestShortRunLosesNothing(t *testing.T) {
 	t.Parallel()
-	kinds := []string{"row", "session"}
+	// With -exactly-once the check also requires no duplicate: the kill
+	// and the resize's switch included.
+	runs := []struct {
+		name    string
+		kind    string
+		exactly bool
+	}{{"row", "row", false}, {"session", "session", false}, {"session-exactly-once", "session", true}}
 	if testing.Short() {
-		kinds = kinds[:1]
+		runs = runs[:1]
 	}
-	for _, kind := range kinds {
-		t.Run(kind, func(t *testing.T) {
+	for _, run := range runs {
+		t.Run(run.name, func(t *testing.T) {
 			t.Parallel()
+			args := []string{"-short", "-no-tui", "-v", "-lease", run.kind}
+			if run.exactly {
+				args = append(args, "-exactly-once")
+			}
 			// The console shows the run while it runs (issue 15).
 			r := runDemoBinWatching(t, 3*time.Minute, []string{"DATABASE_URL=" + pgtest.URL(t)},
-				func(lines <-chan string) { checkConsole(t, consoleURL(t, lines), 8) },
-				"-short", "-no-tui", "-v", "-lease", kind)
+				func(lines <-chan string) { checkConsole(t, consoleURL(t, lines), 8) }, args...)
 			out := r.stdout + r.stderr
 			require.Equal(t, exitOK, r.code, out)
 			for _, want := range []string{
 				" join ", "w3 started",
-				" resize ", "8 → 16 buckets requested", "done: generation 1 serves with 16 buckets",
+				" resize ", "8 → 16 buckets requested (generation 0 → 1)",
+				"done: generation 1 serves with 16 buckets",
 				" leave ", "sent SIGTERM", " left ", "stopped gracefully",
 				" kill ", "killed with SIGKILL", " gone ",
 				" took ",
@@ -188,6 +199,10 @@ func TestShortRunLosesNothing(t *testing.T) {
 			handled, _ := strconv.Atoi(m[2])
 			require.Greater(t, appended, 100, "the producer ran")
 			require.Equal(t, appended, handled, "every appended event handled")
+			if run.exactly {
+				deliveries, _ := strconv.Atoi(m[3])
+				require.Equal(t, handled, deliveries, "no duplicate with -exactly-once")
+			}
 			// The demo's schema in DATABASE_URL is dropped on exit.
 			schema := regexp.MustCompile(`schema "(kumi_demo_[0-9a-f]+)"`).FindStringSubmatch(r.stdout)
 			require.NotNil(t, schema, r.stdout)

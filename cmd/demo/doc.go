@@ -1,8 +1,7 @@
 // Command demo shows kumi at work on one machine: several worker processes
 // share a subscription's buckets while a producer appends, buckets move on
-// a join, a graceful leave and a kill -9, the subscription is resized to
-// twice its buckets while it runs, and a final check proves that every
-// appended event was handled.
+// a join, an online resize, a graceful leave and a kill -9, and a final
+// check proves that every appended event was handled.
 //
 //	go run ./cmd/demo [-workers 3] [-buckets 16] [-rate 200] [-duration 60s]
 //	                  [-lease row|session] [-ttl 3s] [-short] [-no-tui] [-exactly-once]
@@ -27,19 +26,28 @@
 // finishes its in-flight events, flushes its checkpoints and releases its
 // leases, so the others take over at once); a kill sends SIGKILL to the
 // worker owning the most buckets (row leases: its buckets move when their
-// ttl lapses; -lease session: at once, its session being gone). A resize
-// (docs/resize.md) changes the bucket count from -buckets to twice it, and
-// the next one back: the demo builds the index and requests it, as `kumi
-// resize --no-wait` does, and the workers do the rest; the view's
-// "buckets" line follows it (state, cut, old buckets drained, new ones
-// ready), the log records each step, and the bucket map shows both
-// generations' buckets ("g1/5": bucket 5 of generation 1).
+// ttl lapses; -lease session: at once, its session being gone).
+//
+// # The resize
+//
+// A resize changes the subscription's bucket count while the workers run
+// (docs/resize.md), alternating between -buckets and twice that: the demo
+// builds the consumer-group index for the new count and requests it
+// (actors.Resize, as `kumi resize --no-wait` does), and the workers do the
+// rest — the old buckets' holders agree on a cut, drain to it, and each new
+// bucket starts once the old buckets feeding it have drained. The scripted
+// run resizes between the join and the graceful leave, so the leave and the
+// kill land during or after it; the final check covers it (nothing lost,
+// and with -exactly-once no duplicate).
 //
 // # The view and the check
 //
 // On a terminal the live view redraws in place: each worker's state,
 // buckets and delivery rate; each bucket's owner, epoch, checkpoint and lag;
-// the last events. It fits the terminal's height: when the full view is
+// the last events; during a resize its state (generation, cut, drained and
+// ready counts) and both generations' bucket maps, an old bucket drained
+// to the cut marked ∎ and a new one standing by marked …. It fits the
+// terminal's height: when the full view is
 // too tall it shows the bucket map compact (owner per bucket), hides
 // stopped workers and older events, and its last line says what it hid.
 // With -no-tui (or when stdout is not a terminal) it

@@ -41,7 +41,7 @@ type config struct {
 }
 
 const usageText = `kumi demo: several worker processes share one subscription while a producer
-appends; watch buckets move on a join, a graceful leave and a kill -9, then
+appends; watch buckets move on a join, a resize, a graceful leave and a kill -9, then
 check that every appended event was handled.
 
 Usage: go run ./cmd/demo [flags]        (make demo DEMO_FLAGS="...")
@@ -51,7 +51,7 @@ binaries and removes it on exit; with DATABASE_URL it works in a fresh schema
 of that database and drops it on exit (-keep keeps it).
 
 Keys (on a terminal): a add a worker, l stop one gracefully, k kill -9 the
-busiest, q finish (drain, stop, check). Ctrl-C, SIGTERM and SIGHUP (the
+busiest, r resize (N → 2N → N, online), q finish (drain, stop, check). Ctrl-C, SIGTERM and SIGHUP (the
 terminal closing) finish too; a second Ctrl-C aborts.
 
 Flags:
@@ -76,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.streams, "streams", 64, "distinct streams the producer appends to")
 	fs.BoolVar(&c.short, "short", false, "a run of a few seconds (2 workers, 8 buckets, 100/s, 6s, ttl 1.5s), scenario included: for tests")
 	fs.BoolVar(&c.noTUI, "no-tui", false, "plain log lines instead of the live view (the default when stdout is not a terminal)")
-	fs.BoolVar(&c.script, "scenario", true, "run the scripted join, graceful leave and kill -9 (false: only the keys)")
+	fs.BoolVar(&c.script, "scenario", true, "run the scripted join, resize, graceful leave and kill -9 (false: only the keys)")
 	fs.BoolVar(&c.exactly, "exactly-once", false, "workers commit each sink row with the checkpoint (actors.CommitWithCheckpoint): no duplicates even after a kill")
 	fs.BoolVar(&c.verbose, "v", false, "pass the workers' logs through (with -no-tui)")
 	fs.BoolVar(&c.keep, "keep", false, "with DATABASE_URL: keep the demo's schema instead of dropping it")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // sample is one reading of the database: the subscription's buckets and
@@ -61,8 +62,8 @@ func (d *demo) poll() {
 		d.ownership(nil, s)
 		return
 	}
+	d.resizeProgress(prev.in.Resize, s.in.Resize)
 	d.ownership(prev, s)
-	d.resizeNews(prev, s)
 	if dt := s.at.Sub(prev.at).Seconds(); dt > 0 {
 		d.rate = smooth(d.rate, float64(s.handled-prev.handled)/dt)
 		d.rated = true
@@ -82,20 +83,75 @@ func (d *demo) warnOnce(key, format string, args ...any) {
 	d.logf("warn", format, args...)
 }
 
-// ownership logs the buckets whose effective owner (one with an unexpired
-// lease) changed between two samples, grouped by who took them.
+// resizeProgress logs each step of a resize between two samples.
+func (d *demo) resizeProgress(prev, cur leasestore.Resize) {
+	switch {
+	case cur.Generation != prev.Generation:
+		d.logf("resize", "done: generation %d serves with %d buckets (the old generation ended at position %d)",
+			cur.Generation, cur.Buckets, prev.Cut)
+	case cur.State == prev.State:
+	case cur.State == leasestore.ResizeSealing:
+		d.logf("resize", "sealing: the holders of the %d old buckets propose a cut", cur.Buckets)
+	case cur.State == leasestore.ResizeCut:
+		d.logf("resize", "cut at position %d: the old buckets drain to it", cur.Cut)
+	case cur.State == leasestore.ResizeSwitched:
+		d.logf("resize", "switched: new buckets start as their old ones drain (%s)", resizeCounts(cur))
+	case cur.State == leasestore.ResizeSteady:
+		d.logf("resize", "cancelled: %d buckets, generation %d", cur.Buckets, cur.Generation)
+	}
+}
+
+// resizeCounts is a resize's drained and ready counts.
+func resizeCounts(r leasestore.Resize) string {
+	drained, ready := 0, 0
+	for _, s := range r.Old {
+		if s.Drained {
+			drained++
+		}
+	}
+	for _, s := range r.New {
+		if s.Ready {
+			ready++
+		}
+	}
+	return fmt.Sprintf("old drained %d/%d, new ready %d/%d", drained, len(r.Old), ready, len(r.New))
+}
+
+// generations splits an inspection's rows into the serving generation's
+// and, during a resize, the next one's.
+func generations(in inspect.Inspection) (serving, next []inspect.BucketRow) {
+	for _, r := range in.Rows {
+		switch r.Generation {
+		case in.Resize.Generation:
+			serving = append(serving, r)
+		case in.Resize.Generation + 1:
+			next = append(next, r)
+		}
+	}
+	return serving, next
+}
+
+// ownership logs the buckets of the serving generation whose effective
+// owner (one with an unexpired lease) changed between two samples, grouped
+// by who took them. Across a resize's completion the bucket numbers are
+// another generation's: nothing is compared.
 func (d *demo) ownership(prev, cur *sample) {
 	type key struct{ to, from, how string }
-	moved := map[key][]string{}
+	moved := map[key][]int{}
 	var keys []key
 	prevOwner := map[int]inspect.BucketRow{}
 	if prev != nil {
-		for _, r := range prev.in.Rows {
-			prevOwner[r.Slot] = r
+		if prev.in.Resize.Generation != cur.in.Resize.Generation {
+			return
+		}
+		serving, _ := generations(prev.in)
+		for _, r := range serving {
+			prevOwner[r.Bucket] = r
 		}
 	}
-	for _, r := range cur.in.Rows {
-		p := prevOwner[r.Slot]
+	serving, _ := generations(cur.in)
+	for _, r := range serving {
+		p := prevOwner[r.Bucket]
 		was, now := effective(p), effective(r)
 		if was == now && (now == "" || p.Epoch == r.Epoch) {
 			continue
@@ -112,10 +168,10 @@ func (d *demo) ownership(prev, cur *sample) {
 		if _, ok := moved[k]; !ok {
 			keys = append(keys, k)
 		}
-		moved[k] = append(moved[k], bucketLabel(r))
+		moved[k] = append(moved[k], r.Bucket)
 	}
 	for _, k := range keys {
-		list := strings.Join(moved[k], " ")
+		list := joinInts(moved[k])
 		switch k.how {
 		case "took":
 			from := ""
@@ -139,13 +195,12 @@ func effective(r inspect.BucketRow) string {
 	return ""
 }
 
-// bucketLabel names a bucket: its number, with its generation once the
-// subscription has been resized ("g1/5": bucket 5 of generation 1).
-func bucketLabel(r inspect.BucketRow) string {
-	if r.Generation == 0 {
-		return strconv.Itoa(r.Bucket)
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
 	}
-	return fmt.Sprintf("g%d/%d", r.Generation, r.Bucket)
+	return strings.Join(s, " ")
 }
 
 // render draws the live view, or in plain mode prints a status line every
@@ -184,7 +239,21 @@ func (d *demo) statusLine() string {
 		lag += max(r.Lag, 0)
 	}
 	return fmt.Sprintf("appended %d · handled %d (%s) · duplicates %d · lag %d · %s · owners %s",
-		d.prod.appended.Load(), s.handled, d.rateText(), s.deliveries-s.handled, lag, resizeText(s.in.Resize), owners)
+		d.prod.appended.Load(), s.handled, d.rateText(), s.deliveries-s.handled, lag, generationText(s.in), owners)
+}
+
+// generationText is the serving generation and the resize, if one runs.
+func generationText(in inspect.Inspection) string {
+	r := in.Resize
+	if !r.Resizing() {
+		return fmt.Sprintf("generation %d, %d buckets", r.Generation, in.Buckets)
+	}
+	cut := "cut not decided"
+	if r.CutDecided {
+		cut = fmt.Sprintf("cut %d", r.Cut)
+	}
+	return fmt.Sprintf("resizing generation %d → %d, %d → %d buckets, %s, %s, %s", r.Generation, r.Generation+1,
+		r.Buckets, r.NextBuckets, r.State, cut, resizeCounts(r))
 }
 
 // layout is how much of the live view to show.
@@ -245,8 +314,12 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 	if d.cfg.duration > 0 {
 		clock += " / " + d.cfg.duration.String()
 	}
-	add("%skumi demo%s  %s [%s]  subscription %s on %s · %d buckets · %s leases, ttl %v",
-		c.bold, c.reset, clock, d.phase, subscription, category, d.cfg.buckets, d.cfg.lease, d.cfg.ttl)
+	buckets := fmt.Sprintf("%d buckets", d.cfg.buckets)
+	if d.cur != nil && d.cur.in.Resize.Generation > 0 {
+		buckets = fmt.Sprintf("generation %d, %d buckets", d.cur.in.Resize.Generation, d.cur.in.Buckets)
+	}
+	add("%skumi demo%s  %s [%s]  subscription %s on %s · %s · %s leases, ttl %v",
+		c.bold, c.reset, clock, d.phase, subscription, category, buckets, d.cfg.lease, d.cfg.ttl)
 	if !l.terse {
 		if d.console != "" { // first, so that a narrow terminal cuts the database's description, not the URL
 			add("%sconsole%s   %s · database: %s", c.dim, c.reset, d.console, d.db.describe)
@@ -269,7 +342,9 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 		d.cfg.rate, s.in.Head, lag)
 	add("%shandled%s   %d distinct (%s) · %d deliveries · %d duplicates", c.dim, c.reset, s.handled, d.rateText(),
 		s.deliveries, s.deliveries-s.handled)
-	add("%sbuckets%s   %s", c.dim, c.reset, resizeText(s.in.Resize))
+	if s.in.Resize.Resizing() {
+		add("%sresize%s    %s", c.dim, c.reset, generationText(s.in))
+	}
 	add("")
 
 	var cut []string
@@ -315,7 +390,7 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 			tail = append(tail, line)
 		}
 	}
-	addTail("%s→ handing over to a claimant · ✗ lease expired%s", c.dim, c.reset)
+	addTail("%s→ handing over to a claimant · ✗ lease expired · ∎ drained to the cut · … new bucket standing by%s", c.dim, c.reset)
 	addTail("")
 	if d.final != nil && d.phase != "running" {
 		addTail("missing %d of %d appended", d.final.Missing, d.final.Appended)
@@ -335,16 +410,35 @@ func (d *demo) frameWith(width, budget int, l layout) ([]string, int) {
 	}
 
 	hidden := 0
+	serving, next := generations(s.in)
+	standby := map[int]bool{}
+	for _, b := range s.in.Resize.New {
+		standby[b.Slot] = !b.Ready
+	}
 	if !l.compact {
-		lines = append(lines, d.bucketTable(c, width)...)
+		lines = append(lines, bucketTable(c, width, serving, standby)...)
+		if len(next) > 0 {
+			lines = append(lines, "", fmt.Sprintf("%sNEW GENERATION %d%s (%d buckets)", c.bold, s.in.Resize.Generation+1,
+				c.reset, len(next)))
+			lines = append(lines, bucketTable(c, width, next, standby)...)
+		}
 	} else {
 		room := -1 // no limit
 		if budget > 0 {
 			room = max(budget-len(lines)-len(tail)-2, 0) // the map's heading and the note
 		}
 		var bmap []string
-		bmap, hidden = d.bucketMap(c, width, room)
+		bmap, hidden = bucketMap(c, width, room, serving, standby, "")
 		lines = append(lines, bmap...)
+		if len(next) > 0 {
+			if room >= 0 {
+				room = max(room-len(bmap)+1, 0)
+			}
+			var more int
+			bmap, more = bucketMap(c, width, room, next, standby, fmt.Sprintf(", new generation %d", s.in.Resize.Generation+1))
+			lines = append(lines, bmap...)
+			hidden += more
+		}
 		cut = append([]string{"checkpoints and lag (kumi status)"}, cut...)
 		if hidden > 0 {
 			cut = append(cut, fmt.Sprintf("%d buckets", hidden))
@@ -367,9 +461,15 @@ func (d *demo) rateText() string {
 }
 
 // ownerText is a bucket's owner as the view shows it, with → for a pending
-// claim and ✗ for an expired lease.
-func ownerText(r inspect.BucketRow) string {
+// claim and ✗ for an expired lease; during a resize ∎ for an old bucket
+// drained to the cut, and … after the owner of a new one standing by
+// (standby).
+func ownerText(r inspect.BucketRow, standby bool) string {
 	switch {
+	case r.Drained:
+		return "∎"
+	case standby && r.Live:
+		return inspect.TermSafe(r.Owner) + "…"
 	case r.Live && r.ClaimWorker != "":
 		return inspect.TermSafe(r.Owner) + "→"
 	case r.Live:
@@ -380,14 +480,14 @@ func ownerText(r inspect.BucketRow) string {
 	return "-"
 }
 
-// bucketTable is the full bucket map: a row per bucket, in columns.
-func (d *demo) bucketTable(c palette, width int) []string {
+// bucketTable is the full bucket map of rows: a row per bucket, in
+// columns; standby holds the slots of new buckets standing by.
+func bucketTable(c palette, width int, rows []inspect.BucketRow, standby map[int]bool) []string {
 	var lines []string
 	const cell = 38
 	cols := max(1, min(4, (width+2)/(cell+3)))
 	head := fmt.Sprintf("%-6s %-6s %5s %10s %6s", "BUCKET", "OWNER", "EPOCH", "CHECKPOINT", "LAG")
 	lines = append(lines, c.bold+strings.Repeat(head+"   ", cols-1)+head+c.reset)
-	rows := d.cur.in.Rows
 	per := (len(rows) + cols - 1) / cols
 	for i := range per {
 		var cells []string
@@ -401,27 +501,27 @@ func (d *demo) bucketTable(c palette, width int) []string {
 			if r.Lag >= 0 {
 				lag = strconv.FormatInt(r.Lag, 10)
 			}
-			cells = append(cells, fmt.Sprintf("%6s %s %5d %10d %6s", bucketLabel(r),
-				c.worker(r.Owner, fmt.Sprintf("%-6s", ownerText(r))), r.Epoch, r.Checkpoint, lag))
+			cells = append(cells, fmt.Sprintf("%6d %s %5d %10d %6s", r.Bucket,
+				c.worker(r.Owner, fmt.Sprintf("%-6s", ownerText(r, standby[r.Slot]))), r.Epoch, r.Checkpoint, lag))
 		}
 		lines = append(lines, strings.Join(cells, "   "))
 	}
 	return lines
 }
 
-// bucketMap is the compact bucket map: "bucket owner" cells, as many a line
-// as the width allows, in at most room lines (-1: no limit) after its
-// heading. It returns the lines and how many buckets did not fit.
-func (d *demo) bucketMap(c palette, width, room int) ([]string, int) {
-	rows := d.cur.in.Rows
+// bucketMap is the compact bucket map of rows: "bucket owner" cells, as
+// many a line as the width allows, in at most room lines (-1: no limit)
+// after its heading (which ends with what). It returns the lines and how
+// many buckets did not fit.
+func bucketMap(c palette, width, room int, rows []inspect.BucketRow, standby map[int]bool, what string) ([]string, int) {
 	digits, owner := 1, 1
 	for _, r := range rows {
-		digits = max(digits, len(bucketLabel(r)))
-		owner = max(owner, utf8.RuneCountInString(ownerText(r)))
+		digits = max(digits, len(strconv.Itoa(r.Bucket)))
+		owner = max(owner, utf8.RuneCountInString(ownerText(r, standby[r.Slot])))
 	}
 	cell := digits + 1 + owner
 	per := max(1, (width-1+2)/(cell+2))
-	lines := []string{c.bold + "BUCKET OWNER" + c.reset + c.dim + " (compact)" + c.reset}
+	lines := []string{c.bold + "BUCKET OWNER" + c.reset + c.dim + " (compact)" + what + c.reset}
 	shown := len(rows)
 	if room >= 0 {
 		shown = min(shown, room*per)
@@ -429,8 +529,8 @@ func (d *demo) bucketMap(c palette, width, room int) ([]string, int) {
 	for i := 0; i < shown; i += per {
 		var cells []string
 		for _, r := range rows[i:min(i+per, shown)] {
-			text := fmt.Sprintf("%-*s", owner, ownerText(r))
-			cells = append(cells, fmt.Sprintf("%*s %s", digits, bucketLabel(r), c.worker(r.Owner, text)))
+			text := fmt.Sprintf("%-*s", owner, ownerText(r, standby[r.Slot]))
+			cells = append(cells, fmt.Sprintf("%*d %s", digits, r.Bucket, c.worker(r.Owner, text)))
 		}
 		lines = append(lines, strings.Join(cells, "  "))
 	}

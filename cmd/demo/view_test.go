@@ -143,3 +143,46 @@ func TestStatusLineBeforeARateAndWithoutOwners(t *testing.T) {
 	d.cur.in.Rows = nil
 	require.True(t, strings.HasSuffix(d.statusLine(), "owners none"), d.statusLine())
 }
+
+// During a resize the view shows the state and both generations' buckets:
+// the old one's drained buckets marked ∎, the new one's standing by …
+// (issue 14).
+func TestTheViewShowsAResize(t *testing.T) {
+	t.Parallel()
+	row := func(gen, b int, owner string, drained bool) inspect.BucketRow {
+		r := inspect.BucketRow{Live: owner != "", Lag: 0}
+		r.Bucket, r.Owner, r.Epoch, r.Generation, r.Slot, r.Drained = b, owner, 1, gen, gen*65536+b, drained
+		return r
+	}
+	rows := []inspect.BucketRow{row(0, 0, "", true), row(0, 1, "w1", false)}
+	for b := range 4 {
+		rows = append(rows, row(1, b, "w2", false))
+	}
+	d := testDemo(t, rows, []leasestore.WorkerState{{Worker: "w1", Live: true}, {Worker: "w2", Live: true}})
+	d.cur.in.Buckets = 2
+	d.cur.in.Resize = leasestore.Resize{Generation: 0, Buckets: 2, State: leasestore.ResizeSwitched, NextBuckets: 4,
+		Cut: 812, CutDecided: true,
+		Old: []leasestore.SlotStatus{{Bucket: 0, Slot: 0, Drained: true}, {Bucket: 1, Slot: 1, Owner: "w1"}},
+		New: []leasestore.SlotStatus{{Bucket: 0, Slot: 65536, Owner: "w2", Ready: true}, {Bucket: 1, Slot: 65537, Owner: "w2"},
+			{Bucket: 2, Slot: 65538, Owner: "w2", Ready: true}, {Bucket: 3, Slot: 65539, Owner: "w2"}}}
+	text := strings.Join(plain(d.frame(200, 0)), "\n")
+	require.Contains(t, text, "resizing generation 0 → 1, 2 → 4 buckets, switched, cut 812, old drained 1/2, new ready 2/4")
+	require.Contains(t, text, "NEW GENERATION 1")
+	require.Regexp(t, `(?m)^\s+0 ∎ `, text, "old bucket 0 drained")
+	require.Regexp(t, `\s1 w1 `, text)
+	require.Regexp(t, `\b1 w2…`, text, "new bucket 1 stands by")
+	require.Regexp(t, `\b2 w2 `, text, "new bucket 2 is ready")
+	compact := strings.Join(plain(d.frame(80, 24)), "\n")
+	require.Contains(t, compact, "(compact), new generation 1")
+
+	// The log follows the resize from sample to sample.
+	steady := leasestore.Resize{Generation: 0, Buckets: 2, State: leasestore.ResizeSteady}
+	d.resizeProgress(steady, leasestore.Resize{Generation: 0, Buckets: 2, State: leasestore.ResizeSealing, NextBuckets: 4})
+	d.resizeProgress(d.cur.in.Resize, leasestore.Resize{Generation: 1, Buckets: 4, State: leasestore.ResizeSteady})
+	var logged []string
+	for _, e := range d.log {
+		logged = append(logged, e.kind+" "+e.text)
+	}
+	require.Equal(t, []string{"resize sealing: the holders of the 2 old buckets propose a cut",
+		"resize done: generation 1 serves with 4 buckets (the old generation ended at position 812)"}, logged)
+}

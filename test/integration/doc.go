@@ -24,7 +24,10 @@
 // whether the taker holds the previous owner's session lock), every pass
 // (worker heartbeat), every checkpoint write and every delivery the
 // workers' sink records, by whose session (application_name is the worker
-// id). A poller reads the lease and checkpoint tables every 20 ms, and the
+// id); and, for resizes (docs/resize.md), every old bucket's drain and
+// every change of the subscription's generation and state. Lease rows and
+// checkpoints are keyed by slot (generation·65536 + bucket), so the logs
+// tell the generations apart. A poller reads the lease and checkpoint tables every 20 ms, and the
 // harness reads each worker's /metrics directly (never through its proxy)
 // to see when it starts deliveries. From these a scenario computes
 //
@@ -36,8 +39,16 @@
 //   - overlaps: leases taken while still valid by the database's clock,
 //     without the owner's consent or liveness evidence;
 //   - stale deliveries and checkpoints: writes that landed from a worker
-//     that did not own the bucket at that moment;
+//     that did not own the bucket at that moment (an event's bucket is
+//     its slot in the generation whose positions hold it);
 //   - order: first deliveries of a stream out of version order;
+//   - for a resize (resize_test.go): cross (an old generation's event
+//     first delivered after its old bucket drained, or a drain off the
+//     cut), early (a new generation's event delivered before the old
+//     buckets feeding its new bucket drained), duplicates not first
+//     delivered by a killed worker, and the times from the request to the
+//     cut, the switch, the first new delivery and completion, and the
+//     pause deliveries saw;
 //   - failover (per fault: until every bucket of the worker had another
 //     owner) and convergence (per join: until a fair split including it);
 //   - unowned time, and passes a bucket's next owner began without

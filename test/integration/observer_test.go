@@ -30,6 +30,9 @@ import (
 //   - every checkpoint write, old and new value — obs_checkpoint_log;
 //   - every delivery the sink records, first or duplicate, and by whose
 //     session (application_name is the worker id) — obs_delivery_log;
+//   - every old bucket's drain during a resize (docs/resize.md), with the
+//     cut it drained to — obs_drain_log; and every change of the
+//     subscription's generation and resize state — obs_subscription_log;
 //
 // and a poller reads the lease and checkpoint tables every few
 // milliseconds, for the fair-split waits and as a second regression check.
@@ -111,6 +114,37 @@ END $f$;
 DROP TRIGGER IF EXISTS obs_delivery ON {{s}}.sink;
 CREATE TRIGGER obs_delivery AFTER INSERT OR UPDATE ON {{s}}.sink FOR EACH ROW
     EXECUTE FUNCTION {{s}}.obs_delivery();
+
+CREATE TABLE IF NOT EXISTS {{s}}.obs_drain_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, bucket int NOT NULL, generation int NOT NULL,
+    cut bigint, at timestamptz NOT NULL, app text);
+CREATE OR REPLACE FUNCTION {{s}}.obs_drain() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {{s}}.obs_drain_log (subscription, bucket, generation, cut, at, app)
+    VALUES (NEW.subscription, NEW.bucket, NEW.generation, NEW.cut, clock_timestamp(),
+        current_setting('application_name'));
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_drain ON {{s}}.lease_buckets;
+CREATE TRIGGER obs_drain AFTER UPDATE ON {{s}}.lease_buckets FOR EACH ROW
+    WHEN (OLD.drained_at IS NULL AND NEW.drained_at IS NOT NULL)
+    EXECUTE FUNCTION {{s}}.obs_drain();
+
+CREATE TABLE IF NOT EXISTS {{s}}.obs_subscription_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, generation int NOT NULL, bucket_count int NOT NULL,
+    state text NOT NULL, next_bucket_count int, cut bigint, at timestamptz NOT NULL, app text);
+CREATE OR REPLACE FUNCTION {{s}}.obs_subscription() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {{s}}.obs_subscription_log (subscription, generation, bucket_count, state, next_bucket_count, cut, at, app)
+    VALUES (NEW.subscription, NEW.generation, NEW.bucket_count, NEW.state, NEW.next_bucket_count, NEW.cut,
+        clock_timestamp(), current_setting('application_name'));
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_subscription ON {{s}}.subscriptions;
+CREATE TRIGGER obs_subscription AFTER INSERT OR UPDATE ON {{s}}.subscriptions FOR EACH ROW
+    EXECUTE FUNCTION {{s}}.obs_subscription();
 `
 
 // prepareSchema migrates the event store and lease tables, creates the
@@ -129,11 +163,12 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error
 	return err
 }
 
-// sample is one read of the lease table.
+// sample is one read of the lease table: the serving generation's buckets.
 type sample struct {
-	at      time.Time // the database's clock_timestamp() of the read
-	owner   []string  // by bucket; "" when free or expired
-	checked bool      // the read succeeded
+	at         time.Time // the database's clock_timestamp() of the read
+	generation int       // the serving generation (0 until a resize completes)
+	owner      []string  // by bucket of the serving generation; "" when free or expired
+	checked    bool      // the read succeeded
 }
 
 // observer polls the lease and checkpoint tables and, at the end, reads
@@ -207,8 +242,13 @@ func (o *observer) poll(ctx context.Context, every time.Duration) {
 	defer func() { o.mu.Lock(); o.cond.Broadcast(); o.mu.Unlock() }()
 	t := time.NewTicker(every)
 	defer t.Stop()
-	leases := fmt.Sprintf(`SELECT bucket, CASE WHEN owner IS NOT NULL AND expires_at > clock_timestamp() THEN owner ELSE '' END,
-		clock_timestamp() FROM %s.lease_buckets WHERE subscription = $1`, o.q)
+	// The serving generation's rows (a resize adds the next generation's
+	// beside them, and deletes them once it completes).
+	leases := fmt.Sprintf(`SELECT bucket %% 65536, bucket_count, generation,
+		CASE WHEN owner IS NOT NULL AND expires_at > clock_timestamp() THEN owner ELSE '' END,
+		clock_timestamp() FROM %[1]s.lease_buckets
+		WHERE subscription = $1 AND generation = coalesce(
+			(SELECT generation FROM %[1]s.subscriptions WHERE subscription = $1), 0)`, o.q)
 	cps := fmt.Sprintf(`SELECT bucket, position FROM %s.checkpoints WHERE subscription = $1`, o.q)
 	for {
 		select {
@@ -221,12 +261,15 @@ func (o *observer) poll(ctx context.Context, every time.Duration) {
 		rows, err := o.pool.Query(cctx, leases, o.sub)
 		if err == nil {
 			for rows.Next() {
-				var b int
+				var b, n int
 				var owner string
-				if err = rows.Scan(&b, &owner, &s.at); err != nil {
+				if err = rows.Scan(&b, &n, &s.generation, &owner, &s.at); err != nil {
 					break
 				}
-				if b >= 0 && b < o.n {
+				if n != len(s.owner) {
+					s.owner = make([]string, n) // a resized subscription's count
+				}
+				if b >= 0 && b < n {
 					s.owner[b] = owner
 				}
 			}

@@ -118,25 +118,25 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 			AND e.version > x.prev AND e.version < x.version AND e.event_id = ANY($2::uuid[]))`, o.q),
 		o.sub, o.excusedIDs()).Scan(&r.order), "order")
 
-	// An event's slot is its generation's (docs/resize.md): the
-	// generation whose positions hold it — the lowest that does, as the
-	// next generation's row covers everything until the cut is decided —
-	// and the bucket of its hash in that generation's bucket count.
-	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT d.app, x.slot, count(*)
+	// An event's bucket is its slot in the generation whose positions
+	// hold it (docs/resize.md): generation 0 until a resize's cut, the
+	// next one after it.
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`WITH d AS (
+		SELECT d.app, d.at, coalesce(g.generation, 0) * 65536 + %[1]s.cg_bucket(e.cg_hash, coalesce(g.bucket_count, $2)) AS slot
 		FROM %[1]s.obs_delivery_log d
 		JOIN %[1]s.events e ON e.event_id = d.event_id
 		LEFT JOIN LATERAL (
 			SELECT g.generation, g.bucket_count FROM %[1]s.generations g
-			WHERE g.subscription = d.subscription AND (g.start_after IS NULL OR e.position > g.start_after)
+			WHERE g.subscription = d.subscription AND e.position > coalesce(g.start_after, 0)
 				AND (g.end_at IS NULL OR e.position <= g.end_at)
-			ORDER BY g.generation LIMIT 1) gen ON true
-		CROSS JOIN LATERAL (SELECT coalesce(gen.generation, 0) * 65536
-			+ %[1]s.cg_bucket(e.cg_hash, coalesce(gen.bucket_count, $2)) AS slot) x
+			ORDER BY g.generation LIMIT 1) g ON true
+		WHERE d.subscription = $1)
+		SELECT d.app, d.slot, count(*) FROM d
 		LEFT JOIN LATERAL (
 			SELECT l.new_owner FROM %[1]s.obs_lease_log l
-			WHERE l.subscription = d.subscription AND l.bucket = x.slot AND l.at <= d.at
+			WHERE l.subscription = $1 AND l.bucket = d.slot AND l.at <= d.at
 			ORDER BY l.at DESC LIMIT 1) o ON true
-		WHERE d.subscription = $1 AND o.new_owner IS DISTINCT FROM d.app
+		WHERE o.new_owner IS DISTINCT FROM d.app
 		GROUP BY 1, 2`, o.q), o.sub, o.n)
 	must(err, "stale")
 	for rows.Next() {
@@ -149,16 +149,17 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 	}
 	must(rows.Err(), "stale")
 
+	// A resize's cut writes the next generation's checkpoints at C,
+	// by the worker whose proposal decided it (docs/resize.md, the cut):
+	// not a holder's write.
 	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_checkpoint_log c
 		LEFT JOIN LATERAL (
 			SELECT l.new_owner FROM %[1]s.obs_lease_log l
 			WHERE l.subscription = c.subscription AND l.bucket = c.bucket AND l.at <= c.at
 			ORDER BY l.at DESC LIMIT 1) o ON true
 		WHERE c.subscription = $1 AND o.new_owner IS DISTINCT FROM c.app
-			-- A resize's cut writes the next generation's checkpoints at C,
-			-- in the transaction that decides it, not as their owner.
 			AND NOT EXISTS (SELECT 1 FROM %[1]s.generations g WHERE g.subscription = c.subscription
-				AND g.generation > 0 AND g.generation = c.bucket / 65536 AND c.new_position = g.start_after)`, o.q), o.sub).Scan(&r.staleCheckpoints),
+				AND g.generation = c.bucket / 65536 AND g.generation > 0 AND g.start_after = c.new_position)`, o.q), o.sub).Scan(&r.staleCheckpoints),
 		"stale checkpoints")
 
 	trs := o.transitions(ctx)

@@ -2,137 +2,468 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
-// TestResizeUp: three workers share 8 buckets under steady appends; the
-// subscription is resized to 32 while a worker joins, one leaves gracefully
-// (SIGTERM) and one is killed (SIGKILL) holding buckets of the old
-// generation, and its slot restarts — with the old bucket count in its
-// options, which the database's overrules. Nothing is lost, first
-// deliveries stay in stream order, no checkpoint moves back, no lease is
-// taken while valid; duplicates only after the kill.
-func TestResizeUp(t *testing.T) { resizeScenario(t, "resize-up", 8, 32) }
+// TestResizeUp: three workers serve 8 buckets under steady appends; the
+// subscription is resized to 32 (long form: and back to 8, twice) while a worker joins, one holding an undrained old bucket is
+// killed with SIGKILL, and one leaves gracefully (SIGTERM). Nothing is
+// lost, first deliveries stay in stream order, no checkpoint moves back,
+// no lease is taken while valid; no event of the old generation is
+// delivered first after its old bucket drained and none of the new one
+// before the old buckets feeding its new bucket drained (cross, early);
+// every duplicate was first delivered by a killed worker.
+func TestResizeUp(t *testing.T) { runResize(t, "resize-up", 8, 32) }
 
 // TestResizeDown is TestResizeUp from 32 buckets to 8.
-func TestResizeDown(t *testing.T) { resizeScenario(t, "resize-down", 32, 8) }
+func TestResizeDown(t *testing.T) { runResize(t, "resize-down", 32, 8) }
 
-func resizeScenario(t *testing.T, scenario string, n, m int) {
+func runResize(t *testing.T, scenario string, from, to int) {
 	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
 		t.Run(kind.String(), func(t *testing.T) {
-			url := pgtest.URL(t)
-			e := newEnv(t, url, clusterConfig{Buckets: n, Kind: kind})
+			e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: from, Kind: kind, HandlerDelay: time.Millisecond})
 			slots := e.startWorkers(3, startOpts{})
-			e.startLoad(pick(100, 300), 200)
-			time.Sleep(pick(time.Second, 5*time.Second)) // a backlog and some progress before the resize
-
-			ctx, cancel := context.WithTimeout(context.Background(), pick(3*time.Minute, 10*time.Minute))
-			defer cancel()
-			pool, err := pgxpool.New(ctx, url)
-			if err != nil {
-				t.Fatal(err)
+			e.startLoad(pick(150, 300), 200)
+			e.o.waitHandled(t, 50, time.Minute)
+			targets := []int{to}
+			if long {
+				targets = []int{to, from, to, from} // up and back down twice
 			}
-			defer pool.Close()
-			store, err := eventsource.New(pool, eventsource.Config{Schema: e.cfg.Schema})
-			if err != nil {
-				t.Fatal(err)
+			next := len(slots) + 1
+			killed := map[string]bool{}
+			var during int
+			for _, m := range targets {
+				// A backlog in the old buckets keeps the resize running
+				// while the faults land in it.
+				e.appendBacklog(pick(3000, 10000), 200)
+				rs := e.resize(m)
+				joiner := fmt.Sprintf("w%d", next)
+				next++
+				joined := e.c.start(joiner, startOpts{})
+				slots = append(slots, joiner)
+				// Kill the holder of an undrained old bucket once the cut
+				// is decided.
+				cur := e.waitResize(func(r leasestore.Resize) bool { return r.CutDecided || !r.Resizing() })
+				victim := undrainedOwner(cur, joined.id)
+				if victim == nil || !cur.Resizing() {
+					t.Fatalf("the resize to %d ended before a holder of an old bucket could be killed: %+v", m, cur)
+				}
+				p := e.c.byID(victim.Owner)
+				if p == nil {
+					t.Fatalf("no process runs %s (holder of old bucket %d)", victim.Owner, victim.Bucket)
+				}
+				at := time.Now()
+				e.c.kill(p)
+				killed[p.id] = true
+				e.faults = append(e.faults, fault{worker: p.id, at: at})
+				if e.resizing() {
+					during++
+				}
+				e.c.start(p.slot, startOpts{})
+				// A graceful leave: a worker other than the joiner and the
+				// restarted one.
+				var leaver *proc
+				for _, s := range slots {
+					if q := e.c.current(s); s != p.slot && s != joiner && q != nil && q.running() {
+						leaver = q
+						break
+					}
+				}
+				if leaver != nil {
+					if e.resizing() {
+						during++
+					}
+					e.c.stop(leaver, time.Minute)
+				}
+				done := e.waitResize(func(r leasestore.Resize) bool { return !r.Resizing() && r.Generation > rs.Generation })
+				if done.Buckets != m {
+					t.Fatalf("resized to %d buckets, want %d", done.Buckets, m)
+				}
+				if leaver != nil {
+					e.c.start(leaver.slot, startOpts{})
+				}
+				if _, ok := e.o.waitFairSplit(e.c.live, time.Minute); !ok {
+					t.Errorf("no fair split of the %d buckets after the resize: %s", m, e.o.ownedSummary())
+				}
 			}
-			requested := time.Now()
-			var cutAt, switchedAt time.Time
-			r, err := actors.Resize(ctx, store, e.cfg.Subscription, m, actors.ResizeOptions{By: "fault-suite"})
-			if err != nil {
-				t.Fatalf("request: %v", err)
-			}
-			type outcome struct {
-				r   leasestore.Resize
-				err error
-			}
-			done := make(chan outcome, 1)
-			go func() {
-				r, err := actors.FollowResize(ctx, store, r, actors.ResizeOptions{Poll: 20 * time.Millisecond,
-					Progress: func(r leasestore.Resize) {
-						if r.CutDecided && cutAt.IsZero() {
-							cutAt = time.Now()
-						}
-						if r.State == leasestore.ResizeSwitched && switchedAt.IsZero() {
-							switchedAt = time.Now()
-						}
-					}})
-				done <- outcome{r, err}
-			}()
-
-			// During the resize: a worker joins, one leaves, one is killed
-			// and comes back with the old bucket count in its options.
-			e.c.start("w4", startOpts{})
-			e.c.stop(e.c.current(slots[1]), time.Minute)
-			victim := e.c.current(slots[2])
-			at := time.Now()
-			e.c.kill(victim)
-			e.faults = append(e.faults, fault{worker: victim.id, at: at})
-			e.c.start(slots[2], startOpts{})
-
-			out := <-done
-			if out.err != nil {
-				t.Fatalf("resize %d → %d did not complete: %v (last read: %+v)", n, m, out.err, out.r)
-			}
-			finished := time.Now()
-			// Appends go on under the new generation, and a worker restarted
-			// after the resize with the old count serves it too.
-			e.c.stop(e.c.current("w4"), time.Minute)
-			e.c.start("w4", startOpts{})
-			time.Sleep(pick(time.Second, 5*time.Second))
-
-			rep := e.finish(scenario, func(rep *report) {
-				rep.extra = append(rep.extra, fmt.Sprintf("resize=%d->%d generation=%d cut=%d to_cut=%s to_switch=%s to_done=%s "+
-					"duplicates_not_from_the_kill=%d", n, m, out.r.Generation, cutOf(ctx, t, pool, e.cfg.Schema),
-					since(requested, cutAt), since(requested, switchedAt), round(finished.Sub(requested)),
-					duplicatesNotFrom(ctx, t, pool, e.cfg.Schema, victim.id)))
+			var rr resizeReport
+			r := e.finish(scenario, func(r *report) {
+				rr = e.o.resizeReport(t, killed)
+				r.extra = append(r.extra, rr.fields(), fmt.Sprintf("faults_during_resize=%d/%d", during, 2*len(targets)))
 			})
-			requireSafe(t, rep)
-			if out.r.Buckets != m || out.r.Generation != 1 {
-				t.Errorf("after the resize: %d buckets, generation %d; want %d, 1", out.r.Buckets, out.r.Generation, m)
+			requireSafe(t, r)
+			requireResizeSafe(t, r.scenario, rr, len(targets))
+		})
+	}
+}
+
+// TestResizeLatency measures a resize without faults: three workers, 8
+// buckets, steady appends; 8 → 16 with the workers caught up, then
+// 16 → 8 with a backlog behind every old bucket. Reported per resize:
+// from the request to the cut, to the first delivery of the new
+// generation and to completion, and the pause deliveries saw (their
+// latency beyond the run's steady latency, for the events appended while
+// the resize ran). Its invariants are TestResizeUp's.
+func TestResizeLatency(t *testing.T) {
+	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
+		t.Run(kind.String(), func(t *testing.T) {
+			e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: 8, Kind: kind})
+			e.startWorkers(3, startOpts{})
+			e.startLoad(pick(150, 300), 200)
+			e.o.waitHandled(t, 200, time.Minute)
+			for _, step := range []struct {
+				to      int
+				backlog int
+			}{{16, 0}, {8, pick(5000, 100000)}} {
+				if step.backlog > 0 {
+					e.appendBacklog(step.backlog, 1000)
+				}
+				rs := e.resize(step.to)
+				e.waitResize(func(r leasestore.Resize) bool { return !r.Resizing() && r.Generation > rs.Generation })
+				e.o.waitHandledAll(t, time.Minute)
+			}
+			var rr resizeReport
+			r := e.finish("resize-latency", func(r *report) {
+				rr = e.o.resizeReport(t, nil)
+				r.extra = append(r.extra, rr.fields())
+			})
+			requireSafe(t, r)
+			requireResizeSafe(t, r.scenario, rr, 2)
+			if r.duplicates != 0 {
+				t.Errorf("%s: %d duplicates without a fault", r.scenario, r.duplicates)
 			}
 		})
 	}
 }
 
-// cutOf reads the first generation's end: the resize's cut.
-func cutOf(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) int64 {
-	var cut int64
-	if err := pool.QueryRow(ctx, `SELECT coalesce(end_at, -1) FROM `+pgx.Identifier{schema}.Sanitize()+`.generations
-		WHERE subscription = $1 AND generation = 0`, subscriptionName).Scan(&cut); err != nil {
-		t.Errorf("read the cut: %v", err)
+// resize asks for the subscription's bucket count to become m as an
+// operator does, with `kumi resize --no-wait` (which builds the index for
+// m concurrently, then requests), and returns the subscription as it was
+// before the request.
+func (e *env) resize(m int) leasestore.Resize {
+	e.t.Helper()
+	before, ok := e.readResize()
+	if !ok || before.Resizing() {
+		e.t.Fatalf("resize to %d: the subscription is not steady: %+v", m, before)
 	}
-	return cut
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kumiBin, "--schema", e.cfg.Schema, "resize", "-s", e.cfg.Subscription,
+		"--buckets", strconv.Itoa(m), "--no-wait")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+withAppName(e.url, "operator"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("kumi resize to %d: %v\n%s", m, err, out)
+	}
+	return before
 }
 
-// since is the time from start to at, "-" when at was not seen (a
-// transition between two polls of the follower).
-func since(start, at time.Time) string {
-	if at.IsZero() {
+// readResize reads the subscription's resize (false when the read fails,
+// a restarting server say).
+func (e *env) readResize() (leasestore.Resize, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := leasestore.ReadResize(ctx, e.o.pool, e.cfg.Schema, e.cfg.Subscription)
+	return r, err == nil
+}
+
+// resizing reports whether a resize runs now.
+func (e *env) resizing() bool {
+	r, ok := e.readResize()
+	return ok && r.Resizing()
+}
+
+// waitResize polls the subscription's resize until cond holds, and fails
+// the test after a deadline (row leases wait a ttl for a killed holder's
+// buckets).
+func (e *env) waitResize(cond func(leasestore.Resize) bool) leasestore.Resize {
+	e.t.Helper()
+	var last leasestore.Resize
+	if !pgtest.WaitFor(pick(90*time.Second, 5*time.Minute), func() bool {
+		r, ok := e.readResize()
+		if ok {
+			last = r
+		}
+		return ok && cond(r)
+	}) {
+		e.t.Fatalf("resize: no progress: state %s, generation %d, %d → %d, cut %d (decided %v); old %s; new %s; workers own: %s",
+			last.State, last.Generation, last.Buckets, last.NextBuckets, last.Cut, last.CutDecided,
+			slotsSummary(last.Old), slotsSummary(last.New), e.o.ownedSummary())
+	}
+	return last
+}
+
+// undrainedOwner returns an old bucket that has an owner other than
+// except and has not drained, or nil.
+func undrainedOwner(r leasestore.Resize, except string) *leasestore.SlotStatus {
+	for i, s := range r.Old {
+		if s.Owner != "" && s.Owner != except && !s.Drained {
+			return &r.Old[i]
+		}
+	}
+	return nil
+}
+
+func slotsSummary(ss []leasestore.SlotStatus) string {
+	var b strings.Builder
+	for _, s := range ss {
+		fmt.Fprintf(&b, "%d:%s", s.Bucket, s.Owner)
+		if s.Drained {
+			b.WriteString("(drained)")
+		}
+		if s.Ready {
+			b.WriteString("(ready)")
+		}
+		b.WriteString(" ")
+	}
+	return b.String()
+}
+
+// byID returns the process running worker id, or nil.
+func (c *cluster) byID(id string) *proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.all {
+		if p.id == id && p.running() {
+			return p
+		}
+	}
+	return nil
+}
+
+// appendBacklog appends n events at once over streams streams, in
+// batches, so that every bucket has events waiting.
+func (e *env) appendBacklog(n, streams int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, withAppName(e.url, "backlog"))
+	if err != nil {
+		e.t.Fatalf("backlog: %v", err)
+	}
+	defer pool.Close()
+	store, err := eventsource.New(pool, eventsource.Config{Schema: e.cfg.Schema})
+	if err != nil {
+		e.t.Fatalf("backlog: %v", err)
+	}
+	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	const batch = 50
+	for done := 0; done < n; done += batch {
+		events := make([]eventsource.EventData, min(batch, n-done))
+		for i := range events {
+			data, _ := json.Marshal(map[string]int{"backlog": done + i})
+			events[i] = eventsource.EventData{Type: "Ticked", Data: data}
+		}
+		stream := fmt.Sprintf("%s-%d", e.cfg.Category, rng.IntN(streams))
+		if _, err := store.Append(ctx, stream, eventsource.Any, events); err != nil {
+			e.t.Fatalf("backlog: %v", err)
+		}
+	}
+	store.WakeSequencer()
+}
+
+// waitHandled waits until the sink holds at least n deliveries.
+func (o *observer) waitHandled(t *testing.T, n int64, timeout time.Duration) {
+	t.Helper()
+	q := fmt.Sprintf(`SELECT count(*) FROM %s.sink WHERE subscription = $1`, o.q)
+	pgtest.Eventually(t, timeout, func() bool {
+		var got int64
+		return o.pool.QueryRow(context.Background(), q, o.sub).Scan(&got) == nil && got >= n
+	}, "%d deliveries", n)
+}
+
+// waitHandledAll waits until every event of the category appended so far
+// is in the sink.
+func (o *observer) waitHandledAll(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	var head int64
+	if err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT coalesce(max(position), 0) FROM %s.events
+		WHERE category = $1`, o.q), o.cat).Scan(&head); err != nil {
+		t.Fatalf("observer: head: %v", err)
+	}
+	q := fmt.Sprintf(`SELECT count(*) FROM %[1]s.events e WHERE e.category = $1 AND (e.position IS NULL OR e.position <= $3)
+		AND NOT EXISTS (SELECT 1 FROM %[1]s.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id)`, o.q)
+	pgtest.Eventually(t, timeout, func() bool {
+		var missing int64
+		return o.pool.QueryRow(context.Background(), q, o.cat, o.sub, head).Scan(&missing) == nil && missing == 0
+	}, "every event up to position %d in the sink", head)
+}
+
+// resizeStep is one resize as the observer's logs show it.
+type resizeStep struct {
+	from, to, generation int // generation is the new one
+	cut                  int64
+	requested, cutAt     time.Time
+	switched, done       time.Time
+	firstNew             time.Time // the first delivery of an event of the new generation
+	// pause: per event appended while the resize ran, its delivery latency
+	// beyond the run's steady latency (p50 before the first request).
+	pauseP50, pauseP99, pauseMax time.Duration
+}
+
+// resizeReport is what the observer found about a scenario's resizes.
+type resizeReport struct {
+	steps []resizeStep
+	// cross: first deliveries of an old generation's event after its old
+	// bucket drained, plus drains to a position other than the cut;
+	// early: deliveries of a new generation's event before every old
+	// bucket feeding its new bucket drained.
+	cross, early int64
+	// unexcused: events delivered more than once whose first delivery was
+	// not by a killed worker (graceful joins and leaves duplicate nothing).
+	unexcused int64
+}
+
+// resizeReport reads the resizes, the cross and early deliveries and the
+// duplicates from the logs; killed are the worker ids the scenario killed.
+func (o *observer) resizeReport(t *testing.T, killed map[string]bool) resizeReport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	must := func(err error, what string) {
+		if err != nil {
+			t.Fatalf("observer: resize report: %s: %v", what, err)
+		}
+	}
+	var rr resizeReport
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT g.generation, p.bucket_count, g.bucket_count, g.start_after,
+		(SELECT min(at) FROM %[1]s.obs_subscription_log l WHERE l.subscription = $1 AND l.generation = g.generation - 1 AND l.state = 'sealing'),
+		(SELECT min(at) FROM %[1]s.obs_subscription_log l WHERE l.subscription = $1 AND l.generation = g.generation - 1 AND l.state = 'cut'),
+		(SELECT min(at) FROM %[1]s.obs_subscription_log l WHERE l.subscription = $1 AND l.generation = g.generation - 1 AND l.state = 'switched'),
+		(SELECT min(at) FROM %[1]s.obs_subscription_log l WHERE l.subscription = $1 AND l.generation = g.generation AND l.state = 'steady')
+		FROM %[1]s.generations g JOIN %[1]s.generations p ON p.subscription = g.subscription AND p.generation = g.generation - 1
+		WHERE g.subscription = $1 AND g.start_after IS NOT NULL ORDER BY g.generation`, o.q), o.sub)
+	must(err, "generations")
+	for rows.Next() {
+		var s resizeStep
+		var req, cut, sw, done *time.Time
+		must(rows.Scan(&s.generation, &s.from, &s.to, &s.cut, &req, &cut, &sw, &done), "generations")
+		s.requested, s.cutAt, s.switched, s.done = deref(req), deref(cut), deref(sw), deref(done)
+		rr.steps = append(rr.steps, s)
+	}
+	must(rows.Err(), "generations")
+
+	// The generation whose positions hold an event, its slot, and the old
+	// generation before it.
+	const eventGen = `JOIN LATERAL (
+			SELECT g.generation, g.bucket_count FROM %[1]s.generations g
+			WHERE g.subscription = $1 AND e.position > coalesce(g.start_after, 0) AND (g.end_at IS NULL OR e.position <= g.end_at)
+			ORDER BY g.generation LIMIT 1) g ON true`
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_delivery_log d
+		JOIN %[1]s.events e ON e.event_id = d.event_id `+eventGen+`
+		JOIN %[1]s.obs_drain_log r ON r.subscription = $1 AND r.bucket = g.generation * 65536 + %[1]s.cg_bucket(e.cg_hash, g.bucket_count)
+		WHERE d.subscription = $1 AND d.first AND d.at > r.at`, o.q), o.sub).Scan(&rr.cross), "cross")
+	var badDrains int64
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_drain_log r
+		JOIN %[1]s.generations g ON g.subscription = r.subscription AND g.generation = r.generation
+		WHERE r.subscription = $1 AND r.cut IS DISTINCT FROM g.end_at`, o.q), o.sub).Scan(&badDrains), "drains")
+	rr.cross += badDrains
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_delivery_log d
+		JOIN %[1]s.events e ON e.event_id = d.event_id `+eventGen+`
+		JOIN %[1]s.generations p ON p.subscription = $1 AND p.generation = g.generation - 1
+		JOIN LATERAL (
+			SELECT count(*) AS n, max(r.at) AS last FROM %[1]s.obs_drain_log r
+			WHERE r.subscription = $1 AND r.generation = p.generation
+				AND (r.bucket %% 65536) %% gcd(p.bucket_count, g.bucket_count)
+					= %[1]s.cg_bucket(e.cg_hash, g.bucket_count) %% gcd(p.bucket_count, g.bucket_count)) f ON true
+		WHERE d.subscription = $1 AND (f.n < p.bucket_count / gcd(p.bucket_count, g.bucket_count) OR d.at < f.last)`, o.q),
+		o.sub).Scan(&rr.early), "early")
+	ids := make([]string, 0, len(killed))
+	for id := range killed {
+		ids = append(ids, id)
+	}
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.sink
+		WHERE subscription = $1 AND deliveries > 1 AND worker <> ALL($2::text[])`, o.q), o.sub, ids).Scan(&rr.unexcused),
+		"duplicates")
+
+	var steady float64
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.first_at - e.recorded_at)), 0)
+		FROM %[1]s.events e JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
+		WHERE e.category = $2 AND e.recorded_at < $3`, o.q), o.sub, o.cat, firstRequest(rr.steps)).Scan(&steady), "steady latency")
+	for i := range rr.steps {
+		s := &rr.steps[i]
+		var first *time.Time
+		var p50, p99, pmax float64
+		must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT min(s.first_at) FROM %[1]s.events e
+			JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
+			WHERE e.category = $2 AND e.position > $3`, o.q), o.sub, o.cat, s.cut).Scan(&first), "first new")
+		s.firstNew = deref(first)
+		must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY x), 0),
+			coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY x), 0), coalesce(max(x), 0)
+			FROM (SELECT greatest(extract(epoch FROM s.first_at - e.recorded_at) - $5, 0) AS x
+				FROM %[1]s.events e JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
+				WHERE e.category = $2 AND e.recorded_at >= $3 AND e.recorded_at <= $4) p`, o.q),
+			o.sub, o.cat, s.requested, s.done, steady).Scan(&p50, &p99, &pmax), "pause")
+		s.pauseP50, s.pauseP99, s.pauseMax = seconds(p50), seconds(p99), seconds(pmax)
+	}
+	return rr
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func firstRequest(steps []resizeStep) time.Time {
+	if len(steps) == 0 || steps[0].requested.IsZero() {
+		return time.Now().Add(24 * time.Hour)
+	}
+	return steps[0].requested
+}
+
+// since renders b - a, "-" when either is unknown.
+func since(a, b time.Time) string {
+	if a.IsZero() || b.IsZero() {
 		return "-"
 	}
-	return round(at.Sub(start)).String()
+	return round(b.Sub(a)).String()
 }
 
-// duplicatesNotFrom counts the deliveries beyond the first of events whose
-// first delivery was not by worker: duplicates the kill of worker does not
-// explain (a lease that lapsed on a loaded machine would).
-func duplicatesNotFrom(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, worker string) int64 {
-	var n int64
-	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(deliveries - 1), 0) FROM `+pgx.Identifier{schema}.Sanitize()+`.sink
-		WHERE subscription = $1 AND worker <> $2`, subscriptionName, worker).Scan(&n); err != nil {
-		t.Errorf("count duplicates: %v", err)
+// fields renders the report for the SUMMARY line.
+func (rr resizeReport) fields() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "resizes=%d cross=%d early=%d unexcused_duplicates=%d", len(rr.steps), rr.cross, rr.early, rr.unexcused)
+	for _, s := range rr.steps {
+		fmt.Fprintf(&b, " resize=%d->%d cut=%d to_cut=%s to_first_new=%s to_switch=%s to_done=%s pause_p50=%s pause_p99=%s pause_max=%s",
+			s.from, s.to, s.cut, since(s.requested, s.cutAt), since(s.requested, s.firstNew), since(s.requested, s.switched),
+			since(s.requested, s.done), round(s.pauseP50), round(s.pauseP99), round(s.pauseMax))
 	}
-	return n
+	return b.String()
+}
+
+// requireResizeSafe asserts a resize's own invariants: every requested
+// resize completed, nothing crossed the cut, no new bucket started before
+// its feeders drained, and only kills duplicated.
+func requireResizeSafe(t *testing.T, scenario string, rr resizeReport, resizes int) {
+	t.Helper()
+	if len(rr.steps) != resizes {
+		t.Errorf("%s: %d resizes completed, want %d", scenario, len(rr.steps), resizes)
+	}
+	if rr.cross != 0 {
+		t.Errorf("%s: %d old-generation deliveries after their bucket drained (or drains off the cut)", scenario, rr.cross)
+	}
+	if rr.early != 0 {
+		t.Errorf("%s: %d new-generation deliveries before their feeders drained", scenario, rr.early)
+	}
+	if rr.unexcused != 0 {
+		t.Errorf("%s: %d events delivered twice that no killed worker had delivered first", scenario, rr.unexcused)
+	}
 }

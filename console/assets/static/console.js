@@ -117,9 +117,10 @@
     function draw() {
       const s = state;
       const held = s.buckets.filter((b) => b.live).length;
-      document.getElementById('stats').textContent = s.bucket_count + ' buckets, ' + held + ' held, ' +
+      document.getElementById('stats').textContent = 'generation ' + s.generation + ', ' +
+        s.bucket_count + ' buckets, ' + held + ' held, ' +
         s.live_workers + ' live workers, head position ' + s.head + (s.category ? ', category ' + s.category : '') +
-        ' · database time ' + new Date(s.now).toISOString() + (s.resize ? ' · ' + s.resize.text : '');
+        ' · database time ' + new Date(s.now).toISOString();
 
       const maxLag = Math.max(1, ...s.buckets.map((b) => b.lag || 0));
       map.replaceChildren(...s.buckets.map((b) => {
@@ -127,12 +128,10 @@
         c.dataset.bucket = b.bucket;
         c.dataset.owner = b.owner;
         if (!b.owner) c.classList.add('free');
-        if (b.drained) c.classList.add('drained');
-        if (b.standby) c.classList.add('standby');
         else c.style.background = colour(b.owner);
         if (b.owner && !b.live) c.classList.add('expired');
         if (b.bucket === selected) c.classList.add('selected');
-        c.append(el('div', 'b', '#' + b.label + (b.claim_worker ? ' → ' + b.claim_worker : '')));
+        c.append(el('div', 'b', '#' + b.bucket + (b.claim_worker ? ' → ' + b.claim_worker : '')));
         c.append(el('div', 'o', b.owner || 'free'));
         if (b.lag !== null) {
           c.append(el('div', '', 'lag ' + b.lag));
@@ -140,13 +139,12 @@
           bar.style.width = (100 * b.lag / maxLag) + '%';
           c.append(bar);
         }
-        c.title = 'bucket ' + b.label + ': ' + (b.owner || 'free') + ', epoch ' + b.epoch +
-          (b.drained ? ', drained to the cut' : '') + (b.standby ? ', standby until its old buckets drain' : '') +
-          (b.proposal !== undefined ? ', proposed ' + b.proposal : '');
+        c.title = 'bucket ' + b.bucket + ': ' + (b.owner || 'free') + ', epoch ' + b.epoch;
         return c;
       }));
       if (!s.buckets.length) map.replaceChildren(el('p', 'note', 'no buckets: no worker has started this subscription'));
       detail();
+      drawResize(s.resize);
 
       document.getElementById('workers').replaceChildren(...s.workers.map((m) => {
         const sw = el('span', 'swatch');
@@ -173,6 +171,41 @@
         return li;
       }));
       if (!s.timeline.length) tl.replaceChildren(el('li', 'note', 'no changes seen yet'));
+    }
+
+    // A resize in progress: its state and both generations' buckets.
+    function drawResize(r) {
+      const section = document.getElementById('resize');
+      section.hidden = !r;
+      if (!r) return;
+      document.getElementById('resize-state').textContent = 'generation ' + r.generation + ' → ' +
+        r.next_generation + ': ' + r.from + ' → ' + r.to + ' buckets, state ' + r.state +
+        (r.cut === null ? ', cut not decided yet' : ', cut at position ' + r.cut) + ' · old drained ' +
+        r.drained + '/' + r.from + ', new ready ' + r.ready + '/' + r.to + ' · requested ' +
+        ago(r.requested_seconds_ago) + (r.requested_by ? ' by ' + r.requested_by : '');
+      document.getElementById('resize-old-title').textContent = 'Old generation ' + r.generation + ' (' + r.from + ' buckets)';
+      document.getElementById('resize-new-title').textContent = 'New generation ' + r.next_generation + ' (' + r.to + ' buckets)';
+      const cells = (list, old) => list.map((b) => {
+        const c = el('div', 'cell');
+        c.dataset.slot = b.slot;
+        if (!b.owner) c.classList.add('free');
+        else c.style.background = colour(b.owner);
+        let state;
+        if (old) {
+          state = b.drained ? 'drained' : b.proposal !== null ? 'proposed ' + b.proposal : 'serving';
+          if (b.drained) c.classList.add('drained');
+        } else {
+          state = b.ready ? 'ready' : 'standby';
+          if (!b.ready) c.classList.add('standby');
+        }
+        c.append(el('div', 'b', '#' + b.bucket));
+        c.append(el('div', 'o', b.owner || 'free'));
+        c.append(el('div', 's', state));
+        c.title = 'bucket ' + b.bucket + ' (slot ' + b.slot + '): ' + (b.owner || 'free') + ', epoch ' + b.epoch + ', ' + state;
+        return c;
+      });
+      document.getElementById('resize-old').replaceChildren(...cells(r.old, true));
+      document.getElementById('resize-new').replaceChildren(...cells(r.new, false));
     }
 
     function detail() {
