@@ -112,7 +112,11 @@ type Bucket struct {
 // changes since the console's previous look at it.
 func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	cat := c.opts.Categories[sub]
-	in, err := inspect.Inspect(ctx, c.opts.Store, sub, cat)
+	reads := c.opts.Reads
+	if reads == nil {
+		reads = c.opts.Store
+	}
+	in, err := inspect.InspectReads(ctx, c.opts.Store, reads, sub, cat)
 	if err != nil {
 		return State{}, err
 	}

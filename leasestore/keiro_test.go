@@ -117,7 +117,7 @@ func TestEveryKindRunsTheSuite(t *testing.T) {
 // shortTTL gives a config leases that expire in a fraction of a second, with
 // a heartbeat long enough for a pass on a loaded test machine.
 func shortTTL(c Config) Config {
-	c.TTL, c.Heartbeat, c.Margin = 600*time.Millisecond, 250*time.Millisecond, 200*time.Millisecond
+	c.TTL, c.Heartbeat, c.Margin = 1500*time.Millisecond, 500*time.Millisecond, 400*time.Millisecond
 	return c
 }
 
