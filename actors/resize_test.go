@@ -66,17 +66,25 @@ func (ds *deliveries) badDuplicates() (bad []string, allowed int) {
 	return bad, allowed
 }
 
-func exactlyOnceHandler(rec *recorder, ds *deliveries, proj *projection, worker string) *actor.Props {
-	return actor.PropsFromFunc(func(ctx actor.Context) {
-		d, ok := ctx.Message().(*Delivery)
-		if !ok {
-			return
-		}
+// exactlyOnceHandler commits each delivery with its checkpoint: as a
+// function handler when fn (which takes runs of events one at a time, see
+// funcrun.go: a run must stop at the reader's resize bound), else as an
+// actor that answers each delivery.
+func exactlyOnceHandler(rec *recorder, ds *deliveries, proj *projection, worker string, fn bool) *actor.Props {
+	handle := func(ctx context.Context, d *Delivery) error {
 		ds.add(worker, d)
 		rec.begin(worker, d.Event)
-		err := CommitWithCheckpoint(d.Context, proj.store, d, proj.apply(d))
+		err := CommitWithCheckpoint(ctx, proj.store, d, proj.apply(d))
 		rec.end(worker, d.Event)
-		ctx.Respond(answer(err))
+		return err
+	}
+	if fn {
+		return Func(handle)
+	}
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			ctx.Respond(answer(handle(d.Context, d)))
+		}
 	})
 }
 
@@ -169,7 +177,7 @@ func TestResizeUpAndDownInProcess(t *testing.T) {
 				name := fmt.Sprintf("w%d", i)
 				opts := groupOpts("resize-"+kind.String(), 4, rec, name)
 				opts.Lease = resizeLease()
-				opts.Handler = exactlyOnceHandler(rec, ds, proj, name)
+				opts.Handler = exactlyOnceHandler(rec, ds, proj, name, kind == leasestore.KindSession)
 				opts.Lease.Kind = kind
 				ws = append(ws, startWorker(t, schema, name, opts))
 			}
