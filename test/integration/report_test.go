@@ -124,7 +124,7 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 	rows, err := o.pool.Query(ctx, fmt.Sprintf(`WITH d AS (
 		SELECT d.app, d.at, coalesce(g.generation, 0) * 65536 + %[1]s.cg_bucket(e.cg_hash, coalesce(g.bucket_count, $2)) AS slot
 		FROM %[1]s.obs_delivery_log d
-		JOIN %[1]s.events e ON e.event_id = d.event_id
+		JOIN `+eventsWithPositions(o.q)+` e ON e.event_id = d.event_id
 		LEFT JOIN LATERAL (
 			SELECT g.generation, g.bucket_count FROM %[1]s.generations g
 			WHERE g.subscription = d.subscription AND e.position > coalesce(g.start_after, 0)

@@ -291,11 +291,11 @@ func (o *observer) waitHandled(t *testing.T, n int64, timeout time.Duration) {
 func (o *observer) waitHandledAll(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	var head int64
-	if err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT coalesce(max(position), 0) FROM %s.events
+	if err := o.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT coalesce(max(last_position), 0) FROM %s.appends
 		WHERE category = $1`, o.q), o.cat).Scan(&head); err != nil {
 		t.Fatalf("observer: head: %v", err)
 	}
-	q := fmt.Sprintf(`SELECT count(*) FROM %[1]s.events e WHERE e.category = $1 AND (e.position IS NULL OR e.position <= $3)
+	q := fmt.Sprintf(`SELECT count(*) FROM `+eventsWithPositions(o.q)+` e WHERE e.category = $1 AND (e.position IS NULL OR e.position <= $3)
 		AND NOT EXISTS (SELECT 1 FROM %[1]s.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id)`, o.q)
 	pgtest.Eventually(t, timeout, func() bool {
 		var missing int64
@@ -364,7 +364,7 @@ func (o *observer) resizeReport(t *testing.T, killed map[string]bool) resizeRepo
 			WHERE g.subscription = $1 AND e.position > coalesce(g.start_after, 0) AND (g.end_at IS NULL OR e.position <= g.end_at)
 			ORDER BY g.generation LIMIT 1) g ON true`
 	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_delivery_log d
-		JOIN %[1]s.events e ON e.event_id = d.event_id `+eventGen+`
+		JOIN `+eventsWithPositions(o.q)+` e ON e.event_id = d.event_id `+eventGen+`
 		JOIN %[1]s.obs_drain_log r ON r.subscription = $1 AND r.bucket = g.generation * 65536 + %[1]s.cg_bucket(e.cg_hash, g.bucket_count)
 		WHERE d.subscription = $1 AND d.first AND d.at > r.at`, o.q), o.sub).Scan(&rr.cross), "cross")
 	var badDrains int64
@@ -373,7 +373,7 @@ func (o *observer) resizeReport(t *testing.T, killed map[string]bool) resizeRepo
 		WHERE r.subscription = $1 AND r.cut IS DISTINCT FROM g.end_at`, o.q), o.sub).Scan(&badDrains), "drains")
 	rr.cross += badDrains
 	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_delivery_log d
-		JOIN %[1]s.events e ON e.event_id = d.event_id `+eventGen+`
+		JOIN `+eventsWithPositions(o.q)+` e ON e.event_id = d.event_id `+eventGen+`
 		JOIN %[1]s.generations p ON p.subscription = $1 AND p.generation = g.generation - 1
 		JOIN LATERAL (
 			SELECT count(*) AS n, max(r.at) AS last FROM %[1]s.obs_drain_log r
@@ -392,20 +392,20 @@ func (o *observer) resizeReport(t *testing.T, killed map[string]bool) resizeRepo
 
 	var steady float64
 	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.first_at - e.recorded_at)), 0)
-		FROM %[1]s.events e JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
+		FROM `+eventsWithPositions(o.q)+` e JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
 		WHERE e.category = $2 AND e.recorded_at < $3`, o.q), o.sub, o.cat, firstRequest(rr.steps)).Scan(&steady), "steady latency")
 	for i := range rr.steps {
 		s := &rr.steps[i]
 		var first *time.Time
 		var p50, p99, pmax float64
-		must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT min(s.first_at) FROM %[1]s.events e
+		must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT min(s.first_at) FROM `+eventsWithPositions(o.q)+` e
 			JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
 			WHERE e.category = $2 AND e.position > $3`, o.q), o.sub, o.cat, s.cut).Scan(&first), "first new")
 		s.firstNew = deref(first)
 		must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY x), 0),
 			coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY x), 0), coalesce(max(x), 0)
 			FROM (SELECT greatest(extract(epoch FROM s.first_at - e.recorded_at) - $5, 0) AS x
-				FROM %[1]s.events e JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
+				FROM `+eventsWithPositions(o.q)+` e JOIN %[1]s.sink s ON s.subscription = $1 AND s.event_id = e.event_id
 				WHERE e.category = $2 AND e.recorded_at >= $3 AND e.recorded_at <= $4) p`, o.q),
 			o.sub, o.cat, s.requested, s.done, steady).Scan(&p50, &p99, &pmax), "pause")
 		s.pauseP50, s.pauseP99, s.pauseMax = seconds(p50), seconds(p99), seconds(pmax)
