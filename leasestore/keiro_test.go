@@ -114,10 +114,10 @@ func TestEveryKindRunsTheSuite(t *testing.T) {
 	}
 }
 
-// shortTTL gives a config leases that expire in a fraction of a second, with
+// shortTTL gives a config leases that expire within seconds, with
 // a heartbeat long enough for a pass on a loaded test machine.
 func shortTTL(c Config) Config {
-	c.TTL, c.Heartbeat, c.Margin = 1500*time.Millisecond, 500*time.Millisecond, 400*time.Millisecond
+	c.TTL, c.Heartbeat, c.Margin = 3*time.Second, time.Second, 800*time.Millisecond
 	return c
 }
 
