@@ -92,6 +92,11 @@ func TestDisjointnessUnderContentionWithResize(t *testing.T) {
 				break
 			}
 		}
+		// The resizes can complete before any zombie write happened: the
+		// workers go on contending (on the last generation) until the
+		// fence has refused one, so the run always shows it at work.
+		pgtest.Eventually(t, time.Minute, func() bool { return st.refused.Load() > 0 || o.violation.Load() != nil },
+			"no zombie write was ever refused")
 		close(stop)
 		wg.Wait()
 		if v := o.violation.Load(); v != nil {
