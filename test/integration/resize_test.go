@@ -49,7 +49,7 @@ func runResize(t *testing.T, scenario string, from, to int) {
 			for _, m := range targets {
 				// A backlog in the old buckets keeps the resize running
 				// while the faults land in it.
-				e.appendBacklog(pick(3000, 10000), 200)
+				e.appendBacklog(pick(12000, 20000), 200)
 				rs := e.resize(m)
 				joiner := fmt.Sprintf("w%d", next)
 				next++
