@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -82,16 +81,6 @@ func versionOf(binDir string) int {
 	return v
 }
 
-// FreePort asks the kernel for a free TCP port on the loopback interface.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Start initialises and starts a throwaway server. As root it runs the server
 // as the unprivileged "postgres" user (initdb refuses root). The server dies
 // with the calling process even if that process is killed.
@@ -142,12 +131,29 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
-	if err := s.launch(ctx); err != nil {
+	err = s.launch(ctx)
+	// A port FreePort chose can still be taken before the server binds it:
+	// choose again (a later "port" line in postgresql.conf wins).
+	for retries := 0; opts.Port == 0 && errors.Is(err, errPortInUse) && retries < 3; retries++ {
+		if s.port, err = FreePort(); err != nil {
+			break
+		}
+		if err = appendConf(s.dataDir, []string{fmt.Sprintf("port = %d", s.port)}); err != nil {
+			break
+		}
+		s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+		err = s.launch(ctx)
+	}
+	if err != nil {
 		_ = os.RemoveAll(s.dir)
 		return nil, err
 	}
 	return s, nil
 }
+
+// errPortInUse is wrapped by launch's error when the server could not bind
+// its port.
+var errPortInUse = errors.New("port in use")
 
 // ownedTempDir makes a temp dir for a server's files. As root it returns the
 // credentials of the unprivileged "postgres" user, which owns the dir: the
@@ -217,7 +223,7 @@ func (s *Server) launch(ctx context.Context) error {
 			log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
 			if strings.Contains(string(log), "could not bind") || strings.Contains(string(log), "already in use") ||
 				strings.Contains(string(log), "could not create any TCP/IP sockets") {
-				return fmt.Errorf("pgtest: port %d is in use; choose another or set DATABASE_URL", s.port)
+				return fmt.Errorf("pgtest: port %d: %w; choose another or set DATABASE_URL", s.port, errPortInUse)
 			}
 			return fmt.Errorf("pgtest: postgres exited during start-up:\n%s", log)
 		default:
