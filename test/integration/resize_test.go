@@ -134,7 +134,7 @@ func TestResizeLatency(t *testing.T) {
 				}
 				rs := e.resize(step.to)
 				e.waitResize(func(r leasestore.Resize) bool { return !r.Resizing() && r.Generation > rs.Generation })
-				e.o.waitHandledAll(t, time.Minute)
+				e.o.waitHandledAll(t, 3*time.Minute)
 			}
 			var rr resizeReport
 			r := e.finish("resize-latency", func(r *report) {
@@ -143,7 +143,11 @@ func TestResizeLatency(t *testing.T) {
 			})
 			requireSafe(t, r)
 			requireResizeSafe(t, r.scenario, rr, 2)
-			if r.duplicates != 0 {
+			// No fault, no kill: every duplicated event must have been
+			// first delivered by a worker that then lost a lease without
+			// consent (too slow to renew on a loaded machine);
+			// requireResizeSafe counts the others as unexcused.
+			if r.duplicates != 0 && rr.zombie == 0 {
 				t.Errorf("%s: %d duplicates without a fault", r.scenario, r.duplicates)
 			}
 		})
@@ -297,10 +301,50 @@ func (o *observer) waitHandledAll(t *testing.T, timeout time.Duration) {
 	}
 	q := fmt.Sprintf(`SELECT count(*) FROM `+eventsWithPositions(o.q)+` e WHERE e.category = $1 AND (e.position IS NULL OR e.position <= $3)
 		AND NOT EXISTS (SELECT 1 FROM %[1]s.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id)`, o.q)
-	pgtest.Eventually(t, timeout, func() bool {
+	if !pgtest.WaitFor(timeout, func() bool {
 		var missing int64
 		return o.pool.QueryRow(context.Background(), q, o.cat, o.sub, head).Scan(&missing) == nil && missing == 0
-	}, "every event up to position %d in the sink", head)
+	}) {
+		t.Fatalf("observer: not every event up to position %d reached the sink within %v:\n%s", head, timeout, o.undelivered(head))
+	}
+}
+
+// undelivered describes, for a failure message, the events up to head
+// that are not in the sink (per bucket of the serving generation: how
+// many, the first position) beside the checkpoints, the lease owners and
+// the subscription's resize state.
+func (o *observer) undelivered(head int64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	dump := func(title, sql string, args ...any) {
+		rows, err := o.pool.Query(ctx, sql, args...)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", title, err)
+			return
+		}
+		defer rows.Close()
+		fmt.Fprintf(&b, "%s:", title)
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, " %v", err)
+				break
+			}
+			fmt.Fprintf(&b, " %v", vals)
+		}
+		b.WriteString("\n")
+	}
+	dump("missing (bucket, events, first position, unpositioned)", fmt.Sprintf(`SELECT %[1]s.cg_bucket(e.cg_hash, s.bucket_count), count(*), min(e.position), count(*) FILTER (WHERE e.position IS NULL)
+		FROM `+eventsWithPositions(o.q)+` e JOIN %[1]s.subscriptions s ON s.subscription = $2
+		WHERE e.category = $1 AND (e.position IS NULL OR e.position <= $3)
+			AND NOT EXISTS (SELECT 1 FROM %[1]s.sink k WHERE k.subscription = $2 AND k.event_id = e.event_id)
+		GROUP BY 1 ORDER BY 1`, o.q), o.cat, o.sub, head)
+	dump("subscription (generation, buckets, state, next, cut)", fmt.Sprintf(`SELECT generation, bucket_count, state, next_bucket_count, cut
+		FROM %s.subscriptions WHERE subscription = $1`, o.q), o.sub)
+	dump("checkpoints (slot, position)", fmt.Sprintf(`SELECT bucket, position FROM %s.checkpoints WHERE subscription = $1 ORDER BY bucket`, o.q), o.sub)
+	b.WriteString("owners: " + o.ownedSummary() + "\n")
+	return b.String()
 }
 
 // resizeStep is one resize as the observer's logs show it.
@@ -324,8 +368,11 @@ type resizeReport struct {
 	// bucket feeding its new bucket drained.
 	cross, early int64
 	// unexcused: events delivered more than once whose first delivery was
-	// not by a killed worker (graceful joins and leaves duplicate nothing).
-	unexcused int64
+	// neither by a killed worker nor by one that later lost a lease
+	// without consent (graceful joins and leaves duplicate nothing);
+	// zombie: the duplicates first delivered by a worker that later lost
+	// a lease by expiry or evidence (a worker too slow to renew: allowed).
+	unexcused, zombie int64
 }
 
 // resizeReport reads the resizes, the cross and early deliveries and the
@@ -386,8 +433,20 @@ func (o *observer) resizeReport(t *testing.T, killed map[string]bool) resizeRepo
 	for id := range killed {
 		ids = append(ids, id)
 	}
-	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.sink
-		WHERE subscription = $1 AND deliveries > 1 AND worker <> ALL($2::text[])`, o.q), o.sub, ids).Scan(&rr.unexcused),
+	// A worker that lost a lease without consent (it expired, or its
+	// session was gone) was a zombie for a moment: docs/guarantees.md lets
+	// it duplicate what it had in flight. Under a loaded machine that
+	// happens without a fault; the scenario reports those duplicates
+	// apart and asserts on the rest.
+	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT
+			count(*) FILTER (WHERE NOT z.lost),
+			count(*) FILTER (WHERE z.lost)
+		FROM %[1]s.sink s
+		CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM %[1]s.obs_lease_log l
+			WHERE l.subscription = s.subscription AND l.old_owner = s.worker
+				AND l.new_owner IS NOT NULL AND l.new_owner <> '' AND l.new_owner <> l.old_owner
+				AND (l.evidence OR l.old_expires < l.tx_now) AND l.at >= s.first_at)) z(lost)
+		WHERE s.subscription = $1 AND s.deliveries > 1 AND s.worker <> ALL($2::text[])`, o.q), o.sub, ids).Scan(&rr.unexcused, &rr.zombie),
 		"duplicates")
 
 	var steady float64
@@ -440,7 +499,7 @@ func since(a, b time.Time) string {
 // fields renders the report for the SUMMARY line.
 func (rr resizeReport) fields() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "resizes=%d cross=%d early=%d unexcused_duplicates=%d", len(rr.steps), rr.cross, rr.early, rr.unexcused)
+	fmt.Fprintf(&b, "resizes=%d cross=%d early=%d unexcused_duplicates=%d zombie_duplicates=%d", len(rr.steps), rr.cross, rr.early, rr.unexcused, rr.zombie)
 	for _, s := range rr.steps {
 		fmt.Fprintf(&b, " resize=%d->%d cut=%d to_cut=%s to_first_new=%s to_switch=%s to_done=%s pause_p50=%s pause_p99=%s pause_max=%s",
 			s.from, s.to, s.cut, since(s.requested, s.cutAt), since(s.requested, s.firstNew), since(s.requested, s.switched),
@@ -464,6 +523,6 @@ func requireResizeSafe(t *testing.T, scenario string, rr resizeReport, resizes i
 		t.Errorf("%s: %d new-generation deliveries before their feeders drained", scenario, rr.early)
 	}
 	if rr.unexcused != 0 {
-		t.Errorf("%s: %d events delivered twice that no killed worker had delivered first", scenario, rr.unexcused)
+		t.Errorf("%s: %d events delivered twice that no killed or lease-losing worker had delivered first", scenario, rr.unexcused)
 	}
 }
