@@ -30,8 +30,19 @@ func TestLiveOverflowLosesNothingUnderEveryPolicy(t *testing.T) {
 			t.Parallel()
 			store, schema := newTestStore(t)
 			rec := newRecorder()
+			// The first delivery waits until every event is appended, so
+			// the queue overflows however slowly the appends go on a
+			// loaded machine (the test's precondition, asserted below).
+			appended := make(chan struct{})
+			var holdFirst sync.Once
 			slow := actor.PropsFromFunc(func(ctx actor.Context) {
 				if d, ok := ctx.Message().(*Delivery); ok {
+					holdFirst.Do(func() {
+						select {
+						case <-appended:
+						case <-time.After(waitLong):
+						}
+					})
 					rec.begin("w", d.Event)
 					time.Sleep(5 * time.Millisecond) // a slow handler, the point of the test
 					rec.end("w", d.Event)
@@ -52,7 +63,10 @@ func TestLiveOverflowLosesNothingUnderEveryPolicy(t *testing.T) {
 				require.NoError(t, err)
 			}
 			tick.Stop()
-			pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, rec.distinct())
+			close(appended)
+			if !pgtest.WaitFor(waitLong, func() bool { return rec.distinct() == n }) {
+				t.Fatalf("%d of %d handled within %v", rec.distinct(), n, waitLong)
+			}
 			require.Zero(t, rec.duplicates())
 			require.Empty(t, rec.order)
 			dropped := w.group.g.dropped.Load()

@@ -160,7 +160,11 @@ func startBrowserWorker(t *testing.T, schema, name string) *browserWorker {
 	})
 	g, err := rt.StartGroup(ctx, actors.GroupOptions{Subscription: "live", Category: "acct", Buckets: 12,
 		Worker: name, Handler: handler, CheckpointInterval: 50 * time.Millisecond,
-		Lease: actors.LeaseOptions{TTL: 1500 * time.Millisecond, Heartbeat: 150 * time.Millisecond, Margin: 500 * time.Millisecond}})
+		// Short enough that a killed worker's buckets move within the
+		// test, long enough that a live worker's lease does not lapse on a
+		// loaded machine (relinquish refuses an expired lease: CI saw it
+		// with a 1.5 s TTL).
+		Lease: actors.LeaseOptions{TTL: 4 * time.Second, Heartbeat: 400 * time.Millisecond, Margin: 1500 * time.Millisecond}})
 	require.NoError(t, err)
 	w := &browserWorker{rt: rt, group: g}
 	t.Cleanup(func() { w.stop(t) })
