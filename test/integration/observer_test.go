@@ -439,6 +439,26 @@ func (o *observer) ownedSummary() string {
 	return b.String()
 }
 
+// workersSummary describes the group's worker rows for a failure
+// message: how many, how many live by the database's clock, and the
+// oldest and newest heartbeat.
+func (o *observer) workersSummary() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var n, live int64
+	var oldest, newest *time.Time
+	err := o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE expires_at > now()),
+		min(heartbeat_at), max(heartbeat_at) FROM %s.lease_workers WHERE subscription = $1`, o.q), o.sub).
+		Scan(&n, &live, &oldest, &newest)
+	if err != nil {
+		return "workers: " + err.Error()
+	}
+	var passes int64
+	_ = o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s.obs_worker_log WHERE subscription = $1`, o.q), o.sub).Scan(&passes)
+	return fmt.Sprintf("workers: %d rows, %d live, heartbeats %v – %v (now %v), %d worker-row changes logged",
+		n, live, oldest, newest, time.Now().UTC().Format(time.StampMilli), passes)
+}
+
 // lastPass returns the start of the last pass of worker that landed
 // before t (its last worker heartbeat): the worker's EnsureHeld judges
 // by a renewal that started no later than that.

@@ -79,7 +79,7 @@ func TestScale(t *testing.T) {
 	startup := time.Since(cold)
 	at, ok := o.waitFairSplit(live, 3*time.Minute)
 	if !ok {
-		t.Fatalf("no fair split of %d buckets over %d workers: %s", buckets, workers, o.ownedSummary())
+		t.Fatalf("no fair split of %d buckets over %d workers: %s; %s", buckets, workers, o.ownedSummary(), o.workersSummary())
 	}
 	coldSplit := at.Sub(cold)
 
