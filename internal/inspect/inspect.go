@@ -48,6 +48,11 @@ type Inspection struct {
 	// Rows are the buckets, by slot: the serving generation's, and during
 	// a resize the next one's after them.
 	Rows []BucketRow
+	// Checkpoints are the subscription's stored checkpoints, every
+	// generation's, by slot (a Checkpoint's Bucket is its slot); the
+	// retired generations' are here alone, as their lease rows are gone
+	// ([Inspection.Generations]).
+	Checkpoints []eventsource.Checkpoint
 	// Standby reports that the store's database is a hot standby: what it
 	// shows is as of its replay, and a session-kind worker's advisory
 	// lock, held on the primary, is invisible there, so SessionGone is
@@ -161,7 +166,7 @@ func InspectReads(ctx context.Context, store, reads *eventsource.Store, subscrip
 	if err != nil {
 		return Inspection{}, notMigrated(store.Schema(), err)
 	}
-	in.Now, in.Head, in.Workers = progress.Now, progress.Head, snap.Workers
+	in.Now, in.Head, in.Workers, in.Checkpoints = progress.Now, progress.Head, snap.Workers, progress.Checkpoints
 	if in.Standby {
 		// pg_locks on a standby shows none of the primary's advisory locks:
 		// every session worker would look gone.
