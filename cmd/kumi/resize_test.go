@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,18 +262,9 @@ func TestCheckpointsShowAGeneration(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	w, evs, cut := resized(t, b)
-	for i := range 4 {
-		_, err := b.store.Append(ctx, fmt.Sprintf("order-%d", i), eventsource.Any,
-			[]eventsource.EventData{{Type: "Deposited", Data: []byte(`{}`)}})
-		require.NoError(t, err)
-	}
-	_, err := b.store.Sequence(ctx)
-	require.NoError(t, err)
-	evs, err = b.store.ReadCategory(ctx, "order", 0, 100)
-	require.NoError(t, err)
-	require.Len(t, evs, 44)
+	evs = append(evs, b.appendEvents(t, "order", 8, 4)...)
 	l := w.pass()[eventsource.Slot(1, 2)]
-	_, err = b.store.SaveCheckpoint(ctx, "orders", l.Slot, evs[43].Position, w.s.Fence(l.Slot, l.Epoch))
+	_, err := b.store.SaveCheckpoint(ctx, "orders", l.Slot, evs[43].Position, w.s.Fence(l.Slot, l.Epoch))
 	require.NoError(t, err)
 
 	r := b.run(t, "checkpoints", "show", "-s", "orders", "--json")

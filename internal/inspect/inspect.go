@@ -227,6 +227,9 @@ type ReplicaStatus struct {
 	ReplayedAt time.Time `json:"replayed_at"`
 	// ReplayPaused reports pg_wal_replay_pause() in effect.
 	ReplayPaused bool `json:"replay_paused"`
+	// Now is the primary's clock when it was measured, to judge
+	// ReplayedAt against.
+	Now time.Time `json:"-"`
 }
 
 // ErrNotStandby reports a read database that is not a hot standby.
@@ -238,7 +241,7 @@ func Replica(ctx context.Context, primary, standby *eventsource.Store) (ReplicaS
 	var st ReplicaStatus
 	var err error
 	var lsn string
-	if err := primary.Pool().QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+	if err := primary.Pool().QueryRow(ctx, "SELECT pg_current_wal_lsn()::text, now()").Scan(&lsn, &st.Now); err != nil {
 		return st, err
 	}
 	if st.PrimaryHead, err = primary.HeadPosition(ctx); err != nil {
@@ -288,6 +291,14 @@ type SubscriptionSummary struct {
 // (leasestore.ReadResizeTx), read in one read-only repeatable-read
 // transaction.
 func Subscriptions(ctx context.Context, store *eventsource.Store) ([]SubscriptionSummary, error) {
+	return SubscriptionsReads(ctx, store, store)
+}
+
+// SubscriptionsReads is [Subscriptions] with the checkpoint and dead
+// letter counts (eventsource.Store.Subscriptions, the heavy part) read
+// through reads — a store on a hot standby of store's database, say — as
+// of what reads shows; the leases and resizes are read through store.
+func SubscriptionsReads(ctx context.Context, store, reads *eventsource.Store) ([]SubscriptionSummary, error) {
 	var leases []leasestore.SubscriptionLeases
 	var stats []eventsource.SubscriptionStats
 	resizing := map[string]string{}
@@ -307,11 +318,18 @@ func Subscriptions(ctx context.Context, store *eventsource.Store) ([]Subscriptio
 					resizing[l.Subscription] = fmt.Sprintf("%d → %d, %s", r.Buckets, r.NextBuckets, r.State)
 				}
 			}
-			stats, err = store.SubscriptionsTx(ctx, tx)
+			if reads == store {
+				stats, err = store.SubscriptionsTx(ctx, tx)
+			}
 			return err
 		})
 	if err != nil {
 		return nil, notMigrated(store.Schema(), err)
+	}
+	if reads != store {
+		if stats, err = reads.Subscriptions(ctx); err != nil {
+			return nil, notMigrated(reads.Schema(), err)
+		}
 	}
 	byName := map[string]*SubscriptionSummary{}
 	summary := func(name string) *SubscriptionSummary {
