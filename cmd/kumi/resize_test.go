@@ -396,3 +396,26 @@ func TestDeadLettersOfARetiredGeneration(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, d.ReplayedAt, "generation 1's letter was not selected")
 }
+
+// After a resize `kumi relinquish --bucket B` asks for the serving
+// generation's bucket B (its slot), not generation 0's.
+func TestRelinquishAfterAResize(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	w, _, _ := resized(t, b)
+	held := w.pass()[eventsource.Slot(1, 2)]
+	b.lease(t, "orders", "worker-b", 4) // joined, no pass yet: the least loaded
+	r := b.run(t, "relinquish", "-s", "orders", "--bucket", "2")
+	require.Equal(t, exitOK, r.code, "%s%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "asked worker-a to hand bucket 2 (epoch "+itoa(int(held.Epoch))+") over to worker-b")
+	snap, err := leasestore.ReadSnapshot(ctx, b.store.Pool(), b.schema, "orders")
+	require.NoError(t, err)
+	for _, s := range snap.Buckets {
+		want := ""
+		if s.Slot == eventsource.Slot(1, 2) {
+			want = "worker-b"
+		}
+		require.Equal(t, want, s.ClaimWorker, "slot %d", s.Slot)
+	}
+}

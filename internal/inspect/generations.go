@@ -1,10 +1,12 @@
 package inspect
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // GenerationRole is what a generation is to its subscription
@@ -116,4 +118,20 @@ func (in Inspection) MaxBuckets() int {
 		n = max(n, g.Buckets)
 	}
 	return n
+}
+
+// ServingSlot returns the slot of bucket in the subscription's serving
+// generation (eventsource.Slot): the bucket an operator names — to reset
+// its checkpoint, to relinquish it — after a resize. A subscription
+// without a subscriptions row (one an older version's workers made) was
+// never resized: the slot is the bucket.
+func ServingSlot(ctx context.Context, store *eventsource.Store, subscription string, bucket int) (int, error) {
+	r, err := leasestore.ReadResize(ctx, store.Pool(), store.Schema(), subscription)
+	switch {
+	case errors.Is(err, leasestore.ErrNoSubscription):
+		return bucket, nil
+	case err != nil:
+		return 0, notMigrated(store.Schema(), err)
+	}
+	return eventsource.Slot(r.Generation, bucket), nil
 }
