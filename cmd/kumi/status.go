@@ -15,7 +15,7 @@ type statusCmd struct {
 	Subscription string `short:"s" placeholder:"NAME" help:"The subscription to show; without it, a line per subscription of the schema."`
 	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it)."`
 	JSON         bool   `name:"json" help:"Print JSON instead of tables."`
-	ReadURL      string `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the lag counts are read there, and how far it is behind is shown. Never printed."`
+	ReadURL      string `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the heavy reads go there (with -s the lag counts, without it the checkpoint and dead letter counts), and how far it is behind is shown. Never printed."`
 }
 
 // Run prints the overview, or one subscription's state.
