@@ -30,10 +30,11 @@ import (
 func TestResizeFrozenDrainer(t *testing.T) {
 	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
 		t.Run(kind.String(), func(t *testing.T) {
-			// A handler delay of 2 ms and the backlog keep every old
-			// bucket draining for seconds after the cut: the freeze lands
+			// A handler delay of 3 ms (one event at a time per bucket)
+			// and the backlog keep every old bucket draining for seconds
+			// after the cut, on an idle machine too: the freeze lands
 			// while one is undrained.
-			e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: 8, Kind: kind, HandlerDelay: 2 * time.Millisecond})
+			e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: 8, Kind: kind, HandlerDelay: 3 * time.Millisecond})
 			e.startWorkers(3, startOpts{})
 			e.startLoad(pick(150, 300), 200)
 			e.o.waitHandled(t, 50, time.Minute)
@@ -131,11 +132,14 @@ func (e *env) freezeDrainer(m int) (*proc, []leasestore.SlotStatus, time.Time) {
 }
 
 // waitFrozen waits until p is stopped (its state in /proc is T) and none
-// of its sessions runs a statement: nothing of it can commit any more.
+// of its sessions runs a statement, but for one waiting on a lock (which
+// may be its own other, frozen, transaction's): nothing of it can commit
+// any more, as its transactions' COMMITs are the frozen process's to send.
 func (e *env) waitFrozen(p *proc) {
 	e.t.Helper()
 	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
-	q := `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'`
+	q := `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
+		AND wait_event_type IS DISTINCT FROM 'Lock'`
 	var state string
 	var active int64 = -1
 	if !pgtest.WaitFor(30*time.Second, func() bool {
