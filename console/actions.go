@@ -68,7 +68,12 @@ func relinquish(ctx context.Context, store *eventsource.Store, sub string, bucke
 	if err := eventsource.ValidateSubscription(sub); err != nil {
 		return "", err
 	}
-	req, err := leasestore.RequestHandoff(ctx, store.Pool(), store.Schema(), sub, bucket, to)
+	// The bucket is the serving generation's, as the map shows it.
+	slot, err := inspect.ServingSlot(ctx, store, sub, bucket)
+	if err != nil {
+		return "", err
+	}
+	req, err := leasestore.RequestHandoff(ctx, store.Pool(), store.Schema(), sub, slot, to)
 	var h *leasestore.HandoffError
 	switch {
 	case errors.As(err, &h):
@@ -86,7 +91,8 @@ func relinquish(ctx context.Context, store *eventsource.Store, sub string, bucke
 
 // handoffRefusal words a refused handoff request as `kumi relinquish` does.
 func handoffRefusal(h *leasestore.HandoffError) error {
-	row, bucket, sub := h.Lease, h.Bucket, h.Subscription
+	_, bucket := eventsource.SlotBucket(h.Bucket)
+	row, sub := h.Lease, h.Subscription
 	switch h.Reason {
 	case leasestore.ErrNoBuckets:
 		return refuse(http.StatusNotFound, "subscription %q has no buckets: no worker has started it", sub)
@@ -176,12 +182,18 @@ func resetCheckpoint(ctx context.Context, store *eventsource.Store, sub string, 
 		return "", refuse(http.StatusBadRequest, "position %d is past the store's head (%d): the bucket would skip every "+
 			"event until the head passes %d; allow a position beyond the head if that is what you want", position, head, position)
 	}
-	before, err := store.Checkpoint(ctx, sub, bucket)
+	// The bucket is the serving generation's, as the map shows it (a
+	// retired generation's checkpoints are its record, never reset).
+	slot, err := inspect.ServingSlot(ctx, store, sub, bucket)
+	if err != nil {
+		return "", err
+	}
+	before, err := store.Checkpoint(ctx, sub, slot)
 	if err != nil {
 		return "", err
 	}
 	var out leasestore.FencedOut
-	err = store.ResetCheckpoint(ctx, sub, bucket, position, leasestore.OperatorFence(store.Schema(), sub, bucket, force, &out))
+	err = store.ResetCheckpoint(ctx, sub, slot, position, leasestore.OperatorFence(store.Schema(), sub, slot, force, &out))
 	var held *leasestore.HeldError
 	switch {
 	case errors.As(err, &held):

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,9 +39,15 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureOn(t, pgtest.Pool(t))
+}
+
+// newFixtureOn is newFixture on the server pool reaches.
+func newFixtureOn(t *testing.T, pool *pgxpool.Pool) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	schema := pgtest.NewSchema(t)
-	store, err := eventsource.New(pgtest.Pool(t), eventsource.Config{Schema: schema})
+	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))
 	require.NoError(t, leasestore.Migrate(ctx, store.Pool(), schema))
@@ -698,20 +705,14 @@ func TestLagIsCountedOnTheReadStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := pgtest.LocalServer(t)
-	schema := pgtest.NewSchema(t)
-	store, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(ctx))
-	require.NoError(t, leasestore.Migrate(ctx, store.Pool(), schema))
-	f := &fixture{schema: schema, store: store}
-	f.appendEvents(t, "acct", 4, 20)
+	f := newFixtureOn(t, pgtest.PoolOn(t, srv.URL, 4))
 	settle(t, f.lease(t, "orders", "worker-a", 2))
 	r := pgtest.NewReplica(t, srv)
 	require.NoError(t, r.WaitReplayed(ctx))
 	require.NoError(t, r.PauseReplay(ctx))
 	t.Cleanup(func() { _ = r.ResumeReplay(context.Background()) })
 	f.appendEvents(t, "acct", 4, 6)
-	reads, err := eventsource.New(pgtest.PoolOn(t, r.URL, 4), eventsource.Config{Schema: schema})
+	reads, err := eventsource.New(pgtest.PoolOn(t, r.URL, 4), eventsource.Config{Schema: f.schema})
 	require.NoError(t, err)
 	_, hs := f.serve(t, Options{Reads: reads, Categories: map[string]string{"orders": "acct"}})
 

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -164,3 +166,39 @@ func TestTheResizeInARealBrowser(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// After a resize the actions name the serving generation's bucket, as the
+// map shows it: a reset writes its slot's checkpoint, a relinquish places
+// the claim on its slot (both used to reach generation 0's slot, drained
+// and retired).
+func TestActionsAfterAResizeNameTheServingGeneration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t)
+	r := newResizing(t, f)
+	cut := r.propose(t)
+	r.drain(t, cut, func(int) bool { return true })
+	r.pass(t)
+	c, srv := f.serve(t, Options{AllowActions: true})
+
+	res := post(t, srv, c, "/api/s/orders/buckets/5/reset?position=3&force=1")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	require.Contains(t, decode[map[string]string](t, res.body)["message"], "bucket 5: checkpoint "+strconv.FormatInt(cut, 10)+" -> 3")
+	p, err := f.store.Checkpoint(ctx, "orders", eventsource.Slot(1, 5))
+	require.NoError(t, err)
+	require.EqualValues(t, 3, p)
+
+	f.join(t, "orders", "worker-c", 4) // live, least loaded, no claim yet
+	res = post(t, srv, c, "/api/s/orders/buckets/6/relinquish?to=worker-c")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	require.Contains(t, decode[map[string]string](t, res.body)["message"], "hand bucket 6")
+	snap, err := leasestore.ReadSnapshot(ctx, f.store.Pool(), f.schema, "orders")
+	require.NoError(t, err)
+	for _, s := range snap.Buckets {
+		if s.Slot == eventsource.Slot(1, 6) {
+			require.Equal(t, "worker-c", s.ClaimWorker)
+		} else {
+			require.Empty(t, s.ClaimWorker, "slot %d", s.Slot)
+		}
+	}
+}

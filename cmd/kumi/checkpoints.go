@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -19,21 +20,27 @@ type checkpointsCmd struct {
 type cpShowCmd struct {
 	Subscription string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
 	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to show each bucket's lag."`
+	Generation   *int   `placeholder:"G" help:"Show this generation's checkpoints: a retired one's, or during a resize the next one's (default: the serving generation; see docs/resize.md)."`
 	JSON         bool   `name:"json" help:"Print JSON."`
 }
 
 type checkpointJSON struct {
-	Bucket    int        `json:"bucket"`
-	Position  int64      `json:"position"`
-	UpdatedAt *time.Time `json:"updated_at"`
-	Owner     string     `json:"owner"`
-	Live      bool       `json:"live"`
-	Epoch     int64      `json:"epoch"`
-	Lag       *int64     `json:"lag"`
+	Generation int        `json:"generation"`
+	Bucket     int        `json:"bucket"`
+	Slot       int        `json:"slot"`
+	Position   int64      `json:"position"`
+	UpdatedAt  *time.Time `json:"updated_at"`
+	Owner      string     `json:"owner"`
+	Live       bool       `json:"live"`
+	Epoch      int64      `json:"epoch"`
+	Lag        *int64     `json:"lag"`
 }
 
-// Run prints the checkpoints of every bucket.
+// Run prints the checkpoints of every bucket of one generation.
 func (c *cpShowCmd) Run(e *env) error {
+	if c.Generation != nil && *c.Generation < 0 {
+		return usageErrorf("--generation %d: generations are numbered from 0", *c.Generation)
+	}
 	store, err := e.connect()
 	if err != nil {
 		return err
@@ -45,36 +52,26 @@ func (c *cpShowCmd) Run(e *env) error {
 	if err != nil {
 		return asUsage(err)
 	}
-	cps, err := store.Checkpoints(e.ctx, c.Subscription)
+	gen, err := in.Generation(in.Resize.Generation)
+	if c.Generation != nil {
+		gen, err = in.Generation(*c.Generation)
+	}
 	if err != nil {
-		return err
+		return usageErrorf("--generation %d: %v", *c.Generation, err)
 	}
-	// Every bucket with a lease row, plus any checkpoint without one.
-	rows := map[int]checkpointJSON{}
-	for _, r := range in.Rows {
-		cj := checkpointJSON{Bucket: r.Bucket, Position: r.Checkpoint, UpdatedAt: timePtr(r.CheckpointAt),
-			Owner: r.Owner, Live: r.Live, Epoch: r.Epoch}
-		if r.Lag >= 0 {
-			lag := r.Lag
-			cj.Lag = &lag
-		}
-		rows[r.Bucket] = cj
-	}
-	for _, cp := range cps {
-		if _, ok := rows[cp.Bucket]; !ok {
-			rows[cp.Bucket] = checkpointJSON{Bucket: cp.Bucket, Position: cp.Position, UpdatedAt: timePtr(cp.UpdatedAt)}
-		}
-	}
-	out := make([]checkpointJSON, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b checkpointJSON) int { return a.Bucket - b.Bucket })
+	out := generationCheckpoints(in, gen.Generation)
 	if c.JSON {
 		return e.printJSON(out)
 	}
 	if len(out) == 0 {
+		if c.Generation != nil {
+			return fmt.Errorf("generation %d of subscription %q has no buckets and no checkpoints in schema %q",
+				gen.Generation, c.Subscription, store.Schema())
+		}
 		return fmt.Errorf("subscription %q has no buckets and no checkpoints in schema %q", c.Subscription, store.Schema())
+	}
+	if gens := in.Generations(); len(gens) > 1 {
+		fmt.Fprintln(e.stdout, generationLine(in, gen, gens))
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUCKET\tPOSITION\tUPDATED\tOWNER\tEPOCH\tLAG")
@@ -97,6 +94,64 @@ func (c *cpShowCmd) Run(e *env) error {
 	return tw.Flush()
 }
 
+// generationCheckpoints is generation g's buckets, by bucket: every one
+// with a lease row, plus every checkpoint of g without one (a retired
+// generation has checkpoints alone).
+func generationCheckpoints(in inspect.Inspection, g int) []checkpointJSON {
+	rows := map[int]checkpointJSON{}
+	for _, r := range in.Rows {
+		if r.Generation != g {
+			continue
+		}
+		cj := checkpointJSON{Generation: g, Bucket: r.Bucket, Slot: r.Slot, Position: r.Checkpoint,
+			UpdatedAt: timePtr(r.CheckpointAt), Owner: r.Owner, Live: r.Live, Epoch: r.Epoch}
+		if r.Lag >= 0 {
+			lag := r.Lag
+			cj.Lag = &lag
+		}
+		rows[r.Bucket] = cj
+	}
+	for _, cp := range in.Checkpoints {
+		cg, b := eventsource.SlotBucket(cp.Bucket)
+		if _, ok := rows[b]; cg == g && !ok {
+			rows[b] = checkpointJSON{Generation: g, Bucket: b, Slot: cp.Bucket, Position: cp.Position,
+				UpdatedAt: timePtr(cp.UpdatedAt)}
+		}
+	}
+	out := make([]checkpointJSON, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b checkpointJSON) int { return a.Bucket - b.Bucket })
+	return out
+}
+
+// generationLine says which generation the table shows, for a
+// subscription with more than one.
+func generationLine(in inspect.Inspection, gen inspect.Generation, gens []inspect.Generation) string {
+	serving := in.Resize.Generation
+	switch gen.Role {
+	case inspect.GenerationRetired:
+		return fmt.Sprintf("generation %d (retired; generation %d serves): %d buckets, drained to the cut %d",
+			gen.Generation, serving, gen.Buckets, gen.Cut)
+	case inspect.GenerationNext:
+		return fmt.Sprintf("generation %d (next: resizing %d → %d, state %s; generation %d serves): %d buckets",
+			gen.Generation, in.Resize.Buckets, in.Resize.NextBuckets, in.Resize.State, serving, gen.Buckets)
+	}
+	line := fmt.Sprintf("generation %d (serving): %d buckets", gen.Generation, gen.Buckets)
+	switch serving {
+	case 0:
+	case 1:
+		line += "; older generations: 0 (--generation G)"
+	default:
+		line += fmt.Sprintf("; older generations: 0 to %d (--generation G)", serving-1)
+	}
+	if len(gens) > serving+1 {
+		line += fmt.Sprintf("; next, while the resize runs: %d", serving+1)
+	}
+	return line
+}
+
 type cpResetCmd struct {
 	Subscription string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
 	Bucket       []int  `placeholder:"B" help:"The bucket to reset (repeatable)."`
@@ -111,10 +166,11 @@ type heldError struct{ *leasestore.HeldError }
 
 // Error names the owner and says what to do.
 func (h heldError) Error() string {
+	_, bucket := eventsource.SlotBucket(h.Bucket)
 	return fmt.Sprintf("bucket %d is held by %s (epoch %d, lease expires in %s): "+
 		"stop the subscription's workers (or wait until none holds it) and retry, or pass --force "+
 		"(the owner is then fenced out and its reader restarts from the new checkpoint)",
-		h.Bucket, h.Owner, h.Epoch, roundDur(h.ExpiresIn))
+		bucket, h.Owner, h.Epoch, roundDur(h.ExpiresIn))
 }
 
 // Run resets the selected buckets' checkpoints, each in a transaction that
@@ -166,18 +222,12 @@ func (c *cpResetCmd) Run(e *env) error {
 		return usageErrorf("--bucket %d: subscription %q has buckets 0 to %d", buckets[len(buckets)-1],
 			c.Subscription, in.Buckets-1)
 	}
+	// The buckets are the serving generation's: their slots key the
+	// checkpoints and leases (a retired generation's are not reset).
+	serving := in.Resize.Generation
 	before := map[int]int64{}
-	for _, r := range in.Rows {
-		before[r.Bucket] = r.Checkpoint
-	}
-	if in.Buckets == 0 {
-		cps, err := store.Checkpoints(e.ctx, c.Subscription)
-		if err != nil {
-			return err
-		}
-		for _, cp := range cps {
-			before[cp.Bucket] = cp.Position
-		}
+	for _, cp := range generationCheckpoints(in, serving) {
+		before[cp.Bucket] = cp.Position
 	}
 	var refused []error
 	for _, b := range buckets {
@@ -186,8 +236,9 @@ func (c *cpResetCmd) Run(e *env) error {
 		// lease row, refuses a live owner unless --force, and grows the
 		// epoch, so that no earlier holder — a lapsed owner that comes back
 		// included — can write its in-memory position over the reset.
-		err := store.ResetCheckpoint(e.ctx, c.Subscription, b, *c.Position,
-			leasestore.OperatorFence(store.Schema(), c.Subscription, b, c.Force, &out))
+		slot := eventsource.Slot(serving, b)
+		err := store.ResetCheckpoint(e.ctx, c.Subscription, slot, *c.Position,
+			leasestore.OperatorFence(store.Schema(), c.Subscription, slot, c.Force, &out))
 		var held *leasestore.HeldError
 		switch {
 		case err == nil:

@@ -30,7 +30,8 @@ type deadLettersCmd struct {
 
 type dlListCmd struct {
 	Subscription string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
-	Bucket       *int   `placeholder:"B" help:"Only this bucket's letters."`
+	Generation   *int   `placeholder:"G" help:"Only this generation's letters (a resize adds a generation; default: every generation's)."`
+	Bucket       *int   `placeholder:"B" help:"Only this bucket's letters: of --generation when given, else of every generation."`
 	After        int64  `placeholder:"POSITION" help:"Only letters of events after this position (to page)."`
 	Limit        int    `default:"100" placeholder:"N" help:"At most this many."`
 	All          bool   `help:"Include letters already replayed."`
@@ -67,11 +68,11 @@ func (c *dlListCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := e.checkSubscription(c.Subscription, bucketsOf(c.Bucket)...); err != nil {
+	if err := e.checkLetterSelection(c.Subscription, c.Generation, c.Bucket); err != nil {
 		return err
 	}
 	letters, err := store.DeadLetters(e.ctx, c.Subscription, eventsource.DeadLetterFilter{
-		Bucket: c.Bucket, After: c.After, Limit: c.Limit, IncludeReplayed: c.All})
+		Generation: c.Generation, Bucket: c.Bucket, After: c.After, Limit: c.Limit, IncludeReplayed: c.All})
 	if err != nil {
 		return asUsage(notMigrated(e, err))
 	}
@@ -156,8 +157,12 @@ func (c *dlShowCmd) Run(e *env) error {
 		state = "replayed at " + d.ReplayedAt.UTC().Format(time.RFC3339)
 	}
 	w := e.stdout
-	fmt.Fprintf(w, "subscription  %s\nbucket        %d\nevent         %s\nposition      %d\nstream        %s\n",
-		inspect.TermSafe(d.Subscription), d.Bucket, d.EventID, d.Position, inspect.TermSafe(d.Stream))
+	fmt.Fprintf(w, "subscription  %s\n", inspect.TermSafe(d.Subscription))
+	if gen := letterGeneration(e, d); gen != "" {
+		fmt.Fprintf(w, "generation    %s\n", gen)
+	}
+	fmt.Fprintf(w, "bucket        %d\nevent         %s\nposition      %d\nstream        %s\n",
+		d.Bucket, d.EventID, d.Position, inspect.TermSafe(d.Stream))
 	fmt.Fprintf(w, "attempts      %d\ncreated       %s\nstate         %s\nreason        %s\n",
 		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, inspect.TermSafe(d.Reason))
 	if evErr != nil {
@@ -171,6 +176,24 @@ func (c *dlShowCmd) Run(e *env) error {
 		fmt.Fprintf(w, "metadata      %s\n", indentJSON(ev.Metadata))
 	}
 	return nil
+}
+
+// letterGeneration is the generation line of `show`: the letter's
+// generation and its role ("0 (retired)"), or "" for a subscription that
+// was never resized.
+func letterGeneration(e *env, d eventsource.DeadLetter) string {
+	in, err := inspect.Inspect(e.ctx, e.store, d.Subscription, "")
+	gens := in.Generations()
+	switch {
+	case err != nil || d.Generation >= len(gens):
+		if d.Generation > 0 {
+			return fmt.Sprint(d.Generation)
+		}
+		return ""
+	case len(gens) == 1:
+		return ""
+	}
+	return fmt.Sprintf("%d (%s)", d.Generation, gens[d.Generation].Role)
 }
 
 // eventAt reads a dead letter's event by its position.
@@ -206,7 +229,8 @@ type dlReplayCmd struct {
 	Subscription string   `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
 	Exec         string   `placeholder:"COMMAND" help:"Shell command run once per event, with the event as JSON on stdin and KUMI_SUBSCRIPTION, KUMI_EVENT_ID, KUMI_STREAM, KUMI_POSITION, KUMI_EVENT_TYPE set. Exit status 0 marks the letter replayed; any other stops the replay and leaves that letter pending."`
 	Event        []string `placeholder:"ID" help:"Replay only this event's letter (repeatable)."`
-	Bucket       *int     `placeholder:"B" help:"Only this bucket's letters."`
+	Generation   *int     `placeholder:"G" help:"Only this generation's letters (default: every generation's); a retired generation's replay as any other."`
+	Bucket       *int     `placeholder:"B" help:"Only this bucket's letters: of --generation when given, else of every generation."`
 	Limit        int      `placeholder:"N" help:"At most this many letters (default: all selected)."`
 	Again        bool     `help:"Include letters already replayed."`
 	DryRun       bool     `name:"dry-run" help:"List the letters that would be replayed and run nothing."`
@@ -221,8 +245,8 @@ func (c *dlReplayCmd) Run(e *env) error {
 	if c.Limit < 0 {
 		return usageErrorf("--limit %d: must not be negative", c.Limit)
 	}
-	if len(c.Event) > 0 && (c.Bucket != nil || c.Limit != 0) {
-		return usageErrorf("--event selects letters itself: drop --bucket and --limit")
+	if len(c.Event) > 0 && (c.Bucket != nil || c.Generation != nil || c.Limit != 0) {
+		return usageErrorf("--event selects letters itself: drop --generation, --bucket and --limit")
 	}
 	ids, err := parseEventIDs(c.Event)
 	if err != nil {
@@ -232,7 +256,7 @@ func (c *dlReplayCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := e.checkSubscription(c.Subscription, bucketsOf(c.Bucket)...); err != nil {
+	if err := e.checkLetterSelection(c.Subscription, c.Generation, c.Bucket); err != nil {
 		return err
 	}
 	handler := c.handler(e)
@@ -274,7 +298,8 @@ func (c *dlReplayCmd) Run(e *env) error {
 			}
 		}
 	} else {
-		filter := eventsource.DeadLetterFilter{Bucket: c.Bucket, Limit: c.Limit, IncludeReplayed: c.Again}
+		filter := eventsource.DeadLetterFilter{Generation: c.Generation, Bucket: c.Bucket, Limit: c.Limit,
+			IncludeReplayed: c.Again}
 		if c.DryRun {
 			return c.dryRun(e, store, filter)
 		}
@@ -405,12 +430,39 @@ func parseEventIDs(args []string) ([]uuid.UUID, error) {
 	return ids, nil
 }
 
-// bucketsOf is the bucket of an optional --bucket, as a list.
-func bucketsOf(b *int) []int {
-	if b == nil {
-		return nil
+// checkLetterSelection refuses what checkSubscription refuses, a
+// --generation the subscription does not have, and a --bucket beyond that
+// generation's bucket count — without --generation, beyond every
+// generation's: the bucket then selects its letters in every generation.
+func (e *env) checkLetterSelection(name string, generation, bucket *int) error {
+	if generation != nil && *generation < 0 {
+		return usageErrorf("--generation %d: generations are numbered from 0", *generation)
 	}
-	return []int{*b}
+	if err := e.checkSubscription(name); err != nil || (generation == nil && bucket == nil) {
+		return err
+	}
+	in, err := inspect.Inspect(e.ctx, e.store, name, "")
+	if err != nil {
+		return asUsage(err)
+	}
+	gens := in.Generations()
+	n := in.MaxBuckets()
+	if generation != nil {
+		g, err := in.Generation(*generation)
+		if err != nil {
+			return usageErrorf("--generation %d: %v", *generation, err)
+		}
+		n = g.Buckets
+	}
+	switch {
+	case bucket == nil || n == 0 || *bucket < n:
+		return nil
+	case len(gens) == 1:
+		return usageErrorf("--bucket %d: subscription %q has buckets 0 to %d", *bucket, name, n-1)
+	case generation != nil:
+		return usageErrorf("--bucket %d: generation %d of subscription %q has buckets 0 to %d", *bucket, *generation, name, n-1)
+	}
+	return usageErrorf("--bucket %d: no generation of subscription %q has more than %d buckets (0 to %d)", *bucket, name, n, n-1)
 }
 
 // oneLine flattens s to one line of at most n runes.

@@ -36,7 +36,11 @@ func (c *relinquishCmd) Run(e *env) error {
 	if err := eventsource.ValidateSubscription(c.Subscription); err != nil {
 		return asUsage(err)
 	}
-	req, err := leasestore.RequestHandoff(e.ctx, store.Pool(), store.Schema(), c.Subscription, c.Bucket, c.To)
+	slot, err := inspect.ServingSlot(e.ctx, store, c.Subscription, c.Bucket)
+	if err != nil {
+		return asUsage(err)
+	}
+	req, err := leasestore.RequestHandoff(e.ctx, store.Pool(), store.Schema(), c.Subscription, slot, c.To)
 	if err != nil {
 		return c.refused(err, store.Schema())
 	}
@@ -48,7 +52,7 @@ func (c *relinquishCmd) Run(e *env) error {
 	if c.Wait == 0 {
 		return nil
 	}
-	return c.watch(e, store, in, owner, epoch)
+	return c.watch(e, store, in, slot, owner, epoch)
 }
 
 // refused says why leasestore.RequestHandoff refused, in the CLI's terms:
@@ -152,14 +156,14 @@ func predict(in inspect.Inspection, bucket int, owner, target string, load map[s
 // or the claim was withdrawn — and the pool has settled (no pending claims,
 // no live worker below its share while another is above it), then reports
 // where the bucket went and which other buckets moved meanwhile.
-func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before inspect.Inspection, owner string, epoch int64) error {
+func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before inspect.Inspection, slot int, owner string, epoch int64) error {
 	deadline := time.Now().Add(c.Wait)
 	for {
 		cur, err := inspect.Inspect(e.ctx, store, c.Subscription, "")
 		if err != nil {
 			return err
 		}
-		r, _ := rowOf(cur, c.Bucket)
+		r, _ := rowOf(cur, slot)
 		resolved := r.ClaimWorker == "" && r.Live
 		if resolved && settled(cur) {
 			switch {
@@ -172,7 +176,7 @@ func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before inspect.I
 			default:
 				fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, inspect.TermSafe(r.Owner), r.Epoch)
 			}
-			for _, m := range moves(before, cur, c.Bucket) {
+			for _, m := range moves(before, cur, slot) {
 				fmt.Fprintln(e.stdout, m)
 			}
 			return nil
@@ -223,8 +227,8 @@ func settled(in inspect.Inspection) bool {
 func moves(before, after inspect.Inspection, skip int) []string {
 	var out []string
 	for _, r := range after.Rows {
-		b, ok := rowOf(before, r.Bucket)
-		if r.Bucket == skip || !ok || b.Epoch == r.Epoch {
+		b, ok := rowOf(before, r.Slot)
+		if r.Slot == skip || !ok || b.Epoch == r.Epoch {
 			continue
 		}
 		from := "nobody"
@@ -240,9 +244,10 @@ func moves(before, after inspect.Inspection, skip int) []string {
 	return out
 }
 
-func rowOf(in inspect.Inspection, bucket int) (inspect.BucketRow, bool) {
+// rowOf returns the row of slot.
+func rowOf(in inspect.Inspection, slot int) (inspect.BucketRow, bool) {
 	for _, r := range in.Rows {
-		if r.Bucket == bucket {
+		if r.Slot == slot {
 			return r, true
 		}
 	}

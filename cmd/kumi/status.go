@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -14,7 +15,7 @@ type statusCmd struct {
 	Subscription string `short:"s" placeholder:"NAME" help:"The subscription to show; without it, a line per subscription of the schema."`
 	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it)."`
 	JSON         bool   `name:"json" help:"Print JSON instead of tables."`
-	ReadURL      string `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the lag counts are read there, and how far it is behind is shown. Never printed."`
+	ReadURL      string `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the heavy reads go there (with -s the lag counts, without it the checkpoint and dead letter counts), and how far it is behind is shown. Never printed."`
 }
 
 // Run prints the overview, or one subscription's state.
@@ -23,27 +24,19 @@ func (s *statusCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if s.Subscription == "" {
-		if s.Category != "" {
-			return usageErrorf("--category needs --subscription")
-		}
-		subs, err := inspect.Subscriptions(e.ctx, store)
-		if err != nil {
-			return err
-		}
-		return s.printOverview(e, subs)
+	if s.Subscription == "" && s.Category != "" {
+		return usageErrorf("--category needs --subscription")
 	}
-	reads := store
-	var replica *inspect.ReplicaStatus
-	if s.ReadURL != "" {
-		if reads, err = e.connectReads(s.ReadURL); err != nil {
+	reads, replica, err := s.reads(e, store)
+	if err != nil {
+		return err
+	}
+	if s.Subscription == "" {
+		subs, err := inspect.SubscriptionsReads(e.ctx, store, reads)
+		if err != nil {
 			return err
 		}
-		st, err := inspect.Replica(e.ctx, store, reads)
-		if err != nil {
-			return fmt.Errorf("--read-url: %w", err)
-		}
-		replica = &st
+		return s.printOverview(e, subs, replica)
 	}
 	in, err := inspect.InspectReads(e.ctx, store, reads, s.Subscription, s.Category)
 	if err != nil {
@@ -65,12 +58,35 @@ func (s *statusCmd) Run(e *env) error {
 	return nil
 }
 
-func (s *statusCmd) printOverview(e *env, subs []inspect.SubscriptionSummary) error {
+// reads is the store the heavy reads go through — --read-url's, or
+// store — and, with --read-url, how far that standby is behind.
+func (s *statusCmd) reads(e *env, store *eventsource.Store) (*eventsource.Store, *inspect.ReplicaStatus, error) {
+	if s.ReadURL == "" {
+		return store, nil, nil
+	}
+	reads, err := e.connectReads(s.ReadURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := inspect.Replica(e.ctx, store, reads)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--read-url: %w", err)
+	}
+	return reads, &st, nil
+}
+
+func (s *statusCmd) printOverview(e *env, subs []inspect.SubscriptionSummary, replica *inspect.ReplicaStatus) error {
 	if s.JSON {
 		if subs == nil {
 			subs = []inspect.SubscriptionSummary{}
 		}
+		if replica != nil {
+			return e.printJSON(overviewOut{Subscriptions: subs, ReadReplica: replica})
+		}
 		return e.printJSON(subs)
+	}
+	if replica != nil {
+		defer printReplica(e.stdout, replica.Now, *replica)
 	}
 	if len(subs) == 0 {
 		fmt.Fprintf(e.stdout, "schema %q has no subscriptions yet\n", e.schema)
@@ -304,6 +320,14 @@ type statusOut struct {
 	// if any (its state, the next generation and bucket count, the cut).
 	Generation int        `json:"generation"`
 	Resize     *resizeOut `json:"resize,omitempty"`
+}
+
+// overviewOut is `kumi status --json --read-url URL` without a
+// subscription: the overview's lines, and how far the standby is behind.
+// (Without --read-url the overview is the array of lines alone.)
+type overviewOut struct {
+	Subscriptions []inspect.SubscriptionSummary `json:"subscriptions"`
+	ReadReplica   *inspect.ReplicaStatus        `json:"read_replica"`
 }
 
 func statusJSON(in inspect.Inspection) statusOut {

@@ -48,6 +48,11 @@ type Inspection struct {
 	// Rows are the buckets, by slot: the serving generation's, and during
 	// a resize the next one's after them.
 	Rows []BucketRow
+	// Checkpoints are the subscription's stored checkpoints, every
+	// generation's, by slot (a Checkpoint's Bucket is its slot); the
+	// retired generations' are here alone, as their lease rows are gone
+	// ([Inspection.Generations]).
+	Checkpoints []eventsource.Checkpoint
 	// Standby reports that the store's database is a hot standby: what it
 	// shows is as of its replay, and a session-kind worker's advisory
 	// lock, held on the primary, is invisible there, so SessionGone is
@@ -161,7 +166,7 @@ func InspectReads(ctx context.Context, store, reads *eventsource.Store, subscrip
 	if err != nil {
 		return Inspection{}, notMigrated(store.Schema(), err)
 	}
-	in.Now, in.Head, in.Workers = progress.Now, progress.Head, snap.Workers
+	in.Now, in.Head, in.Workers, in.Checkpoints = progress.Now, progress.Head, snap.Workers, progress.Checkpoints
 	if in.Standby {
 		// pg_locks on a standby shows none of the primary's advisory locks:
 		// every session worker would look gone.
@@ -222,6 +227,9 @@ type ReplicaStatus struct {
 	ReplayedAt time.Time `json:"replayed_at"`
 	// ReplayPaused reports pg_wal_replay_pause() in effect.
 	ReplayPaused bool `json:"replay_paused"`
+	// Now is the primary's clock when it was measured, to judge
+	// ReplayedAt against.
+	Now time.Time `json:"-"`
 }
 
 // ErrNotStandby reports a read database that is not a hot standby.
@@ -233,7 +241,7 @@ func Replica(ctx context.Context, primary, standby *eventsource.Store) (ReplicaS
 	var st ReplicaStatus
 	var err error
 	var lsn string
-	if err := primary.Pool().QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+	if err := primary.Pool().QueryRow(ctx, "SELECT pg_current_wal_lsn()::text, now()").Scan(&lsn, &st.Now); err != nil {
 		return st, err
 	}
 	if st.PrimaryHead, err = primary.HeadPosition(ctx); err != nil {
@@ -283,6 +291,14 @@ type SubscriptionSummary struct {
 // (leasestore.ReadResizeTx), read in one read-only repeatable-read
 // transaction.
 func Subscriptions(ctx context.Context, store *eventsource.Store) ([]SubscriptionSummary, error) {
+	return SubscriptionsReads(ctx, store, store)
+}
+
+// SubscriptionsReads is [Subscriptions] with the checkpoint and dead
+// letter counts (eventsource.Store.Subscriptions, the heavy part) read
+// through reads — a store on a hot standby of store's database, say — as
+// of what reads shows; the leases and resizes are read through store.
+func SubscriptionsReads(ctx context.Context, store, reads *eventsource.Store) ([]SubscriptionSummary, error) {
 	var leases []leasestore.SubscriptionLeases
 	var stats []eventsource.SubscriptionStats
 	resizing := map[string]string{}
@@ -302,11 +318,18 @@ func Subscriptions(ctx context.Context, store *eventsource.Store) ([]Subscriptio
 					resizing[l.Subscription] = fmt.Sprintf("%d → %d, %s", r.Buckets, r.NextBuckets, r.State)
 				}
 			}
-			stats, err = store.SubscriptionsTx(ctx, tx)
+			if reads == store {
+				stats, err = store.SubscriptionsTx(ctx, tx)
+			}
 			return err
 		})
 	if err != nil {
 		return nil, notMigrated(store.Schema(), err)
+	}
+	if reads != store {
+		if stats, err = reads.Subscriptions(ctx); err != nil {
+			return nil, notMigrated(reads.Schema(), err)
+		}
 	}
 	byName := map[string]*SubscriptionSummary{}
 	summary := func(name string) *SubscriptionSummary {

@@ -45,8 +45,10 @@
 //   - for a resize (resize_test.go): cross (an old generation's event
 //     first delivered after its old bucket drained, or a drain off the
 //     cut), early (a new generation's event delivered before the old
-//     buckets feeding its new bucket drained), duplicates not first
-//     delivered by a killed worker, and the times from the request to the
+//     buckets feeding its new bucket drained), duplicates that no fault
+//     excuses (first delivered by a killed worker, delivered by a frozen
+//     one, or redelivered after the first deliverer lost the bucket
+//     without consent), and the times from the request to the
 //     cut, the switch, the first new delivery and completion, and the
 //     pause deliveries saw;
 //   - failover (per fault: until every bucket of the worker had another

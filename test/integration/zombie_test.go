@@ -47,27 +47,40 @@ func TestZombie(t *testing.T) {
 			time.Sleep(pick(time.Second, 5*time.Second))
 
 			r := e.finish("zombie", func(r *report) {
-				mustStop := e.o.lastPass(z.id, woke).Add(e.cfg.Lease.TTL - e.cfg.Lease.Margin)
-				regrant := e.o.firstGrant(z.id, woke)
-				n, first := watch.startedWithin(mustStop, regrant)
-				var late int64
-				for k, v := range r.staleByOwner {
-					var w string
-					var b int
-					if _, err := fmt.Sscanf(k, "%s b%d", &w, &b); err == nil && w == z.id {
-						late += v
-					}
-				}
+				late, n := e.checkZombie(r, z, watch, woke)
 				r.extra = append(r.extra, fmt.Sprintf("zombie_late_writes=%d zombie_deliveries_after_fence=%v", late, n))
-				if watch.latest() == 0 {
-					t.Errorf("the zombie's /metrics never showed a delivery")
-				}
-				if n > 0 {
-					t.Errorf("zombie %s started %v deliveries after its leases could no longer be trusted (%v) and before its next grant (%v); first seen %v",
-						z.id, n, mustStop.Format(time.StampMilli), regrant.Format(time.StampMilli), first.Format(time.StampMilli))
-				}
 			})
 			requireSafe(t, r)
 		})
 	}
+}
+
+// checkZombie judges worker z, frozen and then thawed at woke, from the
+// run's report r and the watch of its /metrics: it must have started no
+// delivery between the moment its EnsureHeld had to fail (its last landed
+// renewal before woke, plus ttl − margin) and its next grant. It returns
+// its late writes (deliveries that landed after it lost the bucket: the
+// one in flight when it froze) and the deliveries it started in that
+// window, and fails the test for any such delivery, or a watch that never
+// saw one.
+func (e *env) checkZombie(r *report, z *proc, watch *deliveryWatch, woke time.Time) (late int64, started float64) {
+	e.t.Helper()
+	mustStop := e.o.lastPass(z.id, woke).Add(e.cfg.Lease.TTL - e.cfg.Lease.Margin)
+	regrant := e.o.firstGrant(z.id, woke)
+	n, first := watch.startedWithin(mustStop, regrant)
+	for k, v := range r.staleByOwner {
+		var w string
+		var b int
+		if _, err := fmt.Sscanf(k, "%s b%d", &w, &b); err == nil && w == z.id {
+			late += v
+		}
+	}
+	if watch.latest() == 0 {
+		e.t.Errorf("the zombie's /metrics never showed a delivery")
+	}
+	if n > 0 {
+		e.t.Errorf("zombie %s started %v deliveries after its leases could no longer be trusted (%v) and before its next grant (%v); first seen %v",
+			z.id, n, mustStop.Format(time.StampMilli), regrant.Format(time.StampMilli), first.Format(time.StampMilli))
+	}
+	return late, n
 }
