@@ -53,8 +53,13 @@ WHERE m.subscription = $1 AND m.worker <> $2;
 -- Renew (heartbeat) every bucket this worker owns, and reconfirm it: while a
 -- live claimant's claim is pending the expiry is NOT extended (the owner
 -- must drain and hand over); a stale claim (claimant not a live worker, or
--- older than $4) is recovered here. Locks in bucket order. $3 ttl.
-WITH mine AS (
+-- older than $4) is recovered here. Locks in bucket order (mine, whole,
+-- before the update writes a row). $3 ttl. The update finds its rows by
+-- the owned buckets' array, not by a join with mine: on a table never
+-- analyzed (a new subscription) the planner took mine for one row and
+-- rescanned every row of the subscription for each bucket owned, a pass
+-- quadratic in the buckets held (TestRenewIsLinearInTheBucketsHeld).
+WITH mine AS MATERIALIZED (
     SELECT l.bucket, l.claim_worker AS prev_claim,
         (l.claim_worker IS NOT NULL
          AND l.claimed_at >= now() - $4::interval
@@ -65,17 +70,22 @@ WITH mine AS (
     WHERE l.subscription = $1 AND l.owner = $2
     ORDER BY l.bucket
     FOR UPDATE
+), sets AS MATERIALIZED (
+    SELECT array_agg(bucket) AS owned,
+        coalesce(array_agg(bucket) FILTER (WHERE pending), '{}') AS pending,
+        coalesce(array_agg(bucket) FILTER (WHERE prev_claim IS NOT NULL AND NOT pending), '{}') AS recovered
+    FROM mine
 )
 UPDATE {{schema}}.lease_buckets l SET
     heartbeat_at = GREATEST(l.heartbeat_at, now()),
-    expires_at = CASE WHEN mine.pending THEN l.expires_at
+    expires_at = CASE WHEN l.bucket = ANY(sets.pending) THEN l.expires_at
                       ELSE GREATEST(l.expires_at, now() + $3::interval) END,
-    claim_worker = CASE WHEN mine.pending THEN l.claim_worker END,
-    claimed_at = CASE WHEN mine.pending THEN l.claimed_at END
-FROM mine
-WHERE l.subscription = $1 AND l.bucket = mine.bucket
-RETURNING l.bucket, l.epoch, l.expires_at, mine.pending,
-    (mine.prev_claim IS NOT NULL AND NOT mine.pending) AS recovered,
+    claim_worker = CASE WHEN l.bucket = ANY(sets.pending) THEN l.claim_worker END,
+    claimed_at = CASE WHEN l.bucket = ANY(sets.pending) THEN l.claimed_at END
+FROM sets
+WHERE l.subscription = $1 AND l.bucket = ANY(sets.owned)
+RETURNING l.bucket, l.epoch, l.expires_at, l.bucket = ANY(sets.pending) AS pending,
+    l.bucket = ANY(sets.recovered) AS recovered,
     now() AS db_now, l.bucket_count, l.cut_proposal;
 
 -- name: my_claims
