@@ -34,7 +34,7 @@ func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBa
 }
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-func tracedPool(b *testing.B, conns int32) (*pgxpool.Pool, *countingTracer) {
+func tracedPool(b testing.TB, conns int32) (*pgxpool.Pool, *countingTracer) {
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
 	if err != nil {
 		b.Fatal(err)

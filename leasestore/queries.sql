@@ -9,11 +9,28 @@
 -- Serialises EnsureBuckets of one subscription across processes.
 SELECT pg_advisory_xact_lock($1);
 
+-- name: pass_begin
+-- A pass's first statement after BEGIN, in the same round trip: bound this
+-- transaction's row locks (idle_in_transaction_session_timeout = the TTL,
+-- $1; see boundLocks in fence.go) and speak protocol 2 (the lease_workers
+-- trigger lets protocol-2 writes through and fences out protocol-1
+-- workers of a subscription that is resizing or has been resized, KU001).
+SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('kumi.protocol', '2', true);
+
 -- name: worker_heartbeat
 -- Join or heartbeat; monotonic, so a delayed heartbeat never moves expiry
 -- back. $3 kind, $4 ttl, $5 session backend pid, $6 session lock key. Run
--- after the protocol statement (the lease_workers trigger).
+-- after pass_begin (the lease_workers trigger).
 -- joined reports a worker that was absent or expired before this statement.
+-- Then, in the same statement, the pass's view of the subscription, no
+-- lock (found is false when it has no subscriptions row): its serving
+-- generation and resize, the serving generation's active (undrained)
+-- bucket count, the feeder classes (bucket % gcd(N, M)) that still have an
+-- undrained bucket once the cut is decided, and whether rows of retired
+-- generations are left to prune. Every pass reads it, so a worker learns of
+-- a resize by its pass alone; a notification only wakes it sooner. In a
+-- steady subscription the lateral part reads nothing (its filter on the
+-- state is decided once) and the retired-rows probe is one index lookup.
 WITH prev AS (
     SELECT expires_at > now() AS live
     FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2
@@ -29,8 +46,26 @@ WITH prev AS (
         backend_pid = EXCLUDED.backend_pid,
         lock_key = EXCLUDED.lock_key
     RETURNING 1
+), sub AS (
+    SELECT s.generation, s.bucket_count, s.state, coalesce(s.next_bucket_count, 0) AS next, coalesce(s.cut, -1) AS cut,
+        CASE WHEN s.state = 'steady' THEN s.bucket_count ELSE o.active END AS active,
+        coalesce(o.classes, '{}') AS classes,
+        EXISTS (SELECT 1 FROM {{schema}}.lease_buckets r
+                WHERE r.subscription = s.subscription AND r.bucket < s.generation * 65536) AS retired_left
+    FROM {{schema}}.subscriptions s
+    LEFT JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE l.drained_at IS NULL)::int AS active,
+            array_agg(DISTINCT (l.bucket % 65536) % gcd(s.bucket_count, s.next_bucket_count))
+                FILTER (WHERE l.drained_at IS NULL) AS classes
+        FROM {{schema}}.lease_buckets l
+        WHERE s.state <> 'steady' AND l.subscription = s.subscription AND l.generation = s.generation
+    ) o ON true
+    WHERE s.subscription = $1
 )
-SELECT coalesce((SELECT NOT live FROM prev), true) AS joined FROM up;
+SELECT coalesce((SELECT NOT live FROM prev), true) AS joined, sub.generation IS NOT NULL AS found,
+    coalesce(sub.generation, 0), coalesce(sub.bucket_count, 0), coalesce(sub.state, ''), coalesce(sub.next, 0),
+    coalesce(sub.cut, -1), coalesce(sub.active, 0), coalesce(sub.classes, '{}'), coalesce(sub.retired_left, false)
+FROM up LEFT JOIN sub ON true;
 
 -- name: workers_view
 -- The other workers, whether each is live, and whether a session worker's
@@ -383,32 +418,6 @@ SELECT coalesce((SELECT bucket_count FROM {{schema}}.subscriptions WHERE subscri
 -- generation * 65536 + bucket; the subscriptions row is the resize's state.
 -- Lock order: the subscriptions row first (FOR UPDATE), then lease rows in
 -- slot order; a pass never waits for the subscriptions row (SKIP LOCKED).
-
--- name: protocol
--- The kumi protocol this transaction speaks: the lease_workers trigger lets
--- protocol-2 writes through and fences out protocol-1 workers of a
--- subscription that is resizing or has been resized (KU001).
-SELECT set_config('kumi.protocol', '2', true);
-
--- name: subscription_read
--- A pass's view of the subscription, no lock: its serving generation and
--- resize, the serving generation's active (undrained) bucket count, the
--- feeder classes (bucket % gcd(N, M)) that still have an undrained bucket
--- once the cut is decided, and whether rows of retired generations are
--- left to prune.
-SELECT s.generation, s.bucket_count, s.state, coalesce(s.next_bucket_count, 0), coalesce(s.cut, -1),
-    CASE WHEN s.state = 'steady' THEN s.bucket_count ELSE o.active END, coalesce(o.classes, '{}'),
-    EXISTS (SELECT 1 FROM {{schema}}.lease_buckets r
-            WHERE r.subscription = s.subscription AND r.bucket < s.generation * 65536)
-FROM {{schema}}.subscriptions s
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE l.drained_at IS NULL)::int AS active,
-        array_agg(DISTINCT (l.bucket % 65536) % gcd(s.bucket_count, s.next_bucket_count))
-            FILTER (WHERE l.drained_at IS NULL) AS classes
-    FROM {{schema}}.lease_buckets l
-    WHERE s.state <> 'steady' AND l.subscription = s.subscription AND l.generation = s.generation
-) o ON true
-WHERE s.subscription = $1;
 
 -- name: subscription_present
 -- The fast path of EnsureBuckets: the subscription's serving generation and
