@@ -262,32 +262,37 @@ RETURNING coalesce(claim_worker, '');
 
 -- Statements that change several lease rows lock them first, in ascending
 -- bucket order, as renew and place_claims do: rows locked in the order a
--- scan happens to find them could deadlock with a pass.
+-- scan happens to find them could deadlock with a pass. They then find the
+-- rows to change by the array of the buckets locked (an initplan, run
+-- before the change touches a row), never by a join back to the locked
+-- rows: on a table never analyzed the planner took those for one row and
+-- rescanned the subscription for each, quadratic in the rows changed
+-- (TestStatementsThatChangeManyRowsAreLinear).
 
 -- name: release
 -- $3 buckets. A pending claim on a released bucket survives: its claimant
 -- gets it.
 UPDATE {{schema}}.lease_buckets l SET owner = NULL, expires_at = NULL, heartbeat_at = now()
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND owner = $2 AND bucket = ANY($3::int[])
-      ORDER BY bucket FOR UPDATE) x
-WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.owner = $2
+WHERE l.subscription = $1 AND l.owner = $2
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND owner = $2 AND bucket = ANY($3::int[])
+                           ORDER BY bucket FOR UPDATE))
 RETURNING l.bucket;
 
 -- name: release_all
 UPDATE {{schema}}.lease_buckets l SET owner = NULL, expires_at = NULL, heartbeat_at = now()
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND owner = $2
-      ORDER BY bucket FOR UPDATE) x
-WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.owner = $2
+WHERE l.subscription = $1 AND l.owner = $2
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND owner = $2
+                           ORDER BY bucket FOR UPDATE))
 RETURNING l.bucket;
 
 -- name: withdraw_all
 UPDATE {{schema}}.lease_buckets l SET claim_worker = NULL, claimed_at = NULL
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND claim_worker = $2
-      ORDER BY bucket FOR UPDATE) x
-WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.claim_worker = $2;
+WHERE l.subscription = $1 AND l.claim_worker = $2
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND claim_worker = $2
+                           ORDER BY bucket FOR UPDATE));
 
 -- name: worker_delete
 DELETE FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2;
@@ -609,17 +614,17 @@ WITH s AS (
     WHERE subscription = $1 AND generation = $2 + 1
 )
 DELETE FROM {{schema}}.lease_buckets l
-USING (SELECT bucket FROM {{schema}}.lease_buckets
-       WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
-WHERE l.subscription = $1 AND l.bucket = o.bucket;
+WHERE l.subscription = $1
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE SKIP LOCKED));
 
 -- name: prune_retired
 -- Rows of generations below the serving one $2 that completion could not
 -- delete (locked then). Never waits.
 DELETE FROM {{schema}}.lease_buckets l
-USING (SELECT bucket FROM {{schema}}.lease_buckets
-       WHERE subscription = $1 AND bucket < $2 * 65536 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
-WHERE l.subscription = $1 AND l.bucket = o.bucket;
+WHERE l.subscription = $1
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND bucket < $2 * 65536 ORDER BY bucket FOR UPDATE SKIP LOCKED));
 
 -- name: resize_cancel_lock
 -- Cancel, old generation $2: lock both generations' rows in slot order
@@ -637,9 +642,9 @@ WITH gone AS (
     DELETE FROM {{schema}}.lease_buckets WHERE subscription = $1 AND generation = $2 + 1
 )
 UPDATE {{schema}}.lease_buckets l SET cut_proposal = NULL, cut = NULL, drained_at = NULL
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE) o
-WHERE l.subscription = $1 AND l.bucket = o.bucket;
+WHERE l.subscription = $1
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE));
 
 -- name: resize_cancel_checkpoints
 -- Cancel: the next generation's ($2) checkpoints, if the cut wrote them.
