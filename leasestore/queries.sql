@@ -219,10 +219,13 @@ GROUP BY w;
 -- locking them highest first, it could hold a row the owner's renew waits
 -- for while it waits for one the renew holds — a deadlock, which
 -- PostgreSQL breaks by failing one of the two passes. The lock re-checks
--- the pick's conditions on the row's latest version.
+-- the pick's conditions on the row's latest version (the owner too: the
+-- owner picked for the bucket, found by its place in the arrays). Rows are
+-- found by arrays of buckets, never by joins back to the table (see
+-- release).
 WITH want AS (SELECT * FROM unnest($3::text[], $4::int[]) AS w(owner, k)),
-cand AS (
-    SELECT p.bucket, w.owner FROM want w CROSS JOIN LATERAL (
+cand AS MATERIALIZED (
+    SELECT array_agg(p.bucket) AS buckets, array_agg(w.owner) AS owners FROM want w CROSS JOIN LATERAL (
         SELECT l.bucket FROM {{schema}}.lease_buckets l
         WHERE l.subscription = $1 AND l.owner = w.owner AND l.generation = $5
           AND l.claim_worker IS NULL AND l.expires_at > now()
@@ -231,14 +234,14 @@ cand AS (
 ),
 pick AS (
     SELECT l.bucket FROM {{schema}}.lease_buckets l
-    JOIN cand ON cand.bucket = l.bucket AND cand.owner = l.owner
-    WHERE l.subscription = $1 AND l.claim_worker IS NULL AND l.expires_at > now()
+    WHERE l.subscription = $1 AND l.bucket = ANY((SELECT buckets FROM cand)::int[])
+      AND l.owner = (SELECT owners FROM cand)[array_position((SELECT buckets FROM cand), l.bucket)]
+      AND l.claim_worker IS NULL AND l.expires_at > now()
     ORDER BY l.bucket
-    FOR UPDATE OF l
+    FOR UPDATE
 )
 UPDATE {{schema}}.lease_buckets l SET claim_worker = $2, claimed_at = now()
-FROM pick
-WHERE l.subscription = $1 AND l.bucket = pick.bucket
+WHERE l.subscription = $1 AND l.bucket = ANY(ARRAY(SELECT bucket FROM pick))
 RETURNING l.bucket, l.owner;
 
 -- name: prune_workers

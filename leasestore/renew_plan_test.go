@@ -23,7 +23,7 @@ func TestRenewIsLinearInTheBucketsHeld(t *testing.T) {
 	s := b.open(t, b.config(KindRow, n, "alone"))
 	require.Len(t, pass(t, s).Owned, n)
 
-	plan := explainAnalyze(t, b, s.st.get("renew"), b.sub, s.Worker(), s.cfg.TTL, 2*s.cfg.TTL)
+	plan := explainAnalyze(t, b, "", s.st.get("renew"), b.sub, s.Worker(), s.cfg.TTL, 2*s.cfg.TTL)
 	require.Equal(t, n, plan.ActualRows, "the renew renewed every bucket held")
 	visited := plan.visited()
 	require.LessOrEqual(t, visited, 20*n,
@@ -33,32 +33,32 @@ func TestRenewIsLinearInTheBucketsHeld(t *testing.T) {
 
 // TestStatementsThatChangeManyRowsAreLinear: the renew's siblings — every
 // statement that locks many lease rows in bucket order, then changes them
-// (releases, withdrawals, a resize's completion, cancel and prune) — had
-// the same join back to the locked rows, and the same quadratic plan on a
-// table never analyzed: 657,152 rows visited to release 512 buckets at
-// Leave, and a resize's completion, which a pass may run within its
-// heartbeat, alike. Each is run on 512 rows in a transaction rolled back.
+// (releases, withdrawals, the placement of claims, a resize's completion,
+// cancel and prune) — had the same join back to the locked rows, and the
+// same quadratic plan on a table never analyzed: 657,152 rows visited to
+// release 512 buckets at Leave, 1,314,817 to place 512 claims (which a
+// pass does within its heartbeat, as it may complete a resize). Each is
+// run on 512 rows in a transaction rolled back, after its set-up.
 func TestStatementsThatChangeManyRowsAreLinear(t *testing.T) {
 	t.Parallel()
 	const n = 512
-	ctx := context.Background()
 	b := setup(t)
 	s := b.open(t, b.config(KindRow, n, "alone"))
 	require.Len(t, pass(t, s).Owned, n)
-	_, err := b.pool.Exec(ctx, "UPDATE "+b.table("lease_buckets")+" SET claim_worker = 'alone', claimed_at = now()")
-	require.NoError(t, err)
+	claimAll := "UPDATE " + b.table("lease_buckets") + " SET claim_worker = 'alone', claimed_at = now()"
 	for _, tc := range []struct {
-		name string
-		args []any
+		name, before string
+		args         []any
 	}{
-		{"release", []any{b.sub, "alone", seq(0, n)}},
-		{"release_all", []any{b.sub, "alone"}},
-		{"withdraw_all", []any{b.sub, "alone"}},
-		{"resize_complete", []any{b.sub, 0, n}},
-		{"prune_retired", []any{b.sub, 1}},
-		{"resize_cancel_rows", []any{b.sub, 0}},
+		{"release", "", []any{b.sub, "alone", seq(0, n)}},
+		{"release_all", "", []any{b.sub, "alone"}},
+		{"withdraw_all", claimAll, []any{b.sub, "alone"}},
+		{"place_claims", "", []any{b.sub, "joiner", []string{"alone"}, []int32{n}, 0}},
+		{"resize_complete", "", []any{b.sub, 0, n}},
+		{"prune_retired", "", []any{b.sub, 1}},
+		{"resize_cancel_rows", "", []any{b.sub, 0}},
 	} {
-		plan := explainAnalyze(t, b, s.st.get(tc.name), tc.args...)
+		plan := explainAnalyze(t, b, tc.before, s.st.get(tc.name), tc.args...)
 		require.Equal(t, n, plan.changed(), "%s changed every row", tc.name)
 		visited := plan.visited()
 		require.LessOrEqual(t, visited, 20*n, "%s of %d rows produced or discarded %d rows across its plan's nodes "+
@@ -66,14 +66,18 @@ func TestStatementsThatChangeManyRowsAreLinear(t *testing.T) {
 	}
 }
 
-// explainAnalyze runs statement under EXPLAIN ANALYZE in a transaction it
-// rolls back, and returns its plan's root.
-func explainAnalyze(t *testing.T, b *testBundle, statement string, args ...any) planNode {
+// explainAnalyze runs before (if any), then statement under EXPLAIN
+// ANALYZE, in a transaction it rolls back, and returns the plan's root.
+func explainAnalyze(t *testing.T, b *testBundle, before, statement string, args ...any) planNode {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
+	if before != "" {
+		_, err := tx.Exec(ctx, before)
+		require.NoError(t, err)
+	}
 	var raw []byte
 	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) "+statement, args...).Scan(&raw))
 	var plan []struct {
