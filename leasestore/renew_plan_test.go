@@ -26,7 +26,7 @@ func TestRenewIsLinearInTheBucketsHeld(t *testing.T) {
 	plan := explainAnalyze(t, b, "", s.st.get("renew"), b.sub, s.Worker(), s.cfg.TTL, 2*s.cfg.TTL)
 	require.Equal(t, n, plan.ActualRows, "the renew renewed every bucket held")
 	visited := plan.visited()
-	require.LessOrEqual(t, visited, 20*n,
+	require.LessOrEqual(t, visited, linearBound(n),
 		"the renew of %d buckets produced or discarded %d rows across its plan's nodes (quadratic: ~%d)",
 		n, visited, n*n)
 }
@@ -61,7 +61,7 @@ func TestStatementsThatChangeManyRowsAreLinear(t *testing.T) {
 		plan := explainAnalyze(t, b, tc.before, s.st.get(tc.name), tc.args...)
 		require.Equal(t, n, plan.changed(), "%s changed every row", tc.name)
 		visited := plan.visited()
-		require.LessOrEqual(t, visited, 20*n, "%s of %d rows produced or discarded %d rows across its plan's nodes "+
+		require.LessOrEqual(t, visited, linearBound(n), "%s of %d rows produced or discarded %d rows across its plan's nodes "+
 			"(quadratic: ~%d)", tc.name, n, visited, n*n)
 	}
 }
@@ -87,6 +87,14 @@ func explainAnalyze(t *testing.T, b *testBundle, before, statement string, args 
 	require.Len(t, plan, 1)
 	return plan[0].Plan
 }
+
+// linearBound is the most rows a plan that changes n rows may visit: a
+// bounded number per row, the dead versions that the earlier statements'
+// rolled-back changes left behind included (how many the scans meet
+// varies with when they are pruned: from 4n to 21n seen). The quadratic
+// plans visited from 657,152 to 1,314,817 rows at n = 512, 20 to 40 times
+// this.
+func linearBound(n int) int { return 64 * n }
 
 // planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON)'s plan.
 type planNode struct {
