@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
@@ -33,7 +34,7 @@ func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBa
 }
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-func tracedPool(b *testing.B, conns int32) (*pgxpool.Pool, *countingTracer) {
+func tracedPool(b testing.TB, conns int32) (*pgxpool.Pool, *countingTracer) {
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
 	if err != nil {
 		b.Fatal(err)
@@ -186,4 +187,111 @@ func BenchmarkClaimContention(b *testing.B) {
 	b.ReportMetric(float64(claims.Load())/b.Elapsed().Seconds(), "claims/s")
 	b.ReportMetric(float64(claims.Load())/float64(b.N), "claims/op")
 	b.ReportMetric(float64(failed.Load())/float64(b.N), "failed/op")
+}
+
+// passesPerOp is how many passes one op of BenchmarkPassCost runs: `make
+// bench` runs each benchmark once (-benchtime 1x), and one pass is too short
+// to time alone.
+const passesPerOp = 200
+
+// The cost of one worker's pass on N=64 with 1, 8 or 32 workers, each kind:
+// steady (no resize), and during a resize (64 → 128, sealing: every pass
+// balances both generations and re-checks the resize's transitions). The
+// pool is balanced first; then one worker runs passes alone (the others
+// stay live and hold their buckets). It reports statements and round trips
+// per pass (a pipelined batch is one round trip, the session check of
+// KindSession one more) and µs per pass.
+func BenchmarkPassCost(b *testing.B) {
+	const n, m = 64, 128
+	for _, state := range []string{"steady", "resizing"} {
+		for _, kind := range []Kind{KindRow, KindSession} {
+			for _, workers := range []int{1, 8, 32} {
+				b.Run(fmt.Sprintf("%s/%s/N=%d/workers=%d", state, kind, n, workers), func(b *testing.B) {
+					ctx := context.Background()
+					pool, tr := tracedPool(b, int32(workers+8))
+					stores := benchStores(b, pool, kind, workers, n)
+					benchSettle(b, stores, n)
+					if state == "resizing" {
+						benchResize(b, pool, stores[0].cfg.Schema, m)
+						benchSettle(b, stores, n+m)
+					}
+					s := stores[0]
+					owned := len(s.Held())
+					stmts0, trips0 := tr.stmts.Load(), tr.trips.Load()
+					b.ResetTimer()
+					for range b.N {
+						for range passesPerOp {
+							res, err := s.Pass(ctx)
+							if err != nil || len(res.Owned) != owned || len(res.Claimed)+len(res.Lost) != 0 {
+								b.Fatalf("pass: %v; owned %d (was %d), claimed %d, lost %d",
+									err, len(res.Owned), owned, len(res.Claimed), len(res.Lost))
+							}
+							if res.Resize.Resizing() != (state == "resizing") {
+								b.Fatalf("pass saw the resize as %+v", res.Resize)
+							}
+						}
+					}
+					b.StopTimer()
+					passes := float64(b.N * passesPerOp)
+					b.ReportMetric(float64(tr.stmts.Load()-stmts0)/passes, "stmts/pass")
+					b.ReportMetric(float64(tr.trips.Load()-trips0)/passes, "roundtrips/pass")
+					b.ReportMetric(float64(b.Elapsed().Microseconds())/passes, "µs/pass")
+				})
+			}
+		}
+	}
+}
+
+// benchResize requests a resize to m buckets in schema (the event store
+// beside the lease tables, the index for m built). Nobody proposes, so it
+// stays sealing.
+func benchResize(b *testing.B, pool *pgxpool.Pool, schema string, m int) {
+	ctx := context.Background()
+	es, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := es.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := es.EnsureConsumerGroupIndex(ctx, m); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := RequestResize(ctx, pool, schema, ResizeRequest{Subscription: "bench", Buckets: m}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchSettle runs rounds of every store's pass, then their hand-overs,
+// until the slots are all held and nobody has anything to hand over or
+// waits for a claim.
+func benchSettle(b *testing.B, stores []*Store, slots int) {
+	ctx := context.Background()
+	for range 50 {
+		results := make([]PassResult, len(stores))
+		errs := make([]error, len(stores))
+		var wg sync.WaitGroup
+		for i, s := range stores {
+			wg.Add(1)
+			go func() { defer wg.Done(); results[i], errs[i] = s.Pass(ctx) }()
+		}
+		wg.Wait()
+		held, busy := 0, false
+		for i, s := range stores {
+			if errs[i] != nil {
+				b.Fatalf("pass of %s: %v", s.Worker(), errs[i])
+			}
+			for _, slot := range results[i].HandOff {
+				if err := s.HandOver(ctx, slot); err != nil {
+					b.Fatal(err)
+				}
+			}
+			busy = busy || len(results[i].HandOff)+len(results[i].Pending)+len(results[i].Claimed) > 0
+			held += len(results[i].Owned) - len(results[i].HandOff)
+		}
+		if held == slots && !busy {
+			return
+		}
+	}
+	b.Fatalf("the %d workers never settled on %d slots", len(stores), slots)
 }

@@ -55,8 +55,9 @@ const (
 	// pool shrunk to one survivor) collapsed — 65,000 goroutines, ~1.9 GB,
 	// its passes too slow to renew — while 8,192 ran fine.
 	MaxBuckets = 1 << 13
-	// MinHeartbeat is the shortest heartbeat. A pass is three round trips
-	// and a commit, bounded by the heartbeat: below a few tens of
+	// MinHeartbeat is the shortest heartbeat. A pass is a pipelined batch
+	// and a commit (more when it claims, places or a resize runs), bounded
+	// by the heartbeat: below a few tens of
 	// milliseconds it is abandoned under ordinary load (every renewal lost,
 	// a warning each time) and the pass loop becomes the database's main
 	// load.

@@ -157,19 +157,35 @@ func hammer(t *testing.T, kind Kind, workers, n int, run time.Duration) {
 	}
 	var st hammerStats
 	features := featuresOf(t, kind)
-	deadline := time.Now().Add(run)
+	stop := make(chan struct{})
+	start := time.Now()
 	var wg sync.WaitGroup
 	for i, w := range o.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(i), 42))
-			for time.Now().Before(deadline) && o.violation.Load() == nil {
+			for o.violation.Load() == nil {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				step(ctx, rng, features, w, b, table, &st)
 				o.check(ctx)
 			}
 		}()
 	}
+	// The workers contend for run, then on until each kind of event the
+	// run must show has happened: on a loaded machine most passes of a
+	// 300 ms heartbeat are abandoned, and a run of fixed length could end
+	// with no handover (CI: 78 passes, 53 of them abandoned, in 4 s). They
+	// stop before any assertion can fail the test.
+	pgtest.WaitFor(run+2*time.Minute, func() bool {
+		shown := st.takeovers.Load() > 0 && st.handovers.Load() > 0 && st.refused.Load() > 0
+		return (shown && time.Since(start) >= run) || o.violation.Load() != nil
+	})
+	close(stop)
 	wg.Wait()
 	if v := o.violation.Load(); v != nil {
 		t.Fatal(*v)

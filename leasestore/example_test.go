@@ -136,7 +136,7 @@ func ExampleStore_Fence() {
 	defer done()
 	cfg := leasestore.Config{
 		Schema: schema, Subscription: "orders", Buckets: 1, NoListen: true,
-		TTL: 300 * time.Millisecond, Heartbeat: 100 * time.Millisecond, Margin: 100 * time.Millisecond,
+		TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 800 * time.Millisecond,
 	}
 	cfg.Worker = "zombie"
 	zombie, _ := leasestore.New(ctx, pool, cfg)
@@ -148,7 +148,7 @@ func ExampleStore_Fence() {
 	successor, _ := leasestore.New(ctx, pool, cfg)
 	defer successor.Close()
 	// The zombie stops renewing; the successor takes over after expiry.
-	pgtest.WaitFor(10*time.Second, func() bool {
+	pgtest.WaitFor(30*time.Second, func() bool {
 		res, err := successor.Pass(ctx)
 		return err == nil && len(res.Owned) == 1
 	})

@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
 // checkpointTable creates a stand-in for the event store's checkpoint table.
@@ -63,10 +63,10 @@ func TestFence(t *testing.T) {
 			// A pauses past its TTL; B takes the bucket over.
 			bw := b.open(t, shortTTL(b.config(kind, 1, "b")))
 			var res PassResult
-			pgtest.Eventually(t, 10*time.Second, func() bool {
+			eventually(t, 30*time.Second, func() bool {
 				res = pass(t, bw)
 				return len(res.Claimed) == 1
-			}, "B never took over")
+			}, func() string { return fmt.Sprintf("B never took over: its last pass %+v", res) })
 			require.EqualValues(t, 2, res.Claimed[0].Epoch)
 
 			// A wakes up and writes as if nothing happened.
@@ -118,11 +118,13 @@ func TestFence(t *testing.T) {
 			table := checkpointTable(t, b, 1)
 			a := b.open(t, shortTTL(b.config(kind, 1, "a")))
 			pass(t, a)
-			pgtest.Eventually(t, 10*time.Second, func() bool {
-				snap, err := a.Snapshot(context.Background())
+			var snap Snapshot
+			eventually(t, 30*time.Second, func() bool {
+				var err error
+				snap, err = a.Snapshot(context.Background())
 				require.NoError(t, err)
 				return !snap.Buckets[0].Held(snap.Now)
-			}, "the lease never lapsed")
+			}, func() string { return fmt.Sprintf("the lease never lapsed: %+v at %v", snap.Buckets[0], snap.Now) })
 			require.NoError(t, fencedWrite(context.Background(), b.pool, table, a.Fence(0, 1), 0, 5, "a", 1),
 				"the fence is owner and epoch: nobody else can have written")
 			require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld, "but EnsureHeld, for effects outside the database, refuses")
@@ -142,8 +144,12 @@ func TestFence(t *testing.T) {
 			bw := b.open(t, shortTTL(b.config(kind, 1, "b")))
 			// Without a bound, the frozen writer's row lock would keep every
 			// SKIP LOCKED claim off the bucket for as long as it stays frozen.
-			pgtest.Eventually(t, 10*time.Second, func() bool { return len(pass(t, bw).Claimed) == 1 },
-				"the server ends the idle transaction a TTL later, and b takes the expired bucket")
+			var res PassResult
+			eventually(t, 30*time.Second, func() bool { res = pass(t, bw); return len(res.Claimed) == 1 },
+				func() string {
+					return fmt.Sprintf("the server ends the idle transaction a TTL later, and b takes the expired bucket: "+
+						"b's last pass %+v", res)
+				})
 			require.Error(t, tx.Commit(ctx), "the frozen writer's transaction was ended: its write cannot land")
 		})
 	})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -178,10 +179,10 @@ func TestKeiroSuite(t *testing.T) {
 			// A stops renewing (its session, if any, stays up): only expiry frees its buckets.
 			bw := b.open(t, shortTTL(b.config(kind, 4, "b")))
 			var got PassResult
-			pgtest.Eventually(t, 10*time.Second, func() bool {
+			eventually(t, 30*time.Second, func() bool {
 				got = pass(t, bw)
 				return len(got.Owned) == 4
-			}, "B never took A's expired buckets")
+			}, func() string { return fmt.Sprintf("B never took A's expired buckets: it holds %v", buckets(got.Owned)) })
 			for _, tk := range got.Takeovers {
 				require.Equal(t, "a", tk.From)
 				require.Equal(t, EvidenceExpired, tk.Evidence)

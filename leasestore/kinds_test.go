@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,33 +67,54 @@ func TestLeaseKinds(t *testing.T) {
 			b := setup(t)
 			a, bw := balancedPair(t, b, kind, same)
 			require.NoError(t, a.Close()) // the process ends without Leave: its socket closes
-			pgtest.Eventually(t, 5*time.Second, func() bool {
-				return len(pass(t, bw).Owned) == 8
-			}, "B never took the closed worker's buckets")
+			var res PassResult
+			eventually(t, 30*time.Second, func() bool {
+				res = pass(t, bw)
+				return len(res.Owned) == 8
+			}, func() string {
+				return fmt.Sprintf("B never took the closed worker's buckets: it holds %v", buckets(res.Owned))
+			})
 		})
 	})
 
 	t.Run("WithoutSessionEvidenceAClosedWorkersBucketsWaitForTheTTL", func(t *testing.T) {
 		forKindsWhere(t, withoutSessionEvidence, func(t *testing.T, kind Kind) {
 			b := setup(t)
-			ttl := func(c Config) Config { // long enough that the first pass below is surely within it
+			ttl := func(c Config) Config {
 				c.TTL, c.Heartbeat, c.Margin = 2*time.Second, 500*time.Millisecond, 600*time.Millisecond
 				return c
 			}
 			a, bw := balancedPair(t, b, kind, ttl)
-			start := time.Now()
-			require.NoError(t, a.Close()) // crashed: no session to prove it
-			res := pass(t, bw)
-			require.Len(t, res.Owned, 4, "a live-looking owner keeps its buckets until its lease expires")
-			require.Equal(t, 2, res.Live)
-			pgtest.Eventually(t, 10*time.Second, func() bool {
-				res = pass(t, bw)
-				return len(res.Owned) == 8
-			}, "B never took the expired buckets")
-			require.Greater(t, time.Since(start), time.Second, "the move waited for expiry")
-			for _, tk := range res.Takeovers {
-				require.Equal(t, EvidenceExpired, tk.Evidence)
+			// Judged by the database's clock, not by how fast this test
+			// runs: a's leases (and its worker row, written at the same
+			// now()) expire at expiry; a pass's now() is its grants' and
+			// renewals' expiry less the TTL.
+			expiry := map[int]time.Time{}
+			var first time.Time // the earliest
+			for _, l := range a.Held() {
+				expiry[l.Slot] = l.Expires
+				if first.IsZero() || l.Expires.Before(first) {
+					first = l.Expires
+				}
 			}
+			require.NoError(t, a.Close()) // crashed: no session to prove it
+			passedAt := func(res PassResult) time.Time { return res.Owned[0].Expires.Add(-bw.cfg.TTL) }
+			var res PassResult
+			eventually(t, 30*time.Second, func() bool {
+				res = pass(t, bw)
+				now := passedAt(res)
+				if now.Before(first) {
+					require.Len(t, res.Owned, 4, "a live-looking owner keeps its buckets until its lease expires")
+					require.Equal(t, 2, res.Live, "and counts as live")
+				}
+				for _, tk := range res.Takeovers {
+					require.Equal(t, "a", tk.From)
+					require.Equal(t, EvidenceExpired, tk.Evidence)
+					require.True(t, now.After(expiry[tk.Bucket]),
+						"bucket %d taken at %v, before a's lease expired at %v", tk.Bucket, now, expiry[tk.Bucket])
+				}
+				return len(res.Owned) == 8
+			}, func() string { return fmt.Sprintf("B never took the expired buckets: it holds %v", buckets(res.Owned)) })
 		})
 	})
 
@@ -101,9 +123,13 @@ func TestLeaseKinds(t *testing.T) {
 			b := setup(t)
 			a, bw := balancedPair(t, b, kind, shortTTL)
 			_ = a // hung: its session (if it has one) stays up but it never renews
-			pgtest.Eventually(t, 10*time.Second, func() bool {
-				return len(pass(t, bw).Owned) == 8
-			}, "a hung worker's buckets never expired")
+			var res PassResult
+			eventually(t, 30*time.Second, func() bool {
+				res = pass(t, bw)
+				return len(res.Owned) == 8
+			}, func() string {
+				return fmt.Sprintf("a hung worker's buckets never expired: B holds %v", buckets(res.Owned))
+			})
 			for _, l := range bw.Held() {
 				require.NoError(t, bw.EnsureHeld(l.Bucket))
 			}

@@ -51,7 +51,7 @@ func TestPlacingClaimsLocksInTheRenewsOrder(t *testing.T) {
 		}
 		placed <- err
 	}()
-	pgtest.Eventually(t, 10*time.Second, func() bool {
+	pgtest.Eventually(t, 30*time.Second, func() bool {
 		var waiting bool
 		err := pgtest.Pool(t).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", placePID).Scan(&waiting)
 		return err == nil && waiting
@@ -82,9 +82,9 @@ func TestAFailedFenceAndAPassDoNotRace(t *testing.T) {
 		passed := make(chan struct{})
 		go func() {
 			defer close(passed)
-			_, _ = a.Pass(ctx) // renews bucket 0 at its epoch
+			_, _ = passPatiently(t, a) // renews bucket 0 at its epoch
 		}()
-		pgtest.Eventually(t, 10*time.Second, func() bool { return a.Held()[0].Expires.After(held.Expires) },
+		pgtest.Eventually(t, 30*time.Second, func() bool { return a.Held()[0].Expires.After(held.Expires) },
 			"the pass renewed bucket 0")
 		// An operator fences every earlier holder out: a's fenced write of
 		// bucket 0 at its epoch fails, and marks the pass's view.
@@ -131,7 +131,7 @@ func TestAPlacerWaitingForThisPassesRowsDoesNotFailIt(t *testing.T) {
 	// ... when a's pass, holding its two rows, wants it to place claims on b's surplus.
 	passed := make(chan error, 1)
 	go func() { _, err := a.Pass(ctx); passed <- err }()
-	pgtest.Eventually(t, 10*time.Second, func() bool {
+	pgtest.Eventually(t, 30*time.Second, func() bool {
 		var waiting bool
 		err := pgtest.Pool(t).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "+
 			"AND objid = ($1::bigint & 4294967295)::oid)", a.keys.place).Scan(&waiting)
@@ -184,7 +184,7 @@ func TestACancelCaughtInADeadlockIsTriedAgain(t *testing.T) {
 
 	cancelled := make(chan error, 1)
 	go func() { _, err := CancelResize(ctx, b.pool, b.schema, b.sub); cancelled <- err }()
-	pgtest.Eventually(t, 10*time.Second, func() bool {
+	pgtest.Eventually(t, 30*time.Second, func() bool {
 		var waiting bool
 		err := pgtest.Pool(t).QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "+
 			"WHERE NOT l.granted AND a.query LIKE '%lease_buckets%' AND a.pid <> pg_backend_pid())").Scan(&waiting)

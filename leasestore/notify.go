@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/kumi-run/kumi/eventsource"
 )
 
@@ -23,7 +21,7 @@ func (s *Store) Changes() <-chan struct{} { return s.changes }
 // The payload is "events:worker", so the listener can skip its own; a
 // resize's transition is "resize:<state>:worker" (docs/resize.md), and
 // no other event is sent with it.
-func (s *Store) notify(ctx context.Context, tx pgx.Tx, events string) error {
+func (s *Store) notify(ctx context.Context, tx txConn, events string) error {
 	if _, err := tx.Exec(ctx, s.st.get("notify"), s.channel, events+":"+s.cfg.Worker); err != nil {
 		return fmt.Errorf("leasestore: notify: %w", err)
 	}

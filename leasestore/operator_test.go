@@ -45,11 +45,13 @@ func TestFenceOut(t *testing.T) {
 			require.NoError(t, fencedWrite(ctx, b.pool, table, a.Fence(0, l.Epoch), 0, 20, "a", l.Epoch))
 
 			// a's passes stop; its lease lapses; nobody claims it.
-			pgtest.Eventually(t, 10*time.Second, func() bool {
-				snap, err := a.Snapshot(ctx)
+			var snap Snapshot
+			eventually(t, 30*time.Second, func() bool {
+				var err error
+				snap, err = a.Snapshot(ctx)
 				require.NoError(t, err)
 				return !snap.Buckets[0].Held(snap.Now)
-			}, "the lease never lapsed")
+			}, func() string { return fmt.Sprintf("the lease never lapsed: %+v at %v", snap.Buckets[0], snap.Now) })
 
 			out, err := operatorReset(ctx, b, table, 0, 5, false)
 			require.NoError(t, err, "a lapsed lease does not refuse the reset")
@@ -157,7 +159,7 @@ func TestRequestHandoff(t *testing.T) {
 			require.Equal(t, "b", req.To, "b and c hold nothing: the first by name")
 			require.Equal(t, [3]int{4, 3, 0}, [3]int{req.Buckets, req.Live, req.Load})
 			require.Empty(t, req.Before.Buckets[0].ClaimWorker, "Before is the state before the claim")
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			for { // the workers' own notifications may come first
 				n, err := conn.Conn().WaitForNotification(wctx)
 				require.NoError(t, err, "the workers are never woken")
@@ -235,11 +237,13 @@ func TestRequestHandoff(t *testing.T) {
 			a := b.open(t, shortTTL(b.config(kind, 2, "a")))
 			pass(t, a)
 			b.open(t, b.config(kind, 2, "b")) // live for 30 s
-			pgtest.Eventually(t, 10*time.Second, func() bool {
-				snap, err := a.Snapshot(ctx)
+			var snap Snapshot
+			eventually(t, 30*time.Second, func() bool {
+				var err error
+				snap, err = a.Snapshot(ctx)
 				require.NoError(t, err)
 				return !snap.Buckets[0].Held(snap.Now)
-			}, "a's lease never lapsed")
+			}, func() string { return fmt.Sprintf("a's lease never lapsed: %+v at %v", snap.Buckets[0], snap.Now) })
 			_, err := RequestHandoff(ctx, b.pool, b.schema, b.sub, 0, "b")
 			e := refusedFor(t, err, ErrLeaseExpired)
 			require.Equal(t, "a", e.Lease.Owner)
@@ -272,7 +276,7 @@ func TestRequestHandoff(t *testing.T) {
 				_, err := RequestHandoff(ctx, b.pool, b.schema, b.sub, 0, "b")
 				done <- err
 			}()
-			pgtest.Eventually(t, 10*time.Second, func() bool {
+			pgtest.Eventually(t, 30*time.Second, func() bool {
 				var waiting bool
 				require.NoError(t, b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting))

@@ -203,9 +203,9 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		pid, gen = &p, g
 	}
 	var out passOutcome
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.runPipelined(ctx, func(conn *pgx.Conn) error {
 		var err error
-		out, err = s.passTx(ctx, tx, acquire, pid)
+		out, err = s.passTx(ctx, conn, acquire, pid)
 		return err
 	})
 	if err != nil {
@@ -218,37 +218,42 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	return s.apply(start, gen, out), nil
 }
 
-func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32) (passOutcome, error) {
+// passTx is the pass's transaction on conn: its first batch begins it
+// (runPipelined commits it). A steady pass of a balanced worker is that
+// batch alone.
+func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *int32) (passOutcome, error) {
 	sub, me := s.cfg.Subscription, s.cfg.Worker
 	claimStale := 2 * s.cfg.TTL
+	var tx txConn = conn
 	b := &pgx.Batch{}
-	// First, in the same round trip: bound this transaction's row locks
-	// (see boundLocks), and speak protocol 2 (the lease_workers trigger).
-	b.Queue(boundLocksSQL, s.boundLocksArg())
-	b.Queue(s.st.get("protocol"))
+	// One round trip: begin, bound this transaction's row locks and speak
+	// protocol 2, heartbeat and read the subscription, read the workers,
+	// renew, read this worker's claims.
+	b.Queue(beginSQL)
+	b.Queue(s.st.get("pass_begin"), s.boundLocksArg())
 	b.Queue(s.st.get("worker_heartbeat"), s.workerArgs(pid)...)
 	b.Queue(s.st.get("workers_view"), sub, me, 10*s.cfg.TTL)
-	b.Queue(s.st.get("subscription_read"), sub)
 	b.Queue(s.st.get("renew"), sub, me, s.cfg.TTL, claimStale)
 	b.Queue(s.st.get("my_claims"), sub, me)
 	br := tx.SendBatch(ctx, b)
 	var out passOutcome
 	var events []string
-	var joined bool
 	fail := func(what string, err error) (passOutcome, error) {
 		_ = br.Close()
 		return out, fmt.Errorf("%s: %w%s", what, err, migrateHint(err))
 	}
 	if _, err := br.Exec(); err != nil {
-		return fail("bound locks", err)
+		return fail("begin", err)
 	}
 	if _, err := br.Exec(); err != nil {
-		return fail("protocol", err)
+		return fail("bound locks", err)
 	}
-	if err := br.QueryRow().Scan(&joined); err != nil {
+	v := &out.sub
+	hb, err := scanHeartbeat(br.QueryRow(), v)
+	if err != nil {
 		return fail("heartbeat", err)
 	}
-	if joined {
+	if hb.joined {
 		events = append(events, "join")
 	}
 	type worker struct {
@@ -265,18 +270,9 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	if err != nil {
 		return fail("members", err)
 	}
-	v := &out.sub
-	var state string
-	var classes []int32
-	if err := br.QueryRow().Scan(&v.generation, &v.buckets, &state, &v.next, &v.cut, &v.active, &classes,
-		&v.retiredLeft); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = fmt.Errorf("%w: %q (was EnsureBuckets run?)", ErrNoSubscription, sub)
-		}
-		return fail("subscription", err)
+	if !hb.found {
+		return fail("subscription", fmt.Errorf("%w: %q (was EnsureBuckets run?)", ErrNoSubscription, sub))
 	}
-	v.state = ResizeState(state)
-	v.undrained = classSet(classes)
 	rows, _ = br.Query()
 	recovered := false
 	out.renewed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ownedRow, error) {
@@ -456,6 +452,26 @@ func (s *Store) passTx(ctx context.Context, tx pgx.Tx, acquire bool, pid *int32)
 	sort.Ints(pending)
 	out.pending = pending
 	return out, nil
+}
+
+// heartbeat is what the heartbeat statement reports besides the
+// subscription.
+type heartbeat struct {
+	joined bool // the worker was absent or expired before it
+	found  bool // the subscription has its row
+}
+
+// scanHeartbeat scans worker_heartbeat's row: the heartbeat, and the
+// subscription into v.
+func scanHeartbeat(row pgx.Row, v *subscriptionView) (heartbeat, error) {
+	var hb heartbeat
+	var state string
+	var classes []int32
+	err := row.Scan(&hb.joined, &hb.found, &v.generation, &v.buckets, &state, &v.next, &v.cut, &v.active, &classes,
+		&v.retiredLeft)
+	v.state = ResizeState(state)
+	v.undrained = classSet(classes)
+	return hb, err
 }
 
 // classSet is a set of feeder classes.

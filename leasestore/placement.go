@@ -19,27 +19,24 @@ import (
 // count the same surplus, and joiners arriving together all place at once.
 // It works on one generation's buckets (during a resize each active
 // generation is balanced on its own).
-func (s *Store) place(ctx context.Context, tx pgx.Tx, generation, have, share, floor int, live map[string]bool) ([]Request, error) {
+func (s *Store) place(ctx context.Context, tx txConn, generation, have, share, floor int, live map[string]bool) ([]Request, error) {
 	// Everything that may wait for a lock runs in a savepoint with a short
 	// lock_timeout: the placement lock (another placer may hold it while it
 	// waits for rows this pass holds: during a resize a pass places in two
 	// generations, under one placement lock) and the owners' rows (an
 	// owner's pass holding them). A wait that runs out, or a deadlock
 	// PostgreSQL breaks here, makes this pass place nothing; nothing else
-	// fails.
-	sp, err := tx.Begin(ctx)
+	// fails. placeIn opens the savepoint in its first batch.
+	placed, err := s.placeIn(ctx, tx, generation, have, share, floor, live)
 	if err != nil {
-		return nil, err
-	}
-	placed, err := s.placeIn(ctx, sp, generation, have, share, floor, live)
-	if err != nil {
-		if rbErr := sp.Rollback(ctx); rbErr != nil || ctx.Err() != nil {
+		if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+placeSavepoint); rbErr != nil || ctx.Err() != nil {
 			return nil, errors.Join(err, rbErr)
 		}
 		s.log.Debug("lease claims not placed: owners or placers busy", "err", err)
 		return nil, nil
 	}
-	if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT; lock_timeout stays for this tx
+	// The lock_timeout stays for the rest of the transaction.
+	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+placeSavepoint); err != nil {
 		return nil, err
 	}
 	sort.Slice(placed, func(i, j int) bool { return placed[i].Bucket < placed[j].Bucket })
@@ -49,15 +46,20 @@ func (s *Store) place(ctx context.Context, tx pgx.Tx, generation, have, share, f
 	return placed, nil
 }
 
-// placeIn is place's work, in the savepoint sp.
-func (s *Store) placeIn(ctx context.Context, sp pgx.Tx, generation, have, share, floor int, live map[string]bool) ([]Request, error) {
+// placeSavepoint is the savepoint place works in.
+const placeSavepoint = "kumi_place"
+
+// placeIn is place's work, in the savepoint placeSavepoint, which it opens
+// first in its batch.
+func (s *Store) placeIn(ctx context.Context, sp txConn, generation, have, share, floor int, live map[string]bool) ([]Request, error) {
 	wait := min(s.cfg.Heartbeat/4, time.Second)
 	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT " + placeSavepoint)
 	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
 	b.Queue(s.st.get("placement_lock"), s.keys.place)
 	b.Queue(s.st.get("loads"), s.cfg.Subscription, s.cfg.Worker, generation)
 	br := sp.SendBatch(ctx, b)
-	for range 2 {
+	for range 3 {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			return nil, err

@@ -9,11 +9,28 @@
 -- Serialises EnsureBuckets of one subscription across processes.
 SELECT pg_advisory_xact_lock($1);
 
+-- name: pass_begin
+-- A pass's first statement after BEGIN, in the same round trip: bound this
+-- transaction's row locks (idle_in_transaction_session_timeout = the TTL,
+-- $1; see boundLocks in fence.go) and speak protocol 2 (the lease_workers
+-- trigger lets protocol-2 writes through and fences out protocol-1
+-- workers of a subscription that is resizing or has been resized, KU001).
+SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('kumi.protocol', '2', true);
+
 -- name: worker_heartbeat
 -- Join or heartbeat; monotonic, so a delayed heartbeat never moves expiry
 -- back. $3 kind, $4 ttl, $5 session backend pid, $6 session lock key. Run
--- after the protocol statement (the lease_workers trigger).
+-- after pass_begin (the lease_workers trigger).
 -- joined reports a worker that was absent or expired before this statement.
+-- Then, in the same statement, the pass's view of the subscription, no
+-- lock (found is false when it has no subscriptions row): its serving
+-- generation and resize, the serving generation's active (undrained)
+-- bucket count, the feeder classes (bucket % gcd(N, M)) that still have an
+-- undrained bucket once the cut is decided, and whether rows of retired
+-- generations are left to prune. Every pass reads it, so a worker learns of
+-- a resize by its pass alone; a notification only wakes it sooner. In a
+-- steady subscription the lateral part reads nothing (its filter on the
+-- state is decided once) and the retired-rows probe is one index lookup.
 WITH prev AS (
     SELECT expires_at > now() AS live
     FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2
@@ -29,8 +46,26 @@ WITH prev AS (
         backend_pid = EXCLUDED.backend_pid,
         lock_key = EXCLUDED.lock_key
     RETURNING 1
+), sub AS (
+    SELECT s.generation, s.bucket_count, s.state, coalesce(s.next_bucket_count, 0) AS next, coalesce(s.cut, -1) AS cut,
+        CASE WHEN s.state = 'steady' THEN s.bucket_count ELSE o.active END AS active,
+        coalesce(o.classes, '{}') AS classes,
+        EXISTS (SELECT 1 FROM {{schema}}.lease_buckets r
+                WHERE r.subscription = s.subscription AND r.bucket < s.generation * 65536) AS retired_left
+    FROM {{schema}}.subscriptions s
+    LEFT JOIN LATERAL (
+        SELECT count(*) FILTER (WHERE l.drained_at IS NULL)::int AS active,
+            array_agg(DISTINCT (l.bucket % 65536) % gcd(s.bucket_count, s.next_bucket_count))
+                FILTER (WHERE l.drained_at IS NULL) AS classes
+        FROM {{schema}}.lease_buckets l
+        WHERE s.state <> 'steady' AND l.subscription = s.subscription AND l.generation = s.generation
+    ) o ON true
+    WHERE s.subscription = $1
 )
-SELECT coalesce((SELECT NOT live FROM prev), true) AS joined FROM up;
+SELECT coalesce((SELECT NOT live FROM prev), true) AS joined, sub.generation IS NOT NULL AS found,
+    coalesce(sub.generation, 0), coalesce(sub.bucket_count, 0), coalesce(sub.state, ''), coalesce(sub.next, 0),
+    coalesce(sub.cut, -1), coalesce(sub.active, 0), coalesce(sub.classes, '{}'), coalesce(sub.retired_left, false)
+FROM up LEFT JOIN sub ON true;
 
 -- name: workers_view
 -- The other workers, whether each is live, and whether a session worker's
@@ -53,8 +88,13 @@ WHERE m.subscription = $1 AND m.worker <> $2;
 -- Renew (heartbeat) every bucket this worker owns, and reconfirm it: while a
 -- live claimant's claim is pending the expiry is NOT extended (the owner
 -- must drain and hand over); a stale claim (claimant not a live worker, or
--- older than $4) is recovered here. Locks in bucket order. $3 ttl.
-WITH mine AS (
+-- older than $4) is recovered here. Locks in bucket order (mine, whole,
+-- before the update writes a row). $3 ttl. The update finds its rows by
+-- the owned buckets' array, not by a join with mine: on a table never
+-- analyzed (a new subscription) the planner took mine for one row and
+-- rescanned every row of the subscription for each bucket owned, a pass
+-- quadratic in the buckets held (TestRenewIsLinearInTheBucketsHeld).
+WITH mine AS MATERIALIZED (
     SELECT l.bucket, l.claim_worker AS prev_claim,
         (l.claim_worker IS NOT NULL
          AND l.claimed_at >= now() - $4::interval
@@ -65,17 +105,22 @@ WITH mine AS (
     WHERE l.subscription = $1 AND l.owner = $2
     ORDER BY l.bucket
     FOR UPDATE
+), sets AS MATERIALIZED (
+    SELECT array_agg(bucket) AS owned,
+        coalesce(array_agg(bucket) FILTER (WHERE pending), '{}') AS pending,
+        coalesce(array_agg(bucket) FILTER (WHERE prev_claim IS NOT NULL AND NOT pending), '{}') AS recovered
+    FROM mine
 )
 UPDATE {{schema}}.lease_buckets l SET
     heartbeat_at = GREATEST(l.heartbeat_at, now()),
-    expires_at = CASE WHEN mine.pending THEN l.expires_at
+    expires_at = CASE WHEN l.bucket = ANY(sets.pending) THEN l.expires_at
                       ELSE GREATEST(l.expires_at, now() + $3::interval) END,
-    claim_worker = CASE WHEN mine.pending THEN l.claim_worker END,
-    claimed_at = CASE WHEN mine.pending THEN l.claimed_at END
-FROM mine
-WHERE l.subscription = $1 AND l.bucket = mine.bucket
-RETURNING l.bucket, l.epoch, l.expires_at, mine.pending,
-    (mine.prev_claim IS NOT NULL AND NOT mine.pending) AS recovered,
+    claim_worker = CASE WHEN l.bucket = ANY(sets.pending) THEN l.claim_worker END,
+    claimed_at = CASE WHEN l.bucket = ANY(sets.pending) THEN l.claimed_at END
+FROM sets
+WHERE l.subscription = $1 AND l.bucket = ANY(sets.owned)
+RETURNING l.bucket, l.epoch, l.expires_at, l.bucket = ANY(sets.pending) AS pending,
+    l.bucket = ANY(sets.recovered) AS recovered,
     now() AS db_now, l.bucket_count, l.cut_proposal;
 
 -- name: my_claims
@@ -174,10 +219,13 @@ GROUP BY w;
 -- locking them highest first, it could hold a row the owner's renew waits
 -- for while it waits for one the renew holds — a deadlock, which
 -- PostgreSQL breaks by failing one of the two passes. The lock re-checks
--- the pick's conditions on the row's latest version.
+-- the pick's conditions on the row's latest version (the owner too: the
+-- owner picked for the bucket, found by its place in the arrays). Rows are
+-- found by arrays of buckets, never by joins back to the table (see
+-- release).
 WITH want AS (SELECT * FROM unnest($3::text[], $4::int[]) AS w(owner, k)),
-cand AS (
-    SELECT p.bucket, w.owner FROM want w CROSS JOIN LATERAL (
+cand AS MATERIALIZED (
+    SELECT array_agg(p.bucket) AS buckets, array_agg(w.owner) AS owners FROM want w CROSS JOIN LATERAL (
         SELECT l.bucket FROM {{schema}}.lease_buckets l
         WHERE l.subscription = $1 AND l.owner = w.owner AND l.generation = $5
           AND l.claim_worker IS NULL AND l.expires_at > now()
@@ -186,14 +234,14 @@ cand AS (
 ),
 pick AS (
     SELECT l.bucket FROM {{schema}}.lease_buckets l
-    JOIN cand ON cand.bucket = l.bucket AND cand.owner = l.owner
-    WHERE l.subscription = $1 AND l.claim_worker IS NULL AND l.expires_at > now()
+    WHERE l.subscription = $1 AND l.bucket = ANY((SELECT buckets FROM cand)::int[])
+      AND l.owner = (SELECT owners FROM cand)[array_position((SELECT buckets FROM cand), l.bucket)]
+      AND l.claim_worker IS NULL AND l.expires_at > now()
     ORDER BY l.bucket
-    FOR UPDATE OF l
+    FOR UPDATE
 )
 UPDATE {{schema}}.lease_buckets l SET claim_worker = $2, claimed_at = now()
-FROM pick
-WHERE l.subscription = $1 AND l.bucket = pick.bucket
+WHERE l.subscription = $1 AND l.bucket = ANY(ARRAY(SELECT bucket FROM pick))
 RETURNING l.bucket, l.owner;
 
 -- name: prune_workers
@@ -217,32 +265,37 @@ RETURNING coalesce(claim_worker, '');
 
 -- Statements that change several lease rows lock them first, in ascending
 -- bucket order, as renew and place_claims do: rows locked in the order a
--- scan happens to find them could deadlock with a pass.
+-- scan happens to find them could deadlock with a pass. They then find the
+-- rows to change by the array of the buckets locked (an initplan, run
+-- before the change touches a row), never by a join back to the locked
+-- rows: on a table never analyzed the planner took those for one row and
+-- rescanned the subscription for each, quadratic in the rows changed
+-- (TestStatementsThatChangeManyRowsAreLinear).
 
 -- name: release
 -- $3 buckets. A pending claim on a released bucket survives: its claimant
 -- gets it.
 UPDATE {{schema}}.lease_buckets l SET owner = NULL, expires_at = NULL, heartbeat_at = now()
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND owner = $2 AND bucket = ANY($3::int[])
-      ORDER BY bucket FOR UPDATE) x
-WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.owner = $2
+WHERE l.subscription = $1 AND l.owner = $2
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND owner = $2 AND bucket = ANY($3::int[])
+                           ORDER BY bucket FOR UPDATE))
 RETURNING l.bucket;
 
 -- name: release_all
 UPDATE {{schema}}.lease_buckets l SET owner = NULL, expires_at = NULL, heartbeat_at = now()
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND owner = $2
-      ORDER BY bucket FOR UPDATE) x
-WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.owner = $2
+WHERE l.subscription = $1 AND l.owner = $2
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND owner = $2
+                           ORDER BY bucket FOR UPDATE))
 RETURNING l.bucket;
 
 -- name: withdraw_all
 UPDATE {{schema}}.lease_buckets l SET claim_worker = NULL, claimed_at = NULL
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND claim_worker = $2
-      ORDER BY bucket FOR UPDATE) x
-WHERE l.subscription = $1 AND l.bucket = x.bucket AND l.claim_worker = $2;
+WHERE l.subscription = $1 AND l.claim_worker = $2
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND claim_worker = $2
+                           ORDER BY bucket FOR UPDATE));
 
 -- name: worker_delete
 DELETE FROM {{schema}}.lease_workers WHERE subscription = $1 AND worker = $2;
@@ -373,32 +426,6 @@ SELECT coalesce((SELECT bucket_count FROM {{schema}}.subscriptions WHERE subscri
 -- generation * 65536 + bucket; the subscriptions row is the resize's state.
 -- Lock order: the subscriptions row first (FOR UPDATE), then lease rows in
 -- slot order; a pass never waits for the subscriptions row (SKIP LOCKED).
-
--- name: protocol
--- The kumi protocol this transaction speaks: the lease_workers trigger lets
--- protocol-2 writes through and fences out protocol-1 workers of a
--- subscription that is resizing or has been resized (KU001).
-SELECT set_config('kumi.protocol', '2', true);
-
--- name: subscription_read
--- A pass's view of the subscription, no lock: its serving generation and
--- resize, the serving generation's active (undrained) bucket count, the
--- feeder classes (bucket % gcd(N, M)) that still have an undrained bucket
--- once the cut is decided, and whether rows of retired generations are
--- left to prune.
-SELECT s.generation, s.bucket_count, s.state, coalesce(s.next_bucket_count, 0), coalesce(s.cut, -1),
-    CASE WHEN s.state = 'steady' THEN s.bucket_count ELSE o.active END, coalesce(o.classes, '{}'),
-    EXISTS (SELECT 1 FROM {{schema}}.lease_buckets r
-            WHERE r.subscription = s.subscription AND r.bucket < s.generation * 65536)
-FROM {{schema}}.subscriptions s
-LEFT JOIN LATERAL (
-    SELECT count(*) FILTER (WHERE l.drained_at IS NULL)::int AS active,
-        array_agg(DISTINCT (l.bucket % 65536) % gcd(s.bucket_count, s.next_bucket_count))
-            FILTER (WHERE l.drained_at IS NULL) AS classes
-    FROM {{schema}}.lease_buckets l
-    WHERE s.state <> 'steady' AND l.subscription = s.subscription AND l.generation = s.generation
-) o ON true
-WHERE s.subscription = $1;
 
 -- name: subscription_present
 -- The fast path of EnsureBuckets: the subscription's serving generation and
@@ -590,17 +617,17 @@ WITH s AS (
     WHERE subscription = $1 AND generation = $2 + 1
 )
 DELETE FROM {{schema}}.lease_buckets l
-USING (SELECT bucket FROM {{schema}}.lease_buckets
-       WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
-WHERE l.subscription = $1 AND l.bucket = o.bucket;
+WHERE l.subscription = $1
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE SKIP LOCKED));
 
 -- name: prune_retired
 -- Rows of generations below the serving one $2 that completion could not
 -- delete (locked then). Never waits.
 DELETE FROM {{schema}}.lease_buckets l
-USING (SELECT bucket FROM {{schema}}.lease_buckets
-       WHERE subscription = $1 AND bucket < $2 * 65536 ORDER BY bucket FOR UPDATE SKIP LOCKED) o
-WHERE l.subscription = $1 AND l.bucket = o.bucket;
+WHERE l.subscription = $1
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND bucket < $2 * 65536 ORDER BY bucket FOR UPDATE SKIP LOCKED));
 
 -- name: resize_cancel_lock
 -- Cancel, old generation $2: lock both generations' rows in slot order
@@ -618,9 +645,9 @@ WITH gone AS (
     DELETE FROM {{schema}}.lease_buckets WHERE subscription = $1 AND generation = $2 + 1
 )
 UPDATE {{schema}}.lease_buckets l SET cut_proposal = NULL, cut = NULL, drained_at = NULL
-FROM (SELECT bucket FROM {{schema}}.lease_buckets
-      WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE) o
-WHERE l.subscription = $1 AND l.bucket = o.bucket;
+WHERE l.subscription = $1
+  AND l.bucket = ANY(ARRAY(SELECT bucket FROM {{schema}}.lease_buckets
+                           WHERE subscription = $1 AND generation = $2 ORDER BY bucket FOR UPDATE));
 
 -- name: resize_cancel_checkpoints
 -- Cancel: the next generation's ($2) checkpoints, if the cut wrote them.

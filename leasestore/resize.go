@@ -525,7 +525,7 @@ func (s *Store) Drain(ctx context.Context, slot int, epoch, cut int64) error {
 // next generation when every old bucket has; it returns the state after.
 // The old lease rows go at completion (those locked at that moment — a
 // zombie's fence — are left to later passes' prune).
-func (s *Store) advance(ctx context.Context, tx pgx.Tx, r subscriptionRow, inPass bool) (ResizeState, []int32, error) {
+func (s *Store) advance(ctx context.Context, tx txConn, r subscriptionRow, inPass bool) (ResizeState, []int32, error) {
 	if r.state != ResizeCut && r.state != ResizeSwitched {
 		return r.state, nil, nil
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
 func TestProtocolOneWorkerIsFencedOut(t *testing.T) {
@@ -126,7 +128,20 @@ func resizeLocksNeverDeadlock(t *testing.T, kind Kind) {
 		stores = append(stores, b.open(t, b.config(kind, 4, fmt.Sprint("w", i))))
 	}
 	settle(t, stores, 4)
-	deadline := time.Now().Add(3 * time.Second)
+	// They run for 3 s, then on until each kind of transition has
+	// succeeded at least once (a run of fixed length could see none on a
+	// loaded machine), and stop before any assertion can fail the test.
+	const run = 3 * time.Second
+	start := time.Now()
+	stop := make(chan struct{})
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
 	var mu sync.Mutex
@@ -152,7 +167,7 @@ func resizeLocksNeverDeadlock(t *testing.T, kind Kind) {
 		go func() {
 			defer wg.Done()
 			rnd := rand.New(rand.NewPCG(uint64(i), 7))
-			for time.Now().Before(deadline) {
+			for !stopped() {
 				_, err := s.Pass(ctx)
 				report(err)
 				for _, l := range s.Held() {
@@ -175,7 +190,7 @@ func resizeLocksNeverDeadlock(t *testing.T, kind Kind) {
 	go func() {
 		defer wg.Done()
 		rnd := rand.New(rand.NewPCG(1, 2))
-		for time.Now().Before(deadline) {
+		for !stopped() {
 			r, err := ReadResize(ctx, b.pool, b.schema, b.sub)
 			report(err)
 			if r.State == ResizeSteady {
@@ -188,13 +203,25 @@ func resizeLocksNeverDeadlock(t *testing.T, kind Kind) {
 			report(err)
 		}
 	}()
+	whats := []string{"request", "cancel", "propose", "drain"}
+	pgtest.WaitFor(run+2*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, what := range whats {
+			if done[what] == 0 {
+				return false
+			}
+		}
+		return time.Since(start) >= run
+	})
+	close(stop)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Errorf("deadlock: %v", err)
 	}
 	t.Logf("done: %v", done)
-	for _, what := range []string{"request", "cancel", "propose", "drain"} {
+	for _, what := range whats {
 		require.Positive(t, done[what], "no %s succeeded: the test exercised nothing (%v)", what, done)
 	}
 }

@@ -507,7 +507,7 @@ func resizeNotifies(t *testing.T, kind Kind) {
 	require.NoError(t, err)
 	next := func(prefix string) string {
 		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		for {
 			n, err := conn.WaitForNotification(wctx)

@@ -181,14 +181,14 @@ func (s *Store) join(ctx context.Context) error {
 		pid = &p
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var joined bool
-		if _, err := tx.Exec(ctx, s.st.get("protocol")); err != nil {
+		if _, err := tx.Exec(ctx, s.st.get("pass_begin"), s.boundLocksArg()); err != nil {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
-		if err := tx.QueryRow(ctx, s.st.get("worker_heartbeat"), s.workerArgs(pid)...).Scan(&joined); err != nil {
+		hb, err := scanHeartbeat(tx.QueryRow(ctx, s.st.get("worker_heartbeat"), s.workerArgs(pid)...), &subscriptionView{})
+		if err != nil {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
-		if joined {
+		if hb.joined {
 			return s.notify(ctx, tx, "join")
 		}
 		return nil

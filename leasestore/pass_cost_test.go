@@ -1,0 +1,101 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAPassIsOneRoundTripAndACommit: a steady pass of a balanced worker is
+// one pipelined batch — BEGIN, the transaction's settings, the heartbeat
+// with the subscription's read, the workers, the renew, this worker's
+// claims — and a COMMIT: 7 statements in 2 round trips (was 9 in 3: BEGIN
+// on its own, the settings, the protocol and the subscription's read as
+// statements of their own). KindSession asks its session first (one more
+// of each). During a resize the pass also re-checks the transitions under
+// the subscription's row (one more of each).
+func TestAPassIsOneRoundTripAndACommit(t *testing.T) {
+	t.Parallel()
+	for _, k := range leaseKinds {
+		t.Run(k.kind.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setupResize(t, 8)
+			pool, tr := tracedPool(t, 8)
+			b.pool = pool
+			var stores []*Store
+			for i := range 2 {
+				c := b.config(k.kind, 4, fmt.Sprintf("w%d", i))
+				c.NoListen = true
+				stores = append(stores, b.open(t, c))
+			}
+			settle(t, stores, 4)
+			extra := 0
+			if k.features.sessionEvidence {
+				extra = 1
+			}
+			// cost counts what one pass sent; a pass abandoned after its
+			// heartbeat on a loaded machine is measured again.
+			cost := func() (stmts, trips int64) {
+				for range 10 {
+					stmts0, trips0 := tr.stmts.Load(), tr.trips.Load()
+					res, err := stores[0].Pass(context.Background())
+					if errors.Is(err, context.DeadlineExceeded) {
+						continue
+					}
+					require.NoError(t, err)
+					require.Empty(t, res.Claimed)
+					require.Empty(t, res.Lost)
+					return tr.stmts.Load() - stmts0, tr.trips.Load() - trips0
+				}
+				t.Fatal("ten passes in a row were abandoned after one heartbeat")
+				return 0, 0
+			}
+			stmts, trips := cost()
+			require.Equal(t, [2]int64{int64(7 + extra), int64(2 + extra)}, [2]int64{stmts, trips},
+				"a steady pass: statements and round trips")
+
+			b.request(t, 8)
+			settle(t, stores, 12)
+			stmts, trips = cost()
+			require.Equal(t, [2]int64{int64(8 + extra), int64(3 + extra)}, [2]int64{stmts, trips},
+				"a pass during a resize: statements and round trips")
+		})
+	}
+}
+
+// TestAPassLearnsOfAResizeByItself: the pass reads the subscription's
+// resize in its heartbeat statement, every time: a worker that hears no
+// notification (NoListen, or every NOTIFY lost) learns of a resize on its
+// next pass, takes its share of the next generation, and learns of a
+// cancel the same way.
+func TestAPassLearnsOfAResizeByItself(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		b := setupResize(t, 6)
+		c := b.config(kind, 4, "deaf")
+		c.NoListen = true
+		s := b.open(t, c)
+		require.Len(t, pass(t, s).Owned, 4)
+		require.False(t, pass(t, s).Resize.Resizing())
+
+		b.request(t, 6)
+		res := pass(t, s)
+		require.Equal(t, ResizeSealing, res.Resize.State, "the next pass sees the resize: %+v", res.Resize)
+		require.Equal(t, 6, res.Resize.NextBuckets)
+		require.Len(t, res.Claimed, 6, "and takes the next generation's slots")
+		for _, l := range res.Claimed {
+			require.Equal(t, 1, l.Generation)
+			require.False(t, l.Ready, "on standby until the switch")
+		}
+
+		_, err := CancelResize(context.Background(), b.pool, b.schema, b.sub)
+		require.NoError(t, err)
+		res = pass(t, s)
+		require.Equal(t, ResizeSteady, res.Resize.State, "the next pass sees the cancel: %+v", res.Resize)
+		require.Len(t, res.Owned, 4)
+		require.Len(t, res.Lost, 6, "the next generation's slots are gone")
+	})
+}

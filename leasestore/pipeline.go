@@ -1,0 +1,64 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// txConn is what a pass's statements run on: the connection of the
+// transaction that the pass's first batch began (see runPipelined), or,
+// for the resize's transitions and notifications run elsewhere, a pgx.Tx.
+type txConn interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// beginSQL starts a pipelined transaction: the first statement of its
+// first batch.
+const beginSQL = "BEGIN"
+
+// errCommitRolledBack: COMMIT found the transaction failed (a statement
+// failed and its error was not returned), and rolled it back.
+var errCommitRolledBack = errors.New("commit: the transaction had failed and was rolled back")
+
+// runPipelined runs fn in one transaction on a connection of the pool,
+// without the round trip of its own that pgx.BeginFunc spends on BEGIN: fn
+// queues beginSQL first in its first batch (nothing may run on conn
+// before it), so that BEGIN and the transaction's first statements go in
+// one round trip. runPipelined commits when fn returns nil and rolls back
+// otherwise; a connection left inside a transaction (a rollback that
+// failed, a context that ended mid-statement) is not idle, and the pool
+// closes it on release instead of reusing it.
+func (s *Store) runPipelined(ctx context.Context, fn func(conn *pgx.Conn) error) (err error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	conn := c.Conn()
+	defer func() {
+		if err != nil && conn.PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+	}()
+	if err := fn(conn); err != nil {
+		return err
+	}
+	if st := conn.PgConn().TxStatus(); st != 'T' {
+		return fmt.Errorf("commit: the connection is not in a transaction (status %q): was %s queued first?", st, beginSQL)
+	}
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return errCommitRolledBack
+	}
+	return nil
+}
