@@ -38,7 +38,14 @@ import (
 // the events it sequenced with a [*SequenceResetError].
 func (s *Store) Sequence(ctx context.Context) (int, error) {
 	b := newStepSize()
-	return s.sequence(ctx, &b, SequencerStatementTimeout)
+	return s.sequence(ctx, s.pool, &b, SequencerStatementTimeout)
+}
+
+// sequencerDB is what sequencer steps run on: the store's pool, or a
+// [Sequencer]'s connection of its own.
+type sequencerDB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Defaults of the sequencer's transaction.
@@ -112,15 +119,15 @@ func isTimeout(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "25P04")
 }
 
-// sequence runs steps of b's size until one sequences less than a full
-// batch, adapting b to timeouts. A reset of the sequence is reported after
-// the steps that follow it.
-func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration) (int, error) {
+// sequence runs steps of b's size on db until one sequences less than a
+// full batch, adapting b to timeouts. A reset of the sequence is reported
+// after the steps that follow it.
+func (s *Store) sequence(ctx context.Context, db sequencerDB, b *stepSize, timeout time.Duration) (int, error) {
 	total := 0
 	var reset error
 	for {
 		size := b.n
-		n, ranges, err := s.sequenceOnce(ctx, size, timeout)
+		n, ranges, err := s.sequenceOnce(ctx, db, size, timeout)
 		b.held = errors.Is(err, errRowHeld)
 		if b.held {
 			return total, reset
@@ -187,7 +194,7 @@ func (e *SequenceResetError) Unwrap() error { return ErrSequenceReset }
 // pgIdent quotes a schema name for the SQL of a message.
 func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 
-// sequenceOnce runs one sequencer transaction, of at most limit appends
+// sequenceOnce runs one sequencer transaction on db, of at most limit appends
 // (ranges), each of its statements after the first bounded by timeout; it
 // returns the events and the ranges it numbered.
 //
@@ -239,12 +246,12 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // reset undone by more appends than the old last value before any step
 // reads the sequence goes unnoticed; the message of the error asks for the
 // sequence to be set back above the events' seqs.
-func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Duration) (int, int, error) {
+func (s *Store) sequenceOnce(ctx context.Context, db sequencerDB, limit int, timeout time.Duration) (int, int, error) {
 	s.seqMu.Lock()
 	cand := s.seqCand
 	s.seqMu.Unlock()
 
-	tx, err := s.pool.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("kumi: sequencer begin: %w", err)
 	}
