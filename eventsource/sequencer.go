@@ -291,10 +291,11 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 }
 
 // connection returns the sequencer's own connection, made now if there is
-// none or it closed (a statement cancelled by its context closes it, as
-// does a lost server), within SequencerStatementTimeout.
+// none, it closed (a statement cancelled by its context closes it, as does
+// a lost server) or it is not idle (a transaction left open), within
+// SequencerStatementTimeout.
 func (q *Sequencer) connection(ctx context.Context) (*pgx.Conn, error) {
-	if q.conn != nil && !q.conn.IsClosed() {
+	if q.conn != nil && !q.conn.IsClosed() && q.conn.PgConn().TxStatus() == 'I' {
 		return q.conn, nil
 	}
 	q.closeConn()
