@@ -174,7 +174,8 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
 		// batch, and a nested loop of TID lookups. A disabled plan node
 		// puts the plan's cost far above the JIT threshold, and compiling
 		// it took half a second: no JIT. The last value is read
-		// before the lock statement, which assigns the transaction's xid
+		// before the lock statement, which assigns the transaction's xid,
+		// and after the watermark as this statement's snapshot shows it
 		// (see Store.sequenceOnce).
 		sequencerLastSeq: `SELECT set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true),
   CASE WHEN current_setting('transaction_timeout', true) IS NOT NULL THEN set_config('transaction_timeout', '0', true) END,
@@ -183,6 +184,7 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
   set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
   set_config('jit', 'off', true),
+  (SELECT low_seq FROM ` + q + `.sequencer WHERE id = 1),
   coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
 		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),

@@ -231,10 +231,13 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // sequence is set back (ALTER SEQUENCE … RESTART, a logical-replication or
 // blue/green move that does not carry sequence values), new events draw
 // seqs at or below the watermark, and a search above it never finds them.
-// While seqs only grow, the watermark is never above M (it is raised to at
-// most an earlier M), and M never below the M of an earlier step; so M
-// below the watermark, or below the M this process read in a step that
-// began before this one, proves a reset. The step then lowers the
+// While seqs only grow, a watermark is never above a later M (it is
+// raised to at most an M read before), and M never below the M of an
+// earlier step; so M below the watermark as read before it (in the same
+// statement, whose snapshot precedes the read of M), or below the M this
+// process read in a step that began before this one, proves a reset. Not
+// the watermark read under the lock: another process's step may commit
+// between M and the lock, raising it with seqs drawn since. The step then lowers the
 // watermark to 0, in its own transaction before it assigns, and drops the
 // candidate (whose M may count seqs drawn again since). Lowering the
 // watermark can never skip an event: it only lengthens the search, which
@@ -277,10 +280,10 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 		pgInterval(SequencerStallTimeout))
 	batch.Queue(s.sql.sequencerLock)
 	br := conn.SendBatch(ctx, batch)
-	var lastSeq, last, low, xid int64
+	var lowBefore, lastSeq, last, low, xid int64
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lastSeq)
+		err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lowBefore, &lastSeq)
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(&last, &low, &xid)
@@ -296,8 +299,8 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	}
 	var reset *SequenceResetError
 	batch = &pgx.Batch{}
-	if lastSeq < low || lastSeq < cand.seen { // see seqWentBack
-		reset = &SequenceResetError{Schema: s.cfg.Schema, LastValue: lastSeq, Watermark: low, Seen: cand.seen}
+	if lastSeq < lowBefore || lastSeq < cand.seen { // see seqWentBack
+		reset = &SequenceResetError{Schema: s.cfg.Schema, LastValue: lastSeq, Watermark: lowBefore, Seen: cand.seen}
 		batch.Queue(s.sql.sequencerLowerWatermark, 0)
 		low, cand = 0, seqCandidate{}
 	}
