@@ -197,9 +197,10 @@ func (e *SequenceResetError) Unwrap() error { return ErrSequenceReset }
 // pgIdent quotes a schema name for the SQL of a message.
 func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 
-// sequenceOnce runs one sequencer transaction on conn, of at most limit appends
-// (ranges), each of its statements after the first bounded by timeout; it
-// returns the events and the ranges it numbered.
+// sequenceOnce runs one sequencer transaction on conn, of at most limit
+// appends (ranges), each of its statements after the one that sets its
+// settings bounded by timeout; it returns the events and the ranges it
+// numbered.
 //
 // The watermark. Every sequenced event leaves a dead entry in the partial
 // index of unsequenced events, until VACUUM; a search from the start of
@@ -237,8 +238,9 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // statement, whose snapshot precedes the read of M), or below the M this
 // process read in a step that began before this one, proves a reset. Not
 // the watermark read under the lock: another process's step may commit
-// between M and the lock, raising it with seqs drawn since. The step then lowers the
-// watermark to 0, in its own transaction before it assigns, and drops the
+// between M and the lock, raising it with seqs drawn since. The step then
+// lowers the watermark to 0, in its own transaction before it assigns, and
+// drops the
 // candidate (whose M may count seqs drawn again since). Lowering the
 // watermark can never skip an event: it only lengthens the search, which
 // then covers every seq. The watermark climbs back by the proof above,
