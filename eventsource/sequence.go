@@ -240,9 +240,8 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // the watermark read under the lock: another process's step may commit
 // between M and the lock, raising it with seqs drawn since. The step then
 // lowers the watermark to 0, in its own transaction before it assigns, and
-// drops the
-// candidate (whose M may count seqs drawn again since). Lowering the
-// watermark can never skip an event: it only lengthens the search, which
+// drops the candidate (whose M may count seqs drawn again since). Lowering
+// the watermark can never skip an event: it only lengthens the search, which
 // then covers every seq. The watermark climbs back by the proof above,
 // which holds across a reset (a transaction that drew a seq up to M after
 // the reset still had its xid before M was read; those before the reset
