@@ -214,7 +214,10 @@ LIMIT 1`, q),
 		// watermark saved, the head notified on $3. $5 and $6 are the
 		// watermark candidate (see Store.sequenceOnce). Returns the events
 		// and the ranges numbered, the head, the watermark, the snapshot's
-		// xmin, and whether the sequencer row was saved and notified.
+		// xmin, and whether the sequencer row was saved and notified. A
+		// step that saved nothing commits without waiting for a flush:
+		// the COMMIT follows in the same round trip, whatever this
+		// returns, and it handed out no position to make durable.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
   SELECT ctid, seq, $1::bigint + sum(n) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS pos
   FROM (SELECT ctid, seq, last_version - first_version + 1 AS n
@@ -237,7 +240,8 @@ LIMIT 1`, q),
   WHERE id = 1 AND (h.ranges > 0 OR l.low <> $4::bigint) RETURNING 1
 )
 SELECT h.n, h.ranges, h.last, l.low, h.xmin, (SELECT count(*) FROM save),
-  (SELECT count(*) FROM (SELECT pg_notify($3, hh.last::text) FROM head hh WHERE hh.ranges > 0) notified)
+  (SELECT count(*) FROM (SELECT pg_notify($3, hh.last::text) FROM head hh WHERE hh.ranges > 0) notified),
+  CASE WHEN NOT EXISTS (SELECT FROM save) THEN set_config('synchronous_commit', 'off', true) END
 FROM head h, low l`, q),
 
 		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),

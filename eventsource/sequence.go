@@ -320,7 +320,7 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 			return 0, 0, fmt.Errorf("kumi: sequencer lowering the watermark after a reset: %w", err)
 		}
 	}
-	if err := br.QueryRow().Scan(&n, &ranges, &newLast, &newLow, &xmin, &saved, &notified); err != nil {
+	if err := br.QueryRow().Scan(&n, &ranges, &newLast, &newLow, &xmin, &saved, &notified, nil); err != nil {
 		_ = br.Close()
 		return 0, 0, fmt.Errorf("kumi: sequencer assign: %w", err)
 	}
