@@ -19,6 +19,6 @@ func NewSequencerWithClock(s *Store, o SequencerOptions, c SequencerClock) *Sequ
 // timeout set to timeout; it also returns the steps that timed out.
 func (s *Store) SequenceWithin(ctx context.Context, timeout time.Duration) (int, int64, error) {
 	b := newStepSize()
-	n, err := s.sequence(ctx, &b, timeout)
+	n, err := s.sequenceOnPool(ctx, &b, timeout)
 	return n, b.timeouts, err
 }

@@ -174,7 +174,8 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
 		// batch, and a nested loop of TID lookups. A disabled plan node
 		// puts the plan's cost far above the JIT threshold, and compiling
 		// it took half a second: no JIT. The last value is read
-		// before the lock statement, which assigns the transaction's xid
+		// before the lock statement, which assigns the transaction's xid,
+		// and after the watermark as this statement's snapshot shows it
 		// (see Store.sequenceOnce).
 		sequencerLastSeq: `SELECT set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true),
   CASE WHEN current_setting('transaction_timeout', true) IS NOT NULL THEN set_config('transaction_timeout', '0', true) END,
@@ -183,6 +184,7 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
   set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
   set_config('jit', 'off', true),
+  (SELECT low_seq FROM ` + q + `.sequencer WHERE id = 1),
   coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
 		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
@@ -212,7 +214,10 @@ LIMIT 1`, q),
 		// watermark saved, the head notified on $3. $5 and $6 are the
 		// watermark candidate (see Store.sequenceOnce). Returns the events
 		// and the ranges numbered, the head, the watermark, the snapshot's
-		// xmin, and whether the sequencer row was saved and notified.
+		// xmin, and whether the sequencer row was saved and notified. A
+		// step that saved nothing commits without waiting for a flush:
+		// the COMMIT follows in the same round trip, whatever this
+		// returns, and it handed out no position to make durable.
 		sequencerAssign: fmt.Sprintf(`WITH pending AS (
   SELECT ctid, seq, $1::bigint + sum(n) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS pos
   FROM (SELECT ctid, seq, last_version - first_version + 1 AS n
@@ -235,7 +240,8 @@ LIMIT 1`, q),
   WHERE id = 1 AND (h.ranges > 0 OR l.low <> $4::bigint) RETURNING 1
 )
 SELECT h.n, h.ranges, h.last, l.low, h.xmin, (SELECT count(*) FROM save),
-  (SELECT count(*) FROM (SELECT pg_notify($3, hh.last::text) FROM head hh WHERE hh.ranges > 0) notified)
+  (SELECT count(*) FROM (SELECT pg_notify($3, hh.last::text) FROM head hh WHERE hh.ranges > 0) notified),
+  CASE WHEN NOT EXISTS (SELECT FROM save) THEN set_config('synchronous_commit', 'off', true) END
 FROM head h, low l`, q),
 
 		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),

@@ -38,7 +38,17 @@ import (
 // the events it sequenced with a [*SequenceResetError].
 func (s *Store) Sequence(ctx context.Context) (int, error) {
 	b := newStepSize()
-	return s.sequence(ctx, &b, SequencerStatementTimeout)
+	return s.sequenceOnPool(ctx, &b, SequencerStatementTimeout)
+}
+
+// sequenceOnPool is sequence on a connection of the store's pool.
+func (s *Store) sequenceOnPool(ctx context.Context, b *stepSize, timeout time.Duration) (int, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("kumi: sequencer acquire: %w", err)
+	}
+	defer c.Release()
+	return s.sequence(ctx, c.Conn(), b, timeout)
 }
 
 // Defaults of the sequencer's transaction.
@@ -112,15 +122,15 @@ func isTimeout(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "57014" || pe.Code == "25P04")
 }
 
-// sequence runs steps of b's size until one sequences less than a full
-// batch, adapting b to timeouts. A reset of the sequence is reported after
-// the steps that follow it.
-func (s *Store) sequence(ctx context.Context, b *stepSize, timeout time.Duration) (int, error) {
+// sequence runs steps of b's size on conn until one sequences less than a
+// full batch, adapting b to timeouts. A reset of the sequence is reported
+// after the steps that follow it.
+func (s *Store) sequence(ctx context.Context, conn *pgx.Conn, b *stepSize, timeout time.Duration) (int, error) {
 	total := 0
 	var reset error
 	for {
 		size := b.n
-		n, ranges, err := s.sequenceOnce(ctx, size, timeout)
+		n, ranges, err := s.sequenceOnce(ctx, conn, size, timeout)
 		b.held = errors.Is(err, errRowHeld)
 		if b.held {
 			return total, reset
@@ -187,9 +197,10 @@ func (e *SequenceResetError) Unwrap() error { return ErrSequenceReset }
 // pgIdent quotes a schema name for the SQL of a message.
 func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 
-// sequenceOnce runs one sequencer transaction, of at most limit appends
-// (ranges), each of its statements after the first bounded by timeout; it
-// returns the events and the ranges it numbered.
+// sequenceOnce runs one sequencer transaction on conn, of at most limit
+// appends (ranges), each of its statements after the one that sets its
+// settings bounded by timeout; it returns the events and the ranges it
+// numbered.
 //
 // The watermark. Every sequenced event leaves a dead entry in the partial
 // index of unsequenced events, until VACUUM; a search from the start of
@@ -221,13 +232,16 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // sequence is set back (ALTER SEQUENCE … RESTART, a logical-replication or
 // blue/green move that does not carry sequence values), new events draw
 // seqs at or below the watermark, and a search above it never finds them.
-// While seqs only grow, the watermark is never above M (it is raised to at
-// most an earlier M), and M never below the M of an earlier step; so M
-// below the watermark, or below the M this process read in a step that
-// began before this one, proves a reset. The step then lowers the
-// watermark to 0, in its own transaction before it assigns, and drops the
-// candidate (whose M may count seqs drawn again since). Lowering the
-// watermark can never skip an event: it only lengthens the search, which
+// While seqs only grow, a watermark is never above a later M (it is
+// raised to at most an M read before), and M never below the M of an
+// earlier step; so M below the watermark as read before it (in the same
+// statement, whose snapshot precedes the read of M), or below the M this
+// process read in a step that began before this one, proves a reset. Not
+// the watermark read under the lock: another process's step may commit
+// between M and the lock, raising it with seqs drawn since. The step then
+// lowers the watermark to 0, in its own transaction before it assigns, and
+// drops the candidate (whose M may count seqs drawn again since). Lowering
+// the watermark can never skip an event: it only lengthens the search, which
 // then covers every seq. The watermark climbs back by the proof above,
 // which holds across a reset (a transaction that drew a seq up to M after
 // the reset still had its xid before M was read; those before the reset
@@ -239,25 +253,39 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // reset undone by more appends than the old last value before any step
 // reads the sequence goes unnoticed; the message of the error asks for the
 // sequence to be set back above the events' seqs.
-func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Duration) (int, int, error) {
+func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, timeout time.Duration) (int, int, error) {
 	s.seqMu.Lock()
 	cand := s.seqCand
 	s.seqMu.Unlock()
 
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("kumi: sequencer begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	// One round trip, two statements in order: the settings and M, then
-	// the lock and X.
+	// Two round trips. The first begins the transaction and runs, in
+	// order, the settings and M, then the lock and X; the second assigns
+	// and commits (after a reset, lowering the watermark first). A step
+	// that fails anywhere, or finds the row held, rolls back.
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			// The transaction's state is unknown: no one may use the
+			// connection again (the pool then drops it).
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = conn.Close(cctx)
+		}
+	}()
 	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
 	batch.Queue(s.sql.sequencerLastSeq, s.q+".appends", pgInterval(timeout), pgInterval(SequencerLockTimeout),
 		pgInterval(SequencerStallTimeout))
 	batch.Queue(s.sql.sequencerLock)
-	br := tx.SendBatch(ctx, batch)
-	var lastSeq, last, low, xid int64
-	err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lastSeq)
+	br := conn.SendBatch(ctx, batch)
+	var lowBefore, lastSeq, last, low, xid int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lowBefore, &lastSeq)
+	}
 	if err == nil {
 		err = br.QueryRow().Scan(&last, &low, &xid)
 	}
@@ -271,11 +299,10 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 		return 0, 0, fmt.Errorf("kumi: sequencer lock: %w", err)
 	}
 	var reset *SequenceResetError
-	if lastSeq < low || lastSeq < cand.seen { // see seqWentBack
-		reset = &SequenceResetError{Schema: s.cfg.Schema, LastValue: lastSeq, Watermark: low, Seen: cand.seen}
-		if _, err := tx.Exec(ctx, s.sql.sequencerLowerWatermark, 0); err != nil {
-			return 0, 0, fmt.Errorf("kumi: sequencer lowering the watermark after a reset: %w", err)
-		}
+	batch = &pgx.Batch{}
+	if lastSeq < lowBefore || lastSeq < cand.seen { // see seqWentBack
+		reset = &SequenceResetError{Schema: s.cfg.Schema, LastValue: lastSeq, Watermark: lowBefore, Seen: cand.seen}
+		batch.Queue(s.sql.sequencerLowerWatermark, 0)
 		low, cand = 0, seqCandidate{}
 	}
 	if cand.xid > xid {
@@ -283,16 +310,28 @@ func (s *Store) sequenceOnce(ctx context.Context, limit int, timeout time.Durati
 		// candidate means nothing here.
 		cand = seqCandidate{}
 	}
+	batch.Queue(s.sql.sequencerAssign, last, limit, s.NotifyChannel(), low, cand.seq, cand.xid)
+	batch.Queue("COMMIT")
+	br = conn.SendBatch(ctx, batch)
 	var n, ranges, newLast, newLow, xmin, saved, notified int64
-	if err := tx.QueryRow(ctx, s.sql.sequencerAssign, last, limit, s.NotifyChannel(), low, cand.seq, cand.xid).
-		Scan(&n, &ranges, &newLast, &newLow, &xmin, &saved, &notified); err != nil {
-		return 0, 0, fmt.Errorf("kumi: sequencer assign: %w", err)
-	}
-	if saved > 0 || reset != nil {
-		if err := tx.Commit(ctx); err != nil {
-			return 0, 0, fmt.Errorf("kumi: sequencer commit: %w", err)
+	if reset != nil {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return 0, 0, fmt.Errorf("kumi: sequencer lowering the watermark after a reset: %w", err)
 		}
 	}
+	if err := br.QueryRow().Scan(&n, &ranges, &newLast, &newLow, &xmin, &saved, &notified, nil); err != nil {
+		_ = br.Close()
+		return 0, 0, fmt.Errorf("kumi: sequencer assign: %w", err)
+	}
+	_, err = br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("kumi: sequencer commit: %w", err)
+	}
+	committed = true
 	// A candidate is used once its xid is below a snapshot's xmin; then
 	// (or if there is none) this step's becomes the next one.
 	s.seqMu.Lock()

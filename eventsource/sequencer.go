@@ -3,12 +3,14 @@ package eventsource
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/internal/startstop"
 )
@@ -115,6 +117,14 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // holder's role (or pg_read_all_stats and pg_signal_backend); see
 // docs/eventsource.md, "A stalled holder".
 //
+// Its looks and steps run on a connection of its own, made with the
+// store's pool's settings (its BeforeConnect and AfterConnect hooks
+// included), not on the pool: a pool whose every connection the process's
+// appends hold (a burst, a slow server) would otherwise make the step wait
+// behind them, and every live delivery of the store with it. A lost
+// connection is made again at the next step. (Looking at a stalled holder
+// and counting a stuck backlog, both rare, use the pool.)
+//
 // A failed step is retried after an exponential backoff with jitter
 // (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
@@ -132,6 +142,10 @@ type Sequencer struct {
 	lookAt  time.Time // when BacklogAge was measured
 	errKey  string    // the kind of the last failure logged at Warn
 	report  time.Time // the last stuck report
+
+	// conn is the connection the looks and steps run on, the sequencer's
+	// own (see connection); nil until made, and after it closed.
+	conn *pgx.Conn
 
 	heldSince time.Time // when steps began to find the row held (zero: not held)
 	holderAt  time.Time // the last look at the row's holder
@@ -197,6 +211,7 @@ func (q *Sequencer) sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func (q *Sequencer) run(ctx context.Context) {
+	defer q.closeConn()
 	batch := newStepSize()
 	var (
 		interval time.Duration // 0: at once
@@ -246,10 +261,15 @@ func (q *Sequencer) run(ctx context.Context) {
 // settings) does not stop the step, which sets its own.
 func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int, error) {
 	batch.held = false
+	db, err := q.connection(ctx)
+	if err != nil {
+		q.countAttempt()
+		return 0, err
+	}
 	if !local {
 		var head, low, lastSeq int64
 		var age *float64
-		err := q.store.pool.QueryRow(ctx, q.store.sql.sequencerPending, q.store.q+".appends").Scan(&head, &age, &low, &lastSeq)
+		err := db.QueryRow(ctx, q.store.sql.sequencerPending, q.store.q+".appends").Scan(&head, &age, &low, &lastSeq)
 		q.countAttempt()
 		switch {
 		case err == nil:
@@ -263,11 +283,65 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 	}
 	q.countAttempt()
 	timeouts := batch.timeouts
-	n, err := q.store.sequence(ctx, batch, SequencerStatementTimeout)
+	n, err := q.store.sequence(ctx, db, batch, SequencerStatementTimeout)
 	q.statsMu.Lock()
 	q.stats.Batch, q.stats.Timeouts = batch.n, q.stats.Timeouts+batch.timeouts-timeouts
 	q.statsMu.Unlock()
 	return n, err
+}
+
+// connection returns the sequencer's own connection, made now if there is
+// none, it closed (a statement cancelled by its context closes it, as does
+// a lost server) or it is not idle (a transaction left open), within
+// SequencerStatementTimeout.
+func (q *Sequencer) connection(ctx context.Context) (*pgx.Conn, error) {
+	if q.conn != nil && !q.conn.IsClosed() && q.conn.PgConn().TxStatus() == 'I' {
+		return q.conn, nil
+	}
+	q.closeConn()
+	ctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	defer cancel()
+	conn, err := connectLike(ctx, q.store.pool)
+	if err != nil {
+		return nil, fmt.Errorf("kumi: sequencer connect: %w", err)
+	}
+	q.conn = conn
+	return conn, nil
+}
+
+// closeConn closes the sequencer's connection, if any.
+func (q *Sequencer) closeConn() {
+	if q.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = q.conn.Close(ctx)
+	q.conn = nil
+}
+
+// connectLike opens a connection of its own (not one of the pool's) with
+// pool's settings, running its BeforeConnect and AfterConnect hooks as the
+// pool would.
+func connectLike(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
+	cfg := pool.Config()
+	cc := cfg.ConnConfig.Copy()
+	if cfg.BeforeConnect != nil {
+		if err := cfg.BeforeConnect(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AfterConnect != nil {
+		if err := cfg.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(ctx)
+			return nil, err
+		}
+	}
+	return conn, nil
 }
 
 // takeOver looks at the session holding the sequencer row, once steps have

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -204,4 +205,88 @@ func TestSequencer(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	})
+}
+
+// A process's appends can take every connection of its pool (a burst, a
+// slow server). Its sequencer runs on a connection of its own, so it goes
+// on numbering events meanwhile: here another process's, found by polling.
+// (Before, its steps waited in the pool's queue behind the appends, and
+// every live delivery of the store with them.)
+func TestSequencerDoesNotWaitForItsPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.NewSchema(t)
+	const conns = 2
+	s, err := eventsource.New(pgtest.NewPool(t, conns), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+
+	var held []*pgxpool.Conn
+	release := sync.OnceFunc(func() {
+		for _, c := range held {
+			c.Release()
+		}
+	})
+	t.Cleanup(release)
+	for range conns {
+		c, err := s.Pool().Acquire(ctx)
+		require.NoError(t, err)
+		held = append(held, c)
+	}
+	require.EqualValues(t, conns, s.Pool().Stat().AcquiredConns(), "every connection of the sequencer's pool is taken")
+
+	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{MaxInterval: 20 * time.Millisecond})
+	startSequencer(t, q)
+	mustAppend(t, other, "order-1", ev("A", `{}`))
+	mustAppend(t, other, "order-2", ev("B", `{}`))
+	var head int64
+	pgtest.Eventually(t, 20*time.Second, func() bool {
+		var err error
+		head, err = other.HeadPosition(ctx)
+		return err == nil && head == 2
+	}, "the events are sequenced while the sequencer's pool is taken")
+	release()
+	requireAllInOrder(t, s, 2)
+}
+
+// The sequencer's own connection, lost (here: its session terminated, as a
+// restarted server or a pooler would), is made again at the next step,
+// after the step that found it gone failed and backed off.
+func TestSequencerMakesItsConnectionAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.NewSchema(t)
+	app := "kumi-seq-" + schema
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{MaxInterval: 20 * time.Millisecond})
+	startSequencer(t, q)
+	head := func() int64 {
+		h, err := other.HeadPosition(ctx)
+		require.NoError(t, err)
+		return h
+	}
+	mustAppend(t, other, "order-1", ev("A", `{}`))
+	pgtest.Eventually(t, 20*time.Second, func() bool { return head() == 1 }, "sequenced")
+
+	var ended int
+	require.NoError(t, other.Pool().QueryRow(ctx,
+		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&ended))
+	require.Positive(t, ended, "the sequencer's session was there to end")
+	mustAppend(t, other, "order-2", ev("B", `{}`))
+	pgtest.Eventually(t, 20*time.Second, func() bool { return head() == 2 }, "sequenced again after the connection was lost")
+	require.Positive(t, q.Stats().Failures, "a step found the connection gone")
+	requireAllInOrder(t, other, 2) // s's pool lost its connections too
 }

@@ -2,11 +2,13 @@ package eventsource_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -95,5 +97,76 @@ func TestSequencerRecoversFromAResetSequence(t *testing.T) {
 		require.Equal(t, int64(i+1), e.Position)
 		require.Equal(t, next[e.Stream], e.Version, "stream %s in version order", e.Stream)
 		next[e.Stream]++
+	}
+}
+
+// A step reads the sequence's last value M, then takes the sequencer row.
+// Another process's step may commit in between, raising the watermark
+// above M with seqs drawn since: that is no reset, and must not be taken
+// for one. (Before, the step compared M with the watermark it read under
+// the lock, found it below, logged a reset at Error, and searched the
+// unsequenced index from 0: seen in BenchmarkLiveLatencyRemote, where the
+// appender's and the worker's sequencers take turns.) Here the test holds
+// the sequencer table locked while a step has read M, appends, numbers
+// the new event and raises the watermark by hand, as another sequencer
+// would, and lets the step go on.
+func TestSequencerTakesNoRaiseOfTheWatermarkForAReset(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// One connection, so that the step below finds its statements
+	// prepared by sequenceAll's: a first use would wait for the lock
+	// while preparing, before reading M.
+	s, err := eventsource.New(pgtest.NewPool(t, 1), eventsource.Config{Schema: pgtest.NewSchema(t)})
+	require.NoError(t, err)
+	require.NoError(t, s.Migrate(ctx))
+	other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: s.Schema()})
+	require.NoError(t, err)
+	q := s.QuotedSchema()
+	mustAppend(t, s, "acct-0", ev("E", `{"i":0}`))
+	sequenceAll(t, s)
+
+	// The step must read M before the other "sequencer" commits, and take
+	// the lock after: that needs its lock to wait, within its 2 s
+	// lock_timeout. Should it time out (a stalled machine), try again.
+	for attempt, head := 1, int64(1); ; attempt++ {
+		tx, err := other.Pool().Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "LOCK TABLE "+q+".sequencer IN EXCLUSIVE MODE")
+		require.NoError(t, err)
+		type result struct {
+			n   int
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			n, err := s.Sequence(ctx)
+			done <- result{n, err}
+		}()
+		pgtest.Eventually(t, 20*time.Second, func() bool {
+			var waiting int
+			err := other.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+				AND query LIKE '%' || $1 || '%SKIP LOCKED%'`, s.Schema()).Scan(&waiting)
+			return err == nil && waiting == 1
+		}, "the step waits for the sequencer row, having read the sequence")
+		stream := fmt.Sprintf("acct-%d", attempt)
+		mustAppend(t, other, stream, ev("E", fmt.Sprintf(`{"i":%d}`, attempt)))
+		var seq int64
+		require.NoError(t, tx.QueryRow(ctx, "SELECT seq FROM "+q+".appends WHERE stream_name = $1", stream).Scan(&seq))
+		head++
+		_, err = tx.Exec(ctx, "UPDATE "+q+".appends SET last_position = $1 WHERE seq = $2", head, seq)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "UPDATE "+q+".sequencer SET last_position = $1, low_seq = $2 WHERE id = 1", head, seq)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		got := <-done
+		var pe *pgconn.PgError
+		if errors.As(got.err, &pe) && pe.Code == "55P03" && attempt < 5 {
+			t.Logf("attempt %d: the step's lock timed out first; again", attempt)
+			continue
+		}
+		require.NoError(t, got.err, "a raise of the watermark by another sequencer is no reset")
+		require.Zero(t, got.n, "nothing was left to number")
+		requireAllInOrder(t, s, int(head))
+		return
 	}
 }
