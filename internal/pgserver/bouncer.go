@@ -181,6 +181,33 @@ func (s *Server) StartBouncer(ctx context.Context, mode PoolMode) (*Bouncer, err
 // Port returns the TCP port the bouncer listens on.
 func (b *Bouncer) Port() int { return b.port }
 
+// Exited reports whether the bouncer's process has ended.
+func (b *Bouncer) Exited() bool {
+	select {
+	case <-b.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// LogTail returns the last max bytes of the bouncer's log and of its
+// standard error, for a failing test's report.
+func (b *Bouncer) LogTail(max int) string {
+	var out strings.Builder
+	for _, name := range []string{"pgbouncer.log", "stderr.log"} {
+		data, err := os.ReadFile(filepath.Join(b.dir, name))
+		if err != nil {
+			continue
+		}
+		if len(data) > max {
+			data = data[len(data)-max:]
+		}
+		fmt.Fprintf(&out, "--- %s:\n%s", name, data)
+	}
+	return out.String()
+}
+
 // Stop shuts the bouncer down (every client connection is cut) and removes
 // its files.
 func (b *Bouncer) Stop() {

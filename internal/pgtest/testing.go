@@ -132,7 +132,12 @@ func NewBouncer(t testing.TB, s *Server, mode PoolMode) *Bouncer {
 	if err != nil {
 		t.Fatalf("pgtest: start pgbouncer: %v", err)
 	}
-	t.Cleanup(b.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgtest: pgbouncer (exited by itself: %v), its log's tail:\n%s", b.Exited(), b.LogTail(4000))
+		}
+		b.Stop()
+	})
 	return b
 }
 
