@@ -80,6 +80,7 @@ type handlerReply struct {
 	id      uint64
 	attempt int
 	msg     any
+	runs    bool // the handler takes runs (see funcrun.go)
 }
 
 // Ack reports that the event was handled; the checkpoint may move past it.
