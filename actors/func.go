@@ -125,21 +125,27 @@ func (h *funcHandler) answerBatch(b *Batch) any {
 	return BatchAck{Done: len(b.Events), Committed: committed}
 }
 
+// The acks as answers, boxed once: converting an Ack to an interface
+// allocates, and a function handler answers every event.
+var (
+	ackReply       any = Ack{}
+	committedReply any = Ack{Committed: true}
+)
+
 // replyFor maps a HandlerFunc's error to the handler contract's answer.
 func replyFor(err error) any {
-	var permanent *PermanentError
 	switch {
-	case err == nil:
-		return Ack{}
+	case err == nil: // first, and before permanent: its address escapes, which costs an allocation
+		return ackReply
 	case errors.Is(err, ErrAlreadyCommitted): // an earlier attempt committed it
-		return Ack{Committed: true}
+		return committedReply
 	case errors.Is(err, eventsource.ErrFenceLost):
-		return Ack{} // the bucket's new owner redoes the event
-	case errors.As(err, &permanent):
-		return DeadLetter{Reason: permanent.Error()}
-	default:
-		return Retry{Reason: err.Error()}
+		return ackReply // the bucket's new owner redoes the event
 	}
+	if permanent := (*PermanentError)(nil); errors.As(err, &permanent) {
+		return DeadLetter{Reason: permanent.Error()}
+	}
+	return Retry{Reason: err.Error()}
 }
 
 // PermanentError marks a handler's error as one that no retry cures (bad

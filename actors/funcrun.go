@@ -68,7 +68,7 @@ type run struct {
 	inHand    bool // an event is being handled
 	startedAt time.Time
 	span      observability.DeliverySpan // of the event in hand, or of the one not acked
-	cancel    context.CancelFunc         // the event in hand's context
+	cancel    context.CancelFunc         // the run's context, its events' contexts' parent
 	next      any                        // the answer for event done (nil: cut short)
 	unsure    error                      // EnsureHeld failed before event done
 	answered  bool                       // the handler answered: the reader takes the outcome
@@ -119,6 +119,12 @@ func (ru *run) cutShort() {
 // handle goes through the run's events on the handler's goroutine and
 // answers the reader, unless the reader ended the run first.
 func (h *funcHandler) handle(root *actor.RootContext, ru *run) {
+	// One cancellable context for the run, the parent of each event's: the
+	// reader's end cancels the event in hand through it, and the events'
+	// contexts end with the run (a context per event cost an allocation
+	// and a cancellation each).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	for i, e := range ru.events {
 		d := *ru.d
 		d.Event = e
@@ -126,25 +132,25 @@ func (h *funcHandler) handle(root *actor.RootContext, ru *run) {
 			d.Attempt = 0
 		}
 		err := ru.held(ru.slot)
+		now := time.Now()
 		ru.mu.Lock()
 		if ru.ended {
 			ru.mu.Unlock()
 			return
 		}
-		if err != nil || ru.cut || (i > 0 && (e.Position > ru.limit || time.Now().After(ru.until))) {
+		if err != nil || ru.cut || (i > 0 && (e.Position > ru.limit || now.After(ru.until))) {
 			ru.unsure = err
 			break // answered below, with the lock held
 		}
-		c, span := ru.tel.startDelivery(context.Background(), &d)
-		d.Context, ru.cancel = context.WithCancel(c)
-		ru.inHand, ru.startedAt, ru.span = true, time.Now(), span
+		var span observability.DeliverySpan
+		d.Context, span = ru.tel.startDelivery(ctx, &d)
+		ru.inHand, ru.startedAt, ru.span, ru.cancel = true, now, span, cancel
 		ru.mu.Unlock()
 
 		reply := h.answer(&d)
 
 		ru.mu.Lock()
-		ru.cancel()
-		ru.cancel, ru.inHand = nil, false
+		ru.inHand = false
 		if ru.ended {
 			ru.mu.Unlock()
 			return // the reader gave up on the event and ended its span
