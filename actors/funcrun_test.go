@@ -479,6 +479,62 @@ func TestFunctionHandlerRunsAndLeasesAndResizes(t *testing.T) {
 		require.Empty(t, rec.order, "per-stream order")
 	})
 
+	// A takeover in the middle of a run: worker a is frozen (its passes
+	// hang) with an event of a run in hand, b takes the bucket and commits
+	// every effect with its checkpoint; when a wakes, the event in hand's
+	// commit is refused by the fence, and the run starts no further event
+	// (its lease check fails): every effect committed once.
+	t.Run("ATakeoverMidRunCommitsEachEffectOnce", func(t *testing.T) {
+		t.Parallel()
+		store, schema := newTestStore(t)
+		proj := newProjection(t, store, schema)
+		seed(t, store, "acct", 3, 60)
+		rec := newRecorder()
+		g := newRunGate(10)
+		handle := func(worker string, gate *runGate) *actor.Props {
+			return Func(func(ctx context.Context, d *Delivery) error {
+				if gate != nil {
+					if gate.unsure.Load() {
+						gate.startedUnsure.Add(1)
+					}
+					if gate.n.Add(1) == gate.calls {
+						close(gate.reached)
+						<-gate.release
+						gate.unsure.Store(true) // woken: a holds nothing any more
+					}
+				}
+				rec.begin(worker, d.Event)
+				err := CommitWithCheckpoint(ctx, proj.store, d, proj.apply(d))
+				rec.end(worker, d.Event)
+				return err
+			})
+		}
+		oa := groupOpts("run-zombie", 1, nil, "a")
+		oa.Handler = handle("a", g)
+		tel, spans := spanRecorder(t)
+		startTracedWorker(t, schema, "a", oa, tel)
+		<-g.reached
+		free := holdWorkerRow(t, store, schema, "run-zombie", "a")
+		ob := groupOpts("run-zombie", 1, nil, "b")
+		ob.Handler = handle("b", nil)
+		startWorker(t, schema, "b", ob)
+		var n, over int
+		waitUntil(t, func() bool { n, over = proj.counts(t); return n == 60 },
+			func() string { return fmt.Sprintf("b takes the bucket and commits every effect: %d of 60", n) })
+
+		close(g.release) // a wakes
+		waitUntil(t, func() bool { return len(spansNamed(spans, observability.SpanLeaseFenceLost)) > 0 },
+			func() string { return "a's reader stops on its lost lease: no fence-lost span" })
+		require.Zero(t, g.startedUnsure.Load(), "a started no event after waking")
+		free()
+		n, over = proj.counts(t)
+		require.Equal(t, 60, n)
+		require.Zero(t, over, "every effect committed once")
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		require.Empty(t, rec.order, "per-stream order")
+	})
+
 	// A retry in the middle of a run: the events before it are acked once,
 	// the event is retried before any later event is handled (one bucket,
 	// MaxInFlight 1: the calls are in position order but for the retry,
