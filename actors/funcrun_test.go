@@ -88,6 +88,35 @@ func TestFunctionHandlerRunUnits(t *testing.T) {
 		require.False(t, o.inHand)
 	})
 
+	// The reader gives a run in flight each new resize bound (limitRuns):
+	// the run starts no event beyond it.
+	t.Run("ARunStartsNoEventBeyondTheBoundItIsGiven", func(t *testing.T) {
+		t.Parallel()
+		f := newRunFixture(t)
+		reached, release := make(chan struct{}), make(chan struct{})
+		var last atomic.Int64
+		ru, done := f.start(10, held, func(_ context.Context, d *Delivery) error {
+			last.Store(d.Event.Position)
+			if d.Event.Position == 3 {
+				close(reached)
+				<-release
+			}
+			return nil
+		})
+		<-reached
+		ru.mu.Lock()
+		ru.limit = 5
+		ru.mu.Unlock()
+		close(release)
+		<-f.answers
+		<-done
+		o := ru.end()
+		require.Equal(t, 5, o.done, "the events up to the bound acked")
+		require.Equal(t, int64(5), last.Load(), "none handled beyond it")
+		require.Nil(t, o.next)
+		require.NoError(t, o.unsure)
+	})
+
 	t.Run("ARunEndedByTheReaderCancelsTheEventInHandAndAnswersNothing", func(t *testing.T) {
 		t.Parallel()
 		f := newRunFixture(t)
