@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,6 +134,9 @@ func BenchmarkPipelineDrain(b *testing.B) {
 			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: c.inFlight, BatchSize: benchPage()}
 		if c.batch > 0 {
 			o.Handler, o.Batch.MaxEvents = countingBatches(&handled), c.batch
+		}
+		if c.fn {
+			o.Handler = countingFunc(&handled)
 		}
 		m := startMemory()
 		cpu := processCPU()
@@ -364,12 +368,16 @@ func benchPage() int {
 type benchDrain struct {
 	name     string
 	inFlight int
-	batch    int // Batch.MaxEvents; 0: one event per delivery
+	batch    int  // Batch.MaxEvents; 0: one event per delivery
+	fn       bool // a function handler (actors.Func) instead of an actor
 }
 
 func (c benchDrain) String() string {
 	if c.batch > 0 {
 		return fmt.Sprintf("batches of up to %d events", c.batch)
+	}
+	if c.fn {
+		return "one at a time, a function handler, MaxInFlight 1"
 	}
 	return fmt.Sprintf("one at a time, MaxInFlight %d", c.inFlight)
 }
@@ -387,6 +395,7 @@ func benchDrains() []benchDrain {
 	for _, n := range inFlight {
 		out = append(out, benchDrain{name: fmt.Sprintf("inflight-%d", n), inFlight: n})
 	}
+	out = append(out, benchDrain{name: "func", inFlight: 1, fn: true})
 	batch := 500
 	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_BATCH")); err == nil && n >= 0 {
 		batch = n
@@ -394,7 +403,18 @@ func benchDrains() []benchDrain {
 	if batch > 0 {
 		out = append(out, benchDrain{name: fmt.Sprintf("batch-%d", batch), inFlight: 1, batch: batch})
 	}
+	if only := os.Getenv("KUMI_BENCH_ONLY"); only != "" {
+		out = slices.DeleteFunc(out, func(c benchDrain) bool { return !strings.Contains(c.name, only) })
+	}
 	return out
+}
+
+// countingFunc is counting as a function handler.
+func countingFunc(n *atomic.Int64) *actor.Props {
+	return Func(func(context.Context, *Delivery) error {
+		n.Add(1)
+		return nil
+	})
 }
 
 // countingBatches is counting for batched deliveries.

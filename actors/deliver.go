@@ -50,6 +50,9 @@ type slot struct {
 	// batch[0] is d.Event. See batchdeliver.go.
 	batch []eventsource.RecordedEvent
 	alone bool // the batch failed as a whole: its first event goes alone next
+	// run is the run sent to a function handler (see funcrun.go); its
+	// events are batch.
+	run *run
 }
 
 // last is the position of the slot's last event.
@@ -81,6 +84,7 @@ type window struct {
 	slots []*slot          // in position order
 	byID  map[uint64]*slot // slots sent at least once
 	busy  map[string]bool  // streams with a slot sent, retrying or dead-lettering
+	runs  bool             // the handler takes runs (see funcrun.go)
 }
 
 // dropFinished removes the first n slots, keeping the array: the window
@@ -112,6 +116,10 @@ func (w *window) cancel() {
 		if s.state == slotSent {
 			s.state = slotWaiting
 			s.release()
+			if s.run != nil {
+				s.span = s.run.end().span // the event in hand, or the one not acked
+				s.run = nil
+			}
 			s.span.End(observability.OutcomeCancelled, nil)
 		}
 	}
@@ -126,6 +134,7 @@ func (r *reader) pump(ctx actor.Context) {
 	if r.stopped {
 		return
 	}
+	r.limitRuns()
 	if !r.draining {
 		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.pending) > 0 && !r.beyondBound(r.pending[0].Position) {
 			e := r.pending[0]
@@ -170,6 +179,10 @@ func (r *reader) pump(ctx actor.Context) {
 
 // send delivers a slot's event (again) to the handler.
 func (r *reader) send(ctx actor.Context, s *slot) {
+	if r.takesRuns() {
+		r.sendRun(ctx, s)
+		return
+	}
 	var c context.Context
 	// Not a child of r.bg: the reader cancels every delivery context
 	// itself, after the answer, on a timeout, and when it stops (see
@@ -214,8 +227,12 @@ func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
 	if s == nil || s.state != slotSent || m.attempt != s.d.Attempt || r.stopped {
 		return // an answer to an attempt given up on (timeout), or to a stopped reader
 	}
+	if ru, isRun := m.msg.(*run); isRun && ru != s.run {
+		return // a run the reader ended
+	}
 	if _, panicked := m.msg.(*handlerPanicked); !panicked && s.to.Equal(r.handler) {
 		r.handlerFails = 0 // the handler answers: replacements start over from the shortest backoff
+		r.win.runs = r.win.runs || m.runs
 	}
 	r.onReply(ctx, s, m.msg, nil)
 }
@@ -249,8 +266,11 @@ func (r *reader) checkTimeouts(ctx actor.Context) {
 			errHandlerHung, late.id, late.stream, late.position, waited.Round(time.Millisecond)))
 	}
 	for _, s := range r.win.slots {
-		if s.state != slotSent || now.Sub(s.sentAt) < r.g.opts.HandlerTimeout {
+		if s.state != slotSent || (s.run == nil && now.Sub(s.sentAt) < r.g.opts.HandlerTimeout) {
 			continue
+		}
+		if s.run != nil && !r.timeoutRun(ctx, s, now) {
+			continue // its event in hand is not late
 		}
 		if r.probe == 0 && s.to.Equal(r.handler) {
 			r.probeSeq++
@@ -322,8 +342,24 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 	ctx.Stop(old)
 	now := time.Now()
 	for _, s := range r.win.slots {
-		if s.state != slotSent || !s.to.Equal(old) || now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
-			continue // answered, or late: the caller charges it
+		if s.state != slotSent || !s.to.Equal(old) {
+			continue // answered
+		}
+		if s.run != nil {
+			if since, inHand := s.run.lateSince(); inHand && now.Sub(since) >= r.g.opts.HandlerTimeout {
+				continue // late: the caller charges it
+			}
+			o, finished := r.endRun(ctx, s)
+			switch {
+			case finished:
+				continue
+			case !o.inHand && o.next == nil:
+				r.unsend(s) // its event was not started
+				continue
+			}
+			s.span = o.span
+		} else if now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
+			continue // late: the caller charges it
 		}
 		s.release()
 		s.span.End(observability.OutcomeCancelled, nil)
@@ -346,6 +382,7 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 // spawnHandler starts a handler for the reader and watches it.
 func (r *reader) spawnHandler(ctx actor.Context) {
 	props := handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher)
+	r.win.runs = false // until it says it takes them
 	r.handler = ctx.ActorSystem().Root.SpawnPrefix(props, fmt.Sprintf("kumi-handler-%s-%d-", r.g.opts.Subscription, r.bucket))
 	ctx.Watch(r.handler)
 	if r.replacements > 0 && r.overflowed == nil {
@@ -356,7 +393,12 @@ func (r *reader) spawnHandler(ctx actor.Context) {
 // onReply acts on the handler's answer (or its absence) for a slot.
 func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	s.release()
-	if r.g.opts.Batch.on() {
+	if s.run != nil {
+		var settled bool
+		if res, settled = r.onRunAnswer(ctx, s); settled {
+			return
+		}
+	} else if r.g.opts.Batch.on() {
 		var settled bool
 		if res, settled = r.settleBatch(ctx, s, res); settled {
 			return
@@ -577,7 +619,15 @@ func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 // dead-lettered and the checkpoint is flushed. Retrying and unsent slots
 // are left to the next owner: the checkpoint stays before them.
 func (r *reader) maybeFinishDrain(ctx actor.Context) {
-	if !r.draining || r.stopped || r.win.active() > 0 {
+	if !r.draining || r.stopped {
+		return
+	}
+	for _, s := range r.win.slots {
+		if s.run != nil {
+			s.run.cutShort() // it answers after the event in hand
+		}
+	}
+	if r.win.active() > 0 {
 		return
 	}
 	if r.acked > r.flushed {

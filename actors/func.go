@@ -46,7 +46,9 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 //	actors.GroupOptions{..., Handler: actors.Func(handle)}
 //
 // With MaxInFlight 1 (the default) fn handles a bucket's events one at a
-// time, on the handler actor. With MaxInFlight above 1 each call runs on a
+// time, on the handler actor, which the reader sends runs of events rather
+// than one message per event (see docs/architecture.md: every guarantee
+// holds per event). With MaxInFlight above 1 each call runs on a
 // goroutine of its own, so that events of other streams go ahead while one
 // is being handled; events of one stream are still handled one at a time,
 // in order. Given batches (GroupOptions.Batch), fn handles a batch's
@@ -69,8 +71,12 @@ func (h *funcHandler) Receive(c actor.Context) {
 	// Answers go through the root context: they are tagged already, and
 	// the handler's sender middleware would only wrap them in an envelope.
 	root := c.ActorSystem().Root
-	if b, ok := c.Message().(*Batch); ok {
-		b.Respond(root, h.answerBatch(b))
+	switch m := c.Message().(type) {
+	case *Batch:
+		m.Respond(root, h.answerBatch(m))
+		return
+	case *run:
+		h.handle(root, m)
 		return
 	}
 	d, ok := c.Message().(*Delivery)
@@ -78,7 +84,8 @@ func (h *funcHandler) Receive(c actor.Context) {
 		return
 	}
 	if d.exclusive {
-		d.Respond(root, h.answer(d))
+		// It says it takes runs: the reader sends the next events as runs.
+		root.Send(d.replyTo, &handlerReply{id: d.id, attempt: d.Attempt, msg: h.answer(d), runs: true})
 		return
 	}
 	go func() { d.Respond(root, h.answer(d)) }()
@@ -118,21 +125,27 @@ func (h *funcHandler) answerBatch(b *Batch) any {
 	return BatchAck{Done: len(b.Events), Committed: committed}
 }
 
+// The acks as answers, boxed once: converting an Ack to an interface
+// allocates, and a function handler answers every event.
+var (
+	ackReply       any = Ack{}
+	committedReply any = Ack{Committed: true}
+)
+
 // replyFor maps a HandlerFunc's error to the handler contract's answer.
 func replyFor(err error) any {
-	var permanent *PermanentError
 	switch {
-	case err == nil:
-		return Ack{}
+	case err == nil: // first, and before permanent: its address escapes, which costs an allocation
+		return ackReply
 	case errors.Is(err, ErrAlreadyCommitted): // an earlier attempt committed it
-		return Ack{Committed: true}
+		return committedReply
 	case errors.Is(err, eventsource.ErrFenceLost):
-		return Ack{} // the bucket's new owner redoes the event
-	case errors.As(err, &permanent):
-		return DeadLetter{Reason: permanent.Error()}
-	default:
-		return Retry{Reason: err.Error()}
+		return ackReply // the bucket's new owner redoes the event
 	}
+	if permanent := (*PermanentError)(nil); errors.As(err, &permanent) {
+		return DeadLetter{Reason: permanent.Error()}
+	}
+	return Retry{Reason: err.Error()}
 }
 
 // PermanentError marks a handler's error as one that no retry cures (bad

@@ -56,8 +56,10 @@ type Delivery struct {
 	// Context carries the delivery's trace span, a child of the trace that
 	// appended the event. Use it for the handler's own spans and calls. It
 	// is cancelled once the reader is done with this attempt: after its
-	// answer, when HandlerTimeout passes without one (the reader then gives
-	// up on the handler and replaces it), or when the reader stops.
+	// answer (for the events of a function handler's run, once the run
+	// ends: see [Func]), when HandlerTimeout passes without one (the reader
+	// then gives up on the handler and replaces it), or when the reader
+	// stops.
 	Context context.Context
 
 	id        uint64
@@ -80,6 +82,7 @@ type handlerReply struct {
 	id      uint64
 	attempt int
 	msg     any
+	runs    bool // the handler takes runs (see funcrun.go)
 }
 
 // Ack reports that the event was handled; the checkpoint may move past it.
