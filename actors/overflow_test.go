@@ -52,7 +52,7 @@ func TestLiveOverflowLosesNothingUnderEveryPolicy(t *testing.T) {
 				require.NoError(t, err)
 			}
 			tick.Stop()
-			pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, rec.distinct())
+			pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, observed(rec.distinct))
 			require.Zero(t, rec.duplicates())
 			require.Empty(t, rec.order)
 			dropped := w.group.g.dropped.Load()

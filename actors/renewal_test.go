@@ -72,7 +72,7 @@ func TestLeasesAreRenewedWhileTheStorePoolIsBusy(t *testing.T) {
 	oa.DatabaseTimeout = 20 * time.Second // longer than the TTL: a pass stuck on the pool holds renewal that long
 	a := startWorker(t, schema, "a", oa)
 	b := startWorker(t, schema, "b", ob)
-	pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "fair split: %v", ownedBy(a, b))
+	pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "fair split: %v", owners(a, b))
 	before := holders(t, schema, "busy")
 
 	var holdStart time.Time
