@@ -63,7 +63,7 @@ func BenchmarkLiveLatencyRemote(b *testing.B) {
 			ctx.Respond(Ack{})
 		}
 	})
-	w := benchWorker(b, schema, "a", GroupOptions{Subscription: "live", Category: "live", Buckets: 8, Handler: handler, Lease: fastLease()})
+	w := benchWorker(b, schema, "a", GroupOptions{Subscription: "live", Category: "live", Buckets: 8, Handler: handler, Lease: benchLease()})
 	pgtest.Eventually(b, time.Minute, func() bool { return len(w.owned()) == 8 }, "owns every bucket")
 
 	for range b.N {

@@ -14,8 +14,15 @@ import (
 
 const waitLong = 60 * time.Second
 
+// fastLease is the tests' lease timing: a row lease's failover in about
+// five seconds. A pass is abandoned after one heartbeat, and under the race
+// detector with every package's tests sharing two cores a pass takes
+// hundreds of milliseconds: with a 150 ms heartbeat every pass was
+// abandoned and the worker delivered nothing (see
+// TestTheTestsLeaseTimingsTolerateSlowPasses). 3·heartbeat + margin ≤ TTL:
+// one lost renewal stops no reader.
 func fastLease() LeaseOptions {
-	return LeaseOptions{TTL: 1500 * time.Millisecond, Heartbeat: 150 * time.Millisecond, Margin: 500 * time.Millisecond}
+	return LeaseOptions{TTL: 4 * time.Second, Heartbeat: time.Second, Margin: time.Second}
 }
 
 func groupOpts(sub string, n int, rec *recorder, worker string) GroupOptions {
@@ -99,7 +106,7 @@ func TestGroup(t *testing.T) {
 		t.Parallel()
 		_, schema := newTestStore(t)
 		rec := newRecorder()
-		slow := LeaseOptions{TTL: 5 * time.Minute, Heartbeat: 200 * time.Millisecond, Margin: time.Minute}
+		slow := LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
 		oa, ob := groupOpts("graceful", 4, rec, "a"), groupOpts("graceful", 4, rec, "b")
 		oa.Lease, ob.Lease = slow, slow
 		a := startWorker(t, schema, "a", oa)
