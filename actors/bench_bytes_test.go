@@ -63,7 +63,7 @@ func BenchmarkLargeEventsOverload(b *testing.B) {
 	open := func() { release.Do(func() { close(gate) }) }
 	b.Cleanup(open)
 	w := benchWorker(b, schema, "a", GroupOptions{Subscription: "large", Category: "large", Buckets: buckets,
-		Handler: handler, Lease: fastLease(), HandlerTimeout: 10 * time.Minute})
+		Handler: handler, Lease: benchLease(), HandlerTimeout: 10 * time.Minute})
 	pgtest.Eventually(b, time.Minute, func() bool { return len(w.owned()) == buckets }, "owns every bucket")
 
 	runtime.GC()

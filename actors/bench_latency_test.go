@@ -64,7 +64,7 @@ func BenchmarkLiveLatencyRemote(b *testing.B) {
 			ctx.Respond(Ack{})
 		}
 	})
-	w := latencyWorker(b, schema, tr, GroupOptions{Subscription: "live", Category: "live", Buckets: 8, Handler: handler, Lease: fastLease()})
+	w := latencyWorker(b, schema, tr, GroupOptions{Subscription: "live", Category: "live", Buckets: 8, Handler: handler, Lease: benchLease()})
 	pgtest.Eventually(b, time.Minute, func() bool { return len(w.owned()) == 8 }, "owns every bucket")
 
 	commits := filepath.Join(b.TempDir(), "commits")

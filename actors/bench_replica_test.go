@@ -59,7 +59,7 @@ func BenchmarkReadPoolPrimaryCPU(b *testing.B) {
 		require.NoError(b, err)
 		var handled atomic.Int64
 		w.startGroup(b, GroupOptions{Subscription: name, Category: "bench", Buckets: 16,
-			Handler: counting(&handled), Lease: fastLease(), MaxInFlight: 32, CheckpointEvery: 1000, BatchSize: benchPage()})
+			Handler: counting(&handled), Lease: benchLease(), MaxInFlight: 32, CheckpointEvery: 1000, BatchSize: benchPage()})
 		pgtest.Eventually(b, 10*time.Minute, func() bool { return handled.Load() >= int64(n) }, "%s drains %d events", name, n)
 		elapsed := time.Since(start)
 		primary1, err := srv.CPUSeconds()

@@ -128,13 +128,13 @@ func testLargeEvents(t *testing.T, policy overflow.Policy) {
 	require.LessOrEqual(t, peak, int64(maxBytes+perAdd*(perEvent+1024)), "the queue held more than its byte bound and one batch")
 
 	open()
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, observed(rec.distinct))
 
 	// One append larger than a publisher fetch (4 MiB): fetched in parts.
 	const huge, hugeEvent = 80, 64 << 10
 	_, err = store.Append(ctx, "acct-huge", eventsource.Any, big(huge, hugeEvent))
 	require.NoError(t, err)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n+huge }, "the large append handled (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n+huge }, "the large append handled (got %d)", observed(rec.distinct))
 	require.Zero(t, rec.duplicates())
 	require.Empty(t, rec.order)
 
@@ -247,7 +247,7 @@ func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
 	}, "the publisher has posted the backlog")
 	require.LessOrEqual(t, w.rt.budget.Used(), int64(budget), "the queues together within the budget")
 	open()
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == n }, "all %d handled (got %d)", n, observed(rec.distinct))
 	require.Zero(t, rec.duplicates())
 	require.Empty(t, rec.order)
 

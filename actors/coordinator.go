@@ -30,6 +30,10 @@ type (
 	}
 	stopGroup struct{}
 	groupLeft struct{ err error }
+	// inspectCoordinator runs on the coordinator's goroutine with the
+	// coordinator: the tests' failure reports find its readers through it
+	// (see diagnose_test.go).
+	inspectCoordinator func(*coordinator)
 )
 
 type readerRef struct {
@@ -123,6 +127,8 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		}
 		c.syncReaders(ctx)
 		c.maybeLeave(ctx)
+	case inspectCoordinator:
+		msg(c)
 	case stopGroup:
 		c.beginLeave(ctx)
 	case *groupLeft:

@@ -68,7 +68,7 @@ func TestFunctionHandlers(t *testing.T) {
 		require.Equal(t, 3, dl.Attempts)
 		require.Equal(t, "retry budget of 3 attempts spent; last: attempt 2: boom", dl.Reason)
 		require.Equal(t, 3, seen.get(poison), "delivered exactly MaxAttempts times")
-		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 20 }, "every other event acked (got %d)", acked.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 20 }, "every other event acked (got %d)", observed(acked.distinct))
 		require.Zero(t, acked.duplicates())
 	})
 
@@ -94,7 +94,7 @@ func TestFunctionHandlers(t *testing.T) {
 		require.Equal(t, 1, dl.Attempts)
 		require.Equal(t, "account 1 is closed", dl.Reason)
 		require.Equal(t, 1, seen.get(poison), "never retried")
-		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 10 }, "the bucket moves on (got %d)", acked.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 10 }, "the bucket moves on (got %d)", observed(acked.distinct))
 	})
 
 	t.Run("APanicIsARetryWhoseDeadLetterSaysItPanickedAndWhere", func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestFunctionHandlers(t *testing.T) {
 		require.Contains(t, dl.Reason, "retry budget of 3 attempts spent; last: handler panicked: kaboom (in ")
 		require.Contains(t, dl.Reason, "func_test.go:")
 		require.Equal(t, 3, seen.get(poison))
-		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 10 }, "the bucket moves on (got %d)", acked.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 10 }, "the bucket moves on (got %d)", observed(acked.distinct))
 		require.Zero(t, decisions.Load(), "a function handler's panic restarts nothing")
 	})
 

@@ -14,8 +14,15 @@ import (
 
 const waitLong = 60 * time.Second
 
+// fastLease is the tests' lease timing: a row lease's failover in about
+// five seconds. A pass is abandoned after one heartbeat, and under the race
+// detector with every package's tests sharing two cores a pass takes
+// hundreds of milliseconds: with a 150 ms heartbeat every pass was
+// abandoned and the worker delivered nothing (see
+// TestTheTestsLeaseTimingsTolerateSlowPasses). 3·heartbeat + margin ≤ TTL:
+// one lost renewal stops no reader.
 func fastLease() LeaseOptions {
-	return LeaseOptions{TTL: 1500 * time.Millisecond, Heartbeat: 150 * time.Millisecond, Margin: 500 * time.Millisecond}
+	return LeaseOptions{TTL: 4 * time.Second, Heartbeat: time.Second, Margin: time.Second}
 }
 
 func groupOpts(sub string, n int, rec *recorder, worker string) GroupOptions {
@@ -64,7 +71,7 @@ func TestGroup(t *testing.T) {
 		seed(t, store, "acct", 25, 500)
 		rec := newRecorder()
 		w := startWorker(t, schema, "w1", groupOpts("drain", 4, rec, "w1"))
-		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 500 }, "all 500 events handled (got %d)", rec.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 500 }, "all 500 events handled (got %d)", observed(rec.distinct))
 		require.Zero(t, rec.duplicates())
 		require.Empty(t, rec.order)
 		require.Empty(t, rec.overlaps)
@@ -85,12 +92,12 @@ func TestGroup(t *testing.T) {
 			startWorker(t, schema, "b", groupOpts("three", 6, rec, "b")),
 			startWorker(t, schema, "c", groupOpts("three", 6, rec, "c")),
 		}
-		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(6, ws...) }, "fair split of 6 over 3: %v", ownedBy(ws...))
-		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 300 }, "first 300 handled (got %d)", rec.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(6, ws...) }, "fair split of 6 over 3: %v", owners(ws...))
+		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 300 }, "first 300 handled (got %d)", observed(rec.distinct))
 		ws[0].kill(t)
 		seed(t, store, "acct", 30, 300)
-		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(6, ws[1:]...) }, "survivors take the dead worker's buckets: %v", ownedBy(ws[1:]...))
-		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "all 600 handled (got %d)", rec.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(6, ws[1:]...) }, "survivors take the dead worker's buckets: %v", owners(ws[1:]...))
+		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "all 600 handled (got %d)", observed(rec.distinct))
 		require.Empty(t, rec.overlaps, "no stream handled by two workers at once")
 		require.Empty(t, rec.order, "per-stream order")
 	})
@@ -99,15 +106,15 @@ func TestGroup(t *testing.T) {
 		t.Parallel()
 		_, schema := newTestStore(t)
 		rec := newRecorder()
-		slow := LeaseOptions{TTL: 5 * time.Minute, Heartbeat: 200 * time.Millisecond, Margin: time.Minute}
+		slow := LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
 		oa, ob := groupOpts("graceful", 4, rec, "a"), groupOpts("graceful", 4, rec, "b")
 		oa.Lease, ob.Lease = slow, slow
 		a := startWorker(t, schema, "a", oa)
 		b := startWorker(t, schema, "b", ob)
-		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "fair split: %v", ownedBy(a, b))
+		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "fair split: %v", owners(a, b))
 		a.stop(t)
 		// The ttl is five minutes: only an immediate release explains this.
-		pgtest.Eventually(t, waitLong, func() bool { return len(b.owned()) == 4 }, "b owns all four: %v", ownedBy(b))
+		pgtest.Eventually(t, waitLong, func() bool { return len(b.owned()) == 4 }, "b owns all four: %v", owners(b))
 	})
 
 	t.Run("AHandoffMidDrainLosesAndDuplicatesNothing", func(t *testing.T) {
@@ -118,8 +125,8 @@ func TestGroup(t *testing.T) {
 		a := startWorker(t, schema, "a", groupOpts("handoff", 4, rec, "a"))
 		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() > 100 }, "a started draining")
 		b := startWorker(t, schema, "b", groupOpts("handoff", 4, rec, "b"))
-		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "b got its share by handoff: %v", ownedBy(a, b))
-		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 2000 }, "all handled (got %d)", rec.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "b got its share by handoff: %v", owners(a, b))
+		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 2000 }, "all handled (got %d)", observed(rec.distinct))
 		require.Zero(t, rec.duplicates(), "a cooperative handoff delivers nothing twice")
 		require.Empty(t, rec.overlaps)
 		require.Empty(t, rec.order)

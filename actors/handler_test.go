@@ -79,7 +79,7 @@ func TestHandlerContract(t *testing.T) {
 		o := groupOpts("poison", 2, nil, "w")
 		o.Handler, o.Retry = handler, fastRetry(3)
 		startWorker(t, schema, "w", o)
-		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 40 }, "every other event acked (got %d)", acked.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return acked.distinct() == 40 }, "every other event acked (got %d)", observed(acked.distinct))
 		var dl eventsource.DeadLetter
 		pgtest.Eventually(t, waitLong, func() bool {
 			dl, err = store.DeadLetter(ctx, "poison", poison.IDs[0])
@@ -121,7 +121,7 @@ func TestHandlerContract(t *testing.T) {
 		w.group, err = w.rt.StartGroup(ctx, o)
 		require.NoError(t, err)
 		t.Cleanup(func() { w.stop(t) })
-		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 30 }, "all handled (got %d)", rec.distinct())
+		pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 30 }, "all handled (got %d)", observed(rec.distinct))
 		require.Zero(t, rec.duplicates(), "acked once each")
 		dls, err := store.DeadLetters(ctx, "panic", eventsource.DeadLetterFilter{})
 		require.NoError(t, err)
@@ -270,7 +270,7 @@ func TestZombie(t *testing.T) {
 	ob := groupOpts("zombie", 1, recB, "b")
 	b := startWorker(t, schema, "b", ob)
 	pgtest.Eventually(t, waitLong, func() bool { return len(b.owned()) == 1 }, "b takes the expired bucket")
-	pgtest.Eventually(t, waitLong, func() bool { return recB.distinct() == 60 }, "b handles everything (got %d)", recB.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return recB.distinct() == 60 }, "b handles everything (got %d)", observed(recB.distinct))
 
 	close(gate) // the zombie wakes up and acks
 	pgtest.Eventually(t, waitLong, func() bool {
@@ -329,7 +329,8 @@ func TestSeveralInFlightKeepPerStreamOrderThroughRetries(t *testing.T) {
 	o := groupOpts("window", 2, nil, "w")
 	o.Handler, o.Retry, o.MaxInFlight = handler, fastRetry(3), 16
 	w := startWorker(t, schema, "w", o)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "all handled (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "all handled (got %d)%s",
+		observed(rec.distinct), observed(w.diagnose))
 	require.Empty(t, rec.order, "per-stream order")
 	require.Zero(t, rec.duplicates())
 	w.stop(t)
@@ -384,7 +385,7 @@ func TestAHandlerPanickingOnEveryEventRestartsWithTheFirstBackoff(t *testing.T) 
 	w.group, err = w.rt.StartGroup(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { w.stop(t) })
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 14 }, "all handled (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 14 }, "all handled (got %d)", observed(rec.distinct))
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -85,7 +85,7 @@ func TestMetricsOfAScriptedScenario(t *testing.T) {
 	o := groupOpts("metrics", 2, nil, "w")
 	o.Handler, o.Retry = handler, fastRetry(2)
 	w := startTracedWorker(t, schema, "w", o, tel)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 20 }, "all good events handled (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 20 }, "all good events handled (got %d)", observed(rec.distinct))
 	pgtest.Eventually(t, waitLong, func() bool {
 		dls, _ := store.DeadLetters(ctx, "metrics", eventsource.DeadLetterFilter{})
 		return len(dls) == 1

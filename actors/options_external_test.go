@@ -71,9 +71,9 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 		Worker: "w-outside",
 		Lease: actors.LeaseOptions{
 			Kind:       leasestore.KindSession,
-			TTL:        1500 * time.Millisecond,
-			Heartbeat:  150 * time.Millisecond,
-			Margin:     500 * time.Millisecond,
+			TTL:        4 * time.Second,
+			Heartbeat:  time.Second,
+			Margin:     time.Second,
 			SessionURL: pgtest.URL(t),
 			NoListen:   true,
 		},

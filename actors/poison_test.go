@@ -59,8 +59,8 @@ func TestAnUnreadableEventCostsItsBucketADeadLetter(t *testing.T) {
 	seed(t, store, "acct", 8, 40)
 	seed(t, store, "other", 4, 20)
 
-	pgtest.Eventually(t, waitPoison, func() bool { return acct.distinct() == 80 }, "every readable acct event handled (got %d)", acct.distinct())
-	pgtest.Eventually(t, waitPoison, func() bool { return other.distinct() == 40 }, "every other event handled (got %d)", other.distinct())
+	pgtest.Eventually(t, waitPoison, func() bool { return acct.distinct() == 80 }, "every readable acct event handled (got %d)", observed(acct.distinct))
+	pgtest.Eventually(t, waitPoison, func() bool { return other.distinct() == 40 }, "every other event handled (got %d)", observed(other.distinct))
 	var letters []eventsource.DeadLetter
 	pgtest.Eventually(t, waitPoison, func() bool {
 		var err error

@@ -76,7 +76,7 @@ func TestWorkerRunsUnderTheLeastPrivilegeRole(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { w.stop(t) })
 	seed(t, ws, "acct", 3, 30) // appends as the worker role too
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 30 }, "handled (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 30 }, "handled (got %d)", observed(rec.distinct))
 	_, err = wpool.Exec(ctx, "CREATE TABLE "+q+".nope (x int)")
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "permission denied"), "the role really cannot create: %v", err)

@@ -154,7 +154,7 @@ func TestPublisher(t *testing.T) {
 				_, err := store.Sequence(ctx)
 				require.NoError(t, err)
 				wake <- struct{}{}
-				pgtest.Eventually(t, 10*time.Second, func() bool { return q.Stats().Posted >= uint64(i+1) }, "batch %d posted: %+v", i, q.Stats())
+				pgtest.Eventually(t, 10*time.Second, func() bool { return q.Stats().Posted >= uint64(i+1) }, "batch %d posted: %+v", i, observed(q.Stats))
 			}
 			st := q.Stats()
 			switch policy {

@@ -83,6 +83,10 @@ type (
 		gen *reader
 		id  uint64
 	}
+	// inspectReader runs on the reader's goroutine with the reader: the
+	// tests' failure reports read its state through it (see
+	// diagnose_test.go).
+	inspectReader func(*reader)
 )
 
 // reader is the BucketReader: one per owned bucket, child of the
@@ -239,6 +243,8 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *drainReader:
 		r.draining = true
 		r.maybeFinishDrain(ctx)
+	case inspectReader:
+		msg(r)
 	case *resizeBound:
 		r.onResizeBound(ctx, msg)
 	case *proposed:

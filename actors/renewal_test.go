@@ -67,12 +67,12 @@ func TestLeasesAreRenewedWhileTheStorePoolIsBusy(t *testing.T) {
 	oa, ob := groupOpts("busy", 4, rec, "a"), groupOpts("busy", 4, rec, "b")
 	// A slower profile than fastLease, so that only a stuck pass (not a
 	// busy machine) lets a lease lapse.
-	lease := LeaseOptions{TTL: 3 * time.Second, Heartbeat: 300 * time.Millisecond, Margin: time.Second}
+	lease := LeaseOptions{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 2 * time.Second}
 	oa.Lease, ob.Lease = lease, lease
 	oa.DatabaseTimeout = 20 * time.Second // longer than the TTL: a pass stuck on the pool holds renewal that long
 	a := startWorker(t, schema, "a", oa)
 	b := startWorker(t, schema, "b", ob)
-	pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "fair split: %v", ownedBy(a, b))
+	pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "fair split: %v", owners(a, b))
 	before := holders(t, schema, "busy")
 
 	var holdStart time.Time

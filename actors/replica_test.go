@@ -59,27 +59,27 @@ func TestGroupReadsOnAReplica(t *testing.T) {
 	ro := eventsource.ReadReplicaOptions{Wait: 300 * time.Millisecond, LagInterval: 20 * time.Millisecond}
 	a := startReplicaWorker(t, srv, r.URL, schema, "a", ro, groupOpts("replica", 4, rec, "a"))
 	b := startReplicaWorker(t, srv, r.URL, schema, "b", ro, groupOpts("replica", 4, rec, "b"))
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 200 }, "the backlog is handled (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 200 }, "the backlog is handled (got %d)", observed(rec.distinct))
 	onStandby := a.rt.ReadReplica().Stats().StandbyReads + b.rt.ReadReplica().Stats().StandbyReads
 	require.Positive(t, onStandby, "the catch-up read the standby")
 
 	seed(t, direct, "acct", 20, 100) // live
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 300 }, "live events are handled (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 300 }, "live events are handled (got %d)", observed(rec.distinct))
 
 	require.NoError(t, r.PauseReplay(ctx))
 	seed(t, direct, "acct", 20, 100)
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 400 },
-		"events the paused standby does not show are read on the primary (got %d)", rec.distinct())
+		"events the paused standby does not show are read on the primary (got %d)", observed(rec.distinct))
 	require.Positive(t, a.rt.ReadReplica().Stats().PrimaryReads+b.rt.ReadReplica().Stats().PrimaryReads)
 	require.NoError(t, r.ResumeReplay(ctx))
 
 	require.NoError(t, r.Restart(ctx))
 	seed(t, direct, "acct", 20, 100)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 500 }, "through the restart (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 500 }, "through the restart (got %d)", observed(rec.distinct))
 	require.NoError(t, r.WaitReplayed(ctx))
 	before := a.rt.ReadReplica().Stats().StandbyReads + b.rt.ReadReplica().Stats().StandbyReads
 	seed(t, direct, "acct", 20, 100)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "after the restart (got %d)", rec.distinct())
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 600 }, "after the restart (got %d)", observed(rec.distinct))
 	pgtest.Eventually(t, waitLong, func() bool {
 		return a.rt.ReadReplica().Stats().StandbyReads+b.rt.ReadReplica().Stats().StandbyReads > before
 	}, "reads are back on the standby")
@@ -122,7 +122,7 @@ func TestAReaderOnAStandbyCoversWhatThePublisherRead(t *testing.T) {
 		Handler: ackHandler(late, "w"), Lease: fastLease(), CheckpointInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	pgtest.Eventually(t, waitLong, func() bool { return late.distinct() == 10 },
-		"the late group handles the events before it, the standby still paused (got %d)", late.distinct())
+		"the late group handles the events before it, the standby still paused (got %d)", observed(late.distinct))
 	require.NoError(t, r.ResumeReplay(ctx))
 	require.NoError(t, g.Stop(ctx))
 }

@@ -102,7 +102,7 @@ func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	o := groupOpts("broken", 2, newRecorder(), "w")
 	o.Worker = "w"
 	// The TTL is five minutes: only a release explains a free bucket.
-	o.Lease = LeaseOptions{TTL: 5 * time.Minute, Heartbeat: 200 * time.Millisecond, Margin: time.Minute}
+	o.Lease = LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
 	g, err := rt.StartGroup(ctx, o)
 	require.NoError(t, err)
 	select {

@@ -33,7 +33,7 @@ func TestATransientCheckpointWriteFailureRedeliversNothing(t *testing.T) {
 	o.DatabaseTimeout = time.Second
 	// A lease that stays sure while the machine is busy: an unsure lease
 	// stops the reader, which is not what this test is about.
-	o.Lease = LeaseOptions{TTL: 10 * time.Second, Heartbeat: 300 * time.Millisecond, Margin: 3 * time.Second}
+	o.Lease = LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
 	startWorker(t, schema, "w", o)
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 30 }, "the events handled")
 	var waits int64

@@ -64,7 +64,7 @@ func TestOwnershipChangesAndDeliveriesAreTraced(t *testing.T) {
 	a := startTracedWorker(t, schema, "a", groupOpts("traced", 4, rec, "a"), tel)
 	pgtest.Eventually(t, waitLong, func() bool { return len(a.owned()) == 4 }, "a claims all")
 	b := startTracedWorker(t, schema, "b", groupOpts("traced", 4, rec, "b"), tel)
-	pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "handoff to b: %v", ownedBy(a, b))
+	pgtest.Eventually(t, waitLong, func() bool { return fairSplit(4, a, b) }, "handoff to b: %v", owners(a, b))
 
 	// An append inside a span: its delivery joins that trace.
 	appendCtx, appendSpan := tp.Tracer("test").Start(ctx, "append")

@@ -24,9 +24,11 @@ func TestASurvivedRenewalFailureRedeliversNothing(t *testing.T) {
 	seed(t, store, "acct", 5, 50)
 	rec := newRecorder()
 	o := groupOpts("unsure", 1, rec, "w")
-	// Usable for 1 s after a renewal; valid for 4 s: a renewal held up for
-	// a little over a second leaves the lease held but unsure.
-	o.Lease = LeaseOptions{TTL: 4 * time.Second, Heartbeat: 200 * time.Millisecond, Margin: 3 * time.Second}
+	// Usable for 2 s after a renewal; valid for 6 s: a renewal held up for
+	// a little over two seconds leaves the lease held but unsure. (A
+	// heartbeat of a second: a pass slower than its heartbeat is abandoned,
+	// and under load passes take hundreds of milliseconds.)
+	o.Lease = LeaseOptions{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 4 * time.Second}
 	// Nothing is flushed unless the reader must.
 	o.CheckpointEvery, o.CheckpointInterval = 10000, time.Hour
 	tel, spans := spanRecorder(t)

@@ -1,0 +1,125 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// slowPasses is a pgx tracer that makes every lease pass take at least
+// delay: it holds the pass's first round trip back (the batch that opens
+// with the pass's lock bound) for that long. It plays the CPU starvation
+// of a loaded machine, where a pass's few round trips each wait for a
+// goroutine to be scheduled, without hoping for the load. Set on a
+// worker's store pool, it reaches the lease store through the group's
+// lease pool, which copies the store pool's configuration.
+type slowPasses struct {
+	delay  atomic.Int64 // nanoseconds; 0: passes run as they come
+	passes atomic.Int64 // passes held back
+}
+
+func (s *slowPasses) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	q := data.Batch.QueuedQueries
+	if d := time.Duration(s.delay.Load()); d > 0 && len(q) > 2 && strings.Contains(q[0].SQL, "idle_in_transaction_session_timeout") {
+		s.passes.Add(1)
+		time.Sleep(d) // the injected slowness itself
+	}
+	return ctx
+}
+
+func (*slowPasses) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (*slowPasses) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (*slowPasses) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (*slowPasses) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// startSlowWorker is startWorker on a pool whose lease passes slow holds
+// back.
+func startSlowWorker(t *testing.T, schema, name string, opts GroupOptions, slow *slowPasses) *testWorker {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns, cfg.ConnConfig.Tracer = 12, slow
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	w := &testWorker{name: name, sys: quietSystem(), pool: pool}
+	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	require.NoError(t, err)
+	opts.Worker = name
+	w.group, err = w.rt.StartGroup(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		slow.delay.Store(0) // the final release is a pass's kin: let it through
+		w.stop(t)
+	})
+	return w
+}
+
+// A lease pass is abandoned after one heartbeat. Under the race detector,
+// with every package's tests sharing two cores, a pass — a few round
+// trips, each waiting for its goroutine to be scheduled — took longer than
+// the 150 ms heartbeat these tests' leases had: every pass was abandoned,
+// the worker claimed nothing, and
+// TestSeveralInFlightKeepPerStreamOrderThroughRetries handled none of its
+// 600 events in 60 s. fastLease's heartbeat leaves such passes room: here
+// every pass is held back for twice the old heartbeat, and the worker
+// still claims its buckets and delivers.
+func TestTheTestsLeaseTimingsTolerateSlowPasses(t *testing.T) {
+	t.Parallel()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 6, 60)
+	rec := newRecorder()
+	slow := &slowPasses{}
+	slow.delay.Store(int64(300 * time.Millisecond))
+	w := startSlowWorker(t, schema, "w", groupOpts("slowpass", 2, rec, "w"), slow)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 60 }, "all handled (got %d, %d passes held back)%s",
+		observed(rec.distinct), observed(slow.passes.Load), observed(w.diagnose))
+	require.Positive(t, slow.passes.Load(), "the passes were held back")
+	require.Zero(t, rec.duplicates())
+}
+
+// The same stall in production: while every pass outlasts the heartbeat
+// (a database or host too slow for the timings chosen), the worker claims
+// and renews nothing and delivers nothing — loudly: each abandoned pass is
+// logged at Warn, and Runtime.Healthy reports the group once TTL − Margin
+// has passed without a pass. Nothing else has to wake it: the first pass
+// that fits claims the buckets, and the backlog is delivered.
+func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *testing.T) {
+	t.Parallel()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 6, 60)
+	rec := newRecorder()
+	slow := &slowPasses{}
+	o := groupOpts("outlast", 2, rec, "w")
+	slow.delay.Store(int64(o.Lease.Heartbeat + o.Lease.Heartbeat/2))
+	w := startSlowWorker(t, schema, "w", o, slow)
+
+	var health *HealthError
+	pgtest.Eventually(t, waitLong, func() bool { return errors.As(w.rt.Healthy(context.Background()), &health) },
+		"the runtime reports the group unhealthy: %v", observed(func() error { return w.rt.Healthy(context.Background()) }))
+	require.ErrorContains(t, health, "abandoned after one heartbeat")
+	require.Zero(t, rec.distinct(), "nothing delivered while every pass is abandoned")
+	require.Empty(t, w.owned(), "nothing claimed")
+	require.Positive(t, slow.passes.Load())
+
+	slow.delay.Store(0)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 60 }, "all handled once a pass fits (got %d)%s",
+		observed(rec.distinct), observed(w.diagnose))
+	pgtest.Eventually(t, waitLong, func() bool { return w.rt.Healthy(context.Background()) == nil }, "healthy again: %v",
+		observed(func() error { return w.rt.Healthy(context.Background()) }))
+}
