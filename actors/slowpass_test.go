@@ -29,12 +29,25 @@ type slowPasses struct {
 }
 
 func (s *slowPasses) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	q := data.Batch.QueuedQueries
-	if d := time.Duration(s.delay.Load()); d > 0 && len(q) > 2 && strings.Contains(q[0].SQL, "idle_in_transaction_session_timeout") {
+	if d := time.Duration(s.delay.Load()); d > 0 && opensPass(data.Batch.QueuedQueries) {
 		s.passes.Add(1)
 		time.Sleep(d) // the injected slowness itself
 	}
 	return ctx
+}
+
+// opensPass reports whether a batch is a pass's first: it sets the pass's
+// lock bound (after the BEGIN the batch may carry) among other statements.
+func opensPass(q []*pgx.QueuedQuery) bool {
+	if len(q) < 3 {
+		return false
+	}
+	for _, qq := range q[:2] {
+		if strings.Contains(qq.SQL, "idle_in_transaction_session_timeout") {
+			return true
+		}
+	}
+	return false
 }
 
 func (*slowPasses) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
