@@ -127,8 +127,14 @@ type testWorker struct {
 
 func startWorker(t *testing.T, schema, name string, opts GroupOptions) *testWorker {
 	t.Helper()
+	return startWorkerOn(t, pgtest.NewPool(t, 12), schema, name, opts)
+}
+
+// startWorkerOn is startWorker on a pool of the caller's.
+func startWorkerOn(t *testing.T, pool *pgxpool.Pool, schema, name string, opts GroupOptions) *testWorker {
+	t.Helper()
 	ctx := context.Background()
-	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
+	w := &testWorker{name: name, sys: quietSystem(), pool: pool}
 	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
 	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})

@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,18 +16,8 @@ import (
 // transaction pooler.
 func startBouncedWorker(t *testing.T, bouncer *pgtest.Bouncer, schema, name string, opts GroupOptions) *testWorker {
 	t.Helper()
-	ctx := context.Background()
-	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.PoolOn(t, bouncer.URL, 12)}
-	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
-	require.NoError(t, err)
-	opts.Worker = name
 	opts.Lease.NoListen = true
-	w.group, err = w.rt.StartGroup(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { w.stop(t) })
-	return w
+	return startWorkerOn(t, pgtest.PoolOn(t, bouncer.URL, 12), schema, name, opts)
 }
 
 // TestGroupThroughATransactionPooler: two workers whose every connection

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
@@ -68,18 +67,10 @@ func startSlowWorker(t *testing.T, schema, name string, opts GroupOptions, slow 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	w := &testWorker{name: name, sys: quietSystem(), pool: pool}
-	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
-	require.NoError(t, err)
-	opts.Worker = name
-	w.group, err = w.rt.StartGroup(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		slow.delay.Store(0) // the final release is a pass's kin: let it through
-		w.stop(t)
-	})
+	w := startWorkerOn(t, pool, schema, name, opts)
+	// Registered after the worker's stop, so run before it: the final
+	// release is a pass's kin, let it through.
+	t.Cleanup(func() { slow.delay.Store(0) })
 	return w
 }
 
