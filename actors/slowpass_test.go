@@ -97,12 +97,13 @@ func TestTheTestsLeaseTimingsTolerateSlowPasses(t *testing.T) {
 	require.Zero(t, rec.duplicates())
 }
 
-// The same stall in production: while every pass outlasts the heartbeat
-// (a database or host too slow for the timings chosen), the worker claims
-// and renews nothing and delivers nothing — loudly: each abandoned pass is
-// logged at Warn, and Runtime.Healthy reports the group once TTL − Margin
-// has passed without a pass. Nothing else has to wake it: the first pass
-// that fits claims the buckets, and the backlog is delivered.
+// The same stall in production: while every pass outlasts its bound (a
+// database or host too slow for the timings chosen: longer than TTL −
+// Margin, the longest bound a pass gets after abandoned ones), the worker
+// claims and renews nothing and delivers nothing — loudly: each abandoned
+// pass is logged at Warn, and Runtime.Healthy reports the group once TTL −
+// Margin has passed without a pass. Nothing else has to wake it: the first
+// pass that fits claims the buckets, and the backlog is delivered.
 func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *testing.T) {
 	t.Parallel()
 	store, schema := newTestStore(t)
@@ -110,13 +111,21 @@ func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *tes
 	rec := newRecorder()
 	slow := &slowPasses{}
 	o := groupOpts("outlast", 2, rec, "w")
-	slow.delay.Store(int64(o.Lease.Heartbeat + o.Lease.Heartbeat/2))
+	slow.delay.Store(int64(o.Lease.TTL))
 	w := startSlowWorker(t, schema, "w", o, slow)
 
 	var health *HealthError
 	pgtest.Eventually(t, waitLong, func() bool { return errors.As(w.rt.Healthy(context.Background()), &health) },
 		"the runtime reports the group unhealthy: %v", observed(func() error { return w.rt.Healthy(context.Background()) }))
-	require.ErrorContains(t, health, "abandoned after one heartbeat")
+	pgtest.Eventually(t, waitLong, func() bool {
+		w.group.g.mu.Lock()
+		defer w.group.g.mu.Unlock()
+		return w.group.g.passErr != nil && strings.Contains(w.group.g.passErr.Error(), "abandoned after 3s")
+	}, "a pass abandoned at the longest bound, TTL − Margin (last pass error: %v)", observed(func() error {
+		w.group.g.mu.Lock()
+		defer w.group.g.mu.Unlock()
+		return w.group.g.passErr
+	}))
 	require.Zero(t, rec.distinct(), "nothing delivered while every pass is abandoned")
 	require.Empty(t, w.owned(), "nothing claimed")
 	require.Positive(t, slow.passes.Load())
@@ -126,4 +135,23 @@ func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *tes
 		observed(rec.distinct), observed(w.diagnose))
 	pgtest.Eventually(t, waitLong, func() bool { return w.rt.Healthy(context.Background()) == nil }, "healthy again: %v",
 		observed(func() error { return w.rt.Healthy(context.Background()) }))
+}
+
+// Passes that take longer than the heartbeat, but not than TTL − Margin,
+// land: an abandoned pass doubles the next one's bound. With a bound of
+// one heartbeat every such pass was abandoned and the worker claimed
+// nothing.
+func TestPassesSlowerThanTheHeartbeatStillLand(t *testing.T) {
+	t.Parallel()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 6, 60)
+	rec := newRecorder()
+	slow := &slowPasses{}
+	o := groupOpts("slower", 2, rec, "w")
+	slow.delay.Store(int64(o.Lease.Heartbeat + o.Lease.Heartbeat/2))
+	w := startSlowWorker(t, schema, "w", o, slow)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 60 }, "all handled (got %d, %d passes held back)%s",
+		observed(rec.distinct), observed(slow.passes.Load), observed(w.diagnose))
+	require.Positive(t, slow.passes.Load(), "the passes were held back")
+	require.Zero(t, rec.duplicates())
 }

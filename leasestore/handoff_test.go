@@ -196,6 +196,47 @@ func TestHandoff(t *testing.T) {
 		})
 	})
 
+	// A pass abandoned at its bound makes the next one's bound twice as
+	// long, up to TTL − Margin; a pass that lands resets it. Otherwise a
+	// worker whose every pass takes longer than the heartbeat (a loaded
+	// host) never lands one: CI saw a group claim nothing for 60 s.
+	t.Run("AfterAnAbandonedPassTheNextMayRunLonger", func(t *testing.T) {
+		forEachKind(t, func(t *testing.T, kind Kind) {
+			b := setup(t)
+			c := b.config(kind, 2, "a")
+			c.Heartbeat, c.Margin = 300*time.Millisecond, 28*time.Second // TTL − Margin = 2 s
+			a := b.open(t, c)
+			pass(t, a)
+			ctx := context.Background()
+			block := func() pgx.Tx {
+				blocker, err := b.pool.Begin(ctx)
+				require.NoError(t, err)
+				_, err = blocker.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{b.schema, "lease_workers"}.Sanitize()+" FOR UPDATE")
+				require.NoError(t, err)
+				return blocker
+			}
+			blocker := block()
+			for _, want := range []string{
+				"abandoned after one heartbeat (300ms)",
+				"abandoned after 600ms",
+				"abandoned after 1.2s",
+				"abandoned after 2s", // TTL − Margin
+				"abandoned after 2s",
+			} {
+				_, err := a.Pass(ctx)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.Contains(t, err.Error(), want)
+			}
+			require.NoError(t, blocker.Rollback(ctx))
+			pass(t, a)
+			blocker = block()
+			defer func() { _ = blocker.Rollback(ctx) }()
+			_, err := a.Pass(ctx)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Contains(t, err.Error(), "abandoned after one heartbeat (300ms)", "a pass that landed resets the bound")
+		})
+	})
+
 	t.Run("HandingOverOrReleasingABucketNotHeldIsANoOp", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)

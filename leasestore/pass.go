@@ -53,7 +53,10 @@ type PassResult struct {
 }
 
 // Pass runs one reconcile pass, in one transaction bounded by Heartbeat (a
-// hung pass is abandoned, and counts as a failed renewal): it heartbeats the
+// hung pass is abandoned, and counts as a failed renewal; after an
+// abandoned pass the next one's bound doubles, up to TTL − Margin, so that
+// a database or host slower than the heartbeat still lets passes land):
+// it heartbeats the
 // worker row, renews and reconfirms the held buckets, activates this
 // worker's claims whose owner handed over, claims free or expired buckets
 // (or those of owners proven dead) up to the fair share, withdraws claims
@@ -184,7 +187,8 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Heartbeat)
+	bound := s.passBound()
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	start := readClock(s.cfg.Clock)
 	if !s.ensured {
@@ -210,12 +214,51 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	})
 	if err != nil {
 		if ctx.Err() != nil && parent.Err() == nil {
-			err = fmt.Errorf("abandoned after one heartbeat (%v): %w", s.cfg.Heartbeat, err)
+			err = s.abandon(bound, err)
 		}
 		s.log.Warn("lease pass failed", "err", err)
 		return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
 	}
+	s.abandoned = 0
 	return s.apply(start, gen, out), nil
+}
+
+// passBound is how long the next pass may run before it is abandoned: one
+// heartbeat, doubled for every pass abandoned in a row before it, and at
+// most TTL − Margin (never less than the heartbeat: the configuration
+// guarantees Heartbeat + Margin < TTL). s.opMu is held.
+//
+// A pass bounded by the heartbeat alone never lands while every pass takes
+// longer than that (a loaded host, a slow database): the worker would
+// renew and claim nothing until the load passed, and each abandoned pass
+// also costs its connection (pgx closes one to cancel a statement). A
+// longer bound is as safe: EnsureHeld counts from the start of the last
+// renewal that landed, however late it landed, and a row lock a pass holds
+// is bounded by idle_in_transaction_session_timeout = TTL.
+func (s *Store) passBound() time.Duration {
+	limit := s.cfg.TTL - s.cfg.Margin
+	bound := s.cfg.Heartbeat
+	for range s.abandoned {
+		if bound >= limit {
+			break
+		}
+		bound *= 2
+	}
+	return max(min(bound, limit), s.cfg.Heartbeat)
+}
+
+// abandon counts a pass abandoned at its bound and says so in its error.
+// s.opMu is held.
+func (s *Store) abandon(bound time.Duration, err error) error {
+	first := s.abandoned == 0
+	if s.passBound() < s.cfg.TTL-s.cfg.Margin {
+		s.abandoned++
+	}
+	if first {
+		return fmt.Errorf("abandoned after one heartbeat (%v): %w", bound, err)
+	}
+	return fmt.Errorf("abandoned after %v (the bound doubles after each abandoned pass, up to TTL − Margin = %v): %w",
+		bound, s.cfg.TTL-s.cfg.Margin, err)
 }
 
 // passTx is the pass's transaction on conn: its first batch begins it

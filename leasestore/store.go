@@ -37,6 +37,9 @@ type Store struct {
 	opMu    sync.Mutex // serialises the operations that write
 	ensured bool       // EnsureBuckets succeeded; under opMu
 	warned  bool       // the database's bucket count differs from Config.Buckets, and it was logged; under opMu
+	// abandoned counts the passes abandoned in a row (see passBound);
+	// under opMu.
+	abandoned int
 
 	viewMu  sync.RWMutex
 	view    map[int]heldLease // what this worker believes it holds
