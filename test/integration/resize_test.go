@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/observability"
 )
 
 // TestResizeUp: three workers serve 8 buckets under steady appends; the
@@ -204,11 +206,87 @@ func (e *env) waitResize(cond func(leasestore.Resize) bool) leasestore.Resize {
 		}
 		return ok && cond(r)
 	}) {
-		e.t.Fatalf("resize: no progress: state %s, generation %d, %d → %d, cut %d (decided %v); old %s; new %s; workers own: %s",
+		e.t.Fatalf("resize: no progress: state %s, generation %d, %d → %d, cut %d (decided %v); old %s; new %s; workers own: %s%s",
 			last.State, last.Generation, last.Buckets, last.NextBuckets, last.Cut, last.CutDecided,
-			slotsSummary(last.Old), slotsSummary(last.New), e.o.ownedSummary())
+			slotsSummary(last.Old), slotsSummary(last.New), e.o.ownedSummary(), e.undrainedReport(last))
 	}
 	return last
+}
+
+// undrainedReport says, for each old bucket held and not drained, what
+// its holder says of it: its reader's entry in the worker's /status, the
+// worker's log lines about the slot, and the tail of its log.
+func (e *env) undrainedReport(r leasestore.Resize) string {
+	var b strings.Builder
+	tailed := map[string]bool{}
+	for _, s := range r.Old {
+		if s.Owner == "" || s.Drained {
+			continue
+		}
+		fmt.Fprintf(&b, "\n--- old bucket %d (slot %d, proposal %d) held by %s at epoch %d", s.Bucket, s.Slot, s.Proposal,
+			s.Owner, s.Epoch)
+		p := e.c.byID(s.Owner)
+		if p == nil {
+			b.WriteString(": no running process of that id")
+			continue
+		}
+		fmt.Fprintf(&b, "\nits /status: %s", slotStatus(p, s.Slot))
+		fmt.Fprintf(&b, "\nits log about slot %d (last 20 lines):\n%s", s.Slot,
+			grepTail(p.logPath, 20, fmt.Sprintf("slot=%d ", s.Slot), fmt.Sprintf("bucket=%d ", s.Slot)))
+		if !tailed[p.id] {
+			tailed[p.id] = true
+			fmt.Fprintf(&b, "\n%s's log's tail:\n%s", p.id, tail(p.logPath, 30))
+		}
+	}
+	return b.String()
+}
+
+// slotStatus returns the entry of slot in the /status of the worker p,
+// or why there is none.
+func slotStatus(p *proc, slot int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/status", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var page observability.StatusPage
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		return fmt.Sprintf("%s: %v", resp.Status, err)
+	}
+	for _, sub := range page.Subscriptions {
+		for _, o := range sub.Owned {
+			if o.Bucket == slot {
+				out, _ := json.Marshal(o)
+				return string(out)
+			}
+		}
+	}
+	return fmt.Sprintf("slot %d is not among its owned buckets", slot)
+}
+
+// grepTail returns the last n lines of path containing one of keys (a
+// line's end counts as a space).
+func grepTail(path string, n int, keys ...string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range keys {
+			if strings.Contains(l+" ", k) {
+				lines = append(lines, l)
+				break
+			}
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // undrainedOwner returns an old bucket that has an owner other than
@@ -228,6 +306,8 @@ func slotsSummary(ss []leasestore.SlotStatus) string {
 		fmt.Fprintf(&b, "%d:%s", s.Bucket, s.Owner)
 		if s.Drained {
 			b.WriteString("(drained)")
+		} else if s.Proposal >= 0 {
+			fmt.Fprintf(&b, "(proposed %d)", s.Proposal)
 		}
 		if s.Ready {
 			b.WriteString("(ready)")
