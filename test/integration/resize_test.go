@@ -317,6 +317,46 @@ func slotsSummary(ss []leasestore.SlotStatus) string {
 	return b.String()
 }
 
+// logOf returns the path of the log of worker id, running or not, or "".
+func (c *cluster) logOf(id string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.all {
+		if p.id == id {
+			return p.logPath
+		}
+	}
+	return ""
+}
+
+// logAround returns up to n lines of the log at path written between
+// from and to that contain one of keys or are warnings or errors.
+func logAround(path string, from, to time.Time, n int, keys ...string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		ts, _, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if !ok || err != nil || at.Before(from) || at.After(to) {
+			continue
+		}
+		keep := strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")
+		for _, k := range keys {
+			keep = keep || strings.Contains(l+" ", k)
+		}
+		if keep {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = append(lines[:n/2:n/2], append([]string{"…"}, lines[len(lines)-n/2:]...)...)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // byID returns the process running worker id, or nil.
 func (c *cluster) byID(id string) *proc {
 	c.mu.Lock()
@@ -715,6 +755,24 @@ func (o *observer) unexcusedStory(ctx context.Context, duplicates string, killed
 			"\ncheckpoint writes:\n  %s\ndrains:\n  %s", d.id, d.pos, d.slot, d.worker, d.first,
 			strings.Join(d.deliveries, "\n  "), strings.Join(d.leases, "\n  "), strings.Join(d.checkpoints, "\n  "),
 			strings.Join(d.drains, "\n  "))
+		if o.logOf == nil {
+			continue
+		}
+		// What the deliverers logged about the slot meanwhile, and their
+		// warnings and errors.
+		var apps []string
+		last := d.first
+		if err := o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT array_agg(DISTINCT app), max(at) FROM %s.obs_delivery_log
+			WHERE subscription = $1 AND event_id = $2::uuid`, o.q), o.sub, d.id).Scan(&apps, &last); err != nil {
+			return fail("the deliverers of "+d.id, err)
+		}
+		for _, app := range apps {
+			if path := o.logOf(app); path != "" {
+				fmt.Fprintf(&b, "\n%s's log from 3 s before the first delivery to 1 s after the last:\n%s", app,
+					logAround(path, d.first.Add(-3*time.Second), last.Add(time.Second), 40,
+						fmt.Sprintf("slot=%d ", d.slot), fmt.Sprintf("bucket=%d ", d.slot)))
+			}
+		}
 	}
 	return b.String()
 }
