@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -42,8 +43,10 @@ type readerRef struct {
 	queue    *overflow.Queue
 	draining bool
 	stopping bool
-	// resize is what the reader was last told of the resize.
-	resize resizeBound
+	// resize is what the reader was last told of the resize. A reader
+	// restarted by its supervisor starts from it, not from what it was
+	// spawned with: the coordinator tells a change once (see spawn).
+	resize atomic.Pointer[resizeBound]
 }
 
 // coordinator is the one actor per process per subscription group. It owns
@@ -306,8 +309,8 @@ func (c *coordinator) syncReaders(ctx actor.Context) {
 		case ref != nil && !ref.stopping && ref.epoch == l.Epoch:
 			// A draining reader (a handoff) proposes too: it holds the
 			// lease until it hands over.
-			if m := c.resizeOf(l); m != ref.resize {
-				ref.resize = m
+			if m := c.resizeOf(l); m != *ref.resize.Load() {
+				ref.resize.Store(&m)
 				ctx.Send(ref.pid, &m)
 			}
 		}
@@ -329,14 +332,19 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	c.g.logger.Debug("kumi: reader starts", "slot", l.Slot, "generation", l.Generation, "bucket", l.Bucket,
 		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "bound", m.bound.Limit, "bounded", m.bound.Resizing,
 		"cut", m.bound.Decided, "seal", m.seal, "state", c.resize.State, "serving", c.resize.Generation)
+	ref := &readerRef{epoch: l.Epoch, queue: q}
+	ref.resize.Store(&m)
 	r := func() actor.Actor {
+		// Each incarnation starts from what the coordinator last told
+		// (a restarted one, too, from what its predecessor was told).
+		m := ref.resize.Load()
 		return &reader{g: c.g, bucket: l.Slot, generation: l.Generation, genBucket: l.Bucket, size: l.Buckets,
 			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal}
 	}
 	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor),
 		actor.WithDispatcher(c.g.rt.dispatcher))
-	pid := ctx.Spawn(props)
-	c.readers[l.Slot] = &readerRef{pid: pid, epoch: l.Epoch, queue: q, resize: m}
+	ref.pid = ctx.Spawn(props)
+	c.readers[l.Slot] = ref
 	c.g.registerQueue(l.Slot, q)
 }
 

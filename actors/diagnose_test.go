@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/kumi-run/kumi/internal/overflow"
 )
 
 // observed formats as f's result at the time the message is formatted:
@@ -58,16 +61,24 @@ func (w *testWorker) diagnose() string {
 // inspectReaders describes the group's readers as they see themselves.
 func (w *testWorker) inspectReaders() []string {
 	g := w.group.g
+	// A copy of each readerRef's fields, taken on the coordinator's
+	// goroutine.
 	type ref struct {
 		bucket int
-		r      *readerRef
+		r      struct {
+			pid                *actor.PID
+			epoch              int64
+			queue              *overflow.Queue
+			draining, stopping bool
+		}
 	}
 	refs := make(chan []ref, 1)
 	w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(c *coordinator) {
 		var out []ref
 		for b, r := range c.readers {
-			rr := *r
-			out = append(out, ref{b, &rr})
+			x := ref{bucket: b}
+			x.r.pid, x.r.epoch, x.r.queue, x.r.draining, x.r.stopping = r.pid, r.epoch, r.queue, r.draining, r.stopping
+			out = append(out, x)
 		}
 		refs <- out
 	}))
@@ -120,10 +131,11 @@ func (r *reader) describe() string {
 			time.Since(s.sentAt).Round(time.Millisecond))
 	}
 	return fmt.Sprintf("ready %v catching %v reading %v held %v cursor %d target %d resumes %d acked %d flushed %d flushing %v "+
-		"pending %d window %d %v (first: %s) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v",
+		"pending %d window %d %v (first: %s) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v "+
+		"resize bound %+v proposing %v cut draining %v",
 		r.ready, r.catching, r.reading, r.held, r.cursor, r.target, r.resumes, r.acked, r.flushed, r.flushing,
 		len(r.pending), len(r.win.slots), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
-		r.storeFailures, r.queue.Stats())
+		r.storeFailures, r.queue.Stats(), r.bound, r.proposing, r.cutDraining)
 }
 
 // dumpRows runs query on the worker's pool and renders its rows as JSON.

@@ -111,6 +111,10 @@ type reader struct {
 	bound       leasestore.Bound
 	proposing   bool
 	cutDraining bool
+	// told is the latest bound the coordinator told while a proposal was
+	// out (toldSet: one was told), taken after the proposal's answer.
+	told    leasestore.Bound
+	toldSet bool
 	// seal: the resize is sealing and the lease carried no bound: propose
 	// one before delivering anything.
 	seal bool

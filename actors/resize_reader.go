@@ -107,13 +107,26 @@ func (r *reader) onProposed(ctx actor.Context, m *proposed) {
 		"bucket", r.genBucket, "epoch", r.epoch, "bound", m.bound.Limit, "cut", m.bound.Decided, "resizing", m.bound.Resizing)
 	r.bound = leasestore.Bound{} // the freeze ends with the answer
 	r.setBound(ctx, m.bound)
+	if r.toldSet {
+		// What the coordinator told meanwhile is as new as the answer or
+		// newer — the cut another proposal decided after this one
+		// committed, or a cancel — and it tells a change once.
+		told := r.told
+		r.told, r.toldSet = leasestore.Bound{}, false
+		r.setBound(ctx, told)
+	}
 }
 
 // setBound takes a bound: a proposal, the cut, or none (cancelled). A
-// decided cut is never replaced by a proposal.
+// decided cut is never replaced by a proposal. While a proposal is out,
+// the bound waits for its answer, and is taken after it (see onProposed).
 func (r *reader) setBound(ctx actor.Context, b leasestore.Bound) {
-	if r.stopped || r.proposing {
-		return // the proposal's answer decides
+	if r.stopped {
+		return
+	}
+	if r.proposing {
+		r.told, r.toldSet = b, true
+		return
 	}
 	switch {
 	case !b.Resizing:

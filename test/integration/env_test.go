@@ -61,6 +61,7 @@ func newEnv(t *testing.T, url string, cfg clusterConfig) *env {
 	e := &env{t: t, url: url, cfg: cfg, start: time.Now()}
 	e.o = newObserver(t, url, cfg.Schema, cfg.Subscription, cfg.Category, cfg.Buckets, 20*time.Millisecond)
 	e.c = newCluster(t, cfg)
+	e.o.logOf = e.c.logOf
 	return e
 }
 

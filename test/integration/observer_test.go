@@ -179,6 +179,9 @@ type observer struct {
 	q        string
 	sub, cat string
 	n        int
+	// logOf returns the path of a worker's log, "" if unknown (set by
+	// newEnv; the failure reports quote the logs).
+	logOf func(worker string) string
 
 	mu          sync.Mutex
 	last        sample

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/observability"
 )
 
 // TestResizeUp: three workers serve 8 buckets under steady appends; the
@@ -204,11 +206,87 @@ func (e *env) waitResize(cond func(leasestore.Resize) bool) leasestore.Resize {
 		}
 		return ok && cond(r)
 	}) {
-		e.t.Fatalf("resize: no progress: state %s, generation %d, %d → %d, cut %d (decided %v); old %s; new %s; workers own: %s",
+		e.t.Fatalf("resize: no progress: state %s, generation %d, %d → %d, cut %d (decided %v); old %s; new %s; workers own: %s%s",
 			last.State, last.Generation, last.Buckets, last.NextBuckets, last.Cut, last.CutDecided,
-			slotsSummary(last.Old), slotsSummary(last.New), e.o.ownedSummary())
+			slotsSummary(last.Old), slotsSummary(last.New), e.o.ownedSummary(), e.undrainedReport(last))
 	}
 	return last
+}
+
+// undrainedReport says, for each old bucket held and not drained, what
+// its holder says of it: its reader's entry in the worker's /status, the
+// worker's log lines about the slot, and the tail of its log.
+func (e *env) undrainedReport(r leasestore.Resize) string {
+	var b strings.Builder
+	tailed := map[string]bool{}
+	for _, s := range r.Old {
+		if s.Owner == "" || s.Drained {
+			continue
+		}
+		fmt.Fprintf(&b, "\n--- old bucket %d (slot %d, proposal %d) held by %s at epoch %d", s.Bucket, s.Slot, s.Proposal,
+			s.Owner, s.Epoch)
+		p := e.c.byID(s.Owner)
+		if p == nil {
+			b.WriteString(": no running process of that id")
+			continue
+		}
+		fmt.Fprintf(&b, "\nits /status: %s", slotStatus(p, s.Slot))
+		fmt.Fprintf(&b, "\nits log about slot %d (last 20 lines):\n%s", s.Slot,
+			grepTail(p.logPath, 20, fmt.Sprintf("slot=%d ", s.Slot), fmt.Sprintf("bucket=%d ", s.Slot)))
+		if !tailed[p.id] {
+			tailed[p.id] = true
+			fmt.Fprintf(&b, "\n%s's log's tail:\n%s", p.id, tail(p.logPath, 30))
+		}
+	}
+	return b.String()
+}
+
+// slotStatus returns the entry of slot in the /status of the worker p,
+// or why there is none.
+func slotStatus(p *proc, slot int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/status", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var page observability.StatusPage
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		return fmt.Sprintf("%s: %v", resp.Status, err)
+	}
+	for _, sub := range page.Subscriptions {
+		for _, o := range sub.Owned {
+			if o.Bucket == slot {
+				out, _ := json.Marshal(o)
+				return string(out)
+			}
+		}
+	}
+	return fmt.Sprintf("slot %d is not among its owned buckets", slot)
+}
+
+// grepTail returns the last n lines of path containing one of keys (a
+// line's end counts as a space).
+func grepTail(path string, n int, keys ...string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range keys {
+			if strings.Contains(l+" ", k) {
+				lines = append(lines, l)
+				break
+			}
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // undrainedOwner returns an old bucket that has an owner other than
@@ -228,6 +306,8 @@ func slotsSummary(ss []leasestore.SlotStatus) string {
 		fmt.Fprintf(&b, "%d:%s", s.Bucket, s.Owner)
 		if s.Drained {
 			b.WriteString("(drained)")
+		} else if s.Proposal >= 0 {
+			fmt.Fprintf(&b, "(proposed %d)", s.Proposal)
 		}
 		if s.Ready {
 			b.WriteString("(ready)")
@@ -235,6 +315,46 @@ func slotsSummary(ss []leasestore.SlotStatus) string {
 		b.WriteString(" ")
 	}
 	return b.String()
+}
+
+// logOf returns the path of the log of worker id, running or not, or "".
+func (c *cluster) logOf(id string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.all {
+		if p.id == id {
+			return p.logPath
+		}
+	}
+	return ""
+}
+
+// logAround returns up to n lines of the log at path written between
+// from and to that contain one of keys or are warnings or errors.
+func logAround(path string, from, to time.Time, n int, keys ...string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		ts, _, ok := strings.Cut(strings.TrimPrefix(l, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if !ok || err != nil || at.Before(from) || at.After(to) {
+			continue
+		}
+		keep := strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")
+		for _, k := range keys {
+			keep = keep || strings.Contains(l+" ", k)
+		}
+		if keep {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = append(lines[:n/2:n/2], append([]string{"…"}, lines[len(lines)-n/2:]...)...)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // byID returns the process running worker id, or nil.
@@ -373,6 +493,9 @@ type resizeReport struct {
 	// lost without consent (on a loaded machine, a worker of the run that
 	// missed its heartbeats).
 	unexcused, lapsed int64
+	// unexcusedStory tells what the observer's logs hold of the first
+	// unexcused duplicates (see unexcusedStory).
+	unexcusedStory string
 }
 
 // ids are the keys of set.
@@ -446,9 +569,9 @@ func (o *observer) resizeReport(t *testing.T, killed, frozen map[string]bool) re
 	// lapsed or its session went, and the next owner (or itself, at a new
 	// epoch) redelivered from the checkpoint; never after a cooperative
 	// handoff, which releases the bucket first.
-	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT
-			count(*) FILTER (WHERE NOT (s.worker = ANY($2::text[]) OR z.by OR x.lapsed)),
-			count(*) FILTER (WHERE x.lapsed AND NOT (s.worker = ANY($2::text[]) OR z.by))
+	duplicates := fmt.Sprintf(`SELECT s.event_id, s.position, s.worker, s.first_at,
+			g.generation * 65536 + %[1]s.cg_bucket(e.cg_hash, g.bucket_count) AS slot,
+			(s.worker = ANY($2::text[]) OR z.by) AS faulted, x.lapsed
 		FROM %[1]s.sink s
 		JOIN `+eventsWithPositions(o.q)+` e ON e.event_id = s.event_id `+eventGen+`
 		CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM %[1]s.obs_delivery_log d
@@ -457,8 +580,13 @@ func (o *observer) resizeReport(t *testing.T, killed, frozen map[string]bool) re
 			WHERE l.subscription = $1 AND l.bucket = g.generation * 65536 + %[1]s.cg_bucket(e.cg_hash, g.bucket_count)
 				AND l.old_owner = s.worker AND l.new_owner IS NOT NULL AND l.new_epoch > l.old_epoch
 				AND l.at > s.first_at) AS lapsed) x
-		WHERE s.subscription = $1 AND s.deliveries > 1`, o.q), o.sub, ids(killed), ids(frozen)).Scan(&rr.unexcused, &rr.lapsed),
-		"duplicates")
+		WHERE s.subscription = $1 AND s.deliveries > 1`, o.q)
+	must(o.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT (faulted OR lapsed)),
+			count(*) FILTER (WHERE lapsed AND NOT faulted)
+		FROM (`+duplicates+`) d`, o.sub, ids(killed), ids(frozen)).Scan(&rr.unexcused, &rr.lapsed), "duplicates")
+	if rr.unexcused > 0 {
+		rr.unexcusedStory = o.unexcusedStory(ctx, duplicates, ids(killed), ids(frozen))
+	}
 
 	var steady float64
 	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.first_at - e.recorded_at)), 0)
@@ -536,6 +664,115 @@ func requireResizeSafe(t *testing.T, scenario string, rr resizeReport, resizes i
 	}
 	if rr.unexcused != 0 {
 		t.Errorf("%s: %d events delivered twice that no fault excuses (not first delivered by a killed worker, "+
-			"nor delivered by a frozen one, nor redelivered after a lease lost without consent)", scenario, rr.unexcused)
+			"nor delivered by a frozen one, nor redelivered after a lease lost without consent)%s", scenario, rr.unexcused,
+			rr.unexcusedStory)
 	}
+}
+
+// unexcusedStory tells, for the first few duplicates of the query
+// duplicates (resizeReport's) that no fault excuses, every delivery of
+// the event, and around them the changes of its slot's lease, its
+// checkpoint writes and its drain.
+func (o *observer) unexcusedStory(ctx context.Context, duplicates string, killed, frozen []string) string {
+	var b strings.Builder
+	fail := func(what string, err error) string {
+		fmt.Fprintf(&b, "\n(%s: %v)", what, err)
+		return b.String()
+	}
+	rows, err := o.pool.Query(ctx, `SELECT event_id, position, worker, first_at, slot FROM (`+duplicates+`) d
+		WHERE NOT (faulted OR lapsed) ORDER BY position LIMIT 4`, o.sub, killed, frozen)
+	if err != nil {
+		return fail("unexcused duplicates", err)
+	}
+	type dup struct {
+		id          string
+		pos         int64
+		worker      string
+		first       time.Time
+		slot        int
+		deliveries  []string
+		leases      []string
+		checkpoints []string
+		drains      []string
+	}
+	var dups []dup
+	for rows.Next() {
+		var d dup
+		var id [16]byte
+		if err := rows.Scan(&id, &d.pos, &d.worker, &d.first, &d.slot); err != nil {
+			rows.Close()
+			return fail("unexcused duplicates", err)
+		}
+		d.id = fmt.Sprintf("%x", id)
+		dups = append(dups, d)
+	}
+	if err := rows.Err(); err != nil {
+		return fail("unexcused duplicates", err)
+	}
+	lines := func(into *[]string, query string, args ...any) error {
+		rows, err := o.pool.Query(ctx, fmt.Sprintf(query, o.q), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var l string
+			if err := rows.Scan(&l); err != nil {
+				return err
+			}
+			*into = append(*into, l)
+		}
+		return rows.Err()
+	}
+	for _, d := range dups {
+		// From a few seconds before the first delivery to the last one.
+		err := lines(&d.deliveries, `SELECT format('%%s by %%s%%s', at, app, CASE WHEN first THEN ' (first)' END)
+			FROM %[1]s.obs_delivery_log WHERE subscription = $1 AND event_id = $2::uuid ORDER BY at`, o.sub, d.id)
+		if err == nil {
+			err = lines(&d.leases, `SELECT format('%%s %%s@%%s → %%s@%%s expired %%s evidence %%s by %%s', l.at,
+					coalesce(l.old_owner, '(none)'), l.old_epoch, coalesce(l.new_owner, '(none)'), l.new_epoch,
+					coalesce(l.old_expires::text, '-'), l.evidence, l.app)
+				FROM %[1]s.obs_lease_log l WHERE l.subscription = $1 AND l.bucket = $2
+					AND l.at BETWEEN $3::timestamptz - interval '5 seconds'
+						AND (SELECT max(at) FROM %[1]s.obs_delivery_log WHERE event_id = $4::uuid) ORDER BY l.at`,
+				o.sub, d.slot, d.first, d.id)
+		}
+		if err == nil {
+			err = lines(&d.checkpoints, `SELECT format('%%s %%s → %%s by %%s', c.at, c.old_position, c.new_position, c.app)
+				FROM %[1]s.obs_checkpoint_log c WHERE c.subscription = $1 AND c.bucket = $2
+					AND c.at BETWEEN $3::timestamptz - interval '5 seconds'
+						AND (SELECT max(at) FROM %[1]s.obs_delivery_log WHERE event_id = $4::uuid) ORDER BY c.at`,
+				o.sub, d.slot, d.first, d.id)
+		}
+		if err == nil {
+			err = lines(&d.drains, `SELECT format('%%s to %%s by %%s', r.at, r.cut, r.app)
+				FROM %[1]s.obs_drain_log r WHERE r.subscription = $1 AND r.bucket = $2 ORDER BY r.at`, o.sub, d.slot)
+		}
+		if err != nil {
+			return fail("the story of "+d.id, err)
+		}
+		fmt.Fprintf(&b, "\n--- event %s at %d, slot %d, first delivered by %s at %s\ndeliveries:\n  %s\nlease changes:\n  %s"+
+			"\ncheckpoint writes:\n  %s\ndrains:\n  %s", d.id, d.pos, d.slot, d.worker, d.first,
+			strings.Join(d.deliveries, "\n  "), strings.Join(d.leases, "\n  "), strings.Join(d.checkpoints, "\n  "),
+			strings.Join(d.drains, "\n  "))
+		if o.logOf == nil {
+			continue
+		}
+		// What the deliverers logged about the slot meanwhile, and their
+		// warnings and errors.
+		var apps []string
+		last := d.first
+		if err := o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT array_agg(DISTINCT app), max(at) FROM %s.obs_delivery_log
+			WHERE subscription = $1 AND event_id = $2::uuid`, o.q), o.sub, d.id).Scan(&apps, &last); err != nil {
+			return fail("the deliverers of "+d.id, err)
+		}
+		for _, app := range apps {
+			if path := o.logOf(app); path != "" {
+				fmt.Fprintf(&b, "\n%s's log from 3 s before the first delivery to 1 s after the last:\n%s", app,
+					logAround(path, d.first.Add(-3*time.Second), last.Add(time.Second), 40,
+						fmt.Sprintf("slot=%d ", d.slot), fmt.Sprintf("bucket=%d ", d.slot)))
+			}
+		}
+	}
+	return b.String()
 }

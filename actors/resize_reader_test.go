@@ -1,0 +1,168 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// TestReaderTakesTheCutDecidedWhileItsProposalIsOut replays, on a reader's
+// resize state, the interleaving CI met (TestResizeLatency/row: old bucket
+// 6 never drained, the resize stuck in switched): the reader's proposal
+// commits without completing the set; another reader's proposal completes
+// it and decides the cut; the coordinator's pass reads the cut and tells
+// the reader — before the reader has taken its own proposal's answer,
+// which is older and carries only the proposal. The coordinator tells a
+// reader of a change once, so a reader that dropped that news stayed
+// bounded by its proposal, never learnt of the cut and never drained.
+// Likewise a cancel told while the proposal is out must lift the bound.
+func TestReaderTakesTheCutDecidedWhileItsProposalIsOut(t *testing.T) {
+	t.Parallel()
+	proposal := leasestore.Bound{Resizing: true, Limit: 240}
+	cut := leasestore.Bound{Resizing: true, Limit: 243, Decided: true}
+	for _, tc := range []struct {
+		name   string
+		told   []resizeBound // the coordinator's news while the proposal is out
+		answer leasestore.Bound
+		want   leasestore.Bound
+	}{
+		{"CutDecidedByAnother", []resizeBound{{bound: proposal}, {bound: cut}}, proposal, cut},
+		{"CutThenAnOlderAnswer", []resizeBound{{bound: cut}}, proposal, cut},
+		{"AnswerDecidesItself", []resizeBound{{bound: proposal}}, cut, cut},
+		{"CancelledMeanwhile", []resizeBound{{}}, proposal, leasestore.Bound{}},
+		{"NothingTold", nil, proposal, proposal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// Not ready (its checkpoint not yet loaded), as a reader that
+			// started on a sealing resize is: nothing here needs its actor.
+			// Frozen at its cursor, its proposal out (what propose sets
+			// before it calls ProposeCut off the mailbox).
+			r := &reader{g: &group{logger: slog.New(slog.DiscardHandler)}, bucket: 6, cursor: 235,
+				proposing: true, bound: leasestore.Bound{Resizing: true, Limit: 235}}
+			for _, m := range tc.told {
+				r.onResizeBound(nil, &m)
+			}
+			r.onProposed(nil, &proposed{gen: r, bound: tc.answer})
+			require.False(t, r.proposing)
+			require.Equal(t, tc.want, r.bound, "the reader's bound after the news %+v and the answer %+v", tc.told, tc.answer)
+		})
+	}
+}
+
+// A reader its supervisor restarts during a resize starts from what its
+// coordinator last told it — here the decided cut — not from what it was
+// spawned with (no resize): the coordinator tells a change once, so a
+// reader spawned before the resize and restarted after it was told the
+// cut went on unbounded, never drained, and the resize never completed.
+// One worker, 4 → 5 (every new bucket waits for every old one); the
+// reader of acct-3's bucket is held back by its handler, told the cut,
+// and restarted; then let go.
+func TestRestartedReaderKeepsTheCut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	seed(t, store, "acct", 8, 80)
+	g := &gate{stream: "acct-3", in: make(chan struct{}), open: make(chan struct{})}
+	opts := groupOpts("restart", 4, rec, "w")
+	opts.Lease = resizeLease()
+	opts.HandlerTimeout = waitLong
+	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			rec.begin("w", d.Event)
+			g.wait(d)
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	w := startWorker(t, schema, "w", opts)
+	<-g.in // one bucket is held back
+
+	_, err := Resize(ctx, store, "restart", 5, ResizeOptions{By: "test"})
+	require.NoError(t, err)
+	var r leasestore.Resize
+	held := -1
+	pgtest.Eventually(t, waitLong, func() bool {
+		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "restart")
+		require.NoError(t, err)
+		held = -1
+		for _, s := range r.Old {
+			if !s.Drained {
+				held = s.Slot
+			}
+		}
+		return r.State == leasestore.ResizeCut && r.Old != nil && held >= 0 &&
+			len(r.Old) == 4 && countDrained(r.Old) == 3
+	}, "the cut decided, three old buckets drained, the held-back one not: %+v", observed(func() leasestore.Resize { return r }))
+
+	// The coordinator tells the held-back reader the cut.
+	told := func() (resizeBound, *actor.PID) {
+		got := make(chan resizeBound, 1)
+		pid := make(chan *actor.PID, 1)
+		w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(c *coordinator) {
+			if ref := c.readers[held]; ref != nil {
+				got <- *ref.resize.Load()
+				pid <- ref.pid
+				return
+			}
+			got <- resizeBound{}
+			pid <- nil
+		}))
+		return <-got, <-pid
+	}
+	var pid *actor.PID
+	pgtest.Eventually(t, waitLong, func() bool {
+		var m resizeBound
+		m, pid = told()
+		return pid != nil && m.bound.Decided && m.bound.Limit == r.Cut
+	}, "the held-back reader is told the cut %d", r.Cut)
+
+	// It fails (an error supervision restarts it for), and restarts.
+	incarnation := func() *reader {
+		got := make(chan *reader, 1)
+		w.sys.Root.Send(pid, inspectReader(func(r *reader) { got <- r }))
+		select {
+		case r := <-got:
+			return r
+		case <-time.After(waitLong):
+			return nil
+		}
+	}
+	first := incarnation()
+	require.NotNil(t, first)
+	w.sys.Root.Send(pid, inspectReader(func(*reader) { panic(errors.New("test: the reader fails")) }))
+	var next *reader
+	pgtest.Eventually(t, waitLong, func() bool {
+		next = incarnation()
+		return next != nil && next != first
+	}, "the reader restarted")
+
+	close(g.open)
+	pgtest.Eventually(t, waitLong, func() bool {
+		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "restart")
+		require.NoError(t, err)
+		return r.State == leasestore.ResizeSteady && r.Generation == 1
+	}, "the resize completes: the restarted reader drains to the cut (now %s, old %+v; readers %v)",
+		observed(func() leasestore.ResizeState { return r.State }), observed(func() []leasestore.SlotStatus { return r.Old }),
+		observed(w.inspectReaders))
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 80 }, "every event delivered")
+}
+
+func countDrained(ss []leasestore.SlotStatus) int {
+	n := 0
+	for _, s := range ss {
+		if s.Drained {
+			n++
+		}
+	}
+	return n
+}
