@@ -100,18 +100,8 @@ func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, set
 	case a.Done > 0:
 		// The prefix is done. The slot is the window's only one, so the
 		// acked position moves over it.
-		r.acked = s.batch[a.Done-1].Position
-		r.sinceFlush += a.Done
-		if a.Committed {
-			r.flushed = max(r.flushed, r.acked)
-		}
-		delete(r.win.byID, s.d.id)
-		delete(r.win.busy, s.d.Event.Stream)
-		r.nextID++
-		head := *s.d
-		head.Event, head.Attempt, head.id = s.batch[a.Done], 0, r.nextID
-		s.d, s.free, s.batch, s.alone = &head, 0, s.batch[a.Done:], false
-		r.win.byID[head.id], r.win.busy[head.Event.Stream] = s, true
+		r.ackPrefix(s, a.Done, a.Committed)
+		s.alone = false
 		if r.sinceFlush >= r.g.opts.CheckpointEvery {
 			r.flush(ctx, false)
 		}
@@ -129,4 +119,25 @@ func (r *reader) batchFailed(s *slot, answer any) (any, bool) {
 	r.unbatch(s)
 	s.alone = true
 	return answer, false
+}
+
+// ackPrefix moves the acked position over the first done events of s's
+// batch or run (committed: their checkpoint is written already, by the
+// handler's exactly-once commit) and makes the rest s's next delivery, a
+// first attempt of its head event under a new id. The slot is the
+// window's only one (MaxInFlight 1), so the acked position moves over the
+// prefix.
+func (r *reader) ackPrefix(s *slot, done int, committed bool) {
+	r.acked = s.batch[done-1].Position
+	r.sinceFlush += done
+	if committed {
+		r.flushed = max(r.flushed, r.acked)
+	}
+	delete(r.win.byID, s.d.id)
+	delete(r.win.busy, s.d.Event.Stream)
+	r.nextID++
+	head := *s.d
+	head.Event, head.Attempt, head.id = s.batch[done], 0, r.nextID
+	s.d, s.free, s.batch = &head, 0, s.batch[done:]
+	r.win.byID[head.id], r.win.busy[head.Event.Stream] = s, true
 }

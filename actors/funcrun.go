@@ -252,20 +252,7 @@ func (r *reader) endRun(ctx actor.Context, s *slot) (o runOutcome, finished bool
 		return o, true
 	}
 	if o.done > 0 {
-		// The slot is the window's only one (MaxInFlight 1), so the acked
-		// position moves over the prefix.
-		r.acked = s.batch[o.done-1].Position
-		r.sinceFlush += o.done
-		if o.committed {
-			r.flushed = max(r.flushed, r.acked)
-		}
-		delete(r.win.byID, s.d.id)
-		delete(r.win.busy, s.d.Event.Stream)
-		r.nextID++
-		head := *s.d
-		head.Event, head.Attempt, head.id = s.batch[o.done], 0, r.nextID
-		s.d, s.free, s.batch = &head, 0, s.batch[o.done:]
-		r.win.byID[head.id], r.win.busy[head.Event.Stream] = s, true
+		r.ackPrefix(s, o.done, o.committed)
 		if r.sinceFlush >= r.g.opts.CheckpointEvery {
 			r.flush(ctx, false)
 		}
