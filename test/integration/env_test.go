@@ -113,7 +113,7 @@ func (e *env) finish(scenario string, also ...func(*report)) report {
 	}
 	fmt.Println(r.line())
 	if !settled {
-		e.t.Errorf("%d events never reached the sink; workers own: %s", r.lost, e.o.ownedSummary())
+		e.t.Errorf("%d events never reached the sink; workers own: %s%s", r.lost, e.o.ownedSummary(), e.o.lostStory())
 	}
 	if e.c != nil {
 		e.c.stopAll()

@@ -337,3 +337,80 @@ func round(d time.Duration) time.Duration {
 	}
 	return d.Round(time.Millisecond)
 }
+
+// lostStory describes, for a failure message, the first few events that
+// never reached the sink: each one's stream, version and position, and for
+// every generation of the subscription the slot it belongs to there, that
+// slot's checkpoint writes that crossed its position (who moved the
+// checkpoint over it), the slot's drains and its lease changes.
+func (o *observer) lostStory() string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var b strings.Builder
+	type lostEvent struct {
+		id      string
+		stream  string
+		version int64
+		pos     *int64
+		hash    int64
+		written time.Time
+	}
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT e.event_id::text, e.stream_name, e.version, e.position, e.cg_hash, e.recorded_at
+		FROM `+eventsWithPositions(o.q)+` e WHERE e.category = $1
+			AND NOT EXISTS (SELECT 1 FROM %[1]s.sink s WHERE s.subscription = $2 AND s.event_id = e.event_id)
+			AND e.event_id <> ALL($3::uuid[])
+		ORDER BY e.position NULLS FIRST LIMIT 5`, o.q), o.cat, o.sub, o.excusedIDs())
+	if err != nil {
+		return "lost events: " + err.Error()
+	}
+	var lost []lostEvent
+	for rows.Next() {
+		var l lostEvent
+		if err := rows.Scan(&l.id, &l.stream, &l.version, &l.pos, &l.hash, &l.written); err != nil {
+			rows.Close()
+			return "lost events: " + err.Error()
+		}
+		lost = append(lost, l)
+	}
+	rows.Close()
+	lines := func(title, query string, args ...any) {
+		rows, err := o.pool.Query(ctx, fmt.Sprintf(query, o.q), args...)
+		if err != nil {
+			fmt.Fprintf(&b, "\n  %s: %v", title, err)
+			return
+		}
+		defer rows.Close()
+		fmt.Fprintf(&b, "\n  %s:", title)
+		for rows.Next() {
+			var l string
+			if err := rows.Scan(&l); err != nil {
+				fmt.Fprintf(&b, " %v", err)
+				return
+			}
+			b.WriteString("\n    " + l)
+		}
+	}
+	for _, l := range lost {
+		pos := int64(-1)
+		if l.pos != nil {
+			pos = *l.pos
+		}
+		fmt.Fprintf(&b, "\n--- lost event %s: %s version %d, position %d (-1: none), recorded %s", l.id, l.stream, l.version, pos,
+			l.written.Format(time.StampMicro))
+		lines("its slot per generation (generation, buckets, start_after, end_at, slot)", `SELECT format('%%s %%s (%%s, %%s] slot %%s',
+				g.generation, g.bucket_count, g.start_after, g.end_at, g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count))
+			FROM %[1]s.generations g WHERE g.subscription = $1 ORDER BY g.generation`, o.sub, l.hash)
+		lines("checkpoint writes of those slots that crossed it", `SELECT format('%%s slot %%s: %%s → %%s by %%s', c.at, c.bucket, c.old_position, c.new_position, c.app)
+			FROM %[1]s.obs_checkpoint_log c JOIN %[1]s.generations g ON g.subscription = c.subscription
+				AND c.bucket = g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count)
+			WHERE c.subscription = $1 AND coalesce(c.old_position, -1) < $3 AND c.new_position >= $3 ORDER BY c.at`, o.sub, l.hash, pos)
+		lines("drains of those slots", `SELECT format('%%s slot %%s to %%s by %%s', r.at, r.bucket, r.cut, r.app)
+			FROM %[1]s.obs_drain_log r JOIN %[1]s.generations g ON g.subscription = r.subscription
+				AND r.bucket = g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count)
+			WHERE r.subscription = $1 ORDER BY r.at`, o.sub, l.hash)
+		lines("deliveries of its stream around it", `SELECT format('%%s v%%s at %%s by %%s%%s', d.at, d.version, d.position, d.app, CASE WHEN d.first THEN '' ELSE ' (again)' END)
+			FROM %[1]s.obs_delivery_log d WHERE d.subscription = $1 AND d.stream = $2 AND d.version BETWEEN $3 - 2 AND $3 + 2
+			ORDER BY d.at`, o.sub, l.stream, l.version)
+	}
+	return b.String()
+}
