@@ -85,16 +85,8 @@ func startSlowWorker(t *testing.T, schema, name string, opts GroupOptions, slow 
 // still claims its buckets and delivers.
 func TestTheTestsLeaseTimingsTolerateSlowPasses(t *testing.T) {
 	t.Parallel()
-	store, schema := newTestStore(t)
-	seed(t, store, "acct", 6, 60)
-	rec := newRecorder()
-	slow := &slowPasses{}
-	slow.delay.Store(int64(300 * time.Millisecond))
-	w := startSlowWorker(t, schema, "w", groupOpts("slowpass", 2, rec, "w"), slow)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 60 }, "all handled (got %d, %d passes held back)%s",
-		observed(rec.distinct), observed(slow.passes.Load), observed(w.diagnose))
-	require.Positive(t, slow.passes.Load(), "the passes were held back")
-	require.Zero(t, rec.duplicates())
+	w, rec, slow := slowDrain(t, "slowpass", func(LeaseOptions) time.Duration { return 300 * time.Millisecond })
+	requireAllHandledThroughSlowPasses(t, w, rec, slow)
 }
 
 // The same stall in production: while every pass outlasts its bound (a
@@ -106,13 +98,7 @@ func TestTheTestsLeaseTimingsTolerateSlowPasses(t *testing.T) {
 // pass that fits claims the buckets, and the backlog is delivered.
 func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *testing.T) {
 	t.Parallel()
-	store, schema := newTestStore(t)
-	seed(t, store, "acct", 6, 60)
-	rec := newRecorder()
-	slow := &slowPasses{}
-	o := groupOpts("outlast", 2, rec, "w")
-	slow.delay.Store(int64(o.Lease.TTL))
-	w := startSlowWorker(t, schema, "w", o, slow)
+	w, rec, slow := slowDrain(t, "outlast", func(l LeaseOptions) time.Duration { return l.TTL })
 
 	var health *HealthError
 	pgtest.Eventually(t, waitLong, func() bool { return errors.As(w.rt.Healthy(context.Background()), &health) },
@@ -143,13 +129,28 @@ func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *tes
 // nothing.
 func TestPassesSlowerThanTheHeartbeatStillLand(t *testing.T) {
 	t.Parallel()
+	w, rec, slow := slowDrain(t, "slower", func(l LeaseOptions) time.Duration { return l.Heartbeat + l.Heartbeat/2 })
+	requireAllHandledThroughSlowPasses(t, w, rec, slow)
+}
+
+// slowDrain starts one worker on a subscription of 2 buckets with 60
+// events seeded, whose lease passes are held back for delay(its lease
+// options) each.
+func slowDrain(t *testing.T, sub string, delay func(LeaseOptions) time.Duration) (*testWorker, *recorder, *slowPasses) {
+	t.Helper()
 	store, schema := newTestStore(t)
 	seed(t, store, "acct", 6, 60)
 	rec := newRecorder()
 	slow := &slowPasses{}
-	o := groupOpts("slower", 2, rec, "w")
-	slow.delay.Store(int64(o.Lease.Heartbeat + o.Lease.Heartbeat/2))
-	w := startSlowWorker(t, schema, "w", o, slow)
+	o := groupOpts(sub, 2, rec, "w")
+	slow.delay.Store(int64(delay(o.Lease)))
+	return startSlowWorker(t, schema, "w", o, slow), rec, slow
+}
+
+// requireAllHandledThroughSlowPasses waits until the 60 events are
+// handled, each once, with the passes held back.
+func requireAllHandledThroughSlowPasses(t *testing.T, w *testWorker, rec *recorder, slow *slowPasses) {
+	t.Helper()
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 60 }, "all handled (got %d, %d passes held back)%s",
 		observed(rec.distinct), observed(slow.passes.Load), observed(w.diagnose))
 	require.Positive(t, slow.passes.Load(), "the passes were held back")
