@@ -408,6 +408,18 @@ func (o *observer) lostStory() string {
 			FROM %[1]s.obs_drain_log r JOIN %[1]s.generations g ON g.subscription = r.subscription
 				AND r.bucket = g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count)
 			WHERE r.subscription = $1 ORDER BY r.at`, o.sub, l.hash)
+		lines("its dead letters", `SELECT format('generation %%s bucket %%s attempts %%s at %%s replayed %%s: %%s', d.generation, d.bucket,
+				d.attempts, d.created_at, d.replayed_at, d.reason)
+			FROM %[1]s.dead_letters d WHERE d.subscription = $1 AND d.event_id = $2::uuid`, o.sub, l.id)
+		lines("its slots' checkpoints and leases now", `SELECT format('slot %%s: checkpoint %%s, owner %%s@%%s', s.slot,
+				(SELECT c.position FROM %[1]s.checkpoints c WHERE c.subscription = $1 AND c.bucket = s.slot),
+				b.owner, b.epoch)
+			FROM (SELECT g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count) AS slot
+				FROM %[1]s.generations g WHERE g.subscription = $1) s
+			LEFT JOIN %[1]s.lease_buckets b ON b.subscription = $1 AND b.bucket = s.slot ORDER BY s.slot`, o.sub, l.hash)
+		lines("the sequencer", `SELECT format('last_position %%s low_seq %%s; the event''s append: seq %%s, last_position %%s',
+				q.last_position, q.low_seq, a.seq, a.last_position)
+			FROM %[1]s.sequencer q, %[1]s.appends a JOIN %[1]s.events e ON e.seq = a.seq WHERE q.id = 1 AND e.event_id = $1::uuid`, l.id)
 		lines("deliveries of its stream around it", `SELECT format('%%s v%%s at %%s by %%s%%s', d.at, d.version, d.position, d.app, CASE WHEN d.first THEN '' ELSE ' (again)' END)
 			FROM %[1]s.obs_delivery_log d WHERE d.subscription = $1 AND d.stream = $2 AND d.version BETWEEN $3 - 2 AND $3 + 2
 			ORDER BY d.at`, o.sub, l.stream, l.version)
