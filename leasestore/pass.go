@@ -449,6 +449,15 @@ func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *i
 			}
 		}
 	}
+	if !v.resizing() && carryProposal(v.generation, out.renewed, out.claimed) {
+		// A resize began after the heartbeat read the subscription: a row
+		// of the serving generation carries a proposal as locked. Read the
+		// subscription again, so that the pass reports no steady state
+		// beside a lease bounded by its row (the bound rule).
+		if err := s.reread(ctx, tx, v); err != nil {
+			return out, fmt.Errorf("resize: %w", err)
+		}
+	}
 	if v.resizing() {
 		// The safety net of the resize's transitions (docs/resize.md §5):
 		// never waiting for the subscriptions row, which a transition
@@ -495,6 +504,41 @@ func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *i
 	sort.Ints(pending)
 	out.pending = pending
 	return out, nil
+}
+
+// carryProposal reports whether a row of generation gen, among those a
+// pass renewed or claimed, carries a cut proposal as locked.
+func carryProposal(gen int, renewed []ownedRow, claimed []claimedRow) bool {
+	carries := func(r ownedRow) bool {
+		g, _ := eventsource.SlotBucket(r.bucket)
+		return g == gen && r.proposal != nil
+	}
+	return slices.ContainsFunc(renewed, carries) ||
+		slices.ContainsFunc(claimed, func(c claimedRow) bool { return carries(c.ownedRow) })
+}
+
+// reread reads the subscription into v again, later than the heartbeat
+// read it: its state, next bucket count and cut, and once the cut is
+// decided, the serving generation's undrained buckets and feeder classes.
+// The generation cannot have moved on meanwhile: the pass holds a row of
+// it that carries a proposal, so undrained.
+func (s *Store) reread(ctx context.Context, tx txConn, v *subscriptionView) error {
+	r, err := subscriptionRow{}.scan(tx.QueryRow(ctx, s.st.get("resize_read"), s.cfg.Subscription))
+	if err != nil {
+		return err
+	}
+	v.state, v.next, v.cut = r.state, r.next, -1
+	if r.cut != nil {
+		v.cut = *r.cut
+		var rows int
+		var classes []int32
+		if err := tx.QueryRow(ctx, s.st.get("resize_undrained"), s.cfg.Subscription, v.generation,
+			gcd(v.buckets, v.next)).Scan(&rows, &v.active, &classes); err != nil {
+			return err
+		}
+		v.undrained = classSet(classes)
+	}
+	return nil
 }
 
 // heartbeat is what the heartbeat statement reports besides the
