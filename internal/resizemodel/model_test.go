@@ -565,12 +565,15 @@ func explore(c config) result {
 // event, delivers one twice without a crash, delivers a stream out of
 // order, lets the old generation deliver above the cut or the new one at
 // or below it, or leaves the resize unfinished — up and down, with a
-// common divisor and without, with crashes, releases (handoffs) and a
-// cancel.
+// common divisor and without, with crashes, releases (handoffs), both in
+// one run, and a cancel.
 func TestTheProtocolKeepsItsInvariants(t *testing.T) {
 	t.Parallel()
 	for _, c := range []config{
 		{workers: 1, n: 1, m: 2, hashes: []int{0, 1}, script: []int{0, 1, 0}, crashes: 1, releases: 1, flush: true},
+		// A kill and a graceful leave in the same run, by two workers
+		// (the fault suite's resizes: one worker killed, another leaving).
+		{workers: 2, n: 1, m: 2, hashes: []int{0, 1}, script: []int{0, 1, 0}, crashes: 1, releases: 1},
 		{workers: 1, n: 2, m: 1, hashes: []int{0, 1}, script: []int{0, 1, 0}, crashes: 1},
 		{workers: 1, n: 2, m: 1, hashes: []int{0, 1}, script: []int{0, 1, 0}, releases: 1},
 		{workers: 2, n: 2, m: 3, hashes: []int{4, 1}, script: []int{0, 1, 0}},
