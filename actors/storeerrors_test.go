@@ -51,3 +51,53 @@ func TestATransientCheckpointWriteFailureRedeliversNothing(t *testing.T) {
 	}, "the checkpoint lands once the lock is gone")
 	require.Zero(t, rec.duplicates(), "nothing acked was delivered again")
 }
+
+// A reader restarted by its supervisor (here its checkpoint write failed
+// with an error that is not transient, twice) keeps its lease and epoch:
+// the new incarnation starts after what the old one acked, and delivers
+// none of it again, though none of it reached the checkpoint. (Before, it
+// started at the checkpoint and delivered everything again after each
+// restart.)
+func TestARestartedReaderRedeliversNothingItAcked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	q := pgx.Identifier{schema}.Sanitize()
+	// The bucket's first two checkpoint writes fail with a raised
+	// exception (SQLSTATE P0001: not transient); the count survives their
+	// rollback.
+	_, err := store.Pool().Exec(ctx, `CREATE SEQUENCE `+q+`.refused;
+		CREATE FUNCTION `+q+`.refuse_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('`+q+`.refused') <= 2 THEN
+				RAISE EXCEPTION 'checkpoint write refused by the test';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON `+q+`.checkpoints
+			FOR EACH ROW EXECUTE FUNCTION `+q+`.refuse_checkpoint()`)
+	require.NoError(t, err)
+	seed(t, store, "acct", 5, 30)
+	rec := newRecorder()
+	o := groupOpts("restart", 1, rec, "w")
+	// A lease that stays sure while the machine is busy, and a write only
+	// when the timer says (every 20 ms). A write is tried only once
+	// something was acked since the last: each refused one leaves acked
+	// events out of the checkpoint.
+	o.Lease = LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
+	o.CheckpointEvery = 10000
+	w := startWorker(t, schema, "w", o)
+	writes := func() int64 {
+		var n int64
+		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM `+q+`.refused`).Scan(&n))
+		return n
+	}
+	pgtest.Eventually(t, waitLong, func() bool {
+		cp, err := store.Checkpoint(ctx, "restart", 0)
+		return err == nil && cp == 30
+	}, "the checkpoint lands after two refused writes (writes %d, handled %d)%s", observed(writes), observed(rec.distinct), observed(w.diagnose))
+	require.Equal(t, 30, rec.distinct(), "every event handled")
+	require.Greater(t, writes(), int64(2), "two writes refused, the reader restarted after each")
+	require.Equal(t, "w@1", holders(t, schema, "restart")[0], "held at one epoch throughout")
+	require.Zero(t, rec.duplicates(), "nothing acked was delivered again")
+}
