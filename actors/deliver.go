@@ -655,8 +655,10 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 // lets the events with the handler finish (HandlerTimeout bounds them),
 // and writes its acked position — fenced, so harmless if the bucket is in
 // fact lost — before it stops. If the lease was held all along (a renewal
-// that ran late), the reader the coordinator spawns next starts after
-// everything acked here and delivers nothing twice.
+// that ran late), the reader the coordinator spawns next, at the same
+// epoch, starts after everything acked here and delivers nothing twice:
+// after the checkpoint written, or, if that last write failed, after the
+// acked position this reader leaves its coordinator (see resumeAt).
 func (r *reader) unsureLease(ctx actor.Context, err error) {
 	if r.stopped || r.unsure != nil {
 		return
