@@ -147,6 +147,10 @@ type reader struct {
 	held       bool // the queue is held (see updateHold)
 	overflowed error
 	unsure     error // EnsureHeld failed: the reader drains and stops
+	// unsureWrite is a checkpoint write that failed under the unsure
+	// lease: no other is tried, and the drain ends without one (see
+	// onFlushed).
+	unsureWrite error
 	// handled is its coordinator's mark of what the slot's readers at
 	// this epoch handled: the reader starts after it, and leaves its acked
 	// position there when it stops (see resumeAt).
