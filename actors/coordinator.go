@@ -49,7 +49,8 @@ type readerRef struct {
 	resize atomic.Pointer[resizeBound]
 	// handled is where the slot's readers at epoch, in this process,
 	// handled every event through: each incarnation leaves its acked
-	// position here when it stops or restarts (see reader.resumeAt).
+	// position (and what its run in flight finished, see handledThrough)
+	// here when it stops or restarts (see reader.resumeAt).
 	handled handledMark
 }
 
@@ -445,6 +446,23 @@ func (r *reader) resumeAt(ctx actor.Context, checkpoint int64) {
 			"checkpoint", checkpoint, "handled", from)
 		r.flush(ctx, true)
 	}
+}
+
+// handledThrough is the position through which the reader's events were
+// all handled: its acked position or, with a function handler's run in
+// flight, the last event of the run its handler finished — the run is the
+// window's only slot (runs need MaxInFlight 1), right after what was
+// acked. Called as the reader stops, before window.cancel: it ends the run
+// (so the handler starts no further event) and takes what it finished.
+func (r *reader) handledThrough() int64 {
+	if len(r.win.slots) == 1 {
+		if s := r.win.slots[0]; s.state == slotSent && s.run != nil {
+			if o := s.run.end(); o.done > 0 {
+				return max(r.acked, s.batch[o.done-1].Position)
+			}
+		}
+	}
+	return r.acked
 }
 
 func (c *coordinator) handOver(ctx actor.Context, bucket int) {

@@ -323,7 +323,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.stopped = true
 	r.g.rt.readers.Add(-1)
-	r.handled.note(r.acked)
+	r.handled.note(r.handledThrough())
 	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
 	if r.handler != nil {
