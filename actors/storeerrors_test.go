@@ -118,6 +118,8 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	store, schema := newTestStore(t)
 	q := pgx.Identifier{schema}.Sanitize()
 	gate, started := make(chan struct{}), make(chan struct{}, 1)
+	openGate := sync.OnceFunc(func() { close(gate) })
+	defer openGate() // a failing test, too, lets the held handler go
 	var mu sync.Mutex
 	handled := map[string]int{} // by the event's data
 	o := groupOpts("restartrun", 1, newRecorder(), "w")
@@ -192,7 +194,7 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	case <-time.After(waitLong):
 		t.Fatalf("the restarted reader did not deliver the held event%s", w.diagnose())
 	}
-	close(gate)
+	openGate()
 	pgtest.Eventually(t, waitLong, func() bool { return checkpoint() == 7 }, "everything checkpointed%s", observed(w.diagnose))
 	mu.Lock()
 	defer mu.Unlock()

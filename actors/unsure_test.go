@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,6 +155,8 @@ func TestAnUnsureReaderWhoseWriteFailsFinishesItsEventInFlight(t *testing.T) {
 	ctx := context.Background()
 	_, schema := newTestStore(t)
 	gate, started := make(chan struct{}), make(chan *actor.PID, 1)
+	openGate := sync.OnceFunc(func() { close(gate) })
+	defer openGate() // a failing test, too, lets the held handler go
 	fails := &failedCheckpointWrites{}
 	u := startUnsureIn(t, schema, "unsureflight", func(o *GroupOptions, rec *recorder) {
 		o.DatabaseTimeout = 2 * time.Second
@@ -196,7 +199,7 @@ func TestAnUnsureReaderWhoseWriteFailsFinishesItsEventInFlight(t *testing.T) {
 	// reader has taken its failure.
 	pgtest.Eventually(t, waitLong, func() bool { return fails.n.Load() > k && u.tookWriteFailure(reader) },
 		"a write under the unsure lease failed (failed writes %d, %d before)", observed(fails.n.Load), k)
-	close(gate)
+	openGate()
 	require.NoError(t, ck.Rollback(ctx))
 	release() // the renewal lands: the lease was held all along
 
