@@ -47,7 +47,43 @@ type readerRef struct {
 	// restarted by its supervisor starts from it, not from what it was
 	// spawned with: the coordinator tells a change once (see spawn).
 	resize atomic.Pointer[resizeBound]
+	// handled is where the slot's readers at epoch, in this process,
+	// handled every event through: each incarnation leaves its acked
+	// position (and what its run in flight finished, see handledThrough)
+	// here when it stops or restarts (see reader.resumeAt).
+	handled handledMark
 }
+
+// handledMark is a position through which a slot's events were all
+// handled (acked or dead-lettered) by this process at one epoch. It only
+// grows. A reader writes it on its own goroutine; the coordinator and the
+// reader's next incarnation read it.
+type handledMark struct{ pos atomic.Int64 }
+
+// note raises the mark to pos.
+func (h *handledMark) note(pos int64) {
+	if h == nil {
+		return
+	}
+	for {
+		cur := h.pos.Load()
+		if pos <= cur || h.pos.CompareAndSwap(cur, pos) {
+			return
+		}
+	}
+}
+
+// load is the mark; 0 for none.
+func (h *handledMark) load() int64 {
+	if h == nil {
+		return 0
+	}
+	return h.pos.Load()
+}
+
+// handledAt is what a slot's readers that ended had handled, and at which
+// epoch.
+type handledAt struct{ epoch, pos int64 }
 
 // coordinator is the one actor per process per subscription group. It owns
 // the reconcile timer: each pass (run off the mailbox) heartbeats
@@ -68,6 +104,11 @@ type coordinator struct {
 	// the cut: released for good, never served again (a pass that began
 	// before the drain may still report them).
 	drained map[int]bool
+	// ended is, by slot, what the slot's last reader handled, kept from
+	// its end until the next reader of the slot is spawned, and only while
+	// every pass since reports the slot held at that epoch (see
+	// forgetEnded): that reader starts after it (see spawn).
+	ended map[int]handledAt
 	// resize is the subscription's generation and resize as the last
 	// pass read them.
 	resize leasestore.Resize
@@ -125,6 +166,9 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		for b, ref := range c.readers {
 			if ref.pid.Equal(msg.Who) {
+				if pos := ref.handled.load(); pos > 0 {
+					c.ended[b] = handledAt{epoch: ref.epoch, pos: pos}
+				}
 				delete(c.readers, b)
 			}
 		}
@@ -151,7 +195,7 @@ func (c *coordinator) halt() {
 
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
-	c.drained = map[int]bool{}
+	c.drained, c.ended = map[int]bool{}, map[int]handledAt{}
 	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
@@ -235,6 +279,7 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 		}
 	}
 	c.owned = owned
+	c.forgetEnded(res)
 	c.noteResize(res.Resize)
 	for _, b := range res.HandOff {
 		c.handoff[b] = true
@@ -329,23 +374,95 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 		panic(&OptionError{"QueueCapacity", c.g.opts.QueueCapacity, err.Error()}) // validated at StartGroup
 	}
 	m := c.resizeOf(l)
+	ref := &readerRef{epoch: l.Epoch, queue: q}
+	if h, ok := c.ended[l.Slot]; ok {
+		if h.epoch == l.Epoch {
+			ref.handled.note(h.pos) // the new reader starts after it: see reader.resumeAt
+		}
+		delete(c.ended, l.Slot)
+	}
 	c.g.logger.Debug("kumi: reader starts", "slot", l.Slot, "generation", l.Generation, "bucket", l.Bucket,
 		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "bound", m.bound.Limit, "bounded", m.bound.Resizing,
-		"cut", m.bound.Decided, "seal", m.seal, "state", c.resize.State, "serving", c.resize.Generation)
-	ref := &readerRef{epoch: l.Epoch, queue: q}
+		"cut", m.bound.Decided, "seal", m.seal, "state", c.resize.State, "serving", c.resize.Generation,
+		"handled", ref.handled.load())
 	ref.resize.Store(&m)
 	r := func() actor.Actor {
 		// Each incarnation starts from what the coordinator last told
 		// (a restarted one, too, from what its predecessor was told).
 		m := ref.resize.Load()
 		return &reader{g: c.g, bucket: l.Slot, generation: l.Generation, genBucket: l.Bucket, size: l.Buckets,
-			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal}
+			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal,
+			handled: &ref.handled}
 	}
 	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor),
 		actor.WithDispatcher(c.g.rt.dispatcher))
 	ref.pid = ctx.Spawn(props)
 	c.readers[l.Slot] = ref
 	c.g.registerQueue(l.Slot, q)
+}
+
+// forgetEnded drops what ended readers handled for every slot a pass
+// reports not held, held at another epoch, or newly claimed: their next
+// reader starts at the checkpoint. (A slot's epoch grows with every claim,
+// but a next generation's lease row deleted by a cancelled resize and made
+// again starts over: a new claim of it may repeat an epoch seen before.)
+func (c *coordinator) forgetEnded(res leasestore.PassResult) {
+	if len(c.ended) == 0 {
+		return
+	}
+	claimed := map[int]bool{}
+	for _, l := range res.Claimed {
+		claimed[l.Slot] = true
+	}
+	for s, h := range c.ended {
+		if l, ok := c.owned[s]; !ok || l.Epoch != h.epoch || claimed[s] {
+			delete(c.ended, s)
+		}
+	}
+}
+
+// resumeAt sets where the reader starts, its checkpoint loaded: after the
+// checkpoint, or after what its predecessors at its epoch in this process
+// handled (r.handled), if that is further — and then writes that position
+// at once. A reader spawned again for a slot still held at the same epoch
+// (its predecessor stopped on an unsure lease, a renewal that ran late,
+// and its last checkpoint write failed; or it was restarted or stopped by
+// its supervisor) would otherwise deliver again everything acked since
+// the last write. Starting after it is safe: the same epoch means no
+// other worker held the slot in between (every claim raises the epoch,
+// and the coordinator forgets the mark on any pass that does not report
+// the slot held at that epoch, see forgetEnded), so nobody else delivered
+// beyond the checkpoint; and the events up to the mark were handled —
+// acked or dead-lettered — here. Nor does it cross a resize bound: a
+// reader never acks beyond its bound, and a cut is never below a bound
+// any reader of the slot delivered to (leasestore.Store.ProposeCut); a
+// slot drained to the cut is never served again. The write is fenced like
+// every other.
+func (r *reader) resumeAt(ctx actor.Context, checkpoint int64) {
+	from := max(checkpoint, r.handled.load())
+	r.cursor, r.acked, r.flushed = from, from, checkpoint
+	if from > checkpoint {
+		r.g.logger.Debug("kumi: reader resumes after what its predecessor handled", "slot", r.bucket, "epoch", r.epoch,
+			"checkpoint", checkpoint, "handled", from)
+		r.flush(ctx, true)
+	}
+}
+
+// handledThrough is the position through which the reader's events were
+// all handled: its acked position or, with a function handler's run in
+// flight, the last event of the run its handler finished — the run is the
+// window's only slot (runs need MaxInFlight 1), right after what was
+// acked. Called as the reader stops, before window.cancel: it ends the run
+// (so the handler starts no further event) and takes what it finished.
+func (r *reader) handledThrough() int64 {
+	if len(r.win.slots) == 1 {
+		if s := r.win.slots[0]; s.state == slotSent && s.run != nil {
+			if o := s.run.end(); o.done > 0 {
+				return max(r.acked, s.batch[o.done-1].Position)
+			}
+		}
+	}
+	return r.acked
 }
 
 func (c *coordinator) handOver(ctx actor.Context, bucket int) {

@@ -583,7 +583,7 @@ func (r *reader) finish(ctx actor.Context, s *slot, committed bool) {
 
 // flush writes the checkpoint, fenced, unless a write is under way.
 func (r *reader) flush(ctx actor.Context, force bool) {
-	if r.flushing || r.acked <= r.flushed || (!force && r.sinceFlush < r.g.opts.CheckpointEvery) {
+	if r.flushing || r.unsureWrite != nil || r.acked <= r.flushed || (!force && r.sinceFlush < r.g.opts.CheckpointEvery) {
 		return
 	}
 	r.flushing, r.sinceFlush = true, 0
@@ -597,10 +597,20 @@ func (r *reader) flush(ctx actor.Context, force bool) {
 func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 	r.flushing = false
 	if f.err != nil {
-		if errors.Is(f.err, eventsource.ErrFenceLost) || r.unsure != nil {
-			// The bucket is gone, or this last write under an unsure lease
-			// failed: stop, and leave the rest to whoever reads it next.
+		if errors.Is(f.err, eventsource.ErrFenceLost) {
+			// The bucket is gone: stop, and leave the rest to its owner.
 			r.lostFence(ctx, f.err)
+			return
+		}
+		if r.unsure != nil {
+			// A write under an unsure lease failed: no other is tried. The
+			// reader still lets its events in flight finish before it stops
+			// (see maybeFinishDrain): stopped at once, it would drop the
+			// answers of events its handler may be finishing, and the next
+			// reader at this epoch — which starts after everything acked
+			// here (see resumeAt) — would deliver them again.
+			r.unsureWrite = f.err
+			r.maybeFinishDrain(ctx)
 			return
 		}
 		err := fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err)
@@ -616,8 +626,9 @@ func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 }
 
 // maybeFinishDrain ends a drain once no slot is with the handler or being
-// dead-lettered and the checkpoint is flushed. Retrying and unsent slots
-// are left to the next owner: the checkpoint stays before them.
+// dead-lettered and the checkpoint is flushed — or, under an unsure lease,
+// its write failed. Retrying and unsent slots are left to the next owner:
+// the checkpoint stays before them.
 func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if !r.draining || r.stopped {
 		return
@@ -630,12 +641,14 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if r.win.active() > 0 {
 		return
 	}
-	if r.acked > r.flushed {
-		r.flush(ctx, true)
-		return
-	}
-	if r.flushing {
-		return
+	if r.unsureWrite == nil {
+		if r.acked > r.flushed {
+			r.flush(ctx, true)
+			return
+		}
+		if r.flushing {
+			return
+		}
 	}
 	if r.overflowed != nil {
 		r.endOverflowed(r.overflowed)
@@ -655,8 +668,10 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 // lets the events with the handler finish (HandlerTimeout bounds them),
 // and writes its acked position — fenced, so harmless if the bucket is in
 // fact lost — before it stops. If the lease was held all along (a renewal
-// that ran late), the reader the coordinator spawns next starts after
-// everything acked here and delivers nothing twice.
+// that ran late), the reader the coordinator spawns next, at the same
+// epoch, starts after everything acked here and delivers nothing twice:
+// after the checkpoint written, or, if that last write failed, after the
+// acked position this reader leaves its coordinator (see resumeAt).
 func (r *reader) unsureLease(ctx actor.Context, err error) {
 	if r.stopped || r.unsure != nil {
 		return
@@ -668,8 +683,7 @@ func (r *reader) unsureLease(ctx actor.Context, err error) {
 }
 
 // lostFence stops the reader at once: another worker holds the bucket (a
-// fenced write was refused), or its last write under an unsure lease
-// failed.
+// fenced write was refused).
 func (r *reader) lostFence(ctx actor.Context, err error) {
 	if r.stopped {
 		return

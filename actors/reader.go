@@ -147,6 +147,14 @@ type reader struct {
 	held       bool // the queue is held (see updateHold)
 	overflowed error
 	unsure     error // EnsureHeld failed: the reader drains and stops
+	// unsureWrite is a checkpoint write that failed under the unsure
+	// lease: no other is tried, and the drain ends without one (see
+	// onFlushed).
+	unsureWrite error
+	// handled is its coordinator's mark of what the slot's readers at
+	// this epoch handled: the reader starts after it, and leaves its acked
+	// position there when it stops (see resumeAt).
+	handled *handledMark
 	// storeFailures counts transient database failures in a row, retried
 	// in place (see retryInPlace).
 	storeFailures int
@@ -180,7 +188,7 @@ func (r *reader) Receive(ctx actor.Context) {
 			panic(fmt.Errorf("kumi: bucket %d: load checkpoint: %w", r.bucket, msg.err))
 		}
 		r.g.logger.Debug("kumi: reader checkpoint loaded", "slot", r.bucket, "epoch", r.epoch, "checkpoint", msg.pos)
-		r.cursor, r.acked, r.flushed = msg.pos, msg.pos, msg.pos
+		r.resumeAt(ctx, msg.pos)
 		r.ready = true
 		r.readPage(ctx)
 	case *pageRead:
@@ -315,6 +323,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.stopped = true
 	r.g.rt.readers.Add(-1)
+	r.handled.note(r.handledThrough())
 	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
 	if r.handler != nil {
