@@ -172,3 +172,50 @@ func TestRestartedReaderIgnoresItsPredecessorsAnswers(t *testing.T) {
 	}, "the checkpoint reaches the last event (%d); it is at %d", last, observed(func() int64 { return cp }))
 	require.Equal(t, 12, h.ackedCount(), "events acked by a handler")
 }
+
+// A reader asked to drain (a handoff, a graceful stop) and restarted by
+// its supervisor before the drain ends drains too: the drain was asked of
+// the bucket's reader, and the coordinator asks once. The restarted
+// reader forgot it, went on delivering, and never stopped: the stop (or
+// the handoff) waited for it for ever.
+func TestRestartedReaderFinishesItsDrain(t *testing.T) {
+	t.Parallel()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 1, 6)
+	h := newHeldHandler(3)
+	opts := groupOpts("redrain", 1, nil, "w")
+	opts.Handler = h.props()
+	opts.HandlerTimeout = 10 * waitLong
+	opts.Lease = LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
+	w := startWorker(t, schema, "w", opts)
+	<-h.held // the third event is with the handler: the drain waits for it
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLong/2)
+		defer cancel()
+		stopped <- w.group.Stop(ctx)
+	}()
+	pid := w.readerOf(t, 0)
+	draining := false
+	pgtest.Eventually(t, waitLong, func() bool {
+		w.onReader(t, pid, func(r *reader) { draining = r.draining })
+		return draining
+	}, "the reader is asked to drain")
+	delivered := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.order)
+	}
+	before := delivered()
+	w.sys.Root.Send(pid, inspectReader(func(*reader) { panic(errors.New("test: the reader fails")) }))
+
+	select {
+	case err := <-stopped:
+		require.NoError(t, err, "the graceful stop")
+	case <-time.After(waitLong):
+		t.Fatalf("the graceful stop did not end: the restarted reader did not drain (%d events delivered before the restart, %d now)",
+			before, delivered())
+	}
+	require.Equal(t, before, delivered(), "events delivered after the drain was asked")
+}
