@@ -359,10 +359,12 @@ func (r *reader) catchUp(ctx actor.Context, target int64) {
 
 // readPage reads the next catch-up page: at most BatchSize events and
 // readAhead bytes, fewer when the events last read were large (see
-// fetchLimit).
+// fetchLimit). Not before the checkpoint is loaded (checkpointLoaded reads
+// the first page): a read from the cursor's zero value would queue the
+// events the checkpoint covers, and deliver them again.
 func (r *reader) readPage(ctx actor.Context) {
-	if r.reading || r.pendingFull() {
-		return // a read is under way, or enough is queued: read on when it drains
+	if !r.ready || r.reading || r.pendingFull() {
+		return // not yet, a read is under way, or enough is queued: read on when it drains
 	}
 	r.reading = true
 	o := r.g.opts
