@@ -58,6 +58,20 @@ func (h *heldHandler) props() *actor.Props {
 	})
 }
 
+// next returns the next held delivery.
+func (h *heldHandler) next(t *testing.T) *Delivery {
+	t.Helper()
+	select {
+	case d := <-h.held:
+		return d
+	case <-time.After(waitLong):
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		t.Fatalf("no delivery held within %v; delivered %v", waitLong, h.order)
+		return nil
+	}
+}
+
 // ack answers a held delivery with Ack, as its handler does once done.
 func (h *heldHandler) ack(sys *actor.ActorSystem, d *Delivery) {
 	h.mu.Lock()
@@ -125,7 +139,7 @@ func TestRestartedReaderIgnoresItsPredecessorsAnswers(t *testing.T) {
 
 	// The first incarnation: four events acked and checkpointed, the
 	// fifth with its handler.
-	fifth := <-h.held
+	fifth := h.next(t)
 	var cp int64
 	pgtest.Eventually(t, waitLong, func() bool {
 		var err error
@@ -141,7 +155,7 @@ func TestRestartedReaderIgnoresItsPredecessorsAnswers(t *testing.T) {
 
 	// The second incarnation starts from the fourth event: its fifth
 	// delivery is the ninth event, held by its handler.
-	ninth := <-h.held
+	ninth := h.next(t)
 	w.onReader(t, pid, func(r *reader) {
 		require.NotSame(t, first, r, "the reader was restarted in place")
 	})
@@ -188,7 +202,7 @@ func TestRestartedReaderFinishesItsDrain(t *testing.T) {
 	opts.HandlerTimeout = 10 * waitLong
 	opts.Lease = LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
 	w := startWorker(t, schema, "w", opts)
-	<-h.held // the third event is with the handler: the drain waits for it
+	h.next(t) // the third event is with the handler: the drain waits for it
 
 	stopped := make(chan error, 1)
 	go func() {
