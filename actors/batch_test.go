@@ -58,10 +58,21 @@ func positionOf(t *testing.T, store *eventsource.Store, stream string, version i
 	return evs[0].Position
 }
 
-// lastPosition is the store's last sequenced position.
+// lastPosition is the position of the category's last event, once every
+// event appended to it is sequenced (the runtime's sequencer may not have
+// got to them yet).
 func lastPosition(t *testing.T, store *eventsource.Store, category string) int64 {
 	t.Helper()
-	evs, err := store.ReadBucket(context.Background(), category, 0, 1, 0, 10000)
+	ctx := context.Background()
+	var unsequenced int
+	pgtest.Eventually(t, waitLong, func() bool {
+		_, err := store.Sequence(ctx)
+		require.NoError(t, err)
+		require.NoError(t, store.Pool().QueryRow(ctx, "SELECT count(*) FROM "+store.QuotedSchema()+
+			".appends WHERE category = $1 AND last_position IS NULL", category).Scan(&unsequenced))
+		return unsequenced == 0
+	}, "every event of %s is sequenced (%d appends are not)", category, observed(func() int { return unsequenced }))
+	evs, err := store.ReadBucket(ctx, category, 0, 1, 0, 10000)
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)
 	return evs[len(evs)-1].Position

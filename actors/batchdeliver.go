@@ -135,9 +135,8 @@ func (r *reader) ackPrefix(s *slot, done int, committed bool) {
 	}
 	delete(r.win.byID, s.d.id)
 	delete(r.win.busy, s.d.Event.Stream)
-	r.nextID++
 	head := *s.d
-	head.Event, head.Attempt, head.id = s.batch[done], 0, r.nextID
+	head.Event, head.Attempt, head.id = s.batch[done], 0, answerIDs.Add(1)
 	s.d, s.free, s.batch = &head, 0, s.batch[done:]
 	r.win.byID[head.id], r.win.busy[head.Event.Stream] = s, true
 }

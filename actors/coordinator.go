@@ -43,6 +43,10 @@ type readerRef struct {
 	queue    *overflow.Queue
 	draining bool
 	stopping bool
+	// drain is draining for the reader's own goroutine: a reader its
+	// supervisor restarts drains as well, if asked to (the coordinator
+	// asks once).
+	drain atomic.Bool
 	// resize is what the reader was last told of the resize. A reader
 	// restarted by its supervisor starts from it, not from what it was
 	// spawned with: the coordinator tells a change once (see spawn).
@@ -335,6 +339,7 @@ func (c *coordinator) syncReaders(ctx actor.Context) {
 			c.handOver(ctx, b)
 		case !ref.draining && !ref.stopping:
 			ref.draining = true
+			ref.drain.Store(true)
 			ctx.Send(ref.pid, &drainReader{})
 		}
 	}
@@ -388,11 +393,12 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	ref.resize.Store(&m)
 	r := func() actor.Actor {
 		// Each incarnation starts from what the coordinator last told
-		// (a restarted one, too, from what its predecessor was told).
+		// (a restarted one, too, from what its predecessor was told), and
+		// drains if a drain was asked.
 		m := ref.resize.Load()
 		return &reader{g: c.g, bucket: l.Slot, generation: l.Generation, genBucket: l.Bucket, size: l.Buckets,
 			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal,
-			handled: &ref.handled}
+			handled: &ref.handled, draining: ref.drain.Load()}
 	}
 	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor),
 		actor.WithDispatcher(c.g.rt.dispatcher))
@@ -495,6 +501,7 @@ func (c *coordinator) beginLeave(ctx actor.Context) {
 	for _, ref := range c.readers {
 		if !ref.draining && !ref.stopping {
 			ref.draining = true
+			ref.drain.Store(true)
 			ctx.Send(ref.pid, &drainReader{})
 		}
 	}

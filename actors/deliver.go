@@ -139,10 +139,9 @@ func (r *reader) pump(ctx actor.Context) {
 		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.pending) > 0 && !r.beyondBound(r.pending[0].Position) {
 			e := r.pending[0]
 			r.pending = r.pending[1:]
-			r.nextID++
 			n := &newSlot{d: Delivery{
 				Event: e, Subscription: r.g.opts.Subscription, Generation: r.generation, Bucket: r.genBucket, Epoch: r.epoch,
-				Fence: r.fence, id: r.nextID, exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
+				Fence: r.fence, id: answerIDs.Add(1), exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
 			}}
 			n.s.d = &n.d
 			r.win.slots = append(r.win.slots, &n.s)
@@ -273,8 +272,7 @@ func (r *reader) checkTimeouts(ctx actor.Context) {
 			continue // its event in hand is not late
 		}
 		if r.probe == 0 && s.to.Equal(r.handler) {
-			r.probeSeq++
-			r.probe, r.probeAt = r.probeSeq, now
+			r.probe, r.probeAt = answerIDs.Add(1), now
 			r.probeFor = lateDelivery{id: s.d.Event.ID.String(), stream: s.d.Event.Stream,
 				position: s.d.Event.Position, attempt: s.d.Attempt, sentAt: s.sentAt}
 			ctx.Send(r.handler, &handlerProbe{seq: r.probe, replyTo: ctx.Self()})

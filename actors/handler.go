@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -76,8 +77,9 @@ func (d *Delivery) Respond(ctx actor.SenderContext, reply any) {
 }
 
 // handlerReply is a handler's answer, tagged with the delivery it answers
-// so that a late answer to an earlier attempt is never taken for the
-// current one.
+// (its id, unique in the process: see answerIDs) so that a late answer to
+// an earlier attempt, or to a delivery of the reader's earlier
+// incarnation, is never taken for the current one.
 type handlerReply struct {
 	id      uint64
 	attempt int
@@ -157,6 +159,17 @@ type handlerProbe struct {
 
 // probeAnswer answers a handlerProbe.
 type probeAnswer struct{ seq uint64 }
+
+// answerIDs numbers deliveries (Delivery.id) and probes (handlerProbe.seq),
+// whose answers carry the number back to the reader. The numbers are
+// unique in the process, not per reader: a supervisor restarts a reader
+// with the same PID and mailbox, where the answers of its predecessor's
+// handler — an Ack that comes late, a probe's answer — still arrive.
+// Numbered per incarnation, such an answer matched a slot of the new
+// incarnation: an Ack finished a delivery whose event no handler had
+// acked (and cancelled its context), and the checkpoint moved past it
+// (TestRestartedReaderIgnoresItsPredecessorsAnswers).
+var answerIDs atomic.Uint64
 
 // probeAnswerer answers kumi's probes in place of the user's handler.
 func probeAnswerer(next actor.ReceiverFunc) actor.ReceiverFunc {

@@ -122,8 +122,7 @@ type reader struct {
 	handler      *actor.PID // nil while it is being replaced
 	handlerFails int        // replacements since a handler last answered
 	replacements int        // handlers replaced in this reader's life
-	probe        uint64     // the probe of the handler that is out, 0 if none
-	probeSeq     uint64
+	probe        uint64     // the probe of the handler that is out (see answerIDs), 0 if none
 	probeAt      time.Time
 	probeFor     lateDelivery
 	bg           context.Context
@@ -136,8 +135,7 @@ type reader struct {
 	reading    bool
 	target     int64  // catch-up must cover at least this position
 	resumes    uint64 // queue resumes after a pause; a catch-up reads past the last one
-	nextID     uint64
-	acked      int64 // last handled position
+	acked      int64  // last handled position
 	flushed    int64
 	flushing   bool
 	sinceFlush int
@@ -370,10 +368,12 @@ func (r *reader) catchUp(ctx actor.Context, target int64) {
 
 // readPage reads the next catch-up page: at most BatchSize events and
 // readAhead bytes, fewer when the events last read were large (see
-// fetchLimit).
+// fetchLimit). Not before the checkpoint is loaded (checkpointLoaded reads
+// the first page): a read from the cursor's zero value would queue the
+// events the checkpoint covers, and deliver them again.
 func (r *reader) readPage(ctx actor.Context) {
-	if r.reading || r.pendingFull() {
-		return // a read is under way, or enough is queued: read on when it drains
+	if !r.ready || r.reading || r.pendingFull() {
+		return // not yet, a read is under way, or enough is queued: read on when it drains
 	}
 	r.reading = true
 	o := r.g.opts

@@ -115,6 +115,12 @@ func (r *reader) onProposed(ctx actor.Context, m *proposed) {
 		r.told, r.toldSet = leasestore.Bound{}, false
 		r.setBound(ctx, told)
 	}
+	if r.ready && !r.stopped {
+		// The freeze is over: what it held back goes now. (setBound pumps
+		// when a bound changes, not when it finds none to lift — the
+		// answer of a resize cancelled meanwhile.)
+		r.pump(ctx)
+	}
 }
 
 // setBound takes a bound: a proposal, the cut, or none (cancelled). A

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
@@ -165,4 +166,67 @@ func countDrained(ss []leasestore.SlotStatus) int {
 		}
 	}
 	return n
+}
+
+// A proposal answered with no bound — the resize was cancelled after the
+// coordinator's pass read it sealing and before the proposal committed —
+// ends the freeze, and the reader delivers what the freeze held back.
+// onProposed ended the freeze and took the answer, but setBound, finding
+// no bound to lift, returned without a pump: the events that came while
+// the proposal was out waited for a later batch, for ever in a quiet
+// bucket.
+func TestReaderDeliversWhatItsFreezeHeldBackWhenTheResizeIsGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 1, 3)
+	rec := newRecorder()
+	opts := groupOpts("unfreeze", 1, rec, "w")
+	opts.Lease = LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
+	w := startWorker(t, schema, "w", opts)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 3 }, "the first events are delivered")
+
+	// The proposal waits for the subscription's row, held here.
+	lock, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			require.NoError(t, lock.Rollback(ctx))
+		}
+	}
+	t.Cleanup(release)
+	_, err = lock.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "subscriptions"}.Sanitize()+
+		" WHERE subscription = $1 FOR UPDATE", "unfreeze")
+	require.NoError(t, err)
+
+	// What the coordinator tells a reader whose pass read the resize
+	// sealing: propose. The resize is gone (here: never was) by the time
+	// the proposal runs, which answers with no bound.
+	pid := w.readerOf(t, 0)
+	w.sys.Root.Send(pid, &resizeBound{seal: true})
+	w.onReader(t, pid, func(r *reader) {
+		require.True(t, r.proposing && r.bound.Resizing, "the reader is frozen, its proposal out: %s", r.describe())
+	})
+	seed(t, store, "acct", 1, 3) // appended while the proposal is out: held back
+	var pending int
+	pgtest.Eventually(t, waitLong, func() bool {
+		w.onReader(t, pid, func(r *reader) { pending = len(r.pending) })
+		return pending == 3
+	}, "the reader holds back the events appended during its freeze (%d of 3)", observed(func() int { return pending }))
+
+	release()
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 6 },
+		"the events the freeze held back are delivered once the proposal is answered (%d of 6 delivered; reader: %s)",
+		observed(rec.distinct), observed(func() string {
+			got := make(chan string, 1)
+			w.sys.Root.Send(pid, inspectReader(func(r *reader) { got <- r.describe() }))
+			select {
+			case s := <-got:
+				return s
+			case <-time.After(5 * time.Second):
+				return "no answer in 5 s"
+			}
+		}))
 }
