@@ -585,6 +585,11 @@ func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 			slot: out.sub.info(r.bucket, r.buckets, r.proposal)}
 		p, had := prev[r.bucket]
 		same := had && p.epoch == r.epoch
+		if same && p.fenced {
+			// A fenced write found it gone after this pass read its row:
+			// the epoch never comes back, so the mark stands.
+			h.fenced = true
+		}
 		if r.pending {
 			// Not extended this pass: judge it by what the database says is
 			// left, and never fresher than the view already had it.
