@@ -31,6 +31,9 @@ type (
 	}
 	stopGroup struct{}
 	groupLeft struct{ err error }
+	// readerGone follows a reader's Terminated, behind the reader's last
+	// messages.
+	readerGone struct{ pid *actor.PID }
 	// inspectCoordinator runs on the coordinator's goroutine with the
 	// coordinator: the tests' failure reports find its readers through it
 	// (see diagnose_test.go).
@@ -122,6 +125,10 @@ type coordinator struct {
 	renewed time.Time
 	// stopped is closed when the actor has stopped, its children first.
 	stopped chan struct{}
+	// readerMailbox, when set, gives the mailbox middlewares of every
+	// reader spawned from then on. Only tests set it (through
+	// inspectCoordinator): they watch a reader's last messages with it.
+	readerMailbox func(leasestore.Lease) []actor.MailboxMiddleware
 }
 
 func (c *coordinator) Receive(ctx actor.Context) {
@@ -168,16 +175,20 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *readerCutDrained:
 		c.onCutDrained(ctx, msg)
 	case *actor.Terminated:
-		for b, ref := range c.readers {
+		// A system message: it overtakes the reader's last messages, still
+		// queued (readerCutDrained, readerLostFence, readerDrained). Acted
+		// on at once, the slot still owned at the reader's epoch, a reader
+		// was spawned again for a slot just drained to the cut or lost.
+		// Act on it behind them; meanwhile the reader counts as stopping,
+		// so nothing is asked of it and no other takes its place.
+		for _, ref := range c.readers {
 			if ref.pid.Equal(msg.Who) {
-				if pos := ref.handled.load(); pos > 0 {
-					c.ended[b] = handledAt{epoch: ref.epoch, pos: pos}
-				}
-				delete(c.readers, b)
+				ref.stopping = true
 			}
 		}
-		c.syncReaders(ctx)
-		c.maybeLeave(ctx)
+		ctx.Send(ctx.Self(), &readerGone{pid: msg.Who})
+	case *readerGone:
+		c.onReaderGone(ctx, msg.pid)
 	case inspectCoordinator:
 		msg(c)
 	case stopGroup:
@@ -186,6 +197,22 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		c.g.finish(msg.err)
 		ctx.Stop(ctx.Self())
 	}
+}
+
+// onReaderGone forgets a reader that stopped, once the coordinator has
+// read its last messages, keeping what it handled for the slot's next
+// reader at its epoch (see spawn), and brings the readers in line.
+func (c *coordinator) onReaderGone(ctx actor.Context, pid *actor.PID) {
+	for b, ref := range c.readers {
+		if ref.pid.Equal(pid) {
+			if pos := ref.handled.load(); pos > 0 {
+				c.ended[b] = handledAt{epoch: ref.epoch, pos: pos}
+			}
+			delete(c.readers, b)
+		}
+	}
+	c.syncReaders(ctx)
+	c.maybeLeave(ctx)
 }
 
 // halt is the first step of a stop or a restart: the readers stop with the
@@ -400,7 +427,11 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal,
 			handled: &ref.handled, draining: ref.drain.Load()}
 	}
-	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor),
+	var mw []actor.MailboxMiddleware
+	if c.readerMailbox != nil {
+		mw = c.readerMailbox(l)
+	}
+	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox(mw...)), actor.WithSupervisor(c.g.handlerSupervisor),
 		actor.WithDispatcher(c.g.rt.dispatcher))
 	ref.pid = ctx.Spawn(props)
 	c.readers[l.Slot] = ref
