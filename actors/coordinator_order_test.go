@@ -19,7 +19,7 @@ import (
 // once the reader has processed its Stop — it has stopped, and its
 // Terminated is posted to its coordinator.
 type lastWords struct {
-	drained     func()
+	drained     func(*lastWords)
 	drainedOnce sync.Once
 	stopped     chan struct{}
 	stoppedOnce sync.Once
@@ -30,7 +30,7 @@ func (m *lastWords) MailboxEmpty()   {}
 
 func (m *lastWords) MessagePosted(msg any) {
 	if d, ok := actor.UnwrapEnvelopeMessage(msg).(*cutDrained); ok && d.err == nil {
-		m.drainedOnce.Do(m.drained)
+		m.drainedOnce.Do(func() { m.drained(m) })
 	}
 }
 
@@ -82,9 +82,13 @@ func TestNoReaderIsSpawnedForASlotDrainedToTheCut(t *testing.T) {
 	opts.Lease = resizeLease()
 	w := startWorker(t, schema, "w", opts)
 	var mu sync.Mutex
-	spawned := map[int]int{} // readers spawned, by slot
-	words := &lastWords{stopped: make(chan struct{})}
-	words.drained = func() {
+	spawned := 0                         // readers spawned for slot 0
+	atDrain := -1                        // of which when one drained to the cut
+	draining := make(chan *lastWords, 1) // the reader that drained
+	drained := func(words *lastWords) {
+		mu.Lock()
+		atDrain = spawned
+		mu.Unlock()
 		// The coordinator waits, behind what it has queued, until the
 		// reader has stopped; readerCutDrained comes after this.
 		w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(*coordinator) {
@@ -93,51 +97,57 @@ func TestNoReaderIsSpawnedForASlotDrainedToTheCut(t *testing.T) {
 			case <-time.After(waitLong):
 			}
 		}))
+		draining <- words
 	}
 	w.onCoordinator(t, func(c *coordinator) {
 		c.readerMailbox = func(l leasestore.Lease) []actor.MailboxMiddleware {
+			if l.Slot != 0 {
+				return nil
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			spawned[l.Slot]++
-			if l.Slot == 0 {
-				return []actor.MailboxMiddleware{words}
-			}
-			return nil
+			spawned++
+			return []actor.MailboxMiddleware{&lastWords{drained: drained, stopped: make(chan struct{})}}
 		}
 	})
 	require.NoError(t, other.Leave(ctx))
-	first := w.readerOf(t, 0)
+	w.readerOf(t, 0)
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 20 }, "every event delivered")
 
 	_, err = Resize(ctx, store, "drained", 2, ResizeOptions{By: "test"})
 	require.NoError(t, err)
+	var words *lastWords
+	select {
+	case words = <-draining:
+	case <-time.After(waitLong):
+		t.Fatalf("the reader of slot 0 never drained to the cut: %v", w.inspectReaders())
+	}
 	select {
 	case <-words.stopped:
 	case <-time.After(waitLong):
-		t.Fatalf("the reader of slot 0 never drained to the cut and stopped: %v", w.inspectReaders())
+		t.Fatalf("the reader of slot 0 never stopped after its drain to the cut: %v", w.inspectReaders())
 	}
 	// The coordinator has both the reader's last message and its
 	// Terminated; once it has acted on them, slot 0 has no reader.
-	var now *actor.PID
+	count := func() (n, at int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return spawned, atDrain
+	}
+	var reader *actor.PID
 	pgtest.Eventually(t, waitLong, func() bool {
 		w.onCoordinator(t, func(c *coordinator) {
-			now = nil
+			reader = nil
 			if ref := c.readers[0]; ref != nil {
-				now = ref.pid
+				reader = ref.pid
 			}
 		})
-		return now == nil || !now.Equal(first)
-	}, "the coordinator acts on the end of the reader of slot 0")
-	mu.Lock()
-	n := spawned[0]
-	mu.Unlock()
-	require.Equal(t, 1, n, "readers spawned for slot 0, drained to the cut (its reader now: %v)", observed(func() string {
-		if now == nil {
-			return "none"
-		}
-		return now.Id
-	}))
-	require.Nil(t, now, "slot 0, drained to the cut, has a reader again")
+		n, at := count()
+		return reader == nil || n > at
+	}, "the coordinator acts on the end of the reader of slot 0 (its reader now: %v)", observed(func() *actor.PID { return reader }))
+	n, at := count()
+	require.Equal(t, at, n, "readers spawned for slot 0 after its reader drained it to the cut (%d before)", at)
+	require.Nil(t, reader, "slot 0, drained to the cut, has a reader again")
 
 	pgtest.Eventually(t, waitLong, func() bool {
 		r, err := leasestore.ReadResize(ctx, store.Pool(), schema, "drained")
