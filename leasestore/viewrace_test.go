@@ -25,9 +25,10 @@ type passHold struct {
 	release   chan struct{} // closed by the test: the pass applies
 }
 
+// passCommit marks, in a query's context, runPipelined's COMMIT.
 type passCommit struct{}
 
-// arm holds the next pass back; it returns the channels of that pass.
+// arm holds the next pass back, with fresh channels.
 func (h *passHold) arm() {
 	h.committed, h.release = make(chan struct{}), make(chan struct{})
 	h.armed.Store(true)
@@ -47,8 +48,8 @@ func (h *passHold) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 	}
 }
 
-// heldPasses returns a store of cfg on a pool of its own whose passes hold
-// can hold back between commit and apply.
+// heldPasses returns a store of cfg on a pool of its own, and the hold that
+// can hold its passes back between commit and apply.
 func heldPasses(t *testing.T, cfg Config) (*Store, *passHold) {
 	t.Helper()
 	pc, err := pgxpool.ParseConfig(pgtest.URL(t))
@@ -72,7 +73,7 @@ func passHeld(t *testing.T, s *Store, hold *passHold) (apply func() PassResult) 
 	}
 	done := make(chan passed, 1)
 	go func() {
-		res, err := s.Pass(context.Background())
+		res, err := passPatiently(t, s) // an abandoned pass commits nothing: the next one is held
 		done <- passed{res, err}
 	}()
 	released := false
