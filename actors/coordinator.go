@@ -518,8 +518,9 @@ func (c *coordinator) handOver(ctx actor.Context, bucket int) {
 
 func (c *coordinator) onDrained(ctx actor.Context, d *readerDrained) {
 	c.g.setProgress(d.Bucket, d.Position)
-	// The reader stops itself; its Terminated removes it, and then the
-	// bucket is handed over (or, when leaving, released by Leave).
+	// The reader stops itself; its Terminated (acted on behind this, see
+	// readerGone) removes it, and then the bucket is handed over (or,
+	// when leaving, released by Leave).
 }
 
 // beginLeave is the graceful stop: drain every reader, then release every
