@@ -567,8 +567,11 @@ func (o *observer) resizeReport(t *testing.T, killed, frozen map[string]bool) re
 	// at all (a zombie's late delivery too), or its first deliverer lost
 	// the event's bucket without consent after that delivery — its lease
 	// lapsed or its session went, and the next owner (or itself, at a new
-	// epoch) redelivered from the checkpoint; never after a cooperative
-	// handoff, which releases the bucket first.
+	// epoch) redelivered from the checkpoint — or before it: the first
+	// delivery was a zombie's, in flight when another worker took the
+	// bucket over (the last change of the bucket's owner before it moved
+	// it from that worker to another, without consent); never after a
+	// cooperative handoff, which releases the bucket first.
 	duplicates := fmt.Sprintf(`SELECT s.event_id, s.position, s.worker, s.first_at,
 			g.generation * 65536 + %[1]s.cg_bucket(e.cg_hash, g.bucket_count) AS slot,
 			(s.worker = ANY($2::text[]) OR z.by) AS faulted, x.lapsed
@@ -579,7 +582,13 @@ func (o *observer) resizeReport(t *testing.T, killed, frozen map[string]bool) re
 		CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM %[1]s.obs_lease_log l
 			WHERE l.subscription = $1 AND l.bucket = g.generation * 65536 + %[1]s.cg_bucket(e.cg_hash, g.bucket_count)
 				AND l.old_owner = s.worker AND l.new_owner IS NOT NULL AND l.new_epoch > l.old_epoch
-				AND l.at > s.first_at) AS lapsed) x
+				AND l.at > s.first_at)
+			OR coalesce((SELECT l.old_owner = s.worker AND l.new_owner IS NOT NULL AND l.new_owner <> s.worker
+					AND l.new_epoch > l.old_epoch
+				FROM %[1]s.obs_lease_log l
+				WHERE l.subscription = $1 AND l.bucket = g.generation * 65536 + %[1]s.cg_bucket(e.cg_hash, g.bucket_count)
+					AND l.at <= s.first_at
+				ORDER BY l.at DESC LIMIT 1), false) AS lapsed) x
 		WHERE s.subscription = $1 AND s.deliveries > 1`, o.q)
 	must(o.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT (faulted OR lapsed)),
 			count(*) FILTER (WHERE lapsed AND NOT faulted)
