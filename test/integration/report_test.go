@@ -35,6 +35,11 @@ type report struct {
 	// order: first deliveries of a stream out of version order, or with a
 	// version missing before them.
 	order int64
+	// skippedWrites: checkpoint writes that moved a slot's checkpoint over
+	// an event of the slot not handled at that moment (see skippedWrites);
+	// skippedStory tells the first few.
+	skippedWrites int64
+	skippedStory  string
 	// failovers: per fault, from the fault until every bucket the worker
 	// held had another owner. convergences: per join, from the process
 	// start until a fair split that includes it.
@@ -161,6 +166,13 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 			AND NOT EXISTS (SELECT 1 FROM %[1]s.generations g WHERE g.subscription = c.subscription
 				AND g.generation = c.bucket / 65536 AND g.generation > 0 AND g.start_after = c.new_position)`, o.q), o.sub).Scan(&r.staleCheckpoints),
 		"stale checkpoints")
+
+	crossings, err := o.skippedWrites(ctx)
+	must(err, "skipped writes")
+	r.skippedWrites = int64(len(crossings))
+	if len(crossings) > 0 {
+		r.skippedStory = o.skippedStory(ctx, crossings)
+	}
 
 	trs := o.transitions(ctx)
 	for _, tr := range trs {
@@ -308,8 +320,8 @@ func (r report) line() string {
 	if r.kind != "" {
 		fmt.Fprintf(&b, " lease=%s", r.kind)
 	}
-	fmt.Fprintf(&b, " appended=%d handled=%d lost=%d duplicates=%d regressions=%d overlaps=%d stale=%d stale_checkpoints=%d order=%d",
-		r.appended, r.handled, r.lost, r.duplicates, r.regressions, r.overlaps, r.stale, r.staleCheckpoints, r.order)
+	fmt.Fprintf(&b, " appended=%d handled=%d lost=%d duplicates=%d regressions=%d overlaps=%d stale=%d stale_checkpoints=%d order=%d skipped_writes=%d",
+		r.appended, r.handled, r.lost, r.duplicates, r.regressions, r.overlaps, r.stale, r.staleCheckpoints, r.order, r.skippedWrites)
 	fmt.Fprintf(&b, " takeovers(expired/evidence/consent)=%d/%d/%d", r.expired, r.evidence, r.consent)
 	fmt.Fprintf(&b, " failover_p50=%s failover_max=%s (n=%d)", pct(r.failovers, 50), pct(r.failovers, 100), len(r.failovers))
 	fmt.Fprintf(&b, " convergence_p50=%s convergence_max=%s (n=%d)", pct(r.convergences, 50), pct(r.convergences, 100), len(r.convergences))
