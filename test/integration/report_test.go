@@ -435,6 +435,30 @@ func (o *observer) lostStory() string {
 		lines("deliveries of its stream around it", `SELECT format('%%s v%%s at %%s by %%s%%s', d.at, d.version, d.position, d.app, CASE WHEN d.first THEN '' ELSE ' (again)' END)
 			FROM %[1]s.obs_delivery_log d WHERE d.subscription = $1 AND d.stream = $2 AND d.version BETWEEN $3 - 2 AND $3 + 2
 			ORDER BY d.at`, o.sub, l.stream, l.version)
+		// What the owners of its slots and the writers of the checkpoints
+		// that crossed it logged about those slots since it was recorded.
+		rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT DISTINCT w.app, w.slot FROM (
+				SELECT b.owner AS app, b.bucket AS slot FROM %[1]s.generations g JOIN %[1]s.lease_buckets b
+					ON b.subscription = g.subscription AND b.bucket = g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count)
+				WHERE g.subscription = $1 AND b.owner IS NOT NULL
+				UNION SELECT c.app, c.bucket FROM %[1]s.obs_checkpoint_log c JOIN %[1]s.generations g ON g.subscription = c.subscription
+					AND c.bucket = g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count)
+				WHERE c.subscription = $1 AND coalesce(c.old_position, -1) < $3 AND c.new_position >= $3 AND c.app IS NOT NULL) w
+			ORDER BY 1, 2`, o.q), o.sub, l.hash, pos)
+		if err != nil {
+			fmt.Fprintf(&b, "\n  its slots' owners and writers: %v", err)
+			continue
+		}
+		var app string
+		var slot int
+		_, err = pgx.ForEachRow(rows, []any{&app, &slot}, func() error {
+			b.WriteString(o.workerLog(app, fmt.Sprintf("about slot %d from 3 s before the event was recorded to now", slot),
+				l.written.Add(-3*time.Second), time.Now(), slot))
+			return nil
+		})
+		if err != nil {
+			fmt.Fprintf(&b, "\n  its slots' owners and writers: %v", err)
+		}
 	}
 	return b.String()
 }

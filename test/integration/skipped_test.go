@@ -75,6 +75,14 @@ func TestSkippedWritesAreCaught(t *testing.T) {
 			t.Errorf("the skipped write's story does not say %q:%s", want, r.skippedStory)
 		}
 	}
+	// The lost event's story names the write that crossed it and quotes
+	// its writer's log.
+	lost := e.o.lostStory()
+	for _, want := range []string{"lost event " + id, fmt.Sprintf("slot %d: ", slot), fmt.Sprintf(" → %d by %s", pos, worker), worker + "'s log about slot"} {
+		if !strings.Contains(lost, want) {
+			t.Errorf("the lost event's story does not say %q:%s", want, lost)
+		}
+	}
 
 	// Delivered late, as a zombie's or a new owner's would be.
 	if _, err := workerStore.Pool().Exec(ctx, fmt.Sprintf(`INSERT INTO %s.sink (subscription, event_id, position, stream, version, worker)
