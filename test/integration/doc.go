@@ -22,9 +22,9 @@
 // Triggers log, inside the writers' own transactions, every change of a
 // bucket's owner (with the previous owner's expiry, the taker's now() and
 // whether the taker holds the previous owner's session lock), every pass
-// (worker heartbeat), every checkpoint write and every delivery the
-// workers' sink records, by whose session (application_name is the worker
-// id); and, for resizes (docs/resize.md), every old bucket's drain and
+// (worker heartbeat), every checkpoint write, every delivery the
+// workers' sink records and every dead-lettering, by whose session
+// (application_name is the worker id); and, for resizes (docs/resize.md), every old bucket's drain and
 // every change of the subscription's generation and state. Lease rows and
 // checkpoints are keyed by slot (generation·65536 + bucket), so the logs
 // tell the generations apart. A poller reads the lease and checkpoint tables every 20 ms, and the
@@ -42,6 +42,11 @@
 //     that did not own the bucket at that moment (an event's bucket is
 //     its slot in the generation whose positions hold it);
 //   - order: first deliveries of a stream out of version order;
+//   - skipped writes: checkpoint writes by a worker that moved a slot's
+//     checkpoint over an event of the slot that nobody had delivered or
+//     dead-lettered at that moment — a skip, whether the event is then
+//     lost or delivered late by someone else (skipped_test.go, which also
+//     shows the count catching a forced skip);
 //   - for a resize (resize_test.go): cross (an old generation's event
 //     first delivered after its old bucket drained, or a drain off the
 //     cut), early (a new generation's event delivered before the old

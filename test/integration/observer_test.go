@@ -30,6 +30,8 @@ import (
 //   - every checkpoint write, old and new value — obs_checkpoint_log;
 //   - every delivery the sink records, first or duplicate, and by whose
 //     session (application_name is the worker id) — obs_delivery_log;
+//   - every dead-lettering of an event — obs_dead_letter_log (a letter
+//     written again moves its created_at on: the log keeps the first);
 //   - every old bucket's drain during a resize (docs/resize.md), with the
 //     cut it drained to — obs_drain_log; and every change of the
 //     subscription's generation and resize state — obs_subscription_log;
@@ -111,9 +113,24 @@ BEGIN
         clock_timestamp(), current_setting('application_name'));
     RETURN NULL;
 END $f$;
+CREATE INDEX IF NOT EXISTS obs_delivery_log_event ON {{s}}.obs_delivery_log (subscription, event_id, at);
 DROP TRIGGER IF EXISTS obs_delivery ON {{s}}.sink;
 CREATE TRIGGER obs_delivery AFTER INSERT OR UPDATE ON {{s}}.sink FOR EACH ROW
     EXECUTE FUNCTION {{s}}.obs_delivery();
+
+CREATE TABLE IF NOT EXISTS {{s}}.obs_dead_letter_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, event_id uuid NOT NULL, at timestamptz NOT NULL, app text);
+CREATE INDEX IF NOT EXISTS obs_dead_letter_log_event ON {{s}}.obs_dead_letter_log (subscription, event_id, at);
+CREATE OR REPLACE FUNCTION {{s}}.obs_dead_letter() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {{s}}.obs_dead_letter_log (subscription, event_id, at, app)
+    VALUES (NEW.subscription, NEW.event_id, clock_timestamp(), current_setting('application_name'));
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_dead_letter ON {{s}}.dead_letters;
+CREATE TRIGGER obs_dead_letter AFTER INSERT OR UPDATE ON {{s}}.dead_letters FOR EACH ROW
+    EXECUTE FUNCTION {{s}}.obs_dead_letter();
 
 CREATE TABLE IF NOT EXISTS {{s}}.obs_drain_log (
     id bigserial PRIMARY KEY,

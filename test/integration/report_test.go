@@ -35,6 +35,11 @@ type report struct {
 	// order: first deliveries of a stream out of version order, or with a
 	// version missing before them.
 	order int64
+	// skippedWrites: checkpoint writes that moved a slot's checkpoint over
+	// an event of the slot not handled at that moment (see skippedWrites);
+	// skippedStory tells the first few.
+	skippedWrites int64
+	skippedStory  string
 	// failovers: per fault, from the fault until every bucket the worker
 	// held had another owner. convergences: per join, from the process
 	// start until a fair split that includes it.
@@ -161,6 +166,13 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 			AND NOT EXISTS (SELECT 1 FROM %[1]s.generations g WHERE g.subscription = c.subscription
 				AND g.generation = c.bucket / 65536 AND g.generation > 0 AND g.start_after = c.new_position)`, o.q), o.sub).Scan(&r.staleCheckpoints),
 		"stale checkpoints")
+
+	crossings, err := o.skippedWrites(ctx)
+	must(err, "skipped writes")
+	r.skippedWrites = int64(len(crossings))
+	if len(crossings) > 0 {
+		r.skippedStory = o.skippedStory(ctx, crossings)
+	}
 
 	trs := o.transitions(ctx)
 	for _, tr := range trs {
@@ -308,8 +320,8 @@ func (r report) line() string {
 	if r.kind != "" {
 		fmt.Fprintf(&b, " lease=%s", r.kind)
 	}
-	fmt.Fprintf(&b, " appended=%d handled=%d lost=%d duplicates=%d regressions=%d overlaps=%d stale=%d stale_checkpoints=%d order=%d",
-		r.appended, r.handled, r.lost, r.duplicates, r.regressions, r.overlaps, r.stale, r.staleCheckpoints, r.order)
+	fmt.Fprintf(&b, " appended=%d handled=%d lost=%d duplicates=%d regressions=%d overlaps=%d stale=%d stale_checkpoints=%d order=%d skipped_writes=%d",
+		r.appended, r.handled, r.lost, r.duplicates, r.regressions, r.overlaps, r.stale, r.staleCheckpoints, r.order, r.skippedWrites)
 	fmt.Fprintf(&b, " takeovers(expired/evidence/consent)=%d/%d/%d", r.expired, r.evidence, r.consent)
 	fmt.Fprintf(&b, " failover_p50=%s failover_max=%s (n=%d)", pct(r.failovers, 50), pct(r.failovers, 100), len(r.failovers))
 	fmt.Fprintf(&b, " convergence_p50=%s convergence_max=%s (n=%d)", pct(r.convergences, 50), pct(r.convergences, 100), len(r.convergences))
@@ -423,6 +435,30 @@ func (o *observer) lostStory() string {
 		lines("deliveries of its stream around it", `SELECT format('%%s v%%s at %%s by %%s%%s', d.at, d.version, d.position, d.app, CASE WHEN d.first THEN '' ELSE ' (again)' END)
 			FROM %[1]s.obs_delivery_log d WHERE d.subscription = $1 AND d.stream = $2 AND d.version BETWEEN $3 - 2 AND $3 + 2
 			ORDER BY d.at`, o.sub, l.stream, l.version)
+		// What the owners of its slots and the writers of the checkpoints
+		// that crossed it logged about those slots since it was recorded.
+		rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT DISTINCT w.app, w.slot FROM (
+				SELECT b.owner AS app, b.bucket AS slot FROM %[1]s.generations g JOIN %[1]s.lease_buckets b
+					ON b.subscription = g.subscription AND b.bucket = g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count)
+				WHERE g.subscription = $1 AND b.owner IS NOT NULL
+				UNION SELECT c.app, c.bucket FROM %[1]s.obs_checkpoint_log c JOIN %[1]s.generations g ON g.subscription = c.subscription
+					AND c.bucket = g.generation * 65536 + %[1]s.cg_bucket($2, g.bucket_count)
+				WHERE c.subscription = $1 AND coalesce(c.old_position, -1) < $3 AND c.new_position >= $3 AND c.app IS NOT NULL) w
+			ORDER BY 1, 2`, o.q), o.sub, l.hash, pos)
+		if err != nil {
+			fmt.Fprintf(&b, "\n  its slots' owners and writers: %v", err)
+			continue
+		}
+		var app string
+		var slot int
+		_, err = pgx.ForEachRow(rows, []any{&app, &slot}, func() error {
+			b.WriteString(o.workerLog(app, fmt.Sprintf("about slot %d from 3 s before the event was recorded to now", slot),
+				l.written.Add(-3*time.Second), time.Now(), slot))
+			return nil
+		})
+		if err != nil {
+			fmt.Fprintf(&b, "\n  its slots' owners and writers: %v", err)
+		}
 	}
 	return b.String()
 }

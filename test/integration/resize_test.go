@@ -718,43 +718,24 @@ func (o *observer) unexcusedStory(ctx context.Context, duplicates string, killed
 	if err := rows.Err(); err != nil {
 		return fail("unexcused duplicates", err)
 	}
-	lines := func(into *[]string, query string, args ...any) error {
-		rows, err := o.pool.Query(ctx, fmt.Sprintf(query, o.q), args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var l string
-			if err := rows.Scan(&l); err != nil {
-				return err
-			}
-			*into = append(*into, l)
-		}
-		return rows.Err()
-	}
 	for _, d := range dups {
 		// From a few seconds before the first delivery to the last one.
-		err := lines(&d.deliveries, `SELECT format('%%s by %%s%%s', at, app, CASE WHEN first THEN ' (first)' END)
-			FROM %[1]s.obs_delivery_log WHERE subscription = $1 AND event_id = $2::uuid ORDER BY at`, o.sub, d.id)
+		var apps []string
+		var last time.Time
+		err := o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT array_agg(DISTINCT app), max(at) FROM %s.obs_delivery_log
+			WHERE subscription = $1 AND event_id = $2::uuid`, o.q), o.sub, d.id).Scan(&apps, &last)
 		if err == nil {
-			err = lines(&d.leases, `SELECT format('%%s %%s@%%s → %%s@%%s expired %%s evidence %%s by %%s', l.at,
-					coalesce(l.old_owner, '(none)'), l.old_epoch, coalesce(l.new_owner, '(none)'), l.new_epoch,
-					coalesce(l.old_expires::text, '-'), l.evidence, l.app)
-				FROM %[1]s.obs_lease_log l WHERE l.subscription = $1 AND l.bucket = $2
-					AND l.at BETWEEN $3::timestamptz - interval '5 seconds'
-						AND (SELECT max(at) FROM %[1]s.obs_delivery_log WHERE event_id = $4::uuid) ORDER BY l.at`,
-				o.sub, d.slot, d.first, d.id)
+			d.deliveries, err = o.texts(ctx, `SELECT format('%%s by %%s%%s', at, app, CASE WHEN first THEN ' (first)' END)
+				FROM %[1]s.obs_delivery_log WHERE subscription = $1 AND event_id = $2::uuid ORDER BY at`, o.sub, d.id)
 		}
 		if err == nil {
-			err = lines(&d.checkpoints, `SELECT format('%%s %%s → %%s by %%s', c.at, c.old_position, c.new_position, c.app)
-				FROM %[1]s.obs_checkpoint_log c WHERE c.subscription = $1 AND c.bucket = $2
-					AND c.at BETWEEN $3::timestamptz - interval '5 seconds'
-						AND (SELECT max(at) FROM %[1]s.obs_delivery_log WHERE event_id = $4::uuid) ORDER BY c.at`,
-				o.sub, d.slot, d.first, d.id)
+			d.leases, err = o.texts(ctx, slotLeaseChanges, o.sub, d.slot, d.first.Add(-5*time.Second), last)
 		}
 		if err == nil {
-			err = lines(&d.drains, `SELECT format('%%s to %%s by %%s', r.at, r.cut, r.app)
+			d.checkpoints, err = o.texts(ctx, slotCheckpointWrites, o.sub, d.slot, d.first.Add(-5*time.Second), last)
+		}
+		if err == nil {
+			d.drains, err = o.texts(ctx, `SELECT format('%%s to %%s by %%s', r.at, r.cut, r.app)
 				FROM %[1]s.obs_drain_log r WHERE r.subscription = $1 AND r.bucket = $2 ORDER BY r.at`, o.sub, d.slot)
 		}
 		if err != nil {
@@ -764,23 +745,11 @@ func (o *observer) unexcusedStory(ctx context.Context, duplicates string, killed
 			"\ncheckpoint writes:\n  %s\ndrains:\n  %s", d.id, d.pos, d.slot, d.worker, d.first,
 			strings.Join(d.deliveries, "\n  "), strings.Join(d.leases, "\n  "), strings.Join(d.checkpoints, "\n  "),
 			strings.Join(d.drains, "\n  "))
-		if o.logOf == nil {
-			continue
-		}
 		// What the deliverers logged about the slot meanwhile, and their
 		// warnings and errors.
-		var apps []string
-		last := d.first
-		if err := o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT array_agg(DISTINCT app), max(at) FROM %s.obs_delivery_log
-			WHERE subscription = $1 AND event_id = $2::uuid`, o.q), o.sub, d.id).Scan(&apps, &last); err != nil {
-			return fail("the deliverers of "+d.id, err)
-		}
 		for _, app := range apps {
-			if path := o.logOf(app); path != "" {
-				fmt.Fprintf(&b, "\n%s's log from 3 s before the first delivery to 1 s after the last:\n%s", app,
-					logAround(path, d.first.Add(-3*time.Second), last.Add(time.Second), 40,
-						fmt.Sprintf("slot=%d ", d.slot), fmt.Sprintf("bucket=%d ", d.slot)))
-			}
+			b.WriteString(o.workerLog(app, "from 3 s before the first delivery to 1 s after the last",
+				d.first.Add(-3*time.Second), last.Add(time.Second), d.slot))
 		}
 	}
 	return b.String()
