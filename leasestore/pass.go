@@ -206,7 +206,6 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		}
 		pid, gen = &p, g
 	}
-	began := s.forgetCount()
 	var out passOutcome
 	err := s.runPipelined(ctx, func(conn *pgx.Conn) error {
 		var err error
@@ -221,7 +220,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
 	}
 	s.abandoned = 0
-	return s.apply(start, gen, began, out), nil
+	return s.apply(start, gen, out), nil
 }
 
 // passBound is how long the next pass may run before it is abandoned: one
@@ -572,19 +571,7 @@ func classSet(classes []int32) map[int32]bool {
 }
 
 // apply makes a committed pass the new view and reports the differences.
-// began is forget's call count when the pass began (before its
-// transaction).
-//
-// A slot forgotten after the pass began, at the epoch the pass renewed it
-// at, is left out: the pass may have read its row before the forgetting
-// operation locked it (a drain to the cut, in its caller's transaction,
-// forgets without opMu), and putting it back would report a slot given
-// up as claimed. A pass that began after the forget read the row after
-// that lock was taken, and waited for its transaction: what it finds is
-// the truth, and the slot's memory goes. (A drain that then rolled back
-// leaves its slot out of the view until such a pass: forget had already
-// dropped it.)
-func (s *Store) apply(start reading, gen, began uint64, out passOutcome) PassResult {
+func (s *Store) apply(start reading, gen uint64, out passOutcome) PassResult {
 	res := PassResult{Live: out.live, FairShare: out.share, Pending: out.pending, Requested: out.placed,
 		Resize: out.sub.resize(s.cfg.Subscription)}
 	if res.Pending == nil {
@@ -594,9 +581,6 @@ func (s *Store) apply(start reading, gen, began uint64, out passOutcome) PassRes
 	prev := s.view
 	next := make(map[int]heldLease, len(out.renewed)+len(out.claimed))
 	for _, r := range out.renewed {
-		if f, ok := s.forgotten[r.bucket]; ok && f.epoch == r.epoch && f.at > began {
-			continue // given up since this pass read it
-		}
 		h := heldLease{epoch: r.epoch, expires: r.expires, handoff: r.pending, renewed: start, gen: gen,
 			slot: out.sub.info(r.bucket, r.buckets, r.proposal)}
 		p, had := prev[r.bucket]
@@ -648,11 +632,6 @@ func (s *Store) apply(start reading, gen, began uint64, out passOutcome) PassRes
 	}
 	for b, h := range next {
 		res.Owned = append(res.Owned, h.lease(b))
-	}
-	for slot, f := range s.forgotten {
-		if f.at <= began {
-			delete(s.forgotten, slot)
-		}
 	}
 	// Once it is the view, the map is written by others (a failed fence
 	// marks its bucket) and read only under the lock.

@@ -44,12 +44,6 @@ type Store struct {
 	viewMu  sync.RWMutex
 	view    map[int]heldLease // what this worker believes it holds
 	serving [2]int            // the serving generation and its bucket count, as last read; under viewMu
-	// forgotten is, by slot, the holdings forget dropped from the view,
-	// and forgets counts forget's calls (both under viewMu): a pass that
-	// began before a slot was forgotten may have renewed it before it was
-	// given up, and must not put it back (see apply).
-	forgotten map[int]forgottenLease
-	forgets   uint64
 
 	changes     <-chan struct{}       // the listener's; never fires without one
 	listener    *eventsource.Listener // nil with NoListen
@@ -69,13 +63,6 @@ type heldLease struct {
 	fenced  bool      // a fence check found the bucket gone
 	gen     uint64    // KindSession: the session generation the pass that renewed it ran under
 	slot    slotInfo  // the slot's generation, bound and readiness, as last read
-}
-
-// forgottenLease is a holding forget dropped from the view: the slot at
-// epoch, by forget's call number at.
-type forgottenLease struct {
-	epoch int64
-	at    uint64
 }
 
 // Lease is a bucket held by this worker.
@@ -140,15 +127,14 @@ func NewStore(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		cfg.Worker = uuid.NewString()
 	}
 	s := &Store{
-		pool:      pool,
-		cfg:       cfg,
-		st:        renderStatements(cfg.Schema),
-		log:       cfg.Logger.With("subscription", cfg.Subscription, "worker", cfg.Worker),
-		usable:    usableFor(cfg.TTL, cfg.Margin),
-		channel:   ChannelName(cfg.Schema, cfg.Subscription),
-		view:      map[int]heldLease{},
-		forgotten: map[int]forgottenLease{},
-		changes:   make(chan struct{}),
+		pool:    pool,
+		cfg:     cfg,
+		st:      renderStatements(cfg.Schema),
+		log:     cfg.Logger.With("subscription", cfg.Subscription, "worker", cfg.Worker),
+		usable:  usableFor(cfg.TTL, cfg.Margin),
+		channel: ChannelName(cfg.Schema, cfg.Subscription),
+		view:    map[int]heldLease{},
+		changes: make(chan struct{}),
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(cfg.Worker))
@@ -371,31 +357,18 @@ func (s *Store) Held() []Lease {
 }
 
 // forget removes buckets from the view before they are given up, so that
-// EnsureHeld fails for them from this moment on, and remembers them, so
-// that a pass that began before does not put them back (see apply): a
-// caller without opMu (DrainTx) may forget a slot that a pass renewed
-// before the caller locked its row, and that the pass has yet to apply.
+// EnsureHeld fails for them from this moment on.
 func (s *Store) forget(buckets ...int) map[int]heldLease {
 	s.viewMu.Lock()
 	defer s.viewMu.Unlock()
-	s.forgets++
 	gone := map[int]heldLease{}
 	for _, b := range buckets {
 		if h, ok := s.view[b]; ok {
 			gone[b] = h
 			delete(s.view, b)
-			s.forgotten[b] = forgottenLease{epoch: h.epoch, at: s.forgets}
 		}
 	}
 	return gone
-}
-
-// forgetCount is the number of forget's calls so far: a pass notes it
-// before it begins its transaction.
-func (s *Store) forgetCount() uint64 {
-	s.viewMu.RLock()
-	defer s.viewMu.RUnlock()
-	return s.forgets
 }
 
 // Close is [Store.Stop] without a deadline. It releases no lease: call

@@ -140,41 +140,6 @@ func TestAFenceLostWhileAPassAppliesStaysLost(t *testing.T) {
 	require.NoError(t, a.EnsureHeld(0))
 }
 
-// A drain to the cut drops its slot from the view before its statement,
-// in the caller's transaction, without the store's operation lock: a pass
-// that renewed the slot before the drain locked it, and applies after the
-// drain, must not put it back. It did, as newly claimed: EnsureHeld said
-// yes to a slot released for good, and a coordinator would have started
-// a reader for it.
-func TestADrainWhileAPassAppliesIsNotUndone(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := setupResize(t, 4)
-	cfg := b.config(KindRow, 2, "a")
-	cfg.NoListen = true
-	a, hold := heldPasses(t, cfg)
-	pass(t, a)
-	b.request(t, 4)
-	settle(t, []*Store{a}, 2+4)
-	cut := proposeAll(t, b, []*Store{a}, 2)
-	l := leaseOf(t, a, 0)
-
-	apply := passHeld(t, a, hold) // renews slot 0 at its epoch
-	require.NoError(t, a.Drain(ctx, 0, l.Epoch, cut))
-	require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld, "the drain drops the slot from the view")
-
-	res := apply()
-	require.NotContains(t, slots(res.Claimed), 0, "a pass that began before the drain reports the drained slot claimed")
-	require.NotContains(t, slots(res.Owned), 0, "a pass that began before the drain reports the drained slot owned")
-	require.NotContains(t, slots(a.Held()), 0, "a pass that began before the drain puts the drained slot back")
-	require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld)
-
-	res = pass(t, a)
-	require.NotContains(t, slots(res.Owned), 0)
-	require.Empty(t, res.Lost, "nothing was lost: the drained slot had left the view")
-	require.Contains(t, slots(res.Owned), 1, "the other old slot is still held")
-}
-
 func slots(ls []Lease) []int {
 	out := make([]int, len(ls))
 	for i, l := range ls {
