@@ -61,8 +61,12 @@ type readerRef struct {
 // handledMark is a position through which a slot's events were all
 // handled (acked or dead-lettered) by this process at one epoch. It only
 // grows. A reader writes it on its own goroutine; the coordinator and the
-// reader's next incarnation read it.
-type handledMark struct{ pos atomic.Int64 }
+// reader's next incarnation read it. left is the event after it that the
+// last reader stopped with, retrying (see leftRetry).
+type handledMark struct {
+	pos  atomic.Int64
+	left atomic.Pointer[leftRetry]
+}
 
 // note raises the mark to pos.
 func (h *handledMark) note(pos int64) {
@@ -85,9 +89,25 @@ func (h *handledMark) load() int64 {
 	return h.pos.Load()
 }
 
+// leftRetry is the event a reader stopped with waiting out a retry's
+// backoff — an unsure reader sends nothing more, and leaves it — with its
+// attempts so far. The reader spawned next at the same epoch (or the
+// restarted one) goes on with them: it sends the event at once, as the
+// retry it is, Attempt one above the last, charged to the same budget;
+// not as a new event. The same worker at the same epoch delivers no event
+// twice as a first attempt, and an event that keeps failing across such
+// stops still uses up its retry budget.
+type leftRetry struct {
+	pos           int64
+	attempt, free int
+}
+
 // handledAt is what a slot's readers that ended had handled, and at which
-// epoch.
-type handledAt struct{ epoch, pos int64 }
+// epoch, and the event they left retrying (nil: none).
+type handledAt struct {
+	epoch, pos int64
+	left       *leftRetry
+}
 
 // coordinator is the one actor per process per subscription group. It owns
 // the reconcile timer: each pass (run off the mailbox) heartbeats
@@ -170,8 +190,8 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *actor.Terminated:
 		for b, ref := range c.readers {
 			if ref.pid.Equal(msg.Who) {
-				if pos := ref.handled.load(); pos > 0 {
-					c.ended[b] = handledAt{epoch: ref.epoch, pos: pos}
+				if pos, left := ref.handled.load(), ref.handled.left.Load(); pos > 0 || left != nil {
+					c.ended[b] = handledAt{epoch: ref.epoch, pos: pos, left: left}
 				}
 				delete(c.readers, b)
 			}
@@ -383,6 +403,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	if h, ok := c.ended[l.Slot]; ok {
 		if h.epoch == l.Epoch {
 			ref.handled.note(h.pos) // the new reader starts after it: see reader.resumeAt
+			ref.handled.left.Store(h.left)
 		}
 		delete(c.ended, l.Slot)
 	}
