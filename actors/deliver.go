@@ -146,6 +146,12 @@ func (r *reader) pump(ctx actor.Context) {
 				Fence: r.fence, id: answerIDs.Add(1), exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
 			}}
 			n.s.d = &n.d
+			if c := r.carried; c != nil && e.Position >= c.pos {
+				if e.Position == c.pos {
+					n.d.Attempt, n.s.free = c.attempt, c.free // a retry its predecessor left (see leftRetry)
+				}
+				r.carried = nil
+			}
 			r.win.slots = append(r.win.slots, &n.s)
 		}
 		if len(r.pending) == 0 {

@@ -1,9 +1,11 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +13,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // retryFirst is a handler that answers the first event delivered in each
@@ -173,4 +177,70 @@ func TestADrainLeavesAnEventStillFailingAndTheNextOwnerRepeatsWhatFollowedIt(t *
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	require.Equal(t, 1, rec.count[ev.id], "the retried event, handled once, by w2")
+}
+
+// A reader stopped unsure of its lease while its event waits out a retry's
+// backoff sends nothing more, and leaves the event to the reader the
+// coordinator spawns next at the same epoch once the lease is renewed.
+// That reader goes on with the event's attempts: the next delivery is a
+// retry, Attempt one above the last, charged to the same budget. (Before,
+// it delivered the event as new, Attempt 0 — the same worker delivering
+// one event twice at one epoch as a first attempt, and an event failing
+// across such stops never used up its retry budget.)
+func TestARetryLeftByAnUnsureReaderKeepsItsAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := newTestStore(t)
+	var mu sync.Mutex
+	var attempts []int // of the retried event, in delivery order
+	seen := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), attempts...)
+	}
+	var failing atomic.Bool
+	failing.Store(true)
+	u := startUnsureIn(t, schema, "unsureretry", func(o *GroupOptions, rec *recorder) {
+		o.Retry = RetryPolicy{MaxAttempts: 1_000_000, Backoff: supervision.Backoff{Initial: 5 * time.Millisecond, Max: 20 * time.Millisecond}}
+		o.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+			d, ok := ctx.Message().(*Delivery)
+			if !ok {
+				return
+			}
+			if d.Event.Type == "Retried" {
+				mu.Lock()
+				attempts = append(attempts, d.Attempt)
+				mu.Unlock()
+				if failing.Load() {
+					ctx.Respond(Retry{Reason: "not yet"})
+					return
+				}
+			}
+			rec.begin("w", d.Event)
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		})
+	}, nil)
+	before := holders(t, schema, "unsureretry")
+	_, err := u.store.Append(ctx, "acct-r", eventsource.Any, []eventsource.EventData{{Type: "Retried", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return len(seen()) >= 2 }, "the event is retried (attempts %v)", observed(seen))
+
+	release := u.holdRenewals(t)
+	defer release()
+	// A redelivery finds the lease unsure: the reader stops, the event
+	// left retrying.
+	pgtest.Eventually(t, waitLong, func() bool { return u.fenceLost() && len(u.w.owned()) == 0 },
+		"the reader stops on the unsure lease (owned %v)%s", observed(u.w.owned), observed(u.w.diagnose))
+	failing.Store(false)
+	release() // the renewal lands: the lease was held all along
+
+	pgtest.Eventually(t, waitLong, func() bool { return u.rec.distinct() == 51 }, "the event handled by the respawned reader (got %d)%s",
+		observed(u.rec.distinct), observed(u.w.diagnose))
+	require.Equal(t, before, holders(t, schema, "unsureretry"), "the bucket held at the same epoch throughout")
+	got := seen()
+	for i := 1; i < len(got); i++ {
+		require.Equal(t, got[i-1]+1, got[i], "delivery %d of the event: each one attempt above the last (attempts %v)", i, got)
+	}
+	require.Zero(t, u.rec.duplicates())
 }

@@ -153,6 +153,10 @@ type reader struct {
 	// this epoch handled: the reader starts after it, and leaves its acked
 	// position there when it stops (see resumeAt).
 	handled *handledMark
+	// carried is the event a predecessor at this epoch left retrying, not
+	// yet in the window: its slot goes on with its attempts (see
+	// leftRetry).
+	carried *leftRetry
 	// storeFailures counts transient database failures in a row, retried
 	// in place (see retryInPlace).
 	storeFailures int
@@ -187,6 +191,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 		r.g.logger.Debug("kumi: reader checkpoint loaded", "slot", r.bucket, "epoch", r.epoch, "checkpoint", msg.pos)
 		r.resumeAt(ctx, msg.pos)
+		r.carried = r.handled.takeLeft(r.acked)
 		r.ready = true
 		r.readPage(ctx)
 	case *pageRead:
@@ -321,6 +326,9 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.stopped = true
 	r.g.rt.readers.Add(-1)
+	if r.ready {
+		r.handled.leave(r.leftRetry())
+	}
 	r.handled.note(r.handledThrough())
 	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
@@ -586,4 +594,37 @@ func (r *reader) endOverflowed(err error) {
 	r.g.logger.Warn("kumi: reader queue overflowed under drop_subscription; the bucket's subscription is dropped and a new reader resumes from its checkpoint",
 		"bucket", r.bucket, "err", err)
 	panic(err) // permanent: supervision stops the reader
+}
+
+// leftRetry is the window's first slot — the first event after the acked
+// position — if it was delivered before and waits to be sent again (its
+// backoff, a replaced handler, or the lease found unsure before it went),
+// or else the one carried from a predecessor and not yet taken into the
+// window; nil if neither.
+func (r *reader) leftRetry() *leftRetry {
+	if len(r.win.slots) > 0 {
+		if s := r.win.slots[0]; s.d.Attempt > 0 && (s.state == slotRetrying || s.state == slotWaiting) {
+			return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
+		}
+		return nil
+	}
+	return r.carried
+}
+
+// leave records the event a stopping reader leaves retrying (nil: none).
+func (h *handledMark) leave(l *leftRetry) {
+	if h != nil {
+		h.left.Store(l)
+	}
+}
+
+// takeLeft is the event a predecessor left retrying, if it lies after from.
+func (h *handledMark) takeLeft(from int64) *leftRetry {
+	if h == nil {
+		return nil
+	}
+	if l := h.left.Load(); l != nil && l.pos > from {
+		return l
+	}
+	return nil
 }
