@@ -669,7 +669,7 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	}
 	if r.unsure != nil {
 		ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
-		ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: r.unsure})
+		r.tellLost(ctx, r.unsure)
 	} else {
 		ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
 	}
@@ -755,7 +755,20 @@ func (r *reader) lostFence(ctx actor.Context, err error) {
 	if r.unsure == nil {
 		r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
 	}
-	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
+	r.tellLost(ctx, err)
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())
+}
+
+// tellLost tells the coordinator that the reader stops on a lost or
+// unsure lease: first through lost, which the coordinator reads when it
+// takes the reader's Terminated — a system message, which overtakes the
+// readerLostFence sent before it — so that it spawns no reader for the
+// slot before a pass confirms the lease (see the coordinator's
+// Terminated).
+func (r *reader) tellLost(ctx actor.Context, err error) {
+	if r.lost != nil {
+		r.lost.Store(&err)
+	}
+	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
 }

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -153,6 +154,9 @@ type reader struct {
 	// this epoch handled: the reader starts after it, and leaves its acked
 	// position there when it stops (see resumeAt).
 	handled *handledMark
+	// lost is its coordinator's: set, to why, when the reader stops on a
+	// lost or unsure lease (see tellLost).
+	lost *atomic.Pointer[error]
 	// carried is the event a predecessor at this epoch left retrying, not
 	// yet in the window: its slot goes on with its attempts (see
 	// leftRetry).
