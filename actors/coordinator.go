@@ -56,6 +56,9 @@ type readerRef struct {
 	// position (and what its run in flight finished, see handledThrough)
 	// here when it stops or restarts (see reader.resumeAt).
 	handled handledMark
+	// lost is set, to why, when the reader stops on a lost or unsure
+	// lease (see reader.tellLost).
+	lost atomic.Pointer[error]
 }
 
 // handledMark is a position through which a slot's events were all
@@ -177,11 +180,7 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		c.pass(ctx)
 		c.maybeLeave(ctx)
 	case *readerLostFence:
-		if l, ok := c.owned[msg.Bucket]; ok {
-			c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", msg.Bucket, "epoch", l.Epoch, "err", msg.Err)
-			delete(c.owned, msg.Bucket)
-			c.g.setOwned(c.owned, c.handoff)
-		}
+		c.forgetLost(msg.Bucket, msg.Err)
 		c.pass(ctx)
 	case *readerProgress:
 		c.g.setProgress(msg.Bucket, msg.Position)
@@ -194,6 +193,11 @@ func (c *coordinator) Receive(ctx actor.Context) {
 					c.ended[b] = handledAt{epoch: ref.epoch, pos: pos, left: left}
 				}
 				delete(c.readers, b)
+				if err := ref.lost.Load(); err != nil {
+					// Its readerLostFence, overtaken, comes next: no reader
+					// for the slot until a pass confirms it.
+					c.forgetLost(b, *err)
+				}
 			}
 		}
 		c.syncReaders(ctx)
@@ -205,6 +209,16 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *groupLeft:
 		c.g.finish(msg.err)
 		ctx.Stop(ctx.Self())
+	}
+}
+
+// forgetLost forgets a slot whose reader stopped on a lost or unsure
+// lease: no reader is spawned for it until a pass reports it held.
+func (c *coordinator) forgetLost(slot int, err error) {
+	if l, ok := c.owned[slot]; ok {
+		c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", slot, "epoch", l.Epoch, "err", err)
+		delete(c.owned, slot)
+		c.g.setOwned(c.owned, c.handoff)
 	}
 }
 
@@ -419,7 +433,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 		m := ref.resize.Load()
 		return &reader{g: c.g, bucket: l.Slot, generation: l.Generation, genBucket: l.Bucket, size: l.Buckets,
 			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal,
-			handled: &ref.handled, draining: ref.drain.Load()}
+			handled: &ref.handled, lost: &ref.lost, draining: ref.drain.Load()}
 	}
 	props := actor.PropsFromProducer(r, actor.WithMailbox(q.Mailbox()), actor.WithSupervisor(c.g.handlerSupervisor),
 		actor.WithDispatcher(c.g.rt.dispatcher))
