@@ -600,19 +600,37 @@ func (r *reader) endOverflowed(err error) {
 	panic(err) // permanent: supervision stops the reader
 }
 
-// leftRetry is the window's first slot — the first event after the acked
-// position — if it was delivered before and waits to be sent again (its
-// backoff, a replaced handler, or the lease found unsure before it went),
-// or else the one carried from a predecessor and not yet taken into the
-// window; nil if neither.
+// leftRetry is the event of the window's first slot — the first after the
+// acked position — if it was delivered and not finished: one waiting to be
+// sent again (its backoff, a replaced handler, or the lease found unsure
+// before it went), with its attempts; or one with the handler as the
+// reader stops at once (a restart, or a stop by its coordinator) — of a
+// function handler's run, the event in hand, ended here (see run.end) —
+// whose attempt is given up, not charged to its budget: it was not the
+// event's fault. Else the one carried from a predecessor and not yet
+// taken into the window; nil if none.
 func (r *reader) leftRetry() *leftRetry {
-	if len(r.win.slots) > 0 {
-		if s := r.win.slots[0]; s.d.Attempt > 0 && (s.state == slotRetrying || s.state == slotWaiting) {
-			return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
-		}
-		return nil
+	if len(r.win.slots) == 0 {
+		return r.carried
 	}
-	return r.carried
+	s := r.win.slots[0]
+	switch {
+	case s.state == slotSent && s.run != nil:
+		o := s.run.end()
+		if o.done == len(s.batch) || (!o.inHand && o.next == nil) {
+			return nil // all finished, or the next not started
+		}
+		l := &leftRetry{pos: s.batch[o.done].Position, attempt: 1, free: 1}
+		if o.done == 0 {
+			l.attempt, l.free = s.d.Attempt+1, s.free+1
+		}
+		return l
+	case s.state == slotSent:
+		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt + 1, free: s.free + 1}
+	case s.d.Attempt > 0 && (s.state == slotRetrying || s.state == slotWaiting):
+		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
+	}
+	return nil
 }
 
 // leave records the event a stopping reader leaves retrying (nil: none).
