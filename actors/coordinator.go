@@ -92,14 +92,15 @@ func (h *handledMark) load() int64 {
 	return h.pos.Load()
 }
 
-// leftRetry is the event a reader stopped with waiting out a retry's
-// backoff — an unsure reader sends nothing more, and leaves it — with its
-// attempts so far. The reader spawned next at the same epoch (or the
-// restarted one) goes on with them: it sends the event at once, as the
-// retry it is, Attempt one above the last, charged to the same budget;
-// not as a new event. The same worker at the same epoch delivers no event
-// twice as a first attempt, and an event that keeps failing across such
-// stops still uses up its retry budget.
+// leftRetry is the event a reader stopped with delivered and not finished
+// — waiting out a retry's backoff (an unsure reader sends nothing more,
+// and leaves it), or given up with the handler by a stop at once — with
+// its attempts so far (see reader.leftRetry). The reader spawned next at
+// the same epoch (or the restarted one) goes on with them: it sends the
+// event at once, as the retry it is, Attempt one above the last, charged
+// to the same budget; not as a new event. The same worker at the same
+// epoch delivers no event twice as a first attempt, and an event that
+// keeps failing across such stops still uses up its retry budget.
 type leftRetry struct {
 	pos           int64
 	attempt, free int
