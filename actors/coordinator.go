@@ -64,8 +64,12 @@ type readerRef struct {
 // handledMark is a position through which a slot's events were all
 // handled (acked or dead-lettered) by this process at one epoch. It only
 // grows. A reader writes it on its own goroutine; the coordinator and the
-// reader's next incarnation read it.
-type handledMark struct{ pos atomic.Int64 }
+// reader's next incarnation read it. left is the event after it that the
+// last reader stopped with, retrying (see leftRetry).
+type handledMark struct {
+	pos  atomic.Int64
+	left atomic.Pointer[leftRetry]
+}
 
 // note raises the mark to pos.
 func (h *handledMark) note(pos int64) {
@@ -88,9 +92,26 @@ func (h *handledMark) load() int64 {
 	return h.pos.Load()
 }
 
+// leftRetry is the event a reader stopped with delivered and not finished
+// — waiting out a retry's backoff (an unsure reader sends nothing more,
+// and leaves it), or given up with the handler by a stop at once — with
+// its attempts so far (see reader.leftRetry). The reader spawned next at
+// the same epoch (or the restarted one) goes on with them: it sends the
+// event at once, as the retry it is, Attempt one above the last, charged
+// to the same budget; not as a new event. The same worker at the same
+// epoch delivers no event twice as a first attempt, and an event that
+// keeps failing across such stops still uses up its retry budget.
+type leftRetry struct {
+	pos           int64
+	attempt, free int
+}
+
 // handledAt is what a slot's readers that ended had handled, and at which
-// epoch.
-type handledAt struct{ epoch, pos int64 }
+// epoch, and the event they left retrying (nil: none).
+type handledAt struct {
+	epoch, pos int64
+	left       *leftRetry
+}
 
 // coordinator is the one actor per process per subscription group. It owns
 // the reconcile timer: each pass (run off the mailbox) heartbeats
@@ -164,11 +185,7 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		c.pass(ctx)
 		c.maybeLeave(ctx)
 	case *readerLostFence:
-		if l, ok := c.owned[msg.Bucket]; ok {
-			c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", msg.Bucket, "epoch", l.Epoch, "err", msg.Err)
-			delete(c.owned, msg.Bucket)
-			c.g.setOwned(c.owned, c.handoff)
-		}
+		c.forgetLost(msg.Bucket, msg.Err)
 		c.pass(ctx)
 	case *readerProgress:
 		c.g.setProgress(msg.Bucket, msg.Position)
@@ -205,14 +222,24 @@ func (c *coordinator) Receive(ctx actor.Context) {
 func (c *coordinator) onReaderGone(ctx actor.Context, pid *actor.PID) {
 	for b, ref := range c.readers {
 		if ref.pid.Equal(pid) {
-			if pos := ref.handled.load(); pos > 0 {
-				c.ended[b] = handledAt{epoch: ref.epoch, pos: pos}
+			if pos, left := ref.handled.load(), ref.handled.left.Load(); pos > 0 || left != nil {
+				c.ended[b] = handledAt{epoch: ref.epoch, pos: pos, left: left}
 			}
 			delete(c.readers, b)
 		}
 	}
 	c.syncReaders(ctx)
 	c.maybeLeave(ctx)
+}
+
+// forgetLost forgets a slot whose reader stopped on a lost or unsure
+// lease: no reader is spawned for it until a pass reports it held.
+func (c *coordinator) forgetLost(slot int, err error) {
+	if l, ok := c.owned[slot]; ok {
+		c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", slot, "epoch", l.Epoch, "err", err)
+		delete(c.owned, slot)
+		c.g.setOwned(c.owned, c.handoff)
+	}
 }
 
 // halt is the first step of a stop or a restart: the readers stop with the
@@ -410,6 +437,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	if h, ok := c.ended[l.Slot]; ok {
 		if h.epoch == l.Epoch {
 			ref.handled.note(h.pos) // the new reader starts after it: see reader.resumeAt
+			ref.handled.left.Store(h.left)
 		}
 		delete(c.ended, l.Slot)
 	}

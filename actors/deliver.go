@@ -53,6 +53,8 @@ type slot struct {
 	// run is the run sent to a function handler (see funcrun.go); its
 	// events are batch.
 	run *run
+	// drainSent: a drain sent it once more, at once (see sendOnDrain).
+	drainSent bool
 }
 
 // last is the position of the slot's last event.
@@ -144,6 +146,12 @@ func (r *reader) pump(ctx actor.Context) {
 				Fence: r.fence, id: answerIDs.Add(1), exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
 			}}
 			n.s.d = &n.d
+			if c := r.carried; c != nil && e.Position >= c.pos {
+				if e.Position == c.pos {
+					n.d.Attempt, n.s.free = c.attempt, c.free // a retry its predecessor left (see leftRetry)
+				}
+				r.carried = nil
+			}
 			r.win.slots = append(r.win.slots, &n.s)
 		}
 		if len(r.pending) == 0 {
@@ -157,15 +165,7 @@ func (r *reader) pump(ctx actor.Context) {
 				r.unsureLease(ctx, err) // every delivery needs a lease it can trust
 				return
 			}
-			r.win.busy[s.d.Event.Stream] = true
-			r.win.byID[s.d.id] = s
-			if err := s.d.Event.Err; err != nil {
-				// The store holds the event but cannot give it back: no
-				// handler can take it, so it costs its bucket a dead letter.
-				r.deadLetter(ctx, s, err.Error(), 0)
-				continue
-			}
-			r.send(ctx, s)
+			r.sendFirst(ctx, s)
 		}
 	}
 	r.updateHold()
@@ -174,6 +174,19 @@ func (r *reader) pump(ctx actor.Context) {
 	}
 	r.maybeFinishDrain(ctx)
 	r.maybeDrainToCut(ctx)
+}
+
+// sendFirst delivers a waiting slot whose stream is free.
+func (r *reader) sendFirst(ctx actor.Context, s *slot) {
+	r.win.busy[s.d.Event.Stream] = true
+	r.win.byID[s.d.id] = s
+	if err := s.d.Event.Err; err != nil {
+		// The store holds the event but cannot give it back: no handler
+		// can take it, so it costs its bucket a dead letter.
+		r.deadLetter(ctx, s, err.Error(), 0)
+		return
+	}
+	r.send(ctx, s)
 }
 
 // send delivers a slot's event (again) to the handler.
@@ -204,7 +217,7 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 		return
 	}
 	if r.draining {
-		return // left for the next owner: the checkpoint stays before it
+		return // a drain sends it at once, or leaves it (see sendOnDrain)
 	}
 	if !r.handlerReady() {
 		// The handler is probed or replaced: the retry is sent once it
@@ -625,8 +638,8 @@ func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 
 // maybeFinishDrain ends a drain once no slot is with the handler or being
 // dead-lettered and the checkpoint is flushed — or, under an unsure lease,
-// its write failed. Retrying and unsent slots are left to the next owner:
-// the checkpoint stays before them.
+// its write failed. The slots that sendOnDrain does not send are left to
+// the next owner: the checkpoint stays before them.
 func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if !r.draining || r.stopped {
 		return
@@ -635,6 +648,9 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 		if s.run != nil {
 			s.run.cutShort() // it answers after the event in hand
 		}
+	}
+	if r.sendOnDrain(ctx); r.stopped {
+		return
 	}
 	if r.win.active() > 0 {
 		return
@@ -653,12 +669,62 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	}
 	if r.unsure != nil {
 		ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
-		ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: r.unsure})
+		r.tellLost(ctx, r.unsure)
 	} else {
 		ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
 	}
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())
+}
+
+// sendOnDrain delivers, during a drain, the slots that keep the
+// checkpoint before events already sent: with MaxInFlight above 1, the
+// slots before the window's last one that left the waiting state. A slot
+// waiting behind an earlier event of its stream goes once its stream is
+// free, as it would have; a retrying one goes at once, not after its
+// backoff — the next reader of the bucket, which starts from the
+// checkpoint, would send it at once too — for one more attempt, charged
+// to its retry budget. Left, they would keep the checkpoint before the
+// events finished after them, and the next reader — the next owner after
+// a handoff or a graceful stop, the reader spawned after an overflow —
+// would deliver those again. The drain takes no new event, and each of
+// these is bounded, like the events in flight, by HandlerTimeout. A
+// retrying slot answered Retry again (or a panic, or no answer in time)
+// after its drain attempt is left, and so is everything after it not yet
+// sent: the next reader repeats what was finished after it (see
+// docs/guarantees.md). Nothing is sent under an unsure lease.
+func (r *reader) sendOnDrain(ctx actor.Context) {
+	if r.unsure != nil || !r.handlerReady() {
+		return // the handler is probed or replaced: pump calls again once it is ready
+	}
+	last := -1 // the last slot that left the waiting state
+	for i, s := range r.win.slots {
+		if s.state != slotWaiting {
+			last = i
+		}
+	}
+	for _, s := range r.win.slots[:max(last, 0)] {
+		switch {
+		case s.state == slotRetrying && s.drainSent:
+			return // left: whatever is sent after it would be repeated
+		case s.state == slotRetrying, s.state == slotWaiting && !r.win.busy[s.d.Event.Stream]:
+		default:
+			continue
+		}
+		if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
+			r.unsureLease(ctx, err)
+			return
+		}
+		if s.state == slotRetrying {
+			s.drainSent = true
+			r.send(ctx, s)
+		} else {
+			r.sendFirst(ctx, s)
+		}
+		if r.stopped {
+			return
+		}
+	}
 }
 
 // unsureLease stops the reader once it can no longer be sure it holds its
@@ -689,7 +755,15 @@ func (r *reader) lostFence(ctx actor.Context, err error) {
 	if r.unsure == nil {
 		r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
 	}
-	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
+	r.tellLost(ctx, err)
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())
+}
+
+// tellLost tells the coordinator that the reader stops on a lost or
+// unsure lease. The coordinator acts on the reader's Terminated only after
+// this message (see readerGone), so it spawns no reader for the slot
+// before a pass confirms the lease.
+func (r *reader) tellLost(ctx actor.Context, err error) {
+	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
 }

@@ -153,6 +153,10 @@ type reader struct {
 	// this epoch handled: the reader starts after it, and leaves its acked
 	// position there when it stops (see resumeAt).
 	handled *handledMark
+	// carried is the event a predecessor at this epoch left retrying, not
+	// yet in the window: its slot goes on with its attempts (see
+	// leftRetry).
+	carried *leftRetry
 	// storeFailures counts transient database failures in a row, retried
 	// in place (see retryInPlace).
 	storeFailures int
@@ -187,6 +191,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 		r.g.logger.Debug("kumi: reader checkpoint loaded", "slot", r.bucket, "epoch", r.epoch, "checkpoint", msg.pos)
 		r.resumeAt(ctx, msg.pos)
+		r.carried = r.handled.takeLeft(r.acked)
 		r.ready = true
 		r.readPage(ctx)
 	case *pageRead:
@@ -321,6 +326,9 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.stopped = true
 	r.g.rt.readers.Add(-1)
+	if r.ready {
+		r.handled.leave(r.leftRetry())
+	}
 	r.handled.note(r.handledThrough())
 	r.g.setReaderState(r.bucket, "")
 	r.win.cancel()
@@ -586,4 +594,55 @@ func (r *reader) endOverflowed(err error) {
 	r.g.logger.Warn("kumi: reader queue overflowed under drop_subscription; the bucket's subscription is dropped and a new reader resumes from its checkpoint",
 		"bucket", r.bucket, "err", err)
 	panic(err) // permanent: supervision stops the reader
+}
+
+// leftRetry is the event of the window's first slot — the first after the
+// acked position — if it was delivered and not finished: one waiting to be
+// sent again (its backoff, a replaced handler, or the lease found unsure
+// before it went), with its attempts; or one with the handler as the
+// reader stops at once (a restart, or a stop by its coordinator) — of a
+// function handler's run, the event in hand, ended here (see run.end) —
+// whose attempt is given up, not charged to its budget: it was not the
+// event's fault. Else the one carried from a predecessor and not yet
+// taken into the window; nil if none.
+func (r *reader) leftRetry() *leftRetry {
+	if len(r.win.slots) == 0 {
+		return r.carried
+	}
+	s := r.win.slots[0]
+	switch {
+	case s.state == slotSent && s.run != nil:
+		o := s.run.end()
+		if o.done == len(s.batch) || (!o.inHand && o.next == nil) {
+			return nil // all finished, or the next not started
+		}
+		l := &leftRetry{pos: s.batch[o.done].Position, attempt: 1, free: 1}
+		if o.done == 0 {
+			l.attempt, l.free = s.d.Attempt+1, s.free+1
+		}
+		return l
+	case s.state == slotSent:
+		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt + 1, free: s.free + 1}
+	case s.d.Attempt > 0 && (s.state == slotRetrying || s.state == slotWaiting):
+		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
+	}
+	return nil
+}
+
+// leave records the event a stopping reader leaves retrying (nil: none).
+func (h *handledMark) leave(l *leftRetry) {
+	if h != nil {
+		h.left.Store(l)
+	}
+}
+
+// takeLeft is the event a predecessor left retrying, if it lies after from.
+func (h *handledMark) takeLeft(from int64) *leftRetry {
+	if h == nil {
+		return nil
+	}
+	if l := h.left.Load(); l != nil && l.pos > from {
+		return l
+	}
+	return nil
 }

@@ -122,9 +122,13 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	defer openGate() // a failing test, too, lets the held handler go
 	var mu sync.Mutex
 	handled := map[string]int{} // by the event's data
+	var gated []int             // the attempts of the held event's deliveries
 	o := groupOpts("restartrun", 1, newRecorder(), "w")
 	o.Handler = Func(func(ctx context.Context, d *Delivery) error {
 		if d.Event.Type == "Gated" {
+			mu.Lock()
+			gated = append(gated, d.Attempt)
+			mu.Unlock()
 			select {
 			case started <- struct{}{}:
 			default:
@@ -201,4 +205,7 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	for n := 2; n <= 5; n++ {
 		require.Equal(t, 1, handled[fmt.Sprintf(`{"n": %d}`, n)], "event %d of the run handled once: %v", n, handled)
 	}
+	// The held event, given up by the restart, is sent again as the retry
+	// it is, not as a new event.
+	require.Equal(t, []int{0, 1}, gated, "the held event's attempts")
 }
