@@ -30,18 +30,7 @@ func TestReaderReadsNothingBeforeItsCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 
 	// The reader's checkpoint load waits for this transaction.
-	lock, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	unlocked := false
-	unlock := func() {
-		if !unlocked {
-			unlocked = true
-			require.NoError(t, lock.Rollback(ctx))
-		}
-	}
-	t.Cleanup(unlock)
-	_, err = lock.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, "checkpoints"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
-	require.NoError(t, err)
+	unlock := holdInTransaction(t, "LOCK TABLE "+pgx.Identifier{schema, "checkpoints"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
 
 	var spawned atomic.Int32
 	var mu sync.Mutex

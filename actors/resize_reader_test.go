@@ -177,7 +177,6 @@ func countDrained(ss []leasestore.SlotStatus) int {
 // bucket.
 func TestReaderDeliversWhatItsFreezeHeldBackWhenTheResizeIsGone(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	store, schema := newTestStore(t)
 	seed(t, store, "acct", 1, 3)
 	rec := newRecorder()
@@ -187,19 +186,8 @@ func TestReaderDeliversWhatItsFreezeHeldBackWhenTheResizeIsGone(t *testing.T) {
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 3 }, "the first events are delivered")
 
 	// The proposal waits for the subscription's row, held here.
-	lock, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			require.NoError(t, lock.Rollback(ctx))
-		}
-	}
-	t.Cleanup(release)
-	_, err = lock.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "subscriptions"}.Sanitize()+
+	release := holdInTransaction(t, "SELECT 1 FROM "+pgx.Identifier{schema, "subscriptions"}.Sanitize()+
 		" WHERE subscription = $1 FOR UPDATE", "unfreeze")
-	require.NoError(t, err)
 
 	// What the coordinator tells a reader whose pass read the resize
 	// sealing: propose. The resize is gone (here: never was) by the time
@@ -229,4 +217,25 @@ func TestReaderDeliversWhatItsFreezeHeldBackWhenTheResizeIsGone(t *testing.T) {
 				return "no answer in 5 s"
 			}
 		}))
+}
+
+// holdInTransaction runs sql in a transaction it keeps open, so that what
+// sql locks stays locked, and returns the function that rolls it back;
+// the test's cleanup rolls it back too, if the test has not.
+func holdInTransaction(t *testing.T, sql string, args ...any) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			require.NoError(t, tx.Rollback(ctx))
+		}
+	}
+	t.Cleanup(release)
+	_, err = tx.Exec(ctx, sql, args...)
+	require.NoError(t, err)
+	return release
 }
