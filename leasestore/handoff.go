@@ -2,9 +2,11 @@ package leasestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // HandOver gives up bucket after its reader has drained (see
@@ -79,16 +81,42 @@ func (s *Store) Leave(ctx context.Context) error {
 	s.viewMu.Lock()
 	s.view = map[int]heldLease{}
 	s.viewMu.Unlock()
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		b.Queue(s.st.get("release_all"), s.cfg.Subscription, s.cfg.Worker)
-		b.Queue(s.st.get("withdraw_all"), s.cfg.Subscription, s.cfg.Worker)
-		b.Queue(s.st.get("worker_delete"), s.cfg.Subscription, s.cfg.Worker)
-		b.Queue(s.st.get("notify"), s.channel, "leave:"+s.cfg.Worker)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("leasestore: leave: %w", err)
-		}
-		s.log.Info("left the pool")
-		return nil
+	// Its two statements lock the rows this worker owns, then those it
+	// claimed, each in bucket order; another worker's pass may hold one of
+	// the latter, renewed, while it waits for one of the former to withdraw
+	// its own claim on it. PostgreSQL breaks such a cycle by failing one
+	// side; when it fails the leave, which has changed nothing, the leave is
+	// tried again (TestLeaveIsTriedAgainWhenADeadlockFailsIt).
+	return onDeadlockAgain(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue(s.st.get("release_all"), s.cfg.Subscription, s.cfg.Worker)
+			b.Queue(s.st.get("withdraw_all"), s.cfg.Subscription, s.cfg.Worker)
+			b.Queue(s.st.get("worker_delete"), s.cfg.Subscription, s.cfg.Worker)
+			b.Queue(s.st.get("notify"), s.channel, "leave:"+s.cfg.Worker)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return fmt.Errorf("leasestore: leave: %w", err)
+			}
+			s.log.Info("left the pool")
+			return nil
+		})
 	})
+}
+
+// deadlockAttempts bounds the tries of a transaction that PostgreSQL fails
+// to break a deadlock (see onDeadlockAgain).
+const deadlockAttempts = 5
+
+// onDeadlockAgain runs tx, a whole transaction, and runs it again, up to
+// deadlockAttempts times in all, while PostgreSQL fails it with a deadlock
+// (40P01): the failed try changed nothing, and the other side of the cycle
+// goes on.
+func onDeadlockAgain(ctx context.Context, tx func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := tx()
+		var pgErr *pgconn.PgError
+		if attempt == deadlockAttempts || !errors.As(err, &pgErr) || pgErr.Code != "40P01" || ctx.Err() != nil {
+			return err
+		}
+	}
 }

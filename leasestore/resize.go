@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -285,27 +284,18 @@ func CancelResize(ctx context.Context, pool *pgxpool.Pool, schema, subscription 
 	// waits for a lower one, placing claims: PostgreSQL breaks such a cycle
 	// by failing one side, and when it fails the cancel, which has changed
 	// nothing, the cancel is tried again.
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := onDeadlockAgain(ctx, func() error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
 			out, err = cancelTx(ctx, tx, st, schema, subscription)
 			return err
 		})
-		var pgErr *pgconn.PgError
-		if attempt == cancelAttempts || !errors.As(err, &pgErr) || pgErr.Code != "40P01" || ctx.Err() != nil {
-			break
-		}
-	}
+	})
 	if err != nil {
 		return Resize{}, resizeError("cancel resize", err)
 	}
 	return out, nil
 }
-
-// cancelAttempts bounds CancelResize's tries when PostgreSQL fails it to
-// break a deadlock.
-const cancelAttempts = 5
 
 // cancelTx is CancelResize's transaction.
 func cancelTx(ctx context.Context, tx pgx.Tx, st statements, schema, subscription string) (Resize, error) {
