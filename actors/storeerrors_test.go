@@ -69,16 +69,7 @@ func TestARestartedReaderRedeliversNothingItAcked(t *testing.T) {
 	// The bucket's first two checkpoint writes fail with a raised
 	// exception (SQLSTATE P0001: not transient); the count survives their
 	// rollback.
-	_, err := store.Pool().Exec(ctx, `CREATE SEQUENCE `+q+`.refused;
-		CREATE FUNCTION `+q+`.refuse_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF nextval('`+q+`.refused') <= 2 THEN
-				RAISE EXCEPTION 'checkpoint write refused by the test';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON `+q+`.checkpoints
-			FOR EACH ROW EXECUTE FUNCTION `+q+`.refuse_checkpoint()`)
+	_, err := store.Pool().Exec(ctx, refuseCheckpointWrites(q, 2))
 	require.NoError(t, err)
 	seed(t, store, "acct", 5, 30)
 	rec := newRecorder()
@@ -166,17 +157,7 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	ck, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = ck.Rollback(ctx) }()
-	_, err = ck.Exec(ctx, `LOCK TABLE `+q+`.checkpoints IN EXCLUSIVE MODE;
-		CREATE SEQUENCE `+q+`.refused;
-		CREATE FUNCTION `+q+`.refuse_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF nextval('`+q+`.refused') <= 1 THEN
-				RAISE EXCEPTION 'checkpoint write refused by the test';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON `+q+`.checkpoints
-			FOR EACH ROW EXECUTE FUNCTION `+q+`.refuse_checkpoint()`)
+	_, err = ck.Exec(ctx, `LOCK TABLE `+q+`.checkpoints IN EXCLUSIVE MODE; `+refuseCheckpointWrites(q, 1))
 	require.NoError(t, err)
 	appendOne("acct-1", "Seeded") // acked, not checkpointed: the reader keeps writing
 	pgtest.Eventually(t, waitLong, func() bool {
@@ -208,4 +189,21 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	// The held event, given up by the restart, is sent again as the retry
 	// it is, not as a new event.
 	require.Equal(t, []int{0, 1}, gated, "the held event's attempts")
+}
+
+// refuseCheckpointWrites is the SQL that makes the first n checkpoint
+// writes in schema q (quoted) fail with a raised exception (SQLSTATE
+// P0001: not transient); the sequence q.refused counts the writes tried,
+// and its count survives their rollback.
+func refuseCheckpointWrites(q string, n int) string {
+	return fmt.Sprintf(`CREATE SEQUENCE %[1]s.refused;
+		CREATE FUNCTION %[1]s.refuse_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF nextval('%[1]s.refused') <= %[2]d THEN
+				RAISE EXCEPTION 'checkpoint write refused by the test';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[1]s.checkpoints
+			FOR EACH ROW EXECUTE FUNCTION %[1]s.refuse_checkpoint()`, q, n)
 }
