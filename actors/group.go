@@ -82,6 +82,9 @@ type group struct {
 	// readerStates holds the readers' states other than reading (see
 	// setReaderState), guarded by mu.
 	readerStates map[int]string
+	// reports holds what each slot's reader last reported of itself (see
+	// reader.report), guarded by mu.
+	reports map[int]readerReport
 	// resize is the subscription's generation and resize as the last pass
 	// read them, guarded by mu.
 	resize leasestore.Resize
@@ -634,9 +637,14 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 			qs := q.Stats()
 			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
 		}
+		if rep, ok := g.reports[b]; ok {
+			rs := rep.st
+			bs.Reader = &rs
+		}
 		st.Owned = append(st.Owned, bs)
 	}
 	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Bucket < st.Owned[j].Bucket })
+	st.Published = g.rt.published.Load()
 	return st
 }
 
@@ -681,6 +689,10 @@ type BucketStatus struct {
 	// size.
 	QueueDepth int   `json:"queue_depth"`
 	QueueBytes int64 `json:"queue_bytes"`
+	// Reader is what the bucket's reader last reported of itself: how far
+	// it read and handled, and what it waits for; nil while the bucket
+	// has no reader.
+	Reader *observability.ReaderStatus `json:"reader,omitempty"`
 }
 
 // Status is a snapshot of a group in this process.
@@ -728,6 +740,10 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 		if q := g.queues[b]; q != nil {
 			qs := q.Stats()
 			bs.QueueDepth, bs.QueueBytes = qs.Depth, qs.Bytes
+		}
+		if rep, ok := g.reports[b]; ok {
+			rs := rep.st
+			bs.Reader = &rs
 		}
 		st.Owned = append(st.Owned, bs)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/observability"
 )
 
 // OverflowBatch marks a liveBatch as bounded by the reader's overflow queue.
@@ -227,6 +228,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		if msg.gen == r {
 			r.flush(ctx, true)
 			r.checkTimeouts(ctx)
+			r.report()
 			r.after(ctx, r.tick, &flushTick{gen: r})
 		}
 	case *handlerReply:
@@ -309,6 +311,7 @@ func (r *reader) start(ctx actor.Context) {
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
 	r.after(ctx, r.tick, &flushTick{gen: r})
+	r.report()
 	r.async(ctx, func(c context.Context) any {
 		// The index of the reader's generation (a no-op once built: a
 		// resize builds the new generation's before it is requested).
@@ -331,6 +334,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.handled.note(r.handledThrough())
 	r.g.setReaderState(r.bucket, "")
+	r.unreport()
 	r.win.cancel()
 	if r.handler != nil {
 		ctx.Stop(r.handler) // not a child: it does not stop with the reader by itself
@@ -571,6 +575,41 @@ func (g *group) setReaderState(bucket int, state string) {
 		g.readerStates = map[int]string{}
 	}
 	g.readerStates[bucket] = state
+}
+
+// readerReport is what one reader last reported of itself.
+type readerReport struct {
+	by *reader
+	st observability.ReaderStatus
+}
+
+// report records where the reader stands for the status (see
+// observability.ReaderStatus): at its start and at every tick, so that a
+// bucket that does not move says why.
+func (r *reader) report() {
+	st := observability.ReaderStatus{Cursor: r.cursor, Acked: r.acked, Pending: len(r.pending), InFlight: len(r.win.slots),
+		CatchingUp: r.catching, Bounded: r.bound.Resizing, Bound: r.bound.Limit, CutDecided: r.bound.Decided,
+		Proposing: r.proposing, Draining: r.draining || r.unsure != nil, HandlerReady: r.handlerReady(), At: time.Now()}
+	if len(r.pending) > 0 {
+		st.NextPending = r.pending[0].Position
+	}
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reports == nil {
+		g.reports = map[int]readerReport{}
+	}
+	g.reports[r.bucket] = readerReport{by: r, st: st}
+}
+
+// unreport removes the reader's report, unless a successor's replaced it.
+func (r *reader) unreport() {
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if rep, ok := g.reports[r.bucket]; ok && rep.by == r {
+		delete(g.reports, r.bucket)
+	}
 }
 
 // OverflowError ends a bucket's reader whose queue overflowed under the

@@ -3,6 +3,7 @@ package observability
 import (
 	"context"
 	"sort"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -20,6 +21,9 @@ type SubscriptionStatus struct {
 	LiveWorkers int `json:"live_workers,omitempty"`
 	// Owned lists the buckets this worker holds, in any order.
 	Owned []BucketStatus `json:"owned"`
+	// Published is the position through which this process's publisher
+	// has read the store and posted the events to its readers.
+	Published int64 `json:"published,omitempty"`
 	// Members is the former name of LiveWorkers, read when LiveWorkers is
 	// zero; [Telemetry.Status] returns both set alike.
 	//
@@ -45,6 +49,45 @@ type BucketStatus struct {
 	QueueDepth int `json:"queue_depth"`
 	// QueueBytes is the size of what waits in the reader's queue, in bytes.
 	QueueBytes int64 `json:"queue_bytes"`
+	// Reader is what the bucket's reader last reported of itself; nil
+	// while the bucket has no reader (a next generation's bucket on
+	// standby, a handoff, a reader being replaced).
+	Reader *ReaderStatus `json:"reader,omitempty"`
+}
+
+// ReaderStatus is a bucket reader's own account of where it stands: how
+// far it has read and handled its bucket, and what it is waiting for. It
+// answers an operator asking why a bucket does not move. A reader reports
+// it at its start and then at every checkpoint tick, so At older than a
+// few ticks says the reader itself is stuck.
+type ReaderStatus struct {
+	// Cursor is the position through which every event of the bucket was
+	// read (queued or handled); Acked the position through which every
+	// one was handled.
+	Cursor int64 `json:"cursor"`
+	Acked  int64 `json:"acked"`
+	// Pending counts the events read and not yet delivered; InFlight the
+	// events delivered (or waiting to be delivered again) and not yet
+	// finished.
+	Pending  int `json:"pending"`
+	InFlight int `json:"in_flight"`
+	// NextPending is the position of the first pending event, 0 if none.
+	NextPending int64 `json:"next_pending,omitempty"`
+	// CatchingUp: the reader reads the store and holds its live batches.
+	CatchingUp bool `json:"catching_up,omitempty"`
+	// Bounded: a resize bounds the reader at Bound, which is the resize's
+	// cut once CutDecided; Proposing, it waits for its proposal's answer.
+	Bounded    bool  `json:"bounded,omitempty"`
+	Bound      int64 `json:"bound,omitempty"`
+	CutDecided bool  `json:"cut_decided,omitempty"`
+	Proposing  bool  `json:"proposing,omitempty"`
+	// Draining: the reader finishes what it has and stops (a handoff, a
+	// graceful stop, an unsure lease, an overflow).
+	Draining bool `json:"draining,omitempty"`
+	// HandlerReady is false while the handler is replaced or probed.
+	HandlerReady bool `json:"handler_ready"`
+	// At is when the reader reported this.
+	At time.Time `json:"at"`
 }
 
 // RegisterStatus adds a source of subscription status, typically one per
