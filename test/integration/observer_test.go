@@ -199,6 +199,9 @@ type observer struct {
 	// logOf returns the path of a worker's log, "" if unknown (set by
 	// newEnv; the failure reports quote the logs).
 	logOf func(worker string) string
+	// statusOf returns the /status entry of slot in the running worker's
+	// page, or why there is none (set by newEnv).
+	statusOf func(worker string, slot int) string
 
 	mu          sync.Mutex
 	last        sample

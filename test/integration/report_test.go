@@ -452,6 +452,9 @@ func (o *observer) lostStory() string {
 		var app string
 		var slot int
 		_, err = pgx.ForEachRow(rows, []any{&app, &slot}, func() error {
+			if o.statusOf != nil {
+				fmt.Fprintf(&b, "\n%s's /status of slot %d: %s", app, slot, o.statusOf(app, slot))
+			}
 			b.WriteString(o.workerLog(app, fmt.Sprintf("about slot %d from 3 s before the event was recorded to now", slot),
 				l.written.Add(-3*time.Second), time.Now(), slot))
 			return nil

@@ -263,7 +263,7 @@ func slotStatus(p *proc, slot int) string {
 		for _, o := range sub.Owned {
 			if o.Bucket == slot {
 				out, _ := json.Marshal(o)
-				return string(out)
+				return fmt.Sprintf("%s; its publisher read through %d", out, sub.Published)
 			}
 		}
 	}

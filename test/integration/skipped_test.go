@@ -75,10 +75,11 @@ func TestSkippedWritesAreCaught(t *testing.T) {
 			t.Errorf("the skipped write's story does not say %q:%s", want, r.skippedStory)
 		}
 	}
-	// The lost event's story names the write that crossed it and quotes
-	// its writer's log.
+	// The lost event's story names the write that crossed it, quotes its
+	// writer's log and asks its writer's /status (stopped by now).
 	lost := e.o.lostStory()
-	for _, want := range []string{"lost event " + id, fmt.Sprintf("slot %d: ", slot), fmt.Sprintf(" → %d by %s", pos, worker), worker + "'s log about slot"} {
+	for _, want := range []string{"lost event " + id, fmt.Sprintf("slot %d: ", slot), fmt.Sprintf(" → %d by %s", pos, worker), worker + "'s log about slot",
+		fmt.Sprintf("%s's /status of slot %d: no running process", worker, slot)} {
 		if !strings.Contains(lost, want) {
 			t.Errorf("the lost event's story does not say %q:%s", want, lost)
 		}
