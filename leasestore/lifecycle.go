@@ -39,7 +39,7 @@ func (s *Store) Stop(ctx context.Context) error {
 		s.closed.Store(true)
 		err := s.stopListening(ctx)
 		if s.session != nil {
-			s.session.close()
+			s.session.stop()
 		}
 		return err
 	})

@@ -201,6 +201,11 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	if s.session != nil {
 		p, g, err := s.session.ensure(ctx)
 		if err != nil {
+			if ctx.Err() != nil && parent.Err() == nil {
+				// The session did not answer within the bound: its check
+				// goes on (see session.check), and the pass is abandoned.
+				err = s.abandon(bound, err)
+			}
 			s.log.Warn("lease session unavailable", "err", err)
 			return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
 		}

@@ -116,10 +116,10 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
 		moved, err := pgx.Connect(ctx, bouncer.URL)
 		require.NoError(t, err)
-		a.session.mu.Lock()
+		require.NoError(t, a.session.acquire(ctx))
 		original := a.session.conn
 		a.session.conn = moved
-		a.session.mu.Unlock()
+		a.session.release()
 		t.Cleanup(func() { _ = original.Close(context.Background()) })
 
 		err = a.EnsureHeld(0)

@@ -13,24 +13,68 @@ import (
 )
 
 // session is KindSession's dedicated connection and the session advisory
-// lock it holds for the worker's whole life. Other workers read the lock's
-// absence as proof that this worker is gone. pgx.Conn is not safe for
-// concurrent use, so every use goes through mu.
+// lock it holds for the worker's life. Other workers read the lock's
+// absence as proof that this worker is gone, so nothing may close the
+// connection but a real failure or the store's Stop: pgx closes a
+// connection to cancel a statement in flight, and the session's statements
+// therefore never run under a caller's short context (see check).
 type session struct {
-	cfg  *pgx.ConnConfig
-	key  int64
-	stmt statements
-	pool *pgxpool.Pool // the store's pool: the session must reach its server and database
+	cfg   *pgx.ConnConfig
+	key   int64
+	stmt  statements
+	pool  *pgxpool.Pool // the store's pool: the session must reach its server and database
+	bound time.Duration // how long a check may run: TTL − Margin (see check)
 
-	mu   sync.Mutex
+	// turn is held by whoever uses the connection (pgx.Conn is not safe
+	// for concurrent use): one token, in a channel rather than a mutex so
+	// that a waiter can give up. It guards conn, pid, gen and beforeCheck.
+	turn chan struct{}
 	conn *pgx.Conn
 	pid  int32
 	gen  uint64 // grows with every session opened: leases confirmed under an older one are not vouched for
+	// beforeCheck, when a test sets it, runs on the connection just before
+	// session_check, under the check's context: a statement it runs is a
+	// slow check on the server.
+	beforeCheck func(ctx context.Context, conn *pgx.Conn) error
+
+	life context.Context // ends with stop: the checks still running end with it
+	end  context.CancelFunc
+
+	mu      sync.Mutex     // guards next and stopped
+	next    *checkRound    // the check that callers join: not started yet
+	stopped bool           // stop began: no check starts any more
+	rounds  sync.WaitGroup // the checks' goroutines
 }
 
-func newSession(cfg *pgx.ConnConfig, key int64, st statements, pool *pgxpool.Pool) *session {
-	return &session{cfg: cfg, key: key, stmt: st, pool: pool}
+// checkRound is one session check and the callers waiting for its answer,
+// all of whom joined before it started.
+type checkRound struct {
+	done chan struct{} // closed once pid, gen and err are set
+	pid  int32
+	gen  uint64
+	err  error
 }
+
+func newSession(cfg *pgx.ConnConfig, key int64, st statements, pool *pgxpool.Pool, bound time.Duration) *session {
+	life, end := context.WithCancel(context.Background())
+	return &session{cfg: cfg, key: key, stmt: st, pool: pool, bound: bound, turn: make(chan struct{}, 1),
+		life: life, end: end}
+}
+
+// acquire takes the turn, or gives up when ctx ends.
+func (ss *session) acquire(ctx context.Context) error {
+	select {
+	case ss.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (ss *session) release() { <-ss.turn }
+
+// errSessionStopped: the store stopped, and its session with it.
+var errSessionStopped = errors.New("the session is closed (the store stopped)")
 
 // errSessionLockHeld: another live session holds this worker's lock.
 var errSessionLockHeld = errors.New("the session lock of this worker id is held by another session " +
@@ -41,13 +85,21 @@ var errSessionLockHeld = errors.New("the session lock of this worker id is held 
 // confirm_dead) holds it for a moment, so a refusal is retried a few times
 // before it is believed.
 func (ss *session) open(ctx context.Context) error {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	if err := ss.acquire(ctx); err != nil {
+		return err
+	}
+	defer ss.release()
 	return ss.openLocked(ctx)
 }
 
+// openLocked is open with the turn held. Its statements run under ctx: a
+// connection it closes to cancel one was not yet the session, and nothing
+// was vouched for under it (gen grows only once it is).
 func (ss *session) openLocked(ctx context.Context) error {
 	ss.closeLocked()
+	if ss.life.Err() != nil {
+		return errSessionStopped
+	}
 	conn, err := pgx.ConnectConfig(ctx, ss.cfg.Copy())
 	if err != nil {
 		return fmt.Errorf("leasestore: connect the session: %w", err)
@@ -205,16 +257,82 @@ func compareIdentities(sess, pool identity) error {
 }
 
 // check asks the session itself whether it still holds its lock, and
-// returns its generation. Any failure to answer counts as no.
-func (ss *session) check(ctx context.Context) (uint64, error) {
+// returns its backend pid and generation. Any failure to answer counts as
+// no, and so does no answer before ctx ends.
+//
+// The answer always comes from a check that started after check was
+// called: callers join the round that has not started yet (one check
+// answers them all, however many readers ask at once), and a round stops
+// taking callers once it holds the turn, before it sends its statement.
+//
+// A round runs in a goroutine of its own, under bound (TTL − Margin) and
+// not under ctx: a statement cancelled in flight costs its connection, and
+// the session's connection holds the lock. A check that is merely late —
+// a loaded host, the turn held by other checks or a pass — is a no for the
+// callers that stopped waiting, and goes on; only one that fails for real
+// (the connection closed, the lock gone, another backend answering, or no
+// answer within bound) has the next pass close or reopen the session.
+// bound is TTL − Margin because an answer later than that vouches for
+// nothing (every lease confirmed before the check started fails the margin
+// rule by then) and it is the longest a pass may run (passBound): a
+// session slower than that is as good as gone. The rounds end with stop.
+func (ss *session) check(ctx context.Context) (int32, uint64, error) {
+	r, err := ss.join()
+	if err != nil {
+		return 0, 0, err
+	}
+	select {
+	case <-r.done:
+		return r.pid, r.gen, r.err
+	case <-ctx.Done():
+		return 0, 0, fmt.Errorf("the session did not answer in time (its check goes on): %w", ctx.Err())
+	}
+}
+
+// join returns the round that has not started yet, starting one if none.
+func (ss *session) join() (*checkRound, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return ss.gen, ss.checkLocked(ctx)
+	if ss.stopped {
+		return nil, errSessionStopped
+	}
+	if ss.next == nil {
+		ss.next = &checkRound{done: make(chan struct{})}
+		ss.rounds.Add(1)
+		go ss.run(ss.next)
+	}
+	return ss.next, nil
+}
+
+// run runs round r: it takes the turn, stops r taking callers, and checks.
+func (ss *session) run(r *checkRound) {
+	defer ss.rounds.Done()
+	defer close(r.done)
+	err := ss.acquire(ss.life)
+	ss.mu.Lock()
+	if ss.next == r {
+		ss.next = nil // who asks from now on is answered by a check that starts later
+	}
+	ss.mu.Unlock()
+	if err != nil {
+		r.err = errSessionStopped
+		return
+	}
+	defer ss.release()
+	ctx, cancel := context.WithTimeout(ss.life, ss.bound)
+	defer cancel()
+	r.pid, r.gen = ss.pid, ss.gen
+	r.err = ss.checkLocked(ctx)
 }
 
 func (ss *session) checkLocked(ctx context.Context) error {
 	if ss.conn == nil || ss.conn.IsClosed() {
 		return errors.New("the session connection is closed")
+	}
+	if ss.beforeCheck != nil {
+		if err := ss.beforeCheck(ctx, ss.conn); err != nil {
+			return fmt.Errorf("the session did not answer: %w", err)
+		}
 	}
 	var held bool
 	var pid int32
@@ -231,46 +349,67 @@ func (ss *session) checkLocked(ctx context.Context) error {
 	return nil
 }
 
-// ensure checks the session and, when it is gone, opens a new one. It
-// returns the backend pid and the generation of the live session.
+// ensure checks the session (see check) and, when it failed for real,
+// opens a new one. It returns the backend pid and the generation of the
+// live session. A check that does not answer before ctx ends leaves the
+// session alone: its check goes on, and the next pass asks again.
 func (ss *session) ensure(ctx context.Context) (int32, uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err // the caller gave up: leave the session alone
 	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if err := ss.checkLocked(ctx); err != nil {
-		var pe *SessionPoolerError
-		if errors.As(err, &pe) {
-			// Reopening through the same pooler would only find the lock
-			// held by the backend that took it.
-			ss.closeLocked()
-			return 0, 0, fmt.Errorf("leasestore: %w", err)
-		}
-		if ctx.Err() != nil {
-			return 0, 0, err
-		}
-		if err := ss.openLocked(ctx); err != nil {
-			return 0, 0, err
-		}
+	pid, gen, err := ss.check(ctx)
+	if err == nil {
+		return pid, gen, nil
+	}
+	if ctx.Err() != nil {
+		return 0, 0, err
+	}
+	if err := ss.acquire(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer ss.release()
+	var pe *SessionPoolerError
+	if errors.As(err, &pe) {
+		// Reopening through the same pooler would only find the lock
+		// held by the backend that took it.
+		ss.closeLocked()
+		return 0, 0, fmt.Errorf("leasestore: %w", err)
+	}
+	if err := ss.openLocked(ctx); err != nil {
+		return 0, 0, err
 	}
 	return ss.pid, ss.gen, nil
 }
 
 // backendPID is the pid of the current session's backend (0 if none).
 func (ss *session) backendPID() int32 {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	_ = ss.acquire(context.Background())
+	defer ss.release()
 	if ss.conn == nil {
 		return 0
 	}
 	return ss.pid
 }
 
+// close closes the connection, which releases the lock; the session may
+// open again (a failed Start undoes itself so).
 func (ss *session) close() {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	_ = ss.acquire(context.Background())
+	defer ss.release()
 	ss.closeLocked()
+}
+
+// stop ends the session for good (the store's Stop): the checks still
+// running end (a statement in flight is cancelled, closing the connection
+// it ran on: the session is closing anyway), none starts any more, and the
+// connection is closed.
+func (ss *session) stop() {
+	ss.mu.Lock()
+	ss.stopped = true
+	ss.mu.Unlock()
+	ss.end()
+	ss.rounds.Wait()
+	ss.close()
 }
 
 func (ss *session) closeLocked() {

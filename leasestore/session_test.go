@@ -108,9 +108,9 @@ func TestSessionReachesThePoolsServerAndDatabase(t *testing.T) {
 		a := b.open(t, b.config(KindSession, 2, "a"))
 		pass(t, a)
 		other := otherDatabase(t)
-		a.session.mu.Lock()
+		require.NoError(t, a.session.acquire(context.Background()))
 		a.session.cfg.Database = other
-		a.session.mu.Unlock()
+		a.session.release()
 		a.session.close() // the connection drops
 		_, err := a.Pass(context.Background())
 		requireMismatch(t, err, MismatchDatabase, "")

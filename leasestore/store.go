@@ -146,7 +146,8 @@ func NewStore(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st, pool)
+		s.session = newSession(cc, lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker), s.st, pool,
+			s.usable)
 	}
 	return s, nil
 }
@@ -297,8 +298,11 @@ func (s *Store) noteBuckets(generation, n int) {
 // monotonic reading or its boot clock, whichever says older, so that a host
 // suspended past the margin fails on resume): its expiry is then at most
 // Margin away. KindSession also asks its session whether it
-// still holds its lock, and fails if it cannot tell, or if the session was
-// replaced since the last pass confirmed the bucket.
+// still holds its lock, by a check that starts after the call, and fails
+// if it cannot tell within one Heartbeat, or if the session was replaced
+// since the last pass confirmed the bucket. A check that answers late is
+// not cancelled (that would close the session's connection and release its
+// lock): it goes on, and only a real failure ends the session.
 func (s *Store) EnsureHeld(bucket int) error {
 	if err := s.running(); err != nil {
 		return err
@@ -318,7 +322,7 @@ func (s *Store) EnsureHeld(bucket int) error {
 	if s.session != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
 		defer cancel()
-		gen, err := s.session.check(ctx)
+		_, gen, err := s.session.check(ctx)
 		if err != nil {
 			return fmt.Errorf("leasestore: bucket %d: %v: %w", bucket, err, ErrNotHeld)
 		}
