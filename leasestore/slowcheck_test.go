@@ -105,7 +105,9 @@ func TestStopEndsASessionCheckLeftRunning(t *testing.T) {
 	a.session.mu.Unlock()
 	require.Nil(t, pending, "no check is left to start")
 	eventually(t, 30*time.Second, func() bool { return lockHolder(t, b, a.session.key) == 0 },
-		func() string { return fmt.Sprintf("the session lock is still held by %d", lockHolder(t, b, a.session.key)) })
+		func() string {
+			return fmt.Sprintf("the session lock is still held by %d", lockHolder(t, b, a.session.key))
+		})
 	require.ErrorIs(t, a.EnsureHeld(0), ErrClosed)
 }
 
