@@ -21,8 +21,9 @@
 //
 // Triggers log, inside the writers' own transactions, every change of a
 // bucket's owner (with the previous owner's expiry, the taker's now() and
-// whether the taker holds the previous owner's session lock), every pass
-// (worker heartbeat), every checkpoint write, every delivery the
+// whether the taker holds the previous owner's session lock), every other
+// change of a two-phase claim, every pass (worker heartbeat, with the
+// snapshot it saw), every checkpoint write, every delivery the
 // workers' sink records and every dead-lettering, by whose session
 // (application_name is the worker id); and, for resizes (docs/resize.md), every old bucket's drain and
 // every change of the subscription's generation and state. Lease rows and
@@ -58,8 +59,8 @@
 //     pause deliveries saw;
 //   - failover (per fault: until every bucket of the worker had another
 //     owner) and convergence (per join: until a fair split including it);
-//   - unowned time, and passes a bucket's next owner began without
-//     claiming it.
+//   - unowned time, and passes a bucket's next owner began, while the
+//     bucket was free for it, without claiming it.
 //
 // and prints one "SUMMARY …" line.
 //

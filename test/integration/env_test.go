@@ -62,6 +62,7 @@ func newEnv(t *testing.T, url string, cfg clusterConfig) *env {
 	e.o = newObserver(t, url, cfg.Schema, cfg.Subscription, cfg.Category, cfg.Buckets, 20*time.Millisecond)
 	e.c = newCluster(t, cfg)
 	e.o.logOf = e.c.logOf
+	e.o.claimStale = 2 * cfg.Lease.TTL // leasestore's claim stale-after
 	e.o.statusOf = func(worker string, slot int) string {
 		if p := e.c.byID(worker); p != nil {
 			return slotStatus(p, slot)

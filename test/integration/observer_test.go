@@ -23,10 +23,15 @@ import (
 // rolled-back or fenced-out write leaves no trace),
 //
 //   - every change of a bucket's owner or epoch, with the previous owner's
-//     expiry, the taker's now(), and whether the taker holds the previous
-//     owner's session lock (liveness evidence) — obs_lease_log;
-//   - every worker heartbeat, that is every pass a worker completes —
-//     obs_worker_log;
+//     expiry, the taker's now(), whether the taker holds the previous
+//     owner's session lock (liveness evidence), the claim the row carries
+//     after the change, and the writing transaction's id — obs_lease_log;
+//   - every other change of a bucket's two-phase claim (placed, withdrawn,
+//     recovered), with the writing transaction's id — obs_claim_log;
+//   - every worker heartbeat — a worker's registration as its store
+//     starts, then every pass it completes — with a snapshot taken as the
+//     heartbeat statement ends, before any claim of the pass (which
+//     transactions it saw committed) — obs_worker_log;
 //   - every checkpoint write, old and new value — obs_checkpoint_log;
 //   - every delivery the sink records, first or duplicate, and by whose
 //     session (application_name is the worker id) — obs_delivery_log;
@@ -44,12 +49,12 @@ CREATE TABLE IF NOT EXISTS {{s}}.obs_lease_log (
     subscription text NOT NULL, bucket int NOT NULL,
     old_owner text, new_owner text, old_epoch bigint, new_epoch bigint,
     old_expires timestamptz, tx_now timestamptz NOT NULL, at timestamptz NOT NULL,
-    evidence boolean NOT NULL, app text);
+    evidence boolean NOT NULL, app text, xid xid8 NOT NULL, claim text, claimed_at timestamptz);
 CREATE INDEX IF NOT EXISTS obs_lease_log_bucket ON {{s}}.obs_lease_log (subscription, bucket, at);
 CREATE OR REPLACE FUNCTION {{s}}.obs_lease() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
     INSERT INTO {{s}}.obs_lease_log (subscription, bucket, old_owner, new_owner, old_epoch, new_epoch,
-        old_expires, tx_now, at, evidence, app)
+        old_expires, tx_now, at, evidence, app, xid, claim, claimed_at)
     VALUES (NEW.subscription, NEW.bucket, OLD.owner, NEW.owner, OLD.epoch, NEW.epoch,
         OLD.expires_at, now(), clock_timestamp(),
         OLD.owner IS NOT NULL AND NEW.owner IS NOT NULL AND EXISTS (
@@ -59,7 +64,7 @@ BEGIN
                 AND l.classid = ((m.lock_key >> 32) & 4294967295)::oid
                 AND l.objid = (m.lock_key & 4294967295)::oid
             WHERE m.subscription = NEW.subscription AND m.worker = OLD.owner AND m.lock_key IS NOT NULL),
-        current_setting('application_name'));
+        current_setting('application_name'), pg_current_xact_id(), NEW.claim_worker, NEW.claimed_at);
     RETURN NULL;
 END $f$;
 DROP TRIGGER IF EXISTS obs_lease ON {{s}}.lease_buckets;
@@ -67,18 +72,37 @@ CREATE TRIGGER obs_lease AFTER UPDATE ON {{s}}.lease_buckets FOR EACH ROW
     WHEN (OLD.owner IS DISTINCT FROM NEW.owner OR OLD.epoch IS DISTINCT FROM NEW.epoch)
     EXECUTE FUNCTION {{s}}.obs_lease();
 
+CREATE TABLE IF NOT EXISTS {{s}}.obs_claim_log (
+    id bigserial PRIMARY KEY,
+    subscription text NOT NULL, bucket int NOT NULL, owner text,
+    old_claim text, new_claim text, claimed_at timestamptz, at timestamptz NOT NULL, xid xid8 NOT NULL, app text);
+CREATE INDEX IF NOT EXISTS obs_claim_log_bucket ON {{s}}.obs_claim_log (subscription, bucket, at);
+CREATE OR REPLACE FUNCTION {{s}}.obs_claim() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO {{s}}.obs_claim_log (subscription, bucket, owner, old_claim, new_claim, claimed_at, at, xid, app)
+    VALUES (NEW.subscription, NEW.bucket, NEW.owner, OLD.claim_worker, NEW.claim_worker, NEW.claimed_at,
+        clock_timestamp(), pg_current_xact_id(), current_setting('application_name'));
+    RETURN NULL;
+END $f$;
+DROP TRIGGER IF EXISTS obs_claim ON {{s}}.lease_buckets;
+CREATE TRIGGER obs_claim AFTER UPDATE ON {{s}}.lease_buckets FOR EACH ROW
+    WHEN (OLD.claim_worker IS DISTINCT FROM NEW.claim_worker
+        AND OLD.owner IS NOT DISTINCT FROM NEW.owner AND OLD.epoch IS NOT DISTINCT FROM NEW.epoch)
+    EXECUTE FUNCTION {{s}}.obs_claim();
+
 CREATE TABLE IF NOT EXISTS {{s}}.obs_worker_log (
     id bigserial PRIMARY KEY,
     subscription text NOT NULL, worker text NOT NULL, op text NOT NULL,
-    heartbeat_at timestamptz, expires_at timestamptz, at timestamptz NOT NULL);
+    heartbeat_at timestamptz, expires_at timestamptz, at timestamptz NOT NULL, snap pg_snapshot);
 CREATE OR REPLACE FUNCTION {{s}}.obs_worker() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         INSERT INTO {{s}}.obs_worker_log (subscription, worker, op, heartbeat_at, expires_at, at)
         VALUES (OLD.subscription, OLD.worker, TG_OP, OLD.heartbeat_at, OLD.expires_at, clock_timestamp());
     ELSE
-        INSERT INTO {{s}}.obs_worker_log (subscription, worker, op, heartbeat_at, expires_at, at)
-        VALUES (NEW.subscription, NEW.worker, TG_OP, NEW.heartbeat_at, NEW.expires_at, clock_timestamp());
+        INSERT INTO {{s}}.obs_worker_log (subscription, worker, op, heartbeat_at, expires_at, at, snap)
+        VALUES (NEW.subscription, NEW.worker, TG_OP, NEW.heartbeat_at, NEW.expires_at, clock_timestamp(),
+            pg_current_snapshot());
     END IF;
     RETURN NULL;
 END $f$;
@@ -202,6 +226,9 @@ type observer struct {
 	// statusOf returns the /status entry of slot in the running worker's
 	// page, or why there is none (set by newEnv).
 	statusOf func(worker string, slot int) string
+	// claimStale is the age at which the workers' passes take a two-phase
+	// claim for stale (2 × TTL; set by newEnv, 0 when unknown).
+	claimStale time.Duration
 
 	mu          sync.Mutex
 	last        sample

@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +48,8 @@ type report struct {
 	failovers, convergences []time.Duration
 	// maxUnowned: the longest a bucket was free (or lapsed) before its next
 	// owner claimed it; maxMissed: the most passes its claimant began in
-	// that time without claiming it.
+	// that time, while the bucket was free for it, without claiming it
+	// (see missedPasses).
 	maxUnowned time.Duration
 	maxMissed  int
 	extra      []string
@@ -89,6 +92,67 @@ type transition struct {
 	// the server does not record it.
 	committed time.Time
 	evidence  bool
+	// xid is the change's transaction; claim and claimedAt the two-phase
+	// claim the row carries after the change ("" for none).
+	xid       uint64
+	claim     string
+	claimedAt time.Time
+}
+
+// claimChange is a change of a bucket's two-phase claim that did not
+// change its owner (obs_claim_log).
+type claimChange struct {
+	at        time.Time
+	claim     string // the claim after the change, "" when withdrawn
+	claimedAt time.Time
+	xid       uint64
+}
+
+// pass is one pass of a worker, as its heartbeat logged it.
+type pass struct {
+	at      time.Time // heartbeat_at: the pass's now(), its transaction's start
+	snap    snapshot  // taken as its heartbeat statement ended, before its claims
+	expires time.Time // the worker row's expiry after it
+	logged  time.Time // when the heartbeat statement ran (clock_timestamp)
+}
+
+// snapshot is a pg_snapshot: the transactions a statement saw committed.
+type snapshot struct {
+	xmin, xmax uint64
+	xip        []uint64 // in progress
+}
+
+// parseSnapshot reads a pg_snapshot's text form, xmin:xmax:xip,xip,...
+func parseSnapshot(text string) (snapshot, error) {
+	parts := strings.Split(text, ":")
+	if len(parts) != 3 {
+		return snapshot{}, fmt.Errorf("snapshot %q: not xmin:xmax:xip", text)
+	}
+	var s snapshot
+	var err error
+	if s.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
+		return snapshot{}, fmt.Errorf("snapshot %q: %w", text, err)
+	}
+	if s.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
+		return snapshot{}, fmt.Errorf("snapshot %q: %w", text, err)
+	}
+	for _, x := range strings.Split(parts[2], ",") {
+		if x == "" {
+			continue
+		}
+		id, err := strconv.ParseUint(x, 10, 64)
+		if err != nil {
+			return snapshot{}, fmt.Errorf("snapshot %q: %w", text, err)
+		}
+		s.xip = append(s.xip, id)
+	}
+	return s, nil
+}
+
+// sees reports whether the committed transaction xid is visible in s
+// (pg_visible_in_snapshot).
+func (s snapshot) sees(xid uint64) bool {
+	return xid < s.xmin || (xid < s.xmax && !slices.Contains(s.xip, xid))
 }
 
 // collect reads the logs into a report.
@@ -189,11 +253,12 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 		}
 	}
 	passes := o.passes(ctx)
+	claims := o.claimChanges(ctx)
 	byBucket := map[int][]transition{}
 	for _, tr := range trs {
 		byBucket[tr.bucket] = append(byBucket[tr.bucket], tr)
 	}
-	for _, list := range byBucket {
+	for b, list := range byBucket {
 		for i, tr := range list {
 			if tr.newOwner == "" || i == 0 {
 				continue
@@ -203,8 +268,7 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 			var from time.Time
 			switch prev := list[i-1]; {
 			case tr.oldOwner == "" && prev.newOwner == "":
-				// Free once the release committed: a pass that began
-				// before that could not see it.
+				// Unowned once the release committed.
 				from = prev.at
 				if prev.committed.After(from) {
 					from = prev.committed
@@ -215,13 +279,7 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 				continue
 			}
 			r.maxUnowned = max(r.maxUnowned, tr.at.Sub(from))
-			missed := 0
-			for _, p := range passes[tr.newOwner] {
-				if p.After(from) && p.Before(tr.txNow) {
-					missed++
-				}
-			}
-			r.maxMissed = max(r.maxMissed, missed)
+			r.maxMissed = max(r.maxMissed, o.missedPasses(list[i-1], tr, claims[b], passes))
 		}
 	}
 	for _, f := range faults {
@@ -267,21 +325,31 @@ func failover(byBucket map[int][]transition, f fault) (time.Duration, bool) {
 func (o *observer) transitions(ctx context.Context) []transition {
 	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT bucket, coalesce(old_owner, ''), coalesce(new_owner, ''),
 		old_expires, tx_now, at, evidence,
-		CASE WHEN current_setting('track_commit_timestamp') = 'on' THEN pg_xact_commit_timestamp(xmin) END
+		CASE WHEN current_setting('track_commit_timestamp') = 'on' THEN pg_xact_commit_timestamp(xmin) END,
+		xid::text, coalesce(claim, ''), claimed_at
 		FROM %s.obs_lease_log WHERE subscription = $1 ORDER BY bucket, id`, o.q), o.sub)
 	if err != nil {
 		o.t.Fatalf("observer: lease log: %v", err)
 	}
 	trs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (transition, error) {
 		var tr transition
-		var oldExp, committed *time.Time
-		err := r.Scan(&tr.bucket, &tr.oldOwner, &tr.newOwner, &oldExp, &tr.txNow, &tr.at, &tr.evidence, &committed)
+		var oldExp, committed, claimedAt *time.Time
+		var xid string
+		err := r.Scan(&tr.bucket, &tr.oldOwner, &tr.newOwner, &oldExp, &tr.txNow, &tr.at, &tr.evidence, &committed,
+			&xid, &tr.claim, &claimedAt)
+		if err != nil {
+			return tr, err
+		}
 		if oldExp != nil {
 			tr.oldExpires = *oldExp
 		}
 		if committed != nil {
 			tr.committed = *committed
 		}
+		if claimedAt != nil {
+			tr.claimedAt = *claimedAt
+		}
+		tr.xid, err = strconv.ParseUint(xid, 10, 64)
 		return tr, err
 	})
 	if err != nil {
@@ -290,27 +358,145 @@ func (o *observer) transitions(ctx context.Context) []transition {
 	return trs
 }
 
-// passes returns the start of every pass each worker completed (its
-// worker heartbeats), in order.
-func (o *observer) passes(ctx context.Context) map[string][]time.Time {
-	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT worker, heartbeat_at FROM %s.obs_worker_log
+// claimChanges returns, by bucket and in order, the changes of claims
+// that did not change the owner.
+func (o *observer) claimChanges(ctx context.Context) map[int][]claimChange {
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT bucket, at, coalesce(new_claim, ''), claimed_at, xid::text
+		FROM %s.obs_claim_log WHERE subscription = $1 ORDER BY bucket, at`, o.q), o.sub)
+	if err != nil {
+		o.t.Fatalf("observer: claim log: %v", err)
+	}
+	out := map[int][]claimChange{}
+	var b int
+	var c claimChange
+	var claimedAt *time.Time
+	var xid string
+	_, err = pgx.ForEachRow(rows, []any{&b, &c.at, &c.claim, &claimedAt, &xid}, func() error {
+		c.claimedAt = time.Time{}
+		if claimedAt != nil {
+			c.claimedAt = *claimedAt
+		}
+		var err error
+		c.xid, err = strconv.ParseUint(xid, 10, 64)
+		out[b] = append(out[b], c)
+		return err
+	})
+	if err != nil {
+		o.t.Fatalf("observer: claim log: %v", err)
+	}
+	return out
+}
+
+// passes returns every pass each worker completed (its worker
+// heartbeats), in order. A worker's first heartbeat is no pass: it is its
+// leasestore Store.Start, which registers the worker (and so counts it in
+// the others' fair share) before its first pass, and claims nothing.
+func (o *observer) passes(ctx context.Context) map[string][]pass {
+	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT worker, heartbeat_at, snap::text, expires_at, at FROM %s.obs_worker_log
 		WHERE subscription = $1 AND op <> 'DELETE' ORDER BY id`, o.q), o.sub)
 	if err != nil {
 		o.t.Fatalf("observer: worker log: %v", err)
 	}
-	out := map[string][]time.Time{}
-	var w string
-	var hb time.Time
-	_, err = pgx.ForEachRow(rows, []any{&w, &hb}, func() error {
-		if l := out[w]; len(l) == 0 || hb.After(l[len(l)-1]) {
-			out[w] = append(out[w], hb)
+	// Each worker's heartbeats in order: its join, then its passes.
+	out := map[string][]pass{}
+	var w, snap string
+	var p pass
+	_, err = pgx.ForEachRow(rows, []any{&w, &p.at, &snap, &p.expires, &p.logged}, func() error {
+		// Another worker's change of the row (a session worker's death
+		// marked by confirm_dead) keeps its heartbeat: not a pass.
+		if l := out[w]; len(l) > 0 && !p.at.After(l[len(l)-1].at) {
+			return nil
 		}
-		return nil
+		var err error
+		p.snap, err = parseSnapshot(snap)
+		out[w] = append(out[w], p)
+		return err
 	})
 	if err != nil {
 		o.t.Fatalf("observer: worker log: %v", err)
 	}
+	for w, l := range out {
+		out[w] = l[1:]
+	}
 	return out
+}
+
+// missedPasses counts the passes tr's new owner began while the bucket
+// was free for it, before the pass that claimed it: passes that could
+// have claimed it and did not (a claim skips a row that another
+// transaction holds locked, for one). prev is the bucket's change before
+// tr, claims the bucket's claim changes, passes every worker's passes.
+//
+// The bucket is free for the new owner in a pass when
+//   - it is unowned: the pass's snapshot (taken as its heartbeat statement
+//     ends, before any claim) sees the release (prev) committed — not the
+//     pass's clock: a commit's timestamp comes before other sessions see
+//     the commit, and a transaction's now() before its statements'
+//     snapshots — or the old lease had expired by the pass's now(), by
+//     which the claim judges expiry;
+//   - and no other worker's two-phase claim holds it. A release or a
+//     handover leaves the claim on the row, and only its claimant may
+//     take the bucket, until the claim is withdrawn — by the claimant's
+//     pass once above its fair share, or its Leave: the pass's snapshot
+//     sees the withdrawal — or lapses: its claimant is no longer live, or
+//     the claim is older than claimStale, by the pass's now().
+func (o *observer) missedPasses(prev, tr transition, claims []claimChange, passes map[string][]pass) int {
+	me := tr.newOwner
+	released := tr.oldOwner == ""
+	// The claim the row carried when the claim was taken: the one the
+	// change before left on it, as changed since; and the last withdrawal
+	// of another worker's claim.
+	claim, claimedAt := prev.claim, prev.claimedAt
+	var cleared uint64
+	for _, c := range claims {
+		if !c.at.After(prev.at) || !c.at.Before(tr.at) {
+			continue
+		}
+		if claim != "" && claim != me && (c.claim == "" || c.claim == me) {
+			cleared = c.xid
+		}
+		claim, claimedAt = c.claim, c.claimedAt
+	}
+	var lapsed time.Time // when another worker's claim stopped holding
+	if claim != "" && claim != me {
+		lapsed = o.expiryBefore(claim, tr.at, passes)
+		if o.claimStale > 0 && !claimedAt.IsZero() {
+			lapsed = minTime(lapsed, claimedAt.Add(o.claimStale))
+		}
+	}
+	missed := 0
+	for _, p := range passes[me] {
+		switch {
+		case !p.at.Before(tr.txNow): // the claiming pass, and later ones
+		case released && !p.snap.sees(prev.xid):
+		case !released && !p.at.After(tr.oldExpires):
+		case cleared != 0 && !p.snap.sees(cleared):
+		case !lapsed.IsZero() && !p.at.After(lapsed):
+		default:
+			missed++
+		}
+	}
+	return missed
+}
+
+// expiryBefore returns worker's expiry as its last pass logged before t
+// left it (zero if it logged none): a claim of a worker no longer live by
+// a pass's now() does not hold.
+func (o *observer) expiryBefore(worker string, t time.Time, passes map[string][]pass) time.Time {
+	var exp time.Time
+	for _, p := range passes[worker] {
+		if p.logged.Before(t) {
+			exp = maxTime(exp, p.expires)
+		}
+	}
+	return exp
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // line is the scenario's one summary line.

@@ -13,8 +13,14 @@ import (
 // drain, flush, release) and replaced by a new process, under load. A
 // graceful handoff loses nothing and duplicates nothing, and no bucket is
 // left unowned for longer than one pass: its next owner claims it in the
-// first pass it begins after the bucket was freed, or the one after (a pass
-// already under way when it was freed may miss it).
+// first pass it begins once the bucket is free for it, or the one after
+// (that pass's claim may find the row locked by another transaction: a
+// claim skips locked rows rather than wait). Free for it: released, or its
+// lease lapsed, and no other worker's two-phase claim on it — a bucket
+// released or handed over with a claim on it is the claimant's until the
+// claim is withdrawn or lapses. A pass begins with its first statement's
+// snapshot, not its clock, and a worker's registration as it starts is no
+// pass (observer.missedPasses, TestMissedPassesCountPassesThatCouldClaim).
 func TestRollingRestart(t *testing.T) {
 	e := newEnv(t, pgtest.URL(t), clusterConfig{Buckets: 32, Kind: leasestore.KindRow})
 	slots := e.startWorkers(4, startOpts{})
