@@ -107,15 +107,25 @@ func (t *telemetry) lease(ctx context.Context, op observability.LeaseOp, start t
 	t.t.LeaseOperation(ctx, t.subscription, op, start, err)
 }
 
-// queueTransition reports a reader queue's pause or overflow.
+// queueTransition reports a reader queue's pause or overflow, and counts
+// in kumi.queue.dropped every batch the queue drops, once: those of a pause
+// or an overflow with it, an eviction under DropOldest (which changes no
+// state) at once, the batches refused while paused when the queue resumes.
+// It returns one queue's callback.
 func (t *telemetry) queueTransition(bucket int, policy overflow.Policy) func(overflow.Transition) {
+	// counted is the queue's Stats.Dropped already counted. The queue calls
+	// under its lock, one call at a time.
+	var counted uint64
 	return func(tr overflow.Transition) {
+		dropped := int(tr.Stats.Dropped - counted)
+		counted = tr.Stats.Dropped
 		if tr.To == overflow.Active {
+			t.t.QueueDropped(context.Background(), t.subscription, policy.String(), dropped)
 			return
 		}
 		t.t.Overflow(context.Background(), observability.OverflowInfo{
 			Subscription: t.subscription, Bucket: bucket, Policy: policy.String(),
-			Depth: tr.Stats.Depth, Capacity: tr.Stats.Capacity, Dropped: int(tr.Stats.Dropped),
+			Depth: tr.Stats.Depth, Capacity: tr.Stats.Capacity, Dropped: dropped,
 		})
 	}
 }

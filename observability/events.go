@@ -18,9 +18,10 @@ type OverflowInfo struct {
 	Policy string
 	// Depth and Capacity of the queue when it overflowed.
 	Depth, Capacity int
-	// Dropped is how many events the policy discarded from the queue
-	// (PauseAndResume drops the stale queue and re-reads it from the
-	// checkpoint, so nothing is lost).
+	// Dropped is how many live batches the policy discarded from the
+	// queue: the one that found it full and those it held (PauseAndResume
+	// drops the stale queue and re-reads it from the checkpoint, so nothing
+	// is lost). Batches dropped before, and counted already, are not in it.
 	Dropped int
 }
 
@@ -71,6 +72,20 @@ func (t *Telemetry) Overflow(ctx context.Context, o OverflowInfo) {
 			slog.String("policy", o.Policy), slog.Int("depth", o.Depth),
 			slog.Int("capacity", o.Capacity), slog.Int("dropped", o.Dropped))
 	}
+}
+
+// QueueDropped records live batches a reader queue dropped other than by
+// an overflow (see [Telemetry.Overflow]) — evicted under DropOldest to make
+// room for a newer batch, or refused while the queue was paused — in
+// kumi.queue.dropped, per subscription and policy. It records nothing
+// else, no span and no log line: under DropOldest it runs for every
+// eviction, while the queue is locked. It must not block.
+func (t *Telemetry) QueueDropped(ctx context.Context, subscription, policy string, batches int) {
+	if t == nil || batches <= 0 {
+		return
+	}
+	m := t.measure(measureKey{kind: measureOverflow, sub: subscription, s: policy})
+	t.inst.dropped.Add(ctx, int64(batches), m.add...)
 }
 
 // SupervisionInfo describes one supervision decision about a failed actor.

@@ -86,6 +86,29 @@ func TestOverflow(t *testing.T) {
 	assert.Contains(t, logs, `level=WARN msg="kumi: reader queue overflow" subscription=orders bucket=2 policy=drop_oldest`)
 }
 
+// Batches dropped without an overflow (DropOldest's evictions, refusals
+// while paused) count in kumi.queue.dropped alone: no overflow, no span, no
+// log line, and no allocation once the subscription and policy are known.
+func TestQueueDropped(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	h.tel.QueueDropped(ctx, "orders", observability.PolicyDropOldest, 1)
+	h.tel.QueueDropped(ctx, "orders", observability.PolicyDropOldest, 2)
+	h.tel.QueueDropped(ctx, "orders", observability.PolicyPauseAndResume, 0)
+	allocs := testing.AllocsPerRun(100, func() { h.tel.QueueDropped(ctx, "orders", observability.PolicyDropOldest, 1) })
+	assert.Zero(t, allocs, "allocations per eviction")
+	var nilTel *observability.Telemetry
+	nilTel.QueueDropped(ctx, "orders", observability.PolicyDropOldest, 1)
+
+	ms := h.collect(t)
+	oldest := map[string]any{observability.AttrSubscription: "orders", observability.AttrPolicy: "drop_oldest"}
+	assert.EqualValues(t, 3+100+1, sum(t, ms, observability.MetricQueueDropped, oldest), "AllocsPerRun runs once more than asked")
+	assert.EqualValues(t, 0, sum(t, ms, observability.MetricQueueDropped, map[string]any{observability.AttrPolicy: "pause_and_resume"}))
+	assert.EqualValues(t, 0, sum(t, ms, observability.MetricQueueOverflows, nil))
+	assert.Empty(t, h.ended(observability.SpanOverflow))
+	assert.NotContains(t, h.logs.String(), "overflow")
+}
+
 func TestSupervisionDecision(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()

@@ -100,7 +100,7 @@ const (
 	AttrPolicy       = "kumi.policy"        // overflow policy
 	AttrDepth        = "kumi.depth"         // queue depth at overflow
 	AttrCapacity     = "kumi.capacity"      // queue capacity
-	AttrDropped      = "kumi.dropped"       // events dropped by an overflow
+	AttrDropped      = "kumi.dropped"       // live batches dropped by an overflow
 	AttrActor        = "kumi.actor"         // actor kind: coordinator, reader, …
 	AttrChild        = "kumi.child"         // failed actor's id (spans only)
 	AttrStrategy     = "kumi.strategy"      // supervision strategy
@@ -142,7 +142,7 @@ const (
 	MetricQueueDepth          = "kumi.queue.depth"           // gauge {batch}: subscription, bucket
 	MetricQueueBytes          = "kumi.queue.bytes"           // gauge By: subscription, bucket
 	MetricQueueOverflows      = "kumi.queue.overflows"       // counter {overflow}: subscription, policy
-	MetricQueueDropped        = "kumi.queue.dropped"         // counter {event}: subscription, policy
+	MetricQueueDropped        = "kumi.queue.dropped"         // counter {batch}: subscription, policy
 	MetricEventsDelivered     = "kumi.events.delivered"      // counter {event}: subscription, bucket
 	MetricEventsAcked         = "kumi.events.acked"          // counter {event}: subscription, bucket
 	MetricEventsRetried       = "kumi.events.retried"        // counter {event}: subscription, bucket, outcome

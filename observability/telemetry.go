@@ -211,7 +211,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 	i.queueBytes = gauge(MetricQueueBytes, UnitBytes, "Bytes waiting in the bucket reader's queue (bounded by GroupOptions.QueueBytes).")
 
 	i.overflows = counter(MetricQueueOverflows, UnitOverflow, "Reader queue overflows, per policy.")
-	i.dropped = counter(MetricQueueDropped, UnitEvent, "Events dropped from reader queues by overflows (PauseAndResume re-reads them).")
+	i.dropped = counter(MetricQueueDropped, UnitBatch, "Live batches dropped from reader queues by overflows, pauses and DropOldest evictions (the readers re-read them).")
 
 	i.delivered = counter(MetricEventsDelivered, UnitEvent, "Deliveries to the handler (every attempt).")
 	i.acked = counter(MetricEventsAcked, UnitEvent, "Deliveries the handler acknowledged.")

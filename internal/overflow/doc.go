@@ -23,8 +23,9 @@
 //     reader ends its subscription with the [*OverflowError] (which wraps
 //     [ErrOverflowed]).
 //   - [DropOldest]: the oldest queued batches are evicted to make room;
-//     lossy, counted in [Stats.Evicted]. If the shared budget has no room
-//     even once the queue is empty, it pauses as under PauseAndResume.
+//     lossy, counted in [Stats.Evicted] and reported, one by one, to
+//     [Config.OnTransition]. If the shared budget has no room even once
+//     the queue is empty, it pauses as under PauseAndResume.
 //
 // # Bytes
 //

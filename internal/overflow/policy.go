@@ -25,7 +25,8 @@ const (
 	// delivers an [*OverflowedSignal] carrying an [*OverflowError].
 	DropSubscription
 	// DropOldest evicts the oldest queued batches to make room for the new
-	// one. It is lossy by design; evictions are counted in [Stats.Evicted].
+	// one. It is lossy by design; evictions are counted in [Stats.Evicted]
+	// and reported to [Config.OnTransition] ([Transition.Evicted]).
 	// When the shared [Budget] has no room even for a queue emptied so, the
 	// queue pauses as under PauseAndResume.
 	DropOldest
@@ -171,9 +172,13 @@ func (e *OverflowError) Unwrap() error { return ErrOverflowed }
 // restarts, a consumer that fails with this error.
 func (e *OverflowError) PermanentError() bool { return true }
 
-// Transition reports a change of a [Queue]'s [State] to [Config.OnTransition].
+// Transition reports a change of a [Queue]'s [State] to
+// [Config.OnTransition], or an eviction, which changes none.
 type Transition struct {
 	From, To State
+	// Evicted reports one batch evicted under [DropOldest] to make room for
+	// a newer one; From and To are then the same state, [Active].
+	Evicted bool
 	// Stats is the queue's state just after the transition.
 	Stats Stats
 }
@@ -202,9 +207,10 @@ type Config struct {
 	// "implements [Batch]". It sees messages already unwrapped from their
 	// envelope and must be cheap and safe for concurrent use.
 	IsBatch func(msg any) bool
-	// OnTransition, if set, is called on every state change, under the
-	// queue's lock so that calls arrive in order. It must be quick and must
-	// not call the queue.
+	// OnTransition, if set, is called on every state change and on every
+	// eviction under DropOldest ([Transition.Evicted]), under the queue's
+	// lock so that calls arrive in order. It must be quick and must not
+	// call the queue.
 	OnTransition func(Transition)
 }
 

@@ -137,11 +137,15 @@ func (q *Queue) offer(msg any) (queued, wake bool) {
 	return true, !q.held
 }
 
-// evictOldest drops the oldest queued batch (DropOldest); q.mu is held.
+// evictOldest drops the oldest queued batch (DropOldest) and reports it
+// as a Transition that changes no state; q.mu is held.
 func (q *Queue) evictOldest() {
 	q.popBatch()
 	q.dropped++
 	q.evicted++
+	if q.onTransition != nil {
+		q.onTransition(Transition{From: q.state, To: q.state, Evicted: true, Stats: q.statsLocked()})
+	}
 }
 
 // popBatch removes the oldest queued batch and returns its bytes to the

@@ -121,7 +121,8 @@ func TestQueue(t *testing.T) {
 
 	t.Run("DropOldestKeepsTheNewest", func(t *testing.T) {
 		t.Parallel()
-		q := newQueue(t, Config{Capacity: 3, Policy: DropOldest})
+		var evictions []Transition
+		q := newQueue(t, Config{Capacity: 3, Policy: DropOldest, OnTransition: func(tr Transition) { evictions = append(evictions, tr) }})
 		for i := range 10 {
 			if !q.Push(batch{i}) {
 				t.Fatalf("batch %d refused", i)
@@ -136,6 +137,16 @@ func TestQueue(t *testing.T) {
 		checkInvariant(t, s)
 		if s.Evicted != 7 || s.Dropped != 7 || s.State != Active {
 			t.Fatalf("stats %+v", s)
+		}
+		// Each eviction is reported, though no state changes: the
+		// runtime's metrics count them from these reports.
+		if len(evictions) != 7 {
+			t.Fatalf("%d evictions reported, want 7: %+v", len(evictions), evictions)
+		}
+		for i, tr := range evictions {
+			if !tr.Evicted || tr.From != Active || tr.To != Active || tr.Stats.Evicted != uint64(i+1) {
+				t.Fatalf("eviction report %d: %+v", i, tr)
+			}
 		}
 	})
 
