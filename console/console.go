@@ -35,8 +35,14 @@ type Options struct {
 	// Store is the event store whose schema the console shows. Required.
 	Store *eventsource.Store
 	// Reads, when set, is a store on a hot standby of Store's database, of
-	// the same schema: the buckets' lag counts (the console's heavy reads)
-	// are read there, as of its replay. Nil reads them through Store.
+	// the same schema. The console's heavy reads — the buckets' lag, the
+	// pending dead letters counted on a subscription's page, the
+	// overview's checkpoint and dead letter counts — are read there, as of
+	// its replay, as `kumi status --read-url` does. The leases, resizes,
+	// checkpoints and head stay on Store (current, and the session locks
+	// that tell a session worker live are the primary's), and so do the
+	// dead-letter pages, which show what the actions change. Nil reads
+	// everything through Store.
 	Reads *eventsource.Store
 	// Categories maps a subscription to its category, so the console can
 	// measure each bucket's lag (the lease tables do not record it). A

@@ -698,10 +698,12 @@ func TestViewersOfOneSubscriptionShareOneReadASecond(t *testing.T) {
 	require.Equal(t, 2, count("orders"))
 }
 
-// TestLagIsCountedOnTheReadStore: with Options.Reads on a hot standby
-// whose replay is paused, the buckets' lag is the standby's count, while
-// the leases and the head come from Store, the primary.
-func TestLagIsCountedOnTheReadStore(t *testing.T) {
+// TestCountsAreReadOnTheReadStore: with Options.Reads on a hot standby
+// whose replay is paused, the heavy reads are the standby's — the buckets'
+// lag, the pending dead letters of a subscription's page, the overview's
+// checkpoint and dead letter counts (page and JSON) — while the leases and
+// the head come from Store, the primary.
+func TestCountsAreReadOnTheReadStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := pgtest.LocalServer(t)
@@ -712,15 +714,25 @@ func TestLagIsCountedOnTheReadStore(t *testing.T) {
 	require.NoError(t, r.PauseReplay(ctx))
 	t.Cleanup(func() { _ = r.ResumeReplay(context.Background()) })
 	f.appendEvents(t, "acct", 4, 6)
+	f.hostileLetter(t, "orders") // one more event, and a pending dead letter, on the primary only
 	reads, err := eventsource.New(pgtest.PoolOn(t, r.URL, 4), eventsource.Config{Schema: f.schema})
 	require.NoError(t, err)
 	_, hs := f.serve(t, Options{Reads: reads, Categories: map[string]string{"orders": "acct"}})
 
 	st := decode[State](t, get(t, hs, "/api/s/orders").body)
-	require.EqualValues(t, 26, st.Head, "the head is the primary's")
+	require.EqualValues(t, 27, st.Head, "the head is the primary's")
 	var lag int64
 	for _, b := range st.Rows {
 		lag += *b.Lag
 	}
 	require.EqualValues(t, 20, lag, "the lag is the paused standby's count")
+	assert.Zero(t, st.PendingLetters, "the pending dead letters are the paused standby's count")
+
+	subs := decode[[]inspect.SubscriptionSummary](t, get(t, hs, "/api/overview").body)
+	require.Len(t, subs, 1)
+	require.Equal(t, 2, subs[0].Held, "the leases are the primary's")
+	assert.Zero(t, subs[0].DeadLetters, "the overview's dead letters are the paused standby's count")
+	page := get(t, hs, "/")
+	require.Equal(t, http.StatusOK, page.status)
+	assert.NotContains(t, page.body, "s/orders/letters", "the overview page links dead letters the paused standby does not have")
 }

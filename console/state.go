@@ -112,15 +112,11 @@ type Bucket struct {
 // changes since the console's previous look at it.
 func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	cat := c.opts.Categories[sub]
-	reads := c.opts.Reads
-	if reads == nil {
-		reads = c.opts.Store
-	}
-	in, err := inspect.InspectReads(ctx, c.opts.Store, reads, sub, cat)
+	in, err := inspect.InspectReads(ctx, c.opts.Store, c.reads(), sub, cat)
 	if err != nil {
 		return State{}, err
 	}
-	letters, err := c.opts.Store.DeadLetters(ctx, sub, eventsource.DeadLetterFilter{Limit: maxPendingCount + 1})
+	letters, err := c.reads().DeadLetters(ctx, sub, eventsource.DeadLetterFilter{Limit: maxPendingCount + 1})
 	if err != nil {
 		return State{}, err
 	}
@@ -271,9 +267,24 @@ func (c *Console) subscriptionJSON(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, st)
 }
 
+// reads is the store of the heavy reads: Options.Reads, else Store.
+func (c *Console) reads() *eventsource.Store {
+	if c.opts.Reads != nil {
+		return c.opts.Reads
+	}
+	return c.opts.Store
+}
+
+// subscriptions lists the schema's subscriptions for the overview: the
+// leases and resizes read through Store, the checkpoint and dead letter
+// counts through reads.
+func (c *Console) subscriptions(ctx context.Context) ([]inspect.SubscriptionSummary, error) {
+	return inspect.SubscriptionsReads(ctx, c.opts.Store, c.reads())
+}
+
 // overviewJSON serves /api/overview: one line per subscription.
 func (c *Console) overviewJSON(w http.ResponseWriter, r *http.Request) {
-	subs, err := inspect.Subscriptions(r.Context(), c.opts.Store)
+	subs, err := c.subscriptions(r.Context())
 	if err != nil {
 		writeError(w, statusOf(err), err.Error())
 		return

@@ -20,7 +20,7 @@ type consoleCmd struct {
 	AllowActions bool              `name:"allow-actions" help:"Enable the actions: relinquish a bucket, reset a checkpoint, discard dead letters, and replay them with --replay-exec. Off: the console is read-only."`
 	ReplayExec   string            `name:"replay-exec" placeholder:"COMMAND" help:"With --allow-actions, replay a dead letter through this shell command, as \"kumi dead-letters replay --exec\" does."`
 	Category     map[string]string `short:"c" placeholder:"SUB=CATEGORY" help:"A subscription's category, to measure its buckets' lag (repeatable)."`
-	ReadURL      string            `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the buckets' lag is counted there. Never printed."`
+	ReadURL      string            `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the heavy reads go there (the buckets' lag, the checkpoint and dead letter counts). Never printed."`
 }
 
 // Run serves the console until interrupted.
