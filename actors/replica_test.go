@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,12 +218,13 @@ func TestAReaderOnAStandbyCoversWhereItsSubscriptionStarts(t *testing.T) {
 	require.NoError(t, err)
 	lw := &testWorker{name: "w", sys: w.sys, pool: w.pool, rt: w.rt, group: g}
 	pid := lw.readerOf(t, 0)
-	var caughtUp string
+	var caughtUp bool
+	var state string
 	pgtest.Eventually(t, waitLong, func() bool {
-		lw.onReader(t, pid, func(r *reader) { caughtUp = r.describe() })
-		return late.distinct() == 10 && strings.HasPrefix(caughtUp, "ready true catching false")
+		lw.onReader(t, pid, func(r *reader) { caughtUp, state = r.ready && !r.catching && r.cursor == 10, r.describe() })
+		return caughtUp && late.distinct() == 10
 	}, "the reader caught up through the 10 events on the standby (%d handled; %s)", observed(late.distinct),
-		observed(func() string { return caughtUp }))
+		observed(func() string { return state }))
 	unhold()
 
 	pgtest.Eventually(t, waitLong, func() bool { return late.distinct() == 11 },
