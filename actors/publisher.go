@@ -55,7 +55,8 @@ type liveBatch struct {
 }
 
 // subscribe registers a reader with the publisher. The first batch it gets
-// starts at the publisher's position at the time it registered.
+// starts at the publisher's position at the time it registered, which the
+// publisher tells it first (subscribed).
 type subscribe struct {
 	PID      *actor.PID
 	Category string
@@ -63,12 +64,21 @@ type subscribe struct {
 	Bucket   int
 }
 
+// subscribed tells a reader the position its subscription starts at: its
+// batches bring the events after From, none at or before it, so its
+// catch-up must read through From (see reader.onSubscribed).
+type subscribed struct{ From int64 }
+
 type unsubscribe struct{ PID *actor.PID }
 
 type publisherWake struct{}
 
 // publisherPosition asks the publisher for its position (an int64 reply).
 type publisherPosition struct{}
+
+// inspectPublisher runs on the publisher's goroutine with the publisher
+// (tests only: they order its messages through it).
+type inspectPublisher func(*publisher, actor.Context)
 
 type publisherFetched struct {
 	from, to int64
@@ -140,6 +150,7 @@ func (p *publisher) Receive(ctx actor.Context) {
 		}
 		p.subs[msg.PID.Id] = &subscriber{sub: *msg, from: p.pos}
 		p.index = nil
+		ctx.Send(msg.PID, &subscribed{From: p.pos})
 		p.fetch(ctx)
 	case *unsubscribe:
 		ctx.Unwatch(msg.PID)
@@ -154,6 +165,8 @@ func (p *publisher) Receive(ctx actor.Context) {
 		ctx.Respond(p.pos)
 	case *publisherFetched:
 		p.fetched(ctx, msg)
+	case inspectPublisher:
+		msg(p, ctx)
 	}
 }
 
@@ -195,22 +208,28 @@ func (p *publisher) fetch(ctx actor.Context) {
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		res := &publisherFetched{from: from, cheap: cheap, limit: limit}
-		if cheap {
-			res.to, res.err = p.store.HeadPosition(c)
-		} else {
-			var span observability.FetchSpan
-			c, span = p.tel.startFetch(c, from, subscribers)
-			res.events, res.err = p.store.ReadAllPage(c, from, known, limit, publisherFetchBytes)
-			res.to = from
-			if n := len(res.events); n > 0 {
-				res.to = res.events[n-1].Position
-				res.bytes = eventsSize(res.events)
-			}
-			span.End(len(res.events), res.to, res.err)
-		}
-		root.Send(self, res)
+		root.Send(self, p.read(c, from, known, cheap, limit, subscribers))
 	}()
+}
+
+// read is one fetch after from, off the mailbox: the head alone (cheap),
+// or the events, up to limit.
+func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit, subscribers int) *publisherFetched {
+	res := &publisherFetched{from: from, cheap: cheap, limit: limit}
+	if cheap {
+		res.to, res.err = p.store.HeadPosition(c)
+		return res
+	}
+	var span observability.FetchSpan
+	c, span = p.tel.startFetch(c, from, subscribers)
+	res.events, res.err = p.store.ReadAllPage(c, from, known, limit, publisherFetchBytes)
+	res.to = from
+	if n := len(res.events); n > 0 {
+		res.to = res.events[n-1].Position
+		res.bytes = eventsSize(res.events)
+	}
+	span.End(len(res.events), res.to, res.err)
+	return res
 }
 
 func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {

@@ -201,6 +201,8 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 	case *liveBatch:
 		r.onLive(ctx, msg)
+	case *subscribed:
+		r.onSubscribed(ctx, msg)
 	case *overflow.PausedSignal:
 		r.onPaused(ctx)
 	case *overflow.OverflowedSignal:
@@ -514,6 +516,24 @@ func (r *reader) onPaused(ctx actor.Context) {
 	r.resumes++
 	if r.ready {
 		r.readPage(ctx)
+	}
+}
+
+// onSubscribed makes the catch-up read through the position the
+// reader's subscription starts at: no batch brings an event at or before
+// it. A catch-up that ends below it is possible off the primary: the
+// publisher may take a fetch it read on the primary (past a lagging
+// standby) after this reader read its position and before it takes the
+// subscribe, and the reader's page, read on the standby up to that older
+// position, then ends below the fetch's events. A gap would show at the
+// reader's next batch (see onLive), but at the tail of the stream none
+// comes.
+func (r *reader) onSubscribed(ctx actor.Context, m *subscribed) {
+	switch {
+	case !r.ready || r.catching:
+		r.target = max(r.target, m.From) // the catch-up reads through it
+	case r.cursor < m.From:
+		r.catchUp(ctx, m.From)
 	}
 }
 

@@ -2,9 +2,11 @@ package actors
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -124,5 +126,108 @@ func TestAReaderOnAStandbyCoversWhatThePublisherRead(t *testing.T) {
 	pgtest.Eventually(t, waitLong, func() bool { return late.distinct() == 10 },
 		"the late group handles the events before it, the standby still paused (got %d)", observed(late.distinct))
 	require.NoError(t, r.ResumeReplay(ctx))
+	require.NoError(t, g.Stop(ctx))
+}
+
+// TestAReaderOnAStandbyCoversWhereItsSubscriptionStarts: the publisher
+// registers a reader at its position when it takes the subscribe, which
+// may be after a fetch it had read but not yet taken: the batch of that
+// fetch does not go to the reader. The reader's catch-up, reading a
+// standby up to the position the publisher had taken when the page was
+// read, then ends below an event that fetch read on the primary (past the
+// lagging standby), and no batch brings it: at the tail of the stream,
+// with no later event of its bucket, the reader waited for ever. It
+// catches up through the position its subscription starts at.
+func TestAReaderOnAStandbyCoversWhereItsSubscriptionStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := pgtest.LocalServer(t)
+	schema := pgtest.NewSchema(t)
+	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, Migrate(ctx, direct))
+	r := pgtest.NewReplica(t, srv)
+	other, late := newRecorder(), newRecorder()
+	w := startReplicaWorker(t, srv, r.URL, schema, "w", eventsource.ReadReplicaOptions{Wait: 20 * time.Millisecond},
+		GroupOptions{Subscription: "other", Category: "other", Buckets: 1, Handler: ackHandler(other, "w"), Lease: fastLease(),
+			CheckpointInterval: 20 * time.Millisecond})
+	seed(t, direct, "acct", 5, 10)
+	publisherAt := func() int64 {
+		pos, err := w.sys.Root.RequestFuture(w.rt.publisher, &publisherPosition{}, time.Second).Result()
+		if err != nil {
+			return -1
+		}
+		return pos.(int64)
+	}
+	pgtest.Eventually(t, waitLong, func() bool { return publisherAt() == 10 }, "the publisher reads the 10 events (at %d)",
+		observed(publisherAt))
+	require.NoError(t, r.WaitReplayed(ctx))
+	require.NoError(t, r.PauseReplay(ctx)) // the standby shows the 10 events, and no later one
+	t.Cleanup(func() { _ = r.ResumeReplay(context.Background()) })
+
+	// The publisher is held, between fetches.
+	through, queued, release := make(chan int64, 1), make(chan *publisherFetched, 1), make(chan struct{})
+	unhold := sync.OnceFunc(func() { close(release) })
+	defer unhold()
+	pgtest.Eventually(t, waitLong, func() bool {
+		idle := make(chan bool, 1)
+		w.sys.Root.Send(w.rt.publisher, inspectPublisher(func(p *publisher, c actor.Context) {
+			idle <- !p.fetching
+			if p.fetching {
+				return
+			}
+			select {
+			case known := <-through:
+				// The fetch of the new event, read as a wake-up reads it
+				// (on the primary: the standby lags), taken after
+				// everything before the hold was taken and before the
+				// subscribe sent during it.
+				p.fetching = true
+				f := p.read(context.Background(), p.pos, known, false, publisherBatchSize, len(p.subs))
+				c.Send(c.Self(), f)
+				queued <- f
+			case <-release:
+				return
+			}
+			<-release
+		}))
+		return <-idle
+	}, "the publisher is held between fetches")
+
+	_, err = direct.Append(ctx, "acct-x", eventsource.Any, []eventsource.EventData{{Type: "Tail", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	var head int64
+	pgtest.Eventually(t, waitLong, func() bool {
+		head, err = direct.HeadPosition(ctx)
+		require.NoError(t, err)
+		return head == 11
+	}, "the new event is sequenced (head %d)", observed(func() int64 { return head }))
+	through <- head
+	select {
+	case f := <-queued:
+		require.NoError(t, f.err)
+		require.Equal(t, head, f.to, "the held publisher's fetch read the new event")
+	case <-time.After(waitLong):
+		t.Fatal("the held publisher did not fetch")
+	}
+
+	// A group starts on the events: its reader subscribes behind that
+	// fetch, and catches up on the standby while the publisher is held.
+	g, err := w.rt.StartGroup(ctx, GroupOptions{Subscription: "late", Category: "acct", Buckets: 1, Worker: "w",
+		Handler: ackHandler(late, "w"), Lease: fastLease(), CheckpointInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	lw := &testWorker{name: "w", sys: w.sys, pool: w.pool, rt: w.rt, group: g}
+	pid := lw.readerOf(t, 0)
+	var caughtUp bool
+	var state string
+	pgtest.Eventually(t, waitLong, func() bool {
+		lw.onReader(t, pid, func(r *reader) { caughtUp, state = r.ready && !r.catching && r.cursor == 10, r.describe() })
+		return caughtUp && late.distinct() == 10
+	}, "the reader caught up through the 10 events on the standby (%d handled; %s)", observed(late.distinct),
+		observed(func() string { return state }))
+	unhold()
+
+	pgtest.Eventually(t, waitLong, func() bool { return late.distinct() == 11 },
+		"the event the held fetch read is handled with no later append (got %d)%s", observed(late.distinct), observed(lw.diagnose))
 	require.NoError(t, g.Stop(ctx))
 }
