@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
@@ -159,4 +161,61 @@ func TestACoordinatorRestartAfterAnotherWorkerHeldTheBucketStartsAtTheCheckpoint
 		"the events after the checkpoint delivered again, and the new ones (deliveries %d, distinct %d)%s",
 		observed(func() int { return deliveredTimes(rec) }), observed(rec.distinct), observed(w.diagnose))
 	require.Equal(t, int(acked-cp), rec.duplicates(), "events delivered again: those acked beyond the checkpoint")
+}
+
+// The event with the handler when the coordinator fails is given up as its
+// readers stop, and the restarted coordinator's reader, at the same epoch,
+// sends it at once as the retry it is — Attempt 1, with no event before it
+// delivered again — as a reader restarted by its own supervisor does.
+// (Before, the restarted coordinator's reader started at the checkpoint:
+// it delivered again every event acked before it, and the event itself
+// as a first attempt.)
+func TestACoordinatorRestartSendsTheEventInFlightAgainAsARetry(t *testing.T) {
+	t.Parallel()
+	store, schema := newTestStore(t)
+	seed(t, store, "acct", 1, 20) // one stream: delivered in position order
+	const heldAt = 15
+	var mu sync.Mutex
+	attempts := map[int64][]int{} // by position
+	held := make(chan struct{})
+	o := restartOpts("coreflight", newRecorder(),
+		LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second})
+	o.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+		d, ok := ctx.Message().(*Delivery)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		p := d.Event.Position
+		attempts[p] = append(attempts[p], d.Attempt)
+		if p == heldAt && len(attempts[p]) == 1 {
+			close(held) // left unanswered: the handler is busy with it
+			return
+		}
+		ctx.Respond(Ack{})
+	})
+	w := startWorker(t, schema, "w", o)
+	select {
+	case <-held:
+	case <-time.After(waitLong):
+		t.Fatalf("event %d not delivered%s", heldAt, w.diagnose())
+	}
+
+	w.failCoordinator(t, 0, nil)
+	done := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(attempts[20]) > 0
+	}
+	pgtest.Eventually(t, waitLong, done, "every event delivered after the restart%s", observed(w.diagnose))
+	mu.Lock()
+	defer mu.Unlock()
+	for p := int64(1); p <= 20; p++ {
+		want := []int{0}
+		if p == heldAt {
+			want = []int{0, 1}
+		}
+		require.Equal(t, want, attempts[p], "the attempts delivered of the event at position %d", p)
+	}
 }
