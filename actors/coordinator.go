@@ -66,8 +66,9 @@ type readerRef struct {
 // handledMark is a position through which a slot's events were all
 // handled (acked or dead-lettered) by this process at one epoch. It only
 // grows. A reader writes it on its own goroutine; the coordinator and the
-// reader's next incarnation read it. left is the event after it that the
-// last reader stopped with, retrying (see leftRetry).
+// slot's next reader at the epoch (or the reader's next incarnation) read
+// it. left is the event after it that the last reader stopped with,
+// retrying (see leftRetry). The group keeps it (see handledMarks).
 type handledMark struct {
 	pos  atomic.Int64
 	left atomic.Pointer[leftRetry]
