@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,15 +58,17 @@ type readerRef struct {
 	// handled is where the slot's readers at epoch, in this process,
 	// handled every event through: each incarnation leaves its acked
 	// position (and what its run in flight finished, see handledThrough)
-	// here when it stops or restarts (see reader.resumeAt).
-	handled handledMark
+	// here when it stops or restarts (see reader.resumeAt). It is the
+	// slot's mark at epoch, kept on the group (see handledMarks).
+	handled *handledMark
 }
 
 // handledMark is a position through which a slot's events were all
 // handled (acked or dead-lettered) by this process at one epoch. It only
 // grows. A reader writes it on its own goroutine; the coordinator and the
-// reader's next incarnation read it. left is the event after it that the
-// last reader stopped with, retrying (see leftRetry).
+// slot's next reader at the epoch (or the reader's next incarnation) read
+// it. left is the event after it that the last reader stopped with,
+// retrying (see leftRetry). The group keeps it (see handledMarks).
 type handledMark struct {
 	pos  atomic.Int64
 	left atomic.Pointer[leftRetry]
@@ -106,11 +109,57 @@ type leftRetry struct {
 	attempt, free int
 }
 
-// handledAt is what a slot's readers that ended had handled, and at which
-// epoch, and the event they left retrying (nil: none).
-type handledAt struct {
-	epoch, pos int64
-	left       *leftRetry
+// handledMarks is, by slot, the mark of what the slot's readers handled
+// in this process at one epoch: each reader of the slot at that epoch
+// starts after it (see reader.resumeAt), and leaves its own there as it
+// stops. The marks live on the group, not on the coordinator: a
+// coordinator restarted by its supervisor stops its readers with it, and
+// the readers its next incarnation spawns at the same epochs start after
+// what those handled, as the readers one coordinator spawns again do.
+// protoactor restarts an actor only once all its children have stopped
+// (their Terminated received), and a reader leaves its mark in its
+// shutdown, before it stops: the marks the next incarnation reads are
+// complete. A mark is kept only while every pass reports its slot held at
+// its epoch (see coordinator.forgetMarks). The coordinator alone calls it
+// — its incarnations one after the other —; the readers only write their
+// own mark, through its atomics.
+type handledMarks struct {
+	mu     sync.Mutex
+	bySlot map[int]*slotMark
+}
+
+// slotMark is a slot's mark at an epoch.
+type slotMark struct {
+	epoch int64
+	mark  handledMark
+}
+
+// at returns the mark of slot at epoch — what the slot's earlier readers at
+// epoch left, or a new mark if the slot has none at that epoch — for the
+// reader spawned next.
+func (m *handledMarks) at(slot int, epoch int64) *handledMark {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.bySlot[slot]; s != nil && s.epoch == epoch {
+		return &s.mark
+	}
+	if m.bySlot == nil {
+		m.bySlot = map[int]*slotMark{}
+	}
+	s := &slotMark{epoch: epoch}
+	m.bySlot[slot] = s
+	return &s.mark
+}
+
+// forget drops the mark of every slot for which keep reports false.
+func (m *handledMarks) forget(keep func(slot int, epoch int64) bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for slot, s := range m.bySlot {
+		if !keep(slot, s.epoch) {
+			delete(m.bySlot, slot)
+		}
+	}
 }
 
 // coordinator is the one actor per process per subscription group. It owns
@@ -132,11 +181,6 @@ type coordinator struct {
 	// the cut: released for good, never served again (a pass that began
 	// before the drain may still report them).
 	drained map[int]bool
-	// ended is, by slot, what the slot's last reader handled, kept from
-	// its end until the next reader of the slot is spawned, and only while
-	// every pass since reports the slot held at that epoch (see
-	// forgetEnded): that reader starts after it (see spawn).
-	ended map[int]handledAt
 	// resize is the subscription's generation and resize as the last
 	// pass read them.
 	resize leasestore.Resize
@@ -217,14 +261,12 @@ func (c *coordinator) Receive(ctx actor.Context) {
 }
 
 // onReaderGone forgets a reader that stopped, once the coordinator has
-// read its last messages, keeping what it handled for the slot's next
-// reader at its epoch (see spawn), and brings the readers in line.
+// read its last messages, and brings the readers in line. What it handled
+// stays in the slot's mark, for the slot's next reader at its epoch (see
+// handledMarks).
 func (c *coordinator) onReaderGone(ctx actor.Context, pid *actor.PID) {
 	for b, ref := range c.readers {
 		if ref.pid.Equal(pid) {
-			if pos, left := ref.handled.load(), ref.handled.left.Load(); pos > 0 || left != nil {
-				c.ended[b] = handledAt{epoch: ref.epoch, pos: pos, left: left}
-			}
 			delete(c.readers, b)
 		}
 	}
@@ -253,7 +295,7 @@ func (c *coordinator) halt() {
 
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
-	c.drained, c.ended = map[int]bool{}, map[int]handledAt{}
+	c.drained = map[int]bool{}
 	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
@@ -337,7 +379,7 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 		}
 	}
 	c.owned = owned
-	c.forgetEnded(res)
+	c.forgetMarks(res)
 	c.noteResize(res.Resize)
 	for _, b := range res.HandOff {
 		c.handoff[b] = true
@@ -433,14 +475,10 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 		panic(&OptionError{"QueueCapacity", c.g.opts.QueueCapacity, err.Error()}) // validated at StartGroup
 	}
 	m := c.resizeOf(l)
-	ref := &readerRef{epoch: l.Epoch, queue: q}
-	if h, ok := c.ended[l.Slot]; ok {
-		if h.epoch == l.Epoch {
-			ref.handled.note(h.pos) // the new reader starts after it: see reader.resumeAt
-			ref.handled.left.Store(h.left)
-		}
-		delete(c.ended, l.Slot)
-	}
+	// The new reader starts after what the slot's readers at its epoch
+	// handled, its coordinator's earlier incarnations' included: see
+	// reader.resumeAt.
+	ref := &readerRef{epoch: l.Epoch, queue: q, handled: c.g.marks.at(l.Slot, l.Epoch)}
 	c.g.logger.Debug("kumi: reader starts", "slot", l.Slot, "generation", l.Generation, "bucket", l.Bucket,
 		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "bound", m.bound.Limit, "bounded", m.bound.Resizing,
 		"cut", m.bound.Decided, "seal", m.seal, "state", c.resize.State, "serving", c.resize.Generation,
@@ -453,7 +491,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 		m := ref.resize.Load()
 		return &reader{g: c.g, bucket: l.Slot, generation: l.Generation, genBucket: l.Bucket, size: l.Buckets,
 			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal,
-			handled: &ref.handled, draining: ref.drain.Load()}
+			handled: ref.handled, draining: ref.drain.Load()}
 	}
 	var mw []actor.MailboxMiddleware
 	if c.readerMailbox != nil {
@@ -466,24 +504,22 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	c.g.registerQueue(l.Slot, q)
 }
 
-// forgetEnded drops what ended readers handled for every slot a pass
-// reports not held, held at another epoch, or newly claimed: their next
-// reader starts at the checkpoint. (A slot's epoch grows with every claim,
-// but a next generation's lease row deleted by a cancelled resize and made
-// again starts over: a new claim of it may repeat an epoch seen before.)
-func (c *coordinator) forgetEnded(res leasestore.PassResult) {
-	if len(c.ended) == 0 {
-		return
-	}
+// forgetMarks drops the handled mark (see handledMarks) of every slot a
+// pass reports not held, held at another epoch, or newly claimed: their
+// next reader starts at the checkpoint. (A slot's epoch grows with every
+// claim, but a next generation's lease row deleted by a cancelled resize
+// and made again starts over: a new claim of it may repeat an epoch seen
+// before.) A reader still running at a forgotten mark keeps writing it,
+// for nobody.
+func (c *coordinator) forgetMarks(res leasestore.PassResult) {
 	claimed := map[int]bool{}
 	for _, l := range res.Claimed {
 		claimed[l.Slot] = true
 	}
-	for s, h := range c.ended {
-		if l, ok := c.owned[s]; !ok || l.Epoch != h.epoch || claimed[s] {
-			delete(c.ended, s)
-		}
-	}
+	c.g.marks.forget(func(slot int, epoch int64) bool {
+		l, ok := c.owned[slot]
+		return ok && l.Epoch == epoch && !claimed[slot]
+	})
 }
 
 // resumeAt sets where the reader starts, its checkpoint loaded: after the
@@ -493,10 +529,12 @@ func (c *coordinator) forgetEnded(res leasestore.PassResult) {
 // (its predecessor stopped on an unsure lease, a renewal that ran late,
 // and its last checkpoint write failed; or it was restarted or stopped by
 // its supervisor) would otherwise deliver again everything acked since
-// the last write. Starting after it is safe: the same epoch means no
-// other worker held the slot in between (every claim raises the epoch,
-// and the coordinator forgets the mark on any pass that does not report
-// the slot held at that epoch, see forgetEnded), so nobody else delivered
+// the last write; so would one spawned by its coordinator restarted by its
+// supervisor, the readers stopped with it (the marks outlive the
+// coordinator: see handledMarks). Starting after it is safe: the same
+// epoch means no other worker held the slot in between (every claim raises
+// the epoch, and the coordinator forgets the mark on any pass that does
+// not report the slot held at that epoch, see forgetMarks), so nobody else delivered
 // beyond the checkpoint; and the events up to the mark were handled —
 // acked or dead-lettered — here. Nor does it cross a resize bound: a
 // reader never acks beyond its bound, and a cut is never below a bound

@@ -54,9 +54,13 @@ type group struct {
 	answerWarned      sync.Map // answerWarning → struct{}: handler contract warnings given (deliver.go)
 	readerSupervisor  *supervision.Strategy
 	// coordinatorSupervisor restarts a failed coordinator (its readers
-	// stop with it; the restarted one reclaims and respawns).
+	// stop with it; the restarted one reclaims and respawns, its readers
+	// starting after what theirs handled at the same epochs: see marks).
 	coordinatorSupervisor *supervision.Strategy
-	interval              time.Duration
+	// marks is what the slots' readers handled, by slot and epoch: it
+	// outlives the coordinator's incarnations (see handledMarks).
+	marks    handledMarks
+	interval time.Duration
 
 	mu          sync.Mutex
 	owned       map[int]leasestore.Lease

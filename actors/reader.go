@@ -150,9 +150,10 @@ type reader struct {
 	// lease: no other is tried, and the drain ends without one (see
 	// onFlushed).
 	unsureWrite error
-	// handled is its coordinator's mark of what the slot's readers at
-	// this epoch handled: the reader starts after it, and leaves its acked
-	// position there when it stops (see resumeAt).
+	// handled is the slot's mark of what its readers at this epoch
+	// handled in this process (see handledMarks): the reader starts after
+	// it, and leaves its acked position there when it stops (see
+	// resumeAt).
 	handled *handledMark
 	// carried is the event a predecessor at this epoch left retrying, not
 	// yet in the window: its slot goes on with its attempts (see
