@@ -18,6 +18,10 @@ import (
 type (
 	passTick struct{}
 	passDone struct {
+		// gen is the coordinator incarnation whose pass it is: a pass
+		// that ends between a failure and the restart posts its result
+		// to the restarted incarnation (same PID), which ignores it.
+		gen   *coordinator
 		res   leasestore.PassResult
 		err   error
 		ctx   context.Context
@@ -229,7 +233,7 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		c.pass(ctx)
 		c.maybeLeave(ctx)
 	case *readerLostFence:
-		c.forgetLost(msg.Bucket, msg.Err)
+		c.forgetLost(msg.Bucket, msg.Epoch, msg.Err)
 		c.pass(ctx)
 	case *readerProgress:
 		c.g.setProgress(msg.Bucket, msg.Position)
@@ -274,10 +278,12 @@ func (c *coordinator) onReaderGone(ctx actor.Context, pid *actor.PID) {
 	c.maybeLeave(ctx)
 }
 
-// forgetLost forgets a slot whose reader stopped on a lost or unsure
-// lease: no reader is spawned for it until a pass reports it held.
-func (c *coordinator) forgetLost(slot int, err error) {
-	if l, ok := c.owned[slot]; ok {
+// forgetLost forgets a slot whose reader, at epoch, stopped on a lost or
+// unsure lease: no reader is spawned for it until a pass reports it held.
+// A reader of an older epoch (one that had not yet stopped when the slot
+// was claimed again) says nothing of the lease held now.
+func (c *coordinator) forgetLost(slot int, epoch int64, err error) {
+	if l, ok := c.owned[slot]; ok && l.Epoch == epoch {
 		c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", slot, "epoch", l.Epoch, "err", err)
 		delete(c.owned, slot)
 		c.g.setOwned(c.owned, c.handoff)
@@ -335,7 +341,7 @@ func (c *coordinator) pass(ctx actor.Context) {
 		sctx, span := g.telemetry.startReconcile(context.Background())
 		start := time.Now()
 		res, err := g.leases.Pass(cctx)
-		done := &passDone{res: res, err: err, ctx: sctx, span: span, start: start, dur: time.Since(start)}
+		done := &passDone{gen: c, res: res, err: err, ctx: sctx, span: span, start: start, dur: time.Since(start)}
 		if bg.Err() == nil {
 			root.Send(self, done)
 		} else {
@@ -345,6 +351,14 @@ func (c *coordinator) pass(ctx actor.Context) {
 }
 
 func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
+	if p.gen != c {
+		// A pass of the incarnation before a restart: what it found may
+		// be older than this incarnation's own passes, and this
+		// incarnation's pass under way is not done. Its own first pass,
+		// at its start, reads the leases anew.
+		p.span.End(observability.PassSummary{Err: errors.New("a pass of the coordinator before its restart")})
+		return
+	}
 	c.passing = false
 	defer func() {
 		if c.again {

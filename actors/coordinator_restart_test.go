@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -218,4 +219,72 @@ func TestACoordinatorRestartSendsTheEventInFlightAgainAsARetry(t *testing.T) {
 		}
 		require.Equal(t, want, attempts[p], "the attempts delivered of the event at position %d", p)
 	}
+}
+
+// A pass of a failed coordinator that ends after the failure and before
+// the supervisor restarts it posts its result to the same PID. The new
+// incarnation took it for its own: it owned what its predecessor's pass
+// found, stopped and spawned readers by it, and cleared the flag of its
+// own pass under way (two passes then ran at once). Here such a late
+// result — the slot at an epoch no pass of the new incarnation reported —
+// is posted to the restarted coordinator: it is ignored.
+func TestARestartedCoordinatorIgnoresItsPredecessorsPass(t *testing.T) {
+	t.Parallel()
+	_, schema := newTestStore(t)
+	rec := newRecorder()
+	w := startWorker(t, schema, "w", restartOpts("foreign-pass", rec, fastLease()))
+	var old *coordinator
+	pgtest.Eventually(t, waitLong, func() bool {
+		w.onCoordinator(t, func(c *coordinator) { old = c; _ = c.readers[0] })
+		return len(w.owned()) == 1
+	}, "w holds the bucket%s", observed(w.diagnose))
+	w.failCoordinator(t, 0, nil)
+
+	var held leasestore.Lease
+	var late *passDone
+	w.onCoordinator(t, func(c *coordinator) {
+		held = c.owned[0]
+		sctx, span := c.g.telemetry.startReconcile(context.Background())
+		stale := held
+		stale.Epoch = held.Epoch + 41
+		late = &passDone{gen: old, res: leasestore.PassResult{Owned: []leasestore.Lease{stale}}, ctx: sctx, span: span,
+			start: time.Now()}
+	})
+	w.sys.Root.Send(w.group.coordinator, late)
+	var owned leasestore.Lease
+	var reader int64
+	w.onCoordinator(t, func(c *coordinator) {
+		owned = c.owned[0]
+		if ref := c.readers[0]; ref != nil {
+			reader = ref.epoch
+		}
+	})
+	require.Equal(t, held.Epoch, owned.Epoch, "the slot is owned at the epoch the new incarnation's pass found, not its predecessor's late one")
+	require.Equal(t, held.Epoch, reader, "the slot's reader runs at that epoch")
+}
+
+// A reader that stops on a lost fence after its slot was claimed again at
+// a newer epoch (an old reader still draining when the claim came) told
+// the coordinator only the slot: the coordinator dropped the lease held
+// now from what it owns, until the next pass, and a sync meanwhile
+// stopped the new epoch's reader. The message now names the reader's
+// epoch, and only a loss at the epoch held forgets the lease.
+func TestALostFenceOfAnOlderEpochLeavesTheLeaseHeldNow(t *testing.T) {
+	t.Parallel()
+	_, schema := newTestStore(t)
+	rec := newRecorder()
+	w := startWorker(t, schema, "w", restartOpts("older-fence", rec, fastLease()))
+	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "w holds the bucket%s", observed(w.diagnose))
+	var before, older, now leasestore.Lease
+	var keptOlder, keptNow bool
+	w.onCoordinator(t, func(c *coordinator) {
+		before = c.owned[0]
+		c.forgetLost(0, before.Epoch-1, eventsource.ErrFenceLost)
+		older, keptOlder = c.owned[0]
+		c.forgetLost(0, before.Epoch, eventsource.ErrFenceLost)
+		now, keptNow = c.owned[0]
+	})
+	require.True(t, keptOlder, "a lost fence at epoch %d leaves the lease held at %d", before.Epoch-1, before.Epoch)
+	require.Equal(t, before.Epoch, older.Epoch)
+	require.False(t, keptNow, "a lost fence at the epoch held forgets the lease until a pass reports it: %+v", now)
 }

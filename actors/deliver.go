@@ -765,5 +765,5 @@ func (r *reader) lostFence(ctx actor.Context, err error) {
 // this message (see readerGone), so it spawns no reader for the slot
 // before a pass confirms the lease.
 func (r *reader) tellLost(ctx actor.Context, err error) {
-	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Err: err})
+	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Epoch: r.epoch, Err: err})
 }

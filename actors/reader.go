@@ -34,6 +34,7 @@ type (
 	// gone (or its lease unsure) and stopped.
 	readerLostFence struct {
 		Bucket int
+		Epoch  int64
 		Err    error
 	}
 	// readerProgress reports a flushed checkpoint.
