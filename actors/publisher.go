@@ -81,6 +81,7 @@ type publisherPosition struct{}
 type inspectPublisher func(*publisher, actor.Context)
 
 type publisherFetched struct {
+	gen      *publisher // the incarnation that fetched it (see fetched)
 	from, to int64
 	events   []eventsource.RecordedEvent
 	limit    int   // the events asked for
@@ -110,13 +111,16 @@ type publisher struct {
 	logger    *slog.Logger
 	tel       *telemetry
 
-	pos      int64
-	size     int64                  // the average size of the events last fetched
-	subs     map[string]*subscriber // by PID id
-	index    map[string]map[int][][]*subscriber
-	fetching bool
-	again    bool
-	cancel   context.CancelFunc
+	pos  int64
+	size int64 // the average size of the events last fetched
+	// subs is by PID id. It outlives the actor's restarts (see resync),
+	// and restarted tells an incarnation that follows a restart.
+	subs      map[string]*subscriber
+	restarted bool
+	index     map[string]map[int][][]*subscriber
+	fetching  bool
+	again     bool
+	cancel    context.CancelFunc
 }
 
 // newPublisherProps makes the publisher: it reads through reads when
@@ -130,9 +134,11 @@ func newPublisherProps(reads eventsource.PageReader, wake <-chan struct{}, known
 	if published == nil {
 		published = new(atomic.Int64)
 	}
+	subs, incarnations := map[string]*subscriber{}, 0
 	return actor.PropsFromProducer(func() actor.Actor {
+		incarnations++ // on the actor's goroutine: the first start, then each restart
 		return &publisher{store: reads, known: known, published: published, wake: wake, poll: poll, logger: logger, tel: tel,
-			subs: map[string]*subscriber{}}
+			subs: subs, restarted: incarnations > 1}
 	})
 }
 
@@ -140,7 +146,7 @@ func (p *publisher) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		p.start(ctx)
-	case *actor.Stopping:
+	case *actor.Stopping, *actor.Restarting:
 		if p.cancel != nil {
 			p.cancel()
 		}
@@ -174,11 +180,15 @@ func (p *publisher) start(ctx actor.Context) {
 	bg, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	self, root := ctx.Self(), ctx.ActorSystem().Root
-	head, err := p.store.HeadPosition(bg)
-	if err != nil {
-		p.logger.Warn("kumi: publisher could not read the head position; starting from 0", "err", err)
+	if p.restarted {
+		p.resync(ctx)
+	} else {
+		head, err := p.store.HeadPosition(bg)
+		if err != nil {
+			p.logger.Warn("kumi: publisher could not read the head position; starting from 0", "err", err)
+		}
+		p.setPos(head)
 	}
-	p.setPos(head)
 	go func() {
 		t := time.NewTicker(p.poll)
 		defer t.Stop()
@@ -192,6 +202,25 @@ func (p *publisher) start(ctx actor.Context) {
 			root.Send(self, publisherWake{})
 		}
 	}()
+}
+
+// resync starts an incarnation that follows a restart (a panic) where
+// the last one left the readers: at the position it last published, every
+// subscriber's batches starting there, and each subscriber told so
+// (subscribed), so that it reads from the store whatever the failed
+// incarnation did not post to it — a broadcast cut short, a batch of a
+// fetch it never took — before it takes those batches. The readers are
+// watched still: a watch is the watched actor's.
+func (p *publisher) resync(ctx actor.Context) {
+	p.pos = p.published.Load()
+	p.index = nil
+	for _, s := range p.subs {
+		s.from = p.pos
+		ctx.Send(s.sub.PID, &subscribed{From: p.pos})
+	}
+	p.logger.Warn("kumi: the publisher restarted; its readers read from the store what it may not have posted them",
+		"position", p.pos, "readers", len(p.subs))
+	p.fetch(ctx)
 }
 
 // fetch starts one read unless one is under way, in which case it asks for
@@ -215,7 +244,7 @@ func (p *publisher) fetch(ctx actor.Context) {
 // read is one fetch after from, off the mailbox: the head alone (cheap),
 // or the events, up to limit.
 func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit, subscribers int) *publisherFetched {
-	res := &publisherFetched{from: from, cheap: cheap, limit: limit}
+	res := &publisherFetched{gen: p, from: from, cheap: cheap, limit: limit}
 	if cheap {
 		res.to, res.err = p.store.HeadPosition(c)
 		return res
@@ -233,6 +262,9 @@ func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit
 }
 
 func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
+	if f.gen != p {
+		return // a fetch of the incarnation before a restart: resync covered it
+	}
 	p.fetching = false
 	switch {
 	case f.err != nil:
