@@ -11,7 +11,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/observability"
@@ -61,20 +60,8 @@ func TestQueueDroppedCountsEveryDroppedBatchOnce(t *testing.T) {
 			open := func() { release.Do(func() { close(gate) }) }
 			t.Cleanup(open) // before the worker's stop
 			pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
-			queue := func() overflow.Stats {
-				w.group.g.mu.Lock()
-				defer w.group.g.mu.Unlock()
-				if q := w.group.g.queues[0]; q != nil {
-					return q.Stats()
-				}
-				return overflow.Stats{}
-			}
-			appendOne := func(i int) {
-				posted := queue().Posted
-				_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "Live", Data: []byte(`{}`)}})
-				require.NoError(t, err)
-				pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "event %d posted as a batch of its own", i)
-			}
+			queue := func() overflow.Stats { return w.queueStats(0) }
+			appendOne := func(i int) { w.appendPosted(t, store, fmt.Sprintf("acct-%d", i), "Live") }
 			appendOne(0)
 			<-first
 			n := 1

@@ -105,20 +105,8 @@ func TestAPauseDroppingTheTailOfABurstLosesNothingWithoutALaterAppend(t *testing
 	o.Handler, o.QueueCapacity, o.BatchSize = handler, 1, 2
 	w := startWorker(t, schema, "w", o)
 	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
-	queue := func() overflow.Stats {
-		w.group.g.mu.Lock()
-		defer w.group.g.mu.Unlock()
-		if q := w.group.g.queues[0]; q != nil {
-			return q.Stats()
-		}
-		return overflow.Stats{}
-	}
-	appendOne := func(i int) {
-		posted := queue().Posted
-		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
-		require.NoError(t, err)
-		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "event %d posted as a batch of its own", i)
-	}
+	queue := func() overflow.Stats { return w.queueStats(0) }
+	appendOne := func(i int) { w.appendPosted(t, store, fmt.Sprintf("acct-%d", i), "Burst") }
 	_, err := store.Append(ctx, "acct-0", eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
 	require.NoError(t, err)
 	<-first
@@ -174,20 +162,8 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { w.stop(t) })
 	pgtest.Eventually(t, waitLong, func() bool { return len(w.owned()) == 1 }, "owns the bucket")
-	queue := func() overflow.Stats {
-		w.group.g.mu.Lock()
-		defer w.group.g.mu.Unlock()
-		if q := w.group.g.queues[0]; q != nil {
-			return q.Stats()
-		}
-		return overflow.Stats{}
-	}
-	appendOne := func(i int) {
-		posted := queue().Posted
-		_, err := store.Append(ctx, fmt.Sprintf("acct-%d", i), eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
-		require.NoError(t, err)
-		pgtest.Eventually(t, waitLong, func() bool { return queue().Posted > posted }, "event %d posted", i)
-	}
+	queue := func() overflow.Stats { return w.queueStats(0) }
+	appendOne := func(i int) { w.appendPosted(t, store, fmt.Sprintf("acct-%d", i), "Burst") }
 	_, err = store.Append(ctx, "acct-0", eventsource.Any, []eventsource.EventData{{Type: "Burst", Data: []byte(`{}`)}})
 	require.NoError(t, err)
 	<-first
@@ -216,4 +192,25 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 	}
 	pgtest.Eventually(t, 15*time.Second, func() bool { return rec.distinct() == 10 }, "the events appended after the restart handled")
 	require.Positive(t, dropped.Load(), "the supervision observer saw the reader end with the OverflowError")
+}
+
+// queueStats is the stats of the queue of slot's reader, zero while it has
+// none.
+func (w *testWorker) queueStats(slot int) overflow.Stats {
+	w.group.g.mu.Lock()
+	defer w.group.g.mu.Unlock()
+	if q := w.group.g.queues[slot]; q != nil {
+		return q.Stats()
+	}
+	return overflow.Stats{}
+}
+
+// appendPosted appends one event of type typ to stream, and waits until
+// the publisher has posted it to the queue of slot 0's reader.
+func (w *testWorker) appendPosted(t *testing.T, store *eventsource.Store, stream, typ string) {
+	t.Helper()
+	posted := w.queueStats(0).Posted
+	_, err := store.Append(context.Background(), stream, eventsource.Any, []eventsource.EventData{{Type: typ, Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return w.queueStats(0).Posted > posted }, "%s's event posted as a batch of its own", stream)
 }

@@ -49,11 +49,7 @@ func TestReadPoolOptionsAreValidated(t *testing.T) {
 func TestGroupReadsOnAReplica(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := pgtest.LocalServer(t)
-	schema := pgtest.NewSchema(t)
-	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	require.NoError(t, Migrate(ctx, direct))
+	srv, schema, direct := migratedOnAServer(t)
 	require.NoError(t, direct.EnsureConsumerGroupIndex(ctx, 4))
 	seed(t, direct, "acct", 20, 200) // a backlog to catch up from the standby
 	r := pgtest.NewReplica(t, srv)
@@ -101,11 +97,7 @@ func TestGroupReadsOnAReplica(t *testing.T) {
 func TestAReaderOnAStandbyCoversWhatThePublisherRead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := pgtest.LocalServer(t)
-	schema := pgtest.NewSchema(t)
-	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	require.NoError(t, Migrate(ctx, direct))
+	srv, schema, direct := migratedOnAServer(t)
 	r := pgtest.NewReplica(t, srv)
 	other, late := newRecorder(), newRecorder()
 	ro := eventsource.ReadReplicaOptions{Wait: 20 * time.Millisecond}
@@ -141,11 +133,7 @@ func TestAReaderOnAStandbyCoversWhatThePublisherRead(t *testing.T) {
 func TestAReaderOnAStandbyCoversWhereItsSubscriptionStarts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := pgtest.LocalServer(t)
-	schema := pgtest.NewSchema(t)
-	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
-	require.NoError(t, err)
-	require.NoError(t, Migrate(ctx, direct))
+	srv, schema, direct := migratedOnAServer(t)
 	r := pgtest.NewReplica(t, srv)
 	other, late := newRecorder(), newRecorder()
 	w := startReplicaWorker(t, srv, r.URL, schema, "w", eventsource.ReadReplicaOptions{Wait: 20 * time.Millisecond},
@@ -194,7 +182,7 @@ func TestAReaderOnAStandbyCoversWhereItsSubscriptionStarts(t *testing.T) {
 		return <-idle
 	}, "the publisher is held between fetches")
 
-	_, err = direct.Append(ctx, "acct-x", eventsource.Any, []eventsource.EventData{{Type: "Tail", Data: []byte(`{}`)}})
+	_, err := direct.Append(ctx, "acct-x", eventsource.Any, []eventsource.EventData{{Type: "Tail", Data: []byte(`{}`)}})
 	require.NoError(t, err)
 	var head int64
 	pgtest.Eventually(t, waitLong, func() bool {
@@ -230,4 +218,16 @@ func TestAReaderOnAStandbyCoversWhereItsSubscriptionStarts(t *testing.T) {
 	pgtest.Eventually(t, waitLong, func() bool { return late.distinct() == 11 },
 		"the event the held fetch read is handled with no later append (got %d)%s", observed(late.distinct), observed(lw.diagnose))
 	require.NoError(t, g.Stop(ctx))
+}
+
+// migratedOnAServer is a new schema, migrated, on a server of the test's
+// own (one a standby can follow), and a store on it.
+func migratedOnAServer(t *testing.T) (*pgtest.Server, string, *eventsource.Store) {
+	t.Helper()
+	srv := pgtest.LocalServer(t)
+	schema := pgtest.NewSchema(t)
+	direct, err := eventsource.New(pgtest.PoolOn(t, srv.URL, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	require.NoError(t, Migrate(context.Background(), direct))
+	return srv, schema, direct
 }
