@@ -39,19 +39,7 @@ func testLargeEvents(t *testing.T, policy overflow.Policy) {
 	ctx := context.Background()
 	store, schema := newTestStore(t)
 	rec := newRecorder()
-	first, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	handler := actor.PropsFromFunc(func(ctx actor.Context) {
-		if d, ok := ctx.Message().(*Delivery); ok {
-			once.Do(func() {
-				close(first)
-				<-gate // stuck while the burst arrives
-			})
-			rec.begin("w", d.Event)
-			rec.end("w", d.Event)
-			ctx.Respond(Ack{})
-		}
-	})
+	handler, first, gate := firstHeldHandler(rec, "w")
 	const (
 		maxBytes = 256 << 10
 		perEvent = 16 << 10

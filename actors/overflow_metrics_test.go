@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -41,18 +40,7 @@ func TestQueueDroppedCountsEveryDroppedBatchOnce(t *testing.T) {
 			tel := observability.New(observability.Options{MeterProvider: mp, Logger: testLoggerOrDiscard()})
 
 			rec := newRecorder()
-			first, gate := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			handler := actor.PropsFromFunc(func(ctx actor.Context) {
-				if d, ok := ctx.Message().(*Delivery); ok {
-					once.Do(func() {
-						close(first)
-						<-gate // busy while the live batches arrive
-					})
-					rec.end("w", d.Event)
-					ctx.Respond(Ack{})
-				}
-			})
+			handler, first, gate := firstHeldHandler(rec, "w")
 			o := groupOpts("dropped", 1, nil, "w")
 			o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, tc.policy
 			w := startTracedWorker(t, schema, "w", o, tel)

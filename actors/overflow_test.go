@@ -89,18 +89,7 @@ func TestAPauseDroppingTheTailOfABurstLosesNothingWithoutALaterAppend(t *testing
 	ctx := context.Background()
 	store, schema := newTestStore(t)
 	rec := newRecorder()
-	first, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	handler := actor.PropsFromFunc(func(ctx actor.Context) {
-		if d, ok := ctx.Message().(*Delivery); ok {
-			once.Do(func() {
-				close(first)
-				<-gate // busy while the burst arrives
-			})
-			rec.end("w", d.Event)
-			ctx.Respond(Ack{})
-		}
-	})
+	handler, first, gate := firstHeldHandler(rec, "w")
 	o := groupOpts("tail", 1, nil, "w")
 	o.Handler, o.QueueCapacity, o.BatchSize = handler, 1, 2
 	w := startWorker(t, schema, "w", o)
@@ -128,18 +117,7 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 	ctx := context.Background()
 	store, schema := newTestStore(t)
 	rec := newRecorder()
-	first, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	handler := actor.PropsFromFunc(func(ctx actor.Context) {
-		if d, ok := ctx.Message().(*Delivery); ok {
-			once.Do(func() {
-				close(first)
-				<-gate // busy while the burst overflows the queue
-			})
-			rec.end("w", d.Event)
-			ctx.Respond(Ack{})
-		}
-	})
+	handler, first, gate := firstHeldHandler(rec, "w")
 	o := groupOpts("dropdrain", 1, nil, "w")
 	o.Handler, o.QueueCapacity, o.BatchSize, o.Overflow = handler, 1, 2, overflow.DropSubscription
 	var restarts, dropped atomic.Int32
@@ -213,4 +191,24 @@ func (w *testWorker) appendPosted(t *testing.T, store *eventsource.Store, stream
 	_, err := store.Append(context.Background(), stream, eventsource.Any, []eventsource.EventData{{Type: typ, Data: []byte(`{}`)}})
 	require.NoError(t, err)
 	pgtest.Eventually(t, waitLong, func() bool { return w.queueStats(0).Posted > posted }, "%s's event posted as a batch of its own", stream)
+}
+
+// firstHeldHandler acks every delivery, recorded in rec as worker's, but
+// holds the first until gate is closed (first is closed as it arrives):
+// the handler is busy while live batches fill the reader's queue.
+func firstHeldHandler(rec *recorder, worker string) (handler *actor.Props, first, gate chan struct{}) {
+	first, gate = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	handler = actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			once.Do(func() {
+				close(first)
+				<-gate
+			})
+			rec.begin(worker, d.Event)
+			rec.end(worker, d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	return handler, first, gate
 }
