@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -35,5 +36,52 @@ func TestAPublisherRestartLeavesEveryReaderDelivering(t *testing.T) {
 	seed(t, store, "acct", 4, 8)
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 16 }, "every event appended after the publisher's restart handled (got %d of 16)%s",
 		observed(rec.distinct), observed(w.diagnose))
+	require.Zero(t, rec.duplicates())
+}
+
+// A publisher that fails between publishing a position and posting the
+// batches up to it — a broadcast cut short — restarts at that position:
+// its new incarnation's batches start after events no reader was posted,
+// and at the tail of the stream no later batch shows the gap. Its
+// readers catch up through that position because it tells them where
+// their batches start (subscribed); a restart that kept the subscribers
+// but told them nothing left a bucket short of events, for ever. Here the
+// publisher is held busy while 8 events are appended, publishes the head
+// without posting anything, and fails.
+func TestAPublisherThatFailsMidBroadcastLeavesNoReaderShort(t *testing.T) {
+	t.Parallel()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	w := startWorker(t, schema, "w", groupOpts("publisher-cut-short", 2, rec, "w"))
+	seed(t, store, "acct", 4, 8)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 8 }, "the first 8 events handled (got %d)%s",
+		observed(rec.distinct), observed(w.diagnose))
+
+	busy, gate := make(chan struct{}), make(chan struct{})
+	var published int64
+	var headErr error
+	w.sys.Root.Send(w.rt.publisher, inspectPublisher(func(p *publisher, _ actor.Context) {
+		close(busy)
+		<-gate
+		// Published, never posted: the batches of a fetch this
+		// incarnation has not taken (it is busy) go to its successor,
+		// which ignores them.
+		published, headErr = p.store.HeadPosition(context.Background())
+		p.setPos(published)
+		panic(errors.New("test: the publisher fails mid-broadcast"))
+	}))
+	<-busy
+	seed(t, store, "acct", 4, 8)
+	head := func() int64 {
+		h, err := store.HeadPosition(context.Background())
+		require.NoError(t, err)
+		return h
+	}
+	pgtest.Eventually(t, waitLong, func() bool { return head() == 16 }, "the 8 new events sequenced (head %d)", observed(head))
+	close(gate)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 16 }, "every event handled (got %d of 16)%s",
+		observed(rec.distinct), observed(w.diagnose))
+	require.NoError(t, headErr)
+	require.EqualValues(t, 16, published, "the failed incarnation published the 8 events it never posted")
 	require.Zero(t, rec.duplicates())
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,4 +68,42 @@ func TestTheStatusSaysWhereEachReaderStands(t *testing.T) {
 		got = reader()
 		return got != nil && got.Acked == last && got.Pending == 0 && got.InFlight == 0 && got.NextPending == 0
 	}, "the reader reports every event handled through %d: %+v", last, observed(func() any { return got }))
+}
+
+// A reader that stops takes its report with it: while its bucket has no
+// reader (here its coordinator is kept busy, so that none is spawned
+// again), the status says so (Reader nil), not what the stopped reader
+// last reported. The next reader reports anew.
+func TestAStoppedReaderLeavesNoReportBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := newTestStore(t)
+	w := startWorker(t, schema, "w", groupOpts("status-gone", 1, newRecorder(), "w"))
+	reader := func() (*observability.ReaderStatus, bool) {
+		st, err := w.group.Status(ctx)
+		require.NoError(t, err)
+		if len(st.Owned) != 1 {
+			return nil, false
+		}
+		return st.Owned[0].Reader, true
+	}
+	reported := func() bool { r, owned := reader(); return owned && r != nil }
+	pgtest.Eventually(t, waitLong, reported, "the bucket's reader reports%s", observed(w.diagnose))
+	pid := w.readerOf(t, 0)
+
+	busy, gate := make(chan struct{}), make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open)
+	w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(*coordinator) {
+		close(busy)
+		<-gate // no pass, no reader spawned meanwhile
+	}))
+	<-busy
+	require.NoError(t, stopActor(ctx, w.sys, pid))
+	r, owned := reader()
+	require.True(t, owned, "the bucket is still owned (its coordinator is busy)")
+	require.Nil(t, r, "the status still carries the stopped reader's report")
+
+	open()
+	pgtest.Eventually(t, waitLong, reported, "the next reader reports%s", observed(w.diagnose))
 }

@@ -2,6 +2,7 @@ package leasestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -177,4 +178,69 @@ func setBeforeCheck(s *Store, f func(ctx context.Context, conn *pgx.Conn) error)
 	_ = s.session.acquire(context.Background())
 	defer s.session.release()
 	s.session.beforeCheck = f
+}
+
+// TestASessionCheckAnswersOnlyCallersThatCameBeforeItStarted: callers share
+// a session check (one answers all that ask at once), but only a check
+// that started after a caller asked may answer it: a check already under
+// way read the lock before the caller's question, and its yes could
+// vouch for a moment the caller's delivery came after. Here the first
+// check is held on the server; a second caller asks meanwhile, and the
+// next check fails: the second caller must get that failure, not the
+// first check's yes.
+func TestASessionCheckAnswersOnlyCallersThatCameBeforeItStarted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := b.open(t, b.config(KindSession, 2, "a"))
+	require.Len(t, pass(t, a).Owned, 2)
+	pid, _ := sessionState(a)
+	ctx := context.Background()
+	key := lockKey("answers after the call", a.cfg.Schema, a.cfg.Worker)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key)
+	require.NoError(t, err)
+	release := sync.OnceFunc(func() { _ = tx.Rollback(context.Background()) })
+	t.Cleanup(release)
+	errSecond := errors.New("test: the second check fails")
+	var checks atomic.Int32
+	setBeforeCheck(a, func(ctx context.Context, conn *pgx.Conn) error {
+		switch checks.Add(1) {
+		case 1:
+			_, err := conn.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", key)
+			return err
+		case 2:
+			return errSecond
+		}
+		return nil
+	})
+
+	type answer struct{ err error }
+	ask := func() <-chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			c, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			_, _, err := a.session.check(c)
+			out <- answer{err}
+		}()
+		return out
+	}
+	first := ask()
+	eventually(t, 30*time.Second, func() bool { return waitsFor(t, b, pid, key) },
+		func() string {
+			return fmt.Sprintf("the first check (backend %d) never waited for the test's lock", pid)
+		})
+	second := ask()
+	pending := func() bool {
+		a.session.mu.Lock()
+		defer a.session.mu.Unlock()
+		return a.session.next != nil
+	}
+	eventually(t, 30*time.Second, pending, func() string { return "the second caller never joined a check" })
+	release()
+	require.NoError(t, (<-first).err, "the first check answers its caller")
+	got := (<-second).err
+	require.ErrorIs(t, got, errSecond, "the second caller asked while the first check ran: the next check answers it")
+	require.Equal(t, int32(2), checks.Load(), "two checks ran")
 }
