@@ -80,8 +80,9 @@ type group struct {
 	renewedAt  time.Time
 	passErr    error
 	unregister func()
-	// dropped counts the live batches the readers' queues dropped on a
-	// pause or an overflow (each re-read from the store).
+	// dropped counts the pauses and overflows of the readers' queues,
+	// each of which dropped what its queue held (re-read from the store);
+	// kumi.queue.dropped counts the batches.
 	dropped atomic.Int64
 	// readerStates holds the readers' states other than reading (see
 	// setReaderState), guarded by mu.

@@ -76,7 +76,7 @@ func TestLiveOverflowLosesNothingUnderEveryPolicy(t *testing.T) {
 			}
 			w.group.g.mu.Unlock()
 			require.Positive(t, dropped, "the queue overflowed: the test exercised the policy")
-			t.Logf("%s: %d batches dropped and re-read", policy, dropped)
+			t.Logf("%s: %d pauses, overflows and evictions, their batches re-read", policy, dropped)
 		})
 	}
 }
