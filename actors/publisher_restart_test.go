@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
@@ -20,12 +21,7 @@ import (
 // store what the failed incarnation may not have posted to it.
 func TestAPublisherRestartLeavesEveryReaderDelivering(t *testing.T) {
 	t.Parallel()
-	store, schema := newTestStore(t)
-	rec := newRecorder()
-	w := startWorker(t, schema, "w", groupOpts("publisher-restart", 2, rec, "w"))
-	seed(t, store, "acct", 4, 8)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 8 }, "the first 8 events handled (got %d)%s",
-		observed(rec.distinct), observed(w.diagnose))
+	store, rec, w := eightHandled(t, "publisher-restart")
 
 	failed := make(chan struct{})
 	w.sys.Root.Send(w.rt.publisher, inspectPublisher(func(*publisher, actor.Context) {
@@ -34,9 +30,7 @@ func TestAPublisherRestartLeavesEveryReaderDelivering(t *testing.T) {
 	}))
 	<-failed
 	seed(t, store, "acct", 4, 8)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 16 }, "every event appended after the publisher's restart handled (got %d of 16)%s",
-		observed(rec.distinct), observed(w.diagnose))
-	require.Zero(t, rec.duplicates())
+	w.requireSixteenHandledOnce(t, rec)
 }
 
 // A publisher that fails between publishing a position and posting the
@@ -50,12 +44,7 @@ func TestAPublisherRestartLeavesEveryReaderDelivering(t *testing.T) {
 // without posting anything, and fails.
 func TestAPublisherThatFailsMidBroadcastLeavesNoReaderShort(t *testing.T) {
 	t.Parallel()
-	store, schema := newTestStore(t)
-	rec := newRecorder()
-	w := startWorker(t, schema, "w", groupOpts("publisher-cut-short", 2, rec, "w"))
-	seed(t, store, "acct", 4, 8)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 8 }, "the first 8 events handled (got %d)%s",
-		observed(rec.distinct), observed(w.diagnose))
+	store, rec, w := eightHandled(t, "publisher-cut-short")
 
 	busy, gate := make(chan struct{}), make(chan struct{})
 	var published int64
@@ -79,9 +68,30 @@ func TestAPublisherThatFailsMidBroadcastLeavesNoReaderShort(t *testing.T) {
 	}
 	pgtest.Eventually(t, waitLong, func() bool { return head() == 16 }, "the 8 new events sequenced (head %d)", observed(head))
 	close(gate)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 16 }, "every event handled (got %d of 16)%s",
-		observed(rec.distinct), observed(w.diagnose))
+	w.requireSixteenHandledOnce(t, rec)
 	require.NoError(t, headErr)
 	require.EqualValues(t, 16, published, "the failed incarnation published the 8 events it never posted")
+}
+
+// eightHandled starts a worker of a two-bucket group sub and waits until
+// it has handled 8 events seeded over 4 streams: the publisher has
+// subscribers, and has posted them batches.
+func eightHandled(t *testing.T, sub string) (*eventsource.Store, *recorder, *testWorker) {
+	t.Helper()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	w := startWorker(t, schema, "w", groupOpts(sub, 2, rec, "w"))
+	seed(t, store, "acct", 4, 8)
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 8 }, "the first 8 events handled (got %d)%s",
+		observed(rec.distinct), observed(w.diagnose))
+	return store, rec, w
+}
+
+// requireSixteenHandledOnce waits until the 8 events seeded after the
+// publisher failed are handled too, each once.
+func (w *testWorker) requireSixteenHandledOnce(t *testing.T, rec *recorder) {
+	t.Helper()
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 16 },
+		"every event appended after the publisher's restart handled (got %d of 16)%s", observed(rec.distinct), observed(w.diagnose))
 	require.Zero(t, rec.duplicates())
 }
