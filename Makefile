@@ -6,7 +6,7 @@ GO ?= go
 PKGS ?= ./...
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build test test-short bench lint demo fmt vet chaos jaeger test-jaeger fuzz tidy
+.PHONY: all build test bench lint demo fmt vet chaos jaeger test-jaeger fuzz tidy
 
 all: lint test
 
@@ -27,8 +27,17 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
+## vet: go vet alone.
+vet:
+	$(GO) vet $(PKGS)
+
+## fmt: gofmt every tracked Go file in place.
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+## tidy: go mod tidy.
+tidy:
+	$(GO) mod tidy
 
 ## demo: several worker processes sharing a subscription, live in the terminal.
 demo:

@@ -55,7 +55,7 @@ func BenchmarkReadPoolPrimaryCPU(b *testing.B) {
 		standby0, err := r.CPUSeconds()
 		require.NoError(b, err)
 		start := time.Now()
-		w.rt, err = NewRuntime(ctx, w.sys, s, ro)
+		w.rt, err = startedRuntime(ctx, w.sys, s, ro)
 		require.NoError(b, err)
 		var handled atomic.Int64
 		w.startGroup(b, GroupOptions{Subscription: name, Category: "bench", Buckets: 16,

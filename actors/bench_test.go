@@ -81,7 +81,7 @@ func benchRuntime(b *testing.B, schema, name string) *testWorker {
 	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.NewPool(b, 24)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(b, err)
-	w.rt, err = NewRuntime(context.Background(), w.sys, s, RuntimeOptions{})
+	w.rt, err = startedRuntime(context.Background(), w.sys, s, RuntimeOptions{})
 	require.NoError(b, err)
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

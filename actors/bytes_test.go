@@ -51,7 +51,7 @@ func testLargeEvents(t *testing.T, policy overflow.Policy) {
 	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond, Telemetry: tel})
+	w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond, Telemetry: tel})
 	require.NoError(t, err)
 	o := groupOpts("bytes", 1, nil, "w")
 	// The batch capacity is never reached: only the byte bound can apply
@@ -161,7 +161,7 @@ func TestQueueBytesOptionsAreValidated(t *testing.T) {
 
 	store, _ := newTestStore(t)
 	for _, v := range []int64{-1, MinRuntimeQueueBytes - 1, MaxQueueBytes + 1} {
-		_, err := NewRuntime(context.Background(), quietSystem(), store, RuntimeOptions{QueueBytes: v})
+		_, err := startedRuntime(context.Background(), quietSystem(), store, RuntimeOptions{QueueBytes: v})
 		var oe *OptionError
 		require.True(t, errors.As(err, &oe), "RuntimeOptions.QueueBytes %d: %v", v, err)
 		require.Equal(t, "QueueBytes", oe.Field)
@@ -197,7 +197,7 @@ func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
 	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
+	w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
 		Telemetry: tel, QueueBytes: budget})
 	require.NoError(t, err)
 	o := groupOpts("share", buckets, nil, "w")

@@ -69,10 +69,13 @@ func TestNoReaderIsSpawnedForASlotDrainedToTheCut(t *testing.T) {
 
 	// Another worker holds the only bucket at first, so that the tests'
 	// middleware is in place before the worker spawns its reader.
-	other, err := leasestore.New(ctx, pgtest.Pool(t), leasestore.Config{Schema: schema, Subscription: "drained",
+	other, err := leasestore.New(pgtest.Pool(t), leasestore.Config{Schema: schema, Subscription: "drained",
 		Worker: "other", Buckets: 1, TTL: 30 * time.Second, NoListen: true})
+	if err == nil {
+		err = other.Start(ctx)
+	}
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
+	t.Cleanup(func() { _ = other.Stop(context.Background()) })
 	res, err := other.Pass(ctx)
 	require.NoError(t, err)
 	require.Len(t, res.Owned, 1)

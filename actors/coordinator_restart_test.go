@@ -136,10 +136,13 @@ func TestACoordinatorRestartAfterAnotherWorkerHeldTheBucketStartsAtTheCheckpoint
 	require.NoError(t, err)
 	require.Less(t, cp, acked, "events acked beyond the checkpoint")
 
-	other, err := leasestore.New(ctx, pgtest.Pool(t), leasestore.Config{Schema: schema, Subscription: "coretaken",
+	other, err := leasestore.New(pgtest.Pool(t), leasestore.Config{Schema: schema, Subscription: "coretaken",
 		Worker: "other", Buckets: 1, TTL: 30 * time.Second, NoListen: true})
+	if err == nil {
+		err = other.Start(ctx)
+	}
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Close() })
+	t.Cleanup(func() { _ = other.Stop(context.Background()) })
 	pgtest.Eventually(t, waitLong, func() bool {
 		res, err := other.Pass(ctx)
 		require.NoError(t, err)

@@ -11,7 +11,7 @@
 // same subscription shares its buckets: start the binary N times and the
 // workers divide the buckets among themselves through leases in PostgreSQL.
 //
-// For more control, start one [Runtime] per process with [NewRuntime], on
+// For more control, make one [Runtime] per process with [New] and start it, on
 // your own protoactor [actor.ActorSystem], and a [Group] per subscription
 // with [Runtime.StartGroup]. [Group.Stop] is graceful: readers finish their
 // in-flight event, flush their checkpoints and release their leases, so the

@@ -40,8 +40,11 @@ func ExampleRuntime() {
 	defer pool.Exec(ctx, `DROP SCHEMA example_runtime CASCADE`) //nolint:errcheck
 	system := actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(nil)))
 
-	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{}) // migrates, starts the publisher
+	rt, err := actors.New(system, store, actors.RuntimeOptions{})
 	if err != nil {
+		panic(err)
+	}
+	if err := rt.Start(ctx); err != nil { // migrates, starts the publisher
 		panic(err)
 	}
 	group, err := rt.StartGroup(ctx, actors.GroupOptions{

@@ -119,7 +119,7 @@ func TestFunctionHandlers(t *testing.T) {
 		w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 8)}
 		s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 		require.NoError(t, err)
-		w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(),
+		w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(),
 			Supervision: supervision.ObserverFunc(func(supervision.Decision) { decisions.Add(1) })})
 		require.NoError(t, err)
 		w.group, err = w.rt.StartGroup(ctx, o)

@@ -183,7 +183,7 @@ func (gr *Group) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	leases, err := leasestore.New(ctx, leasePool, leasestore.Config{
+	leases, err := leasestore.New(leasePool, leasestore.Config{
 		Schema:       rt.store.Schema(),
 		Subscription: opts.Subscription,
 		Worker:       opts.Worker,
@@ -197,6 +197,9 @@ func (gr *Group) start(ctx context.Context) error {
 		Logger:       base,
 		Notifier:     rt.notifier, // the process's one LISTEN connection
 	})
+	if err == nil {
+		err = leases.Start(ctx)
+	}
 	if err != nil {
 		leasePool.Close()
 		return err
@@ -206,7 +209,7 @@ func (gr *Group) start(ctx context.Context) error {
 		if unregister != nil {
 			unregister()
 		}
-		_ = leases.Close()
+		_ = leases.Stop(context.Background())
 		leasePool.Close()
 		g.leases, g.leasePool = nil, nil // not started: see finish
 		return err
@@ -378,7 +381,7 @@ func (g *group) finish(err error) bool {
 		g.handlerSupervisor.Close()
 		g.readerSupervisor.Close()
 		g.coordinatorSupervisor.Close()
-		_ = g.leases.Close()
+		_ = g.leases.Stop(context.Background())
 		g.leasePool.Close()
 		g.unregister()
 	}

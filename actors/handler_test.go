@@ -112,7 +112,7 @@ func TestHandlerContract(t *testing.T) {
 		w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 8)}
 		s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 		require.NoError(t, err)
-		w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
+		w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
 			mu.Lock()
 			decisions = append(decisions, d)
 			mu.Unlock()
@@ -232,7 +232,7 @@ func TestZombie(t *testing.T) {
 	a := &testWorker{name: "a", sys: quietSystem(), pool: pgtest.NewPool(t, 8)}
 	sa, err := eventsource.New(a.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	a.rt, err = NewRuntime(ctx, a.sys, sa, RuntimeOptions{Logger: testLogger(), Telemetry: tel})
+	a.rt, err = startedRuntime(ctx, a.sys, sa, RuntimeOptions{Logger: testLogger(), Telemetry: tel})
 	require.NoError(t, err)
 	oa.Worker = "a"
 	a.group, err = a.rt.StartGroup(ctx, oa)
@@ -374,7 +374,7 @@ func TestAHandlerPanickingOnEveryEventRestartsWithTheFirstBackoff(t *testing.T) 
 	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 8)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
+	w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
 		if d.Strategy == "one_for_one" && d.Directive != actor.ResumeDirective && strings.Contains(d.Child, "kumi-handler-") {
 			mu.Lock()
 			restarts = append(restarts, d)

@@ -50,7 +50,7 @@ func TestLifecycleContract(t *testing.T) {
 	require.ErrorIs(t, ErrStopped, startstop.ErrStopped)
 }
 
-// NewRuntime's context bounds the start only: the runtime's notifier keeps
+// Start's context bounds the start only: the runtime's notifier keeps
 // listening after it ends (it used to stop with it, while the sequencer
 // did not), so that a runtime run by Run still hears notifications during
 // its graceful stop.
@@ -60,7 +60,7 @@ func TestRuntimeOutlivesItsStartContext(t *testing.T) {
 	sys := quietSystem()
 	t.Cleanup(sys.Shutdown)
 	ctx, cancel := context.WithCancel(context.Background())
-	rt, err := NewRuntime(ctx, sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	rt, err := startedRuntime(ctx, sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, rt.Stop(context.Background())) })
 	pgtest.Eventually(t, waitLong, func() bool { return rt.notifier.Stats().Connected }, "notifier connected")
@@ -76,7 +76,7 @@ func TestRuntimeOutlivesItsStartContext(t *testing.T) {
 	select {
 	case <-l.C():
 	case <-time.After(waitLong):
-		t.Fatal("the runtime's notifier stopped with NewRuntime's context")
+		t.Fatal("the runtime's notifier stopped with Start's context")
 	}
 	require.NoError(t, rt.Healthy(context.Background()))
 }

@@ -37,7 +37,7 @@ func TestOneListenSessionPerProcess(t *testing.T) {
 	t.Cleanup(pool.Close)
 	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	rt, err := NewRuntime(ctx, quietSystem(), store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	rt, err := startedRuntime(ctx, quietSystem(), store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -113,7 +113,7 @@ func startLoggedWorker(t *testing.T, schema, name string, o GroupOptions, logs *
 	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
 	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: slog.New(logs), PollInterval: 200 * time.Millisecond})
+	w.rt, err = startedRuntime(ctx, w.sys, store, RuntimeOptions{Logger: slog.New(logs), PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	o.Worker = name
 	w.group, err = w.rt.StartGroup(ctx, o)

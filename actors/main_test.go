@@ -26,6 +26,18 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
+// startedRuntime is New, then Start bounded by ctx.
+func startedRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOptions) (*Runtime, error) {
+	rt, err := New(system, store, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return nil, err
+	}
+	return rt, nil
+}
+
 func quietSystem() *actor.ActorSystem {
 	var h slog.Handler = slog.DiscardHandler
 	if os.Getenv("KUMI_TEST_LOG") != "" {
@@ -137,7 +149,7 @@ func startWorkerOn(t *testing.T, pool *pgxpool.Pool, schema, name string, opts G
 	w := &testWorker{name: name, sys: quietSystem(), pool: pool}
 	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	w.rt, err = startedRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	opts.Worker = name
 	w.group, err = w.rt.StartGroup(ctx, opts)

@@ -124,7 +124,7 @@ func TestAReaderRestartedDuringItsOverflowDrainKeepsDelivering(t *testing.T) {
 	w := &testWorker{name: "w", sys: quietSystem(), pool: pgtest.NewPool(t, 12)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
+	w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
 		Supervision: supervision.ObserverFunc(func(d supervision.Decision) {
 			if d.Directive == actor.RestartDirective && strings.Contains(fmt.Sprint(d.Reason), "injected") {
 				restarts.Add(1)

@@ -68,7 +68,7 @@ func TestWorkerRunsUnderTheLeastPrivilegeRole(t *testing.T) {
 	w := &testWorker{name: "w", sys: quietSystem(), pool: wpool}
 	ws, err := eventsource.New(wpool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, ws, RuntimeOptions{Logger: testLogger()})
+	w.rt, err = startedRuntime(ctx, w.sys, ws, RuntimeOptions{Logger: testLogger()})
 	require.NoError(t, err)
 	o := groupOpts("least", 2, rec, "w")
 	o.Worker = "w"

@@ -21,7 +21,7 @@ func startReplicaWorker(t *testing.T, srv *pgtest.Server, readURL, schema, name 
 	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.PoolOn(t, srv.URL, 12)}
 	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
+	w.rt, err = startedRuntime(ctx, w.sys, store, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond,
 		ReadPool: pgtest.PoolOn(t, readURL, 8), ReadReplica: ro})
 	require.NoError(t, err)
 	opts.Worker = name
@@ -33,7 +33,7 @@ func startReplicaWorker(t *testing.T, srv *pgtest.Server, readURL, schema, name 
 
 func TestReadPoolOptionsAreValidated(t *testing.T) {
 	store, _ := newTestStore(t)
-	_, err := NewRuntime(context.Background(), quietSystem(), store, RuntimeOptions{ReadPool: store.Pool(),
+	_, err := startedRuntime(context.Background(), quietSystem(), store, RuntimeOptions{ReadPool: store.Pool(),
 		ReadReplica: eventsource.ReadReplicaOptions{Wait: -time.Second}})
 	var oe *OptionError
 	require.ErrorAs(t, err, &oe)

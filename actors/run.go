@@ -76,8 +76,11 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 		system = actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(opts.Runtime.Logger)))
 		defer system.Shutdown()
 	}
-	rt, err := NewRuntime(ctx, system, store, opts.Runtime)
+	rt, err := New(system, store, opts.Runtime)
 	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
 		return err
 	}
 	stop := func(cause error, started []*Group) error {

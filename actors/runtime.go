@@ -69,8 +69,7 @@ const RuntimeQueueBytesDefault = 256 << 20
 // Start one per process, then a [Group] per subscription. Its Start and
 // Stop follow kumi's lifecycle contract (docs/architecture.md,
 // "Lifecycle"): [New] makes one, [Runtime.Start] starts it (ctx bounds the
-// start only: the runtime runs until [Runtime.Stop]); [NewRuntime] does
-// both.
+// start only: the runtime runs until [Runtime.Stop]).
 type Runtime struct {
 	system    *actor.ActorSystem
 	store     *eventsource.Store
@@ -109,20 +108,6 @@ type Runtime struct {
 	life   startstop.Lifecycle
 	mu     sync.Mutex
 	groups map[*Group]struct{}
-}
-
-// NewRuntime returns a started runtime: it is [New] then [Runtime.Start],
-// kept for the callers that had it before the two. ctx bounds the start
-// only; the runtime runs until [Runtime.Stop].
-func NewRuntime(ctx context.Context, system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOptions) (*Runtime, error) {
-	rt, err := New(system, store, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := rt.Start(ctx); err != nil {
-		return nil, err
-	}
-	return rt, nil
 }
 
 // New validates opts, each error naming its field, and returns a runtime
@@ -244,7 +229,7 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 // Migrate creates or upgrades everything kumi keeps in the store's schema:
 // the event store's tables and the lease store's. It is idempotent, safe
 // from several processes at once, and issues no DDL on an up-to-date
-// schema. NewRuntime calls it.
+// schema. [Runtime.Start] calls it.
 func Migrate(ctx context.Context, store *eventsource.Store) error {
 	if err := store.Migrate(ctx); err != nil {
 		return fmt.Errorf("kumi: migrate event store: %w", err)

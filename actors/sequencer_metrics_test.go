@@ -23,7 +23,7 @@ func TestRuntimeReportsItsSequencer(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
 	tel := observability.New(observability.Options{MeterProvider: mp, Logger: testLoggerOrDiscard()})
-	rt, err := NewRuntime(ctx, quietSystem(), store, RuntimeOptions{Telemetry: tel})
+	rt, err := startedRuntime(ctx, quietSystem(), store, RuntimeOptions{Telemetry: tel})
 	require.NoError(t, err)
 	_, err = store.Append(ctx, "acct-1", eventsource.Any, []eventsource.EventData{{Type: "A", Data: []byte(`{}`)}})
 	require.NoError(t, err)

@@ -216,7 +216,7 @@ func newStopRuntime(t *testing.T, sys *actor.ActorSystem, schema string) *Runtim
 	t.Helper()
 	ws, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	rt, err := NewRuntime(context.Background(), sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
+	rt, err := startedRuntime(context.Background(), sys, ws, RuntimeOptions{Logger: testLogger(), PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	return rt
 }

@@ -20,7 +20,7 @@ func startTracedWorker(t *testing.T, schema, name string, o GroupOptions, tel *o
 	w := &testWorker{name: name, sys: quietSystem(), pool: pgtest.NewPool(t, 8)}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Telemetry: tel})
+	w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Telemetry: tel})
 	require.NoError(t, err)
 	o.Worker = name
 	w.group, err = w.rt.StartGroup(ctx, o)

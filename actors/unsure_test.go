@@ -122,7 +122,7 @@ func startUnsureIn(t *testing.T, schema, sub string, opt func(*GroupOptions, *re
 	w := &testWorker{name: "w", sys: quietSystem(), pool: pool}
 	s, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	w.rt, err = NewRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Telemetry: tel, PollInterval: 200 * time.Millisecond})
+	w.rt, err = startedRuntime(ctx, w.sys, s, RuntimeOptions{Logger: testLogger(), Telemetry: tel, PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	o.Worker = "w"
 	w.group, err = w.rt.StartGroup(ctx, o)

@@ -149,8 +149,9 @@ func startBrowserWorker(t *testing.T, schema, name string) *browserWorker {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }))
 	store, err := eventsource.New(pgtest.NewPool(t, 12), eventsource.Config{Schema: schema})
 	require.NoError(t, err)
-	rt, err := actors.NewRuntime(ctx, sys, store, actors.RuntimeOptions{PollInterval: 200 * time.Millisecond})
+	rt, err := actors.New(sys, store, actors.RuntimeOptions{PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
+	require.NoError(t, rt.Start(ctx))
 	// A little work per event, so that lag shows on the map for a moment.
 	handler := actor.PropsFromFunc(func(c actor.Context) {
 		if _, ok := c.Message().(*actors.Delivery); ok {

@@ -95,10 +95,13 @@ func (f *fixture) hostileLetter(t testing.TB, sub string) eventsource.DeadLetter
 // until it passes.
 func (f *fixture) join(t testing.TB, sub, worker string, n int) *leasestore.Store {
 	t.Helper()
-	s, err := leasestore.New(context.Background(), f.store.Pool(), leasestore.Config{Schema: f.schema,
+	s, err := leasestore.New(f.store.Pool(), leasestore.Config{Schema: f.schema,
 		Subscription: sub, Worker: worker, Buckets: n, TTL: time.Minute, NoListen: true})
+	if err == nil {
+		err = s.Start(context.Background())
+	}
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s
 }
 

@@ -150,7 +150,7 @@ func TestBucketLagUntil(t *testing.T) {
 		require.Equal(t, int64(len(all)), m, "BucketLag has no bound")
 	}
 	_, _, err = s.BucketLagUntil(ctx, "lag", 2, 2, 0, cut)
-	require.ErrorIs(t, err, eventsource.ErrInvalidMember)
+	require.ErrorIs(t, err, eventsource.ErrInvalidBucket)
 }
 
 // migrationCount is the number of the event store's migrations.

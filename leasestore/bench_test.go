@@ -57,14 +57,14 @@ func benchStores(b *testing.B, pool *pgxpool.Pool, kind Kind, workers, n int) []
 	}
 	stores := make([]*Store, workers)
 	for i := range stores {
-		s, err := New(context.Background(), pool, Config{
+		s, err := startedStore(context.Background(), pool, Config{
 			Schema: schema, Subscription: "bench", Worker: fmt.Sprintf("w%02d", i), Buckets: n,
 			Kind: kind, NoListen: true,
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { _ = s.Close() })
+		b.Cleanup(func() { _ = s.Stop(context.Background()) })
 		stores[i] = s
 	}
 	return stores

@@ -1,15 +1,14 @@
 package leasestore
 
 import (
-	"sync"
 	"time"
 )
 
-// Clock is what [Store.EnsureHeld] judges the age of a renewal by: the
+// clock is what [Store.EnsureHeld] judges the age of a renewal by: the
 // larger of the ages its two readings give. Only differences between
 // readings matter; it is never compared with the database's clock, which
 // alone judges expiry.
-type Clock interface {
+type clock interface {
 	// Now is a reading that wall-clock steps do not move: time.Now's
 	// monotonic reading, which stands still while the host (or VM) is
 	// suspended.
@@ -21,70 +20,22 @@ type Clock interface {
 	Boottime() time.Duration
 }
 
-// SystemClock is the real clock.
-type SystemClock struct{}
+// systemClock is the real clock.
+type systemClock struct{}
 
 // Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+func (systemClock) Now() time.Time { return time.Now() }
 
 // Boottime returns CLOCK_BOOTTIME on Linux, the wall clock elsewhere.
-func (SystemClock) Boottime() time.Duration { return boottime() }
+func (systemClock) Boottime() time.Duration { return boottime() }
 
-// ManualClock is a [Clock] that moves only when told, for tests of
-// EnsureHeld's margin without sleeping. It is safe for concurrent use.
-type ManualClock struct {
-	mu   sync.Mutex
-	now  time.Time
-	boot time.Duration
-}
-
-// NewManualClock returns a ManualClock reading an arbitrary fixed instant.
-func NewManualClock() *ManualClock {
-	return &ManualClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-// Now returns the clock's current reading.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.boot += d
-}
-
-// Boottime returns the clock's reading of time including suspensions.
-func (c *ManualClock) Boottime() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.boot
-}
-
-// Suspend moves only the clock that counts a suspended host forward by d:
-// the host slept for d, and the monotonic reading stood still.
-func (c *ManualClock) Suspend(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.boot += d
-}
-
-// usableFor is how long after a renewal STARTED EnsureHeld keeps passing:
-// ttl - margin. The renewal's expiry, judged by the database from a moment
-// no earlier than that start, is then still at least margin away.
-func usableFor(ttl, margin time.Duration) time.Duration { return ttl - margin }
-
-// reading is one moment by both of a [Clock]'s clocks.
+// reading is one moment by both of a clock's clocks.
 type reading struct {
 	mono time.Time
 	boot time.Duration
 }
 
-func readClock(c Clock) reading { return reading{mono: c.Now(), boot: c.Boottime()} }
+func readClock(c clock) reading { return reading{mono: c.Now(), boot: c.Boottime()} }
 
 // add moves both readings by d.
 func (r reading) add(d time.Duration) reading { return reading{mono: r.mono.Add(d), boot: r.boot + d} }
@@ -110,3 +61,8 @@ func renewalFresh(renewedAt, now reading, usable time.Duration) bool {
 
 // wallClock reads the wall clock, which counts a suspended host's sleep.
 func wallClock() time.Duration { return time.Duration(time.Now().UnixNano()) }
+
+// usableFor is how long after a renewal STARTED EnsureHeld keeps passing:
+// ttl - margin. The renewal's expiry, judged by the database from a moment
+// no earlier than that start, is then still at least margin away.
+func usableFor(ttl, margin time.Duration) time.Duration { return ttl - margin }

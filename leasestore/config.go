@@ -121,9 +121,9 @@ type Config struct {
 	// (behind a transaction pooler LISTEN does not work); callers then rely
 	// on polling every Heartbeat.
 	NoListen bool
-	// Clock is the clock [Store.EnsureHeld] judges by; nil is the real one
-	// (SystemClock).
-	Clock Clock
+	// clock is the clock [Store.EnsureHeld] judges by; nil is the real one
+	// (systemClock).
+	clock clock
 	// Logger receives ownership changes at Info and failures at Warn; nil
 	// discards.
 	Logger *slog.Logger
@@ -150,8 +150,8 @@ func (c Config) WithDefaults() Config {
 	if c.Margin == 0 {
 		c.Margin = c.TTL / MarginDivisorDefault
 	}
-	if c.Clock == nil {
-		c.Clock = SystemClock{}
+	if c.clock == nil {
+		c.clock = systemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

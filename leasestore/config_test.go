@@ -84,7 +84,7 @@ func TestConfig(t *testing.T) {
 				require.Equal(t, tc.field, ce.Field)
 				require.Contains(t, err.Error(), "Config."+tc.field)
 				require.Contains(t, ce.Reason, tc.reason)
-				_, err = New(context.Background(), pgtest.Pool(t), c)
+				_, err = startedStore(context.Background(), pgtest.Pool(t), c)
 				require.ErrorAs(t, err, &ce, "New validates")
 			})
 		}
@@ -171,7 +171,7 @@ func TestPoolerDetection(t *testing.T) {
 	t.Run("TheSameWorkerIdCannotHoldTwoSessions", func(t *testing.T) {
 		b := setup(t)
 		b.open(t, b.config(KindSession, 4, "twin"))
-		_, err := New(context.Background(), b.pool, b.config(KindSession, 4, "twin"))
+		_, err := startedStore(context.Background(), b.pool, b.config(KindSession, 4, "twin"))
 		require.ErrorIs(t, err, errSessionLockHeld)
 	})
 }

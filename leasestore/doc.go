@@ -62,7 +62,7 @@
 //
 // [KindRow] needs nothing but ordinary short statements and works through a
 // transaction pooler. [Store.EnsureHeld] fails once the last renewal that
-// landed started TTL−Margin ago by the worker's own [Clock] (monotonic, and
+// landed started TTL−Margin ago by the worker's own clock (monotonic, and
 // on Linux CLOCK_BOOTTIME, which counts a suspended host's sleep), so an
 // action it lets through that completes within Margin lands before any rival
 // can hold the lease. With the defaults (TTL 30s, heartbeat TTL/5, margin

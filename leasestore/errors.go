@@ -11,31 +11,9 @@ import (
 // hold it, or cannot prove that it still does (see [Store.EnsureHeld]).
 var ErrNotHeld = errors.New("leasestore: bucket not held")
 
-// ErrClosed is returned by the methods of a [Store] once [Store.Stop] (or
-// Close) has been called.
+// ErrClosed is returned by the methods of a [Store] once [Store.Stop] has
+// been called.
 var ErrClosed = errors.New("leasestore: store closed")
-
-// BucketCountMismatchError was returned by [Store.EnsureBuckets] when the
-// subscription already had lease rows for a different number of buckets.
-// Since bucket counts change online (docs/resize.md) the database's count
-// rules and nothing returns it; it stays for code that tests for it. It
-// is a configuration error (see [ConfigError]).
-type BucketCountMismatchError struct {
-	Subscription string // the subscription whose rows exist
-	Configured   int    // Config.Buckets
-	Found        int    // the bucket count of the existing rows
-}
-
-// Error says both counts and how to fix the configuration.
-func (e *BucketCountMismatchError) Error() string {
-	return fmt.Sprintf("leasestore: subscription %q has %d buckets in the database but is configured with %d; "+
-		"a subscription's bucket count is fixed: configure %d, or use a new subscription name",
-		e.Subscription, e.Found, e.Configured, e.Found)
-}
-
-// ConfigError reports true: the error is a supervision.ConfigMarker, so
-// supervision classifies it as invalid configuration.
-func (e *BucketCountMismatchError) ConfigError() bool { return true }
 
 // LostFenceError is returned by a fence's Check and by [Store.Guard] when
 // the writer no longer holds the bucket at the epoch it was granted: the

@@ -48,13 +48,16 @@ func Example() {
 	pool, schema, done := exampleDB()
 	defer done()
 
-	store, err := leasestore.New(ctx, pool, leasestore.Config{
+	store, err := leasestore.New(pool, leasestore.Config{
 		Schema: schema, Subscription: "orders", Worker: "worker-1", Buckets: 4,
 	})
 	if err != nil {
 		panic(err)
 	}
-	defer store.Close()
+	if err := store.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer store.Stop(ctx)
 
 	res, err := store.Pass(ctx) // alone: its fair share is every bucket
 	if err != nil {
@@ -92,21 +95,24 @@ func ExampleStore_HandOver() {
 	pool, schema, done := exampleDB()
 	defer done()
 	open := func(worker string) *leasestore.Store {
-		s, err := leasestore.New(ctx, pool, leasestore.Config{
+		s, err := leasestore.New(pool, leasestore.Config{
 			Schema: schema, Subscription: "orders", Worker: worker, Buckets: 4, NoListen: true,
 		})
 		if err != nil {
 			panic(err)
 		}
+		if err := s.Start(ctx); err != nil {
+			panic(err)
+		}
 		return s
 	}
 	a := open("a")
-	defer a.Close()
+	defer a.Stop(ctx)
 	if _, err := a.Pass(ctx); err != nil {
 		panic(err)
 	}
 	b := open("b")
-	defer b.Close()
+	defer b.Stop(ctx)
 
 	res, _ := b.Pass(ctx)
 	fmt.Println("b requests:", res.Pending)
@@ -139,14 +145,20 @@ func ExampleStore_Fence() {
 		TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 800 * time.Millisecond,
 	}
 	cfg.Worker = "zombie"
-	zombie, _ := leasestore.New(ctx, pool, cfg)
-	defer zombie.Close()
+	zombie, _ := leasestore.New(pool, cfg)
+	if err := zombie.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer zombie.Stop(ctx)
 	granted, _ := zombie.Pass(ctx)
 	epoch := granted.Owned[0].Epoch
 
 	cfg.Worker = "successor"
-	successor, _ := leasestore.New(ctx, pool, cfg)
-	defer successor.Close()
+	successor, _ := leasestore.New(pool, cfg)
+	if err := successor.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer successor.Stop(ctx)
 	// The zombie stops renewing; the successor takes over after expiry.
 	pgtest.WaitFor(30*time.Second, func() bool {
 		res, err := successor.Pass(ctx)
@@ -169,28 +181,6 @@ func ExampleStore_Fence() {
 	// true
 }
 
-// EnsureHeld fails a margin before the lease could lapse, by the worker's
-// own monotonic clock.
-func ExampleStore_EnsureHeld() {
-	ctx := context.Background()
-	pool, schema, done := exampleDB()
-	defer done()
-	clock := leasestore.NewManualClock()
-	store, _ := leasestore.New(ctx, pool, leasestore.Config{
-		Schema: schema, Subscription: "orders", Buckets: 1, Clock: clock, NoListen: true,
-	}) // TTL 30s, Margin 10s
-	defer store.Close()
-	_, _ = store.Pass(ctx)
-
-	clock.Advance(19 * time.Second)
-	fmt.Println(store.EnsureHeld(0))
-	clock.Advance(time.Second)
-	fmt.Println(errors.Is(store.EnsureHeld(0), leasestore.ErrNotHeld))
-	// Output:
-	// <nil>
-	// true
-}
-
 func ExampleFairShare() {
 	fmt.Println(leasestore.FairShare(1024, 32), leasestore.FairShare(10, 3), leasestore.FairShare(4, 0))
 	// Output: 32 4 4
@@ -200,7 +190,7 @@ func ExampleConfig_WithDefaults() {
 	c := leasestore.Config{TTL: 15 * time.Second}.WithDefaults()
 	fmt.Println(c.TTL, c.Heartbeat, c.Margin)
 
-	_, err := leasestore.New(context.Background(), nil, leasestore.Config{
+	_, err := leasestore.New(nil, leasestore.Config{
 		Schema: "kumi", Subscription: "orders", Buckets: 8, TTL: 10 * time.Second, Heartbeat: 8 * time.Second,
 	})
 	var ce *leasestore.ConfigError
@@ -217,15 +207,21 @@ func ExampleStore_EnsureBuckets() {
 	pool, schema, done := exampleDB()
 	defer done()
 	cfg := leasestore.Config{Schema: schema, Subscription: "orders", Buckets: 4, NoListen: true}
-	four, _ := leasestore.New(ctx, pool, cfg)
-	defer four.Close()
+	four, _ := leasestore.New(pool, cfg)
+	if err := four.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer four.Stop(ctx)
 	fmt.Println(four.EnsureBuckets(ctx))
 
 	// Once the subscription exists, the database's bucket count rules: a
 	// worker configured with another one serves it (and logs so once).
 	cfg.Buckets = 8
-	eight, _ := leasestore.New(ctx, pool, cfg)
-	defer eight.Close()
+	eight, _ := leasestore.New(pool, cfg)
+	if err := eight.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer eight.Stop(ctx)
 	fmt.Println(eight.EnsureBuckets(ctx))
 	res, _ := eight.Pass(ctx)
 	fmt.Println("buckets", res.Resize.Buckets, "held", len(res.Owned))
@@ -239,10 +235,13 @@ func ExampleStore_Snapshot() {
 	ctx := context.Background()
 	pool, schema, done := exampleDB()
 	defer done()
-	store, _ := leasestore.New(ctx, pool, leasestore.Config{
+	store, _ := leasestore.New(pool, leasestore.Config{
 		Schema: schema, Subscription: "orders", Worker: "w1", Buckets: 2, Kind: leasestore.KindSession,
 	})
-	defer store.Close()
+	if err := store.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer store.Stop(ctx)
 	_, _ = store.Pass(ctx)
 	snap, _ := store.Snapshot(ctx)
 	for _, b := range snap.Buckets {
@@ -264,11 +263,14 @@ func Example_coordinatorLoop() {
 	ctx := context.Background()
 	pool, schema, done := exampleDB()
 	defer done()
-	store, err := leasestore.New(ctx, pool, leasestore.Config{Schema: schema, Subscription: "orders", Buckets: 64})
+	store, err := leasestore.New(pool, leasestore.Config{Schema: schema, Subscription: "orders", Buckets: 64})
 	if err != nil {
 		panic(err)
 	}
-	defer store.Close()
+	if err := store.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer store.Stop(ctx)
 	defer func() { _ = store.Leave(context.Background()) }() // after stopping every reader
 
 	tick := time.NewTicker(store.Config().Heartbeat)

@@ -74,7 +74,7 @@ func TestHandoff(t *testing.T) {
 			claimant := b.open(t, b.config(kind, 4, "dies"))
 			require.Len(t, pass(t, claimant).Requested, 2)
 			require.Len(t, pass(t, a).HandOff, 2)
-			require.NoError(t, claimant.Close()) // dies without leaving: its worker row lapses
+			require.NoError(t, claimant.Stop(context.Background())) // dies without leaving: its worker row lapses
 			b.lapse(t, "dies")
 			res := pass(t, a)
 			require.Empty(t, res.HandOff, "A recovers the dead claimant's claims on its next pass")
@@ -99,7 +99,7 @@ func TestHandoff(t *testing.T) {
 			res := pass(t, a)
 			require.Len(t, res.HandOff, 1)
 			require.NoError(t, a.HandOver(context.Background(), res.HandOff[0]))
-			require.NoError(t, claimant.Close())
+			require.NoError(t, claimant.Stop(context.Background()))
 			b.lapse(t, "dies")
 			res = pass(t, a)
 			require.Len(t, res.Owned, 2, "the bucket handed to a dead claimant is recovered on the next pass: %+v", res)

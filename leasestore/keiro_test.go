@@ -294,7 +294,7 @@ func TestKeiroSuite(t *testing.T) {
 	t.Run("MissingTablesSuggestMigrate", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := &testBundle{pool: pgtest.Pool(t), schema: pgtest.NewSchema(t), sub: "orders"}
-			_, err := New(context.Background(), b.pool, b.config(kind, 4, "a"))
+			_, err := startedStore(context.Background(), b.pool, b.config(kind, 4, "a"))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), "run leasestore.Migrate")
 			require.False(t, errors.Is(err, ErrNotHeld))

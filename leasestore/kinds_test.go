@@ -66,7 +66,7 @@ func TestLeaseKinds(t *testing.T) {
 		forKindsWhere(t, withSessionEvidence, func(t *testing.T, kind Kind) {
 			b := setup(t)
 			a, bw := balancedPair(t, b, kind, same)
-			require.NoError(t, a.Close()) // the process ends without Leave: its socket closes
+			require.NoError(t, a.Stop(context.Background())) // the process ends without Leave: its socket closes
 			var res PassResult
 			eventually(t, 30*time.Second, func() bool {
 				res = pass(t, bw)
@@ -97,7 +97,7 @@ func TestLeaseKinds(t *testing.T) {
 					first = l.Expires
 				}
 			}
-			require.NoError(t, a.Close()) // crashed: no session to prove it
+			require.NoError(t, a.Stop(context.Background())) // crashed: no session to prove it
 			passedAt := func(res PassResult) time.Time { return res.Owned[0].Expires.Add(-bw.cfg.TTL) }
 			var res PassResult
 			eventually(t, 30*time.Second, func() bool {

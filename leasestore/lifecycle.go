@@ -8,11 +8,11 @@ import (
 	"github.com/kumi-run/kumi/internal/startstop"
 )
 
-// ErrNotStarted is returned by the methods of a [Store] made by [NewStore]
+// ErrNotStarted is returned by the methods of a [Store] made by [New]
 // until [Store.Start] has succeeded.
 var ErrNotStarted = errors.New("leasestore: store not started (call Start, or make it with New)")
 
-// ErrStopped is returned by [Store.Start] once [Store.Stop] (or Close) has
+// ErrStopped is returned by [Store.Start] once [Store.Stop] has
 // been called: a stopped store never starts again. It is
 // eventsource.ErrStopped (see docs/architecture.md, "Lifecycle").
 var ErrStopped = eventsource.ErrStopped

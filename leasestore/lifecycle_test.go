@@ -23,7 +23,7 @@ func TestLifecycleContract(t *testing.T) {
 					startstoptest.Stress(t, func(t *testing.T) startstop.Service {
 						cfg := b.config(k.kind, 4, "")
 						cfg.NoListen = noListen
-						s, err := NewStore(b.pool, cfg)
+						s, err := New(b.pool, cfg)
 						require.NoError(t, err)
 						return s
 					})
@@ -41,7 +41,7 @@ func TestAStoreWorksBetweenStartAndStop(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	other := b.open(t, b.config(KindRow, 4, "other"))
-	s, err := NewStore(b.pool, b.config(KindRow, 4, "s"))
+	s, err := New(b.pool, b.config(KindRow, 4, "s"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Stop(ctx) })
 
@@ -61,5 +61,5 @@ func TestAStoreWorksBetweenStartAndStop(t *testing.T) {
 	_, err = s.Pass(ctx)
 	require.ErrorIs(t, err, ErrClosed)
 	require.ErrorIs(t, s.Start(ctx), ErrStopped)
-	require.NoError(t, s.Close(), "Close is Stop")
+	require.NoError(t, s.Stop(context.Background()), "Close is Stop")
 }

@@ -48,11 +48,23 @@ func (b *testBundle) open(t *testing.T, cfg Config) *Store {
 	return openOn(t, b.pool, cfg)
 }
 
+// startedStore is New, then Start bounded by ctx.
+func startedStore(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	s, err := New(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 func openOn(t *testing.T, pool *pgxpool.Pool, cfg Config) *Store {
 	t.Helper()
-	s, err := New(context.Background(), pool, cfg)
+	s, err := startedStore(context.Background(), pool, cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s
 }
 

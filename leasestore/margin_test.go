@@ -86,11 +86,11 @@ func TestMarginArithmetic(t *testing.T) {
 // The same rule, end to end through a Store, with a manual clock.
 func TestEnsureHeldMargin(t *testing.T) {
 	t.Parallel()
-	setupClocked := func(t *testing.T, kind Kind) (*Store, *ManualClock) {
+	setupClocked := func(t *testing.T, kind Kind) (*Store, *manualClock) {
 		b := setup(t)
-		clock := NewManualClock()
+		clock := newManualClock()
 		c := b.config(kind, 2, "a")
-		c.TTL, c.Heartbeat, c.Margin, c.Clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
+		c.TTL, c.Heartbeat, c.Margin, c.clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
 		s := b.open(t, c)
 		pass(t, s)
 		return s, clock
@@ -179,7 +179,7 @@ func TestEnsureHeldMargin(t *testing.T) {
 
 func TestSystemClockReadsTheBootClock(t *testing.T) {
 	t.Parallel()
-	var c Clock = SystemClock{}
+	var c clock = systemClock{}
 	a := c.Boottime()
 	b := c.Boottime()
 	require.GreaterOrEqual(t, b, a, "it never goes back")
@@ -188,12 +188,12 @@ func TestSystemClockReadsTheBootClock(t *testing.T) {
 	}
 }
 
-// pausingClock is a ManualClock that, once armed, lets one reading
+// pausingClock is a manualClock that, once armed, lets one reading
 // through and then moves forward by pause: the process paused (SIGSTOP, a
 // GC pause, a starved CPU) after its first reading — for instance while
 // EnsureHeld waited for the session's answer.
 type pausingClock struct {
-	*ManualClock
+	*manualClock
 	pause atomic.Int64
 	reads atomic.Int64
 }
@@ -202,7 +202,7 @@ func (c *pausingClock) Now() time.Time {
 	if d := time.Duration(c.pause.Load()); d > 0 && c.reads.Add(1) == 2 {
 		c.Advance(d)
 	}
-	return c.ManualClock.Now()
+	return c.manualClock.Now()
 }
 
 func TestEnsureHeldJudgesTheMomentItAnswers(t *testing.T) {
@@ -214,9 +214,9 @@ func TestEnsureHeldJudgesTheMomentItAnswers(t *testing.T) {
 	// clock once and answers at once: there is no round trip to pause in.)
 	forKindsWhere(t, withSessionEvidence, func(t *testing.T, kind Kind) {
 		b := setup(t)
-		clock := &pausingClock{ManualClock: NewManualClock()}
+		clock := &pausingClock{manualClock: newManualClock()}
 		c := b.config(kind, 1, "a")
-		c.TTL, c.Heartbeat, c.Margin, c.Clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
+		c.TTL, c.Heartbeat, c.Margin, c.clock = 30*time.Second, 6*time.Second, 10*time.Second, clock
 		s := b.open(t, c)
 		pass(t, s)
 		require.NoError(t, s.EnsureHeld(0))

@@ -186,7 +186,7 @@ func TestLifecycle(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Add(1)
-				go func() { defer wg.Done(); require.NoError(t, s.Close()) }()
+				go func() { defer wg.Done(); require.NoError(t, s.Stop(context.Background())) }()
 			}
 			wg.Wait()
 			_, err := s.Pass(context.Background())

@@ -190,7 +190,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	bound := s.passBound()
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	start := readClock(s.cfg.Clock)
+	start := readClock(s.cfg.clock)
 	if !s.ensured {
 		if err := s.ensureBuckets(ctx); err != nil {
 			return PassResult{}, err

@@ -45,7 +45,7 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		require.NotEqual(t, 6432, bouncer.Port())
 		cfg := b.config(KindSession, 4, "a")
 		cfg.SessionURL = bouncer.URL
-		_, err := New(ctx, b.pool, cfg)
+		_, err := startedStore(ctx, b.pool, cfg)
 		var pe *SessionPoolerError
 		require.ErrorAs(t, err, &pe, "got %v", err)
 		require.NotContains(t, err.Error(), bouncer.URL)
@@ -60,7 +60,7 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 	t.Run("APoolAndSessionBothThroughATransactionPoolerAreRefused", func(t *testing.T) {
 		b, srv := localSetup(t)
 		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolTransaction)
-		_, err := New(ctx, bouncerPool(t, bouncer), b.config(KindSession, 4, "a"))
+		_, err := startedStore(ctx, bouncerPool(t, bouncer), b.config(KindSession, 4, "a"))
 		var pe *SessionPoolerError
 		require.ErrorAs(t, err, &pe, "got %v", err)
 	})
@@ -87,7 +87,7 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 		bouncer := pgtest.NewBouncer(t, srv, pgtest.PoolSession)
 		cfg := b.config(KindSession, 4, "a")
 		cfg.SessionURL = bouncer.URL
-		a, err := New(ctx, b.pool, cfg)
+		a, err := startedStore(ctx, b.pool, cfg)
 		require.NoError(t, err)
 		require.Len(t, pass(t, a).Owned, 4)
 		require.NoError(t, a.EnsureHeld(0))
@@ -99,7 +99,7 @@ func TestSessionKindBehindARealPgBouncer(t *testing.T) {
 
 		// The bouncer resets the server connection when a's client goes:
 		// the lock goes with it, and the rival moves in without a TTL.
-		require.NoError(t, a.Close())
+		require.NoError(t, a.Stop(context.Background()))
 		pgtest.Eventually(t, 30e9, func() bool { return len(pass(t, rival).Owned) == 4 },
 			"the rival takes a's buckets once a's session is gone")
 	})

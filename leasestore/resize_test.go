@@ -453,8 +453,8 @@ func TestFeeders(t *testing.T) {
 		require.Equal(t, c.want, Feeders(c.n, c.m, c.j), "%d → %d, bucket %d", c.n, c.m, c.j)
 		// Every stream of new bucket j was in a feeder (lemma L0).
 		for h := int64(-1000); h < 1000; h += 7 {
-			if eventsource.Member(h, c.m) == c.j {
-				require.Contains(t, c.want, eventsource.Member(h, c.n))
+			if eventsource.BucketOfHash(h, c.m) == c.j {
+				require.Contains(t, c.want, eventsource.BucketOfHash(h, c.n))
 			}
 		}
 	}

@@ -65,7 +65,7 @@ func TestSessionReachesThePoolsServerAndDatabase(t *testing.T) {
 		other := otherDatabase(t)
 		cfg := b.config(KindSession, 4, "a")
 		cfg.SessionURL = withDatabase(t, pgtest.URL(t), other)
-		_, err := New(context.Background(), b.pool, cfg)
+		_, err := startedStore(context.Background(), b.pool, cfg)
 		mm := requireMismatch(t, err, MismatchDatabase, cfg.SessionURL)
 		require.Contains(t, mm.Session, other)
 		require.Contains(t, err.Error(), "SessionURL")
@@ -87,7 +87,7 @@ func TestSessionReachesThePoolsServerAndDatabase(t *testing.T) {
 		b := setup(t)
 		cfg := b.config(KindSession, 4, "a")
 		cfg.SessionURL = withDatabase(t, second.URL, "")
-		_, err = New(ctx, b.pool, cfg)
+		_, err = startedStore(ctx, b.pool, cfg)
 		requireMismatch(t, err, MismatchServer, cfg.SessionURL)
 	})
 
@@ -137,7 +137,7 @@ func TestSessionReachesThePoolsServerAndDatabase(t *testing.T) {
 		u.User = url.UserPassword(role, "s3cret-pw")
 		elsewhere := b.config(KindSession, 4, "c")
 		elsewhere.SessionURL = u.String()
-		_, err = New(ctx, pool, elsewhere)
+		_, err = startedStore(ctx, pool, elsewhere)
 		requireMismatch(t, err, MismatchDatabase, elsewhere.SessionURL)
 
 		// As on a hosted service that revokes it: without the system
@@ -152,7 +152,7 @@ func TestSessionReachesThePoolsServerAndDatabase(t *testing.T) {
 		require.ErrorContains(t, err, "permission denied")
 		d := openOn(t, pool, b.config(KindSession, 4, "d"))
 		pass(t, d)
-		_, err = New(ctx, pool, elsewhere)
+		_, err = startedStore(ctx, pool, elsewhere)
 		requireMismatch(t, err, MismatchDatabase, elsewhere.SessionURL)
 	})
 }

@@ -99,7 +99,7 @@ func TestStopEndsASessionCheckLeftRunning(t *testing.T) {
 	require.ErrorIs(t, a.EnsureHeld(0), ErrNotHeld)
 	eventually(t, 30*time.Second, func() bool { return waitsFor(t, b, pid, slow) },
 		func() string { return fmt.Sprintf("the session's backend %d never waited for the test's lock", pid) })
-	require.NoError(t, a.Close())
+	require.NoError(t, a.Stop(context.Background()))
 	a.session.mu.Lock()
 	pending := a.session.next
 	a.session.mu.Unlock()

@@ -19,10 +19,6 @@ type Snapshot struct {
 	Now     time.Time
 	Buckets []BucketState // sorted by bucket
 	Workers []WorkerState // sorted by worker
-	// Members is the former name of Workers (the same slice).
-	//
-	// Deprecated: use Workers.
-	Members []WorkerState
 }
 
 // BucketState is one lease row. Zero times stand for NULL.
@@ -42,10 +38,6 @@ type BucketState struct {
 	Generation int   // the bucket's generation (docs/resize.md)
 	Proposal   int64 // an old bucket's cut proposal during a resize; -1: none
 	Drained    bool  // an old bucket drained to the cut
-	// ShardCount is the former name of BucketCount (the same value).
-	//
-	// Deprecated: use BucketCount.
-	ShardCount int
 }
 
 // Held reports whether the bucket has an owner whose lease is unexpired at
@@ -122,10 +114,6 @@ type SubscriptionLeases struct {
 	Buckets      int    // N
 	Held         int    // buckets with an owner whose lease is unexpired
 	LiveWorkers  int    // workers whose row is unexpired
-	// Members is the former name of LiveWorkers (the same value).
-	//
-	// Deprecated: use LiveWorkers.
-	Members int
 }
 
 // ListSubscriptions lists every subscription with lease rows in schema, by
@@ -153,7 +141,6 @@ func listSubscriptions(ctx context.Context, db querier, schema string) ([]Subscr
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SubscriptionLeases, error) {
 		var s SubscriptionLeases
 		err := r.Scan(&s.Subscription, &s.Buckets, &s.Held, &s.LiveWorkers)
-		s.Members = s.LiveWorkers
 		return s, err
 	})
 	if err != nil {
@@ -199,7 +186,6 @@ func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription st
 		b.Bucket = b.Slot % eventsource.MaxGroupSize
 		b.GrantedAt, b.Expires, b.Heartbeat, b.ClaimedAt = orZero(granted), orZero(expires),
 			orZero(heartbeat), orZero(claimed)
-		b.ShardCount = b.BucketCount
 		return b, err
 	})
 	if err != nil {
@@ -219,7 +205,6 @@ func readSnapshot(ctx context.Context, tx pgx.Tx, st statements, subscription st
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap.Members = snap.Workers
 	if snap.Now.IsZero() {
 		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&snap.Now); err != nil {
 			return Snapshot{}, err

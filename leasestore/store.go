@@ -98,24 +98,10 @@ type Lease struct {
 	Ready bool
 }
 
-// New validates cfg and returns the worker's Store, started: it is
-// [NewStore] then [Store.Start], and joins the pool at once. The tables
-// must exist: call [Migrate] first.
-func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
-	s, err := NewStore(pool, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Start(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// NewStore validates cfg and returns the worker's Store, not started: it
-// has not joined, and its methods return [ErrNotStarted] until
-// [Store.Start]. It makes no connection.
-func NewStore(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+// New validates cfg and returns the worker's Store, not started: it has
+// not joined, and its methods return [ErrNotStarted] until [Store.Start].
+// It makes no connection. The tables must exist: call [Migrate] first.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -229,7 +215,7 @@ func (s *Store) Config() Config { return s.cfg }
 // Config.Buckets only applies when a subscription is created (a resize
 // changes it, docs/resize.md), and a store whose Config.Buckets differs
 // from the serving generation's count logs so once at Warn and serves the
-// database's generations; it no longer returns *[BucketCountMismatchError].
+// database's generations.
 // Lease rows that a worker of an older version created without a
 // subscriptions row are adopted, with their count. [Store.Pass] calls it
 // once if it has not been called.
@@ -340,7 +326,7 @@ func (s *Store) EnsureHeld(bucket int) error {
 
 // fresh fails once h's last renewal started TTL-Margin ago or more.
 func (s *Store) fresh(bucket int, h heldLease) error {
-	if now := readClock(s.cfg.Clock); !renewalFresh(h.renewed, now, s.usable) {
+	if now := readClock(s.cfg.clock); !renewalFresh(h.renewed, now, s.usable) {
 		return fmt.Errorf("leasestore: bucket %d: its last renewal started %v ago (suspensions of the host "+
 			"included), not under TTL-Margin (%v): %w", bucket, h.renewed.since(now), s.usable, ErrNotHeld)
 	}
@@ -374,10 +360,6 @@ func (s *Store) forget(buckets ...int) map[int]heldLease {
 	}
 	return gone
 }
-
-// Close is [Store.Stop] without a deadline. It releases no lease: call
-// [Store.Leave] first for a graceful exit.
-func (s *Store) Close() error { return s.Stop(context.Background()) }
 
 // FairShare is the number of buckets each of live workers should hold:
 // ceil(n / live), with live below one counted as one.

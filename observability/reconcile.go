@@ -19,20 +19,6 @@ type PassSummary struct {
 	Claimed, Taken, Stolen, Given, Shed, Released, Lost int
 	// Err is the error that cut the pass short, if any.
 	Err error
-	// Members is the former name of LiveWorkers, read when LiveWorkers is
-	// zero.
-	//
-	// Deprecated: use LiveWorkers.
-	Members int
-}
-
-// liveWorkers is LiveWorkers, or the deprecated Members a caller may
-// still set instead.
-func (s PassSummary) liveWorkers() int {
-	if s.LiveWorkers == 0 {
-		return s.Members
-	}
-	return s.LiveWorkers
 }
 
 func (s PassSummary) changed() bool {
@@ -75,7 +61,7 @@ func (r ReconcileSpan) End(s PassSummary) {
 	}
 	if r.span.IsRecording() {
 		r.span.SetAttributes(
-			attribute.Int(AttrLiveWorkers, s.liveWorkers()),
+			attribute.Int(AttrLiveWorkers, s.LiveWorkers),
 			attribute.Int(AttrFairShare, s.FairShare),
 			attribute.Int(AttrOwned, s.Owned),
 			attribute.Int(AttrClaimed, s.Claimed),

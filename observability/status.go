@@ -24,11 +24,6 @@ type SubscriptionStatus struct {
 	// Published is the position through which this process's publisher
 	// has read the store and posted the events to its readers.
 	Published int64 `json:"published,omitempty"`
-	// Members is the former name of LiveWorkers, read when LiveWorkers is
-	// zero; [Telemetry.Status] returns both set alike.
-	//
-	// Deprecated: use LiveWorkers.
-	Members int `json:"-"`
 }
 
 // BucketStatus is one owned bucket.
@@ -130,10 +125,6 @@ func (t *Telemetry) Status() []SubscriptionStatus {
 	out := make([]SubscriptionStatus, 0, len(fs))
 	for _, f := range fs {
 		s := f()
-		if s.LiveWorkers == 0 {
-			s.LiveWorkers = s.Members
-		}
-		s.Members = s.LiveWorkers
 		owned := append([]BucketStatus(nil), s.Owned...)
 		sort.Slice(owned, func(i, j int) bool { return owned[i].Bucket < owned[j].Bucket })
 		if owned == nil {

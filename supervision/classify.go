@@ -54,7 +54,7 @@ func (c Class) String() string {
 // its own type, whose message names the package and the field, and every
 // one carries the marker: this package's *ConfigError,
 // eventsource.ConfigError, leasestore.ConfigError,
-// leasestore.BucketCountMismatchError, leasestore.SessionMismatchError,
+// leasestore.SessionMismatchError, leasestore.SessionPoolerError,
 // actors.OptionError, console.OptionError, and the internal packages'
 // migrate.SchemaError, migrate.NewerSchemaError, overflow.ConfigError and
 // worker.URLError. A test classifies one of each.

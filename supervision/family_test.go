@@ -33,7 +33,6 @@ func TestEveryConfigErrorClassifiesAsConfig(t *testing.T) {
 		{"*supervision.ConfigError", supervision.Backoff{Initial: -1}.Validate()},
 		{"*eventsource.ConfigError", errOf(eventsource.New(nil, eventsource.Config{}))},
 		{"*leasestore.ConfigError", leasestore.Config{Subscription: "orders", Buckets: 4}.Validate()},
-		{"*leasestore.BucketCountMismatchError", &leasestore.BucketCountMismatchError{Subscription: "orders", Configured: 8, Found: 4}},
 		{"*leasestore.SessionMismatchError", &leasestore.SessionMismatchError{Mismatch: leasestore.MismatchDatabase, Session: "a", Pool: "b"}},
 		{"*leasestore.SessionPoolerError", &leasestore.SessionPoolerError{Evidence: "two backends"}},
 		{"*actors.OptionError", actors.GroupOptions{}.WithDefaults().Validate()},

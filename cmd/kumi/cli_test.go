@@ -473,11 +473,14 @@ func TestCheckpointResetOnALapsedLeaseIsNotUndoneByItsOwner(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	evs := b.appendEvents(t, "account", 2, 20)
-	a, err := leasestore.New(ctx, b.store.Pool(), leasestore.Config{Schema: b.schema, Subscription: "balances",
+	a, err := leasestore.New(b.store.Pool(), leasestore.Config{Schema: b.schema, Subscription: "balances",
 		Worker: "worker-a", Buckets: 1, NoListen: true,
 		TTL: 600 * time.Millisecond, Heartbeat: 250 * time.Millisecond, Margin: 200 * time.Millisecond})
+	if err == nil {
+		err = a.Start(ctx)
+	}
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = a.Close() })
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
 	res, err := a.Pass(ctx)
 	require.NoError(t, err)
 	l := res.Claimed[0]

@@ -164,11 +164,14 @@ func (b *bundle) appendEvents(t *testing.T, category string, streams, n int) []e
 // TestStatus saw 0 held buckets).
 func (b *bundle) lease(t *testing.T, subscription, worker string, buckets int) *leasestore.Store {
 	t.Helper()
-	s, err := leasestore.New(context.Background(), b.store.Pool(), leasestore.Config{
+	s, err := leasestore.New(b.store.Pool(), leasestore.Config{
 		Schema: b.schema, Subscription: subscription, Worker: worker, Buckets: buckets, NoListen: true,
 		TTL: time.Hour})
+	if err == nil {
+		err = s.Start(context.Background())
+	}
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s
 }
 

@@ -21,10 +21,13 @@ func TestStatusOnAReplica(t *testing.T) {
 	ctx := context.Background()
 	b, r := setupStandby(t, func(b *bundle, primary string) {
 		b.appendEvents(t, "account", 3, 12)
-		ls, err := leasestore.New(ctx, b.store.Pool(), leasestore.Config{Schema: b.schema, Subscription: "balances",
+		ls, err := leasestore.New(b.store.Pool(), leasestore.Config{Schema: b.schema, Subscription: "balances",
 			Worker: "worker-s", Buckets: 2, Kind: leasestore.KindSession, SessionURL: primary, NoListen: true})
+		if err == nil {
+			err = ls.Start(ctx)
+		}
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = ls.Close() })
+		t.Cleanup(func() { _ = ls.Stop(context.Background()) })
 		_, err = ls.Pass(ctx)
 		require.NoError(t, err)
 	})

@@ -90,8 +90,11 @@ func run(once bool) error {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(nil)))
 	defer system.Shutdown()
 
-	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{}) // migrates, starts the publisher
+	rt, err := actors.New(system, store, actors.RuntimeOptions{})
 	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil { // migrates, starts the publisher
 		return err
 	}
 	var mine uuid.UUID // the deposit -once appends

@@ -228,8 +228,11 @@ func Run(ctx context.Context, c Config) error {
 		}
 		defer ro.ReadPool.Close()
 	}
-	rt, err := actors.NewRuntime(ctx, system, store, ro)
+	rt, err := actors.New(system, store, ro)
 	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, SinkDDL(c.Schema)); err != nil {

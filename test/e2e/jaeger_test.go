@@ -57,8 +57,9 @@ func startWorker(t *testing.T, schema, service, name string, handled chan<- stri
 	store, err := eventsource.New(pgtest.NewPool(t, 8), eventsource.Config{Schema: schema})
 	require.NoError(t, err)
 	tel := observability.New(observability.Options{TracerProvider: w.tp, Logger: slog.New(slog.DiscardHandler)})
-	w.rt, err = actors.NewRuntime(ctx, w.sys, store, actors.RuntimeOptions{Telemetry: tel})
+	w.rt, err = actors.New(w.sys, store, actors.RuntimeOptions{Telemetry: tel})
 	require.NoError(t, err)
+	require.NoError(t, w.rt.Start(ctx))
 	w.group, err = w.rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: "e2e", Category: "order", Buckets: 4, Worker: name,
 		Lease: actors.LeaseOptions{TTL: 2 * time.Second, Heartbeat: 200 * time.Millisecond, Margin: 600 * time.Millisecond},

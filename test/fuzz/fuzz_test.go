@@ -1,7 +1,6 @@
 package fuzz_test
 
 import (
-	"context"
 	"crypto/md5"
 	"encoding/binary"
 	"errors"
@@ -127,7 +126,7 @@ func FuzzLeaseConfig(f *testing.F) {
 		}
 		cfg := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Worker: o.Worker, Buckets: o.Buckets,
 			Kind: lease.Kind, TTL: lease.TTL, Heartbeat: lease.Heartbeat, Margin: lease.Margin}
-		_, err := leasestore.New(context.Background(), nil, cfg)
+		_, err := leasestore.New(nil, cfg)
 		var ce *leasestore.ConfigError
 		switch {
 		case err == nil:

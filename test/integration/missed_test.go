@@ -129,9 +129,12 @@ func leaseStoreAs(t *testing.T, e *env, id string) *leasestore.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := leasestore.New(context.Background(), pool, leasestore.Config{Schema: e.cfg.Schema,
+	s, err := leasestore.New(pool, leasestore.Config{Schema: e.cfg.Schema,
 		Subscription: e.cfg.Subscription, Worker: id, Buckets: e.cfg.Buckets, Kind: e.cfg.Kind,
 		TTL: e.cfg.Lease.TTL, Heartbeat: e.cfg.Lease.Heartbeat, Margin: e.cfg.Lease.Margin, NoListen: true})
+	if err == nil {
+		err = s.Start(context.Background())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

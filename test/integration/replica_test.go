@@ -111,7 +111,7 @@ func skippedEvents(t *testing.T, e *env) int {
 			return skipped
 		}
 		for _, ev := range events {
-			if ev.Position <= cps[eventsource.Member(ev.Hash, e.cfg.Buckets)] && !sunk[ev.ID] {
+			if ev.Position <= cps[eventsource.BucketOfHash(ev.Hash, e.cfg.Buckets)] && !sunk[ev.ID] {
 				skipped++
 			}
 		}

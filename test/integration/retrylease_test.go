@@ -43,8 +43,11 @@ func TestRetriedDeliveryRechecksItsLease(t *testing.T) {
 	}
 	logger := slog.New(slog.DiscardHandler)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{PollInterval: 50 * time.Millisecond})
+	rt, err := actors.New(system, store, actors.RuntimeOptions{PollInterval: 50 * time.Millisecond})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = rt.Stop(context.Background()) }()

@@ -146,7 +146,10 @@ func startGoWorker(t *testing.T, cfg clusterConfig, id string) *goWorker {
 	}
 	logger := slog.New(slog.DiscardHandler)
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return logger }))
-	rt, err := actors.NewRuntime(ctx, system, store, actors.RuntimeOptions{})
+	rt, err := actors.New(system, store, actors.RuntimeOptions{})
+	if err == nil {
+		err = rt.Start(ctx)
+	}
 	if err != nil {
 		pool.Close()
 		t.Error(err)
