@@ -22,10 +22,11 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m $(BENCH_FLAGS) ./eventsource/ ./leasestore/ ./actors/ ./internal/overflow/
 
-## lint: gofmt, go vet.
+## lint: gofmt, go vet, and the public surface's size (tools/apisurface).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) run ./tools/apisurface
 
 ## vet: go vet alone.
 vet:
