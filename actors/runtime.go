@@ -26,7 +26,7 @@ type RuntimeOptions struct {
 	// Logger receives kumi's logs; nil discards them.
 	Logger *slog.Logger
 	// Telemetry records traces and metrics; nil uses the OpenTelemetry
-	// globals (no-op unless configured, see observability.Setup).
+	// globals (no-op unless configured, see otelsetup.Setup).
 	Telemetry *observability.Telemetry
 	// PollInterval is the publisher's safety poll. Default 1 s.
 	PollInterval time.Duration

@@ -21,7 +21,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
-	"github.com/kumi-run/kumi/observability"
+	"github.com/kumi-run/kumi/observability/otelsetup"
 )
 
 // The demo's subscription and category.
@@ -145,7 +145,7 @@ func runDemo(cfg config, stdout, stderr io.Writer) int {
 		d.console = page // the header (plain mode) or the live view shows it
 	}
 	if otelConfigured() {
-		shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{
+		shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{
 			ServiceName: "kumi-demo", Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			fmt.Fprintf(stderr, "demo: tracing: %v\n", err)

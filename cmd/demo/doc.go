@@ -74,5 +74,5 @@
 // -console off not at all.
 //
 // With OTEL_EXPORTER_OTLP_ENDPOINT set the workers export their traces
-// (observability.Setup) and the demo says where to look.
+// (otelsetup.Setup) and the demo says where to look.
 package main

@@ -1,13 +1,12 @@
 package main
 
 import (
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/godeps"
 )
 
 // The operator's CLI reads the tables through eventsource and leasestore;
@@ -16,13 +15,7 @@ import (
 // internal/worker, and made the CLI twice the size.
 func TestCLIDoesNotCarryTheRuntime(t *testing.T) {
 	t.Parallel()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(goTool, "list", "-deps", ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	deps := strings.Fields(string(out))
+	deps := godeps.List(t, ".")
 	require.Contains(t, deps, "github.com/kumi-run/kumi/leasestore", "go list -deps lists the CLI's dependencies")
 	var unwanted []string
 	for _, d := range deps {

@@ -25,6 +25,7 @@ import (
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
+	"github.com/kumi-run/kumi/observability/otelsetup"
 )
 
 // Config configures a worker process.
@@ -192,7 +193,7 @@ func Run(ctx context.Context, c Config) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	shutdown, err := observability.Setup(ctx, observability.SetupOptions{ServiceName: "kumi-worker", Logger: logger})
+	shutdown, err := otelsetup.Setup(ctx, otelsetup.Options{ServiceName: "kumi-worker", Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package observability_test
+package otelsetup_test
 
 import (
 	"bytes"
@@ -20,8 +20,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/kumi-run/kumi/internal/leaktest"
 	"github.com/kumi-run/kumi/observability"
+	"github.com/kumi-run/kumi/observability/otelsetup"
 )
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // These tests change otel's globals; none of them runs in parallel.
 
@@ -40,7 +44,7 @@ func clearOTelEnv(t *testing.T) {
 func TestSetupWithoutEndpointInstallsNoTracer(t *testing.T) {
 	clearOTelEnv(t)
 	reg := prometheus.NewRegistry()
-	shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{Registerer: reg})
+	shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{Registerer: reg})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, shutdown(context.Background())) }()
 
@@ -52,7 +56,7 @@ func TestSetupWithoutEndpointInstallsNoTracer(t *testing.T) {
 
 	tel := observability.New(observability.Options{})
 	defer tel.Close()
-	_, d := tel.StartDelivery(context.Background(), delivery(1, 1, 1))
+	_, d := tel.StartDelivery(context.Background(), observability.DeliveryInfo{Subscription: "orders", Category: "order", Bucket: 1, Position: 1, Attempt: 1})
 	d.End(observability.OutcomeAck, nil)
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
@@ -100,7 +104,7 @@ func TestSetupExportsOTLPHTTPFromEnv(t *testing.T) {
 	t.Setenv("OTEL_METRICS_EXPORTER", "none")
 	meterMarker := otel.GetMeterProvider()
 
-	shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{})
+	shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{})
 	require.NoError(t, err)
 	_, isSDK := otel.GetTracerProvider().(*sdktrace.TracerProvider)
 	require.True(t, isSDK)
@@ -130,7 +134,7 @@ func TestSetupGRPCProtocol(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1") // nothing listens; export is lazy
 	t.Setenv("OTEL_METRICS_EXPORTER", "none")
-	shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{})
+	shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{})
 	require.NoError(t, err)
 	_, isSDK := otel.GetTracerProvider().(*sdktrace.TracerProvider)
 	assert.True(t, isSDK)
@@ -144,7 +148,7 @@ func TestSetupEnvChoices(t *testing.T) {
 		clearOTelEnv(t)
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
-		_, err := observability.Setup(context.Background(), observability.SetupOptions{Registerer: prometheus.NewRegistry()})
+		_, err := otelsetup.Setup(context.Background(), otelsetup.Options{Registerer: prometheus.NewRegistry()})
 		require.ErrorContains(t, err, `unsupported OTLP protocol "http/json"`)
 	})
 	t.Run("unsupported exporters are logged and off", func(t *testing.T) {
@@ -153,8 +157,8 @@ func TestSetupEnvChoices(t *testing.T) {
 		marker := otel.GetTracerProvider()
 		t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
 		t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
-		var logs syncBuffer
-		shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{
+		var logs bytes.Buffer // Setup logs these before it returns
+		shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		require.NoError(t, shutdown(context.Background()))
@@ -167,7 +171,7 @@ func TestSetupEnvChoices(t *testing.T) {
 		marker := otel.GetTracerProvider()
 		t.Setenv("OTEL_TRACES_EXPORTER", "none")
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-		shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{Registerer: prometheus.NewRegistry()})
+		shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
 		require.NoError(t, shutdown(context.Background()))
 		assert.Same(t, marker, otel.GetTracerProvider())
@@ -177,7 +181,7 @@ func TestSetupEnvChoices(t *testing.T) {
 		marker, meterMarker := otel.GetTracerProvider(), otel.GetMeterProvider()
 		t.Setenv("OTEL_SDK_DISABLED", "true")
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-		shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{Registerer: prometheus.NewRegistry()})
+		shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
 		require.NoError(t, shutdown(context.Background()))
 		assert.Same(t, marker, otel.GetTracerProvider())
@@ -189,7 +193,7 @@ func TestSetupEnvChoices(t *testing.T) {
 func TestSetupSpanExporterOption(t *testing.T) {
 	clearOTelEnv(t)
 	exp := tracetest.NewInMemoryExporter()
-	shutdown, err := observability.Setup(context.Background(), observability.SetupOptions{
+	shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{
 		SpanExporter: exp, ServiceName: "kumi-inmem", ServiceVersion: "v0.0.1", Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	tel := observability.New(observability.Options{})

@@ -1,4 +1,4 @@
-package observability
+package otelsetup
 
 import (
 	"context"
@@ -21,16 +21,16 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
-// SetupOptions configures Setup. Every field is optional; the environment
+// Options configures Setup. Every field is optional; the environment
 // decides the rest.
-type SetupOptions struct {
+type Options struct {
 	// ServiceName is service.name when OTEL_SERVICE_NAME (or service.name
 	// in OTEL_RESOURCE_ATTRIBUTES) is unset; empty means "kumi".
 	ServiceName string
 	// ServiceVersion, if set, becomes service.version.
 	ServiceVersion string
 	// Registerer receives the Prometheus exporter's collector; nil means
-	// prometheus.DefaultRegisterer, which Handler serves by default.
+	// prometheus.DefaultRegisterer, which observability.Handler serves by default.
 	Registerer prometheus.Registerer
 	// SpanExporter, if set, replaces the exporter chosen from the
 	// environment (tests, or an exporter kumi does not build in).
@@ -41,7 +41,7 @@ type SetupOptions struct {
 }
 
 // Setup configures OpenTelemetry the standard way, from the environment,
-// and installs the result as otel's globals — which New uses when given no
+// and installs the result as otel's globals — which observability.New uses when given no
 // providers:
 //
 //   - Traces: exported with OTLP when OTEL_TRACES_EXPORTER is "otlp", or is
@@ -52,7 +52,7 @@ type SetupOptions struct {
 //     SDK reads OTEL_TRACES_SAMPLER(_ARG) and OTEL_BSP_*. Otherwise no
 //     tracer provider is installed: spans cost a no-op, and trace context
 //     still flows from appender to handler through event metadata.
-//   - Metrics: a Prometheus exporter (pull, served by Handler's /metrics)
+//   - Metrics: a Prometheus exporter (pull, served by observability.Handler's /metrics)
 //     unless OTEL_METRICS_EXPORTER is "none".
 //   - Resource: service.name from OTEL_SERVICE_NAME or o.ServiceName, plus
 //     OTEL_RESOURCE_ATTRIBUTES, the SDK's and the host's attributes.
@@ -62,7 +62,7 @@ type SetupOptions struct {
 // Unsupported exporter names are logged and treated as "none". The returned
 // shutdown flushes pending spans and stops the providers; call it before the
 // process exits. Setup is meant to be called once per process.
-func Setup(ctx context.Context, o SetupOptions) (shutdown func(context.Context) error, err error) {
+func Setup(ctx context.Context, o Options) (shutdown func(context.Context) error, err error) {
 	lg := o.Logger
 	if lg == nil {
 		lg = slog.Default()
@@ -91,7 +91,7 @@ func Setup(ctx context.Context, o SetupOptions) (shutdown func(context.Context) 
 		resource.WithFromEnv(),
 	)
 	if err != nil && res == nil {
-		return nil, fmt.Errorf("observability: resource: %w", err)
+		return nil, fmt.Errorf("otelsetup: resource: %w", err)
 	}
 
 	exp := o.SpanExporter
@@ -117,14 +117,14 @@ func Setup(ctx context.Context, o SetupOptions) (shutdown func(context.Context) 
 		}
 		pe, err := promexporter.New(promexporter.WithRegisterer(reg))
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("observability: prometheus exporter: %w", err), shutdownAll(ctx, shutdowns))
+			return nil, errors.Join(fmt.Errorf("otelsetup: prometheus exporter: %w", err), shutdownAll(ctx, shutdowns))
 		}
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(pe), sdkmetric.WithResource(res))
 		otel.SetMeterProvider(mp)
 		shutdowns = append(shutdowns, mp.Shutdown)
 	case "none":
 	default:
-		lg.Warn("observability: unsupported OTEL_METRICS_EXPORTER, metrics disabled", slog.String("value", m))
+		lg.Warn("otelsetup: unsupported OTEL_METRICS_EXPORTER, metrics disabled", slog.String("value", m))
 	}
 
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
@@ -162,7 +162,7 @@ func spanExporterFromEnv(ctx context.Context, lg *slog.Logger) (sdktrace.SpanExp
 		return nil, nil
 	case "otlp":
 	default:
-		lg.Warn("observability: unsupported OTEL_TRACES_EXPORTER, tracing disabled", slog.String("value", exporter))
+		lg.Warn("otelsetup: unsupported OTEL_TRACES_EXPORTER, tracing disabled", slog.String("value", exporter))
 		return nil, nil
 	}
 	protocol := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
@@ -173,16 +173,16 @@ func spanExporterFromEnv(ctx context.Context, lg *slog.Logger) (sdktrace.SpanExp
 	case "", "http/protobuf":
 		exp, err := otlptracehttp.New(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("observability: otlp http exporter: %w", err)
+			return nil, fmt.Errorf("otelsetup: otlp http exporter: %w", err)
 		}
 		return exp, nil
 	case "grpc":
 		exp, err := otlptracegrpc.New(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("observability: otlp grpc exporter: %w", err)
+			return nil, fmt.Errorf("otelsetup: otlp grpc exporter: %w", err)
 		}
 		return exp, nil
 	default:
-		return nil, fmt.Errorf("observability: unsupported OTLP protocol %q (want http/protobuf or grpc)", protocol)
+		return nil, fmt.Errorf("otelsetup: unsupported OTLP protocol %q (want http/protobuf or grpc)", protocol)
 	}
 }
