@@ -22,11 +22,19 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m $(BENCH_FLAGS) ./eventsource/ ./leasestore/ ./actors/ ./internal/overflow/
 
-## lint: gofmt, go vet, and the public surface's size (tools/apisurface).
-lint:
+## lint: gofmt, go vet, golangci-lint (.golangci.yml; the version pinned in
+## tools/golangci/go.mod, built once into bin/), and the public surface's
+## size (tools/apisurface).
+GOLANGCI := bin/golangci-lint
+lint: $(GOLANGCI)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GOLANGCI) run --timeout 15m $(PKGS)
 	$(GO) run ./tools/apisurface
+
+$(GOLANGCI): tools/golangci/go.mod tools/golangci/go.sum
+	@echo "building golangci-lint (the first time takes a few minutes)"
+	cd tools/golangci && $(GO) build -o ../../$(GOLANGCI) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 ## vet: go vet alone.
 vet:

@@ -28,7 +28,7 @@ func sums(rm metricdata.ResourceMetrics, name, key string) map[string]float64 {
 					return ""
 				}
 				v, _ := set.Value(attribute.Key(key))
-				return v.Emit()
+				return v.String()
 			}
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -151,12 +150,4 @@ func TestBucketLagUntil(t *testing.T) {
 	}
 	_, _, err = s.BucketLagUntil(ctx, "lag", 2, 2, 0, cut)
 	require.ErrorIs(t, err, eventsource.ErrInvalidBucket)
-}
-
-// migrationCount is the number of the event store's migrations.
-func migrationCount(t *testing.T) int {
-	t.Helper()
-	files, err := os.ReadDir("migrations")
-	require.NoError(t, err)
-	return len(files)
 }

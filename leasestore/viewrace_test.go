@@ -139,11 +139,3 @@ func TestAFenceLostWhileAPassAppliesStaysLost(t *testing.T) {
 	require.Greater(t, leaseOf(t, nil, 0, res.Claimed...).Epoch, held.Epoch)
 	require.NoError(t, a.EnsureHeld(0))
 }
-
-func slots(ls []Lease) []int {
-	out := make([]int, len(ls))
-	for i, l := range ls {
-		out[i] = l.Slot
-	}
-	return out
-}

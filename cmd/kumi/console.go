@@ -88,7 +88,9 @@ func (c *consoleCmd) Run(e *env) error {
 	if err := srv.Shutdown(ctx); err != nil {
 		return err
 	}
-	<-done
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 )
 
 // BuildBinary builds the Go package pkg (an import path) into an
@@ -15,9 +14,9 @@ import (
 // a race inside a process under test fails the run too. Call it from
 // TestMain, before [Main].
 func BuildBinary(pkg, name string) (string, error) {
-	goTool, err := exec.LookPath("go")
+	goTool, err := exec.LookPath("go") // go test puts its own first on PATH
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", err
 	}
 	dir := ""
 	if exe, err := os.Executable(); err == nil {

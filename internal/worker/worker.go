@@ -215,7 +215,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	system := actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(logger)))
 	tel := observability.New(observability.Options{Logger: logger})
-	defer tel.Close()
+	defer func() { _ = tel.Close() }()
 	ro := actors.RuntimeOptions{Logger: logger, Telemetry: tel, QueueBytes: c.ProcessQueueBytes,
 		ReadReplica: eventsource.ReadReplicaOptions{Wait: c.ReplicaWait, FallbackLag: c.ReplicaFallbackLag}}
 	if c.ReadURL != "" {

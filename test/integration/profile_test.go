@@ -3,8 +3,6 @@ package integration
 import (
 	"os"
 	"time"
-
-	"github.com/kumi-run/kumi/leasestore"
 )
 
 // The short form (CI, the default) runs every scenario for seconds; the
@@ -36,5 +34,3 @@ func defaultLease() leaseTimings {
 		leaseTimings{TTL: 3 * time.Second, Heartbeat: 300 * time.Millisecond, Margin: time.Second},
 	)
 }
-
-func kindName(k leasestore.Kind) string { return k.String() }

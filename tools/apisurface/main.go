@@ -67,50 +67,53 @@ func count(root string) (map[string]int, error) {
 		if rel != "." && private(rel) {
 			return filepath.SkipDir
 		}
-		fset := token.NewFileSet()
-		pkgs, err := parser.ParseDir(fset, path, func(fi fs.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, 0)
+		entries, err := os.ReadDir(path)
 		if err != nil {
 			return err
 		}
-		for name, p := range pkgs {
-			if name == "main" {
+		fset := token.NewFileSet()
+		for _, e := range entries {
+			name := e.Name()
+			if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
 				continue
 			}
-			out[filepath.ToSlash(rel)] += exported(p)
+			f, err := parser.ParseFile(fset, filepath.Join(path, name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			if f.Name.Name != "main" {
+				out[filepath.ToSlash(rel)] += exported(f)
+			}
 		}
 		return nil
 	})
 	return out, err
 }
 
-// exported counts a package's exported identifiers.
-func exported(p *ast.Package) int {
+// exported counts a file's exported identifiers.
+func exported(f *ast.File) int {
 	n := 0
-	for _, f := range p.Files {
-		for _, decl := range f.Decls {
-			switch d := decl.(type) {
-			case *ast.FuncDecl:
-				if !d.Name.IsExported() {
-					continue
-				}
-				if d.Recv == nil || exportedRecv(d.Recv) {
-					n++
-				}
-			case *ast.GenDecl:
-				for _, s := range d.Specs {
-					switch s := s.(type) {
-					case *ast.ValueSpec:
-						for _, id := range s.Names {
-							if id.IsExported() {
-								n++
-							}
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() {
+				continue
+			}
+			if d.Recv == nil || exportedRecv(d.Recv) {
+				n++
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.ValueSpec:
+					for _, id := range s.Names {
+						if id.IsExported() {
+							n++
 						}
-					case *ast.TypeSpec:
-						if s.Name.IsExported() {
-							n += 1 + members(s.Type)
-						}
+					}
+				case *ast.TypeSpec:
+					if s.Name.IsExported() {
+						n += 1 + members(s.Type)
 					}
 				}
 			}
