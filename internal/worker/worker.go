@@ -205,7 +205,7 @@ func Run(ctx context.Context, c Config) error {
 	pcfg.MaxConns = int32(cmp.Or(c.PoolConns, 8))
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return redact(err)
+		return inspect.RedactError(c.DatabaseURL, err)
 	}
 	defer pool.Close()
 	store, err := eventsource.New(pool, eventsource.Config{Schema: c.Schema})
@@ -224,7 +224,7 @@ func Run(ctx context.Context, c Config) error {
 		}
 		rcfg.MaxConns = pcfg.MaxConns
 		if ro.ReadPool, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
-			return redact(err)
+			return inspect.RedactError(c.ReadURL, err)
 		}
 		defer ro.ReadPool.Close()
 	}
@@ -343,6 +343,3 @@ ON CONFLICT (subscription, event_id) DO UPDATE SET deliveries = s.deliveries + 1
 		ctx.Respond(actors.Ack{})
 	})
 }
-
-// redact drops passwords from an error message.
-func redact(err error) error { return errors.New(inspect.RedactURL(err.Error())) }
