@@ -223,6 +223,10 @@ func TestBadFlagsExitTwo(t *testing.T) {
 		{"-bogus", "flag provided but not defined: -bogus"},
 		{"extra", `unexpected argument "extra"`},
 		{"-console 7070", `-console "7070": use HOST:PORT (127.0.0.1:0 picks a free loopback port) or off`},
+		// The demo's console has no token: beyond loopback it would be
+		// anyone's, dead letters and event data included.
+		{"-console 0.0.0.0:0", "-console 0.0.0.0:0: the demo's console has no token, so it serves on loopback only"},
+		{"-console :0", "serves on loopback only"},
 	} {
 		t.Run(c.args, func(t *testing.T) {
 			t.Parallel()
