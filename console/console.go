@@ -10,13 +10,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"unicode"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/httpguard"
 	"github.com/kumi-run/kumi/internal/inspect"
 )
 
@@ -135,7 +135,7 @@ func New(opts Options) (*Console, error) {
 		}
 	}
 	for i, h := range opts.Hosts {
-		if h == "" || strings.ContainsAny(h, ":/[] ") && net.ParseIP(h) == nil {
+		if !httpguard.ValidHost(h) {
 			return nil, &OptionError{fmt.Sprintf("Hosts[%d]", i), fmt.Sprintf("%q: must be a host name or an IP address, without a port", h)}
 		}
 	}
@@ -212,14 +212,6 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	http.Error(w, "unauthorized: this console needs its token, as the header \"Authorization: Bearer TOKEN\" "+
 		"or once in the address as ?token=TOKEN", http.StatusUnauthorized)
 	return false
-}
-
-// hostOf is a Host header's name without its port or IPv6 brackets.
-func hostOf(hostport string) string {
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		return h
-	}
-	return strings.Trim(hostport, "[]")
 }
 
 func (c *Console) tokenIs(s string) bool {

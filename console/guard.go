@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kumi-run/kumi/internal/httpguard"
 )
 
 // The checks every request passes before the console reads anything:
@@ -28,47 +29,7 @@ import (
 
 // AnyHost in [Options.Hosts] turns the Host check off: for a console
 // behind a reverse proxy that checks the Host itself.
-const AnyHost = "*"
-
-// isLoopbackName reports localhost and loopback addresses.
-func isLoopbackName(host string) bool {
-	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// localIP is the address the request arrived on, nil when the server
-// does not say (http.Server does, through http.LocalAddrContextKey).
-func localIP(r *http.Request) net.IP {
-	a, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if a == nil {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return nil
-	}
-	return net.ParseIP(host)
-}
-
-// hostAllowed applies the Host rule (see the top of this file).
-func (c *Console) hostAllowed(r *http.Request) bool {
-	h := hostOf(r.Host)
-	if len(c.opts.Hosts) > 0 {
-		return slices.Contains(c.opts.Hosts, AnyHost) || slices.Contains(c.opts.Hosts, h)
-	}
-	local := localIP(r)
-	switch {
-	case local == nil:
-		return false
-	case local.IsLoopback():
-		return isLoopbackName(h)
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.Equal(local)
-}
+const AnyHost = httpguard.AnyHost
 
 // needsToken reports a request that this console, having no token, must
 // not answer: it arrived on an address beyond loopback (or one the server
@@ -78,8 +39,7 @@ func (c *Console) needsToken(r *http.Request) bool {
 	if c.opts.Token != "" || !c.opts.AllowActions && c.opts.AllowReadsWithoutToken {
 		return false
 	}
-	local := localIP(r)
-	return local == nil || !local.IsLoopback()
+	return !httpguard.OnLoopback(r)
 }
 
 // crossSite reports a browser's request sent by another site's page, from
@@ -101,7 +61,7 @@ func crossSite(r *http.Request) bool {
 // did.
 func (c *Console) guard(w http.ResponseWriter, r *http.Request) bool {
 	switch {
-	case !c.hostAllowed(r):
+	case !httpguard.HostAllowed(r, c.opts.Hosts):
 		c.log.Warn("console request refused: unexpected Host", "host", r.Host, "remote", r.RemoteAddr)
 		http.Error(w, "this console does not answer to host "+strconv.Quote(r.Host)+
 			" (Options.Hosts, or kumi console --host, names the hosts it answers to)", http.StatusMisdirectedRequest)
@@ -129,7 +89,7 @@ func CheckListen(addr string, opts Options) error {
 	if err != nil {
 		return &OptionError{"Listen", fmt.Sprintf("%q: must be HOST:PORT", addr)}
 	}
-	if opts.Token != "" || isLoopbackName(host) {
+	if opts.Token != "" || httpguard.IsLoopbackName(host) {
 		return nil
 	}
 	if opts.AllowActions {

@@ -1,14 +1,13 @@
 package inspect
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/internal/redact"
 )
 
 // Every message kumi prints about a connection string goes through this
@@ -22,24 +21,10 @@ import (
 //   - any other message (a failed connection, a driver error) is passed
 //     through [Redact] with the string it came from, which masks URL and
 //     key=value passwords and every piece of what looks like the
-//     string's password, however the parser split it.
-
-var urlPassword = regexp.MustCompile(`(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@`)
-var kvPassword = regexp.MustCompile(`(password=)\S+`)
-
-// kvSecret finds password and sslpassword values in key=value strings and
-// URL queries, quoted or not.
-var kvSecret = regexp.MustCompile(`(?i)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'?|[^\s&]*)`)
+//     string's password, however the parser split it (internal/redact).
 
 // RedactURL replaces passwords in connection strings within s by "xxxxx".
-func RedactURL(s string) string {
-	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
-	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
-}
-
-// minSecretPiece is the shortest piece of a password that [Redact] masks
-// on its own: shorter pieces would mask ordinary words of the message.
-const minSecretPiece = 4
+func RedactURL(s string) string { return redact.URL(s) }
 
 // Redact masks, in msg, the passwords of connection strings (as
 // [RedactURL]) and every piece of conn's password: the whole of it, and
@@ -47,13 +32,7 @@ const minSecretPiece = 4
 // password "ab/cdef@host" whose "cdef" became a host name is masked there
 // too). Pieces shorter than four characters are left, as they cannot be
 // told from the message's own words.
-func Redact(conn, msg string) string {
-	msg = RedactURL(msg)
-	for _, s := range secretPieces(conn) {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
-	}
-	return msg
-}
+func Redact(conn, msg string) string { return redact.Conn(conn, msg) }
 
 // RedactError is err with its message passed through [Redact]; nil for
 // nil. It keeps no chain: the wrapped errors still hold the password.
@@ -62,44 +41,6 @@ func RedactError(conn string, err error) error {
 		return nil
 	}
 	return errors.New(Redact(conn, err.Error()))
-}
-
-// secretPieces returns what may be conn's password, longest first: a
-// URL's text between the user's ':' and the last '@' before the path (and
-// up to the first '@'), password= values, and the pieces of each between
-// separators.
-func secretPieces(conn string) []string {
-	var whole []string
-	if rest, ok := cutScheme(conn); ok {
-		if colon := strings.IndexByte(rest, ':'); colon >= 0 {
-			if at := strings.LastIndexByte(rest, '@'); at > colon {
-				whole = append(whole, rest[colon+1:at])
-			}
-			if at := strings.IndexByte(rest, '@'); at > colon {
-				whole = append(whole, rest[colon+1:at])
-			}
-		}
-	}
-	for _, m := range kvSecret.FindAllStringSubmatch(conn, -1) {
-		whole = append(whole, strings.Trim(m[1], "'"), m[1])
-	}
-	var out []string
-	for _, w := range whole {
-		out = append(out, w)
-		out = append(out, strings.FieldsFunc(w, func(r rune) bool {
-			return strings.ContainsRune("@/:?#&,=[]'\\%", r) || r == ' ' || r == '\t' || r == '\n' || r == '\r'
-		})...)
-	}
-	out = slices.DeleteFunc(out, func(s string) bool { return len(s) < minSecretPiece })
-	slices.SortFunc(out, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	return slices.Compact(out)
-}
-
-func cutScheme(conn string) (string, bool) {
-	if rest, ok := strings.CutPrefix(conn, "postgresql://"); ok {
-		return rest, true
-	}
-	return strings.CutPrefix(conn, "postgres://")
 }
 
 // URLError reports a connection string that is missing or does not
@@ -187,7 +128,7 @@ func parseProblem(conn string, err error) string {
 			return p.say
 		}
 	}
-	if _, ok := cutScheme(conn); ok {
+	if _, ok := redact.CutScheme(conn); ok {
 		return "it does not parse as a URL"
 	}
 	return "it does not parse as key=value pairs"
