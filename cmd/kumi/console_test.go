@@ -10,10 +10,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
 func TestConsoleServesReadOnlyOnLoopbackAndStopsOnSIGINT(t *testing.T) {
@@ -180,4 +184,45 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
+}
+
+// docs/operations.md's read-only role (USAGE on the schema, SELECT on its
+// tables) runs kumi status and dead-letters list, and cannot reset a checkpoint (the console
+// under it: console.TestTheConsoleRunsUnderAReadOnlyRole).
+func TestStatusRunsUnderAReadOnlyRole(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := b.lease(t, "orders", "worker-a", 2).Pass(ctx)
+	require.NoError(t, err)
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	role := fmt.Sprintf("kumi_ro_%x", rnd)
+	pool := pgtest.Pool(t)
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + b.schema + " TO " + role,
+		"GRANT SELECT ON ALL TABLES IN SCHEMA " + b.schema + " TO " + role,
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+	})
+	u, err := neturl.Parse(pgtest.URL(t))
+	require.NoError(t, err)
+	u.User = neturl.User(role)
+	env := []string{"DATABASE_URL=" + u.String(), "KUMI_SCHEMA=" + b.schema}
+
+	r := kumi(t, env, "status", "-s", "orders")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "worker-a")
+	r = kumi(t, env, "dead-letters", "list", "-s", "orders")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = kumi(t, env, "checkpoints", "reset", "-s", "orders", "--bucket", "0", "--position", "0", "--force")
+	require.NotEqual(t, 0, r.code, "the role cannot write: %s", r.stdout)
+	require.Contains(t, r.stderr, "permission denied")
 }
