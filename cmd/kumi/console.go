@@ -14,6 +14,7 @@ import (
 
 	"github.com/kumi-run/kumi/console"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/httpguard"
 )
 
 type consoleCmd struct {
@@ -93,7 +94,7 @@ func (c *consoleCmd) Run(e *env) error {
 	if err != nil {
 		return usageErrorf("--listen %s: %v", c.Listen, err)
 	}
-	if !isLoopback(host) {
+	if !httpguard.IsLoopbackName(host) {
 		if c.Token == "" {
 			log.Warn("the console serves beyond loopback without a token: anyone who reaches it reads every "+
 				"subscription's state and dead letters, event data included", "listen", c.Listen)
@@ -146,12 +147,4 @@ func (c *consoleCmd) readToken() error {
 		return usageErrorf("--token-file %s is empty", c.TokenFile)
 	}
 	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
