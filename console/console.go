@@ -77,8 +77,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// LoopbackHosts are the names of a console that serves on loopback: the
-// [Options.Hosts] of `kumi console` on a loopback address.
+// LoopbackHosts are the usual names of a console that serves on loopback,
+// for [Options.Hosts] when it must be set (to add a name); empty Hosts
+// already answer these, and any other loopback name, on loopback.
 var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // OptionError reports an invalid [Options] field, naming it and the valid
