@@ -251,8 +251,14 @@ func TestDatabaseErrors(t *testing.T) {
 		require.Equal(t, exitFail, r.code)
 		require.Contains(t, r.stderr, "DATABASE_URL: the database URL is not a valid PostgreSQL connection string")
 		require.NotContains(t, r.stdout+r.stderr, "hunter2")
-		r = runDemoBin(t, time.Minute, []string{"DATABASE_URL=postgres://kumi:s3cr3tPrefix/Tail@127.0.0.1/db"}, "-short")
+		// A '/' in the password: the demo and its worker processes.
+		slash := []string{"DATABASE_URL=postgres://kumi:s3cr3tPrefix/Tail@127.0.0.1/db"}
+		r = runDemoBin(t, time.Minute, slash, "-short")
 		require.Equal(t, exitFail, r.code)
+		require.NotContains(t, r.stdout+r.stderr, "s3cr3tPrefix")
+		r = runDemoBin(t, time.Minute, slash, "worker", "-buckets", "4")
+		require.Equal(t, exitFail, r.code, r.stderr)
+		require.Contains(t, r.stderr, "%2F")
 		require.NotContains(t, r.stdout+r.stderr, "s3cr3tPrefix")
 	})
 	t.Run("UnreachableDatabaseNeverShowsThePassword", func(t *testing.T) {
