@@ -63,6 +63,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseStreamName -fuzztime $(FUZZTIME) ./test/fuzz/
 	$(GO) test -run '^$$' -fuzz FuzzHash -fuzztime $(FUZZTIME) ./test/fuzz/
 	$(GO) test -run '^$$' -fuzz FuzzLeaseConfig -fuzztime $(FUZZTIME) ./test/fuzz/
+	$(GO) test -run '^$$' -fuzz FuzzConnStringRedaction -fuzztime $(FUZZTIME) ./test/fuzz/
 
 ## jaeger: build (once, cached) and start Jaeger v2 on loopback.
 jaeger:

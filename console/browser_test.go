@@ -56,6 +56,8 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
+		// rebind.test stands for a name whose DNS now says 127.0.0.1.
+		chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 900),
 	)

@@ -16,35 +16,37 @@ const lookEvery = time.Second
 // for it, so it does not run on any one request's context.
 const lookTimeout = 10 * time.Second
 
-// looks shares the reads of subscriptions between concurrent viewers: a
-// request gets the last look at its subscription when it is younger than
-// lookEvery, waits for the read in flight if there is one, and reads
-// otherwise. Errors are shared the same way.
-type looks struct {
-	read func(ctx context.Context, sub string) (State, error)
+// looks shares the reads of subscriptions (or of the overview, T a list
+// of summaries under the key "") between concurrent viewers: a request
+// gets the last look at its key when it is younger than lookEvery, waits
+// for the read in flight if there is one, and reads otherwise. Errors are
+// shared the same way. However many clients poll, or flood, a page, its
+// statements run at most once a lookEvery.
+type looks[T any] struct {
+	read func(ctx context.Context, sub string) (T, error)
 	now  func() time.Time // the clock the age is judged by
 
 	mu   sync.Mutex
-	subs map[string]*look
+	subs map[string]*look[T]
 }
 
-// look is one read of one subscription; done is closed when st and err
-// are set, and at is when it completed.
-type look struct {
+// look is one read of one key; done is closed when st and err are set,
+// and at is when it completed.
+type look[T any] struct {
 	done chan struct{}
 	at   time.Time
-	st   State
+	st   T
 	err  error
 }
 
-func newLooks(read func(ctx context.Context, sub string) (State, error)) *looks {
-	return &looks{read: read, now: time.Now, subs: map[string]*look{}}
+func newLooks[T any](read func(ctx context.Context, sub string) (T, error)) *looks[T] {
+	return &looks[T]{read: read, now: time.Now, subs: map[string]*look[T]{}}
 }
 
 // get returns a look at sub no older than lookEvery. The request that
 // finds none reads it, on a context of its own (its waiters must not get
 // its cancellation); the others wait for that read, or their context.
-func (ls *looks) get(ctx context.Context, sub string) (State, error) {
+func (ls *looks[T]) get(ctx context.Context, sub string) (T, error) {
 	ls.mu.Lock()
 	l, ok := ls.subs[sub]
 	if ok && l.fresh(ls.now()) {
@@ -53,18 +55,19 @@ func (ls *looks) get(ctx context.Context, sub string) (State, error) {
 		case <-l.done:
 			return l.st, l.err
 		case <-ctx.Done():
-			return State{}, ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		}
 	}
 	ls.sweep()
-	l = &look{done: make(chan struct{})}
+	l = &look[T]{done: make(chan struct{})}
 	ls.subs[sub] = l
 	ls.mu.Unlock()
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookTimeout)
 	defer cancel()
-	var st State
-	err := errors.New("console: the read of the subscription did not complete")
+	var st T
+	err := errors.New("console: the read did not complete")
 	defer func() { // even when read panics, its waiters are answered
 		ls.mu.Lock()
 		l.st, l.err, l.at = st, err, ls.now()
@@ -77,7 +80,7 @@ func (ls *looks) get(ctx context.Context, sub string) (State, error) {
 
 // fresh reports a look in flight, or one completed less than lookEvery
 // before now. Called with ls.mu held.
-func (l *look) fresh(now time.Time) bool {
+func (l *look[T]) fresh(now time.Time) bool {
 	select {
 	case <-l.done:
 		return now.Sub(l.at) < lookEvery
@@ -89,7 +92,7 @@ func (l *look) fresh(now time.Time) bool {
 // sweep forgets the looks that are no longer fresh, so that the map holds
 // only the subscriptions watched in the last second. Called with ls.mu
 // held.
-func (ls *looks) sweep() {
+func (ls *looks[T]) sweep() {
 	now := ls.now()
 	for sub, l := range ls.subs {
 		if !l.fresh(now) {

@@ -10,15 +10,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 	"unicode"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/httpguard"
 	"github.com/kumi-run/kumi/internal/inspect"
 )
 
@@ -60,18 +58,28 @@ type Options struct {
 	// actions are allowed (the console cannot run a service's handler by
 	// itself).
 	Replay ReplayFunc
+	// AllowReadsWithoutToken lets a read-only console without a Token
+	// answer beyond loopback: anyone who reaches it then reads every
+	// subscription's state and dead letters, event data included. Without
+	// it (and always with AllowActions) a console with no token answers
+	// requests on a loopback address only, and refuses others with 403.
+	AllowReadsWithoutToken bool
 	// Hosts, when not empty, are the only host names (the Host header,
-	// without its port) the console answers; others get 421. It defends a
-	// console on loopback without a token against DNS rebinding, where a
-	// web page's own host name resolves to 127.0.0.1. `kumi console` sets
-	// it to localhost, 127.0.0.1 and ::1 when it listens on loopback.
+	// without its port) the console answers; others get 421. [AnyHost]
+	// answers any, for a console behind a proxy that checks the Host.
+	// Empty, the console answers the address the request arrived on
+	// (http.LocalAddrContextKey) by IP, and when that is loopback only
+	// loopback names (localhost, 127.0.0.1, ::1): a web page whose own host
+	// name resolves to the console's address (DNS rebinding) gets nothing.
+	// A console whose users reach it by a name needs that name here.
 	Hosts []string
 	// Logger receives one record per action; nil uses slog.Default().
 	Logger *slog.Logger
 }
 
-// LoopbackHosts are the names of a console that serves on loopback: the
-// [Options.Hosts] of `kumi console` on a loopback address.
+// LoopbackHosts are the usual names of a console that serves on loopback,
+// for [Options.Hosts] when it must be set (to add a name); empty Hosts
+// already answer these, and any other loopback name, on loopback.
 var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // OptionError reports an invalid [Options] field, naming it and the valid
@@ -97,7 +105,9 @@ type Console struct {
 	handler http.Handler
 	pages   pages
 	hist    *history
-	looks   *looks
+	limit   *limiter
+	looks   *looks[State]
+	summary *looks[[]inspect.SubscriptionSummary] // the overview's, under ""
 }
 
 // CSRFHeader is the request header that carries the console's per-process
@@ -126,7 +136,7 @@ func New(opts Options) (*Console, error) {
 		}
 	}
 	for i, h := range opts.Hosts {
-		if h == "" || strings.ContainsAny(h, ":/[] ") && net.ParseIP(h) == nil {
+		if !httpguard.ValidHost(h) {
 			return nil, &OptionError{fmt.Sprintf("Hosts[%d]", i), fmt.Sprintf("%q: must be a host name or an IP address, without a port", h)}
 		}
 	}
@@ -151,14 +161,18 @@ func New(opts Options) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{opts: opts, log: log.With("component", "kumi-console"), csrf: hex.EncodeToString(b[:]),
-		pages: pg, hist: newHistory()}
+		pages: pg, hist: newHistory(), limit: newLimiter()}
 	c.looks = newLooks(c.look)
+	c.summary = newLooks(func(ctx context.Context, _ string) ([]inspect.SubscriptionSummary, error) {
+		return c.subscriptions(ctx)
+	})
 	c.handler = c.routes()
 	return c, nil
 }
 
 // ServeHTTP serves the console: security headers on every response, the
-// bearer token when one is set, then the page, the JSON or the action.
+// Host, token and cross-site checks (guard.go), the bearer token when one
+// is set, then the page, the JSON or the action.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
@@ -166,9 +180,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cache-Control", "no-store")
-	if len(c.opts.Hosts) > 0 && !slices.Contains(c.opts.Hosts, hostOf(r.Host)) {
-		c.log.Warn("console request refused: unexpected Host", "host", r.Host, "remote", r.RemoteAddr)
-		http.Error(w, "this console does not answer to host "+strconv.Quote(r.Host), http.StatusMisdirectedRequest)
+	if c.guard(w, r) {
 		return
 	}
 	if c.opts.Token != "" && !c.authorized(w, r) {
@@ -203,14 +215,6 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// hostOf is a Host header's name without its port or IPv6 brackets.
-func hostOf(hostport string) string {
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		return h
-	}
-	return strings.Trim(hostport, "[]")
-}
-
 func (c *Console) tokenIs(s string) bool {
 	return subtle.ConstantTimeCompare([]byte(s), []byte(c.opts.Token)) == 1
 }
@@ -242,14 +246,14 @@ func (c *Console) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.overviewPage)
 	mux.HandleFunc("GET /s/{sub}", c.subscriptionPage)
-	mux.HandleFunc("GET /s/{sub}/letters", c.lettersPage)
-	mux.HandleFunc("GET /s/{sub}/letters/{id}", c.letterPage)
+	mux.HandleFunc("GET /s/{sub}/letters", c.limited(c.lettersPage))
+	mux.HandleFunc("GET /s/{sub}/letters/{id}", c.limited(c.letterPage))
 	mux.HandleFunc("GET /api/overview", c.overviewJSON)
 	mux.HandleFunc("GET /api/s/{sub}", c.subscriptionJSON)
 
 	static, _ := fs.Sub(assets, "assets/static")
 	files := http.FileServerFS(static)
-	mux.Handle("GET /assets/", http.StripPrefix("/assets", files))
+	mux.Handle("GET /assets/", http.StripPrefix("/assets", noListing(files)))
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
 		http.ServeFileFS(w, r, static, "favicon.svg")
 	})

@@ -78,7 +78,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request) {
-	subs, err := c.subscriptions(r.Context())
+	subs, err := c.summary.get(r.Context(), "")
 	if err != nil {
 		c.fail(w, r, err)
 		return

@@ -282,9 +282,10 @@ func (c *Console) subscriptions(ctx context.Context) ([]inspect.SubscriptionSumm
 	return inspect.SubscriptionsReads(ctx, c.opts.Store, c.reads())
 }
 
-// overviewJSON serves /api/overview: one line per subscription.
+// overviewJSON serves /api/overview: one line per subscription, from the
+// read its viewers share.
 func (c *Console) overviewJSON(w http.ResponseWriter, r *http.Request) {
-	subs, err := c.subscriptions(r.Context())
+	subs, err := c.summary.get(r.Context(), "")
 	if err != nil {
 		writeError(w, statusOf(err), err.Error())
 		return

@@ -2,14 +2,20 @@ package observability
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kumi-run/kumi/internal/httpguard"
+	"github.com/kumi-run/kumi/internal/redact"
 )
 
 // HandlerOptions configures Handler. Every field is optional.
@@ -25,6 +31,19 @@ type HandlerOptions struct {
 	Status func(context.Context) (any, error)
 	// Healthy reports whether the process is healthy; nil means always.
 	Healthy func(context.Context) error
+	// Token, when not "", is required of every request as the header
+	// "Authorization: Bearer TOKEN" (Prometheus: authorization.credentials;
+	// a Kubernetes probe: httpHeaders); others get 401.
+	Token string
+	// Hosts, when not empty, are the only host names (the Host header,
+	// without its port) answered; others get 421. "*" answers any, for a
+	// handler behind a proxy that checks the Host. Empty, the handler
+	// answers the IP address a request arrived on
+	// (http.LocalAddrContextKey), and on loopback only loopback names
+	// (localhost, 127.0.0.1, ::1): a web page whose host name resolves
+	// to the worker's address (DNS rebinding) reads nothing. A scraper
+	// that reaches the worker by a name needs that name here.
+	Hosts []string
 }
 
 // StatusPage is the JSON /status serves when the status comes from a
@@ -40,6 +59,12 @@ type StatusPage struct {
 //   - GET /healthz: 200 "ok", or 503 with the error from o.Healthy;
 //   - GET /status: JSON ownership status (StatusPage, or whatever o.Status
 //     returns), 500 with {"error": …} if it fails.
+//
+// Every response carries X-Content-Type-Options: nosniff and
+// Cache-Control: no-store; a request under another host name than
+// o.Hosts allows gets 421, one without o.Token 401; error messages have
+// any connection string's password masked. See docs/observability.md,
+// "Exposing the endpoints".
 //
 // Mount it on a service's own mux (for example under a prefix with
 // http.StripPrefix) or run it with Serve.
@@ -63,7 +88,7 @@ func Handler(o HandlerOptions) http.Handler {
 		if o.Healthy != nil {
 			if err := o.Healthy(r.Context()); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte(err.Error() + "\n"))
+				_, _ = w.Write([]byte(redact.URL(err.Error()) + "\n"))
 				return
 			}
 		}
@@ -75,13 +100,35 @@ func Handler(o HandlerOptions) http.Handler {
 		v, err := status(r.Context())
 		if err != nil {
 			w.WriteHeader(http.StatusInternalServerError)
-			v = map[string]string{"error": err.Error()}
+			v = map[string]string{"error": redact.URL(err.Error())}
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(v)
 	})
-	return mux
+	return guarded(o, mux)
+}
+
+// guarded is h behind the headers, the Host rule and the token.
+func guarded(o HandlerOptions, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Cache-Control", "no-store")
+		if !httpguard.HostAllowed(r, o.Hosts) {
+			http.Error(w, "this endpoint does not answer to host "+strconv.Quote(r.Host)+
+				" (observability.HandlerOptions.Hosts names the hosts it answers to)", http.StatusMisdirectedRequest)
+			return
+		}
+		if o.Token != "" {
+			auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(auth), []byte(o.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="kumi"`)
+				http.Error(w, "unauthorized: send \"Authorization: Bearer TOKEN\"", http.StatusUnauthorized)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Serve listens on addr (for example "127.0.0.1:9464", or ":0") and serves

@@ -38,10 +38,19 @@ func promTelemetry(t *testing.T) (*observability.Telemetry, *prometheus.Registry
 	return tel, reg
 }
 
+// onLoopback is a request as a server on 127.0.0.1:9464 receives it from
+// a client that asked for localhost:9464.
+func onLoopback(method, path string) *http.Request {
+	r := httptest.NewRequest(method, path, nil)
+	r.Host = "localhost:9464"
+	return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey,
+		&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9464}))
+}
+
 func get(t *testing.T, h http.Handler, path string) (int, string, http.Header) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	h.ServeHTTP(rec, onLoopback(http.MethodGet, path))
 	return rec.Code, rec.Body.String(), rec.Header()
 }
 
@@ -110,7 +119,7 @@ func TestHandler(t *testing.T) {
 	code, _, _ = get(t, h, "/nope")
 	assert.Equal(t, http.StatusNotFound, code)
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/status", nil))
+	h.ServeHTTP(rec, onLoopback(http.MethodPost, "/status"))
 	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 }
 
@@ -130,6 +139,97 @@ func TestHandlerCustomStatus(t *testing.T) {
 	code, body, _ = get(t, h, "/status")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, `"subscriptions": []`)
+}
+
+// The hole: on loopback, /status, /metrics and /healthz answered a
+// rebinding host name (a web page whose name resolves to 127.0.0.1) with
+// the worker's subscriptions, worker ids and checkpoints, and sent errors
+// unredacted and without nosniff.
+func TestTheEndpointsAnswerOnlyTheirOwnHostAndRedactErrors(t *testing.T) {
+	tel, reg := promTelemetry(t)
+	tel.RegisterStatus(func() observability.SubscriptionStatus {
+		return observability.SubscriptionStatus{Subscription: "orders", Worker: "worker-secret-id", Buckets: 4}
+	})
+	failing := errors.New("cannot connect to postgres://kumi:hunter2@db:5432/kumi")
+	h := observability.Handler(observability.HandlerOptions{Gatherer: reg, Telemetry: tel,
+		Healthy: func(context.Context) error { return failing }})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	fetch := func(host, path string, hdr ...string) (int, string, http.Header) {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		req.Host = host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	for _, path := range []string{"/status", "/metrics", "/healthz"} {
+		code, body, hdr := fetch("rebind.example:9464", path)
+		assert.Equal(t, http.StatusMisdirectedRequest, code, path)
+		assert.NotContains(t, body, "worker-secret-id", path)
+		assert.Equal(t, "nosniff", hdr.Get("X-Content-Type-Options"), path)
+		code, _, hdr = fetch(srv.Listener.Addr().String(), path)
+		assert.NotEqual(t, http.StatusMisdirectedRequest, code, path)
+		assert.Equal(t, "nosniff", hdr.Get("X-Content-Type-Options"), path)
+	}
+	code, body, _ := fetch("localhost", "/healthz")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body, "cannot connect")
+	assert.NotContains(t, body, "hunter2")
+
+	status := observability.Handler(observability.HandlerOptions{Gatherer: prometheus.NewRegistry(),
+		Status: func(context.Context) (any, error) { return nil, failing }})
+	code, body, _ = get(t, status, "/status")
+	assert.Equal(t, http.StatusInternalServerError, code)
+	assert.NotContains(t, body, "hunter2")
+
+	// A worker on another address answers that address, or the names
+	// it is given.
+	at := func(h http.Handler, host string, hdr ...string) int {
+		r := httptest.NewRequest(http.MethodGet, "/status", nil)
+		r.Host = host
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey,
+			&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 9464}))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec.Code
+	}
+	assert.Equal(t, http.StatusOK, at(h, "10.1.2.3:9464"))
+	assert.Equal(t, http.StatusMisdirectedRequest, at(h, "worker-3.internal:9464"))
+	assert.Equal(t, http.StatusMisdirectedRequest, at(h, "localhost:9464"))
+	named := observability.Handler(observability.HandlerOptions{Gatherer: reg, Telemetry: tel,
+		Hosts: []string{"worker-3.internal"}})
+	assert.Equal(t, http.StatusOK, at(named, "worker-3.internal:9464"))
+}
+
+func TestTheEndpointsTakeAnOptionalBearerToken(t *testing.T) {
+	const token = "s3cret-scrape-token"
+	h := observability.Handler(observability.HandlerOptions{Gatherer: prometheus.NewRegistry(), Token: token})
+	for _, path := range []string{"/status", "/metrics", "/healthz"} {
+		code, body, hdr := get(t, h, path)
+		assert.Equal(t, http.StatusUnauthorized, code, path)
+		assert.Equal(t, `Bearer realm="kumi"`, hdr.Get("WWW-Authenticate"))
+		assert.NotContains(t, body, token)
+		rec := httptest.NewRecorder()
+		r := onLoopback(http.MethodGet, path)
+		r.Header.Set("Authorization", "Bearer wrong")
+		h.ServeHTTP(rec, r)
+		assert.Equal(t, http.StatusUnauthorized, rec.Code, path)
+		rec = httptest.NewRecorder()
+		r = onLoopback(http.MethodGet, path)
+		r.Header.Set("Authorization", "Bearer "+token)
+		h.ServeHTTP(rec, r)
+		assert.Equal(t, http.StatusOK, rec.Code, path)
+	}
 }
 
 func TestServe(t *testing.T) {

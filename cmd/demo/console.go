@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"time"
 
 	"github.com/kumi-run/kumi/console"
@@ -16,13 +15,18 @@ import (
 const consoleOff = "off"
 
 // checkConsoleAddr refuses a -console value that is neither HOST:PORT nor
-// off.
+// off, and one beyond loopback: the demo's console has no token, and
+// console.CheckListen refuses a console without one there.
 func checkConsoleAddr(addr string) error {
 	if addr == consoleOff {
 		return nil
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("-console %q: use HOST:PORT (127.0.0.1:0 picks a free loopback port) or %s", addr, consoleOff)
+	}
+	if console.CheckListen(addr, console.Options{}) != nil {
+		return fmt.Errorf("-console %s: the demo's console has no token, so it serves on loopback only "+
+			"(from another machine, ssh -L 7070:127.0.0.1:7070 and -console 127.0.0.1:7070)", addr)
 	}
 	return nil
 }
@@ -32,14 +36,11 @@ func checkConsoleAddr(addr string) error {
 // each bucket's lag. It returns the address of the demo subscription's
 // page and a function that stops the server.
 func serveConsole(addr string, db *database) (pageURL string, stop func(), err error) {
-	host, _, _ := net.SplitHostPort(addr)
+	// No Hosts: on loopback, the console answers loopback names only, so
+	// a web page whose host name resolves to 127.0.0.1 (DNS rebinding)
+	// gets nothing.
 	opts := console.Options{Store: db.store, Categories: map[string]string{subscription: category},
 		Logger: slog.New(slog.DiscardHandler)}
-	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
-		// Only loopback names: a web page whose host name resolves to
-		// 127.0.0.1 (DNS rebinding) gets nothing.
-		opts.Hosts = append(slices.Clone(console.LoopbackHosts), host)
-	}
 	c, err := console.New(opts)
 	if err != nil {
 		return "", nil, fmt.Errorf("the console: %w", err)

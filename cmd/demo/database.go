@@ -33,6 +33,9 @@ type database struct {
 	dropSchema bool
 	// describe says where the data lives, without a password.
 	describe string
+	// pgpass is a password file of the embedded server's, for the kumi
+	// command the demo prints (PGPASSFILE); "" with DATABASE_URL.
+	pgpass string
 }
 
 // openDatabase connects to DATABASE_URL, or starts the embedded server.
@@ -62,7 +65,12 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 		if err := portFree(cfg.pgPort); err != nil {
 			return nil, err
 		}
-		s, err := pgserver.Start(ctx, pgserver.Options{Port: cfg.pgPort, MaxConnections: 200})
+		// A password, not trust: while the demo runs, any local process
+		// could otherwise connect as the superuser.
+		var pw [18]byte
+		_, _ = rand.Read(pw[:])
+		password := hex.EncodeToString(pw[:])
+		s, err := pgserver.Start(ctx, pgserver.Options{Port: cfg.pgPort, MaxConnections: 200, Password: password})
 		if err != nil {
 			if cfg.pgPort != 0 && strings.Contains(err.Error(), "could not create any TCP/IP sockets") {
 				// Taken between the check above and the server's start.
@@ -71,7 +79,11 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 			return nil, fmt.Errorf("start the embedded PostgreSQL: %w", err)
 		}
 		db.embedded, db.url, db.schema = s, s.URL, eventsource.SchemaDefault
-		db.describe = fmt.Sprintf("embedded PostgreSQL on 127.0.0.1:%d (removed on exit)", s.Port())
+		if db.pgpass, err = writePgpass(s.Port(), password); err != nil {
+			db.close()
+			return nil, err
+		}
+		db.describe = fmt.Sprintf("embedded PostgreSQL %s (removed on exit)", inspect.RedactURL(s.URL))
 	}
 	pool, err := inspect.ConnectPool(ctx, db.url, 6)
 	if err != nil {
@@ -121,6 +133,27 @@ func (db *database) close() {
 	if db.embedded != nil {
 		db.embedded.Stop()
 	}
+	if db.pgpass != "" {
+		_ = os.Remove(db.pgpass)
+	}
+}
+
+// writePgpass writes a password file (PGPASSFILE) for the embedded
+// server, readable by the user only, and returns its path.
+func writePgpass(port int, password string) (string, error) {
+	f, err := os.CreateTemp("", "kumi-demo-pgpass-")
+	if err != nil {
+		return "", fmt.Errorf("write the password file: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "127.0.0.1:%d:*:postgres:%s\n", port, password)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", fmt.Errorf("write the password file: %w", err)
+	}
+	return f.Name(), nil
 }
 
 // portFree checks that the embedded server's port can be bound (0 is
@@ -141,7 +174,9 @@ func portInUse(port int) error {
 		"pass another -pg-port (-pg-port 0 picks a free one), or set DATABASE_URL to use a running server", port)
 }
 
-// kumiCommand is how to look at this run with the operator CLI.
+// kumiCommand is how to look at this run with the operator CLI: for the
+// embedded server, its URL without the password, which the password file
+// supplies (PGPASSFILE), so that the line can be copied as it is.
 func (db *database) kumiCommand(subscription, category string) string {
 	schema := ""
 	if db.schema != eventsource.SchemaDefault {
@@ -149,7 +184,8 @@ func (db *database) kumiCommand(subscription, category string) string {
 	}
 	prefix := ""
 	if db.embedded != nil {
-		prefix = fmt.Sprintf("DATABASE_URL='%s' ", db.embedded.URL)
+		prefix = fmt.Sprintf("PGPASSFILE=%s DATABASE_URL='postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable' ",
+			db.pgpass, db.embedded.Port())
 	}
 	return fmt.Sprintf("%sgo run ./cmd/kumi%s status -s %s -c %s", prefix, schema, subscription, category)
 }

@@ -223,6 +223,10 @@ func TestBadFlagsExitTwo(t *testing.T) {
 		{"-bogus", "flag provided but not defined: -bogus"},
 		{"extra", `unexpected argument "extra"`},
 		{"-console 7070", `-console "7070": use HOST:PORT (127.0.0.1:0 picks a free loopback port) or off`},
+		// The demo's console has no token: beyond loopback it would be
+		// anyone's, dead letters and event data included.
+		{"-console 0.0.0.0:0", "-console 0.0.0.0:0: the demo's console has no token, so it serves on loopback only"},
+		{"-console :0", "serves on loopback only"},
 	} {
 		t.Run(c.args, func(t *testing.T) {
 			t.Parallel()
@@ -247,6 +251,15 @@ func TestDatabaseErrors(t *testing.T) {
 		require.Equal(t, exitFail, r.code)
 		require.Contains(t, r.stderr, "DATABASE_URL: the database URL is not a valid PostgreSQL connection string")
 		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+		// A '/' in the password: the demo and its worker processes.
+		slash := []string{"DATABASE_URL=postgres://kumi:s3cr3tPrefix/Tail@127.0.0.1/db"}
+		r = runDemoBin(t, time.Minute, slash, "-short")
+		require.Equal(t, exitFail, r.code)
+		require.NotContains(t, r.stdout+r.stderr, "s3cr3tPrefix")
+		r = runDemoBin(t, time.Minute, slash, "worker", "-buckets", "4")
+		require.Equal(t, exitFail, r.code, r.stderr)
+		require.Contains(t, r.stderr, "%2F")
+		require.NotContains(t, r.stdout+r.stderr, "s3cr3tPrefix")
 	})
 	t.Run("UnreachableDatabaseNeverShowsThePassword", func(t *testing.T) {
 		t.Parallel()

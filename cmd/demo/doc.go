@@ -11,7 +11,11 @@
 //
 // Without DATABASE_URL the demo starts a throwaway PostgreSQL from the local
 // server binaries (internal/pgserver) and removes it on exit, Ctrl-C included;
-// -pg-port picks its port. With DATABASE_URL it works in a fresh schema
+// -pg-port picks its port. It listens on 127.0.0.1 and its socket
+// directory is its own, and every connection must give the postgres
+// role's password (scram-sha-256), generated for the run: the demo prints
+// the URL with it masked, and its inspect line reads it from a password
+// file of the user's (PGPASSFILE), removed on exit. With DATABASE_URL it works in a fresh schema
 // kumi_demo_<random> of that database and drops it on exit (-keep keeps it,
 // -schema names one to use and keep). Errors name the missing binaries, the
 // port in use or the unusable URL, never its password.

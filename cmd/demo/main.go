@@ -163,7 +163,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := worker.Run(context.Background(), cfg); err != nil {
-		fmt.Fprintf(stderr, "worker %s: %s\n", cfg.Worker, inspect.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "worker %s: %s\n", cfg.Worker, inspect.Redact(cfg.DatabaseURL, err.Error()))
 		return exitFail
 	}
 	return exitOK

@@ -85,8 +85,19 @@ func TestDatabaseErrors(t *testing.T) {
 		r := kumi(t, []string{"DATABASE_URL=postgres://admin:hunter2@127.0.0.1:notaport/db"}, "status")
 		require.Equal(t, exitUsage, r.code, "a bad value: exit 2, as docs/operations.md says")
 		require.Contains(t, r.stderr, "not a valid PostgreSQL connection string")
-		require.Contains(t, r.stderr, "invalid port")
+		require.Contains(t, r.stderr, "the port is not a number")
 		require.NotContains(t, r.stdout+r.stderr, "hunter2")
+	})
+	t.Run("APasswordWithASlashNeverShows", func(t *testing.T) {
+		t.Parallel()
+		// The '/' ends the host part: the password's head is read as a port.
+		r := kumi(t, []string{"DATABASE_URL=postgres://kumi:s3cr3tPrefix/Tail@127.0.0.1/db"}, "status")
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.Contains(t, r.stderr, "%2F")
+		require.NotContains(t, r.stdout+r.stderr, "s3cr3tPrefix")
+		r = kumi(t, []string{"DATABASE_URL=postgres://kumi:ab%zzcd@127.0.0.1/db"}, "status")
+		require.Equal(t, exitUsage, r.code, r.stderr)
+		require.NotContains(t, r.stdout+r.stderr, "%zz")
 	})
 	t.Run("UnreachableServerNeverShowsThePassword", func(t *testing.T) {
 		t.Parallel()

@@ -33,6 +33,9 @@ type Replica struct {
 // connections and has replayed everything s had written when it was
 // called.
 func (s *Server) StartReplica(ctx context.Context) (*Replica, error) {
+	if _, ok := s.user.Password(); ok {
+		return nil, errors.New("pgtest: a replica needs a primary that trusts local connections (no Options.Password)")
+	}
 	port, err := FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: find a free port: %w", err)

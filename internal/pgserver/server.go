@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -26,7 +27,8 @@ var ErrNoServerBinaries = errors.New("pgtest: no PostgreSQL server binaries foun
 // Server is a throwaway PostgreSQL server running in a temporary directory.
 // It is started by [Start] and removed, data and all, by [Server.Stop].
 type Server struct {
-	// URL is a connection string for the server's "postgres" database.
+	// URL is a connection string for the server's "postgres" database,
+	// with its password when it has one (Options.Password).
 	URL string
 
 	binDir  string
@@ -34,6 +36,7 @@ type Server struct {
 	dataDir string
 	port    int
 	cred    *syscall.Credential
+	user    *url.Userinfo
 	cmd     *exec.Cmd
 	exited  chan struct{}
 }
@@ -47,6 +50,14 @@ type Options struct {
 	Durable bool
 	// MaxConnections defaults to 400.
 	MaxConnections int
+	// Password, when not "", is the "postgres" role's password, and every
+	// connection, TCP (127.0.0.1) or Unix socket, must give it
+	// (scram-sha-256). Empty, the server trusts every local connection as
+	// the superuser: fine for tests' throwaway servers, which a test run
+	// owns; not for a server that lives while a user does other things
+	// (the demo's), where any local process could connect as postgres and
+	// run COPY … FROM PROGRAM as the server's OS user.
+	Password string
 }
 
 // FindBinaries returns the directory holding initdb and postgres: the one on
@@ -99,8 +110,17 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.dataDir = filepath.Join(s.dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"),
-		"-D", s.dataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	args := []string{"-D", s.dataDir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"}
+	if opts.Password != "" {
+		pwfile, err := s.writeOwned("pwfile", opts.Password+"\n")
+		if err != nil {
+			_ = os.RemoveAll(s.dir)
+			return nil, err
+		}
+		defer os.Remove(pwfile)
+		args = append(args, "-A", "scram-sha-256", "--pwfile", pwfile)
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), args...)
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	initdb.Dir = s.dir
 	if out, err := initdb.CombinedOutput(); err != nil {
@@ -113,6 +133,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	conf := []string{
 		"listen_addresses = '127.0.0.1'",
+		"unix_socket_permissions = 0700",
 		fmt.Sprintf("port = %d", s.port),
 		fmt.Sprintf("unix_socket_directories = '%s'", s.dir),
 		fmt.Sprintf("max_connections = %d", maxConn),
@@ -130,7 +151,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		_ = os.RemoveAll(s.dir)
 		return nil, err
 	}
-	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+	s.user = url.User("postgres")
+	if opts.Password != "" {
+		s.user = url.UserPassword("postgres", opts.Password)
+	}
+	s.URL = s.urlOf()
 	err = s.launch(ctx)
 	// A port FreePort chose can still be taken before the server binds it:
 	// choose again (a later "port" line in postgresql.conf wins).
@@ -141,7 +166,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		if err = appendConf(s.dataDir, []string{fmt.Sprintf("port = %d", s.port)}); err != nil {
 			break
 		}
-		s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+		s.URL = s.urlOf()
 		err = s.launch(ctx)
 	}
 	if err != nil {
@@ -149,6 +174,29 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// urlOf is the URL of the server's "postgres" database, with the password
+// if it has one.
+func (s *Server) urlOf() string {
+	u := url.URL{Scheme: "postgres", User: s.user, Host: fmt.Sprintf("127.0.0.1:%d", s.port), Path: "/postgres",
+		RawQuery: "sslmode=disable"}
+	return u.String()
+}
+
+// writeOwned writes a file readable by the server's user only, in its
+// directory, and returns its path.
+func (s *Server) writeOwned(name, content string) (string, error) {
+	path := filepath.Join(s.dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		return "", fmt.Errorf("pgtest: write %s: %w", name, err)
+	}
+	if s.cred != nil {
+		if err := os.Chown(path, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			return "", fmt.Errorf("pgtest: chown %s: %w", name, err)
+		}
+	}
+	return path, nil
 }
 
 // errPortInUse is wrapped by launch's error when the server could not bind

@@ -80,6 +80,9 @@ type Config struct {
 	ReplicaWait, ReplicaFallbackLag time.Duration
 	// MetricsAddr, when set, serves /metrics, /healthz and /status.
 	MetricsAddr string
+	// MetricsToken, when set (default $KUMI_METRICS_TOKEN), is the bearer
+	// token those endpoints require (observability.HandlerOptions.Token).
+	MetricsToken string
 	// Quiet silences the logs; Verbose logs at Debug.
 	Quiet, Verbose bool
 }
@@ -122,7 +125,8 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.ReadURL, "read-url", "", "PostgreSQL URL of a hot standby of the database: catch-up and publisher reads go there (default: none)")
 	fs.DurationVar(&c.ReplicaWait, "replica-wait", 0, "with -read-url: how long a read waits for the standby before reading the primary (0: default, 1s)")
 	fs.DurationVar(&c.ReplicaFallbackLag, "replica-fallback-lag", 0, "with -read-url: read on the primary while the standby lags more than this (0: never)")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /status here (e.g. 127.0.0.1:9464; "+
+		"$KUMI_METRICS_TOKEN, when set, is the bearer token they require)")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no logs")
 	fs.BoolVar(&c.Verbose, "v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
@@ -134,6 +138,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	if c.DatabaseURL == "" {
 		c.DatabaseURL = os.Getenv("DATABASE_URL")
 	}
+	c.MetricsToken = os.Getenv("KUMI_METRICS_TOKEN")
 	switch kind {
 	case "row":
 		c.LeaseKind = leasestore.KindRow
@@ -206,7 +211,7 @@ func Run(ctx context.Context, c Config) error {
 	pcfg.MaxConns = int32(cmp.Or(c.PoolConns, 8))
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return redact(err)
+		return inspect.RedactError(c.DatabaseURL, err)
 	}
 	defer pool.Close()
 	store, err := eventsource.New(pool, eventsource.Config{Schema: c.Schema})
@@ -225,7 +230,7 @@ func Run(ctx context.Context, c Config) error {
 		}
 		rcfg.MaxConns = pcfg.MaxConns
 		if ro.ReadPool, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
-			return redact(err)
+			return inspect.RedactError(c.ReadURL, err)
 		}
 		defer ro.ReadPool.Close()
 	}
@@ -268,7 +273,8 @@ func Run(ctx context.Context, c Config) error {
 			return err
 		}
 		go func() {
-			_ = observability.ServeListener(ctx, ln, observability.Handler(observability.HandlerOptions{Telemetry: tel, Healthy: rt.Healthy}))
+			_ = observability.ServeListener(ctx, ln, observability.Handler(observability.HandlerOptions{Telemetry: tel, Healthy: rt.Healthy,
+				Token: c.MetricsToken}))
 		}()
 	}
 	logger.Info("worker started", "worker", group.Worker(), "subscription", c.Subscription, "buckets", c.Buckets, "lease", c.LeaseKind.String())
@@ -347,6 +353,3 @@ ON CONFLICT (subscription, event_id) DO UPDATE SET deliveries = s.deliveries + 1
 		ctx.Respond(actors.Ack{})
 	})
 }
-
-// redact drops passwords from an error message.
-func redact(err error) error { return errors.New(inspect.RedactURL(err.Error())) }

@@ -12,4 +12,8 @@
 //     target pure.
 //   - FuzzLeaseConfig: the group and lease option validation never panics
 //     and, when it refuses, names the field.
+//   - FuzzConnStringRedaction: a password put into a connection string,
+//     broken or not, never appears in what inspect.ParseURL says of it
+//     (the message every kumi command, the demo and the worker print), nor
+//     in a failed connection's message passed through inspect.Redact.
 package fuzz
