@@ -71,7 +71,6 @@ func anchors(text string) map[string]bool {
 	return out
 }
 
-
 // slug is GitHub's anchor for a heading: lower case, punctuation other
 // than '-' and '_' dropped, spaces made hyphens.
 func slug(h string) string {
