@@ -117,7 +117,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			_ = os.RemoveAll(s.dir)
 			return nil, err
 		}
-		defer os.Remove(pwfile)
+		defer func() { _ = os.Remove(pwfile) }()
 		args = append(args, "-A", "scram-sha-256", "--pwfile", pwfile)
 	}
 	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), args...)
