@@ -246,9 +246,22 @@ FROM head h, low l`, q),
 
 		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),
 		checkpointList: fmt.Sprintf(`SELECT bucket, position, updated_at FROM %s.checkpoints WHERE subscription = $1 ORDER BY bucket`, q),
-		checkpointSave: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
+		// A checkpoint write lands only at or below the head (the
+		// sequencer row's last position, as the statement's snapshot
+		// shows it): a position above it was never handed out on this
+		// server (one from before a failover, say), and a checkpoint there
+		// would skip the events that get it. The head only grows on one
+		// server, so what holds at the snapshot holds at commit; the
+		// sequencer row is read, not locked. It returns the stored
+		// position (NULL when refused) and the head.
+		checkpointSave: fmt.Sprintf(`WITH h AS (SELECT last_position AS head FROM %[1]s.sequencer WHERE id = 1), w AS (
+INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) SELECT $1, $2, $3 FROM h WHERE $3 <= h.head
 ON CONFLICT (subscription, bucket) DO UPDATE SET position = GREATEST(c.position, excluded.position), updated_at = now()
-RETURNING position`, q),
+RETURNING position)
+SELECT (SELECT position FROM w), coalesce((SELECT head FROM h), 0)`, q),
+		// An operator's reset is not bounded by the head: `kumi
+		// checkpoints reset` refuses a position past it unless
+		// --beyond-head asks for it.
 		checkpointReset: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
 ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, updated_at = now()`, q),
 
