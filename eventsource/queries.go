@@ -20,6 +20,7 @@ type queries struct {
 	readCategory, readAll                 readSQL
 	readEventsByID                        readSQL
 	headPosition                          string
+	serverLook                            string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
 	sequencerBacklog, sequencerTimeout, sequencerLowerWatermark        string
@@ -136,6 +137,10 @@ WHERE e.stream_name = $1 AND e.version <= $2 ORDER BY e.version DESC LIMIT $3`, 
 		readEventsByID: eventRead(streamPosition, `FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
 JOIN %[1]s.events e ON e.event_id = k.id `+rangeOf+` ORDER BY k.ord`, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
+		// Store.lookAtServer: the timeline (the name of the WAL file being
+		// written starts with it; fails on a standby) and the head.
+		serverLook: fmt.Sprintf(`SELECT pg_walfile_name(pg_current_wal_lsn()),
+  coalesce((SELECT last_position FROM %s.sequencer WHERE id = 1), 0)`, q),
 
 		// The head, the age of the oldest unsequenced event above the
 		// watermark in insertion order (NULL when there is none), the
@@ -186,7 +191,10 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
   set_config('jit', 'off', true),
   (SELECT low_seq FROM ` + q + `.sequencer WHERE id = 1),
   coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
-		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
+		// The lock statement takes the transaction's xid and reads the
+		// server's timeline (see Store.sequenceOnce and ServerIdentity).
+		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint,
+  pg_walfile_name(pg_current_wal_lsn())
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// The session whose transaction holds the sequencer row (its
 		// locker, xmax, holds a lock on its own transaction id; a
