@@ -216,3 +216,55 @@ func TestServerHeadBelowASeenPosition(t *testing.T) {
 		HeadBefore: 9, HeadAfter: 5, At: after.Last.At}, *after.Last)
 }
 
+// TestSequencerCommitWaitsForTheSynchronousStandby: with
+// synchronous_standby_names set and the session's synchronous_commit off,
+// the sequencer's commit still waits for the synchronous standby, so the
+// positions it hands out survive a failover to it (it used "local", which
+// waits for the primary's disk only). The standby is cut off, so the
+// commit waits until synchronous replication is turned off.
+func TestSequencerCommitWaitsForTheSynchronousStandby(t *testing.T) {
+	ctx := context.Background()
+	f := newFailover(t)
+	s := f.store(t, nil)
+	appendN(t, s, 3)
+	sequenceAll(t, s)
+	f.detach(t)
+	admin, err := pgx.Connect(ctx, f.primary.URL)
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	syncStandby := func(names string) {
+		t.Helper()
+		_, err := admin.Exec(ctx, fmt.Sprintf("ALTER SYSTEM SET synchronous_standby_names = '%s'", names))
+		require.NoError(t, err)
+		_, err = admin.Exec(ctx, "SELECT pg_reload_conf()")
+		require.NoError(t, err)
+		pgtest.Eventually(t, time.Minute, func() bool {
+			var got string
+			return s.Pool().QueryRow(ctx, "SELECT current_setting('synchronous_standby_names')").Scan(&got) == nil && got == names
+		}, "synchronous_standby_names is %q", names)
+	}
+	syncStandby("*")
+	var commit string
+	require.NoError(t, s.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&commit))
+	require.Equal(t, "off", commit, "the session default the sequencer overrides")
+	appendN(t, s, 2) // the appends' commits do not wait: synchronous_commit is off
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Sequence(ctx)
+		done <- err
+	}()
+	pgtest.Eventually(t, time.Minute, func() bool {
+		select {
+		case err := <-done:
+			require.Failf(t, "the sequencer's commit did not wait for the synchronous standby", "err %v", err)
+		default:
+		}
+		var waiting bool
+		err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event = 'SyncRep')").Scan(&waiting)
+		return err == nil && waiting
+	}, "the sequencer's commit waits for the synchronous standby")
+	syncStandby("")
+	require.NoError(t, <-done)
+	require.EqualValues(t, 5, head(t, s))
+}

@@ -171,7 +171,11 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
 		// durable anyway (flushing, with it, every append before it in the
 		// WAL): positions that readers have seen must survive a crash, or
 		// they would be handed out again to other events, behind the
-		// readers' checkpoints. The planner settings pin the assignment's
+		// readers' checkpoints. It is made "on", not "local": with
+		// synchronous_standby_names set, "on" also waits for the
+		// synchronous standby to flush it, so that the positions survive
+		// a failover to that standby too (docs/operations.md, "Failover");
+		// a session that asks for more (remote_apply) keeps it. The planner settings pin the assignment's
 		// plan to what suits a batch among millions of rows, whatever the
 		// statistics say (a plan cached while the table was small would
 		// otherwise read a whole backlog and sort it for every batch): an
@@ -185,7 +189,7 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
 		sequencerLastSeq: `SELECT set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true),
   CASE WHEN current_setting('transaction_timeout', true) IS NOT NULL THEN set_config('transaction_timeout', '0', true) END,
   set_config('idle_in_transaction_session_timeout', $4, true),
-  CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
+  CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) END,
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
   set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
   set_config('jit', 'off', true),
