@@ -268,3 +268,33 @@ func TestSequencerCommitWaitsForTheSynchronousStandby(t *testing.T) {
 	require.NoError(t, <-done)
 	require.EqualValues(t, 5, head(t, s))
 }
+
+// TestSequencerRescuesAnAppendStrandedBelowTheWatermark: a committed
+// append below the search watermark without a position (what a watermark
+// candidate kept across a failover left: TestFailover) is never reached
+// by a step's search; the sequencer's look below the watermark finds it,
+// lowers the watermark, and the next step numbers it.
+func TestSequencerRescuesAnAppendStrandedBelowTheWatermark(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStoreWithHead(t, 3)
+	mustAppend(t, s, "stranded-1", ev("Stranded", `{}`))
+	_, err := s.Pool().Exec(ctx, fmt.Sprintf("UPDATE %[1]s.sequencer SET low_seq = (SELECT max(seq) FROM %[1]s.appends)", s.QuotedSchema()))
+	require.NoError(t, err)
+	n, err := s.Sequence(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a step's search starts above the watermark: it never finds the append")
+
+	logs := &logCounter{}
+	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{Logger: slog.New(logs)})
+	startSequencer(t, q)
+	pgtest.Eventually(t, 30*time.Second, func() bool { return head(t, s) == 4 }, "the stranded append got a position")
+	require.EqualValues(t, 1, q.Stats().Stranded)
+	require.Equal(t, 1, logs.count(slog.LevelWarn))
+	logs.mu.Lock()
+	require.Contains(t, logs.warns[0], "below its watermark without a position")
+	logs.mu.Unlock()
+	got, err := s.ReadStream(ctx, "stranded-1", 0, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, got[0].Position)
+}

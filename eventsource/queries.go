@@ -24,7 +24,7 @@ type queries struct {
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
 	sequencerBacklog, sequencerTimeout, sequencerLowerWatermark        string
-	sequencerHolder                                                    string
+	sequencerHolder, sequencerStranded                                 string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -217,6 +217,22 @@ JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid =
 JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
 WHERE s.id = 1 AND l.pid <> pg_backend_pid()
 LIMIT 1`, q),
+		// The sequencer's look below the watermark (Sequencer.rescue): the
+		// first committed append at or below it without a position, which
+		// by the watermark's rule cannot exist (an old primary's candidate
+		// kept across a failover made such appends), its age, and whether
+		// the watermark was lowered below it, so that the next step
+		// numbers it. Lowering the watermark never skips an event. It
+		// scans the unsequenced index up to the watermark, dead entries
+		// included: hence only every SequencerReportInterval.
+		sequencerStranded: fmt.Sprintf(`WITH found AS (
+  SELECT a.seq, a.recorded_at FROM %[1]s.appends a
+  WHERE a.last_position IS NULL AND a.seq <= (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1)
+  ORDER BY a.seq LIMIT 1
+), lowered AS (
+  UPDATE %[1]s.sequencer s SET low_seq = f.seq - 1 FROM found f WHERE s.id = 1 AND s.low_seq >= f.seq RETURNING 1
+)
+SELECT f.seq, extract(epoch FROM now() - f.recorded_at)::float8, EXISTS (SELECT FROM lowered) FROM found f`, q),
 		// After a reset of the events' sequence (see Store.sequenceOnce):
 		// the watermark goes down to $1.
 		sequencerLowerWatermark: fmt.Sprintf(`UPDATE %s.sequencer SET low_seq = $1 WHERE id = 1`, q),

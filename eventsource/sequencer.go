@@ -89,6 +89,10 @@ type SequencerStats struct {
 	// Takeovers counts the stalled holders of the sequencer row this
 	// sequencer ended (see [SequencerStallTimeout]).
 	Takeovers int64
+	// Stranded counts the committed appends found below the search
+	// watermark without a position, which the sequencer's search never
+	// reaches, and given back to it (see [Sequencer]).
+	Stranded int64
 }
 
 // clock is the Sequencer's time source; tests inject a fake one.
@@ -125,6 +129,13 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // connection is made again at the next step. (Looking at a stalled holder
 // and counting a stuck backlog, both rare, use the pool.)
 //
+// Every SequencerReportInterval (and at its first step) it looks below
+// the search watermark for committed appends without a position, which no
+// step would ever reach; none should exist, but a watermark raised by a
+// candidate from before a failover left some (see [Store.Sequence]). It
+// lowers the watermark below the first one, so that the next step numbers
+// them, logs it at Warn and counts it in Stranded.
+//
 // A failed step is retried after an exponential backoff with jitter
 // (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
@@ -146,6 +157,8 @@ type Sequencer struct {
 	// conn is the connection the looks and steps run on, the sequencer's
 	// own (see connection); nil until made, and after it closed.
 	conn *pgx.Conn
+
+	rescuedAt time.Time // the last look below the watermark (see rescue)
 
 	heldSince time.Time // when steps began to find the row held (zero: not held)
 	holderAt  time.Time // the last look at the row's holder
@@ -244,6 +257,9 @@ func (q *Sequencer) run(ctx context.Context) {
 			return
 		}
 		interval, retry = q.record(ctx, n, err, interval)
+		if err == nil && q.rescue(ctx) {
+			interval = 0 // the watermark was lowered: sequence at once
+		}
 		if err == nil && batch.held {
 			if q.takeOver(ctx) {
 				interval = 0 // the row is free: sequence at once
@@ -398,6 +414,44 @@ func (q *Sequencer) takeOver(ctx context.Context) bool {
 		"client_addr", addr, "state", state, "wait_event", waitEvent,
 		"for", time.Duration(idle*float64(time.Second)).Round(time.Millisecond))
 	return true
+}
+
+// rescue looks below the search watermark for a committed append without
+// a position, at most every SequencerReportInterval, and lowers the
+// watermark below it (queries.sequencerStranded); it reports whether it
+// did.
+func (q *Sequencer) rescue(ctx context.Context) bool {
+	now := q.clk.Now()
+	if !q.rescuedAt.IsZero() && now.Sub(q.rescuedAt) < SequencerReportInterval {
+		return false
+	}
+	q.rescuedAt = now
+	db, err := q.connection(ctx)
+	if err != nil {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	defer cancel()
+	var seq int64
+	var age float64
+	var lowered bool
+	err = db.QueryRow(lctx, q.store.sql.sequencerStranded).Scan(&seq, &age, &lowered)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			q.opts.Logger.Debug("kumi: sequencer could not look below its watermark", "err", err)
+		}
+		return false
+	}
+	q.statsMu.Lock()
+	q.stats.Stranded++
+	q.statsMu.Unlock()
+	q.opts.Logger.Warn("kumi: sequencer found a committed append below its watermark without a position; "+
+		"it lowered the watermark so that the append gets one (its stream's order may not hold for it)",
+		"seq", seq, "age", time.Duration(age*float64(time.Second)).Round(time.Millisecond), "lowered", lowered)
+	return lowered
 }
 
 func (q *Sequencer) countAttempt() {
