@@ -244,6 +244,40 @@ func TestSequencerCommitWaitsForTheSynchronousStandby(t *testing.T) {
 		}, "synchronous_standby_names is %q", names)
 	}
 	syncStandby("*")
+	// Backends read the setting at once, but commits wait for a standby
+	// only once the checkpointer has applied it: until a probe's commit
+	// waits, probe again.
+	probe, err := pgx.Connect(ctx, f.primary.URL+"&synchronous_commit=on")
+	require.NoError(t, err)
+	defer probe.Close(ctx)
+	probePID := probe.PgConn().PID()
+	probed := make(chan error, 1)
+	probeOnce := func() {
+		go func() {
+			_, err := probe.Exec(ctx, "SELECT pg_logical_emit_message(true, 'probe', '')")
+			probed <- err
+		}()
+	}
+	probeOnce()
+	syncRepWaiters := func() int {
+		var n int
+		require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND pid <> $1",
+			probePID).Scan(&n))
+		return n
+	}
+	pgtest.Eventually(t, time.Minute, func() bool {
+		select {
+		case err := <-probed:
+			require.NoError(t, err)
+			probeOnce()
+			return false
+		default:
+		}
+		var waiting bool
+		require.NoError(t, admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND pid = $1)",
+			probePID).Scan(&waiting))
+		return waiting
+	}, "a probe's commit waits for the synchronous standby")
 	var commit string
 	require.NoError(t, s.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&commit))
 	require.Equal(t, "off", commit, "the session default the sequencer overrides")
@@ -260,12 +294,12 @@ func TestSequencerCommitWaitsForTheSynchronousStandby(t *testing.T) {
 			require.Failf(t, "the sequencer's commit did not wait for the synchronous standby", "err %v", err)
 		default:
 		}
-		var waiting bool
-		err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event = 'SyncRep')").Scan(&waiting)
-		return err == nil && waiting
+		return syncRepWaiters() > 0
 	}, "the sequencer's commit waits for the synchronous standby")
+	require.EqualValues(t, 3, head(t, s), "its positions are not visible while it waits")
 	syncStandby("")
 	require.NoError(t, <-done)
+	require.NoError(t, <-probed)
 	require.EqualValues(t, 5, head(t, s))
 }
 
