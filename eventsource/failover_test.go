@@ -332,3 +332,35 @@ func TestSequencerRescuesAnAppendStrandedBelowTheWatermark(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 4, got[0].Position)
 }
+
+// TestSequencerResumesAfterAPromotion: a Sequencer running across the
+// primary's death and the standby's promotion, on a multi-host URL, goes
+// on sequencing on the new primary (its connection retries are capped at
+// SequencerReconnectMax). It logs how long after the promotion the first
+// append made then got its position.
+func TestSequencerResumesAfterAPromotion(t *testing.T) {
+	ctx := context.Background()
+	f := newFailover(t)
+	s := f.store(t, nil)
+	q := eventsource.NewSequencer(s, eventsource.SequencerOptions{})
+	startSequencer(t, q)
+	appendN(t, s, 5)
+	pgtest.Eventually(t, time.Minute, func() bool { return head(t, s) == 5 }, "sequenced on the primary")
+	f.detach(t)
+	f.primary.Stop()
+	require.NoError(t, f.standby.Promote(ctx))
+	promoted := time.Now()
+	pgtest.Eventually(t, time.Minute, func() bool {
+		_, err := s.Append(ctx, "after-1", eventsource.Any, []eventsource.EventData{ev("After", `{}`)})
+		return err == nil
+	}, "an append on the new primary")
+	appended := time.Since(promoted)
+	var sequenced time.Duration
+	pgtest.Eventually(t, time.Minute, func() bool {
+		h, err := s.HeadPosition(ctx)
+		sequenced = time.Since(promoted)
+		return err == nil && h == 6
+	}, "the append on the new primary got position 6")
+	t.Logf("after the promotion: appended in %v, sequenced in %v", appended.Round(time.Millisecond), sequenced.Round(time.Millisecond))
+	require.EqualValues(t, 1, s.Server().Epoch, "the sequencer found the new timeline")
+}

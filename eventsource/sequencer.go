@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,13 @@ const (
 	// Appends do not cut a backoff short.
 	SequencerRetryMin = 100 * time.Millisecond
 	SequencerRetryMax = 5 * time.Second
+	// SequencerReconnectMax caps that backoff while the failure is the
+	// server being away (a connect refused or turned down, a connection
+	// lost, a server shutting down or starting): a server that went away,
+	// as in a failover, is found again, or its promoted standby, within it
+	// once it accepts. A server that refuses a connection (too many
+	// clients) is retried with the backoff up to SequencerRetryMax.
+	SequencerReconnectMax = 500 * time.Millisecond
 	// SequencerStuckAfter is how long steps fail, or the backlog waits
 	// while the head does not move, before the sequencer reports itself
 	// stuck: at Warn, then every SequencerReportInterval while it lasts.
@@ -137,7 +145,8 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // them, logs it at Warn and counts it in Stranded.
 //
 // A failed step is retried after an exponential backoff with jitter
-// (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
+// (SequencerRetryMin to SequencerRetryMax, or to SequencerReconnectMax
+// while it cannot connect); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
 // health is in [Sequencer.Stats]. Its Start and Stop follow kumi's
 // lifecycle contract (docs/architecture.md, "Lifecycle").
@@ -157,6 +166,9 @@ type Sequencer struct {
 	// conn is the connection the looks and steps run on, the sequencer's
 	// own (see connection); nil until made, and after it closed.
 	conn *pgx.Conn
+	// connLost reports that the last step failed for want of a
+	// connection: it could not make one, or lost the one it had.
+	connLost bool
 
 	rescuedAt time.Time // the last look below the watermark (see rescue)
 
@@ -256,6 +268,7 @@ func (q *Sequencer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		q.connLost = err != nil && (q.conn == nil || q.conn.IsClosed()) && serverGone(err)
 		interval, retry = q.record(ctx, n, err, interval)
 		if err == nil && q.rescue(ctx) {
 			interval = 0 // the watermark was lowered: sequence at once
@@ -529,6 +542,8 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.
 		q.reportStuck(ctx)
 	}
 	switch {
+	case failing > 0 && q.connLost:
+		return backoff(SequencerRetryMin, SequencerReconnectMax, failing-1), true
 	case failing > 0:
 		return backoff(SequencerRetryMin, SequencerRetryMax, failing-1), true
 	case n > 0:
@@ -536,6 +551,20 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.
 	default:
 		return min(max(interval*2, q.opts.MinInterval), q.opts.MaxInterval), false
 	}
+}
+
+// serverGone reports whether err, which cost the sequencer its
+// connection, says the server is away rather than refusing it: no
+// PostgreSQL error at all (a refused or broken connection, a standby that
+// target_session_attrs turns down), a connection exception (class 08),
+// or a server shutting down or starting (57P01 to 57P03). A server that
+// refuses (too many clients, a bad password) is not retried faster.
+func serverGone(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true
+	}
+	return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
 }
 
 // stripReset returns err without its reset report: nil when that was all
