@@ -34,13 +34,28 @@ func epochFence(s *eventsource.Store, bucket int, owner string, epoch int64) eve
 	})
 }
 
+// newStoreWithHead returns a new store whose head is n (one append of n
+// events, sequenced): a checkpoint is written only at or below the head.
+func newStoreWithHead(t *testing.T, n int) *eventsource.Store {
+	t.Helper()
+	s := newStore(t)
+	events := make([]eventsource.EventData, n)
+	for i := range events {
+		events[i] = ev("Filled", `{}`)
+	}
+	mustAppend(t, s, "filler-1", events...)
+	sequenceAll(t, s)
+	require.EqualValues(t, n, head(t, s))
+	return s
+}
+
 func TestCheckpoints(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
 	t.Run("NeverMovesBackwards", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t)
+		s := newStoreWithHead(t, 20)
 		p, err := s.Checkpoint(ctx, "sub", 0)
 		require.NoError(t, err)
 		require.Zero(t, p, "no checkpoint reads as 0")
@@ -60,7 +75,7 @@ func TestCheckpoints(t *testing.T) {
 
 	t.Run("ConcurrentSavesKeepTheHighest", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t)
+		s := newStoreWithHead(t, 1000)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var highest int64
@@ -69,7 +84,7 @@ func TestCheckpoints(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 25 {
-					p := rand.Int64N(10_000)
+					p := rand.Int64N(1001)
 					mu.Lock()
 					highest = max(highest, p)
 					mu.Unlock()
@@ -88,7 +103,7 @@ func TestCheckpoints(t *testing.T) {
 
 	t.Run("RefusingFenceChangesNothingAndReturnsItsError", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t)
+		s := newStoreWithHead(t, 600)
 		_, err := s.Pool().Exec(ctx, "CREATE TABLE "+s.QuotedSchema()+".test_leases (bucket int PRIMARY KEY, owner text, epoch bigint)")
 		require.NoError(t, err)
 		_, err = s.Pool().Exec(ctx, "INSERT INTO "+s.QuotedSchema()+".test_leases VALUES (0, 'w1', 1), (1, 'w1', 1)")
@@ -124,7 +139,7 @@ func TestCheckpoints(t *testing.T) {
 
 	t.Run("SaveCheckpointTxLandsWithTheCallersTransaction", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t)
+		s := newStoreWithHead(t, 42)
 		tx, err := s.Pool().Begin(ctx)
 		require.NoError(t, err)
 		stored, err := s.SaveCheckpointTx(ctx, tx, "sub", 2, 42, nil)
@@ -149,7 +164,7 @@ func TestCheckpoints(t *testing.T) {
 
 	t.Run("ResetMovesBackwardsUnderItsFence", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t)
+		s := newStoreWithHead(t, 90)
 		_, err := s.SaveCheckpoint(ctx, "sub", 0, 90, nil)
 		require.NoError(t, err)
 		refuse := eventsource.FenceFunc(func(context.Context, pgx.Tx) error { return eventsource.ErrFenceLost })
@@ -165,7 +180,7 @@ func TestCheckpoints(t *testing.T) {
 
 	t.Run("CheckpointsListsBuckets", func(t *testing.T) {
 		t.Parallel()
-		s := newStore(t)
+		s := newStoreWithHead(t, 30)
 		for b := 3; b >= 0; b-- {
 			_, err := s.SaveCheckpoint(ctx, "listed", b, int64(b*10), nil)
 			require.NoError(t, err)
@@ -180,6 +195,35 @@ func TestCheckpoints(t *testing.T) {
 			require.Equal(t, int64(i*10), c.Position)
 			require.False(t, c.UpdatedAt.IsZero())
 		}
+	})
+
+	// A checkpoint above the head names a position this server never
+	// handed out (one read before a failover: see TestFailover): the
+	// write is refused in its own statement, fenced or not, and nothing
+	// is written.
+	t.Run("AboveTheHeadIsRefused", func(t *testing.T) {
+		t.Parallel()
+		s := newStoreWithHead(t, 5)
+		_, err := s.SaveCheckpoint(ctx, "sub", 0, 6, nil)
+		var above *eventsource.CheckpointAboveHeadError
+		require.ErrorAs(t, err, &above)
+		require.ErrorIs(t, err, eventsource.ErrCheckpointAboveHead)
+		require.Equal(t, eventsource.CheckpointAboveHeadError{Subscription: "sub", Bucket: 0, Position: 6, Head: 5}, *above)
+		require.Equal(t, 0, countRows(t, s, "checkpoints"), "a refused first write leaves no row")
+
+		stored, err := s.SaveCheckpoint(ctx, "sub", 0, 5, nil)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, stored, "the head itself is a checkpoint")
+
+		fenced := eventsource.FenceFunc(func(context.Context, pgx.Tx) error { return nil })
+		require.NoError(t, pgx.BeginFunc(ctx, s.Pool(), func(tx pgx.Tx) error {
+			_, err := s.SaveCheckpointTx(ctx, tx, "sub", 0, 40, fenced)
+			require.ErrorIs(t, err, eventsource.ErrCheckpointAboveHead, "in the caller's transaction too")
+			return nil
+		}))
+		p, err := s.Checkpoint(ctx, "sub", 0)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, p)
 	})
 
 	t.Run("BadInputIsRefused", func(t *testing.T) {

@@ -118,8 +118,22 @@
 // lost its bucket (a zombie) gets the fence's error, wrapping
 // [ErrFenceLost], and its write changes nothing. [Store.SaveCheckpointTx]
 // does it inside the caller's transaction, so that a handler can commit
-// its own writes and the checkpoint together. [Store.ResetCheckpoint] is
-// the operator's way back.
+// its own writes and the checkpoint together. Both refuse a position
+// above the store's head with a [*CheckpointAboveHeadError].
+// [Store.ResetCheckpoint] is the operator's way back.
+//
+// # Failover
+//
+// A store records the [ServerIdentity] of its primary (system identifier
+// and timeline), read by every sequencer step, every notifier connection
+// and [Store.CheckServer]. A promoted standby is a new timeline, and may
+// hand out again the positions of commits it lacks: a change, or a head
+// below a position the process saw ([Store.SawPosition]), is a
+// [ServerChange] in [Store.Server], whose Changed channel closes. The
+// sequencer then drops its watermark candidate, the notifier its latest
+// values. A [ReadReplica] refuses a read pool that is not a standby of
+// the primary ([*ReplicaMismatchError]). See docs/eventsource.md,
+// "Failover".
 //
 // # Dead letters
 //

@@ -224,6 +224,12 @@ func ExampleStore_SaveCheckpoint() {
 	defer done()
 	store, _ := eventsource.New(pool, eventsource.Config{Schema: schema})
 	_ = store.Migrate(ctx)
+	var mails []eventsource.EventData
+	for range 10 {
+		mails = append(mails, eventsource.EventData{Type: "Queued", Data: []byte(`{}`)})
+	}
+	_, _ = store.Append(ctx, "mail-1", eventsource.Any, mails)
+	_, _ = store.Sequence(ctx) // positions 1 to 10: the head is 10
 
 	holding := true
 	fence := eventsource.FenceFunc(func(ctx context.Context, tx pgx.Tx) error {
@@ -241,11 +247,15 @@ func ExampleStore_SaveCheckpoint() {
 	fmt.Println(errors.Is(err, eventsource.ErrFenceLost))
 	p, _ = store.Checkpoint(ctx, "mailer", 0)
 	fmt.Println(p)
+	holding = true
+	_, err = store.SaveCheckpoint(ctx, "mailer", 0, 11, fence)
+	fmt.Println(errors.Is(err, eventsource.ErrCheckpointAboveHead), "(above the head)")
 	// Output:
 	// 10 <nil>
 	// 10 <nil> (never backwards)
 	// true
 	// 10
+	// true (above the head)
 }
 
 // Dead letters: a subscription records an event it gave up on; an operator

@@ -144,6 +144,16 @@ type Notifier struct {
 
 	connected                          atomic.Bool
 	connects, notifications, pollTicks atomic.Int64
+	serverChanges                      atomic.Int64
+
+	// store is the store whose channel the notifier serves (set by
+	// Store.NewNotifier), told what each connection finds; server is the
+	// identity of the last connection's server, and epoch the store's
+	// epoch then (see identify). Only the listen loop uses them.
+	store       *Store
+	server      ServerIdentity
+	serverKnown bool
+	epoch       int64
 }
 
 type notifyChannelState struct {
@@ -195,7 +205,11 @@ func (s *Store) NewNotifier(opts NotifierOptions) (*Notifier, error) {
 		}
 		opts.Probes[ch] = s.HeadPosition
 	}
-	return NewNotifier(s.pool, opts)
+	n, err := NewNotifier(s.pool, opts)
+	if n != nil {
+		n.store = s
+	}
+	return n, err
 }
 
 // Listener receives a channel's wake-ups. Create one with
@@ -336,6 +350,10 @@ type NotifierStats struct {
 	// PollTicks counts wake-ups raised by a probe: notifications that went
 	// missing or came late.
 	PollTicks int64
+	// ServerChanges counts the connections made to another server than
+	// the one before (a failover: see [ServerIdentity]), after which every
+	// channel's latest value was forgotten.
+	ServerChanges int64
 }
 
 // Stats returns the notifier's counters.
@@ -345,6 +363,7 @@ func (n *Notifier) Stats() NotifierStats {
 		Connects:      n.connects.Load(),
 		Notifications: n.notifications.Load(),
 		PollTicks:     n.pollTicks.Load(),
+		ServerChanges: n.serverChanges.Load(),
 	}
 }
 
@@ -413,12 +432,49 @@ func (n *Notifier) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := n.identify(dialCtx, conn); err != nil {
+		_ = conn.Close(context.WithoutCancel(dialCtx))
+		return nil, err
+	}
 	if err := n.listenNew(ctx, conn); err != nil {
 		n.unlisten()
 		_ = conn.Close(context.WithoutCancel(dialCtx))
 		return nil, err
 	}
 	return conn, nil
+}
+
+// identify reads the identity of conn's server before it listens. When
+// it is another server than the last connection's, or the store has found
+// a change since then (its sequencer, say), every channel's latest value
+// is forgotten: the new server's head may be below the old one's, and a
+// latest that only grows would hide the positions it hands out again,
+// for a probe raises it only past its value. The listeners are woken when
+// the channels are listened on, as after every connection.
+func (n *Notifier) identify(ctx context.Context, conn *pgx.Conn) error {
+	id, err := serverIdentity(ctx, conn)
+	if err != nil {
+		return err
+	}
+	changed := n.serverKnown && id.differs(n.server)
+	if n.store != nil {
+		n.store.observeServer(id, -1, 0)
+		epoch := n.store.Server().Epoch
+		changed = changed || n.serverKnown && epoch != n.epoch
+		n.epoch = epoch
+	}
+	if changed {
+		n.serverChanges.Add(1)
+		n.chMu.Lock()
+		for _, st := range n.chans {
+			st.latest.Store(0)
+		}
+		n.chMu.Unlock()
+		n.opts.Logger.Info("kumi: notifier connected to another server: it forgot the channels' latest values",
+			"old", n.server.String(), "new", id.String())
+	}
+	n.server, n.serverKnown = id, true
+	return nil
 }
 
 // listenNew LISTENs on conn on every channel not yet listened on, waking

@@ -105,7 +105,7 @@ func TestOperatorReads(t *testing.T) {
 func TestLockCheckpointTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t)
+	s := newStoreWithHead(t, 7)
 
 	first, err := s.Pool().Begin(ctx)
 	require.NoError(t, err)

@@ -20,10 +20,11 @@ type queries struct {
 	readCategory, readAll                 readSQL
 	readEventsByID                        readSQL
 	headPosition                          string
+	serverLook                            string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
 	sequencerBacklog, sequencerTimeout, sequencerLowerWatermark        string
-	sequencerHolder                                                    string
+	sequencerHolder, sequencerStranded                                 string
 
 	checkpointGet, checkpointList, checkpointSave, checkpointReset string
 
@@ -136,6 +137,10 @@ WHERE e.stream_name = $1 AND e.version <= $2 ORDER BY e.version DESC LIMIT $3`, 
 		readEventsByID: eventRead(streamPosition, `FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
 JOIN %[1]s.events e ON e.event_id = k.id `+rangeOf+` ORDER BY k.ord`, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
+		// Store.lookAtServer: the timeline (the name of the WAL file being
+		// written starts with it; fails on a standby) and the head.
+		serverLook: fmt.Sprintf(`SELECT pg_walfile_name(pg_current_wal_lsn()),
+  coalesce((SELECT last_position FROM %s.sequencer WHERE id = 1), 0)`, q),
 
 		// The head, the age of the oldest unsequenced event above the
 		// watermark in insertion order (NULL when there is none), the
@@ -166,7 +171,11 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
 		// durable anyway (flushing, with it, every append before it in the
 		// WAL): positions that readers have seen must survive a crash, or
 		// they would be handed out again to other events, behind the
-		// readers' checkpoints. The planner settings pin the assignment's
+		// readers' checkpoints. It is made "on", not "local": with
+		// synchronous_standby_names set, "on" also waits for the
+		// synchronous standby to flush it, so that the positions survive
+		// a failover to that standby too (docs/operations.md, "Failover");
+		// a session that asks for more (remote_apply) keeps it. The planner settings pin the assignment's
 		// plan to what suits a batch among millions of rows, whatever the
 		// statistics say (a plan cached while the table was small would
 		// otherwise read a whole backlog and sort it for every batch): an
@@ -180,13 +189,16 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
 		sequencerLastSeq: `SELECT set_config('statement_timeout', $2, true), set_config('lock_timeout', $3, true),
   CASE WHEN current_setting('transaction_timeout', true) IS NOT NULL THEN set_config('transaction_timeout', '0', true) END,
   set_config('idle_in_transaction_session_timeout', $4, true),
-  CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END,
+  CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'on', true) END,
   set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
   set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
   set_config('jit', 'off', true),
   (SELECT low_seq FROM ` + q + `.sequencer WHERE id = 1),
   coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')::regclass), 0)`,
-		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint
+		// The lock statement takes the transaction's xid and reads the
+		// server's timeline (see Store.sequenceOnce and ServerIdentity).
+		sequencerLock: fmt.Sprintf(`SELECT last_position, low_seq, pg_current_xact_id()::text::bigint,
+  pg_walfile_name(pg_current_wal_lsn())
 FROM %s.sequencer WHERE id = 1 FOR UPDATE SKIP LOCKED`, q),
 		// The session whose transaction holds the sequencer row (its
 		// locker, xmax, holds a lock on its own transaction id; a
@@ -205,6 +217,22 @@ JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid =
 JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
 WHERE s.id = 1 AND l.pid <> pg_backend_pid()
 LIMIT 1`, q),
+		// The sequencer's look below the watermark (Sequencer.rescue): the
+		// first committed append at or below it without a position, which
+		// by the watermark's rule cannot exist (an old primary's candidate
+		// kept across a failover made such appends), its age, and whether
+		// the watermark was lowered below it, so that the next step
+		// numbers it. Lowering the watermark never skips an event. It
+		// scans the unsequenced index up to the watermark, dead entries
+		// included: hence only every SequencerReportInterval.
+		sequencerStranded: fmt.Sprintf(`WITH found AS (
+  SELECT a.seq, a.recorded_at FROM %[1]s.appends a
+  WHERE a.last_position IS NULL AND a.seq <= (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1)
+  ORDER BY a.seq LIMIT 1
+), lowered AS (
+  UPDATE %[1]s.sequencer s SET low_seq = f.seq - 1 FROM found f WHERE s.id = 1 AND s.low_seq >= f.seq RETURNING 1
+)
+SELECT f.seq, extract(epoch FROM now() - f.recorded_at)::float8, EXISTS (SELECT FROM lowered) FROM found f`, q),
 		// After a reset of the events' sequence (see Store.sequenceOnce):
 		// the watermark goes down to $1.
 		sequencerLowerWatermark: fmt.Sprintf(`UPDATE %s.sequencer SET low_seq = $1 WHERE id = 1`, q),
@@ -246,9 +274,22 @@ FROM head h, low l`, q),
 
 		checkpointGet:  fmt.Sprintf(`SELECT position FROM %s.checkpoints WHERE subscription = $1 AND bucket = $2`, q),
 		checkpointList: fmt.Sprintf(`SELECT bucket, position, updated_at FROM %s.checkpoints WHERE subscription = $1 ORDER BY bucket`, q),
-		checkpointSave: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
+		// A checkpoint write lands only at or below the head (the
+		// sequencer row's last position, as the statement's snapshot
+		// shows it): a position above it was never handed out on this
+		// server (one from before a failover, say), and a checkpoint there
+		// would skip the events that get it. The head only grows on one
+		// server, so what holds at the snapshot holds at commit; the
+		// sequencer row is read, not locked. It returns the stored
+		// position (NULL when refused) and the head.
+		checkpointSave: fmt.Sprintf(`WITH h AS (SELECT last_position AS head FROM %[1]s.sequencer WHERE id = 1), w AS (
+INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) SELECT $1, $2, $3 FROM h WHERE $3 <= h.head
 ON CONFLICT (subscription, bucket) DO UPDATE SET position = GREATEST(c.position, excluded.position), updated_at = now()
-RETURNING position`, q),
+RETURNING position)
+SELECT (SELECT position FROM w), coalesce((SELECT head FROM h), 0)`, q),
+		// An operator's reset is not bounded by the head: `kumi
+		// checkpoints reset` refuses a position past it unless
+		// --beyond-head asks for it.
 		checkpointReset: fmt.Sprintf(`INSERT INTO %[1]s.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
 ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, updated_at = now()`, q),
 

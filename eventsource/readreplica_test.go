@@ -99,6 +99,9 @@ func TestReadReplicaRefusesBadOptions(t *testing.T) {
 	var ce *eventsource.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "standby", ce.Field)
+	_, err = eventsource.NewReadReplica(p, p.Pool(), eventsource.ReadReplicaOptions{Wait: eventsource.ReplicaWaitMax + time.Second})
+	require.ErrorAs(t, err, &ce, "a Wait past every caller's timeout")
+	require.Equal(t, "Wait", ce.Field)
 }
 
 // TestReadReplica: the points of the argument, each with the follower's
@@ -109,7 +112,7 @@ func TestReadReplica(t *testing.T) {
 	r := pgtest.NewReplica(t, srv)
 
 	t.Run("NotificationAheadOfReplay", func(t *testing.T) {
-		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: time.Hour})
+		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: eventsource.ReplicaWaitMax})
 		f := &pageFollower{pr: rr}
 		appendN(t, p, 5)
 		sequenceAll(t, p)
@@ -137,7 +140,7 @@ func TestReadReplica(t *testing.T) {
 	})
 
 	t.Run("CheckpointAheadOfReplay", func(t *testing.T) {
-		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: time.Hour})
+		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: eventsource.ReplicaWaitMax})
 		require.NoError(t, r.WaitReplayed(ctx))
 		from := head(t, p)
 		require.NoError(t, r.PauseReplay(ctx))
@@ -183,7 +186,7 @@ func TestReadReplica(t *testing.T) {
 	})
 
 	t.Run("FallbackPastALag", func(t *testing.T) {
-		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: time.Hour, FallbackLag: time.Millisecond,
+		rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: eventsource.ReplicaWaitMax, FallbackLag: time.Millisecond,
 			LagInterval: 10 * time.Millisecond})
 		require.NoError(t, r.WaitReplayed(ctx))
 		require.False(t, rr.Measure(ctx).FallingBack)
@@ -196,7 +199,7 @@ func TestReadReplica(t *testing.T) {
 			"the lag passes FallbackLag")
 		require.EqualValues(t, 5, st.LagEvents)
 		require.Positive(t, st.Lag)
-		// With Wait an hour, only the fallback can serve these reads.
+		// With Wait a minute, only the fallback can serve these reads.
 		f.upTo(t, head(t, p))
 		require.Equal(t, 5, f.read)
 		require.Positive(t, rr.Stats().PrimaryReads)
@@ -378,4 +381,85 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestReadReplicaRefusesAPoolThatIsNotAStandby: a read pool on another
+// database with the same schema, or on another cluster, is refused with a
+// typed error naming the mismatch (it delivered another database's events
+// as the store's, and checkpointed past the real ones); the primary
+// itself is accepted.
+func TestReadReplicaRefusesAPoolThatIsNotAStandby(t *testing.T) {
+	ctx := context.Background()
+	p, srv := localStore(t)
+	appendN(t, p, 5)
+	sequenceAll(t, p)
+
+	t.Run("AnotherDatabase", func(t *testing.T) {
+		name := pgtest.NewSchema(t) // a fresh name, for a database
+		_, err := p.Pool().Exec(ctx, "CREATE DATABASE "+name)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = pgtest.PoolOn(t, srv.URL, 1).Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		})
+		other := pgtest.PoolOn(t, strings.Replace(srv.URL, "/postgres?", "/"+name+"?", 1), 5)
+		elsewhere, err := eventsource.New(other, eventsource.Config{Schema: p.Schema()})
+		require.NoError(t, err)
+		require.NoError(t, elsewhere.Migrate(ctx))
+		appendN(t, elsewhere, 20)
+		sequenceAll(t, elsewhere)
+
+		rr, err := eventsource.NewReadReplica(p, other, eventsource.ReadReplicaOptions{})
+		require.NoError(t, err)
+		_, err = rr.ReadAllPage(ctx, 0, 5, 100, 0)
+		var m *eventsource.ReplicaMismatchError
+		require.ErrorAs(t, err, &m, "a read is refused")
+		require.Equal(t, "database", m.Field)
+		require.Equal(t, `"`+name+`"`, m.Standby)
+		_, err = rr.HeadPosition(ctx)
+		require.ErrorIs(t, err, eventsource.ErrReplicaMismatch)
+		require.ErrorIs(t, rr.Start(ctx), eventsource.ErrReplicaMismatch, "Start refuses it")
+	})
+
+	t.Run("AnotherCluster", func(t *testing.T) {
+		other, err := pgtest.Start(ctx, pgtest.Options{MaxConnections: 20})
+		require.NoError(t, err)
+		t.Cleanup(other.Stop)
+		rr, err := eventsource.NewReadReplica(p, pgtest.PoolOn(t, other.URL, 2), eventsource.ReadReplicaOptions{})
+		require.NoError(t, err)
+		var m *eventsource.ReplicaMismatchError
+		require.ErrorAs(t, rr.Check(ctx), &m)
+		require.Equal(t, "system identifier", m.Field)
+	})
+
+	t.Run("ThePrimaryItselfIsAccepted", func(t *testing.T) {
+		rr, err := eventsource.NewReadReplica(p, p.Pool(), eventsource.ReadReplicaOptions{})
+		require.NoError(t, err)
+		require.NoError(t, rr.Check(ctx))
+		events, err := rr.ReadAllPage(ctx, 0, 5, 100, 0)
+		require.NoError(t, err)
+		require.Len(t, events, 5)
+	})
+}
+
+// TestReadReplicaFallsBackWithinTheCallersTimeout: with replay paused and
+// Wait at its most, a read whose caller has a timeout shorter than Wait
+// falls back to the primary within it (it waited out the caller's
+// timeout and failed: a catch-up never completed).
+func TestReadReplicaFallsBackWithinTheCallersTimeout(t *testing.T) {
+	ctx := context.Background()
+	p, srv := localStore(t)
+	r := pgtest.NewReplica(t, srv)
+	rr := newReadReplica(t, p, r, eventsource.ReadReplicaOptions{Wait: eventsource.ReplicaWaitMax})
+	require.NoError(t, rr.Check(ctx))
+	require.NoError(t, r.PauseReplay(ctx))
+	defer func() { require.NoError(t, r.ResumeReplay(ctx)) }()
+	appendN(t, p, 4)
+	sequenceAll(t, p)
+
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	events, err := rr.ReadAllPage(rctx, 0, 4, 100, 0)
+	require.NoError(t, err, "the read fell back to the primary within its caller's timeout")
+	require.Len(t, events, 4)
+	require.EqualValues(t, 1, rr.Stats().PrimaryReads)
 }

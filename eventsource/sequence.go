@@ -161,7 +161,12 @@ var errRowHeld = errors.New("kumi: another transaction holds the sequencer row")
 // inserted by a transaction whose xid is below xid. It also carries seen,
 // the highest last value of the sequence that this store's steps have read
 // since the last reset they found.
-type seqCandidate struct{ seq, xid, seen int64 }
+type seqCandidate struct {
+	seq, xid, seen int64
+	// server is the identity of the server the candidate was taken on:
+	// its xids and seqs mean nothing on another (see sequenceOnce).
+	server ServerIdentity
+}
 
 // ErrSequenceReset is wrapped by [*SequenceResetError].
 var ErrSequenceReset = errors.New("kumi: the events' seq sequence was reset")
@@ -224,9 +229,17 @@ func pgIdent(schema string) string { return pgx.Identifier{schema}.Sanitize() }
 // An appender's open transaction holds the watermark below its events
 // (its xid holds the snapshots' xmin back) but holds no one's positions
 // back: it only makes the search longer while it lasts. Xids are used only
-// for this bound, compared within one server's lifetime (the candidate is
-// kept in memory); the watermark itself is a seq, so it survives dump and
-// restore.
+// for this bound, 64-bit (epoch and xid, so they never wrap), and only
+// within one server history: the candidate is kept in memory with the
+// identity of the server it was taken on (system identifier and timeline,
+// see [ServerIdentity]) and dropped when a step finds another. After a
+// failover the promoted standby's xids and seqs restart from what it
+// replayed: a candidate from the old primary, its xid soon passed by the
+// new one's, would raise the watermark above seqs that appends in flight
+// on the new primary hold, and those would never get a position. The
+// watermark itself is a seq in the database, written after every seq
+// below it was settled, so it holds on whatever server replays it, and
+// survives dump and restore.
 //
 // A reset of the sequence. All of this assumes that seqs only grow. If the
 // sequence is set back (ALTER SEQUENCE … RESTART, a logical-replication or
@@ -257,6 +270,11 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	s.seqMu.Lock()
 	cand := s.seqCand
 	s.seqMu.Unlock()
+	seen := s.seenHead()
+	system, err := systemID(ctx, conn)
+	if err != nil {
+		return 0, 0, err
+	}
 
 	// Two round trips. The first begins the transaction and runs, in
 	// order, the settings and M, then the lock and X; the second assigns
@@ -282,12 +300,13 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	batch.Queue(s.sql.sequencerLock)
 	br := conn.SendBatch(ctx, batch)
 	var lowBefore, lastSeq, last, low, xid int64
-	_, err := br.Exec()
+	var wal string
+	_, err = br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, &lowBefore, &lastSeq)
 	}
 	if err == nil {
-		err = br.QueryRow().Scan(&last, &low, &xid)
+		err = br.QueryRow().Scan(&last, &low, &xid, &wal)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -298,17 +317,28 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 		}
 		return 0, 0, fmt.Errorf("kumi: sequencer lock: %w", err)
 	}
+	timeline, err := walTimeline(wal)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Another server than the candidate's, or a head below what the
+	// process saw: the candidate, and the last value it saw, are from
+	// another history.
+	server := ServerIdentity{System: system, Timeline: timeline}
+	if s.observeServer(server, last, seen) || cand.server != server {
+		cand = seqCandidate{server: server}
+	}
 	var reset *SequenceResetError
 	batch = &pgx.Batch{}
 	if lastSeq < lowBefore || lastSeq < cand.seen { // see seqWentBack
 		reset = &SequenceResetError{Schema: s.cfg.Schema, LastValue: lastSeq, Watermark: lowBefore, Seen: cand.seen}
 		batch.Queue(s.sql.sequencerLowerWatermark, 0)
-		low, cand = 0, seqCandidate{}
+		low, cand = 0, seqCandidate{server: server}
 	}
 	if cand.xid > xid {
 		// Xids went backwards: another server (a restored dump). The
 		// candidate means nothing here.
-		cand = seqCandidate{}
+		cand = seqCandidate{server: server}
 	}
 	batch.Queue(s.sql.sequencerAssign, last, limit, s.NotifyChannel(), low, cand.seq, cand.xid)
 	batch.Queue("COMMIT")
@@ -334,7 +364,11 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	committed = true
 	// A candidate is used once its xid is below a snapshot's xmin; then
 	// (or if there is none) this step's becomes the next one.
+	s.SawPosition(newLast)
 	s.seqMu.Lock()
+	if s.seqCand.server != server {
+		s.seqCand = seqCandidate{server: server}
+	}
 	if cand.xid == 0 || xmin >= cand.xid {
 		s.seqCand.seq, s.seqCand.xid = lastSeq, xid
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,13 @@ const (
 	// Appends do not cut a backoff short.
 	SequencerRetryMin = 100 * time.Millisecond
 	SequencerRetryMax = 5 * time.Second
+	// SequencerReconnectMax caps that backoff while the failure is the
+	// server being away (a connect refused or turned down, a connection
+	// lost, a server shutting down or starting): a server that went away,
+	// as in a failover, is found again, or its promoted standby, within it
+	// once it accepts. A server that refuses a connection (too many
+	// clients) is retried with the backoff up to SequencerRetryMax.
+	SequencerReconnectMax = 500 * time.Millisecond
 	// SequencerStuckAfter is how long steps fail, or the backlog waits
 	// while the head does not move, before the sequencer reports itself
 	// stuck: at Warn, then every SequencerReportInterval while it lasts.
@@ -89,6 +97,10 @@ type SequencerStats struct {
 	// Takeovers counts the stalled holders of the sequencer row this
 	// sequencer ended (see [SequencerStallTimeout]).
 	Takeovers int64
+	// Stranded counts the committed appends found below the search
+	// watermark without a position, which the sequencer's search never
+	// reaches, and given back to it (see [Sequencer]).
+	Stranded int64
 }
 
 // clock is the Sequencer's time source; tests inject a fake one.
@@ -125,8 +137,16 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // connection is made again at the next step. (Looking at a stalled holder
 // and counting a stuck backlog, both rare, use the pool.)
 //
+// Every SequencerReportInterval (and at its first step) it looks below
+// the search watermark for committed appends without a position, which no
+// step would ever reach; none should exist, but a watermark raised by a
+// candidate from before a failover left some (see [Store.Sequence]). It
+// lowers the watermark below the first one, so that the next step numbers
+// them, logs it at Warn and counts it in Stranded.
+//
 // A failed step is retried after an exponential backoff with jitter
-// (SequencerRetryMin to SequencerRetryMax); a step cancelled by a timeout
+// (SequencerRetryMin to SequencerRetryMax, or to SequencerReconnectMax
+// while it cannot connect); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
 // health is in [Sequencer.Stats]. Its Start and Stop follow kumi's
 // lifecycle contract (docs/architecture.md, "Lifecycle").
@@ -146,6 +166,11 @@ type Sequencer struct {
 	// conn is the connection the looks and steps run on, the sequencer's
 	// own (see connection); nil until made, and after it closed.
 	conn *pgx.Conn
+	// connLost reports that the last step failed for want of a
+	// connection: it could not make one, or lost the one it had.
+	connLost bool
+
+	rescuedAt time.Time // the last look below the watermark (see rescue)
 
 	heldSince time.Time // when steps began to find the row held (zero: not held)
 	holderAt  time.Time // the last look at the row's holder
@@ -243,7 +268,11 @@ func (q *Sequencer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		q.connLost = err != nil && (q.conn == nil || q.conn.IsClosed()) && serverGone(err)
 		interval, retry = q.record(ctx, n, err, interval)
+		if err == nil && q.rescue(ctx) {
+			interval = 0 // the watermark was lowered: sequence at once
+		}
 		if err == nil && batch.held {
 			if q.takeOver(ctx) {
 				interval = 0 // the row is free: sequence at once
@@ -400,6 +429,44 @@ func (q *Sequencer) takeOver(ctx context.Context) bool {
 	return true
 }
 
+// rescue looks below the search watermark for a committed append without
+// a position, at most every SequencerReportInterval, and lowers the
+// watermark below it (queries.sequencerStranded); it reports whether it
+// did.
+func (q *Sequencer) rescue(ctx context.Context) bool {
+	now := q.clk.Now()
+	if !q.rescuedAt.IsZero() && now.Sub(q.rescuedAt) < SequencerReportInterval {
+		return false
+	}
+	q.rescuedAt = now
+	db, err := q.connection(ctx)
+	if err != nil {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	defer cancel()
+	var seq int64
+	var age float64
+	var lowered bool
+	err = db.QueryRow(lctx, q.store.sql.sequencerStranded).Scan(&seq, &age, &lowered)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false
+	case err != nil:
+		if ctx.Err() == nil {
+			q.opts.Logger.Debug("kumi: sequencer could not look below its watermark", "err", err)
+		}
+		return false
+	}
+	q.statsMu.Lock()
+	q.stats.Stranded++
+	q.statsMu.Unlock()
+	q.opts.Logger.Warn("kumi: sequencer found a committed append below its watermark without a position; "+
+		"it lowered the watermark so that the append gets one (its stream's order may not hold for it)",
+		"seq", seq, "age", time.Duration(age*float64(time.Second)).Round(time.Millisecond), "lowered", lowered)
+	return lowered
+}
+
 func (q *Sequencer) countAttempt() {
 	q.statsMu.Lock()
 	q.stats.Attempts++
@@ -475,6 +542,8 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.
 		q.reportStuck(ctx)
 	}
 	switch {
+	case failing > 0 && q.connLost:
+		return backoff(SequencerRetryMin, SequencerReconnectMax, failing-1), true
 	case failing > 0:
 		return backoff(SequencerRetryMin, SequencerRetryMax, failing-1), true
 	case n > 0:
@@ -482,6 +551,20 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.
 	default:
 		return min(max(interval*2, q.opts.MinInterval), q.opts.MaxInterval), false
 	}
+}
+
+// serverGone reports whether err, which cost the sequencer its
+// connection, says the server is away rather than refusing it: no
+// PostgreSQL error at all (a refused or broken connection, a standby that
+// target_session_attrs turns down), a connection exception (class 08),
+// or a server shutting down or starting (57P01 to 57P03). A server that
+// refuses (too many clients, a bad password) is not retried faster.
+func serverGone(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return true
+	}
+	return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
 }
 
 // stripReset returns err without its reset report: nil when that was all

@@ -310,3 +310,29 @@ func TestSequencerReportsABacklogThatDoesNotMove(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), h, "sequenced once the row is free")
 }
+
+// Against a server that is gone (nothing listens on its port, as while a
+// failover promotes a standby), the sequencer retries its connection
+// with a backoff capped at SequencerReconnectMax, not SequencerRetryMax:
+// the new primary is found within it once it accepts (it waited up to 5
+// s, most of the delay before the first delivery after a promotion).
+func TestSequencerRetriesALostServerWithinReconnectMax(t *testing.T) {
+	t.Parallel()
+	port, err := pgtest.FreePort()
+	require.NoError(t, err)
+	gone, err := eventsource.New(pgtest.PoolOn(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port), 2),
+		eventsource.Config{})
+	require.NoError(t, err)
+	clk := newFakeClock()
+	q := eventsource.NewSequencerWithClock(gone, eventsource.SequencerOptions{}, clk)
+	startSequencer(t, q)
+	for range 12 { // past the doubling's reach of SequencerRetryMax
+		tm := clk.next(t)
+		require.LessOrEqual(t, tm.d, eventsource.SequencerReconnectMax, "a wait between connection attempts")
+		clk.fire(tm)
+	}
+	clk.next(t)
+	st := q.Stats()
+	require.GreaterOrEqual(t, st.Failures, int64(12))
+	require.ErrorContains(t, st.LastError, "sequencer connect")
+}

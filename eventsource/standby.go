@@ -2,17 +2,19 @@ package eventsource
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/kumi-run/kumi/internal/startstop"
 	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	retry "github.com/kumi-run/kumi/internal/backoff"
+	"github.com/kumi-run/kumi/internal/startstop"
 )
 
 // PageReader reads the pages a subscription catches up and follows with:
@@ -55,6 +57,11 @@ const (
 	ReplicaWaitDefault        = time.Second
 	ReplicaLagIntervalDefault = time.Second
 	ReplicaWarnLagDefault     = 30 * time.Second
+	// ReplicaWaitMax is the most Wait may be: more than any caller's
+	// timeout in kumi (a reader's DatabaseTimeout, 30 s by default, and
+	// the publisher's 30 s) would be cut to half the caller's time
+	// anyway (see ReadReplicaOptions.Wait).
+	ReplicaWaitMax = time.Minute
 )
 
 // ReadReplicaOptions tune a [ReadReplica]. The zero value of every field
@@ -62,7 +69,11 @@ const (
 type ReadReplicaOptions struct {
 	// Wait bounds how long one read waits for the standby to show the
 	// head its caller knows (retrying the standby with a short backoff)
-	// before it reads the page on the primary instead. Default 1 s.
+	// before it reads the page on the primary instead. Default 1 s, at
+	// most ReplicaWaitMax. A read whose context has a deadline gives the
+	// standby at most half the time left, Wait or not, and keeps the
+	// other half for the primary: a paused or hung standby never makes a
+	// read fail that the primary could serve.
 	Wait time.Duration
 	// LagInterval is how often the standby's lag is measured. Default 1 s.
 	LagInterval time.Duration
@@ -97,8 +108,9 @@ func (o ReadReplicaOptions) withDefaults() ReadReplicaOptions {
 
 func (o ReadReplicaOptions) validate() error {
 	switch {
-	case o.Wait < 0 || o.Wait > time.Hour:
-		return &ConfigError{"Wait", fmt.Sprintf("%v, outside [0, 1h] (0 means %v)", o.Wait, ReplicaWaitDefault)}
+	case o.Wait < 0 || o.Wait > ReplicaWaitMax:
+		return &ConfigError{"Wait", fmt.Sprintf("%v, outside [0, %v] (0 means %v): a longer wait would never end before its caller's timeout",
+			o.Wait, ReplicaWaitMax, ReplicaWaitDefault)}
 	case o.LagInterval < 0 || o.LagInterval > time.Hour:
 		return &ConfigError{"LagInterval", fmt.Sprintf("%v, outside [0, 1h] (0 means %v)", o.LagInterval, ReplicaLagIntervalDefault)}
 	case o.FallbackLag < 0:
@@ -154,6 +166,10 @@ type ReadReplica struct {
 
 	standbyReads, primaryReads, retries atomic.Int64
 	fallingBack                         atomic.Bool
+	// checked is set once a Check found the standby fit; mismatch holds
+	// the last Check's refusal (nil when fit).
+	checked  atomic.Bool
+	mismatch atomic.Pointer[ReplicaMismatchError]
 
 	mu      sync.Mutex
 	stats   ReadReplicaStats
@@ -206,6 +222,9 @@ func (r *ReadReplica) ReadAllPage(ctx context.Context, after, known int64, limit
 // HeadPosition returns the standby's head, or the primary's while reads
 // fall back to it or the standby fails.
 func (r *ReadReplica) HeadPosition(ctx context.Context) (int64, error) {
+	if err := r.verified(ctx); err != nil {
+		return 0, err
+	}
 	if !r.fallingBack.Load() {
 		var h int64
 		if err := r.standby.QueryRow(ctx, r.primary.sql.headPosition).Scan(&h); err == nil || ctx.Err() != nil {
@@ -226,6 +245,9 @@ func (r *ReadReplica) BucketLag(ctx context.Context, category string, bucket, bu
 // BucketLagUntil is [Store.BucketLagUntil] on the standby, as BucketLag is
 // [Store.BucketLag].
 func (r *ReadReplica) BucketLagUntil(ctx context.Context, category string, bucket, buckets int, after, until int64) (int64, time.Time, error) {
+	if err := r.verified(ctx); err != nil {
+		return 0, time.Time{}, err
+	}
 	if !r.fallingBack.Load() {
 		n, oldest, err := r.onStandby.BucketLagUntil(ctx, category, bucket, buckets, after, until)
 		if err == nil || ctx.Err() != nil {
@@ -236,12 +258,18 @@ func (r *ReadReplica) BucketLagUntil(ctx context.Context, category string, bucke
 }
 
 // read reads one page on the standby until it covers known (see
-// [PageReader]), for at most Wait, and on the primary otherwise.
+// [PageReader]), for at most Wait and half of ctx's time left, and on the
+// primary otherwise.
 func (r *ReadReplica) read(ctx context.Context, b bounds, after, known int64, rs readSQL, args ...any) ([]RecordedEvent, error) {
+	if err := r.verified(ctx); err != nil {
+		return nil, err
+	}
 	if !r.fallingBack.Load() {
+		sctx, cancel := standbyContext(ctx)
+		defer cancel()
 		deadline := time.Now().Add(r.opts.Wait)
 		for attempt := 1; ; attempt++ {
-			events, head, err := r.readStandby(ctx, b, rs, args)
+			events, head, err := r.readStandby(sctx, b, rs, args)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil, err
@@ -257,13 +285,27 @@ func (r *ReadReplica) read(ctx context.Context, b bounds, after, known int64, rs
 				break
 			}
 			r.retries.Add(1)
-			if !retry.Sleep(ctx, r.pause.Next(attempt)) {
-				return nil, ctx.Err()
+			if !retry.Sleep(sctx, r.pause.Next(attempt)) {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				break // the standby's half of the time is over
 			}
 		}
 	}
 	r.primaryReads.Add(1)
 	return r.primary.queryBounded(ctx, r.primary.pool, b, rs, args...)
+}
+
+// standbyContext returns ctx for the standby's part of a read: when ctx
+// has a deadline, one at half the time left, so that the primary has the
+// other half.
+func standbyContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
 }
 
 // readStandby reads the standby's head, then the page, on one connection:
@@ -299,12 +341,18 @@ func (b bounds) full(events []RecordedEvent) bool {
 	return n >= b.bytes
 }
 
-// Start measures the lag every LagInterval until Stop. Start and Stop
-// follow kumi's lifecycle contract (docs/architecture.md, "Lifecycle"):
-// ctx bounds the start only; Stop is final and idempotent. Reads work
-// whether or not it runs.
+// Start checks the standby (see [ReadReplica.Check]) and measures the lag
+// every LagInterval until Stop. Start and Stop follow kumi's lifecycle
+// contract (docs/architecture.md, "Lifecycle"): ctx bounds the start
+// only; Stop is final and idempotent. A read pool that is not a standby
+// of the primary is refused: Start returns the [*ReplicaMismatchError].
+// One that cannot be reached now is not: reads go to the primary until it
+// can. Reads work whether or not it runs.
 func (r *ReadReplica) Start(ctx context.Context) error {
-	return r.life.Start(ctx, func(context.Context) error {
+	return r.life.Start(ctx, func(ctx context.Context) error {
+		if err := r.Check(ctx); errors.Is(err, ErrReplicaMismatch) {
+			return err
+		}
 		r.life.Go(r.run)
 		return nil
 	})
@@ -332,7 +380,10 @@ func (r *ReadReplica) Measure(ctx context.Context) ReadReplicaStats {
 	c, cancel := context.WithTimeout(ctx, max(r.opts.LagInterval, time.Second))
 	defer cancel()
 	var primary, standby int64
-	err := r.primary.pool.QueryRow(c, r.primary.sql.headPosition).Scan(&primary)
+	err := r.Check(c)
+	if err == nil {
+		err = r.primary.pool.QueryRow(c, r.primary.sql.headPosition).Scan(&primary)
+	}
 	if err != nil {
 		err = fmt.Errorf("primary: %w", err)
 	} else if err = r.standby.QueryRow(c, r.primary.sql.headPosition).Scan(&standby); err != nil {
@@ -427,4 +478,112 @@ func (l *lagTracker) observe(now time.Time, primary, standby int64) time.Duratio
 		return 0
 	}
 	return now.Sub(l.samples[0].at)
+}
+
+// ErrReplicaMismatch is wrapped by [*ReplicaMismatchError].
+var ErrReplicaMismatch = errors.New("kumi: the read pool is not a standby of the store's primary")
+
+// ReplicaMismatchError reports a read pool ([ReadReplica]) that reaches
+// neither a hot standby of the store's primary nor the primary itself:
+// another cluster, another database, or a primary of another timeline. Its
+// events are not the store's: a subscription reading them would deliver
+// them as its own and checkpoint past the real ones. Reads through it are
+// refused. It is a configuration error for supervision.
+type ReplicaMismatchError struct {
+	// Field names what differs: "system identifier", "database" or
+	// "timeline"; Primary and Standby are its values on each side.
+	Field            string
+	Primary, Standby string
+}
+
+// Error names the mismatch and the fix.
+func (e *ReplicaMismatchError) Error() string {
+	return fmt.Sprintf("kumi: read replica refused: the read pool's %s is %s, the primary's %s: "+
+		"it is not a standby of the store's primary (check the read pool's URL)", e.Field, e.Standby, e.Primary)
+}
+
+// Unwrap returns [ErrReplicaMismatch].
+func (e *ReplicaMismatchError) Unwrap() error { return ErrReplicaMismatch }
+
+// ConfigError marks the error as an invalid configuration (see
+// supervision's classifier).
+func (e *ReplicaMismatchError) ConfigError() bool { return true }
+
+// replicaSide is what Check compares of a pool's server.
+type replicaSide struct {
+	system   uint64
+	database string
+	recovery bool
+	timeline uint32 // 0 on a standby
+}
+
+func readSide(ctx context.Context, pool *pgxpool.Pool) (replicaSide, error) {
+	var side replicaSide
+	err := pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		var err error
+		if side.system, err = systemID(ctx, c.Conn()); err != nil {
+			return err
+		}
+		var wal string
+		if err := c.QueryRow(ctx, `SELECT current_database(), pg_is_in_recovery(),
+  CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_walfile_name(pg_current_wal_lsn()) END`).Scan(&side.database, &side.recovery, &wal); err != nil {
+			return err
+		}
+		if !side.recovery {
+			side.timeline, err = walTimeline(wal)
+		}
+		return err
+	})
+	return side, err
+}
+
+// Check compares the read pool's server with the primary's: it must be a
+// hot standby of the same cluster (system identifier, where both may read
+// it) and database, or a server of the same cluster, database and
+// timeline (the primary itself). Otherwise it returns a
+// [*ReplicaMismatchError], and reads fail with it until a Check finds the
+// pool fit again. Start checks, and so does every measurement of the lag;
+// a read made before the first successful check checks first.
+func (r *ReadReplica) Check(ctx context.Context) error {
+	p, err := readSide(ctx, r.primary.pool)
+	if err != nil {
+		return fmt.Errorf("kumi: read replica: read the primary's identity: %w", err)
+	}
+	sb, err := readSide(ctx, r.standby)
+	if err != nil {
+		return fmt.Errorf("kumi: read replica: read the standby's identity: %w", err)
+	}
+	var m *ReplicaMismatchError
+	switch {
+	case p.system != 0 && sb.system != 0 && p.system != sb.system:
+		m = &ReplicaMismatchError{Field: "system identifier", Primary: fmt.Sprint(p.system), Standby: fmt.Sprint(sb.system)}
+	case p.database != sb.database:
+		m = &ReplicaMismatchError{Field: "database", Primary: pgx.Identifier{p.database}.Sanitize(), Standby: pgx.Identifier{sb.database}.Sanitize()}
+	case !sb.recovery && sb.timeline != p.timeline:
+		m = &ReplicaMismatchError{Field: "timeline", Primary: fmt.Sprint(p.timeline),
+			Standby: fmt.Sprintf("%d (a primary, not in recovery)", sb.timeline)}
+	}
+	r.mismatch.Store(m)
+	if m != nil {
+		return m
+	}
+	r.checked.Store(true)
+	return nil
+}
+
+// verified returns the last Check's refusal, or — before any Check found
+// the pool fit — checks now. A check that fails for another reason (the
+// standby unreachable) leaves the read to go on: it falls back to the
+// primary.
+func (r *ReadReplica) verified(ctx context.Context) error {
+	if m := r.mismatch.Load(); m != nil {
+		return m
+	}
+	if r.checked.Load() {
+		return nil
+	}
+	if err := r.Check(ctx); errors.Is(err, ErrReplicaMismatch) {
+		return err
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -56,6 +57,9 @@ type Config struct {
 	// metadata and types. Default 64 MiB, or MaxEventSize if larger; at
 	// least MaxEventSize, at most MaxBatchBytesLimit (256 MiB).
 	MaxBatchBytes int
+	// Logger receives a change of the store's server (a failover: see
+	// [Store.Server]) at Warn; nil discards.
+	Logger *slog.Logger
 }
 
 // ConfigError reports an invalid configuration field.
@@ -84,6 +88,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = max(MaxBatchBytesDefault, c.MaxEventSize)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
@@ -124,6 +131,8 @@ type Store struct {
 
 	seqMu   sync.Mutex
 	seqCand seqCandidate // the sequencer's next watermark candidate
+
+	server serverState // the server the store works on (server.go)
 }
 
 // New returns a store over pool. It does not touch the database: call
