@@ -213,7 +213,8 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 	rt.unregisterSequencer = sync.OnceFunc(rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
 		st := sequencer.Stats()
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
-			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets, Takeovers: st.Takeovers}
+			Stuck: st.Stuck, Batch: int64(st.Batch), Timeouts: st.Timeouts, Resets: st.Resets, Takeovers: st.Takeovers,
+			Stranded: st.Stranded, ServerChanges: rt.store.Server().Epoch}
 	}))
 	if rt.replica != nil {
 		replica := rt.replica

@@ -37,6 +37,16 @@ func TestRuntimeReportsItsSequencer(t *testing.T) {
 	require.Equal(t, map[string]float64{"": eventsource.SequencerBatchDefault}, sums(rm, observability.MetricSequencerBatch, ""))
 	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerStuck, ""))
 	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerResets, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerStranded, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricStoreServerChanges, ""))
+
+	// A head below a position this process saw is a change of server (as
+	// after a failover to a standby that lacks the last commits).
+	store.SawPosition(50)
+	_, err = store.CheckServer(ctx)
+	require.NoError(t, err)
+	require.NoError(t, reader.Collect(ctx, &rm))
+	require.Equal(t, map[string]float64{"": 1}, sums(rm, observability.MetricStoreServerChanges, ""))
 
 	require.NoError(t, rt.Stop(ctx))
 	require.NoError(t, reader.Collect(ctx, &rm))

@@ -171,6 +171,8 @@ const (
 	MetricSequencerTimeouts       = "kumi.sequencer.timeouts"        // counter {step}
 	MetricSequencerResets         = "kumi.sequencer.resets"          // counter {reset}
 	MetricSequencerTakeovers      = "kumi.sequencer.takeovers"       // counter {takeover}
+	MetricSequencerStranded       = "kumi.sequencer.stranded"        // counter {event}
+	MetricStoreServerChanges      = "kumi.store.server_changes"      // counter {change}
 )
 
 // The read replica's metrics (see [Telemetry.RegisterReplica]), when the

@@ -25,6 +25,12 @@ type SequencerStatus struct {
 	Timeouts  int64
 	Resets    int64
 	Takeovers int64
+	// Stranded counts committed appends found below the sequencer's
+	// watermark without a position, and numbered (after a failover, see
+	// docs/eventsource.md); ServerChanges the changes of server the store
+	// found (another system or timeline, or a head below a position seen).
+	Stranded      int64
+	ServerChanges int64
 }
 
 // RegisterSequencer reports f's snapshots as the kumi.sequencer.* metrics
@@ -55,6 +61,8 @@ func (t *Telemetry) RegisterSequencer(f func() SequencerStatus) (unregister func
 	timeouts := counter(MetricSequencerTimeouts, UnitStep, "Sequencer steps cancelled by a timeout and retried smaller.")
 	resets := counter(MetricSequencerResets, UnitReset, "Resets of the events' seq sequence found and recovered from.")
 	takeovers := counter(MetricSequencerTakeovers, UnitTakeover, "Stalled holders of the sequencer row this process ended (pg_terminate_backend).")
+	stranded := counter(MetricSequencerStranded, UnitEvent, "Committed appends found below the watermark without a position, and numbered.")
+	changes := counter(MetricStoreServerChanges, UnitChange, "Changes of server the event store found: another system or timeline, or a head below a position seen.")
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := f()
 		o.ObserveFloat64(backlog, s.BacklogSeconds)
@@ -68,8 +76,10 @@ func (t *Telemetry) RegisterSequencer(f func() SequencerStatus) (unregister func
 		o.ObserveInt64(timeouts, s.Timeouts)
 		o.ObserveInt64(resets, s.Resets)
 		o.ObserveInt64(takeovers, s.Takeovers)
+		o.ObserveInt64(stranded, s.Stranded)
+		o.ObserveInt64(changes, s.ServerChanges)
 		return nil
-	}, backlog, failing, stuck, batch, timeouts, resets, takeovers)
+	}, backlog, failing, stuck, batch, timeouts, resets, takeovers, stranded, changes)
 	if err = errors.Join(append(errs, err)...); err != nil {
 		otel.Handle(err)
 	}
