@@ -203,7 +203,7 @@ func TestStatus(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "status", "-s", "balances", "-c", "account")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, `subscription "balances" in schema "`+b.schema+`": 4 buckets, 4 held, 1 live workers, head position 40`)
+		require.Contains(t, r.stdout, `subscription "balances" in schema "`+b.schema+`": 4 buckets, 4 held, 1 live worker, head position 40`)
 		require.Regexp(t, `(?m)^worker-a\s+row\s+yes\s+\S+ ago\s+in \S+\s+4$`, r.stdout)
 		require.Regexp(t, `(?m)^1\s+worker-a\s+1\s+in \S+\s+-\s+`+itoa(int(evs[9].Position))+`\s+`+itoa(int(wantLag[1]))+`\b`, r.stdout)
 	})
@@ -228,6 +228,34 @@ func TestStatus(t *testing.T) {
 			require.Equal(t, wantLag[bk.Bucket], *bk.Lag, "bucket %d", bk.Bucket)
 		}
 		require.Equal(t, evs[9].Position, st.Buckets[1].Checkpoint)
+	})
+	t.Run("AMistypedCategoryIsRefused", func(t *testing.T) {
+		t.Parallel()
+		// "accounts" has no events, and balances has handled some of
+		// "account": its lag would read 0 everywhere, all caught up.
+		r := b.run(t, "status", "-s", "balances", "-c", "accounts")
+		require.Equal(t, exitUsage, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+		require.Contains(t, r.stderr, `category "accounts" has no events, yet subscription "balances" has handled events up to position `+
+			itoa(int(evs[9].Position))+`: it is not the subscription's category (categories with events: account)`)
+		require.Empty(t, r.stdout)
+	})
+	t.Run("ACategoryWithNoEventsIsWarnedOfBeforeAnyIsHandled", func(t *testing.T) {
+		t.Parallel()
+		fresh := b.lease(t, "fresh", "worker-f", 2)
+		_, err := fresh.Pass(ctx)
+		require.NoError(t, err)
+		r := b.run(t, "status", "-s", "fresh", "-c", "accounts")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `warning: category "accounts" has no events: a lag of 0 means nothing to read; `+
+			`check it is the subscription's (categories with events: account)`)
+		r = b.run(t, "status", "-s", "fresh", "-c", "accounts", "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		st := decode[statusOut](t, r.stdout)
+		require.True(t, st.CategoryEmpty)
+		require.Equal(t, []string{"account"}, st.Categories)
+		r = b.run(t, "status", "-s", "fresh", "-c", "account")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.NotContains(t, r.stdout, "warning")
 	})
 	t.Run("WithoutCategoryLagIsUnknown", func(t *testing.T) {
 		t.Parallel()

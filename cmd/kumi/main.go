@@ -336,7 +336,9 @@ func (e *env) checkSubscription(name string, buckets ...int) error {
 
 // asUsage makes the store's verdict on a name the user typed a usage error.
 func asUsage(err error) error {
-	if errors.Is(err, eventsource.ErrInvalidName) || errors.Is(err, eventsource.ErrInvalidCheckpoint) {
+	var category *inspect.CategoryError
+	if errors.Is(err, eventsource.ErrInvalidName) || errors.Is(err, eventsource.ErrInvalidCheckpoint) ||
+		errors.As(err, &category) {
 		return &usageError{msg: err.Error()}
 	}
 	return err
