@@ -33,7 +33,11 @@ func TestUsage(t *testing.T) {
 		{"NoArgumentsPrintsHelpToStderr", nil, exitUsage, "stderr", "Usage: kumi <command>"},
 		{"HelpExitsZero", []string{"--help"}, exitOK, "stdout", "relinquish"},
 		{"CommandHelpNamesItsFlags", []string{"checkpoints", "reset", "--help"}, exitOK, "stdout", "--force"},
-		{"UnknownCommand", []string{"frobnicate"}, exitUsage, "stderr", `unexpected argument frobnicate`},
+		{"UnknownCommand", []string{"frobnicate"}, exitUsage, "stderr", `kumi: unexpected argument frobnicate`},
+		{"FlagWithoutValue", []string{"status", "-s"}, exitUsage, "stderr", "kumi status: --subscription needs a value\n"},
+		{"Version", []string{"--version"}, exitOK, "stdout", "kumi "},
+		{"HelpShowsTheSchemaDefault", []string{"--help"}, exitOK, "stdout", "(default: kumi)"},
+		{"ResizeHelpSaysTheLimit", []string{"resize", "--help"}, exitOK, "stdout", "1 to " + strconv.Itoa(leasestore.MaxBuckets)},
 		{"UnknownFlag", []string{"status", "--bogus"}, exitUsage, "stderr", "unknown flag --bogus"},
 		{"MissingSubcommand", []string{"dead-letters"}, exitUsage, "stderr", `expected one of "list"`},
 		{"MissingRequiredFlag", []string{"dead-letters", "list"}, exitUsage, "stderr", "--subscription"},
@@ -371,9 +375,11 @@ func TestDeadLetterReplay(t *testing.T) {
 	require.Nil(t, d.ReplayedAt)
 	require.Equal(t, 4, d.Attempts)
 
-	// One event by id: the command gets it as JSON, and its environment.
+	// One event by id, as show and discard take it: the command gets it
+	// as JSON, and its environment. (The first replay above used the
+	// former form, --event ID.)
 	out := filepath.Join(dir, "one.json")
-	r = b.run(t, "dead-letters", "replay", "-s", "shipping", "--event", evs[1].ID.String(),
+	r = b.run(t, "dead-letters", "replay", "-s", "shipping", evs[1].ID.String(),
 		"--exec", `cat > `+out+`; echo "$KUMI_EVENT_ID $KUMI_STREAM $KUMI_POSITION $KUMI_SUBSCRIPTION" >> `+out)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "replayed 1 dead letter(s)")

@@ -18,7 +18,7 @@ import (
 
 type resizeCmd struct {
 	Subscription    string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
-	Buckets         *int   `placeholder:"M" help:"The new bucket count, 1 to 65536. Without it (and without --cancel), follow a running resize or print the last one."`
+	Buckets         *int   `placeholder:"M" help:"The new bucket count, 1 to ${max_buckets}. Without it (and without --cancel), follow a running resize or print the last one."`
 	Cancel          bool   `help:"Cancel the running resize (possible until its switch, the first new bucket starting)."`
 	NoWait          bool   `name:"no-wait" help:"Return once the resize is requested instead of following it to the end."`
 	EvictOldWorkers bool   `name:"evict-old-workers" help:"Resize although workers of a kumi version that predates resizes are live: they are fenced out and their buckets move after a TTL."`
