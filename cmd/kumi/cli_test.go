@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -605,8 +606,11 @@ func TestRelinquish(t *testing.T) {
 	}), "claimed: %+v", resB.Claimed)
 
 	require.NoError(t, cmd.Wait(), out.String())
-	require.Contains(t, out.String(), "asked worker-a to hand bucket "+itoa(bucket)+" (epoch 1) over to worker-b")
-	require.Contains(t, out.String(), "bucket "+itoa(bucket)+" is now held by worker-b at epoch 2")
+	// Short and structured: a line each, the request, what comes next,
+	// what happened (then any other bucket that moved meanwhile).
+	require.True(t, strings.HasPrefix(out.String(), "asked worker-a to hand bucket "+itoa(bucket)+" (epoch 1) over to worker-b\n"+
+		"next: the owner hands it over on its next pass; worker-b (then 1 of its fair share 2) takes it on its own\n"+
+		"bucket "+itoa(bucket)+" is now held by worker-b at epoch 2\n"), out.String())
 
 	t.Run("RefusesWhenNobodyElseIsLive", func(t *testing.T) {
 		require.NoError(t, bw.Leave(ctx))
@@ -704,7 +708,7 @@ func relinquishAtShare(t *testing.T) (b *bundle, a, bw *leasestore.Store, bucket
 	require.NoError(t, err)
 	require.Len(t, resB.Owned, 2)
 	bucket = res.Owned[0].Bucket
-	cmd := exec.Command(kumiBin, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--wait", "60s")
+	cmd := exec.Command(kumiBin, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--wait", "60s", "-v")
 	cmd.Env = cleanEnv(b.env)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -728,7 +732,7 @@ func relinquishAtShare(t *testing.T) (b *bundle, a, bw *leasestore.Store, bucket
 func TestRelinquishToAWorkerAtItsShare(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const predicted = "note: worker-b is at its fair share already (2 of ceil(4/2) = 2), so this claim puts it above."
+	const predicted = "note: worker-b is at its fair share already (2 of ceil(4/2) = 2), so this claim puts it above: "
 	t.Run("ClaimantPassesFirstAndWithdraws", func(t *testing.T) {
 		t.Parallel()
 		_, a, bw, bucket, wait := relinquishAtShare(t)
@@ -764,4 +768,24 @@ func TestRelinquishToAWorkerAtItsShare(t *testing.T) {
 		require.Contains(t, out, "bucket "+itoa(bucket)+" is now held by worker-b at epoch 2")
 		require.Contains(t, out, "meanwhile bucket "+itoa(other)+" moved from worker-b to worker-a (epoch 2)")
 	})
+}
+
+// relinquish printed a 900-character paragraph naming the two workers nine
+// times (issue 30): without -v it is a line, each worker named once.
+func TestRelinquishIsShortWithoutVerbose(t *testing.T) {
+	t.Parallel()
+	owner, target := uuid.NewString(), uuid.NewString()
+	in := inspect.Inspection{Buckets: 4, Workers: []leasestore.WorkerState{
+		{Worker: owner, Live: true}, {Worker: target, Live: true}}}
+	load := map[string]int{owner: 2, target: 2}
+	short := predict(in, 3, owner, target, load, false)
+	require.Len(t, short, 1)
+	require.Less(t, len(short[0]), 200, short[0])
+	require.Equal(t, 1, strings.Count(short[0], target), short[0])
+	require.NotContains(t, short[0], owner, short[0])
+	long := predict(in, 3, owner, target, load, true)
+	require.Greater(t, len(long), 1, "-v explains")
+	for _, l := range long {
+		require.Less(t, len(l), 240, "one line each: %s", l)
+	}
 }
