@@ -71,8 +71,9 @@ func (c *resizeCmd) request(e *env, store *eventsource.Store) error {
 	if err != nil {
 		return c.refused(e, err)
 	}
-	if before.Resizing() {
-		// Say so before building an index nobody will read.
+	if before.Resizing() || before.Buckets == *c.Buckets {
+		// Say so before building an index nobody will read, or printing
+		// a plan that moves nothing.
 		_, err := leasestore.RequestResize(e.ctx, store.Pool(), store.Schema(), c.req())
 		return c.refused(e, err)
 	}

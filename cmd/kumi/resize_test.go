@@ -96,6 +96,7 @@ func TestResizeCommand(t *testing.T) {
 		r = b.run(t, "resize", "-s", "orders", "--buckets", "4")
 		require.Equal(t, exitRuntime, r.code, r.stderr)
 		require.Contains(t, r.stderr, "orders already has 4 buckets: nothing to do")
+		require.Empty(t, r.stdout, "no plan for a resize that moves nothing")
 		r = b.run(t, "resize", "-s", "orders", "--cancel")
 		require.Equal(t, exitRuntime, r.code, r.stderr)
 		require.Contains(t, r.stderr, "orders has no resize running: nothing to cancel")
