@@ -40,10 +40,10 @@ func TestRun(t *testing.T) {
 		o.Worker = "w"
 		// Only the graceful stop writes the checkpoint.
 		o.CheckpointEvery, o.CheckpointInterval = 1000, time.Hour
-		o.Handler = Func(Typed(func(ctx context.Context, d *Delivery, v deposit) error {
+		o.Handler = Typed(func(ctx context.Context, d *Delivery, v deposit) error {
 			close(handled)
 			return nil
-		}))
+		})
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		store := runStore(t, schema)
