@@ -198,10 +198,10 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 	if err := kctx.Run(e); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), message(ue))
+			fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), message(kctx, ue))
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), message(err))
+		fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), message(kctx, err))
 		return exitRuntime
 	}
 	return exitOK
@@ -226,9 +226,14 @@ func commandPath(kctx *kong.Context) string {
 
 // message is err's text as the CLI prints it after "kumi COMMAND: ":
 // redacted, without the "kumi: " the library's errors start with (and
-// wrapped ones carry), which would say kumi twice.
-func message(err error) string {
+// wrapped ones carry), which would say kumi twice, nor the package name a
+// command's namesake package starts its errors with ("console: " after
+// "kumi console: ").
+func message(kctx *kong.Context, err error) string {
 	msg := strings.TrimPrefix(inspect.RedactURL(err.Error()), "kumi: ")
+	if cmd, _, _ := strings.Cut(commandPath(kctx), " "); cmd != "" {
+		msg = strings.TrimPrefix(msg, cmd+": ")
+	}
 	return strings.ReplaceAll(msg, ": kumi: ", ": ")
 }
 

@@ -88,6 +88,8 @@
     return (a / 3600).toFixed(1) + ' h';
   }
 
+  function plural(n, what) { return n + ' ' + what + (n === 1 ? '' : 's'); }
+
   function ago(s) { return secs(s) + ' ago'; }
   function until(s) { return s >= 0 ? 'in ' + secs(s) : 'expired ' + ago(-s); }
 
@@ -151,8 +153,8 @@
         ...(s.resize ? [...s.resize.old, ...s.resize.new].map((b) => b.owner) : [])]);
       const held = s.buckets.filter((b) => b.live).length;
       document.getElementById('stats').textContent = 'generation ' + s.generation + ', ' +
-        s.bucket_count + ' buckets, ' + held + ' held, ' +
-        s.live_workers + ' live workers, head position ' + s.head + (s.category ? ', category ' + s.category : '') +
+        plural(s.bucket_count, 'bucket') + ', ' + held + ' held, ' +
+        plural(s.live_workers, 'live worker') + ', head position ' + s.head + (s.category ? ', category ' + s.category : '') +
         ' · database time ' + new Date(s.now).toISOString();
 
       const maxLag = Math.max(1, ...s.buckets.map((b) => b.lag || 0));
