@@ -267,14 +267,16 @@ func gcd(a, b int) int {
 func printProgress(out io.Writer, r leasestore.Resize) {
 	c := inspect.CountResize(r)
 	now := clock(time.Now())
+	// Out of N and M, not len(r.Old) and len(r.New): a request's answer
+	// carries no buckets yet ("proposals 0/0").
 	switch r.State {
 	case leasestore.ResizeSealing:
-		fmt.Fprintf(out, "  %s  sealing   proposals %d/%d\n", now, c.Proposed, len(r.Old))
+		fmt.Fprintf(out, "  %s  sealing   proposals %d/%d\n", now, c.Proposed, r.Buckets)
 	case leasestore.ResizeCut:
-		fmt.Fprintf(out, "  %s  cut       C = %d, old drained %d/%d\n", now, r.Cut, c.Drained, len(r.Old))
+		fmt.Fprintf(out, "  %s  cut       C = %d, old drained %d/%d\n", now, r.Cut, c.Drained, r.Buckets)
 	case leasestore.ResizeSwitched:
-		fmt.Fprintf(out, "  %s  switched  C = %d, old drained %d/%d, new ready %d/%d\n", now, r.Cut, c.Drained, len(r.Old),
-			c.Ready, len(r.New))
+		fmt.Fprintf(out, "  %s  switched  C = %d, old drained %d/%d, new ready %d/%d\n", now, r.Cut, c.Drained, r.Buckets,
+			c.Ready, r.NextBuckets)
 	}
 }
 
