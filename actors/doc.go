@@ -25,9 +25,11 @@
 // A group's Handler is the props of an actor. [Func] makes one from a
 // function, func(ctx, *Delivery) error ([HandlerFunc]): nil acks, an error
 // retries, a [Permanent] error dead-letters at once, a panic is a retry
-// that says where it panicked. [Typed] decodes the event's JSON data into a
-// Go type first, and a [Router] calls a function per event type ([On]); data
-// that does not decode is dead-lettered at once with a [*DecodeError].
+// that says where it panicked. [Typed] makes one that decodes the event's
+// JSON data into a Go type first ([TypedFunc] is that function, to compose),
+// [BatchFunc] one that takes batches, and a [Router] calls a function per
+// event type ([On], [Router.Props]); data that does not decode is
+// dead-lettered at once with a [*DecodeError].
 //
 // An actor of your own receives a [*Delivery] for each event of the buckets
 // this worker owns — one event at a time per bucket, so per-stream order

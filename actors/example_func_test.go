@@ -49,10 +49,20 @@ type deposited struct {
 	Amount int `json:"amount"`
 }
 
-// Typed decodes each event's data into a Go type; data that does not
-// decode is dead-lettered at once, never retried.
+// Typed is a group's Handler that decodes each event's data into a Go type,
+// as Func and BatchFunc are Handlers.
 func ExampleTyped() {
-	handle := actors.Typed(func(ctx context.Context, d *actors.Delivery, v deposited) error {
+	_ = actors.GroupOptions{Subscription: "balances", Category: "account", Buckets: 16,
+		Handler: actors.Typed(func(ctx context.Context, d *actors.Delivery, v deposited) error {
+			fmt.Println(d.Event.Stream, "deposited", v.Amount)
+			return nil
+		})}
+}
+
+// TypedFunc decodes each event's data into a Go type; data that does not
+// decode is dead-lettered at once, never retried.
+func ExampleTypedFunc() {
+	handle := actors.TypedFunc(func(ctx context.Context, d *actors.Delivery, v deposited) error {
 		fmt.Println(d.Event.Stream, "deposited", v.Amount)
 		return nil
 	})

@@ -144,7 +144,7 @@ func TestFunctionHandlers(t *testing.T) {
 		var total, calls atomic.Int64
 		o := groupOpts("fn-typed", 1, nil, "w")
 		o.Retry = fastRetry(5)
-		decode := Typed(func(ctx context.Context, d *Delivery, v deposit) error {
+		decode := TypedFunc(func(ctx context.Context, d *Delivery, v deposit) error {
 			total.Add(int64(v.Amount))
 			calls.Add(1)
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -33,6 +34,17 @@ type RunOptions struct {
 	// Started, if set, is called once every group has started, before Run
 	// waits: a place to keep the runtime and groups for a status page.
 	Started func(rt *Runtime, groups []*Group)
+	// Serve, if not "", is a HOST:PORT on which Run serves, while it runs,
+	// GET /metrics (the Prometheus exposition otelsetup.Setup
+	// registers), /healthz (the runtime's health, [Runtime.Healthy]) and
+	// /status (the groups' ownership, from Runtime.Telemetry or the
+	// runtime's own): observability.Handler, with observability.Serve. A
+	// port ":0" picks a free one; Serving learns it. A port that cannot be
+	// listened on fails Run at once.
+	Serve string
+	// Serving, if set, is called with the address Serve listens on before
+	// the groups start (to print it, say).
+	Serving func(addr net.Addr)
 }
 
 // ErrGroupEnded is returned by [Run] (wrapped, with the group's own error
@@ -76,12 +88,24 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 		system = actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(opts.Runtime.Logger)))
 		defer system.Shutdown()
 	}
+	var ln net.Listener
+	if opts.Serve != "" {
+		var lc net.ListenConfig
+		var err error
+		if ln, err = lc.Listen(ctx, "tcp", opts.Serve); err != nil {
+			return fmt.Errorf("kumi: RunOptions.Serve: %w", err)
+		}
+		defer ln.Close() // when the runtime fails to start; closing twice is harmless
+	}
 	rt, err := New(system, store, opts.Runtime)
 	if err != nil {
 		return err
 	}
 	if err := rt.Start(ctx); err != nil {
 		return err
+	}
+	if ln != nil {
+		defer serve(ctx, ln, rt, opts)()
 	}
 	stop := func(cause error, started []*Group) error {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.StopTimeout)
@@ -111,6 +135,24 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 	case gr := <-firstDone(waiting, started):
 		return stop(ended(gr), started)
 	}
+}
+
+// serve serves rt's /metrics, /healthz and /status on ln until the
+// function it returns is called, which waits for the server to end.
+func serve(ctx context.Context, ln net.Listener, rt *Runtime, opts RunOptions) (stop func()) {
+	if opts.Serving != nil {
+		opts.Serving(ln.Addr())
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h := observability.Handler(observability.HandlerOptions{Telemetry: rt.telemetry.t, Healthy: rt.Healthy})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := observability.ServeListener(ctx, ln, h); err != nil && ctx.Err() == nil {
+			rt.logger.Warn("kumi: RunOptions.Serve: the HTTP server ended", "addr", ln.Addr().String(), "error", err)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // firstDone returns a channel that receives the first of groups to end;

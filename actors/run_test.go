@@ -2,7 +2,11 @@ package actors
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/observability"
 )
 
 // runStore is a store on a pool of its own, as a service's would be.
@@ -35,10 +40,10 @@ func TestRun(t *testing.T) {
 		o.Worker = "w"
 		// Only the graceful stop writes the checkpoint.
 		o.CheckpointEvery, o.CheckpointInterval = 1000, time.Hour
-		o.Handler = Func(Typed(func(ctx context.Context, d *Delivery, v deposit) error {
+		o.Handler = Typed(func(ctx context.Context, d *Delivery, v deposit) error {
 			close(handled)
 			return nil
-		}))
+		})
 		runCtx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		store := runStore(t, schema)
@@ -125,6 +130,57 @@ func TestRun(t *testing.T) {
 		err = Run(ctx, nil, RunOptions{StopTimeout: -time.Second}, bad)
 		require.ErrorAs(t, err, &oe)
 		require.Equal(t, "StopTimeout", oe.Field)
+	})
+
+	t.Run("ServesMetricsHealthAndStatusOnServe", func(t *testing.T) {
+		t.Parallel()
+		_, schema := newTestStore(t)
+		runCtx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		addr := make(chan net.Addr, 1)
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(runCtx, runStore(t, schema), RunOptions{
+				Serve:   "127.0.0.1:0",
+				Serving: func(a net.Addr) { addr <- a },
+				Started: func(*Runtime, []*Group) { close(started) },
+			}, groupOpts("run-serve", 4, nil, "w"))
+		}()
+		base := "http://" + (<-addr).String()
+		<-started
+		get := func(path string) (int, string) {
+			resp, err := http.Get(base + path)
+			require.NoError(t, err, path)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			return resp.StatusCode, string(body)
+		}
+		code, body := get("/healthz")
+		require.Equal(t, http.StatusOK, code, body)
+		code, body = get("/metrics")
+		require.Equal(t, http.StatusOK, code, body)
+		require.Contains(t, body, "go_goroutines", "the Prometheus exposition")
+		pgtest.Eventually(t, 30*time.Second, func() bool {
+			var page observability.StatusPage
+			code, body = get("/status")
+			require.Equal(t, http.StatusOK, code, body)
+			require.NoError(t, json.Unmarshal([]byte(body), &page))
+			return len(page.Subscriptions) == 1 && page.Subscriptions[0].Subscription == "run-serve" &&
+				len(page.Subscriptions[0].Owned) == 4
+		}, "/status shows the group owning its 4 buckets")
+		cancel()
+		require.NoError(t, <-done)
+		_, err := http.Get(base + "/healthz")
+		require.Error(t, err, "the server stops with Run")
+	})
+
+	t.Run("AServeAddressThatCannotBeListenedOnFailsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		_, schema := newTestStore(t)
+		err := Run(context.Background(), runStore(t, schema), RunOptions{Serve: "127.0.0.1:-1"}, groupOpts("run-noserve", 1, nil, "w"))
+		require.ErrorContains(t, err, "kumi: RunOptions.Serve:")
 	})
 
 	t.Run("AFailedStartStopsWhatStarted", func(t *testing.T) {

@@ -9,13 +9,27 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// Typed returns a [HandlerFunc] that decodes each event's data (JSON) into
-// a T and calls fn with it. An event whose data does not decode into a T is
-// dead-lettered at once with a [*DecodeError] as the reason (wrapped in a
-// [*PermanentError]): no retry would decode it.
-func Typed[T any](fn func(ctx context.Context, d *Delivery, v T) error) HandlerFunc {
+// Typed returns the props of a handler actor that decodes each event's data
+// (JSON) into a T and calls fn with it, as a group's Handler, as [Func] and
+// [BatchFunc] do:
+//
+//	actors.GroupOptions{..., Handler: actors.Typed(handle)}
+//
+// An event whose data does not decode into a T is dead-lettered at once
+// with a [*DecodeError] as the reason (wrapped in a [*PermanentError]): no
+// retry would decode it. fn answers as a [HandlerFunc] does.
+func Typed[T any](fn func(ctx context.Context, d *Delivery, v T) error) *actor.Props {
 	if fn == nil {
 		panic("kumi: actors.Typed: nil function")
+	}
+	return Func(TypedFunc(fn))
+}
+
+// TypedFunc is [Typed] as a [HandlerFunc], to compose with other functions
+// (a Router's [On] is built on it).
+func TypedFunc[T any](fn func(ctx context.Context, d *Delivery, v T) error) HandlerFunc {
+	if fn == nil {
+		panic("kumi: actors.TypedFunc: nil function")
 	}
 	return func(ctx context.Context, d *Delivery) error {
 		var v T
@@ -56,10 +70,10 @@ type Router struct {
 }
 
 // On registers fn for events of type eventType, their data decoded into a
-// T as by [Typed]. It panics if eventType is empty or already registered,
+// T as by [TypedFunc]. It panics if eventType is empty or already registered,
 // as registering twice is a programming error.
 func On[T any](r *Router, eventType string, fn func(ctx context.Context, d *Delivery, v T) error) {
-	r.HandleFunc(eventType, Typed(fn))
+	r.HandleFunc(eventType, TypedFunc(fn))
 }
 
 // HandleFunc registers fn for events of type eventType. It panics if

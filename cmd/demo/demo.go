@@ -275,7 +275,7 @@ func (d *demo) join(why string) {
 	if why == "start" {
 		kind = "start"
 	}
-	d.logf(kind, "%s started (pid %d)%s", p.name, p.Pid(), because(why))
+	d.logf(kind, "%s started (pid %d), serving %s/metrics, /healthz, /status%s", p.name, p.Pid(), p.serves, because(why))
 }
 
 // leave stops the longest-running worker gracefully.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,6 +27,9 @@ type proc struct {
 	name    string
 	cmd     *exec.Cmd
 	started time.Time
+	// serves is where it serves /metrics, /healthz and /status
+	// ("http://127.0.0.1:PORT").
+	serves string
 
 	mu       sync.Mutex
 	state    string
@@ -102,7 +106,11 @@ func (f *fleet) add() (*proc, error) {
 	f.next++
 	name := fmt.Sprintf("w%d", f.next)
 	f.mu.Unlock()
-	cmd := exec.Command(f.exe, append([]string{"worker", "-worker", name}, f.args...)...)
+	addr, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("a port for worker %s's /metrics: %w", name, err)
+	}
+	cmd := exec.Command(f.exe, append([]string{"worker", "-worker", name, "-metrics-addr", addr}, f.args...)...)
 	cmd.Env = f.env
 	// Its own process group, so a Ctrl-C at the terminal reaches only the
 	// demo, which stops the workers in order; and SIGTERM should the demo
@@ -115,7 +123,7 @@ func (f *fleet) add() (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, started: time.Now(), state: stateRunning, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, started: time.Now(), state: stateRunning, done: make(chan struct{}), serves: "http://" + addr}
 	f.mu.Lock()
 	f.procs = append(f.procs, p)
 	f.mu.Unlock()
@@ -149,6 +157,17 @@ func (f *fleet) add() (*proc, error) {
 		}
 	}()
 	return p, nil
+}
+
+// freePort returns a local address whose port was free a moment ago, for a
+// worker to serve its /metrics, /healthz and /status on.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // leave asks a worker to stop gracefully (SIGTERM): it finishes its

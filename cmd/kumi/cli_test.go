@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -33,7 +34,13 @@ func TestUsage(t *testing.T) {
 		{"NoArgumentsPrintsHelpToStderr", nil, exitUsage, "stderr", "Usage: kumi <command>"},
 		{"HelpExitsZero", []string{"--help"}, exitOK, "stdout", "relinquish"},
 		{"CommandHelpNamesItsFlags", []string{"checkpoints", "reset", "--help"}, exitOK, "stdout", "--force"},
-		{"UnknownCommand", []string{"frobnicate"}, exitUsage, "stderr", `unexpected argument frobnicate`},
+		{"UnknownCommand", []string{"frobnicate"}, exitUsage, "stderr", `kumi: unexpected argument frobnicate`},
+		{"FlagWithoutValue", []string{"status", "-s"}, exitUsage, "stderr", "kumi status: --subscription needs a value\n"},
+		{"Version", []string{"--version"}, exitOK, "stdout", "kumi "},
+		// The console package's refusal, once prefixed: not "kumi console: console: …".
+		{"ConsoleShortToken", []string{"console", "--token", "short", "--listen", "127.0.0.1:0"}, exitUsage, "stderr", "kumi console: invalid option Token: 5 bytes"},
+		{"HelpShowsTheSchemaDefault", []string{"--help"}, exitOK, "stdout", "(default: kumi)"},
+		{"ResizeHelpSaysTheLimit", []string{"resize", "--help"}, exitOK, "stdout", "1 to " + strconv.Itoa(leasestore.MaxBuckets)},
 		{"UnknownFlag", []string{"status", "--bogus"}, exitUsage, "stderr", "unknown flag --bogus"},
 		{"MissingSubcommand", []string{"dead-letters"}, exitUsage, "stderr", `expected one of "list"`},
 		{"MissingRequiredFlag", []string{"dead-letters", "list"}, exitUsage, "stderr", "--subscription"},
@@ -214,7 +221,7 @@ func TestStatus(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "status", "-s", "balances", "-c", "account")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, `subscription "balances" in schema "`+b.schema+`": 4 buckets, 4 held, 1 live workers, head position 40`)
+		require.Contains(t, r.stdout, `subscription "balances" in schema "`+b.schema+`": 4 buckets, 4 held, 1 live worker, head position 40`)
 		require.Regexp(t, `(?m)^worker-a\s+row\s+yes\s+\S+ ago\s+in \S+\s+4$`, r.stdout)
 		require.Regexp(t, `(?m)^1\s+worker-a\s+1\s+in \S+\s+-\s+`+itoa(int(evs[9].Position))+`\s+`+itoa(int(wantLag[1]))+`\b`, r.stdout)
 	})
@@ -239,6 +246,34 @@ func TestStatus(t *testing.T) {
 			require.Equal(t, wantLag[bk.Bucket], *bk.Lag, "bucket %d", bk.Bucket)
 		}
 		require.Equal(t, evs[9].Position, st.Buckets[1].Checkpoint)
+	})
+	t.Run("AMistypedCategoryIsRefused", func(t *testing.T) {
+		t.Parallel()
+		// "accounts" has no events, and balances has handled some of
+		// "account": its lag would read 0 everywhere, all caught up.
+		r := b.run(t, "status", "-s", "balances", "-c", "accounts")
+		require.Equal(t, exitUsage, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+		require.Contains(t, r.stderr, `category "accounts" has no events, yet subscription "balances" has handled events up to position `+
+			itoa(int(evs[9].Position))+`: it is not the subscription's category (categories with events: account)`)
+		require.Empty(t, r.stdout)
+	})
+	t.Run("ACategoryWithNoEventsIsWarnedOfBeforeAnyIsHandled", func(t *testing.T) {
+		t.Parallel()
+		fresh := b.lease(t, "fresh", "worker-f", 2)
+		_, err := fresh.Pass(ctx)
+		require.NoError(t, err)
+		r := b.run(t, "status", "-s", "fresh", "-c", "accounts")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, `warning: category "accounts" has no events: a lag of 0 means nothing to read; `+
+			`check it is the subscription's (categories with events: account)`)
+		r = b.run(t, "status", "-s", "fresh", "-c", "accounts", "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		st := decode[statusOut](t, r.stdout)
+		require.True(t, st.CategoryEmpty)
+		require.Equal(t, []string{"account"}, st.Categories)
+		r = b.run(t, "status", "-s", "fresh", "-c", "account")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.NotContains(t, r.stdout, "warning")
 	})
 	t.Run("WithoutCategoryLagIsUnknown", func(t *testing.T) {
 		t.Parallel()
@@ -354,9 +389,11 @@ func TestDeadLetterReplay(t *testing.T) {
 	require.Nil(t, d.ReplayedAt)
 	require.Equal(t, 4, d.Attempts)
 
-	// One event by id: the command gets it as JSON, and its environment.
+	// One event by id, as show and discard take it: the command gets it
+	// as JSON, and its environment. (The first replay above used the
+	// former form, --event ID.)
 	out := filepath.Join(dir, "one.json")
-	r = b.run(t, "dead-letters", "replay", "-s", "shipping", "--event", evs[1].ID.String(),
+	r = b.run(t, "dead-letters", "replay", "-s", "shipping", evs[1].ID.String(),
 		"--exec", `cat > `+out+`; echo "$KUMI_EVENT_ID $KUMI_STREAM $KUMI_POSITION $KUMI_SUBSCRIPTION" >> `+out)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "replayed 1 dead letter(s)")
@@ -585,8 +622,11 @@ func TestRelinquish(t *testing.T) {
 	}), "claimed: %+v", resB.Claimed)
 
 	require.NoError(t, cmd.Wait(), out.String())
-	require.Contains(t, out.String(), "asked worker-a to hand bucket "+itoa(bucket)+" (epoch 1) over to worker-b")
-	require.Contains(t, out.String(), "bucket "+itoa(bucket)+" is now held by worker-b at epoch 2")
+	// Short and structured: a line each, the request, what comes next,
+	// what happened (then any other bucket that moved meanwhile).
+	require.True(t, strings.HasPrefix(out.String(), "asked worker-a to hand bucket "+itoa(bucket)+" (epoch 1) over to worker-b\n"+
+		"next: the owner hands it over on its next pass; worker-b (then 1 of its fair share 2) takes it on its own\n"+
+		"bucket "+itoa(bucket)+" is now held by worker-b at epoch 2\n"), out.String())
 
 	t.Run("RefusesWhenNobodyElseIsLive", func(t *testing.T) {
 		require.NoError(t, bw.Leave(ctx))
@@ -684,7 +724,7 @@ func relinquishAtShare(t *testing.T) (b *bundle, a, bw *leasestore.Store, bucket
 	require.NoError(t, err)
 	require.Len(t, resB.Owned, 2)
 	bucket = res.Owned[0].Bucket
-	cmd := exec.Command(kumiBin, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--wait", "60s")
+	cmd := exec.Command(kumiBin, "relinquish", "-s", "balances", "--bucket", itoa(bucket), "--wait", "60s", "-v")
 	cmd.Env = cleanEnv(b.env)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -708,7 +748,7 @@ func relinquishAtShare(t *testing.T) (b *bundle, a, bw *leasestore.Store, bucket
 func TestRelinquishToAWorkerAtItsShare(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const predicted = "note: worker-b is at its fair share already (2 of ceil(4/2) = 2), so this claim puts it above."
+	const predicted = "note: worker-b is at its fair share already (2 of ceil(4/2) = 2), so this claim puts it above: "
 	t.Run("ClaimantPassesFirstAndWithdraws", func(t *testing.T) {
 		t.Parallel()
 		_, a, bw, bucket, wait := relinquishAtShare(t)
@@ -744,4 +784,24 @@ func TestRelinquishToAWorkerAtItsShare(t *testing.T) {
 		require.Contains(t, out, "bucket "+itoa(bucket)+" is now held by worker-b at epoch 2")
 		require.Contains(t, out, "meanwhile bucket "+itoa(other)+" moved from worker-b to worker-a (epoch 2)")
 	})
+}
+
+// relinquish printed a 900-character paragraph naming the two workers nine
+// times (issue 30): without -v it is a line, each worker named once.
+func TestRelinquishIsShortWithoutVerbose(t *testing.T) {
+	t.Parallel()
+	owner, target := uuid.NewString(), uuid.NewString()
+	in := inspect.Inspection{Buckets: 4, Workers: []leasestore.WorkerState{
+		{Worker: owner, Live: true}, {Worker: target, Live: true}}}
+	load := map[string]int{owner: 2, target: 2}
+	short := predict(in, 3, owner, target, load, false)
+	require.Len(t, short, 1)
+	require.Less(t, len(short[0]), 200, short[0])
+	require.Equal(t, 1, strings.Count(short[0], target), short[0])
+	require.NotContains(t, short[0], owner, short[0])
+	long := predict(in, 3, owner, target, load, true)
+	require.Greater(t, len(long), 1, "-v explains")
+	for _, l := range long {
+		require.Less(t, len(l), 240, "one line each: %s", l)
+	}
 }

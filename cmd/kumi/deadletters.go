@@ -228,7 +228,8 @@ func eventOut(subscription string, ev eventsource.RecordedEvent) eventJSON {
 type dlReplayCmd struct {
 	Subscription string   `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
 	Exec         string   `placeholder:"COMMAND" help:"Shell command run once per event, with the event as JSON on stdin and KUMI_SUBSCRIPTION, KUMI_EVENT_ID, KUMI_STREAM, KUMI_POSITION, KUMI_EVENT_TYPE set. Exit status 0 marks the letter replayed; any other stops the replay and leaves that letter pending."`
-	Event        []string `placeholder:"ID" help:"Replay only this event's letter (repeatable)."`
+	Events       []string `arg:"" optional:"" name:"event-id" help:"Replay only these events' letters (as show and discard take them)."`
+	Event        []string `hidden:"" placeholder:"ID" help:"The former form of EVENT-ID: replay only this event's letter (repeatable)."`
 	Generation   *int     `placeholder:"G" help:"Only this generation's letters (default: every generation's); a retired generation's replay as any other."`
 	Bucket       *int     `placeholder:"B" help:"Only this bucket's letters: of --generation when given, else of every generation."`
 	Limit        int      `placeholder:"N" help:"At most this many letters (default: all selected)."`
@@ -245,10 +246,11 @@ func (c *dlReplayCmd) Run(e *env) error {
 	if c.Limit < 0 {
 		return usageErrorf("--limit %d: must not be negative", c.Limit)
 	}
-	if len(c.Event) > 0 && (c.Bucket != nil || c.Generation != nil || c.Limit != 0) {
-		return usageErrorf("--event selects letters itself: drop --generation, --bucket and --limit")
+	events := append(c.Events, c.Event...)
+	if len(events) > 0 && (c.Bucket != nil || c.Generation != nil || c.Limit != 0) {
+		return usageErrorf("event ids select letters themselves: drop --generation, --bucket and --limit")
 	}
-	ids, err := parseEventIDs(c.Event)
+	ids, err := parseEventIDs(events)
 	if err != nil {
 		return err
 	}

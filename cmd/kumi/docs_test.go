@@ -20,7 +20,7 @@ func TestOperationsDocCoversTheCLI(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
 	require.NoError(t, err)
-	parser, err := kong.New(&cli{}, kong.Name("kumi"))
+	parser, err := kong.New(&cli{}, kong.Name("kumi"), helpVars())
 	require.NoError(t, err)
 	var walk func(n *kong.Node, path string)
 	walk = func(n *kong.Node, path string) {
@@ -120,7 +120,7 @@ func TestPackageDocListsEveryCommand(t *testing.T) {
 			listed[strings.Fields(rest)[0]] = true
 		}
 	}
-	parser, err := kong.New(&cli{}, kong.Name("kumi"))
+	parser, err := kong.New(&cli{}, kong.Name("kumi"), helpVars())
 	require.NoError(t, err)
 	for _, c := range parser.Model.Node.Children {
 		if c.Type == kong.CommandNode {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -30,8 +32,9 @@ const (
 
 // cli is the command line: global flags and one field per command.
 type cli struct {
-	DatabaseURL string `name:"database-url" env:"DATABASE_URL" placeholder:"URL" help:"PostgreSQL connection string, e.g. postgres://user:password@host:5432/db Never printed."`
-	Schema      string `name:"schema" env:"KUMI_SCHEMA" default:"kumi" placeholder:"NAME" help:"Schema holding kumi's tables."`
+	DatabaseURL string           `name:"database-url" env:"DATABASE_URL" placeholder:"URL" help:"PostgreSQL connection string, e.g. postgres://user:password@host:5432/db Never printed."`
+	Schema      string           `name:"schema" env:"KUMI_SCHEMA" default:"kumi" placeholder:"NAME" help:"Schema holding kumi's tables (default: ${default})."`
+	Version     kong.VersionFlag `name:"version" help:"Print kumi's version (its module version, or the commit it was built from) and exit."`
 
 	Migrate     migrateCmd     `cmd:"" help:"Create or upgrade kumi's tables (event store and leases); idempotent."`
 	Status      statusCmd      `cmd:"" help:"Show workers, and for each bucket its owner, epoch, lease expiry, checkpoint and lag."`
@@ -159,6 +162,7 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true, NoExpandSubcommands: true}),
+		helpVars(),
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "kumi: internal error: %v\n", err)
@@ -182,7 +186,7 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 		if errors.As(err, &pe) {
 			kctx = pe.Context
 		}
-		fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), inspect.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), inspect.RedactURL(parseMessage(err)))
 		fmt.Fprintf(stderr, "Run \"kumi %s--help\" for usage.\n", commandPath(kctx))
 		return exitUsage
 	}
@@ -194,10 +198,10 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 	if err := kctx.Run(e); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), message(ue))
+			fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), message(kctx, ue))
 			return exitUsage
 		}
-		fmt.Fprintf(stderr, "kumi %s%s\n", commandPrefix(kctx), message(err))
+		fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), message(kctx, err))
 		return exitRuntime
 	}
 	return exitOK
@@ -222,19 +226,67 @@ func commandPath(kctx *kong.Context) string {
 
 // message is err's text as the CLI prints it after "kumi COMMAND: ":
 // redacted, without the "kumi: " the library's errors start with (and
-// wrapped ones carry), which would say kumi twice.
-func message(err error) string {
+// wrapped ones carry), which would say kumi twice, nor the package name a
+// command's namesake package starts its errors with ("console: " after
+// "kumi console: ").
+func message(kctx *kong.Context, err error) string {
 	msg := strings.TrimPrefix(inspect.RedactURL(err.Error()), "kumi: ")
+	if cmd, _, _ := strings.Cut(commandPath(kctx), " "); cmd != "" {
+		msg = strings.TrimPrefix(msg, cmd+": ")
+	}
 	return strings.ReplaceAll(msg, ": kumi: ", ": ")
 }
 
-// commandPrefix is "dead-letters list: " for a message about that command,
-// or "" before a command is known.
+// commandPrefix is "kumi dead-letters list: " for a message about that
+// command, or "kumi: " before a command is known.
 func commandPrefix(kctx *kong.Context) string {
 	if p := strings.TrimSpace(commandPath(kctx)); p != "" {
-		return p + ": "
+		return "kumi " + p + ": "
 	}
-	return ""
+	return "kumi: "
+}
+
+// missingValue is kong's message for a flag given last with no value:
+// `--subscription: expected string value but got "EOL" (<EOL>)`.
+var missingValue = regexp.MustCompile(`^(--[a-z-]+): expected \w+ value but got "EOL" \(<EOL>\)$`)
+
+// parseMessage is a parse error's text, kong's "EOL" said in words.
+func parseMessage(err error) string {
+	if m := missingValue.FindStringSubmatch(err.Error()); m != nil {
+		return m[1] + " needs a value"
+	}
+	return err.Error()
+}
+
+// helpVars are the variables the help texts use: --version's text and the
+// bucket limit.
+func helpVars() kong.Vars {
+	return kong.Vars{"version": version(), "max_buckets": strconv.Itoa(leasestore.MaxBuckets)}
+}
+
+// version is the module's version when built from a tagged module, else
+// the commit it was built from (with "+dirty" for local changes).
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "kumi (unknown version)"
+	}
+	v := info.Main.Version
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if (v == "" || v == "(devel)") && rev != "" {
+		v = "commit " + rev[:min(12, len(rev))] + dirty
+	}
+	return "kumi " + v + " (" + info.GoVersion + ")"
 }
 
 // valueFlags returns the long names ("--bucket") of the flags of node and
@@ -336,7 +388,9 @@ func (e *env) checkSubscription(name string, buckets ...int) error {
 
 // asUsage makes the store's verdict on a name the user typed a usage error.
 func asUsage(err error) error {
-	if errors.Is(err, eventsource.ErrInvalidName) || errors.Is(err, eventsource.ErrInvalidCheckpoint) {
+	var category *inspect.CategoryError
+	if errors.Is(err, eventsource.ErrInvalidName) || errors.Is(err, eventsource.ErrInvalidCheckpoint) ||
+		errors.As(err, &category) {
 		return &usageError{msg: err.Error()}
 	}
 	return err

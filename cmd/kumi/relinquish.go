@@ -15,6 +15,7 @@ type relinquishCmd struct {
 	Bucket       int           `required:"" placeholder:"B" help:"The bucket whose owner should hand it over."`
 	To           string        `placeholder:"WORKER" help:"The live worker to place the claim for (default: the least loaded live worker other than the owner)."`
 	Wait         time.Duration `default:"0s" placeholder:"DURATION" help:"Wait up to this long for the bucket to change hands and say where it went (0: do not wait)."`
+	Verbose      bool          `short:"v" help:"Explain what the claim leads to in each order of the workers' passes."`
 }
 
 // Run places the first phase of leasestore's two-phase handoff — a pending
@@ -48,7 +49,9 @@ func (c *relinquishCmd) Run(e *env) error {
 	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
 		inspect.TermSafe(owner), c.Bucket, epoch, inspect.TermSafe(target))
-	fmt.Fprintln(e.stdout, predict(in, c.Bucket, owner, target, loads(in)))
+	for _, l := range predict(in, c.Bucket, owner, target, loads(in), c.Verbose) {
+		fmt.Fprintln(e.stdout, l)
+	}
 	if c.Wait == 0 {
 		return nil
 	}
@@ -115,28 +118,39 @@ func loads(in inspect.Inspection) map[string]int {
 	return load
 }
 
-// predict says what the claim will lead to, from leasestore's rules: a
+// predict says what the claim will lead to, from leasestore's rules, in a
+// line or two (with verbose, how each order of passes plays out): a
 // claimant whose pass finds it above the fair share (ceil(N/live))
 // withdraws its claims — before the owner has handed over, the owner keeps
 // the bucket; after, the bucket is free and a worker below its share takes
 // it (the old owner, as a rule) — and a worker below its share places
 // claims on the buckets of one above it.
-func predict(in inspect.Inspection, bucket int, owner, target string, load map[string]int) string {
+func predict(in inspect.Inspection, bucket int, owner, target string, load map[string]int, verbose bool) []string {
 	live := max(in.LiveWorkers(), 1)
 	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
 	o, t := inspect.TermSafe(owner), inspect.TermSafe(target)
 	after := load[target] + 1 // its claim on the bucket is counted
 	if after > share {
-		return fmt.Sprintf("note: %[1]s is at its fair share already (%[3]d of ceil(%[4]d/%[5]d) = %[6]d), so this claim puts it above. "+
-			"If %[1]s's next pass comes before %[2]s's, %[1]s withdraws the claim and %[2]s keeps bucket %[7]d. "+
-			"If %[2]s's comes first, %[2]s hands bucket %[7]d over and, then below its share, claims one of %[1]s's buckets in the same pass: "+
-			"%[1]s takes bucket %[7]d and gives another bucket to %[2]s (should that claim not be placed, %[1]s withdraws "+
-			"and bucket %[7]d, free, goes back to %[2]s). Nothing is delivered twice either way; to move a bucket for good, "+
-			"give it to a worker below its share (--to; `kumi status` shows the owners). --wait reports what happened.",
-			t, o, load[target], in.Buckets, live, share, bucket)
+		out := []string{fmt.Sprintf("note: %s is at its fair share already (%d of ceil(%d/%d) = %d), so this claim puts it above: "+
+			"it may withdraw it, or the two trade buckets (-v says when)",
+			t, load[target], in.Buckets, live, share)}
+		if verbose {
+			out = append(out,
+				fmt.Sprintf("  if the claimant's next pass comes first: %s withdraws the claim and %s keeps bucket %d", t, o, bucket),
+				fmt.Sprintf("  if the owner's comes first: it hands bucket %d over and, then below its share, claims one of "+
+					"the claimant's buckets in the same pass:", bucket),
+				fmt.Sprintf("  %s takes bucket %d and gives another bucket to %s", t, bucket, o),
+				fmt.Sprintf("  should that claim not be placed, %s withdraws and bucket %d, free, goes back to %s", t, bucket, o),
+				"  nothing is delivered twice either way; to move a bucket for good, give it to a worker below its share "+
+					"(--to; `kumi status` shows the owners)")
+		}
+		return out
 	}
-	msg := fmt.Sprintf("%s drains the bucket's reader, flushes its checkpoint and hands over on its next pass; "+
-		"%s (then %d of its fair share %d) takes it on its own next pass", o, t, after, share)
+	out := []string{fmt.Sprintf("next: the owner hands it over on its next pass; %s (then %d of its fair share %d) takes it on its own",
+		t, after, share)}
+	if verbose {
+		out = append(out, "  the owner drains the bucket's reader and flushes its checkpoint first: nothing is delivered twice")
+	}
 	// The owner, one bucket lighter, places claims of its own when it is
 	// below the share while another is above, or below the floor while
 	// another is above that.
@@ -146,10 +160,10 @@ func predict(in inspect.Inspection, bucket int, owner, target string, load map[s
 			continue
 		}
 		if (ownerAfter < share && n > share) || (ownerAfter < floor && n > floor) {
-			return msg + fmt.Sprintf("; %s, then below its share, claims a bucket back from %s", o, inspect.TermSafe(w))
+			return append(out, fmt.Sprintf("then: the owner, below its share, claims a bucket back from %s", inspect.TermSafe(w)))
 		}
 	}
-	return msg
+	return out
 }
 
 // watch waits until the claim has been resolved — the bucket changed hands,

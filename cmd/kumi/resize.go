@@ -18,7 +18,7 @@ import (
 
 type resizeCmd struct {
 	Subscription    string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
-	Buckets         *int   `placeholder:"M" help:"The new bucket count, 1 to 65536. Without it (and without --cancel), follow a running resize or print the last one."`
+	Buckets         *int   `placeholder:"M" help:"The new bucket count, 1 to ${max_buckets}. Without it (and without --cancel), follow a running resize or print the last one."`
 	Cancel          bool   `help:"Cancel the running resize (possible until its switch, the first new bucket starting)."`
 	NoWait          bool   `name:"no-wait" help:"Return once the resize is requested instead of following it to the end."`
 	EvictOldWorkers bool   `name:"evict-old-workers" help:"Resize although workers of a kumi version that predates resizes are live: they are fenced out and their buckets move after a TTL."`
@@ -71,8 +71,9 @@ func (c *resizeCmd) request(e *env, store *eventsource.Store) error {
 	if err != nil {
 		return c.refused(e, err)
 	}
-	if before.Resizing() {
-		// Say so before building an index nobody will read.
+	if before.Resizing() || before.Buckets == *c.Buckets {
+		// Say so before building an index nobody will read, or printing
+		// a plan that moves nothing.
 		_, err := leasestore.RequestResize(e.ctx, store.Pool(), store.Schema(), c.req())
 		return c.refused(e, err)
 	}
@@ -266,14 +267,16 @@ func gcd(a, b int) int {
 func printProgress(out io.Writer, r leasestore.Resize) {
 	c := inspect.CountResize(r)
 	now := clock(time.Now())
+	// Out of N and M, not len(r.Old) and len(r.New): a request's answer
+	// carries no buckets yet ("proposals 0/0").
 	switch r.State {
 	case leasestore.ResizeSealing:
-		fmt.Fprintf(out, "  %s  sealing   proposals %d/%d\n", now, c.Proposed, len(r.Old))
+		fmt.Fprintf(out, "  %s  sealing   proposals %d/%d\n", now, c.Proposed, r.Buckets)
 	case leasestore.ResizeCut:
-		fmt.Fprintf(out, "  %s  cut       C = %d, old drained %d/%d\n", now, r.Cut, c.Drained, len(r.Old))
+		fmt.Fprintf(out, "  %s  cut       C = %d, old drained %d/%d\n", now, r.Cut, c.Drained, r.Buckets)
 	case leasestore.ResizeSwitched:
-		fmt.Fprintf(out, "  %s  switched  C = %d, old drained %d/%d, new ready %d/%d\n", now, r.Cut, c.Drained, len(r.Old),
-			c.Ready, len(r.New))
+		fmt.Fprintf(out, "  %s  switched  C = %d, old drained %d/%d, new ready %d/%d\n", now, r.Cut, c.Drained, r.Buckets,
+			c.Ready, r.NextBuckets)
 	}
 }
 

@@ -96,6 +96,7 @@ func TestResizeCommand(t *testing.T) {
 		r = b.run(t, "resize", "-s", "orders", "--buckets", "4")
 		require.Equal(t, exitRuntime, r.code, r.stderr)
 		require.Contains(t, r.stderr, "orders already has 4 buckets: nothing to do")
+		require.Empty(t, r.stdout, "no plan for a resize that moves nothing")
 		r = b.run(t, "resize", "-s", "orders", "--cancel")
 		require.Equal(t, exitRuntime, r.code, r.stderr)
 		require.Contains(t, r.stderr, "orders has no resize running: nothing to cancel")
@@ -418,4 +419,16 @@ func TestRelinquishAfterAResize(t *testing.T) {
 		}
 		require.Equal(t, want, s.ClaimWorker, "slot %d", s.Slot)
 	}
+}
+
+// The first progress line of a waiting resize read "sealing proposals 0/0":
+// the request's answer carries no buckets yet (issue 30).
+func TestResizeProgressCountsOutOfTheBucketCounts(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	printProgress(&out, leasestore.Resize{State: leasestore.ResizeSealing, Buckets: 4, NextBuckets: 8})
+	require.Contains(t, out.String(), "sealing   proposals 0/4")
+	out.Reset()
+	printProgress(&out, leasestore.Resize{State: leasestore.ResizeSwitched, Buckets: 4, NextBuckets: 8, Cut: 9})
+	require.Contains(t, out.String(), "switched  C = 9, old drained 0/4, new ready 0/8")
 }

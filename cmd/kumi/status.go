@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 
 type statusCmd struct {
 	Subscription string `short:"s" placeholder:"NAME" help:"The subscription to show; without it, a line per subscription of the schema."`
-	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it)."`
+	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it; one with no events is refused once the subscription has handled some)."`
 	JSON         bool   `name:"json" help:"Print JSON instead of tables."`
 	ReadURL      string `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the heavy reads go there (with -s the lag counts, without it the checkpoint and dead letter counts), and how far it is behind is shown. Never printed."`
 }
@@ -112,8 +113,8 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 			held++
 		}
 	}
-	fmt.Fprintf(w, "subscription %q in schema %q: %d buckets, %d held, %d live workers, head position %d\n",
-		in.Subscription, in.Schema, in.Buckets, held, in.LiveWorkers(), in.Head)
+	fmt.Fprintf(w, "subscription %q in schema %q: %s, %d held, %s, head position %d\n",
+		in.Subscription, in.Schema, plural(in.Buckets, "bucket"), held, plural(in.LiveWorkers(), "live worker"), in.Head)
 	fmt.Fprintf(w, "(times are the database's: %s)\n", in.Now.UTC().Format(time.RFC3339))
 	if in.Standby {
 		fmt.Fprintln(w, "(read on a hot standby: leases and checkpoints as of its replay; a session worker's lock is held on the primary, so its liveness is unknown here)")
@@ -187,6 +188,30 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	if in.Category == "" {
 		fmt.Fprintln(w, "\n(lag: pass --category to measure it)")
 	}
+	if in.CategoryEmpty {
+		fmt.Fprintf(w, "\nwarning: category %q has no events: a lag of 0 means nothing to read; check it is the subscription's%s\n",
+			in.Category, knownCategories(in.Categories))
+	}
+}
+
+// knownCategories names the categories that have events, for a warning.
+func knownCategories(cats []string) string {
+	if len(cats) == 0 {
+		return " (no category has events yet)"
+	}
+	safe := make([]string, len(cats))
+	for i, c := range cats {
+		safe[i] = inspect.TermSafe(c)
+	}
+	return " (categories with events: " + strings.Join(safe, ", ") + ")"
+}
+
+// plural is "1 bucket", "2 buckets".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // printReplica writes the read replica's lag after the tables.
@@ -303,15 +328,19 @@ type bucketJSON struct {
 }
 
 type statusOut struct {
-	Schema       string       `json:"schema"`
-	Subscription string       `json:"subscription"`
-	Category     string       `json:"category,omitempty"`
-	Now          time.Time    `json:"now"`
-	Head         int64        `json:"head"`
-	BucketCount  int          `json:"bucket_count"`
-	LiveWorkers  int          `json:"live_workers"`
-	Workers      []workerJSON `json:"workers"`
-	Buckets      []bucketJSON `json:"buckets"`
+	Schema       string `json:"schema"`
+	Subscription string `json:"subscription"`
+	Category     string `json:"category,omitempty"`
+	// CategoryEmpty: Category has no events (inspect.Inspection); then
+	// Categories are some that have.
+	CategoryEmpty bool         `json:"category_empty,omitempty"`
+	Categories    []string     `json:"categories_with_events,omitempty"`
+	Now           time.Time    `json:"now"`
+	Head          int64        `json:"head"`
+	BucketCount   int          `json:"bucket_count"`
+	LiveWorkers   int          `json:"live_workers"`
+	Workers       []workerJSON `json:"workers"`
+	Buckets       []bucketJSON `json:"buckets"`
 	// Standby: the database read is a hot standby (see inspect.Inspection).
 	Standby bool `json:"standby,omitempty"`
 	// ReadReplica is --read-url's lag, when given.
@@ -333,6 +362,7 @@ type overviewOut struct {
 func statusJSON(in inspect.Inspection) statusOut {
 	owned := in.OwnedBy()
 	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
+		CategoryEmpty: in.CategoryEmpty, Categories: in.Categories,
 		Head: in.Head, BucketCount: in.Buckets, LiveWorkers: in.LiveWorkers(),
 		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Standby: in.Standby, Generation: in.Resize.Generation}
 	if in.Resize.Resizing() {

@@ -1,7 +1,8 @@
 // Command quickstart embeds kumi: one subscription with a typed function
 // handler, run until SIGINT or SIGTERM, then stopped gracefully. Start it N
 // times and the processes share the subscription's 16 buckets. With -once
-// it appends a deposit itself and exits once it has handled it.
+// it appends a deposit itself and exits once the deposit is handled, by
+// this copy or by another that holds its bucket (once.go).
 package main
 
 import (
@@ -13,7 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/actors"
@@ -49,7 +49,8 @@ func run(once bool) error {
 		return err
 	}
 
-	var mine uuid.UUID // the deposit -once appends
+	ctx, done := context.WithCancel(ctx)
+	defer done()
 	if once {
 		if err := actors.Migrate(ctx, store); err != nil { // Run migrates too, but we append first
 			return err
@@ -60,10 +61,12 @@ func run(once bool) error {
 		if err != nil {
 			return err
 		}
-		mine = res.IDs[0]
+		go func() { // -once: stop once the deposit is handled, here or by another copy
+			if waitHandled(ctx, store, "balances", "account-42", res.LastVersion) == nil {
+				done()
+			}
+		}()
 	}
-	ctx, done := context.WithCancel(ctx)
-	defer done()
 
 	// One function per event type, its data decoded from JSON; events of
 	// other types are acked. A returned error retries the event,
@@ -71,9 +74,6 @@ func run(once bool) error {
 	var handler actors.Router
 	actors.On(&handler, "Deposited", func(ctx context.Context, d *actors.Delivery, e Deposited) error {
 		fmt.Printf("%s deposited %d\n", d.Event.Stream, e.Amount)
-		if d.Event.ID == mine {
-			done() // -once: handled; stop
-		}
 		return nil
 	})
 

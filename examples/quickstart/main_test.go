@@ -90,3 +90,31 @@ func TestSIGTERMStopsItGracefully(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM kumi.lease_buckets WHERE owner IS NOT NULL`).Scan(&owned))
 	require.Zero(t, owned, "every lease released")
 }
+
+// -once hung while another copy ran and handled the deposit (issue 30): it
+// exits once the deposit is handled, by whichever copy holds its bucket.
+func TestOnceExitsWhenAnotherCopyHandlesItsDeposit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := exampletest.NewDatabase(t)
+	other := exampletest.Start(t, db)
+	pool, err := pgxpool.New(ctx, db)
+	require.NoError(t, err)
+	defer pool.Close()
+	pgtest.Eventually(t, exampletest.Wait, func() bool {
+		var owned int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM kumi.lease_buckets WHERE owner IS NOT NULL AND expires_at > now()`).Scan(&owned)
+		return owned == 16
+	}, "the other copy holds all 16 buckets")
+	once := exampletest.Start(t, db, "-once")
+	once.Exit(t) // before the fix: it waited for a deposit the other copy handled
+	other.Terminate(t)
+	other.Exit(t)
+	handled := 0
+	for _, l := range append(once.Output(), other.Output()...) {
+		if l == "account-42 deposited 10" {
+			handled++
+		}
+	}
+	require.Equal(t, 1, handled, "one of the copies handled it, once")
+}

@@ -60,6 +60,13 @@ type Inspection struct {
 	// SessionUnknown reports workers of the session kind whose lock could
 	// not be checked (Standby).
 	SessionUnknown bool
+	// CategoryEmpty reports a Category with no events at all, on a
+	// subscription that has handled none yet: its lag of 0 means nothing
+	// to read, which a mistyped category also shows. Categories are some
+	// of the categories that have events then. (A category with no events
+	// on a subscription that has handled some is refused: [CategoryError].)
+	CategoryEmpty bool
+	Categories    []string
 }
 
 // BucketRow is one bucket: its lease row and its checkpoint.
@@ -190,6 +197,9 @@ func InspectReads(ctx context.Context, store, reads *eventsource.Store, subscrip
 	}
 	if category == "" {
 		return in, nil
+	}
+	if err := checkCategory(ctx, reads, &in); err != nil {
+		return in, err
 	}
 	for i := range in.Rows {
 		r := &in.Rows[i]

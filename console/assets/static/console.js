@@ -43,11 +43,42 @@
     return call(path, { method: 'POST', headers: { 'X-Kumi-Csrf': csrf } });
   }
 
-  // A worker's colour: a hue from a hash of its name, the same on every page.
-  function colour(worker) {
+  // Workers' colours: each worker on the page gets its own colour from a
+  // palette whose every two colours differ clearly (CIE76 ΔE above 25), so
+  // that any handful of workers, however alike their names (w1, w2, …), look
+  // apart. A worker's preferred colour comes from a hash of its name, the
+  // next free one when another worker has it; a worker keeps its colour for
+  // as long as the page sees it, and the same set of workers gets the same
+  // colours on every page. Past the palette, hues from the hash.
+  const palette = ['#6aa3f0', '#f0857a', '#78cc88', '#f6c445', '#be8fea', '#4fd0d4', '#f7a3d6', '#b9bf4f', '#c89a74'];
+  const colours = new Map(); // worker -> its colour's index (palette.length and above: a hue)
+
+  function hash(worker) {
     let h = 0;
     for (const ch of worker) h = (h * 31 + ch.codePointAt(0)) >>> 0;
-    return 'hsl(' + (h % 360) + ', 65%, 72%)';
+    return h;
+  }
+
+  // paint gives a colour to each worker of names (sorted, so that the same
+  // set gets the same colours) and frees the colours of workers not in it.
+  function paint(names) {
+    const seen = new Set(names.filter(Boolean));
+    for (const w of [...colours.keys()]) if (!seen.has(w)) colours.delete(w);
+    const taken = new Set(colours.values());
+    for (const w of [...seen].sort()) {
+      if (colours.has(w)) continue;
+      let i = hash(w) % palette.length;
+      for (let n = 0; n < palette.length && taken.has(i); n++) i = (i + 1) % palette.length;
+      if (taken.has(i)) i = palette.length + (hash(w) % 360);
+      colours.set(w, i);
+      taken.add(i);
+    }
+  }
+
+  function colour(worker) {
+    if (!colours.has(worker)) paint([...colours.keys(), worker]);
+    const i = colours.get(worker);
+    return i < palette.length ? palette[i] : 'hsl(' + (i - palette.length) + ', 55%, 75%)';
   }
 
   function secs(s) {
@@ -56,6 +87,8 @@
     if (a < 3600) return Math.round(a) + ' s';
     return (a / 3600).toFixed(1) + ' h';
   }
+
+  function plural(n, what) { return n + ' ' + what + (n === 1 ? '' : 's'); }
 
   function ago(s) { return secs(s) + ' ago'; }
   function until(s) { return s >= 0 ? 'in ' + secs(s) : 'expired ' + ago(-s); }
@@ -116,10 +149,12 @@
 
     function draw() {
       const s = state;
+      paint([...s.workers.map((m) => m.worker), ...s.buckets.map((b) => b.owner),
+        ...(s.resize ? [...s.resize.old, ...s.resize.new].map((b) => b.owner) : [])]);
       const held = s.buckets.filter((b) => b.live).length;
       document.getElementById('stats').textContent = 'generation ' + s.generation + ', ' +
-        s.bucket_count + ' buckets, ' + held + ' held, ' +
-        s.live_workers + ' live workers, head position ' + s.head + (s.category ? ', category ' + s.category : '') +
+        plural(s.bucket_count, 'bucket') + ', ' + held + ' held, ' +
+        plural(s.live_workers, 'live worker') + ', head position ' + s.head + (s.category ? ', category ' + s.category : '') +
         ' · database time ' + new Date(s.now).toISOString();
 
       const maxLag = Math.max(1, ...s.buckets.map((b) => b.lag || 0));
@@ -128,7 +163,7 @@
         c.dataset.bucket = b.bucket;
         c.dataset.owner = b.owner;
         if (!b.owner) c.classList.add('free');
-        else c.style.background = colour(b.owner);
+        else c.style.backgroundColor = colour(b.owner);
         if (b.owner && !b.live) c.classList.add('expired');
         if (b.bucket === selected) c.classList.add('selected');
         c.append(el('div', 'b', '#' + b.bucket + (b.claim_worker ? ' → ' + b.claim_worker : '')));
@@ -148,7 +183,7 @@
 
       document.getElementById('workers').replaceChildren(...s.workers.map((m) => {
         const sw = el('span', 'swatch');
-        sw.style.background = colour(m.worker);
+        sw.style.backgroundColor = colour(m.worker);
         return row([sw, m.worker, m.kind, m.session_gone ? 'no (session gone)' : m.live ? 'yes' : 'no',
           ago(m.heartbeat_age_seconds), until(m.expires_in_seconds), m.owns]);
       }));
@@ -189,7 +224,7 @@
         const c = el('div', 'cell');
         c.dataset.slot = b.slot;
         if (!b.owner) c.classList.add('free');
-        else c.style.background = colour(b.owner);
+        else c.style.backgroundColor = colour(b.owner);
         let state;
         if (old) {
           state = b.drained ? 'drained' : b.proposal !== null ? 'proposed ' + b.proposal : 'serving';
