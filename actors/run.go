@@ -95,7 +95,7 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 		if ln, err = lc.Listen(ctx, "tcp", opts.Serve); err != nil {
 			return fmt.Errorf("kumi: RunOptions.Serve: %w", err)
 		}
-		defer ln.Close() // when the runtime fails to start; closing twice is harmless
+		defer func() { _ = ln.Close() }() // when the runtime fails to start; closing twice is harmless
 	}
 	rt, err := New(system, store, opts.Runtime)
 	if err != nil {

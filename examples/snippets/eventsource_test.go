@@ -18,14 +18,24 @@ import (
 func appendAndRead(ctx context.Context, pool *pgxpool.Pool, checkpoint int64) (eventsource.AppendResult, []eventsource.RecordedEvent, error) {
 	// snippet: docs/eventsource.md
 	store, err := eventsource.New(pool, eventsource.Config{Schema: "kumi"})
-	err = store.Migrate(ctx) // idempotent, safe from many processes
+	if err != nil {
+		return eventsource.AppendResult{}, nil, err
+	}
+	if err := store.Migrate(ctx); err != nil { // idempotent, safe from many processes
+		return eventsource.AppendResult{}, nil, err
+	}
 	seq := eventsource.NewSequencer(store, eventsource.SequencerOptions{})
-	err = seq.Start(ctx) // one per process that appends or subscribes
+	if err := seq.Start(ctx); err != nil { // one per process that appends or subscribes
+		return eventsource.AppendResult{}, nil, err
+	}
 	defer seq.Stop(context.Background())
 
 	res, err := store.Append(ctx, "account-7", eventsource.NoStream, []eventsource.EventData{
 		{Type: "Opened", Data: json.RawMessage(`{"owner":"ann"}`)},
 	})
+	if err != nil {
+		return res, nil, err
+	}
 	events, err := store.ReadCategory(ctx, "account", checkpoint, 1000)
 	// end snippet
 	return res, events, err
@@ -77,22 +87,21 @@ func TestAppendAndRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.IDs, 1)
 	// The sequencer stopped with the example; the next one gives the
-	// position, and the example's read returns the event.
+	// position, and a read of the category returns the event.
 	store, err := eventsource.New(pool, eventsource.Config{Schema: "kumi"})
 	require.NoError(t, err)
+	var events []eventsource.RecordedEvent
 	pgtest.Eventually(t, time.Minute, func() bool {
 		_, err := store.Sequence(ctx)
 		require.NoError(t, err)
-		evs, err := store.ReadCategory(ctx, "account", 0, 10)
+		events, err = store.ReadCategory(ctx, "account", 0, 10)
 		require.NoError(t, err)
-		return len(evs) == 1
+		return len(events) == 1
 	}, "the event is sequenced")
-	_, err = store.Append(ctx, "account-8", eventsource.NoStream, []eventsource.EventData{{Type: "Opened", Data: json.RawMessage(`{}`)}})
-	require.NoError(t, err)
-	_, events, err := appendAndRead(ctx, pool, 0)
-	require.NoError(t, err)
-	require.NotEmpty(t, events)
 	require.Equal(t, res.IDs[0], events[0].ID)
+	// The example's append expects no stream: run again, it refuses.
+	_, _, err = appendAndRead(ctx, pool, 0)
+	require.ErrorIs(t, err, eventsource.ErrWrongExpectedVersion)
 }
 
 func TestListen(t *testing.T) {
