@@ -38,7 +38,7 @@ func TestUsage(t *testing.T) {
 		{"FlagWithoutValue", []string{"status", "-s"}, exitUsage, "stderr", "kumi status: --subscription needs a value\n"},
 		{"Version", []string{"--version"}, exitOK, "stdout", "kumi "},
 		// The console package's refusal, once prefixed: not "kumi console: console: …".
-		{"ConsoleShortToken", []string{"console", "--token", "short", "--listen", "127.0.0.1:0"}, exitUsage, "stderr", "kumi console: invalid option Token: 5 bytes"},
+		{"ConsoleShortToken", []string{"console", "--token", "short", "--listen", "127.0.0.1:0"}, exitUsage, "stderr", "kumi console: --token: 5 bytes"},
 		{"HelpShowsTheSchemaDefault", []string{"--help"}, exitOK, "stdout", "(default: kumi)"},
 		{"ResizeHelpSaysTheLimit", []string{"resize", "--help"}, exitOK, "stdout", "1 to " + strconv.Itoa(leasestore.MaxBuckets)},
 		{"UnknownFlag", []string{"status", "--bogus"}, exitUsage, "stderr", "unknown flag --bogus"},

@@ -86,6 +86,9 @@ func (c *consoleCmd) Run(e *env) error {
 	if err != nil {
 		var oe *console.OptionError
 		if errors.As(err, &oe) {
+			if flag, ok := consoleFlags[oe.Field]; ok {
+				return usageErrorf("%s: %s", flag, oe.Reason)
+			}
 			return usageErrorf("%v", err)
 		}
 		return err
@@ -150,3 +153,7 @@ func (c *consoleCmd) readToken() error {
 	}
 	return nil
 }
+
+// consoleFlags names the flag behind each console option the command sets
+// from one, for its usage errors.
+var consoleFlags = map[string]string{"Token": "--token"}
