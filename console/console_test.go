@@ -237,6 +237,15 @@ func TestPagesAndJSONShowTheSubscription(t *testing.T) {
 	require.NotContains(t, r.body, "<img src=x")
 	require.Contains(t, r.body, `id="discard" disabled`, "read-only: the buttons are disabled")
 
+	// Dead-lettered again: the page shows the reason it had first, escaped.
+	_, err := f.store.AddDeadLetter(context.Background(), eventsource.DeadLetter{Subscription: d.Subscription, EventID: d.EventID, Reason: "later", Attempts: 2})
+	require.NoError(t, err)
+	r = get(t, srv, "/s/orders/letters/"+d.EventID.String())
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, r.body, "Earlier reasons")
+	require.Contains(t, r.body, `<pre class="reason">handler: &lt;script&gt;`, "the first reason, as text")
+	require.NotContains(t, r.body, hostile)
+
 	r = get(t, srv, "/s/orders/letters/not-a-uuid")
 	require.Equal(t, http.StatusBadRequest, r.status)
 	r = get(t, srv, "/api/s/"+url.PathEscape(" padded"))

@@ -62,11 +62,24 @@ type DeadLetter struct {
 	Reason string
 	// Attempts is how many times the handler was tried.
 	Attempts int
+	// History holds the reasons Reason replaced, oldest first: a failed
+	// replay's error replaces the reason, and so does the event's
+	// dead-lettering again. The first reason the event was given up for
+	// is History[0] once there is one; the store keeps it and the latest
+	// 19. Set by the store; ignored when adding a letter.
+	History []DeadLetterReason
 	// CreatedAt is set by the store when the letter is added.
 	CreatedAt time.Time
 	// ReplayedAt is set by a successful [Store.ReplayDeadLetters]; nil
 	// until then.
 	ReplayedAt *time.Time
+}
+
+// DeadLetterReason is a reason a dead letter had before its present one.
+type DeadLetterReason struct {
+	Reason     string    `json:"reason"`
+	Attempts   int       `json:"attempts"`    // the letter's attempts then
+	ReplacedAt time.Time `json:"replaced_at"` // when a newer reason replaced it
 }
 
 // DeadLetterFilter selects dead letters of a subscription.
@@ -212,7 +225,8 @@ type ReplayHandler func(ctx context.Context, event RecordedEvent) error
 // it replayed.
 //
 // It stops at the first handler error: that letter stays pending, its
-// attempts go up by one and its reason becomes the error, and the error is
+// attempts go up by one and its reason becomes the error (the reason it
+// replaces kept in [DeadLetter.History]), and the error is
 // returned. A letter whose event the store cannot give back fails the same
 // way, with an [*UnreadableEventError], without calling handler. Replay
 // never touches the subscription's checkpoints: the live subscription goes
@@ -328,6 +342,6 @@ func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed boo
 func scanDeadLetter(row pgx.CollectableRow) (DeadLetter, error) {
 	var d DeadLetter
 	err := row.Scan(&d.Subscription, &d.Generation, &d.Bucket, &d.EventID, &d.Position, &d.Stream, &d.Reason, &d.Attempts,
-		&d.CreatedAt, &d.ReplayedAt)
+		&d.CreatedAt, &d.ReplayedAt, &d.History)
 	return d, err
 }

@@ -69,7 +69,7 @@ const (
 	rangeOf = `LEFT JOIN LATERAL (SELECT ra.last_position - ra.last_version + e.version AS position FROM %[1]s.appends ra
   WHERE ra.stream_name = e.stream_name AND ra.first_version <= e.version AND ra.last_version >= e.version
   ORDER BY ra.first_version DESC LIMIT 1) r ON true`
-	deadLetterColumns = `subscription, generation, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at`
+	deadLetterColumns = `subscription, generation, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at, history`
 )
 
 // rangeRead is a global read: the ranges of where (on appends a, in
@@ -297,11 +297,12 @@ ON CONFLICT (subscription, bucket) DO UPDATE SET position = excluded.position, u
 		// stream are taken from the event, and checked against the
 		// caller's when given ($4 = 0 and $5 = '' mean "not given"); $8 is
 		// the generation of the bucket $2.
-		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters (subscription, generation, bucket, event_id, position, stream_name, reason, attempts)
+		deadLetterAdd: fmt.Sprintf(`INSERT INTO %[1]s.dead_letters AS d (subscription, generation, bucket, event_id, position, stream_name, reason, attempts)
 SELECT $1, $8, $2, e.event_id, r.position, e.stream_name, $6, $7 FROM %[1]s.events e `+rangeOf+`
 WHERE e.event_id = $3 AND r.position IS NOT NULL AND ($4::bigint = 0 OR r.position = $4) AND ($5::text = '' OR e.stream_name = $5)
 ON CONFLICT (subscription, event_id) DO UPDATE SET generation = excluded.generation, bucket = excluded.bucket, reason = excluded.reason,
-  attempts = excluded.attempts, created_at = now(), replayed_at = NULL
+  attempts = excluded.attempts, created_at = now(), replayed_at = NULL,
+  history = (SELECT CASE WHEN jsonb_array_length(h) <= 20 THEN h ELSE (h -> 0) || (SELECT jsonb_agg(x ORDER BY i) FROM jsonb_array_elements(h) WITH ORDINALITY AS t(x, i) WHERE i > jsonb_array_length(h) - 19) END FROM (SELECT d.history || jsonb_build_array(jsonb_build_object('reason', d.reason, 'attempts', d.attempts, 'replaced_at', now())) AS h) AS p)
 RETURNING position, stream_name, created_at`, q),
 		deadLetterList: fmt.Sprintf(`SELECT %s FROM %s.dead_letters
 WHERE subscription = $1 AND ($6::int IS NULL OR generation = $6) AND ($2::int IS NULL OR bucket = $2) AND position > $3
@@ -313,7 +314,10 @@ ORDER BY position, event_id LIMIT $4`, deadLetterColumns, q),
 		// event (while the handler ran) moves on.
 		deadLetterMark: fmt.Sprintf(`UPDATE %s.dead_letters SET replayed_at = now()
 WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
-		deadLetterFailed: fmt.Sprintf(`UPDATE %s.dead_letters SET attempts = attempts + 1, reason = $4
+		// A failed replay keeps the reason it replaces in the history
+		// (the first and the latest 19 entries).
+		deadLetterFailed: fmt.Sprintf(`UPDATE %s.dead_letters AS d SET attempts = attempts + 1, reason = $4,
+  history = (SELECT CASE WHEN jsonb_array_length(h) <= 20 THEN h ELSE (h -> 0) || (SELECT jsonb_agg(x ORDER BY i) FROM jsonb_array_elements(h) WITH ORDINALITY AS t(x, i) WHERE i > jsonb_array_length(h) - 19) END FROM (SELECT d.history || jsonb_build_array(jsonb_build_object('reason', d.reason, 'attempts', d.attempts, 'replaced_at', now())) AS h) AS p)
 WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
 		deadLetterDelete: fmt.Sprintf(`DELETE FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
 

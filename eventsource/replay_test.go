@@ -3,6 +3,7 @@ package eventsource_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -98,4 +99,57 @@ func TestReplayOfAnUnreadableEventFailsTyped(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, d.ReplayedAt)
 	require.Contains(t, d.Reason, "cannot be read")
+}
+
+// A failed replay used to overwrite the letter's reason: the first reason
+// the event was given up for was lost. The reasons a letter had are kept,
+// oldest first, the first of them always, within a bound.
+func TestADeadLetterKeepsTheReasonsItHad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupDeadLetters(t, 1)
+	b.add(t, "sub", b.events[0], 0, "first failure")
+	fail := func(msg string) {
+		t.Helper()
+		_, err := b.s.ReplayDeadLetters(ctx, "sub", eventsource.DeadLetterFilter{}, func(context.Context, eventsource.RecordedEvent) error {
+			return errors.New(msg)
+		})
+		require.ErrorContains(t, err, msg)
+	}
+	reasons := func() (string, []string, []int) {
+		t.Helper()
+		d, err := b.s.DeadLetter(ctx, "sub", b.events[0].ID)
+		require.NoError(t, err)
+		var rs []string
+		var as []int
+		for _, h := range d.History {
+			rs = append(rs, h.Reason)
+			as = append(as, h.Attempts)
+			require.False(t, h.ReplacedAt.IsZero(), "each entry says when it was replaced")
+		}
+		return d.Reason, rs, as
+	}
+
+	fail("boom")
+	reason, history, attempts := reasons()
+	require.Equal(t, "replay: boom", reason)
+	require.Equal(t, []string{"first failure"}, history)
+	require.Equal(t, []int{3}, attempts)
+
+	_, err := b.s.AddDeadLetter(ctx, eventsource.DeadLetter{Subscription: "sub", EventID: b.events[0].ID, Reason: "again", Attempts: 3})
+	require.NoError(t, err)
+	reason, history, attempts = reasons()
+	require.Equal(t, "again", reason, "dead-lettered again")
+	require.Equal(t, []string{"first failure", "replay: boom"}, history)
+	require.Equal(t, []int{3, 4}, attempts, "a failed replay adds an attempt")
+
+	for i := range 25 {
+		fail(fmt.Sprintf("boom %d", i))
+	}
+	reason, history, _ = reasons()
+	require.Equal(t, "replay: boom 24", reason)
+	require.Len(t, history, 20, "bounded")
+	require.Equal(t, "first failure", history[0], "the first reason is always kept")
+	require.Equal(t, "replay: boom 23", history[19], "then the latest")
+	require.Equal(t, "replay: boom 5", history[1])
 }

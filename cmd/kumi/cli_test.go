@@ -354,6 +354,22 @@ func TestDeadLetters(t *testing.T) {
 		require.NotNil(t, got.Event)
 		require.JSONEq(t, `{"i":2}`, string(got.Event.Data))
 	})
+	t.Run("ShowKeepsTheFirstReason", func(t *testing.T) {
+		t.Parallel()
+		for _, reason := range []string{"the first failure", "the second failure"} {
+			_, err := b.store.AddDeadLetter(ctx, eventsource.DeadLetter{Subscription: "history", EventID: evs[5].ID, Reason: reason, Attempts: 5})
+			require.NoError(t, err)
+		}
+		r := b.run(t, "dead-letters", "show", "-s", "history", evs[5].ID.String())
+		require.Equal(t, exitOK, r.code, r.stderr)
+		require.Contains(t, r.stdout, "reason        the second failure")
+		require.Contains(t, r.stdout, "first reason  the first failure (after 5 attempts; replaced ")
+		r = b.run(t, "dead-letters", "show", "-s", "history", evs[5].ID.String(), "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		got := decode[letterJSON](t, r.stdout)
+		require.Len(t, got.History, 1)
+		require.Equal(t, "the first failure", got.History[0].Reason)
+	})
 	t.Run("ShowUnknownLetterIsAnError", func(t *testing.T) {
 		t.Parallel()
 		r := b.run(t, "dead-letters", "show", "-s", "shipping", uuid.NewString())

@@ -49,11 +49,14 @@ type letterJSON struct {
 	Attempts     int        `json:"attempts"`
 	CreatedAt    time.Time  `json:"created_at"`
 	ReplayedAt   *time.Time `json:"replayed_at"`
+	// History is the reasons the letter had before, oldest first.
+	History []eventsource.DeadLetterReason `json:"history"`
 }
 
 func letterOut(d eventsource.DeadLetter) letterJSON {
 	return letterJSON{Subscription: d.Subscription, Generation: d.Generation, Bucket: d.Bucket, EventID: d.EventID, Position: d.Position,
-		Stream: d.Stream, Reason: d.Reason, Attempts: d.Attempts, CreatedAt: d.CreatedAt, ReplayedAt: d.ReplayedAt}
+		Stream: d.Stream, Reason: d.Reason, Attempts: d.Attempts, CreatedAt: d.CreatedAt, ReplayedAt: d.ReplayedAt,
+		History: append([]eventsource.DeadLetterReason{}, d.History...)}
 }
 
 // Run lists letters.
@@ -165,6 +168,14 @@ func (c *dlShowCmd) Run(e *env) error {
 		d.Bucket, d.EventID, d.Position, inspect.TermSafe(d.Stream))
 	fmt.Fprintf(w, "attempts      %d\ncreated       %s\nstate         %s\nreason        %s\n",
 		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, inspect.TermSafe(d.Reason))
+	for i, h := range d.History { // the reasons it had, oldest (the first) first
+		label := "before"
+		if i == 0 {
+			label = "first reason"
+		}
+		fmt.Fprintf(w, "%-13s %s (after %d attempts; replaced %s)\n", label, inspect.TermSafe(h.Reason), h.Attempts,
+			h.ReplacedAt.UTC().Format(time.RFC3339))
+	}
 	if evErr != nil {
 		fmt.Fprintf(w, "event         (not readable: %s)\n", inspect.TermSafe(evErr.Error()))
 		return nil
