@@ -61,7 +61,8 @@ var ErrGroupEnded = errors.New("kumi: a group ended on its own")
 //	defer stop()
 //	err := actors.Run(ctx, store, actors.RunOptions{}, groups...)
 //
-// Run returns nil after a clean stop on ctx's end. It returns at once the
+// Run returns nil after a clean stop on ctx's end, also when ctx ends while
+// it starts. It returns at once the
 // first error that prevents a start (invalid options, named by field, as
 // groups[i].Field; the database), after stopping what it had started. If a
 // group ends before ctx does (a failure nothing restarts), Run stops the
@@ -102,6 +103,9 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 		return err
 	}
 	if err := rt.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // ended while starting: a stop, not a failure
+		}
 		return err
 	}
 	if ln != nil {
@@ -119,6 +123,9 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 	started := make([]*Group, 0, len(groups))
 	for i, o := range groups {
 		gr, err := rt.StartGroup(ctx, o)
+		if err != nil && ctx.Err() != nil {
+			return stop(nil, started) // ended while starting: a stop, not a failure
+		}
 		if err != nil {
 			return stop(fmt.Errorf("kumi: start groups[%d] (%s): %w", i, o.Subscription, err), started)
 		}

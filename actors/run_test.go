@@ -198,4 +198,23 @@ func TestRun(t *testing.T) {
 		require.Contains(t, err.Error(), "start groups[1] (run-start)")
 		require.False(t, errors.Is(err, ErrGroupEnded))
 	})
+
+	// A context that ends while Run starts is a stop, not a failure: a
+	// SIGTERM during start-up, or the quickstart's -once when another
+	// copy handled its deposit first, exits cleanly.
+	t.Run("AContextThatEndsDuringTheStartIsAStop", func(t *testing.T) {
+		t.Parallel()
+		_, schema := newTestStore(t)
+		store := runStore(t, schema)
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.NoError(t, Run(ended, store, RunOptions{}, groupOpts("run-ended", 1, nil, "w")), "ended before the runtime started")
+
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		// Serving is called after the runtime started, before the groups do.
+		err := Run(ctx, store, RunOptions{Serve: "127.0.0.1:0", Serving: func(net.Addr) { cancel() }},
+			groupOpts("run-ended", 1, nil, "w"))
+		require.NoError(t, err, "ended while the groups started")
+	})
 }

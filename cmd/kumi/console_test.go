@@ -86,7 +86,7 @@ func TestConsoleRefusesABadToken(t *testing.T) {
 	b := setup(t)
 	r := b.run(t, "console", "--token", "short")
 	require.Equal(t, exitUsage, r.code, r.stderr)
-	require.Contains(t, r.stderr, "Token")
+	require.Contains(t, r.stderr, "--token")
 	require.Contains(t, r.stderr, "16 to 256 bytes")
 	require.NotContains(t, r.stderr, "short\n")
 }
