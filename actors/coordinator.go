@@ -181,10 +181,13 @@ type coordinator struct {
 	left    bool
 	halted  bool         // stopping or restarting
 	giving  map[int]bool // HandOver calls under way
-	// drained is the old-generation slots whose readers drained them to
-	// the cut: released for good, never served again (a pass that began
-	// before the drain may still report them).
-	drained map[int]bool
+	// drained is, by slot, the epoch at which the old-generation slot's
+	// reader drained it to the cut: that holding ended for good (a pass
+	// that began before the drain may still report it held). The slot is
+	// known by its epoch, not by the timing of passes: a cancel frees a
+	// drained slot, and a pass after it may claim it again — at a new
+	// epoch, a holding to serve — before any pass reported it gone.
+	drained map[int]int64
 	// resize is the subscription's generation and resize as the last
 	// pass read them.
 	resize leasestore.Resize
@@ -301,7 +304,7 @@ func (c *coordinator) halt() {
 
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
-	c.drained = map[int]bool{}
+	c.drained = map[int]int64{}
 	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
@@ -382,14 +385,15 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 	owned := map[int]leasestore.Lease{}
 	reported := map[int]bool{}
 	for _, l := range res.Owned {
-		reported[l.Slot] = true
-		if !c.drained[l.Slot] {
-			owned[l.Slot] = l
+		if e, ok := c.drained[l.Slot]; ok && e == l.Epoch {
+			reported[l.Slot] = true // the drained holding, reported by a pass that began before the drain
+			continue
 		}
+		owned[l.Slot] = l
 	}
 	for s := range c.drained {
 		if !reported[s] {
-			delete(c.drained, s)
+			delete(c.drained, s) // gone, or held again at a new epoch
 		}
 	}
 	c.owned = owned

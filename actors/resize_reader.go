@@ -55,7 +55,8 @@ type (
 	// readerCutDrained tells the coordinator that the reader drained its
 	// old-generation slot to the cut: the slot is released for good.
 	readerCutDrained struct {
-		Bucket   int // the slot
+		Bucket   int   // the slot
+		Epoch    int64 // the holding that drained it
 		Position int64
 	}
 )
@@ -193,7 +194,7 @@ func (r *reader) onCutDrained(ctx actor.Context, m *cutDrained) {
 		r.acked, r.flushed = max(r.acked, m.cut), max(r.flushed, m.cut)
 		r.g.logger.Info("kumi: resize: bucket drained to the cut", "slot", r.bucket, "generation", r.generation,
 			"bucket", r.genBucket, "epoch", r.epoch, "cut", m.cut)
-		ctx.Send(ctx.Parent(), &readerCutDrained{Bucket: r.bucket, Position: m.cut})
+		ctx.Send(ctx.Parent(), &readerCutDrained{Bucket: r.bucket, Epoch: r.epoch, Position: m.cut})
 		r.shutdown(ctx)
 		ctx.Stop(ctx.Self())
 	case errors.Is(m.err, leasestore.ErrNoResize):
@@ -240,13 +241,15 @@ func (c *coordinator) noteResize(r leasestore.Resize) {
 // released it for good.
 func (c *coordinator) onCutDrained(ctx actor.Context, m *readerCutDrained) {
 	c.g.setProgress(m.Bucket, m.Position)
-	if l, ok := c.owned[m.Bucket]; ok {
+	c.drained[m.Bucket] = m.Epoch
+	if l, ok := c.owned[m.Bucket]; ok && l.Epoch == m.Epoch {
+		// (A pass after a cancel may already have claimed the slot again,
+		// at a new epoch: that holding stays.)
 		c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, m.Bucket, l.Epoch, "",
 			"drained to the resize's cut", "", nil)
+		delete(c.owned, m.Bucket)
+		delete(c.handoff, m.Bucket)
+		c.g.setOwned(c.owned, c.handoff)
 	}
-	c.drained[m.Bucket] = true
-	delete(c.owned, m.Bucket)
-	delete(c.handoff, m.Bucket)
-	c.g.setOwned(c.owned, c.handoff)
 	c.pass(ctx) // the drain may have switched or completed the resize
 }
