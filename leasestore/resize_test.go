@@ -673,3 +673,48 @@ func TestAWorkerWithEitherCountDuringAResize(t *testing.T) {
 		}
 	})
 }
+
+// Every request takes the next id of its subscription; a proposal that
+// names a resize no longer in force writes nothing and says that resize is
+// over, and a drain for it is refused, whatever its cut; the generation a
+// completed resize made names it, and a cancel leaves none naming it.
+func TestResizeIdentity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupResize(t, 2)
+	s := b.open(t, b.config(KindRow, 1, "a"))
+	settle(t, []*Store{s}, 1)
+	first := b.request(t, 2)
+	require.EqualValues(t, 1, first.ID)
+	settle(t, []*Store{s}, 3)
+	_, err := CancelResize(ctx, b.pool, b.schema, b.sub)
+	require.NoError(t, err)
+	made, err := ResizeMade(ctx, b.pool, b.schema, b.sub, 1)
+	require.NoError(t, err)
+	require.Zero(t, made, "a cancelled resize made no generation")
+	second := b.request(t, 2)
+	require.EqualValues(t, 2, second.ID)
+	settle(t, []*Store{s}, 3)
+	l := s.Held()[0]
+
+	bound, err := s.ProposeCutFor(ctx, 0, l.Epoch, first.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, Bound{Resize: first.ID}, bound, "the resize proposed for is over")
+	require.Equal(t, ResizeSealing, b.resize(t).State, "nothing written: the only bucket did not decide the cut")
+
+	bound, err = s.ProposeCutFor(ctx, 0, l.Epoch, second.ID, 0)
+	require.NoError(t, err)
+	require.True(t, bound.Decided)
+	require.Equal(t, second.ID, bound.Resize)
+	stale := bound
+	stale.Resize = first.ID
+	require.ErrorIs(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return s.DrainCutTx(ctx, tx, 0, l.Epoch, stale) }),
+		ErrNoResize, "a drain for the resize before, at the same cut")
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return s.DrainCutTx(ctx, tx, 0, l.Epoch, bound) }))
+	made, err = ResizeMade(ctx, b.pool, b.schema, b.sub, 1)
+	require.NoError(t, err)
+	require.Equal(t, second.ID, made)
+	r := b.resize(t)
+	require.Equal(t, ResizeSteady, r.State)
+	require.Equal(t, second.ID, r.ID, "steady, the id of the last resize")
+}
