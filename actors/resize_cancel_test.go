@@ -20,7 +20,7 @@ import (
 )
 
 // heldPasses is a pgx tracer that, while armed, holds every lease pass
-// back at its first round trip until the pass's context ends (the pass is
+// (not the sequencer's steps) back at its first round trip until the pass's context ends (the pass is
 // then abandoned, as a starved one is): no pass of the worker reads or
 // writes the leases while it is armed. held counts the passes held. With
 // locks armed, it holds back the subscription's lock of every resize
@@ -35,11 +35,26 @@ type heldPasses struct {
 }
 
 func (h *heldPasses) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	if h.armed.Load() && opensPass(data.Batch.QueuedQueries) {
+	if h.armed.Load() && opensLeasePass(data.Batch.QueuedQueries) {
 		h.held.Add(1)
 		<-ctx.Done()
 	}
 	return ctx
+}
+
+// opensLeasePass is opensPass for a lease pass only: the sequencer's step
+// bounds its transaction the same way, and holding it back would hold back
+// the positions of what is appended meanwhile.
+func opensLeasePass(q []*pgx.QueuedQuery) bool {
+	if !opensPass(q) {
+		return false
+	}
+	for _, qq := range q[:2] {
+		if strings.Contains(qq.SQL, "kumi.protocol") {
+			return true
+		}
+	}
+	return false
 }
 
 func (*heldPasses) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}

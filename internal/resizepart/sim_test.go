@@ -23,6 +23,7 @@ import (
 var (
 	seedFlag  = flag.Uint64("seed", 0, "run only this seed of TestSim, printing its trace")
 	seedsFlag = flag.Int("seeds", 2000, "how many seeds TestSim runs")
+	rateFlag  = flag.Bool("finds", false, "TestSimFindsTheFaults counts the seeds that find each fault")
 )
 
 // mutation re-injects a fault the simulation must find (0: none); set only
@@ -67,17 +68,20 @@ type simReader struct {
 	checkpointing bool
 }
 
-// simMsg is a message, answer or pass result under way.
+// simMsg is a message, answer or pass result under way; what it is is
+// formatted only when traced.
 type simMsg struct {
-	desc string
-	run  func()
+	format string
+	args   []any
+	run    func()
 }
 
 type sim struct {
-	t      testing.TB
-	rng    *rand.Rand
-	trace  []string
-	failed string
+	t       testing.TB
+	rng     *rand.Rand
+	tracing bool // trace every step (a failing seed is run again with it)
+	trace   []string
+	failed  string
 
 	// the store
 	gen      int
@@ -114,6 +118,9 @@ func newSim(t testing.TB, seed uint64) *sim {
 }
 
 func (s *sim) log(format string, args ...any) {
+	if !s.tracing {
+		return
+	}
 	s.trace = append(s.trace, fmt.Sprintf("%4d ", s.steps)+fmt.Sprintf(format, args...))
 }
 
@@ -122,6 +129,14 @@ func (s *sim) fail(format string, args ...any) {
 		s.failed = fmt.Sprintf(format, args...)
 		s.log("VIOLATION: %s", s.failed)
 	}
+}
+
+// replay runs seed again, tracing: the same schedule, step for step.
+func replay(t testing.TB, seed uint64) *sim {
+	s := newSim(t, seed)
+	s.tracing = true
+	s.failed = s.run()
+	return s
 }
 
 // newGeneration makes the serving generation's rows, every slot held by
@@ -150,7 +165,9 @@ func (s *sim) told(i int) Told {
 }
 
 // send puts a message under way.
-func (s *sim) send(desc string, run func()) { s.inflight = append(s.inflight, simMsg{desc, run}) }
+func (s *sim) send(run func(), format string, args ...any) {
+	s.inflight = append(s.inflight, simMsg{format, args, run})
+}
 
 // pass begins a coordinator pass: it reads the store now; its result
 // arrives later.
@@ -171,7 +188,7 @@ func (s *sim) pass() {
 		}
 	}
 	s.log("pass begins: %v", reports) // fmt prints maps sorted
-	s.send("pass result", func() {
+	s.send(func() {
 		s.passing = false
 		if gen != s.gen {
 			return // a pass of a generation since retired: its rows are gone
@@ -225,9 +242,9 @@ func (s *sim) pass() {
 				continue // edge-triggered: told once
 			}
 			r.lastTold, r.toldOnce = t, true
-			s.send(fmt.Sprintf("tell %d@%d %+v", i, e, t), func() { s.tell(r, t) })
+			s.send(func() { s.tell(r, t) }, "tell %d@%d %+v", i, e, t)
 		}
-	})
+	}, "pass result")
 }
 
 func (s *sim) tell(r *simReader, t Told) {
@@ -251,9 +268,9 @@ func (s *sim) apply(r *simReader, effects []Effect) {
 		s.log("reader %d@%d: %s -> %s", r.slot, r.epoch, e, &r.part)
 		switch e.Kind {
 		case Propose:
-			s.send(fmt.Sprintf("propose %d@%d %s", r.slot, r.epoch, e), func() { s.propose(r, e.Resize, e.Position) })
+			s.send(func() { s.propose(r, e.Resize, e.Position) }, "propose %d@%d %s", r.slot, r.epoch, e)
 		case Drain:
-			s.send(fmt.Sprintf("drain %d@%d %s", r.slot, r.epoch, e), func() { s.drain(r, e.Resize, e.Position) })
+			s.send(func() { s.drain(r, e.Resize, e.Position) }, "drain %d@%d %s", r.slot, r.epoch, e)
 		case Done:
 			r.dead = true
 			s.drained[r.slot] = r.epoch
@@ -270,7 +287,7 @@ func (s *sim) propose(r *simReader, resize, cursor int64) {
 	}
 	sl := s.slots[r.slot]
 	if !sl.held || sl.epoch != r.epoch {
-		s.send("proposal fenced out", func() { r.dead = true })
+		s.send(func() { r.dead = true }, "proposal fenced out")
 		return
 	}
 	var a Answer
@@ -295,7 +312,7 @@ func (s *sim) propose(r *simReader, resize, cursor int64) {
 		}
 	}
 	s.log("store: proposal of %d@%d for %d at %d: %+v", r.slot, r.epoch, resize, cursor, a)
-	s.send(fmt.Sprintf("answer %d@%d %+v", r.slot, r.epoch, a), func() {
+	s.send(func() {
 		if r.dead {
 			return
 		}
@@ -308,7 +325,7 @@ func (s *sim) propose(r *simReader, resize, cursor int64) {
 			r.part.phase = Free
 			s.apply(r, r.part.settle(r.cursor, &before))
 		}
-	})
+	}, "answer %d@%d %+v", r.slot, r.epoch, a)
 }
 
 // drain is DrainCutTx, run by the store now.
@@ -319,15 +336,15 @@ func (s *sim) drain(r *simReader, resize, cut int64) {
 	sl := s.slots[r.slot]
 	switch {
 	case !sl.held || sl.epoch != r.epoch:
-		s.send("drain fenced out", func() { r.dead = true })
+		s.send(func() { r.dead = true }, "drain fenced out")
 		return
 	case !s.resizing || !s.decided || s.id != resize || s.cut != cut:
 		s.log("store: drain of %d@%d to %d for %d refused", r.slot, r.epoch, cut, resize)
-		s.send(fmt.Sprintf("drain refused %d@%d", r.slot, r.epoch), func() {
+		s.send(func() {
 			if !r.dead {
 				s.apply(r, r.part.DrainRefused(r.cursor))
 			}
-		})
+		}, "drain refused %d@%d", r.slot, r.epoch)
 		return
 	case sl.checkpoint > cut:
 		s.fail("slot %d: drain to %d with its checkpoint at %d, beyond the cut", r.slot, cut, sl.checkpoint)
@@ -335,11 +352,11 @@ func (s *sim) drain(r *simReader, resize, cut int64) {
 	}
 	sl.checkpoint, sl.drained, sl.held = cut, true, false
 	s.log("store: slot %d drained to %d", r.slot, cut)
-	s.send(fmt.Sprintf("drained %d@%d", r.slot, r.epoch), func() {
+	s.send(func() {
 		if !r.dead {
 			s.apply(r, r.part.DrainDone())
 		}
-	})
+	}, "drained %d@%d", r.slot, r.epoch)
 	for _, o := range s.slots {
 		if !o.drained {
 			return
@@ -478,7 +495,9 @@ func (s *sim) step(faulty bool) {
 		}
 		m := s.inflight[i]
 		s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
-		s.log("runs: %s", m.desc)
+		if s.tracing {
+			s.log("runs: %s", fmt.Sprintf(m.format, m.args...))
+		}
 		m.run()
 	case x < 85:
 		if r := s.readers[s.rng.IntN(s.n)]; r != nil {
@@ -546,10 +565,8 @@ func (s *sim) describe() string {
 // with its violation.
 func simSeeds(t testing.TB, seeds int) (uint64, *sim) {
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		s := newSim(t, seed)
-		if v := s.run(); v != "" {
-			s.failed = v
-			return seed, s
+		if v := newSim(t, seed).run(); v != "" {
+			return seed, replay(t, seed)
 		}
 	}
 	return 0, nil
@@ -559,11 +576,10 @@ func simSeeds(t testing.TB, seeds int) (uint64, *sim) {
 // trace's tail and replays with -seed.
 func TestSim(t *testing.T) {
 	if *seedFlag != 0 {
-		s := newSim(t, *seedFlag)
-		v := s.run()
+		s := replay(t, *seedFlag)
 		t.Logf("seed %d trace:\n%s", *seedFlag, strings.Join(s.trace, "\n"))
-		if v != "" {
-			t.Fatalf("seed %d: %s", *seedFlag, v)
+		if s.failed != "" {
+			t.Fatalf("seed %d: %s", *seedFlag, s.failed)
 		}
 		return
 	}
@@ -596,13 +612,16 @@ func TestSimFindsTheFaults(t *testing.T) {
 			if seed == 0 {
 				t.Fatalf("the simulation did not find the fault in %d seeds", *seedsFlag)
 			}
-			found := 0
-			for n := uint64(1); n <= uint64(*seedsFlag); n++ {
-				if newSim(t, n).run() != "" {
-					found++
+			t.Logf("first found at seed %d: %s", seed, s.failed)
+			if *rateFlag {
+				found := 0
+				for n := uint64(1); n <= uint64(*seedsFlag); n++ {
+					if newSim(t, n).run() != "" {
+						found++
+					}
 				}
+				t.Logf("%d of %d seeds find it", found, *seedsFlag)
 			}
-			t.Logf("first found at seed %d (%d of %d seeds find it): %s", seed, found, *seedsFlag, s.failed)
 		})
 	}
 }
