@@ -15,18 +15,26 @@ import (
 )
 
 // A reader's part in a resize (docs/resize.md). A reader of the serving
-// generation's bucket learns of a resize from its coordinator (after a
-// pass) or from its lease at its start. While the resize is sealing and
-// its lease carries no bound, it freezes at its cursor — it delivers
-// nothing beyond the events already read — and proposes a bound
-// (leasestore.Store.ProposeCut); from then on it delivers nothing beyond
-// its bound: its proposal, then the cut C once decided. Once C is decided
-// it reads its bucket through C, finishes every event up to C (retries
-// included: they run to an ack or a dead letter), and drains: its
-// checkpoint at C and the drained mark in one fenced transaction
-// (leasestore.Store.DrainTx), after which it stops and the slot is
-// released for good. A cancelled resize lifts the bound. Events beyond the
-// bound stay in the pending list, never delivered by this generation.
+// generation's bucket learns of a resize from its coordinator, which tells
+// it the whole desired state of its slot on every pass (resizeTold), and
+// at its start from what its coordinator last told. While the resize is
+// sealing and its lease carries no bound, it freezes at its cursor — it
+// delivers nothing beyond the events already read — and proposes a bound
+// for that resize (leasestore.Store.ProposeCutFor); from then on it
+// delivers nothing beyond its bound: its proposal, then the cut C once
+// decided. Once C is decided it reads its bucket through C, finishes every
+// event up to C (retries included: they run to an ack or a dead letter),
+// and drains: its checkpoint at C and the drained mark in one fenced
+// transaction (leasestore.Store.DrainCutTx), after which it stops and the
+// slot is released for good. A cancelled resize lifts the bound. Events
+// beyond the bound stay in the pending list, never delivered by this
+// generation.
+//
+// What to do when is decided by the pure state machine resizepart.Part
+// (internal/resizepart): the reader feeds it what it is told, the answers
+// of its proposal and drain, and how far it has finished, and carries out
+// the effects it returns. Everything names its resize by id, so a stale
+// answer is recognised by identity, not by the order it arrives in.
 
 // Messages of a resize.
 type (
