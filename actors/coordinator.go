@@ -58,7 +58,7 @@ type readerRef struct {
 	// resize is what the reader was last told of the resize. A reader
 	// restarted by its supervisor starts from it, not from what it was
 	// spawned with: the coordinator tells a change once (see spawn).
-	resize atomic.Pointer[resizeBound]
+	resize atomic.Pointer[resizeTold]
 	// handled is where the slot's readers at epoch, in this process,
 	// handled every event through: each incarnation leaves its acked
 	// position (and what its run in flight finished, see handledThrough)
@@ -181,10 +181,13 @@ type coordinator struct {
 	left    bool
 	halted  bool         // stopping or restarting
 	giving  map[int]bool // HandOver calls under way
-	// drained is the old-generation slots whose readers drained them to
-	// the cut: released for good, never served again (a pass that began
-	// before the drain may still report them).
-	drained map[int]bool
+	// drained is, by slot, the epoch at which the old-generation slot's
+	// reader drained it to the cut: that holding ended for good (a pass
+	// that began before the drain may still report it held). The slot is
+	// known by its epoch, not by the timing of passes: a cancel frees a
+	// drained slot, and a pass after it may claim it again — at a new
+	// epoch, a holding to serve — before any pass reported it gone.
+	drained map[int]int64
 	// resize is the subscription's generation and resize as the last
 	// pass read them.
 	resize leasestore.Resize
@@ -301,7 +304,7 @@ func (c *coordinator) halt() {
 
 func (c *coordinator) start(ctx actor.Context) {
 	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
-	c.drained = map[int]bool{}
+	c.drained = map[int]int64{}
 	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
@@ -382,14 +385,15 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 	owned := map[int]leasestore.Lease{}
 	reported := map[int]bool{}
 	for _, l := range res.Owned {
-		reported[l.Slot] = true
-		if !c.drained[l.Slot] {
-			owned[l.Slot] = l
+		if e, ok := c.drained[l.Slot]; ok && e == l.Epoch {
+			reported[l.Slot] = true // the drained holding, reported by a pass that began before the drain
+			continue
 		}
+		owned[l.Slot] = l
 	}
 	for s := range c.drained {
 		if !reported[s] {
-			delete(c.drained, s)
+			delete(c.drained, s) // gone, or held again at a new epoch
 		}
 	}
 	c.owned = owned
@@ -467,12 +471,13 @@ func (c *coordinator) syncReaders(ctx actor.Context) {
 		case ref == nil && !c.handoff[b] && l.Ready:
 			c.spawn(ctx, l) // a next generation's bucket waits, held, until ready
 		case ref != nil && !ref.stopping && ref.epoch == l.Epoch:
-			// A draining reader (a handoff) proposes too: it holds the
-			// lease until it hands over.
-			if m := c.resizeOf(l); m != *ref.resize.Load() {
-				ref.resize.Store(&m)
-				ctx.Send(ref.pid, &m)
-			}
+			// Level-triggered: the whole desired state, on every pass and
+			// whenever it changes; a reader that missed a message converges
+			// at the next. A draining reader (a handoff) proposes too: it
+			// holds the lease until it hands over.
+			m := c.resizeOf(l)
+			ref.resize.Store(&m)
+			ctx.Send(ref.pid, &m)
 		}
 	}
 }
@@ -494,9 +499,9 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	// reader.resumeAt.
 	ref := &readerRef{epoch: l.Epoch, queue: q, handled: c.g.marks.at(l.Slot, l.Epoch)}
 	c.g.logger.Debug("kumi: reader starts", "slot", l.Slot, "generation", l.Generation, "bucket", l.Bucket,
-		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "bound", m.bound.Limit, "bounded", m.bound.Resizing,
-		"cut", m.bound.Decided, "seal", m.seal, "state", c.resize.State, "serving", c.resize.Generation,
-		"handled", ref.handled.load())
+		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "resize", m.told.Resize, "bounded", m.told.Active,
+		"bound", m.told.Limit, "proposed", m.told.Proposed, "cut", m.told.Decided, "state", c.resize.State,
+		"serving", c.resize.Generation, "handled", ref.handled.load())
 	ref.resize.Store(&m)
 	r := func() actor.Actor {
 		// Each incarnation starts from what the coordinator last told
@@ -504,7 +509,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 		// drains if a drain was asked.
 		m := ref.resize.Load()
 		return &reader{g: c.g, bucket: l.Slot, generation: l.Generation, genBucket: l.Bucket, size: l.Buckets,
-			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, bound: m.bound, seal: m.seal,
+			epoch: l.Epoch, fence: c.g.leases.Fence(l.Slot, l.Epoch), queue: q, told: *m,
 			handled: ref.handled, draining: ref.drain.Load()}
 	}
 	var mw []actor.MailboxMiddleware

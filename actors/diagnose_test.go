@@ -132,10 +132,10 @@ func (r *reader) describe() string {
 	}
 	return fmt.Sprintf("ready %v catching %v reading %v held %v cursor %d target %d resumes %d acked %d flushed %d flushing %v "+
 		"pending %d window %d %v (first: %s) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v "+
-		"resize bound %+v proposing %v cut draining %v",
+		"resize %s",
 		r.ready, r.catching, r.reading, r.held, r.cursor, r.target, r.resumes, r.acked, r.flushed, r.flushing,
 		len(r.pending), len(r.win.slots), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
-		r.storeFailures, r.queue.Stats(), r.bound, r.proposing, r.cutDraining)
+		r.storeFailures, r.queue.Stats(), r.part.String())
 }
 
 // dumpRows runs query on the worker's pool and renders its rows as JSON.

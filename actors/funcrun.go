@@ -212,8 +212,8 @@ func (r *reader) runEvents() int { return min(maxRunEvents, r.g.opts.CheckpointE
 // runLimit is the position beyond which a run starts no event: the resize
 // bound, if any.
 func (r *reader) runLimit() int64 {
-	if r.bound.Resizing {
-		return r.bound.Limit
+	if b := r.part.Bound(); b.Bounded {
+		return b.Limit
 	}
 	return math.MaxInt64
 }

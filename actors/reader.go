@@ -9,7 +9,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
-	"github.com/kumi-run/kumi/leasestore"
+	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -107,19 +107,12 @@ type reader struct {
 	epoch      int64
 	fence      eventsource.Fence
 	queue      *overflow.Queue
-	// During a resize (see resize_reader.go): deliver nothing beyond bound;
-	// proposing while a proposal is out (frozen at the cursor);
-	// cutDraining while the drain to the cut is being written.
-	bound       leasestore.Bound
-	proposing   bool
-	cutDraining bool
-	// told is the latest bound the coordinator told while a proposal was
-	// out (toldSet: one was told), taken after the proposal's answer.
-	told    leasestore.Bound
-	toldSet bool
-	// seal: the resize is sealing and the lease carried no bound: propose
-	// one before delivering anything.
-	seal bool
+	// part is the reader's part in its slot's resizes (see
+	// resize_reader.go and internal/resizepart): it delivers nothing
+	// beyond part.Bound(). told is what the coordinator last told when
+	// the reader was made, taken at its start.
+	part resizepart.Part
+	told resizeTold
 
 	handler      *actor.PID // nil while it is being replaced
 	handlerFails int        // replacements since a handler last answered
@@ -266,25 +259,23 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.maybeFinishDrain(ctx)
 	case inspectReader:
 		msg(r)
-	case *resizeBound:
-		r.onResizeBound(ctx, msg)
+	case *resizeTold:
+		r.onResizeTold(ctx, msg)
 	case *proposed:
 		if msg.gen == r {
 			r.onProposed(ctx, msg)
-		}
-	case *proposeAgain:
-		if msg.gen == r && !r.stopped {
-			r.proposing = false
-			r.propose(ctx)
 		}
 	case *cutDrained:
 		if msg.gen == r {
 			r.onCutDrained(ctx, msg)
 		}
+	case *proposeAgain:
+		if msg.gen == r && !r.stopped {
+			r.apply(ctx, r.part.Retry())
+		}
 	case *drainAgain:
 		if msg.gen == r && !r.stopped {
-			r.cutDraining = false
-			r.maybeDrainToCut(ctx)
+			r.apply(ctx, r.part.Retry())
 		}
 	}
 }
@@ -302,15 +293,12 @@ func (r *reader) start(ctx actor.Context) {
 		r.endOverflowed(err)
 	}
 	r.spawnHandler(ctx)
-	if r.bound.Decided {
-		// Started on a decided cut: the catch-up reads through it, even in
-		// a bucket with no event near it (no live batch would move the
-		// cursor there).
-		r.target = max(r.target, r.bound.Limit)
-	}
-	if r.seal {
-		r.propose(ctx) // before anything is delivered: nothing is read yet
-	}
+	// What the coordinator last told: started on a decided cut, the
+	// catch-up reads through it, even in a bucket with no event near it
+	// (no live batch would move the cursor there); started sealing with no
+	// proposal, it proposes before anything is delivered (nothing is read
+	// yet: frozen at 0, the proposal is the head).
+	r.onResizeTold(ctx, &r.told)
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.size, Bucket: r.genBucket})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
@@ -609,9 +597,10 @@ type readerReport struct {
 // observability.ReaderStatus): at its start and at every tick, so that a
 // bucket that does not move says why.
 func (r *reader) report() {
+	b := r.part.Bound()
 	st := observability.ReaderStatus{Cursor: r.cursor, Acked: r.acked, Pending: len(r.pending), InFlight: len(r.win.slots),
-		CatchingUp: r.catching, Bounded: r.bound.Resizing, Bound: r.bound.Limit, CutDecided: r.bound.Decided,
-		Proposing: r.proposing, Draining: r.draining || r.unsure != nil, HandlerReady: r.handlerReady(), At: time.Now()}
+		CatchingUp: r.catching, Bounded: b.Bounded, Bound: b.Limit, CutDecided: b.Decided,
+		Proposing: r.part.Phase() == resizepart.Proposing, Draining: r.draining || r.unsure != nil, HandlerReady: r.handlerReady(), At: time.Now()}
 	if len(r.pending) > 0 {
 		st.NextPending = r.pending[0].Position
 	}

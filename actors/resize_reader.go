@@ -9,34 +9,44 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
 
 // A reader's part in a resize (docs/resize.md). A reader of the serving
-// generation's bucket learns of a resize from its coordinator (after a
-// pass) or from its lease at its start. While the resize is sealing and
-// its lease carries no bound, it freezes at its cursor — it delivers
-// nothing beyond the events already read — and proposes a bound
-// (leasestore.Store.ProposeCut); from then on it delivers nothing beyond
-// its bound: its proposal, then the cut C once decided. Once C is decided
-// it reads its bucket through C, finishes every event up to C (retries
-// included: they run to an ack or a dead letter), and drains: its
-// checkpoint at C and the drained mark in one fenced transaction
-// (leasestore.Store.DrainTx), after which it stops and the slot is
-// released for good. A cancelled resize lifts the bound. Events beyond the
-// bound stay in the pending list, never delivered by this generation.
+// generation's bucket learns of a resize from its coordinator, which tells
+// it the whole desired state of its slot on every pass (resizeTold), and
+// at its start from what its coordinator last told. While the resize is
+// sealing and its lease carries no bound, it freezes at its cursor — it
+// delivers nothing beyond the events already read — and proposes a bound
+// for that resize (leasestore.Store.ProposeCutFor); from then on it
+// delivers nothing beyond its bound: its proposal, then the cut C once
+// decided. Once C is decided it reads its bucket through C, finishes every
+// event up to C (retries included: they run to an ack or a dead letter),
+// and drains: its checkpoint at C and the drained mark in one fenced
+// transaction (leasestore.Store.DrainCutTx), after which it stops and the
+// slot is released for good. A cancelled resize lifts the bound. Events
+// beyond the bound stay in the pending list, never delivered by this
+// generation.
+//
+// What to do when is decided by the pure state machine resizepart.Part
+// (internal/resizepart): the reader feeds it what it is told, the answers
+// of its proposal and drain, and how far it has finished, and carries out
+// the effects it returns. Everything names its resize by id, so a stale
+// answer is recognised by identity, not by the order it arrives in.
 
 // Messages of a resize.
 type (
-	// resizeBound tells a reader what its coordinator's pass found about
-	// its slot: the bound its lease carries, or that the resize is sealing
-	// and the lease carries none (seal: propose one).
-	resizeBound struct {
-		bound leasestore.Bound
-		seal  bool
+	// resizeTold is what the coordinator tells a reader of its slot's
+	// resize, on every pass and whenever it changes: the whole desired
+	// state (see resizepart.Told), for the holding at epoch. The reader
+	// converges to it; telling it again changes nothing.
+	resizeTold struct {
+		epoch int64
+		told  resizepart.Told
 	}
-	// proposed is ProposeCut's answer.
+	// proposed is ProposeCutFor's answer.
 	proposed struct {
 		gen   *reader
 		bound leasestore.Bound
@@ -46,118 +56,79 @@ type (
 	// on a transient error.
 	proposeAgain struct{ gen *reader }
 	drainAgain   struct{ gen *reader }
-	// cutDrained is DrainTx's answer.
+	// cutDrained is DrainCutTx's answer.
 	cutDrained struct {
 		gen *reader
-		cut int64
 		err error
 	}
 	// readerCutDrained tells the coordinator that the reader drained its
 	// old-generation slot to the cut: the slot is released for good.
 	readerCutDrained struct {
-		Bucket   int // the slot
+		Bucket   int   // the slot
+		Epoch    int64 // the holding that drained it
 		Position int64
 	}
 )
 
 // beyondBound reports whether the event at pos lies beyond the reader's
 // resize bound: it may not be delivered by this generation (yet).
-func (r *reader) beyondBound(pos int64) bool { return r.bound.Resizing && pos > r.bound.Limit }
+func (r *reader) beyondBound(pos int64) bool { return r.part.Beyond(pos) }
 
-// onResizeBound acts on the coordinator's news of the resize.
-func (r *reader) onResizeBound(ctx actor.Context, m *resizeBound) {
-	switch {
-	case m.seal && !r.bound.Resizing && !r.proposing:
-		r.propose(ctx)
-	case m.bound.Resizing || !m.seal:
-		r.setBound(ctx, m.bound)
+// onResizeTold takes the coordinator's desired state of the slot's resize.
+func (r *reader) onResizeTold(ctx actor.Context, m *resizeTold) {
+	if m.epoch != r.epoch || r.stopped {
+		return // a message for another holding of the slot
+	}
+	r.apply(ctx, r.part.Tell(m.told, r.cursor))
+}
+
+// apply carries out the effects of the reader's resize part
+// (internal/resizepart).
+func (r *reader) apply(ctx actor.Context, effects []resizepart.Effect) {
+	for _, e := range effects {
+		switch e.Kind {
+		case resizepart.Propose:
+			r.propose(ctx, e.Resize, e.Position)
+		case resizepart.Drain:
+			r.drainToCut(ctx, e.Resize, e.Position)
+		case resizepart.Done:
+			r.acked, r.flushed = max(r.acked, e.Position), max(r.flushed, e.Position)
+			r.g.logger.Info("kumi: resize: bucket drained to the cut", "slot", r.bucket, "generation", r.generation,
+				"bucket", r.genBucket, "epoch", r.epoch, "resize", e.Resize, "cut", e.Position)
+			ctx.Send(ctx.Parent(), &readerCutDrained{Bucket: r.bucket, Epoch: r.epoch, Position: e.Position})
+			r.shutdown(ctx)
+			ctx.Stop(ctx.Self())
+			return
+		case resizepart.BoundChanged:
+			r.onBoundChanged(ctx)
+		}
 	}
 }
 
-// propose freezes the reader at its cursor and proposes a bound.
-func (r *reader) propose(ctx actor.Context) {
+// onBoundChanged acts on a new resize bound: a decided cut is read
+// through, a lifted bound reads again from the cursor, and what the bound
+// now lets through is delivered.
+func (r *reader) onBoundChanged(ctx actor.Context) {
 	if r.stopped {
 		return
 	}
-	r.proposing = true
-	r.bound = leasestore.Bound{Resizing: true, Limit: r.cursor} // the freeze
-	cursor, slot, epoch := r.cursor, r.bucket, r.epoch
-	r.async(ctx, func(c context.Context) any {
-		b, err := r.g.leases.ProposeCut(c, slot, epoch, cursor)
-		return &proposed{gen: r, bound: b, err: err}
-	})
-}
-
-func (r *reader) onProposed(ctx actor.Context, m *proposed) {
-	r.proposing = false
-	if m.err != nil {
-		if errors.Is(m.err, eventsource.ErrFenceLost) {
-			r.lostFence(ctx, m.err)
-			return
-		}
-		err := fmt.Errorf("kumi: bucket %d: propose a cut: %w", r.bucket, m.err)
-		if r.retryInPlace(ctx, err, &proposeAgain{gen: r}) {
-			r.proposing = true // still frozen: proposeAgain proposes again
-			return
-		}
-		panic(err)
-	}
-	r.storeFailures = 0
-	r.g.logger.Info("kumi: resize: bound proposed", "slot", r.bucket, "generation", r.generation,
-		"bucket", r.genBucket, "epoch", r.epoch, "bound", m.bound.Limit, "cut", m.bound.Decided, "resizing", m.bound.Resizing)
-	r.bound = leasestore.Bound{} // the freeze ends with the answer
-	r.setBound(ctx, m.bound)
-	if r.toldSet {
-		// What the coordinator told meanwhile is as new as the answer or
-		// newer — the cut another proposal decided after this one
-		// committed, or a cancel — and it tells a change once.
-		told := r.told
-		r.told, r.toldSet = leasestore.Bound{}, false
-		r.setBound(ctx, told)
-	}
-	if r.ready && !r.stopped {
-		// The freeze is over: what it held back goes now. (setBound pumps
-		// when a bound changes, not when it finds none to lift — the
-		// answer of a resize cancelled meanwhile.)
-		r.pump(ctx)
-	}
-}
-
-// setBound takes a bound: a proposal, the cut, or none (cancelled). A
-// decided cut is never replaced by a proposal. While a proposal is out,
-// the bound waits for its answer, and is taken after it (see onProposed).
-func (r *reader) setBound(ctx actor.Context, b leasestore.Bound) {
-	if r.stopped {
-		return
-	}
-	if r.proposing {
-		r.told, r.toldSet = b, true
-		return
-	}
+	b := r.part.Bound()
+	r.g.logger.Debug("kumi: resize bound", "slot", r.bucket, "epoch", r.epoch, "phase", r.part.Phase().String(),
+		"bounded", b.Bounded, "bound", b.Limit, "cut", b.Decided, "resize", b.Resize)
 	switch {
-	case !b.Resizing:
-		if !r.bound.Resizing {
-			return
-		}
-		r.g.logger.Info("kumi: resize cancelled: the bucket delivers on", "slot", r.bucket, "bound", r.bound.Limit)
-		r.bound = leasestore.Bound{}
-		if r.ready && !r.catching {
-			// Live batches beyond the bound may have been held back or
-			// dropped while pending was full: read from the cursor again.
-			r.catchUp(ctx, r.target)
-		}
-	case r.bound.Decided && !b.Decided:
-		return
 	case b.Decided:
-		r.bound = b
 		// Everything of the bucket up to C must be read: C may be above
 		// what the live batches brought so far.
 		r.target = max(r.target, b.Limit)
 		if r.ready && !r.catching && r.cursor < b.Limit {
 			r.catchUp(ctx, b.Limit)
 		}
-	default:
-		r.bound.Resizing, r.bound.Limit = true, max(r.bound.Limit, b.Limit)
+	case !b.Bounded:
+		if r.ready && !r.catching {
+			// Live batches beyond the bound may have been held back or
+			// dropped while pending was full: read from the cursor again.
+			r.catchUp(ctx, r.target)
+		}
 	}
 	if r.ready {
 		// Not before the checkpoint is loaded: pump reads while catching
@@ -167,62 +138,114 @@ func (r *reader) setBound(ctx actor.Context, b leasestore.Bound) {
 	}
 }
 
-// maybeDrainToCut drains the slot once the cut is decided, the bucket is
-// read through it and every event up to it is finished.
-func (r *reader) maybeDrainToCut(ctx actor.Context) {
-	c := r.bound.Limit
-	if !r.bound.Decided || r.cutDraining || r.stopped || r.draining || !r.ready || r.cursor < c ||
-		len(r.win.slots) > 0 || (len(r.pending) > 0 && r.pending[0].Position <= c) {
+// propose proposes a bound for resize at cursor, where the reader is
+// frozen (ProposeCutFor: a proposal that outlives its resize is refused,
+// not counted for the next one).
+func (r *reader) propose(ctx actor.Context, resize, cursor int64) {
+	if r.stopped {
 		return
 	}
-	r.cutDraining = true
 	slot, epoch := r.bucket, r.epoch
-	r.async(ctx, func(c2 context.Context) any {
-		err := pgx.BeginFunc(c2, r.g.store.Pool(), func(tx pgx.Tx) error {
-			return r.g.leases.DrainTx(c2, tx, slot, epoch, c)
+	r.async(ctx, func(c context.Context) any {
+		b, err := r.g.leases.ProposeCutFor(c, slot, epoch, resize, cursor)
+		return &proposed{gen: r, bound: b, err: err}
+	})
+}
+
+func (r *reader) onProposed(ctx actor.Context, m *proposed) {
+	if m.err != nil {
+		if errors.Is(m.err, eventsource.ErrFenceLost) {
+			r.lostFence(ctx, m.err)
+			return
+		}
+		err := fmt.Errorf("kumi: bucket %d: propose a cut: %w", r.bucket, m.err)
+		if r.retryInPlace(ctx, err, &proposeAgain{gen: r}) {
+			return // still frozen: proposeAgain proposes again
+		}
+		panic(err)
+	}
+	r.storeFailures = 0
+	r.g.logger.Info("kumi: resize: bound proposed", "slot", r.bucket, "generation", r.generation,
+		"bucket", r.genBucket, "epoch", r.epoch, "resize", m.bound.Resize, "bound", m.bound.Limit, "cut", m.bound.Decided,
+		"resizing", m.bound.Resizing)
+	r.apply(ctx, r.part.Proposal(resizepart.Answer{Resize: m.bound.Resize, Active: m.bound.Resizing,
+		Limit: m.bound.Limit, Decided: m.bound.Decided}, r.cursor))
+}
+
+// maybeDrainToCut tells the resize part how far the reader has finished:
+// once the cut is decided, the bucket read through it and every event up
+// to it finished, it drains.
+func (r *reader) maybeDrainToCut(ctx actor.Context) {
+	if r.part.Phase() != resizepart.Cut || r.stopped || !r.ready {
+		return
+	}
+	finished := r.cursor
+	switch {
+	case len(r.win.slots) > 0:
+		finished = min(finished, r.win.slots[0].d.Event.Position-1)
+	case len(r.pending) > 0:
+		finished = min(finished, r.pending[0].Position-1)
+	}
+	r.apply(ctx, r.part.Progress(finished, !r.draining))
+}
+
+// drainToCut writes the drain to the cut of resize: the checkpoint at cut
+// and the drained mark, fenced (DrainCutTx).
+func (r *reader) drainToCut(ctx actor.Context, resize, cut int64) {
+	if r.stopped {
+		return
+	}
+	slot, epoch := r.bucket, r.epoch
+	b := leasestore.Bound{Resize: resize, Resizing: true, Limit: cut, Decided: true}
+	r.async(ctx, func(c context.Context) any {
+		err := pgx.BeginFunc(c, r.g.store.Pool(), func(tx pgx.Tx) error {
+			return r.g.leases.DrainCutTx(c, tx, slot, epoch, b)
 		})
-		return &cutDrained{gen: r, cut: c, err: err}
+		return &cutDrained{gen: r, err: err}
 	})
 }
 
 func (r *reader) onCutDrained(ctx actor.Context, m *cutDrained) {
-	r.cutDraining = false
 	switch {
 	case m.err == nil:
 		r.storeFailures = 0
-		r.acked, r.flushed = max(r.acked, m.cut), max(r.flushed, m.cut)
-		r.g.logger.Info("kumi: resize: bucket drained to the cut", "slot", r.bucket, "generation", r.generation,
-			"bucket", r.genBucket, "epoch", r.epoch, "cut", m.cut)
-		ctx.Send(ctx.Parent(), &readerCutDrained{Bucket: r.bucket, Position: m.cut})
-		r.shutdown(ctx)
-		ctx.Stop(ctx.Self())
+		r.apply(ctx, r.part.DrainDone())
 	case errors.Is(m.err, leasestore.ErrNoResize):
-		r.setBound(ctx, leasestore.Bound{}) // cancelled meanwhile
+		r.g.logger.Info("kumi: resize: the drain's resize is over: the bucket delivers on", "slot", r.bucket,
+			"epoch", r.epoch, "err", m.err)
+		r.apply(ctx, r.part.DrainRefused(r.cursor)) // cancelled meanwhile
 	case errors.Is(m.err, eventsource.ErrFenceLost):
 		r.lostFence(ctx, m.err)
 	default:
 		err := fmt.Errorf("kumi: bucket %d: drain to the cut: %w", r.bucket, m.err)
 		if r.retryInPlace(ctx, err, &drainAgain{gen: r}) {
-			r.cutDraining = true // drainAgain drains again
-			return
+			return // drainAgain drains again
 		}
 		panic(err)
 	}
 }
 
 // resizeOf is what the reader of a held slot is to know of the resize:
-// for a bucket of the serving generation while a resize runs, the bound
-// its lease row carried, or, while sealing without one, that it must
-// propose; nothing otherwise (no resize, or a next generation's bucket).
-func (c *coordinator) resizeOf(l leasestore.Lease) resizeBound {
-	if !c.resize.Resizing() || l.Generation != c.resize.Generation {
-		return resizeBound{}
+// the whole desired state, told on every pass (level-triggered). For a
+// bucket of the serving generation while a resize runs, the resize by its
+// id and the bound its lease row carried — its proposal, or the decided
+// cut (every holding may deliver up to C, and no further) — or, while
+// sealing without one, that it must propose; otherwise that the resize
+// (the one in force, or the last) does not bound it.
+func (c *coordinator) resizeOf(l leasestore.Lease) resizeTold {
+	t := resizepart.Told{Resize: c.resize.ID}
+	switch {
+	case !c.resize.Resizing() || l.Generation != c.resize.Generation:
+	case c.resize.CutDecided:
+		t.Active, t.Decided, t.Limit = true, true, c.resize.Cut
+	case l.Bound.Resizing && l.Bound.Decided:
+		t.Active, t.Decided, t.Limit = true, true, l.Bound.Limit
+	case l.Bound.Resizing:
+		t.Active, t.Proposed, t.Limit = true, true, l.Bound.Limit
+	default:
+		t.Active = true // sealing, no proposal: propose one
 	}
-	if c.resize.CutDecided && !l.Bound.Decided {
-		// Decided: every holding may deliver up to C, and no further.
-		return resizeBound{bound: leasestore.Bound{Resizing: true, Limit: c.resize.Cut, Decided: true}}
-	}
-	return resizeBound{bound: l.Bound, seal: c.resize.State == leasestore.ResizeSealing && !l.Bound.Resizing}
+	return resizeTold{epoch: l.Epoch, told: t}
 }
 
 // noteResize records the resize a pass read, and logs its changes.
@@ -240,13 +263,15 @@ func (c *coordinator) noteResize(r leasestore.Resize) {
 // released it for good.
 func (c *coordinator) onCutDrained(ctx actor.Context, m *readerCutDrained) {
 	c.g.setProgress(m.Bucket, m.Position)
-	if l, ok := c.owned[m.Bucket]; ok {
+	c.drained[m.Bucket] = m.Epoch
+	if l, ok := c.owned[m.Bucket]; ok && l.Epoch == m.Epoch {
+		// (A pass after a cancel may already have claimed the slot again,
+		// at a new epoch: that holding stays.)
 		c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, m.Bucket, l.Epoch, "",
 			"drained to the resize's cut", "", nil)
+		delete(c.owned, m.Bucket)
+		delete(c.handoff, m.Bucket)
+		c.g.setOwned(c.owned, c.handoff)
 	}
-	c.drained[m.Bucket] = true
-	delete(c.owned, m.Bucket)
-	delete(c.handoff, m.Bucket)
-	c.g.setOwned(c.owned, c.handoff)
 	c.pass(ctx) // the drain may have switched or completed the resize
 }

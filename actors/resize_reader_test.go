@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -12,52 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/leasestore"
 )
-
-// TestReaderTakesTheCutDecidedWhileItsProposalIsOut replays, on a reader's
-// resize state, the interleaving CI met (TestResizeLatency/row: old bucket
-// 6 never drained, the resize stuck in switched): the reader's proposal
-// commits without completing the set; another reader's proposal completes
-// it and decides the cut; the coordinator's pass reads the cut and tells
-// the reader — before the reader has taken its own proposal's answer,
-// which is older and carries only the proposal. The coordinator tells a
-// reader of a change once, so a reader that dropped that news stayed
-// bounded by its proposal, never learnt of the cut and never drained.
-// Likewise a cancel told while the proposal is out must lift the bound.
-func TestReaderTakesTheCutDecidedWhileItsProposalIsOut(t *testing.T) {
-	t.Parallel()
-	proposal := leasestore.Bound{Resizing: true, Limit: 240}
-	cut := leasestore.Bound{Resizing: true, Limit: 243, Decided: true}
-	for _, tc := range []struct {
-		name   string
-		told   []resizeBound // the coordinator's news while the proposal is out
-		answer leasestore.Bound
-		want   leasestore.Bound
-	}{
-		{"CutDecidedByAnother", []resizeBound{{bound: proposal}, {bound: cut}}, proposal, cut},
-		{"CutThenAnOlderAnswer", []resizeBound{{bound: cut}}, proposal, cut},
-		{"AnswerDecidesItself", []resizeBound{{bound: proposal}}, cut, cut},
-		{"CancelledMeanwhile", []resizeBound{{}}, proposal, leasestore.Bound{}},
-		{"NothingTold", nil, proposal, proposal},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			// Not ready (its checkpoint not yet loaded), as a reader that
-			// started on a sealing resize is: nothing here needs its actor.
-			// Frozen at its cursor, its proposal out (what propose sets
-			// before it calls ProposeCut off the mailbox).
-			r := &reader{g: &group{logger: slog.New(slog.DiscardHandler)}, bucket: 6, cursor: 235,
-				proposing: true, bound: leasestore.Bound{Resizing: true, Limit: 235}}
-			for _, m := range tc.told {
-				r.onResizeBound(nil, &m)
-			}
-			r.onProposed(nil, &proposed{gen: r, bound: tc.answer})
-			require.False(t, r.proposing)
-			require.Equal(t, tc.want, r.bound, "the reader's bound after the news %+v and the answer %+v", tc.told, tc.answer)
-		})
-	}
-}
 
 // A reader its supervisor restarts during a resize starts from what its
 // coordinator last told it — here the decided cut — not from what it was
@@ -106,8 +62,8 @@ func TestRestartedReaderKeepsTheCut(t *testing.T) {
 	}, "the cut decided, three old buckets drained, the held-back one not: %+v", observed(func() leasestore.Resize { return r }))
 
 	// The coordinator tells the held-back reader the cut.
-	told := func() (resizeBound, *actor.PID) {
-		got := make(chan resizeBound, 1)
+	told := func() (resizeTold, *actor.PID) {
+		got := make(chan resizeTold, 1)
 		pid := make(chan *actor.PID, 1)
 		w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(c *coordinator) {
 			if ref := c.readers[held]; ref != nil {
@@ -115,16 +71,16 @@ func TestRestartedReaderKeepsTheCut(t *testing.T) {
 				pid <- ref.pid
 				return
 			}
-			got <- resizeBound{}
+			got <- resizeTold{}
 			pid <- nil
 		}))
 		return <-got, <-pid
 	}
 	var pid *actor.PID
 	pgtest.Eventually(t, waitLong, func() bool {
-		var m resizeBound
+		var m resizeTold
 		m, pid = told()
-		return pid != nil && m.bound.Decided && m.bound.Limit == r.Cut
+		return pid != nil && m.told.Decided && m.told.Limit == r.Cut
 	}, "the held-back reader is told the cut %d", r.Cut)
 
 	// It fails (an error supervision restarts it for), and restarts.
@@ -193,9 +149,11 @@ func TestReaderDeliversWhatItsFreezeHeldBackWhenTheResizeIsGone(t *testing.T) {
 	// sealing: propose. The resize is gone (here: never was) by the time
 	// the proposal runs, which answers with no bound.
 	pid := w.readerOf(t, 0)
-	w.sys.Root.Send(pid, &resizeBound{seal: true})
+	var epoch int64
+	w.onReader(t, pid, func(r *reader) { epoch = r.epoch })
+	w.sys.Root.Send(pid, &resizeTold{epoch: epoch, told: resizepart.Told{Resize: 1, Active: true}})
 	w.onReader(t, pid, func(r *reader) {
-		require.True(t, r.proposing && r.bound.Resizing, "the reader is frozen, its proposal out: %s", r.describe())
+		require.Equal(t, resizepart.Proposing, r.part.Phase(), "the reader is frozen, its proposal out: %s", r.describe())
 	})
 	seed(t, store, "acct", 1, 3) // appended while the proposal is out: held back
 	var pending int

@@ -410,3 +410,36 @@ func withLease(o GroupOptions, l LeaseOptions) GroupOptions {
 	o.Lease = l
 	return o
 }
+
+// A waiting Resize follows its own resize, not whichever runs: cancelled
+// while it follows, and another resize requested and completed before its
+// next read, it returns ErrResizeCancelled, not the other's success (the
+// subscription steady at the next generation, with the other's count).
+func TestAWaitingResizeDoesNotTakeAnothersForItsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	seed(t, store, "acct", 8, 40)
+	startWorker(t, schema, "w", withLease(groupOpts("theirs", 4, rec, "w"), resizeLease()))
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 40 }, "the worker delivers")
+
+	var once sync.Once
+	var other leasestore.Resize
+	var otherErr error
+	r, err := Resize(ctx, store, "theirs", 8, ResizeOptions{Wait: true, By: "mine", Poll: 10 * time.Millisecond,
+		Progress: func(leasestore.Resize) {
+			// Within one poll: someone cancels this resize and resizes to 6,
+			// which completes.
+			once.Do(func() {
+				if _, otherErr = CancelResize(ctx, store, "theirs"); otherErr != nil {
+					return
+				}
+				other, otherErr = Resize(ctx, store, "theirs", 6, ResizeOptions{Wait: true, By: "theirs",
+					Poll: 10 * time.Millisecond})
+			})
+		}})
+	require.NoError(t, otherErr)
+	require.Equal(t, 6, other.Buckets, "the other resize completed")
+	require.ErrorIs(t, err, ErrResizeCancelled, "the resize followed was cancelled; got %+v", r)
+}

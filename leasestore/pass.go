@@ -124,6 +124,7 @@ type passOutcome struct {
 type subscriptionView struct {
 	generation, buckets, next int
 	state                     ResizeState
+	id                        int64          // the resize in force, or the last one
 	cut                       int64          // -1: not decided
 	active                    int            // the serving generation's undrained buckets
 	undrained                 map[int32]bool // feeder classes with an undrained old bucket (cut decided)
@@ -142,11 +143,12 @@ func (v subscriptionView) info(slot, buckets int, proposal *int64) slotInfo {
 	case gen < v.generation:
 		in.ready = false // retired (only when the pass completed the resize as it ran)
 	case gen == v.generation && !v.completed:
+		in.bound.Resize = v.id
 		if proposal != nil {
-			in.bound = Bound{Resizing: true, Limit: *proposal}
+			in.bound = Bound{Resize: v.id, Resizing: true, Limit: *proposal}
 		}
 		if v.resizing() && v.cut >= 0 {
-			in.bound = Bound{Resizing: true, Limit: v.cut, Decided: true}
+			in.bound = Bound{Resize: v.id, Resizing: true, Limit: v.cut, Decided: true}
 		}
 	case gen > v.generation:
 		in.ready = v.state == ResizeSwitched && !v.undrained[int32(bucket%gcd(v.buckets, v.next))]
@@ -156,7 +158,7 @@ func (v subscriptionView) info(slot, buckets int, proposal *int64) slotInfo {
 
 // resize is the view as a Resize (without its slots).
 func (v subscriptionView) resize(subscription string) Resize {
-	r := Resize{Subscription: subscription, Generation: v.generation, Buckets: v.buckets, State: v.state}
+	r := Resize{Subscription: subscription, ID: v.id, Generation: v.generation, Buckets: v.buckets, State: v.state}
 	if v.resizing() {
 		r.NextBuckets = v.next
 	}
@@ -532,7 +534,7 @@ func (s *Store) reread(ctx context.Context, tx txConn, v *subscriptionView) erro
 	if err != nil {
 		return err
 	}
-	v.state, v.next, v.cut = r.state, r.next, -1
+	v.state, v.next, v.cut, v.id = r.state, r.next, -1, r.id
 	if r.cut != nil {
 		v.cut = *r.cut
 		var rows int
@@ -560,7 +562,7 @@ func scanHeartbeat(row pgx.Row, v *subscriptionView) (heartbeat, error) {
 	var state string
 	var classes []int32
 	err := row.Scan(&hb.joined, &hb.found, &v.generation, &v.buckets, &state, &v.next, &v.cut, &v.active, &classes,
-		&v.retiredLeft)
+		&v.retiredLeft, &v.id)
 	v.state = ResizeState(state)
 	v.undrained = classSet(classes)
 	return hb, err

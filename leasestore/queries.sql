@@ -48,6 +48,7 @@ WITH prev AS (
     RETURNING 1
 ), sub AS (
     SELECT s.generation, s.bucket_count, s.state, coalesce(s.next_bucket_count, 0) AS next, coalesce(s.cut, -1) AS cut,
+        s.resize_id,
         CASE WHEN s.state = 'steady' THEN s.bucket_count ELSE o.active END AS active,
         coalesce(o.classes, '{}') AS classes,
         EXISTS (SELECT 1 FROM {{schema}}.lease_buckets r
@@ -64,7 +65,8 @@ WITH prev AS (
 )
 SELECT coalesce((SELECT NOT live FROM prev), true) AS joined, sub.generation IS NOT NULL AS found,
     coalesce(sub.generation, 0), coalesce(sub.bucket_count, 0), coalesce(sub.state, ''), coalesce(sub.next, 0),
-    coalesce(sub.cut, -1), coalesce(sub.active, 0), coalesce(sub.classes, '{}'), coalesce(sub.retired_left, false)
+    coalesce(sub.cut, -1), coalesce(sub.active, 0), coalesce(sub.classes, '{}'), coalesce(sub.retired_left, false),
+    coalesce(sub.resize_id, 0)
 FROM up LEFT JOIN sub ON true;
 
 -- name: workers_view
@@ -460,7 +462,7 @@ LIMIT 1;
 -- name: resize_lock
 -- Every resize transition's first lock.
 SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
-    coalesce(requested_by, ''), switched_at
+    coalesce(requested_by, ''), switched_at, resize_id
 FROM {{schema}}.subscriptions WHERE subscription = $1
 FOR UPDATE;
 
@@ -468,20 +470,20 @@ FOR UPDATE;
 -- resize_lock for a pass, which must never wait for it: no row when a
 -- transition is under way elsewhere.
 SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
-    coalesce(requested_by, ''), switched_at
+    coalesce(requested_by, ''), switched_at, resize_id
 FROM {{schema}}.subscriptions WHERE subscription = $1
 FOR UPDATE SKIP LOCKED;
 
 -- name: resize_share
 -- An operator's fence (a checkpoint reset): no resize may begin meanwhile.
 SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
-    coalesce(requested_by, ''), switched_at
+    coalesce(requested_by, ''), switched_at, resize_id
 FROM {{schema}}.subscriptions WHERE subscription = $1
 FOR SHARE;
 
 -- name: resize_read
 SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
-    coalesce(requested_by, ''), switched_at
+    coalesce(requested_by, ''), switched_at, resize_id
 FROM {{schema}}.subscriptions WHERE subscription = $1;
 
 -- name: resize_slots
@@ -490,6 +492,10 @@ SELECT bucket, coalesce(owner, ''), epoch, coalesce(cut_proposal, -1), drained_a
 FROM {{schema}}.lease_buckets
 WHERE subscription = $1 AND generation IN ($2, $2 + 1)
 ORDER BY bucket;
+
+-- name: resize_made
+-- The resize that made generation $2 (0: none, or its row is gone).
+SELECT coalesce((SELECT resize_id FROM {{schema}}.generations WHERE subscription = $1 AND generation = $2), 0);
 
 -- name: resize_event_store
 -- A resize reads the sequencer and writes checkpoints: the event store's
@@ -515,21 +521,24 @@ ORDER BY worker;
 -- next generation's lease rows are free; its checkpoints come with the cut.
 WITH s AS (
     UPDATE {{schema}}.subscriptions SET state = 'sealing', next_bucket_count = $2, cut = NULL,
-        requested_at = now(), requested_by = nullif($3, ''), switched_at = NULL, updated_at = now()
+        requested_at = now(), requested_by = nullif($3, ''), switched_at = NULL, updated_at = now(),
+        resize_id = resize_id + 1
     WHERE subscription = $1
-    RETURNING generation, bucket_count, state, next_bucket_count, cut, requested_at, requested_by, switched_at
+    RETURNING generation, bucket_count, state, next_bucket_count, cut, requested_at, requested_by, switched_at,
+        resize_id
 ), gen AS (
-    INSERT INTO {{schema}}.generations (subscription, generation, bucket_count)
-    SELECT $1, generation + 1, $2 FROM s
+    INSERT INTO {{schema}}.generations (subscription, generation, bucket_count, resize_id)
+    SELECT $1, generation + 1, $2, resize_id FROM s
     ON CONFLICT (subscription, generation) DO UPDATE SET bucket_count = EXCLUDED.bucket_count,
-        start_after = NULL, end_at = NULL, created_at = now(), switched_at = NULL, retired_at = NULL
+        start_after = NULL, end_at = NULL, created_at = now(), switched_at = NULL, retired_at = NULL,
+        resize_id = EXCLUDED.resize_id
 ), buckets AS (
     INSERT INTO {{schema}}.lease_buckets (subscription, bucket, bucket_count, generation)
     SELECT $1, (s.generation + 1) * 65536 + g, $2, s.generation + 1 FROM s, generate_series(0, $2::int - 1) AS g
     ON CONFLICT (subscription, bucket) DO NOTHING
 )
 SELECT generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
-    coalesce(requested_by, ''), switched_at
+    coalesce(requested_by, ''), switched_at, resize_id
 FROM s;
 
 -- name: resize_guard
@@ -664,4 +673,4 @@ WITH gen AS (
 UPDATE {{schema}}.subscriptions SET state = 'steady', next_bucket_count = NULL, cut = NULL, updated_at = now()
 WHERE subscription = $1
 RETURNING generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
-    coalesce(requested_by, ''), switched_at;
+    coalesce(requested_by, ''), switched_at, resize_id;

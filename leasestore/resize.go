@@ -49,13 +49,19 @@ type ResizeRequest struct {
 
 // Resize is a subscription's generation and resize as the database has them.
 type Resize struct {
-	Subscription string      // the subscription
-	Generation   int         // the serving generation g
-	Buckets      int         // its bucket count N
-	State        ResizeState // ResizeSteady when no resize runs
-	NextBuckets  int         // M while a resize runs; 0 when steady
-	Cut          int64       // C, once decided (CutDecided)
-	CutDecided   bool        // the state is ResizeCut or ResizeSwitched
+	Subscription string // the subscription
+	// ID names the resize in force, or the last one when steady (0: the
+	// subscription was never resized). Each request takes the next id of
+	// its subscription; what a worker learns of a resize (a [Bound], a
+	// proposal's answer) names it, so that an answer about one resize is
+	// never taken for another's.
+	ID          int64
+	Generation  int         // the serving generation g
+	Buckets     int         // its bucket count N
+	State       ResizeState // ResizeSteady when no resize runs
+	NextBuckets int         // M while a resize runs; 0 when steady
+	Cut         int64       // C, once decided (CutDecided)
+	CutDecided  bool        // the state is ResizeCut or ResizeSwitched
 	// Old is the serving generation's buckets while a resize runs, New the
 	// next generation's, each sorted by bucket; both nil when steady, and
 	// nil in PassResult.Resize.
@@ -83,6 +89,10 @@ type SlotStatus struct {
 // Bound is how far the reader of an old bucket may deliver during a resize
 // ([Store.ProposeCut]; a lease's row carries it too, [Lease.Bound]).
 type Bound struct {
+	// Resize is the [Resize.ID] of the resize the bound belongs to (0:
+	// unknown). With Resizing false, the resize it names is over for the
+	// bucket (cancelled, or not the one in force).
+	Resize int64
 	// Resizing: a resize bounds the bucket. False: deliver without bound
 	// (no resize, or it was cancelled).
 	Resizing bool
@@ -125,17 +135,19 @@ type subscriptionRow struct {
 	cut                       *int64
 	requestedAt, switchedAt   *time.Time
 	requestedBy               string
+	id                        int64 // resize_id
 }
 
 func (r subscriptionRow) scan(row pgx.Row) (subscriptionRow, error) {
 	var state string
-	err := row.Scan(&r.generation, &r.buckets, &state, &r.next, &r.cut, &r.requestedAt, &r.requestedBy, &r.switchedAt)
+	err := row.Scan(&r.generation, &r.buckets, &state, &r.next, &r.cut, &r.requestedAt, &r.requestedBy, &r.switchedAt,
+		&r.id)
 	r.state = ResizeState(state)
 	return r, err
 }
 
 func (r subscriptionRow) resize(subscription string) Resize {
-	out := Resize{Subscription: subscription, Generation: r.generation, Buckets: r.buckets, State: r.state,
+	out := Resize{Subscription: subscription, ID: r.id, Generation: r.generation, Buckets: r.buckets, State: r.state,
 		NextBuckets: r.next, RequestedAt: orZero(r.requestedAt), SwitchedAt: orZero(r.switchedAt),
 		RequestedBy: r.requestedBy}
 	if r.cut != nil {
@@ -391,6 +403,21 @@ func ReadResizeTx(ctx context.Context, tx pgx.Tx, schema, subscription string) (
 	return out, nil
 }
 
+// ResizeMade returns the [Resize.ID] of the resize that made generation
+// of subscription; 0 when no resize made it (generation 0, a generation
+// not made yet, or one whose resize was cancelled: a cancel deletes it). A
+// resize completed iff the generation it was to make names it.
+func ResizeMade(ctx context.Context, pool *pgxpool.Pool, schema, subscription string, generation int) (int64, error) {
+	if err := checkOperatorArgs(schema, subscription); err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := pool.QueryRow(ctx, renderStatements(schema).get("resize_made"), subscription, generation).Scan(&id); err != nil {
+		return 0, resizeError("read the resize that made a generation", err)
+	}
+	return id, nil
+}
+
 // ProposeCut is what the reader of an old bucket calls when it learns of a
 // resize in state sealing and its lease carried no bound: frozen at its
 // cursor (delivering nothing beyond the events at or below it), it
@@ -401,8 +428,20 @@ func ReadResizeTx(ctx context.Context, tx pgx.Tx, schema, subscription string) (
 // the fence; the proposal that completes the set decides the cut C, the
 // largest. It returns the reader's bound: the proposal, or C once decided
 // (then nothing is written); Resizing false when no resize runs (it was
-// cancelled). The reader delivers up to the bound and no further.
+// cancelled). The reader delivers up to the bound and no further. The
+// bound names the resize in force ([Bound.Resize]).
 func (s *Store) ProposeCut(ctx context.Context, slot int, epoch, cursor int64) (Bound, error) {
+	return s.ProposeCutFor(ctx, slot, epoch, 0, cursor)
+}
+
+// ProposeCutFor is [Store.ProposeCut] for the resize whose [Resize.ID] is
+// resize only (0: whichever is in force), as the runtime's readers call
+// it: when that resize is no longer in force — cancelled, and perhaps
+// another requested since — it writes nothing and returns a bound that
+// names it with Resizing false. A proposal that outlives its resize is
+// thus never counted for the next one (the freeze it was made from says
+// nothing of what the reader delivered since the next one began).
+func (s *Store) ProposeCutFor(ctx context.Context, slot int, epoch, resize, cursor int64) (Bound, error) {
 	if s.closed.Load() {
 		return Bound{}, ErrClosed
 	}
@@ -417,10 +456,14 @@ func (s *Store) ProposeCut(ctx context.Context, slot int, epoch, cursor int64) (
 		}
 		gen, _ := eventsource.SlotBucket(slot)
 		switch {
+		case resize != 0 && resize != r.id:
+			out = Bound{Resize: resize} // that resize is over
+			return nil
 		case r.state == ResizeSteady || gen != r.generation:
+			out = Bound{Resize: r.id}
 			return nil // no resize bounds this slot
 		case r.state != ResizeSealing:
-			out = Bound{Resizing: true, Limit: *r.cut, Decided: true}
+			out = Bound{Resize: r.id, Resizing: true, Limit: *r.cut, Decided: true}
 			return nil
 		}
 		var proposal int64
@@ -428,7 +471,7 @@ func (s *Store) ProposeCut(ctx context.Context, slot int, epoch, cursor int64) (
 		if err := tx.QueryRow(ctx, s.st.get("resize_propose"), s.cfg.Subscription, slot, cursor).Scan(&proposal); err != nil {
 			return err
 		}
-		out = Bound{Resizing: true, Limit: proposal}
+		out = Bound{Resize: r.id, Resizing: true, Limit: proposal}
 		var c int64
 		if err := tx.QueryRow(ctx, s.st.get("resize_proposals"), s.cfg.Subscription, r.generation).Scan(&missing, &c); err != nil {
 			return err
@@ -438,7 +481,7 @@ func (s *Store) ProposeCut(ctx context.Context, slot int, epoch, cursor int64) (
 			if _, err := tx.Exec(ctx, s.st.get("resize_decide"), s.cfg.Subscription, r.generation, c, r.next); err != nil {
 				return err
 			}
-			out = Bound{Resizing: true, Limit: c, Decided: true}
+			out = Bound{Resize: r.id, Resizing: true, Limit: c, Decided: true}
 			event = "resize:cut"
 			s.log.Info("resize cut decided", "slot", slot, "epoch", epoch, "cut", c)
 		} else {
@@ -469,6 +512,14 @@ func (s *Store) ProposeCut(ctx context.Context, slot int, epoch, cursor int64) (
 // with [Store.HandOver]; stop its reader. Commit tx at once: it holds the
 // subscription's row.
 func (s *Store) DrainTx(ctx context.Context, tx pgx.Tx, slot int, epoch, cut int64) error {
+	return s.DrainCutTx(ctx, tx, slot, epoch, Bound{Resizing: true, Limit: cut, Decided: true})
+}
+
+// DrainCutTx is [Store.DrainTx] to the decided cut of the resize the
+// bound names ([Bound.Resize]; 0: whichever is in force): a drain for a
+// resize no longer in force is refused with [ErrNoResize], whatever its
+// cut, even one equal to the cut of the resize in force.
+func (s *Store) DrainCutTx(ctx context.Context, tx pgx.Tx, slot int, epoch int64, b Bound) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -480,9 +531,11 @@ func (s *Store) DrainTx(ctx context.Context, tx pgx.Tx, slot int, epoch, cut int
 		return err
 	}
 	gen, _ := eventsource.SlotBucket(slot)
-	if (r.state != ResizeCut && r.state != ResizeSwitched) || gen != r.generation || *r.cut != cut {
-		return fmt.Errorf("leasestore: drain slot %d to %d: the resize is %s at generation %d: %w",
-			slot, cut, r.state, r.generation, ErrNoResize)
+	cut := b.Limit
+	if (r.state != ResizeCut && r.state != ResizeSwitched) || gen != r.generation || *r.cut != cut ||
+		!b.Decided || (b.Resize != 0 && b.Resize != r.id) {
+		return fmt.Errorf("leasestore: drain slot %d to %d for resize %d: the resize is %d, %s at generation %d: %w",
+			slot, cut, b.Resize, r.id, r.state, r.generation, ErrNoResize)
 	}
 	s.forget(slot)
 	var stored int64

@@ -114,6 +114,7 @@ func proposeAll(t *testing.T, b *testBundle, stores []*Store, n int) int64 {
 	t.Helper()
 	ctx := context.Background()
 	var cut int64
+	id := b.resize(t).ID
 	for i := range n {
 		head := int64(100 + 10*i)
 		b.setHead(t, head)
@@ -122,11 +123,11 @@ func proposeAll(t *testing.T, b *testBundle, stores []*Store, n int) int64 {
 		bound, err := s.ProposeCut(ctx, i, l.Epoch, head-5)
 		require.NoError(t, err)
 		if i < n-1 {
-			require.Equal(t, Bound{Resizing: true, Limit: head}, bound, "slot %d: the head read after the fence", i)
+			require.Equal(t, Bound{Resize: id, Resizing: true, Limit: head}, bound, "slot %d: the head read after the fence", i)
 			require.Equal(t, ResizeSealing, b.resize(t).State)
 		} else {
 			cut = head
-			require.Equal(t, Bound{Resizing: true, Limit: cut, Decided: true}, bound, "the last proposal decides")
+			require.Equal(t, Bound{Resize: id, Resizing: true, Limit: cut, Decided: true}, bound, "the last proposal decides")
 		}
 	}
 	return cut

@@ -37,7 +37,7 @@ func resizeLifecycle(t *testing.T, kind Kind, n, m int) {
 	settle(t, stores, n)
 
 	r := b.request(t, m)
-	require.Equal(t, Resize{Subscription: b.sub, Generation: 0, Buckets: n, State: ResizeSealing, NextBuckets: m,
+	require.Equal(t, Resize{Subscription: b.sub, ID: 1, Generation: 0, Buckets: n, State: ResizeSealing, NextBuckets: m,
 		RequestedAt: r.RequestedAt, RequestedBy: "test"}, r)
 	res := settle(t, stores, n+m)
 	for _, p := range res {
@@ -82,14 +82,14 @@ func resizeLifecycle(t *testing.T, kind Kind, n, m int) {
 	b.setHead(t, cut+1000)
 	bound, err := s.ProposeCut(ctx, 0, l.Epoch, cut+500)
 	require.NoError(t, err)
-	require.Equal(t, Bound{Resizing: true, Limit: cut, Decided: true}, bound)
+	require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: cut, Decided: true}, bound)
 	require.EqualValues(t, 100, b.resize(t).Old[0].Proposal, "the proposal did not move")
 	// The pass carries the decided bound on every old lease.
 	round(t, stores)
 	for _, s := range stores {
 		for _, l := range s.Held() {
 			if l.Generation == 0 {
-				require.Equal(t, Bound{Resizing: true, Limit: cut, Decided: true}, l.Bound)
+				require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: cut, Decided: true}, l.Bound)
 			}
 		}
 	}
@@ -338,7 +338,7 @@ func TestCancel(t *testing.T) {
 		backToSteady()
 		bound, err := s.ProposeCut(ctx, 0, s.Held()[0].Epoch, 0)
 		require.NoError(t, err)
-		require.Equal(t, Bound{}, bound, "no resize: no bound")
+		require.Equal(t, Bound{Resize: r.ID}, bound, "no resize: no bound (the bound names the last resize)")
 
 		// In cut, with a slot drained (2 → 3: every new bucket waits for
 		// both old ones): it is free again, and resumes from C.
@@ -416,7 +416,7 @@ func TestCrashOfTheDrainingHolder(t *testing.T) {
 			}
 			return took.Epoch > 0
 		}, "the dead holder's old slot was never taken over")
-		require.Equal(t, Bound{Resizing: true, Limit: cut, Decided: true}, took.Bound, "the next holder inherits the cut")
+		require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: cut, Decided: true}, took.Bound, "the next holder inherits the cut")
 		require.Greater(t, took.Epoch, old.Epoch)
 
 		var lost *LostFenceError
@@ -574,10 +574,10 @@ func TestClaimAndRenewCarryTheBound(t *testing.T) {
 		require.Equal(t, 1, l.Slot)
 		bound, err := a.ProposeCut(ctx, 1, l.Epoch, 7)
 		require.NoError(t, err)
-		require.Equal(t, Bound{Resizing: true, Limit: 40}, bound)
+		require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: 40}, bound)
 		res := pass(t, a)
-		require.Equal(t, Bound{Resizing: true, Limit: 40}, res.Owned[1].Bound, "the renewal carries it")
-		require.Equal(t, Bound{}, res.Owned[0].Bound, "slot 0 has not proposed")
+		require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: 40}, res.Owned[1].Bound, "the renewal carries it")
+		require.Equal(t, Bound{Resize: 1}, res.Owned[0].Bound, "slot 0 has not proposed")
 
 		// A joiner takes slot 1 by the two-phase handoff.
 		bw := b.open(t, b.config(kind, 2, "b"))
@@ -589,7 +589,7 @@ func TestClaimAndRenewCarryTheBound(t *testing.T) {
 		res = pass(t, bw)
 		i := slices.IndexFunc(res.Claimed, func(l Lease) bool { return l.Slot == 1 })
 		require.NotEqual(t, -1, i, "b activates its claim: %+v", res.Claimed)
-		require.Equal(t, Bound{Resizing: true, Limit: 40}, res.Claimed[i].Bound, "the claim carries the proposal")
+		require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: 40}, res.Claimed[i].Bound, "the claim carries the proposal")
 		require.Equal(t, ResizeSealing, res.Resize.State)
 	})
 }
@@ -672,4 +672,49 @@ func TestAWorkerWithEitherCountDuringAResize(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Every request takes the next id of its subscription; a proposal that
+// names a resize no longer in force writes nothing and says that resize is
+// over, and a drain for it is refused, whatever its cut; the generation a
+// completed resize made names it, and a cancel leaves none naming it.
+func TestResizeIdentity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupResize(t, 2)
+	s := b.open(t, b.config(KindRow, 1, "a"))
+	settle(t, []*Store{s}, 1)
+	first := b.request(t, 2)
+	require.EqualValues(t, 1, first.ID)
+	settle(t, []*Store{s}, 3)
+	_, err := CancelResize(ctx, b.pool, b.schema, b.sub)
+	require.NoError(t, err)
+	made, err := ResizeMade(ctx, b.pool, b.schema, b.sub, 1)
+	require.NoError(t, err)
+	require.Zero(t, made, "a cancelled resize made no generation")
+	second := b.request(t, 2)
+	require.EqualValues(t, 2, second.ID)
+	settle(t, []*Store{s}, 3)
+	l := s.Held()[0]
+
+	bound, err := s.ProposeCutFor(ctx, 0, l.Epoch, first.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, Bound{Resize: first.ID}, bound, "the resize proposed for is over")
+	require.Equal(t, ResizeSealing, b.resize(t).State, "nothing written: the only bucket did not decide the cut")
+
+	bound, err = s.ProposeCutFor(ctx, 0, l.Epoch, second.ID, 0)
+	require.NoError(t, err)
+	require.True(t, bound.Decided)
+	require.Equal(t, second.ID, bound.Resize)
+	stale := bound
+	stale.Resize = first.ID
+	require.ErrorIs(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return s.DrainCutTx(ctx, tx, 0, l.Epoch, stale) }),
+		ErrNoResize, "a drain for the resize before, at the same cut")
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return s.DrainCutTx(ctx, tx, 0, l.Epoch, bound) }))
+	made, err = ResizeMade(ctx, b.pool, b.schema, b.sub, 1)
+	require.NoError(t, err)
+	require.Equal(t, second.ID, made)
+	r := b.resize(t)
+	require.Equal(t, ResizeSteady, r.State)
+	require.Equal(t, second.ID, r.ID, "steady, the id of the last resize")
 }

@@ -63,14 +63,14 @@ func TestAPassNeverReportsASubscriptionOlderThanTheRowsItClaims(t *testing.T) {
 		l := leaseOf(t, h, 1)
 		bound, err := h.ProposeCut(ctx, 1, l.Epoch, 0)
 		require.NoError(t, err)
-		require.Equal(t, Bound{Resizing: true, Limit: 40}, bound)
+		require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: 40}, bound)
 		require.NoError(t, h.Release(ctx, []int{1}))
 		require.NoError(t, blocker.Rollback(ctx))
 
 		got := <-done
 		require.NoError(t, got.err)
 		claimed := leaseOf(t, nil, 1, got.res.Claimed...)
-		require.Equal(t, Bound{Resizing: true, Limit: 40}, claimed.Bound, "the row's proposal")
+		require.Equal(t, Bound{Resize: 1, Resizing: true, Limit: 40}, claimed.Bound, "the row's proposal")
 		require.Equal(t, ResizeSealing, got.res.Resize.State,
 			"the pass claimed bucket 1 bounded by its proposal but reports the subscription as %s", got.res.Resize.State)
 		require.Equal(t, 4, got.res.Resize.NextBuckets)

@@ -25,7 +25,10 @@ const DefaultResizePoll = 100 * time.Millisecond
 // until the next generation serves, and returns it. It calls progress, when
 // not nil, with each read that differs from the one before (a state, the
 // cut, a bucket's proposal, drain or readiness). A resize cancelled
-// meanwhile returns [ErrResizeCancelled]; ctx ending returns ctx.Err(),
+// meanwhile returns [ErrResizeCancelled] — also when another resize was
+// requested after the cancel, before a read saw it: the resize followed is
+// the one r names ([leasestore.Resize.ID]), and someone else's completing
+// is not its success; ctx ending returns ctx.Err(),
 // and the resize goes on: nothing here drives it, the workers do.
 func FollowResize(ctx context.Context, pool *pgxpool.Pool, schema string, r leasestore.Resize, poll time.Duration,
 	progress func(leasestore.Resize)) (leasestore.Resize, error) {
@@ -38,6 +41,20 @@ func FollowResize(ctx context.Context, pool *pgxpool.Pool, schema string, r leas
 	last := r
 	for {
 		switch {
+		case last.ID != r.ID:
+			// Another resize since: the one followed ended between two
+			// reads. It completed iff the generation it was to make names
+			// it (a cancel deletes that generation's record).
+			made, err := leasestore.ResizeMade(ctx, pool, schema, r.Subscription, from+1)
+			if err != nil {
+				return last, err
+			}
+			if made != r.ID {
+				return last, ErrResizeCancelled
+			}
+			return leasestore.Resize{Subscription: r.Subscription, ID: r.ID, Generation: from + 1,
+				Buckets: r.NextBuckets, State: leasestore.ResizeSteady, RequestedBy: r.RequestedBy,
+				RequestedAt: r.RequestedAt}, nil
 		case !last.Resizing() && last.Generation > from:
 			return last, nil
 		case !last.Resizing():
@@ -54,6 +71,9 @@ func FollowResize(ctx context.Context, pool *pgxpool.Pool, schema string, r leas
 				return last, ctx.Err()
 			}
 			return last, err
+		}
+		if r.ID == 0 {
+			r.ID = now.ID // a resize given without its id: the one read
 		}
 		if progress != nil && ResizeChanged(last, now) {
 			progress(now)
