@@ -155,7 +155,7 @@ func TestMigrate(t *testing.T) {
 	for _, want := range []string{`created schema "` + schema + `": `, `schema "` + schema + `" is up to date: `} {
 		r := kumi(t, env, "--schema", schema, "migrate", "--group-size", "4")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, want+"eventsource version 5, leasestore version 3")
+		require.Contains(t, r.stdout, want+"eventsource version 5, leasestore version 4")
 		require.Contains(t, r.stdout, "consumer-group index for 4 buckets: present")
 	}
 	var n int
@@ -178,7 +178,7 @@ func TestMigrateSchemaNames(t *testing.T) {
 	require.NoError(t, err)
 	r := kumi(t, env, "--schema", schema, "migrate")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 5, leasestore version 3 (was: no kumi tables)`)
+	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 5, leasestore version 4 (was: no kumi tables)`)
 
 	odd := pgtest.NewSchema(t) + " Odd!"
 	t.Cleanup(func() {

@@ -56,16 +56,15 @@ type simSlot struct {
 
 // simReader is one reader incarnation.
 type simReader struct {
-	slot, gen     int
-	epoch         int64
-	part          Part
-	cursor        int64 // read through
-	delivered     int64 // delivered through (its bucket's events)
-	dead          bool
-	toldDuring    *Told // mutAnswerThenOlderTold: the last told while proposing
-	lastTold      Told  // mutSealIgnoredWhileBounded: edge-triggered telling
-	toldOnce      bool
-	checkpointing bool
+	slot, gen  int
+	epoch      int64
+	part       Part
+	cursor     int64 // read through
+	delivered  int64 // delivered through (its bucket's events)
+	dead       bool
+	toldDuring *Told // mutAnswerThenOlderTold: the last told while proposing
+	lastTold   Told  // mutSealIgnoredWhileBounded: edge-triggered telling
+	toldOnce   bool
 }
 
 // simMsg is a message, answer or pass result under way; what it is is
