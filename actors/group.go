@@ -41,10 +41,8 @@ type group struct {
 	opts   GroupOptions
 	store  *eventsource.Store
 	leases *leasestore.Store
-	// leasePool is the lease store's own small pool (see newLeasePool).
-	leasePool *pgxpool.Pool
 	// life bounds every lease-store call of the group; finish ends it, so
-	// that no call in flight holds up the lease pool's Close.
+	// that no call in flight holds up the runtime's lease pool's Close.
 	life              context.Context
 	endLife           context.CancelFunc
 	publisher         *actor.PID
@@ -158,9 +156,9 @@ func (rt *Runtime) NewGroup(opts GroupOptions) (*Group, error) {
 	return &Group{g: g}, nil
 }
 
-// Start joins the subscription's workers (a lease store of its own, on a
-// small pool of its own), makes sure its lease rows and index exist, and
-// spawns the group's coordinator on the runtime's actor system, which
+// Start joins the subscription's workers (a lease store of its own, on the
+// runtime's lease pool: see RuntimeOptions.LeasePoolConns), makes sure its
+// lease rows and index exist, and spawns the group's coordinator on the runtime's actor system, which
 // claims buckets and runs their readers. The runtime must be running. ctx
 // bounds the start only. A second Start does nothing; after Stop it
 // returns [ErrStopped]; a failed start undoes what it did, and may be tried
@@ -179,11 +177,7 @@ func (gr *Group) start(ctx context.Context) error {
 	if base == nil {
 		base = rt.logger
 	}
-	leasePool, err := newLeasePool(ctx, rt.store.Pool())
-	if err != nil {
-		return err
-	}
-	leases, err := leasestore.New(leasePool, leasestore.Config{
+	leases, err := leasestore.New(rt.leasePool, leasestore.Config{
 		Schema:       rt.store.Schema(),
 		Subscription: opts.Subscription,
 		Worker:       opts.Worker,
@@ -201,7 +195,6 @@ func (gr *Group) start(ctx context.Context) error {
 		err = leases.Start(ctx)
 	}
 	if err != nil {
-		leasePool.Close()
 		return err
 	}
 	var unregister func()
@@ -210,8 +203,7 @@ func (gr *Group) start(ctx context.Context) error {
 			unregister()
 		}
 		_ = leases.Stop(context.Background())
-		leasePool.Close()
-		g.leases, g.leasePool = nil, nil // not started: see finish
+		g.leases = nil // not started: see finish
 		return err
 	}
 	if err := leases.EnsureBuckets(ctx); err != nil {
@@ -220,7 +212,7 @@ func (gr *Group) start(ctx context.Context) error {
 	if err := rt.store.EnsureConsumerGroupIndex(ctx, opts.Buckets); err != nil {
 		return fail(err)
 	}
-	g.leases, g.leasePool, g.publisher = leases, leasePool, rt.publisher
+	g.leases, g.publisher = leases, rt.publisher
 	g.interval, g.renewedAt = leases.Config().Heartbeat, time.Now()
 	g.life, g.endLife = context.WithCancel(context.Background())
 	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
@@ -250,21 +242,19 @@ func (gr *Group) start(ctx context.Context) error {
 	return nil
 }
 
-// LeasePoolConns is the size of each group's own connection pool for its
-// lease store: one connection for the reconcile pass (the lease renewal),
-// one for a handoff or the final release running beside it.
-const LeasePoolConns = 2
-
-// newLeasePool makes a group's pool for its lease store, with the store
-// pool's settings and LeasePoolConns connections. Renewal must never queue
-// behind the readers' and handlers' work for a connection of the store's
-// pool: a busy pool would delay the passes until the leases became unsure
-// and other workers took the buckets over.
-func newLeasePool(ctx context.Context, store *pgxpool.Pool) (*pgxpool.Pool, error) {
+// newLeasePool makes the process's pool for its groups' lease stores, with
+// the store pool's settings and conns connections (RuntimeOptions.
+// LeasePoolConns). Renewal must never queue behind the readers' and
+// handlers' work for a connection of the store's pool: a busy pool would
+// delay the passes until the leases became unsure and other workers took
+// the buckets over. The groups' passes share it: each holds a connection
+// for a round trip or two per heartbeat.
+func newLeasePool(ctx context.Context, store *pgxpool.Pool, conns int) (*pgxpool.Pool, error) {
 	cfg := store.Config().Copy()
-	cfg.MaxConns = LeasePoolConns
-	cfg.MinConns = min(cfg.MinConns, LeasePoolConns)
-	cfg.MinIdleConns = min(cfg.MinIdleConns, LeasePoolConns)
+	n := int32(min(conns, MaxLeasePoolConns)) // validated by New
+	cfg.MaxConns = n
+	cfg.MinConns = min(cfg.MinConns, n)
+	cfg.MinIdleConns = min(cfg.MinIdleConns, n)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kumi: lease pool: %w", err)
@@ -382,7 +372,6 @@ func (g *group) finish(err error) bool {
 		g.readerSupervisor.Close()
 		g.coordinatorSupervisor.Close()
 		_ = g.leases.Stop(context.Background())
-		g.leasePool.Close()
 		g.unregister()
 	}
 	close(g.done)

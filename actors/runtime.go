@@ -56,7 +56,22 @@ type RuntimeOptions struct {
 	// ReadReplica tunes the reads on ReadPool (its Logger defaults to
 	// Logger); ignored without a ReadPool.
 	ReadReplica eventsource.ReadReplicaOptions
+	// LeasePoolConns is the size of the process's lease pool: the
+	// connections, made with the store pool's settings, that every group
+	// of this process shares for its lease passes, handoffs and releases,
+	// so that renewals never queue behind the readers' and handlers' work
+	// on the store's pool. A pass holds one for a round trip or two per
+	// heartbeat. Default 4 (LeasePoolConnsDefault); at least 2 (a pass
+	// and a handoff or release beside it), at most 64.
+	LeasePoolConns int
 }
+
+// Bounds and default of RuntimeOptions.LeasePoolConns.
+const (
+	LeasePoolConnsDefault = 4
+	MinLeasePoolConns     = 2
+	MaxLeasePoolConns     = 64
+)
 
 // RuntimeQueueBytesDefault is RuntimeOptions.QueueBytes's default: 256 MiB
 // lets 32 readers hold their whole default QueueBytes of live batches at
@@ -102,6 +117,10 @@ type Runtime struct {
 	budget  *overflow.Budget
 	readers atomic.Int64
 
+	// leasePool is the lease stores' pool, shared by every group (see
+	// newLeasePool); made by Start, closed by Stop once the groups ended.
+	leasePool *pgxpool.Pool
+
 	// unregisterSequencer stops the kumi.sequencer.* metrics.
 	unregisterSequencer func()
 
@@ -131,6 +150,13 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 	if opts.QueueBytes < MinRuntimeQueueBytes || opts.QueueBytes > MaxQueueBytes {
 		return nil, &OptionError{"QueueBytes", opts.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (16 MiB to 1 TiB; 0 means %d)",
 			MinRuntimeQueueBytes, MaxQueueBytes, RuntimeQueueBytesDefault)}
+	}
+	if opts.LeasePoolConns == 0 {
+		opts.LeasePoolConns = LeasePoolConnsDefault
+	}
+	if opts.LeasePoolConns < MinLeasePoolConns || opts.LeasePoolConns > MaxLeasePoolConns {
+		return nil, &OptionError{"LeasePoolConns", opts.LeasePoolConns, fmt.Sprintf("must be in [%d, %d] (0 means %d)",
+			MinLeasePoolConns, MaxLeasePoolConns, LeasePoolConnsDefault)}
 	}
 	budget, err := overflow.NewBudget(opts.QueueBytes)
 	if err != nil {
@@ -187,9 +213,15 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	leasePool, err := newLeasePool(ctx, rt.store.Pool(), rt.opts.LeasePoolConns)
+	if err != nil {
+		listener.Close()
+		return err
+	}
 	var started []startstop.Service
 	defer func() {
 		if err != nil { // undo, in reverse
+			leasePool.Close()
 			listener.Close()
 			for _, s := range slices.Backward(started) {
 				err = errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
@@ -210,6 +242,7 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 		started = append(started, s)
 	}
 	rt.sequencer, rt.notifier, rt.listener, rt.pub, rt.publisher = sequencer, notifier, listener, pub, pub.pid
+	rt.leasePool = leasePool
 	rt.unregisterSequencer = sync.OnceFunc(rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
 		st := sequencer.Stats()
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
@@ -269,6 +302,9 @@ func (rt *Runtime) halt(ctx context.Context) error {
 		errs = append(errs, g.Stop(ctx))
 	}
 	errs = append(errs, rt.pub.Stop(ctx))
+	// Every group has ended (or been cut loose by ctx, its lease calls
+	// cancelled with its life): nothing holds a lease connection for long.
+	rt.leasePool.Close()
 	rt.listener.Close()
 	errs = append(errs, rt.notifier.Stop(ctx))
 	rt.unregisterSequencer()
