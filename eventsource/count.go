@@ -3,7 +3,10 @@ package eventsource
 import (
 	"context"
 	"math"
+	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // BucketLag returns how many events of category with position > after
@@ -40,3 +43,101 @@ func (s *Store) BucketLagUntil(ctx context.Context, category string, bucket, siz
 
 // MaxLagCount caps [Store.BucketLag]'s and [Store.BucketLagUntil]'s count.
 const MaxLagCount = 100_000
+
+// LagBucket is one bucket whose backlog [Store.BucketLags] measures.
+type LagBucket struct {
+	// Slot is the key of the bucket's checkpoint (the bucket itself in
+	// generation 0; see docs/resize.md).
+	Slot int
+	// Bucket is the bucket of a group of Buckets.
+	Bucket, Buckets int
+	// Until is the last position the bucket has to deliver
+	// (math.MaxInt64: none; see [Store.BucketLagUntil]).
+	Until int64
+}
+
+// BucketBacklog is one bucket's backlog as [Store.BucketLags] measured
+// it.
+type BucketBacklog struct {
+	// Slot is the LagBucket's.
+	Slot int
+	// Checkpoint is the slot's stored checkpoint (0 when none).
+	Checkpoint int64
+	// Events counts the bucket's events after Checkpoint and up to Until,
+	// at most MaxLagCount; Oldest is when the first of them was recorded
+	// (zero when there are none).
+	Events int64
+	Oldest time.Time
+}
+
+// BucketLags measures the backlogs of many buckets of subscription over
+// category in one statement: for each, its stored checkpoint and what
+// [Store.BucketLagUntil] would count after it, all from one snapshot. The
+// result has one entry per bucket, in the order given. It is what a
+// worker's lag gauges cost per interval, whatever the number of buckets it
+// owns.
+func (s *Store) BucketLags(ctx context.Context, subscription, category string, buckets []LagBucket) ([]BucketBacklog, error) {
+	if err := ValidateSubscription(subscription); err != nil {
+		return nil, err
+	}
+	if err := ValidateCategory(category); err != nil {
+		return nil, err
+	}
+	if len(buckets) == 0 {
+		return nil, nil
+	}
+	// One branch of the statement per group size: the bucket expression
+	// is written with its size, as the consumer-group index is.
+	type branch struct {
+		slots, buckets []int32
+		until          []int64
+	}
+	bySize := map[int]*branch{}
+	var sizes []int
+	for _, b := range buckets {
+		if err := checkGroup(b.Bucket, b.Buckets); err != nil {
+			return nil, err
+		}
+		br := bySize[b.Buckets]
+		if br == nil {
+			br = &branch{}
+			bySize[b.Buckets] = br
+			sizes = append(sizes, b.Buckets)
+		}
+		br.slots = append(br.slots, int32(b.Slot))
+		br.buckets = append(br.buckets, int32(b.Bucket))
+		br.until = append(br.until, b.Until)
+	}
+	slices.Sort(sizes)
+	args := []any{subscription, category, int64(MaxLagCount)}
+	for _, size := range sizes {
+		br := bySize[size]
+		args = append(args, br.slots, br.buckets, br.until)
+	}
+	rows, err := s.pool.Query(ctx, bucketLagsSQL(s.q, sizes), args...)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BucketBacklog, error) {
+		var b BucketBacklog
+		var oldest *time.Time
+		err := r.Scan(&b.Slot, &b.Checkpoint, &b.Events, &oldest)
+		if oldest != nil {
+			b.Oldest = *oldest
+		}
+		return b, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	bySlot := make(map[int]BucketBacklog, len(got))
+	for _, b := range got {
+		bySlot[b.Slot] = b
+	}
+	out := make([]BucketBacklog, len(buckets))
+	for i, b := range buckets {
+		out[i] = bySlot[b.Slot]
+		out[i].Slot = b.Slot
+	}
+	return out, nil
+}
