@@ -25,17 +25,30 @@ import (
 // config: the store's pool, the lease pool, the sequencer's and the
 // notifier's connections all copy it.
 type statementCounter struct {
-	n  atomic.Int64
-	mu sync.Mutex
-	by map[string]int64
+	n atomic.Int64
+	// marked counts the statements sent under a context marked with
+	// markStatements.
+	marked atomic.Int64
+	mu     sync.Mutex
+	by     map[string]int64
 }
 
+// statementKey marks a context whose statements statementCounter counts
+// in marked.
 type statementKey struct{}
+
+// markStatements marks ctx's statements for statementCounter.marked.
+func markStatements(ctx context.Context) context.Context {
+	return context.WithValue(ctx, statementKey{}, true)
+}
 
 func newStatementCounter() *statementCounter { return &statementCounter{by: map[string]int64{}} }
 
-func (c *statementCounter) count(sql string) {
+func (c *statementCounter) count(ctx context.Context, sql string) {
 	c.n.Add(1)
+	if ctx.Value(statementKey{}) != nil {
+		c.marked.Add(1)
+	}
 	k := strings.Join(strings.Fields(sql), " ")
 	if len(k) > 60 {
 		k = k[:60]
@@ -47,7 +60,7 @@ func (c *statementCounter) count(sql string) {
 
 // TraceQueryStart counts a statement.
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	c.count(d.SQL)
+	c.count(ctx, d.SQL)
 	return ctx
 }
 
@@ -56,7 +69,7 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 
 // TraceBatchStart counts a batch as one round trip.
 func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.count("(batch)")
+	c.count(ctx, "(batch)")
 	return ctx
 }
 

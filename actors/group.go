@@ -575,29 +575,30 @@ func (g *group) measureLags(ctx context.Context) {
 	}
 }
 
-// measureLag reads the held buckets' checkpoints and backlogs, by slot.
+// measureLag reads the held buckets' checkpoints and backlogs, by slot, in
+// one statement whatever the number of buckets.
 func (g *group) measureLag(ctx context.Context, buckets []leasestore.Lease, resize leasestore.Resize) (map[int]bucketLag, error) {
 	out := make(map[int]bucketLag, len(buckets))
 	if len(buckets) == 0 {
 		return out, nil
 	}
-	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
+	lags, err := g.rt.bucketLags(ctx, g.opts.Subscription, g.opts.Category, lagBuckets(buckets, resize))
 	if err != nil {
 		return nil, err
 	}
-	byBucket := map[int]int64{}
-	for _, c := range cps {
-		byBucket[c.Bucket] = c.Position
-	}
-	for _, l := range buckets {
-		cp := byBucket[l.Slot]
-		n, oldest, err := g.rt.bucketLag(ctx, g.opts.Category, l.Bucket, l.Buckets, cp, lagUntil(l, resize))
-		if err != nil {
-			return nil, err
-		}
-		out[l.Slot] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
+	for _, l := range lags {
+		out[l.Slot] = bucketLag{checkpoint: l.Checkpoint, events: l.Events, oldest: l.Oldest}
 	}
 	return out, nil
+}
+
+// lagBuckets is what measuring the held buckets' lag asks of the store.
+func lagBuckets(held []leasestore.Lease, resize leasestore.Resize) []eventsource.LagBucket {
+	out := make([]eventsource.LagBucket, len(held))
+	for i, l := range held {
+		out[i] = eventsource.LagBucket{Slot: l.Slot, Bucket: l.Bucket, Buckets: l.Buckets, Until: lagUntil(l, resize)}
+	}
+	return out
 }
 
 // lagUntil is the last position a held bucket has to deliver: the cut for
@@ -729,9 +730,9 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 		st.Resize.State = leasestore.ResizeSteady
 	}
 	resize := g.resize
-	held := map[int]leasestore.Lease{}
+	held := make([]leasestore.Lease, 0, len(g.owned))
 	for b, l := range g.owned {
-		held[b] = l
+		held = append(held, l)
 		bs := BucketStatus{Bucket: l.Bucket, Generation: l.Generation, Slot: b, Epoch: l.Epoch, Ready: l.Ready,
 			HandingOff: g.handoff[b]}
 		if q := g.queues[b]; q != nil {
@@ -751,21 +752,20 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Head = head
-	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
+	if len(held) == 0 {
+		return st, nil
+	}
+	lags, err := g.store.BucketLags(ctx, g.opts.Subscription, g.opts.Category, lagBuckets(held, resize))
 	if err != nil {
 		return st, err
 	}
-	byBucket := map[int]int64{}
-	for _, c := range cps {
-		byBucket[c.Bucket] = c.Position
+	bySlot := make(map[int]eventsource.BucketBacklog, len(lags))
+	for _, l := range lags {
+		bySlot[l.Slot] = l
 	}
 	for i := range st.Owned {
 		b := &st.Owned[i]
-		l := held[b.Slot]
-		b.Checkpoint = byBucket[b.Slot]
-		if b.Lag, _, err = g.store.BucketLagUntil(ctx, g.opts.Category, l.Bucket, l.Buckets, b.Checkpoint, lagUntil(l, resize)); err != nil {
-			return st, err
-		}
+		b.Checkpoint, b.Lag = bySlot[b.Slot].Checkpoint, bySlot[b.Slot].Events
 	}
 	return st, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // namedPool is a pool of maxConns on the test database whose connections,
@@ -109,4 +110,70 @@ func (g *group) renewed() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.renewedAt
+}
+
+// A group's lag is measured in one statement, however many buckets it
+// holds: each held bucket's checkpoint and backlog, as the lag gauges and
+// Status report them (a statement per bucket and one for the checkpoints
+// before).
+func TestLagIsMeasuredInOneStatementPerGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	seed(t, store, "lagged", 20, 60)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	stmts := newStatementCounter()
+	cfg.MaxConns, cfg.ConnConfig.Tracer = 8, stmts
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	release := make(chan struct{})
+	w := startWorkerOn(t, pool, schema, "w", GroupOptions{Subscription: "lagged", Category: "lagged", Buckets: 8,
+		Lease: fastLease(), HandlerTimeout: 10 * time.Minute,
+		Handler: Func(func(ctx context.Context, _ *Delivery) error {
+			select { // nothing is handled: every bucket keeps its backlog
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})})
+	t.Cleanup(func() { close(release) }) // before the worker's graceful stop, registered earlier: cleanups run last first
+	var evs []eventsource.RecordedEvent
+	pgtest.Eventually(t, waitLong, func() bool {
+		evs, err = store.ReadCategory(ctx, "lagged", 0, 0)
+		require.NoError(t, err)
+		return len(evs) == 60 && len(w.group.g.ownedBuckets()) == 8
+	}, "60 events sequenced and 8 buckets held")
+	want := map[int]int64{}
+	for b := range 8 {
+		want[b] = 0
+	}
+	for _, e := range evs {
+		want[e.Bucket(8)]++
+	}
+	g := w.group.g
+	g.mu.Lock()
+	var held []leasestore.Lease
+	for _, l := range g.owned {
+		held = append(held, l)
+	}
+	resize := g.resize
+	g.mu.Unlock()
+	lags, err := g.measureLag(markStatements(ctx), held, resize)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), stmts.marked.Load(), "statements of one measurement of 8 buckets")
+	got := map[int]int64{}
+	for b, l := range lags {
+		require.Zero(t, l.checkpoint, "bucket %d: nothing was handled", b)
+		got[b] = l.events
+	}
+	require.Equal(t, want, got)
+
+	st, err := w.group.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Owned, 8)
+	for _, b := range st.Owned {
+		require.Equal(t, want[b.Slot], b.Lag, "Status: slot %d", b.Slot)
+	}
 }

@@ -100,9 +100,9 @@ type Runtime struct {
 	// or replica when RuntimeOptions.ReadPool is set.
 	reads   eventsource.PageReader
 	replica *eventsource.ReadReplica
-	// bucketLag counts a bucket's backlog for the lag metrics: on the
-	// standby with a read pool.
-	bucketLag func(ctx context.Context, category string, bucket, buckets int, after, until int64) (int64, time.Time, error)
+	// bucketLags measures a group's buckets' checkpoints and backlogs for
+	// the lag metrics, in one statement: on the standby with a read pool.
+	bucketLags func(ctx context.Context, subscription, category string, buckets []eventsource.LagBucket) ([]eventsource.BucketBacklog, error)
 	// published is the publisher's position: every event up to it was
 	// posted to its subscribers, or read before they subscribed.
 	published atomic.Int64
@@ -172,7 +172,7 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
 		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
-	rt.reads, rt.bucketLag, rt.unregisterReplica = store, store.BucketLagUntil, func() {}
+	rt.reads, rt.bucketLags, rt.unregisterReplica = store, store.BucketLags, func() {}
 	if opts.ReadPool != nil {
 		ro := opts.ReadReplica
 		if ro.Logger == nil {
@@ -185,7 +185,7 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 		} else if err != nil {
 			return nil, err
 		}
-		rt.reads, rt.replica, rt.bucketLag = replica, replica, replica.BucketLagUntil
+		rt.reads, rt.replica, rt.bucketLags = replica, replica, replica.BucketLags
 	}
 	return rt, nil
 }
