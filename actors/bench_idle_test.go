@@ -99,6 +99,15 @@ func idleWindow() time.Duration {
 	return 15 * time.Second
 }
 
+// idlePoolConns is the size of each worker's store pool in the idle
+// benchmark (the demo's workers' 8); KUMI_BENCH_IDLE_POOL overrides it.
+func idlePoolConns() int32 {
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_IDLE_POOL")); err == nil && n > 0 && n <= 1000 {
+		return int32(n)
+	}
+	return 8
+}
+
 // idleKs is the subscription counts measured; KUMI_BENCH_IDLE_K (comma
 // separated) overrides them.
 func idleKs() []int {
@@ -134,7 +143,8 @@ type idleWorker struct {
 // statements each worker sends (a pgx tracer on its pool's config, which
 // the sequencer's, notifier's and lease pool's connections copy) and the
 // whole database's transactions (pg_stat_database's xact_commit +
-// xact_rollback delta). KUMI_BENCH_IDLE_K (default 1,10,50) and
+// xact_rollback delta). KUMI_BENCH_IDLE_K (default 1,10,50),
+// KUMI_BENCH_IDLE_POOL (each worker's store pool, default 8) and
 // KUMI_BENCH_WORKERS (default 2) vary it; see docs/benchmarks.md, "Idle
 // cost of many subscriptions".
 func BenchmarkIdleCost(b *testing.B) {
@@ -241,10 +251,10 @@ func measureIdle(b *testing.B, k, nw int) {
 	for _, kd := range kinds[:min(len(kinds), 5)] {
 		top = append(top, fmt.Sprintf("%.1f/s %q", float64(kd.n)/window.Seconds(), kd.sql))
 	}
-	b.Logf("K=%d subscriptions × 16 buckets × %d workers (in-process runtimes), idle for %v after the fair share (reached in %v): "+
+	b.Logf("K=%d subscriptions × 16 buckets × %d workers (in-process runtimes, store pools of %d), idle for %v after the fair share (reached in %v): "+
 		"%d connections (%.1f per worker), %.1f statements/s per worker, %.0f transactions/s in the database; load %s; "+
 		"worker 0's statements: %s",
-		k, nw, window.Round(time.Millisecond), settled.Round(time.Millisecond), sumConns, perConns, perStmts, xactRate,
+		k, nw, idlePoolConns(), window.Round(time.Millisecond), settled.Round(time.Millisecond), sumConns, perConns, perStmts, xactRate,
 		loadAverage(), strings.Join(top, ", "))
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -258,7 +268,7 @@ func startIdleWorker(b *testing.B, schema, app string) *idleWorker {
 	b.Helper()
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
 	require.NoError(b, err)
-	cfg.MaxConns = 24
+	cfg.MaxConns = idlePoolConns()
 	w := &idleWorker{app: app, stmts: newStatementCounter()}
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	cfg.ConnConfig.Tracer = w.stmts
