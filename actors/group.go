@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -535,11 +536,14 @@ func (rt *Runtime) Healthy(context.Context) error {
 // range scan per bucket, too much for every pass.
 const lagInterval = 5 * time.Second
 
-// measureLags measures the owned buckets' lag every lagInterval, and soon
-// after the set of owned buckets changes, until ctx ends. It runs on its
-// own goroutine, over the store's pool, bounded by DatabaseTimeout: the
-// measurement is optional and may be slow, so it never rides on the lease
-// passes, which renew the leases.
+// measureLags keeps the owned buckets' lag at most lagInterval old, and
+// measures it soon after the set of owned buckets changes, until ctx
+// ends: it looks every heartbeat, and when the group's measurement is due
+// it measures every group of the process in one statement (see
+// Runtime.measureAllLags), so that the other groups find theirs fresh. It
+// runs on its own goroutine, over the store's pool, bounded by
+// DatabaseTimeout: the measurement is optional and may be slow, so it
+// never rides on the lease passes, which renew the leases.
 func (g *group) measureLags(ctx context.Context) {
 	t := time.NewTicker(g.interval)
 	defer t.Stop()
@@ -549,54 +553,113 @@ func (g *group) measureLags(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		g.mu.Lock()
-		owned := make([]leasestore.Lease, 0, len(g.owned))
-		for _, l := range g.owned {
-			owned = append(owned, l)
-		}
-		resize := g.resize
-		due := time.Since(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
-		g.mu.Unlock()
-		if !due {
+		decided := time.Now()
+		if !g.lagDue(decided) {
 			continue
 		}
 		mctx, cancel := context.WithTimeout(ctx, g.opts.DatabaseTimeout)
-		lags, err := g.measureLag(mctx, owned, resize)
+		err := g.rt.measureAllLags(mctx, g, decided)
 		cancel()
-		g.mu.Lock()
-		g.lagAt = time.Now()
-		if err == nil {
-			g.lags = lags
-		}
-		g.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			g.logger.Debug("kumi: lag measurement failed; keeping the last one", "err", err)
 		}
 	}
 }
 
-// measureLag reads the held buckets' checkpoints and backlogs, by slot, in
-// one statement whatever the number of buckets.
-func (g *group) measureLag(ctx context.Context, buckets []leasestore.Lease, resize leasestore.Resize) (map[int]bucketLag, error) {
-	out := make(map[int]bucketLag, len(buckets))
-	if len(buckets) == 0 {
-		return out, nil
+// lagDue reports whether the group's lag is to be measured at now: its
+// last measurement is lagInterval old, or was of other buckets.
+func (g *group) lagDue(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return now.Sub(g.lagAt) >= lagInterval || len(g.owned) != len(g.lags)
+}
+
+// lagRequest is a group's part of a measurement of the process's lag.
+type lagRequest struct {
+	g    *group
+	held []leasestore.Lease
+}
+
+// measureAllLags measures the lag of every group of the process that holds
+// buckets, in one statement, and gives each group its part. A measurement
+// made after decided (another group's, while the asking group waited for
+// it) makes the asking group's unnecessary: it returns at once. A failed
+// measurement leaves every group's last one (it counts as a try all the
+// same, so that the groups do not retry at every heartbeat).
+func (rt *Runtime) measureAllLags(ctx context.Context, asking *group, decided time.Time) error {
+	rt.lagMu.Lock()
+	defer rt.lagMu.Unlock()
+	asking.mu.Lock()
+	fresh := asking.lagAt.After(decided)
+	asking.mu.Unlock()
+	if fresh {
+		return nil
 	}
-	lags, err := g.rt.bucketLags(ctx, g.opts.Subscription, g.opts.Category, lagBuckets(buckets, resize))
+	rt.mu.Lock()
+	groups := make([]*group, 0, len(rt.groups)+1)
+	for gr := range rt.groups {
+		groups = append(groups, gr.g)
+	}
+	rt.mu.Unlock()
+	if !slices.Contains(groups, asking) {
+		groups = append(groups, asking) // started, but not registered yet
+	}
+	var reqs []lagRequest
+	var buckets []eventsource.LagBucket
+	for _, g := range groups {
+		held, resize := g.heldForLag()
+		reqs = append(reqs, lagRequest{g: g, held: held})
+		buckets = append(buckets, lagBuckets(g.opts.Subscription, g.opts.Category, held, resize)...)
+	}
+	var lags []eventsource.BucketBacklog
+	var err error
+	if len(buckets) > 0 {
+		lags, err = rt.bucketLags(ctx, buckets)
+	}
+	at := time.Now()
+	for _, r := range reqs {
+		var part []eventsource.BucketBacklog
+		if err == nil {
+			part, lags = lags[:len(r.held)], lags[len(r.held):]
+		}
+		r.g.setLags(at, r.held, part, err)
+	}
+	return err
+}
+
+// heldForLag returns the group's held buckets and resize, as measuring
+// their lag needs them.
+func (g *group) heldForLag() ([]leasestore.Lease, leasestore.Resize) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := make([]leasestore.Lease, 0, len(g.owned))
+	for _, l := range g.owned {
+		held = append(held, l)
+	}
+	return held, g.resize
+}
+
+// setLags records a measurement of the held buckets' lag made at at (or
+// its failure: the last one stays).
+func (g *group) setLags(at time.Time, held []leasestore.Lease, lags []eventsource.BucketBacklog, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lagAt = at
 	if err != nil {
-		return nil, err
+		return
 	}
-	for _, l := range lags {
-		out[l.Slot] = bucketLag{checkpoint: l.Checkpoint, events: l.Events, oldest: l.Oldest}
+	g.lags = make(map[int]bucketLag, len(held))
+	for i, l := range held {
+		g.lags[l.Slot] = bucketLag{checkpoint: lags[i].Checkpoint, events: lags[i].Events, oldest: lags[i].Oldest}
 	}
-	return out, nil
 }
 
 // lagBuckets is what measuring the held buckets' lag asks of the store.
-func lagBuckets(held []leasestore.Lease, resize leasestore.Resize) []eventsource.LagBucket {
+func lagBuckets(subscription, category string, held []leasestore.Lease, resize leasestore.Resize) []eventsource.LagBucket {
 	out := make([]eventsource.LagBucket, len(held))
 	for i, l := range held {
-		out[i] = eventsource.LagBucket{Slot: l.Slot, Bucket: l.Bucket, Buckets: l.Buckets, Until: lagUntil(l, resize)}
+		out[i] = eventsource.LagBucket{Subscription: subscription, Category: category, Slot: l.Slot, Bucket: l.Bucket,
+			Buckets: l.Buckets, Until: lagUntil(l, resize)}
 	}
 	return out
 }
@@ -755,13 +818,13 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 	if len(held) == 0 {
 		return st, nil
 	}
-	lags, err := g.store.BucketLags(ctx, g.opts.Subscription, g.opts.Category, lagBuckets(held, resize))
+	lags, err := g.store.BucketLags(ctx, lagBuckets(g.opts.Subscription, g.opts.Category, held, resize))
 	if err != nil {
 		return st, err
 	}
 	bySlot := make(map[int]eventsource.BucketBacklog, len(lags))
-	for _, l := range lags {
-		bySlot[l.Slot] = l
+	for i, l := range held {
+		bySlot[l.Slot] = lags[i]
 	}
 	for i := range st.Owned {
 		b := &st.Owned[i]

@@ -12,7 +12,6 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
-	"github.com/kumi-run/kumi/leasestore"
 )
 
 // namedPool is a pool of maxConns on the test database whose connections,
@@ -112,15 +111,16 @@ func (g *group) renewed() time.Time {
 	return g.renewedAt
 }
 
-// A group's lag is measured in one statement, however many buckets it
-// holds: each held bucket's checkpoint and backlog, as the lag gauges and
-// Status report them (a statement per bucket and one for the checkpoints
-// before).
-func TestLagIsMeasuredInOneStatementPerGroup(t *testing.T) {
+// The lag of every group of a process is measured in one statement,
+// however many groups and buckets it holds: each held bucket's checkpoint
+// and backlog, as the lag gauges and Status report them (there were a
+// statement per bucket and a checkpoint read per group).
+func TestLagIsMeasuredInOneStatementPerProcess(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store, schema := newTestStore(t)
 	seed(t, store, "lagged", 20, 60)
+	seed(t, store, "other", 5, 10)
 	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
 	require.NoError(t, err)
 	stmts := newStatementCounter()
@@ -129,51 +129,64 @@ func TestLagIsMeasuredInOneStatementPerGroup(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	release := make(chan struct{})
+	stuck := Func(func(ctx context.Context, _ *Delivery) error {
+		select { // nothing is handled: every bucket keeps its backlog
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
 	w := startWorkerOn(t, pool, schema, "w", GroupOptions{Subscription: "lagged", Category: "lagged", Buckets: 8,
-		Lease: fastLease(), HandlerTimeout: 10 * time.Minute,
-		Handler: Func(func(ctx context.Context, _ *Delivery) error {
-			select { // nothing is handled: every bucket keeps its backlog
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil
-		})})
-	t.Cleanup(func() { close(release) }) // before the worker's graceful stop, registered earlier: cleanups run last first
-	var evs []eventsource.RecordedEvent
-	pgtest.Eventually(t, waitLong, func() bool {
-		evs, err = store.ReadCategory(ctx, "lagged", 0, 0)
-		require.NoError(t, err)
-		return len(evs) == 60 && len(w.group.g.ownedBuckets()) == 8
-	}, "60 events sequenced and 8 buckets held")
-	want := map[int]int64{}
-	for b := range 8 {
-		want[b] = 0
-	}
-	for _, e := range evs {
-		want[e.Bucket(8)]++
-	}
-	g := w.group.g
-	g.mu.Lock()
-	var held []leasestore.Lease
-	for _, l := range g.owned {
-		held = append(held, l)
-	}
-	resize := g.resize
-	g.mu.Unlock()
-	lags, err := g.measureLag(markStatements(ctx), held, resize)
+		Lease: fastLease(), HandlerTimeout: 10 * time.Minute, Handler: stuck})
+	other, err := w.rt.StartGroup(ctx, GroupOptions{Subscription: "other", Category: "other", Buckets: 4, Worker: "w",
+		Lease: fastLease(), HandlerTimeout: 10 * time.Minute, Handler: stuck})
 	require.NoError(t, err)
-	require.Equal(t, int64(1), stmts.marked.Load(), "statements of one measurement of 8 buckets")
-	got := map[int]int64{}
-	for b, l := range lags {
-		require.Zero(t, l.checkpoint, "bucket %d: nothing was handled", b)
-		got[b] = l.events
+	t.Cleanup(func() { close(release) }) // before the worker's graceful stop, registered earlier: cleanups run last first
+	groups := []struct {
+		g              *group
+		buckets, added int
+	}{{w.group.g, 8, 60}, {other.g, 4, 10}}
+	want := map[*group]map[int]int64{}
+	pgtest.Eventually(t, waitLong, func() bool {
+		for _, c := range groups {
+			evs, err := store.ReadCategory(ctx, c.g.opts.Category, 0, 0)
+			require.NoError(t, err)
+			want[c.g] = map[int]int64{}
+			for b := range c.buckets {
+				want[c.g][b] = 0
+			}
+			for _, e := range evs {
+				want[c.g][e.Bucket(c.buckets)]++
+			}
+			if len(c.g.ownedBuckets()) != c.buckets || len(evs) != c.added {
+				return false
+			}
+		}
+		return true
+	}, "the events sequenced and every bucket held")
+	require.NoError(t, w.rt.measureAllLags(markStatements(ctx), w.group.g, time.Now().Add(time.Hour)))
+	require.Equal(t, int64(1), stmts.marked.Load(), "statements of one measurement of 2 groups' 12 buckets")
+	w.rt.lagMu.Lock() // no measurement under way: both groups' last ones are one
+	var at []time.Time
+	for _, c := range groups {
+		g := c.g
+		g.mu.Lock()
+		got := map[int]int64{}
+		for b, l := range g.lags {
+			require.Zero(t, l.checkpoint, "%s bucket %d: nothing was handled", g.opts.Subscription, b)
+			got[b] = l.events
+		}
+		at = append(at, g.lagAt)
+		g.mu.Unlock()
+		require.Equal(t, want[g], got, g.opts.Subscription)
 	}
-	require.Equal(t, want, got)
+	w.rt.lagMu.Unlock()
+	require.Equal(t, at[0], at[1], "both groups measured together")
 
 	st, err := w.group.Status(ctx)
 	require.NoError(t, err)
 	require.Len(t, st.Owned, 8)
 	for _, b := range st.Owned {
-		require.Equal(t, want[b.Slot], b.Lag, "Status: slot %d", b.Slot)
+		require.Equal(t, want[w.group.g][b.Slot], b.Lag, "Status: slot %d", b.Slot)
 	}
 }

@@ -100,9 +100,11 @@ type Runtime struct {
 	// or replica when RuntimeOptions.ReadPool is set.
 	reads   eventsource.PageReader
 	replica *eventsource.ReadReplica
-	// bucketLags measures a group's buckets' checkpoints and backlogs for
-	// the lag metrics, in one statement: on the standby with a read pool.
-	bucketLags func(ctx context.Context, subscription, category string, buckets []eventsource.LagBucket) ([]eventsource.BucketBacklog, error)
+	// bucketLags measures the groups' buckets' checkpoints and backlogs
+	// for the lag metrics, in one statement: on the standby with a read
+	// pool. lagMu serializes the measurements (see measureAllLags).
+	bucketLags func(ctx context.Context, buckets []eventsource.LagBucket) ([]eventsource.BucketBacklog, error)
+	lagMu      sync.Mutex
 	// published is the publisher's position: every event up to it was
 	// posted to its subscribers, or read before they subscribed.
 	published atomic.Int64

@@ -15,7 +15,8 @@ import (
 
 // BucketLags measures, in one statement, what BucketLagUntil counts after
 // each bucket's stored checkpoint: buckets of two group sizes (a resize's
-// two generations), some with a checkpoint, some bounded by a cut.
+// two generations), some with a checkpoint, some bounded by a cut, of two
+// subscriptions (each behind its own checkpoints) and two categories.
 func TestBucketLags(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -25,7 +26,9 @@ func TestBucketLags(t *testing.T) {
 	for i := range 30 {
 		mustAppend(t, s, fmt.Sprintf("lag-%d", i%7), ev("E", `{}`), ev("E", `{}`))
 	}
-	mustAppend(t, s, "other-1", ev("E", `{}`))
+	for i := range 5 {
+		mustAppend(t, s, fmt.Sprintf("other-%d", i), ev("E", `{}`))
+	}
 	sequenceAll(t, s)
 	evs, err := s.ReadCategory(ctx, "lag", 0, 0)
 	require.NoError(t, err)
@@ -34,39 +37,45 @@ func TestBucketLags(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.SaveCheckpoint(ctx, "sub", 4, evs[40].Position, nil)
 	require.NoError(t, err)
-	_, err = s.SaveCheckpoint(ctx, "other-sub", 1, evs[50].Position, nil) // another subscription's: not ours
+	_, err = s.SaveCheckpoint(ctx, "other-sub", 1, evs[50].Position, nil)
 	require.NoError(t, err)
 	buckets := []eventsource.LagBucket{
-		{Slot: 0, Bucket: 0, Buckets: 2, Until: cut},
-		{Slot: 1, Bucket: 1, Buckets: 2, Until: cut},
-		{Slot: 3, Bucket: 0, Buckets: 3, Until: math.MaxInt64},
-		{Slot: 4, Bucket: 1, Buckets: 3, Until: math.MaxInt64},
-		{Slot: 5, Bucket: 2, Buckets: 3, Until: math.MaxInt64},
+		{Subscription: "sub", Category: "lag", Slot: 0, Bucket: 0, Buckets: 2, Until: cut},
+		{Subscription: "sub", Category: "lag", Slot: 1, Bucket: 1, Buckets: 2, Until: cut},
+		{Subscription: "sub", Category: "lag", Slot: 3, Bucket: 0, Buckets: 3, Until: math.MaxInt64},
+		{Subscription: "sub", Category: "lag", Slot: 4, Bucket: 1, Buckets: 3, Until: math.MaxInt64},
+		{Subscription: "sub", Category: "lag", Slot: 5, Bucket: 2, Buckets: 3, Until: math.MaxInt64},
+		{Subscription: "other-sub", Category: "lag", Slot: 1, Bucket: 1, Buckets: 2, Until: math.MaxInt64},
+		{Subscription: "other-sub", Category: "other", Slot: 0, Bucket: 0, Buckets: 2, Until: math.MaxInt64},
 	}
-	got, err := s.BucketLags(ctx, "sub", "lag", buckets)
+	got, err := s.BucketLags(ctx, buckets)
 	require.NoError(t, err)
 	require.Len(t, got, len(buckets))
-	cps, err := s.Checkpoints(ctx, "sub")
-	require.NoError(t, err)
-	stored := map[int]int64{}
-	for _, c := range cps {
-		stored[c.Bucket] = c.Position
-	}
 	for i, b := range buckets {
-		n, oldest, err := s.BucketLagUntil(ctx, "lag", b.Bucket, b.Buckets, stored[b.Slot], b.Until)
+		cps, err := s.Checkpoints(ctx, b.Subscription)
 		require.NoError(t, err)
-		require.Equal(t, eventsource.BucketBacklog{Slot: b.Slot, Checkpoint: stored[b.Slot], Events: n, Oldest: oldest}, got[i], "slot %d", b.Slot)
+		var stored int64
+		for _, c := range cps {
+			if c.Bucket == b.Slot {
+				stored = c.Position
+			}
+		}
+		n, oldest, err := s.BucketLagUntil(ctx, b.Category, b.Bucket, b.Buckets, stored, b.Until)
+		require.NoError(t, err)
+		require.Equal(t, eventsource.BucketBacklog{Checkpoint: stored, Events: n, Oldest: oldest}, got[i], "%+v", b)
+		require.NotZero(t, n, "%+v", b)
 	}
-	require.NotZero(t, got[0].Events)
-	require.NotZero(t, got[3].Events)
+	require.NotEqual(t, got[1], got[5], "each subscription behind its own checkpoint")
 
-	none, err := s.BucketLags(ctx, "sub", "lag", nil)
+	none, err := s.BucketLags(ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, none)
-	_, err = s.BucketLags(ctx, "sub", "lag", []eventsource.LagBucket{{Slot: 0, Bucket: 3, Buckets: 3}})
+	_, err = s.BucketLags(ctx, []eventsource.LagBucket{{Subscription: "sub", Category: "lag", Slot: 0, Bucket: 3, Buckets: 3}})
 	require.ErrorIs(t, err, eventsource.ErrInvalidBucket)
-	_, err = s.BucketLags(ctx, "", "lag", buckets)
-	require.Error(t, err)
+	_, err = s.BucketLags(ctx, []eventsource.LagBucket{{Category: "lag", Buckets: 3}})
+	require.Error(t, err, "no subscription")
+	_, err = s.BucketLags(ctx, []eventsource.LagBucket{{Subscription: "sub", Buckets: 3}})
+	require.Error(t, err, "no category")
 }
 
 // Each bucket's count scans its part of the consumer-group index (an
@@ -90,9 +99,12 @@ FROM generate_series(0, 499) AS k, generate_series(0, 59) AS v,
 	require.NoError(t, s.EnsureConsumerGroupIndex(ctx, 8))
 	_, err = s.Pool().Exec(ctx, "ANALYZE "+s.QuotedSchema()+".appends, "+s.QuotedSchema()+".checkpoints")
 	require.NoError(t, err)
-	rows, err := s.Pool().Query(ctx, "EXPLAIN "+s.BucketLagsSQL(8), "sub", "cg", int64(eventsource.MaxLagCount),
-		[]int32{0, 1, 2, 3, 4, 5, 6, 7}, []int32{0, 1, 2, 3, 4, 5, 6, 7}, []int64{math.MaxInt64, math.MaxInt64, math.MaxInt64,
-			math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64, math.MaxInt64})
+	eight := []int32{0, 1, 2, 3, 4, 5, 6, 7}
+	subs, cats, until := make([]string, 8), make([]string, 8), make([]int64, 8)
+	for i := range 8 {
+		subs[i], cats[i], until[i] = "sub", "cg", math.MaxInt64
+	}
+	rows, err := s.Pool().Query(ctx, "EXPLAIN "+s.BucketLagsSQL(8), int64(eventsource.MaxLagCount), eight, subs, cats, eight, eight, until)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)

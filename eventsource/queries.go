@@ -405,26 +405,27 @@ func bucketLag(q string, size int) string {
 
 // bucketLagsSQL measures many buckets' backlogs in one statement
 // (Store.BucketLags): per group size in sizes, a branch over the arrays of
-// its buckets' slots, buckets and upper bounds ($4, $5, $6 for the first
-// size, $7, $8, $9 for the next, …), each bucket's checkpoint of the
-// subscription $1 joined, and bucketLag's count of the category $2 after
-// it (at most $3 events), as a lateral range scan of the consumer-group
-// index per bucket.
+// its buckets' indexes in the request, subscriptions, categories, slots,
+// buckets and upper bounds ($2 to $7 for the first size, $8 to $13 for the
+// next, …), each bucket's checkpoint joined, and bucketLag's count after
+// it (at most $1 events), as a lateral scan of the consumer-group index
+// per bucket.
 func bucketLagsSQL(q string, sizes []int) string {
 	var parts []string
 	for i, size := range sizes {
 		m := bucketExpr("a.cg_hash", size)
-		p := 4 + 3*i
-		parts = append(parts, fmt.Sprintf(`SELECT r.slot, coalesce(c.position, 0)::bigint, l.n, l.oldest
-FROM unnest($%[3]d::int[], $%[4]d::int[], $%[5]d::bigint[]) AS r(slot, bucket, until)
-LEFT JOIN %[1]s.checkpoints c ON c.subscription = $1 AND c.bucket = r.slot
-CROSS JOIN LATERAL (SELECT LEAST(coalesce(sum(x.n), 0), $3::bigint)::bigint AS n, min(x.recorded_at) AS oldest FROM (
+		p := 2 + 6*i
+		parts = append(parts, fmt.Sprintf(`SELECT r.i, coalesce(c.position, 0)::bigint, l.n, l.oldest
+FROM unnest($%[3]d::int[], $%[4]d::text[], $%[5]d::text[], $%[6]d::int[], $%[7]d::int[], $%[8]d::bigint[])
+  AS r(i, subscription, category, slot, bucket, until)
+LEFT JOIN %[1]s.checkpoints c ON c.subscription = r.subscription AND c.bucket = r.slot
+CROSS JOIN LATERAL (SELECT LEAST(coalesce(sum(x.n), 0), $1::bigint)::bigint AS n, min(x.recorded_at) AS oldest FROM (
   SELECT GREATEST(LEAST(a.last_position, r.until) - GREATEST(a.last_position - a.last_version + a.first_version, coalesce(c.position, 0) + 1) + 1, 0) AS n,
     a.recorded_at
   FROM %[1]s.appends a
-  WHERE a.category = $2 AND (%[2]s, a.last_position) > (r.bucket, coalesce(c.position, 0)) AND %[2]s <= r.bucket
+  WHERE a.category = r.category AND (%[2]s, a.last_position) > (r.bucket, coalesce(c.position, 0)) AND %[2]s <= r.bucket
     AND a.last_position IS NOT NULL AND a.last_position - a.last_version + a.first_version <= r.until
-  ORDER BY %[2]s, a.last_position LIMIT $3::bigint) x) l`, q, m, p, p+1, p+2))
+  ORDER BY %[2]s, a.last_position LIMIT $1::bigint) x) l`, q, m, p, p+1, p+2, p+3, p+4, p+5))
 	}
 	return strings.Join(parts, "\nUNION ALL\n")
 }

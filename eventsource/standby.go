@@ -260,17 +260,17 @@ func (r *ReadReplica) BucketLagUntil(ctx context.Context, category string, bucke
 // BucketLags is [Store.BucketLags] on the standby — checkpoints and
 // backlogs as of the standby's replay, from one snapshot — or on the
 // primary while reads fall back to it or when the standby fails.
-func (r *ReadReplica) BucketLags(ctx context.Context, subscription, category string, buckets []LagBucket) ([]BucketBacklog, error) {
+func (r *ReadReplica) BucketLags(ctx context.Context, buckets []LagBucket) ([]BucketBacklog, error) {
 	if err := r.verified(ctx); err != nil {
 		return nil, err
 	}
 	if !r.fallingBack.Load() {
-		out, err := r.onStandby.BucketLags(ctx, subscription, category, buckets)
+		out, err := r.onStandby.BucketLags(ctx, buckets)
 		if err == nil || ctx.Err() != nil {
 			return out, err
 		}
 	}
-	return r.primary.BucketLags(ctx, subscription, category, buckets)
+	return r.primary.BucketLags(ctx, buckets)
 }
 
 // read reads one page on the standby until it covers known (see
