@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -41,10 +42,8 @@ type group struct {
 	opts   GroupOptions
 	store  *eventsource.Store
 	leases *leasestore.Store
-	// leasePool is the lease store's own small pool (see newLeasePool).
-	leasePool *pgxpool.Pool
 	// life bounds every lease-store call of the group; finish ends it, so
-	// that no call in flight holds up the lease pool's Close.
+	// that no call in flight holds up the runtime's lease pool's Close.
 	life              context.Context
 	endLife           context.CancelFunc
 	publisher         *actor.PID
@@ -158,9 +157,9 @@ func (rt *Runtime) NewGroup(opts GroupOptions) (*Group, error) {
 	return &Group{g: g}, nil
 }
 
-// Start joins the subscription's workers (a lease store of its own, on a
-// small pool of its own), makes sure its lease rows and index exist, and
-// spawns the group's coordinator on the runtime's actor system, which
+// Start joins the subscription's workers (a lease store of its own, on the
+// runtime's lease pool: see RuntimeOptions.LeasePoolConns), makes sure its
+// lease rows and index exist, and spawns the group's coordinator on the runtime's actor system, which
 // claims buckets and runs their readers. The runtime must be running. ctx
 // bounds the start only. A second Start does nothing; after Stop it
 // returns [ErrStopped]; a failed start undoes what it did, and may be tried
@@ -179,11 +178,7 @@ func (gr *Group) start(ctx context.Context) error {
 	if base == nil {
 		base = rt.logger
 	}
-	leasePool, err := newLeasePool(ctx, rt.store.Pool())
-	if err != nil {
-		return err
-	}
-	leases, err := leasestore.New(leasePool, leasestore.Config{
+	leases, err := leasestore.New(rt.leasePool, leasestore.Config{
 		Schema:       rt.store.Schema(),
 		Subscription: opts.Subscription,
 		Worker:       opts.Worker,
@@ -201,7 +196,6 @@ func (gr *Group) start(ctx context.Context) error {
 		err = leases.Start(ctx)
 	}
 	if err != nil {
-		leasePool.Close()
 		return err
 	}
 	var unregister func()
@@ -210,8 +204,7 @@ func (gr *Group) start(ctx context.Context) error {
 			unregister()
 		}
 		_ = leases.Stop(context.Background())
-		leasePool.Close()
-		g.leases, g.leasePool = nil, nil // not started: see finish
+		g.leases = nil // not started: see finish
 		return err
 	}
 	if err := leases.EnsureBuckets(ctx); err != nil {
@@ -220,7 +213,7 @@ func (gr *Group) start(ctx context.Context) error {
 	if err := rt.store.EnsureConsumerGroupIndex(ctx, opts.Buckets); err != nil {
 		return fail(err)
 	}
-	g.leases, g.leasePool, g.publisher = leases, leasePool, rt.publisher
+	g.leases, g.publisher = leases, rt.publisher
 	g.interval, g.renewedAt = leases.Config().Heartbeat, time.Now()
 	g.life, g.endLife = context.WithCancel(context.Background())
 	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
@@ -250,21 +243,19 @@ func (gr *Group) start(ctx context.Context) error {
 	return nil
 }
 
-// LeasePoolConns is the size of each group's own connection pool for its
-// lease store: one connection for the reconcile pass (the lease renewal),
-// one for a handoff or the final release running beside it.
-const LeasePoolConns = 2
-
-// newLeasePool makes a group's pool for its lease store, with the store
-// pool's settings and LeasePoolConns connections. Renewal must never queue
-// behind the readers' and handlers' work for a connection of the store's
-// pool: a busy pool would delay the passes until the leases became unsure
-// and other workers took the buckets over.
-func newLeasePool(ctx context.Context, store *pgxpool.Pool) (*pgxpool.Pool, error) {
+// newLeasePool makes the process's pool for its groups' lease stores, with
+// the store pool's settings and conns connections (RuntimeOptions.
+// LeasePoolConns). Renewal must never queue behind the readers' and
+// handlers' work for a connection of the store's pool: a busy pool would
+// delay the passes until the leases became unsure and other workers took
+// the buckets over. The groups' passes share it: each holds a connection
+// for a round trip or two per heartbeat.
+func newLeasePool(ctx context.Context, store *pgxpool.Pool, conns int) (*pgxpool.Pool, error) {
 	cfg := store.Config().Copy()
-	cfg.MaxConns = LeasePoolConns
-	cfg.MinConns = min(cfg.MinConns, LeasePoolConns)
-	cfg.MinIdleConns = min(cfg.MinIdleConns, LeasePoolConns)
+	n := int32(min(conns, MaxLeasePoolConns)) // validated by New
+	cfg.MaxConns = n
+	cfg.MinConns = min(cfg.MinConns, n)
+	cfg.MinIdleConns = min(cfg.MinIdleConns, n)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kumi: lease pool: %w", err)
@@ -382,7 +373,6 @@ func (g *group) finish(err error) bool {
 		g.readerSupervisor.Close()
 		g.coordinatorSupervisor.Close()
 		_ = g.leases.Stop(context.Background())
-		g.leasePool.Close()
 		g.unregister()
 	}
 	close(g.done)
@@ -546,11 +536,14 @@ func (rt *Runtime) Healthy(context.Context) error {
 // range scan per bucket, too much for every pass.
 const lagInterval = 5 * time.Second
 
-// measureLags measures the owned buckets' lag every lagInterval, and soon
-// after the set of owned buckets changes, until ctx ends. It runs on its
-// own goroutine, over the store's pool, bounded by DatabaseTimeout: the
-// measurement is optional and may be slow, so it never rides on the lease
-// passes, which renew the leases.
+// measureLags keeps the owned buckets' lag at most lagInterval old, and
+// measures it soon after the set of owned buckets changes, until ctx
+// ends: it looks every heartbeat, and when the group's measurement is due
+// it measures every group of the process in one statement (see
+// Runtime.measureAllLags), so that the other groups find theirs fresh. It
+// runs on its own goroutine, over the store's pool, bounded by
+// DatabaseTimeout: the measurement is optional and may be slow, so it
+// never rides on the lease passes, which renew the leases.
 func (g *group) measureLags(ctx context.Context) {
 	t := time.NewTicker(g.interval)
 	defer t.Stop()
@@ -560,55 +553,115 @@ func (g *group) measureLags(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		g.mu.Lock()
-		owned := make([]leasestore.Lease, 0, len(g.owned))
-		for _, l := range g.owned {
-			owned = append(owned, l)
-		}
-		resize := g.resize
-		due := time.Since(g.lagAt) >= lagInterval || len(owned) != len(g.lags)
-		g.mu.Unlock()
-		if !due {
+		decided := time.Now()
+		if !g.lagDue(decided) {
 			continue
 		}
 		mctx, cancel := context.WithTimeout(ctx, g.opts.DatabaseTimeout)
-		lags, err := g.measureLag(mctx, owned, resize)
+		err := g.rt.measureAllLags(mctx, g, decided)
 		cancel()
-		g.mu.Lock()
-		g.lagAt = time.Now()
-		if err == nil {
-			g.lags = lags
-		}
-		g.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			g.logger.Debug("kumi: lag measurement failed; keeping the last one", "err", err)
 		}
 	}
 }
 
-// measureLag reads the held buckets' checkpoints and backlogs, by slot.
-func (g *group) measureLag(ctx context.Context, buckets []leasestore.Lease, resize leasestore.Resize) (map[int]bucketLag, error) {
-	out := make(map[int]bucketLag, len(buckets))
-	if len(buckets) == 0 {
-		return out, nil
+// lagDue reports whether the group's lag is to be measured at now: its
+// last measurement is lagInterval old, or was of other buckets.
+func (g *group) lagDue(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return now.Sub(g.lagAt) >= lagInterval || len(g.owned) != len(g.lags)
+}
+
+// lagRequest is a group's part of a measurement of the process's lag.
+type lagRequest struct {
+	g    *group
+	held []leasestore.Lease
+}
+
+// measureAllLags measures the lag of every group of the process that holds
+// buckets, in one statement, and gives each group its part. A measurement
+// made after decided (another group's, while the asking group waited for
+// it) makes the asking group's unnecessary: it returns at once. A failed
+// measurement leaves every group's last one (it counts as a try all the
+// same, so that the groups do not retry at every heartbeat).
+func (rt *Runtime) measureAllLags(ctx context.Context, asking *group, decided time.Time) error {
+	rt.lagMu.Lock()
+	defer rt.lagMu.Unlock()
+	asking.mu.Lock()
+	fresh := asking.lagAt.After(decided)
+	asking.mu.Unlock()
+	if fresh {
+		return nil
 	}
-	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
-	if err != nil {
-		return nil, err
+	rt.mu.Lock()
+	groups := make([]*group, 0, len(rt.groups)+1)
+	for gr := range rt.groups {
+		groups = append(groups, gr.g)
 	}
-	byBucket := map[int]int64{}
-	for _, c := range cps {
-		byBucket[c.Bucket] = c.Position
+	rt.mu.Unlock()
+	if !slices.Contains(groups, asking) {
+		groups = append(groups, asking) // started, but not registered yet
 	}
-	for _, l := range buckets {
-		cp := byBucket[l.Slot]
-		n, oldest, err := g.rt.bucketLag(ctx, g.opts.Category, l.Bucket, l.Buckets, cp, lagUntil(l, resize))
-		if err != nil {
-			return nil, err
+	var reqs []lagRequest
+	var buckets []eventsource.LagBucket
+	for _, g := range groups {
+		held, resize := g.heldForLag()
+		reqs = append(reqs, lagRequest{g: g, held: held})
+		buckets = append(buckets, lagBuckets(g.opts.Subscription, g.opts.Category, held, resize)...)
+	}
+	var lags []eventsource.BucketBacklog
+	var err error
+	if len(buckets) > 0 {
+		lags, err = rt.bucketLags(ctx, buckets)
+	}
+	at := time.Now()
+	for _, r := range reqs {
+		var part []eventsource.BucketBacklog
+		if err == nil {
+			part, lags = lags[:len(r.held)], lags[len(r.held):]
 		}
-		out[l.Slot] = bucketLag{checkpoint: cp, events: n, oldest: oldest}
+		r.g.setLags(at, r.held, part, err)
 	}
-	return out, nil
+	return err
+}
+
+// heldForLag returns the group's held buckets and resize, as measuring
+// their lag needs them.
+func (g *group) heldForLag() ([]leasestore.Lease, leasestore.Resize) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	held := make([]leasestore.Lease, 0, len(g.owned))
+	for _, l := range g.owned {
+		held = append(held, l)
+	}
+	return held, g.resize
+}
+
+// setLags records a measurement of the held buckets' lag made at at (or
+// its failure: the last one stays).
+func (g *group) setLags(at time.Time, held []leasestore.Lease, lags []eventsource.BucketBacklog, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lagAt = at
+	if err != nil {
+		return
+	}
+	g.lags = make(map[int]bucketLag, len(held))
+	for i, l := range held {
+		g.lags[l.Slot] = bucketLag{checkpoint: lags[i].Checkpoint, events: lags[i].Events, oldest: lags[i].Oldest}
+	}
+}
+
+// lagBuckets is what measuring the held buckets' lag asks of the store.
+func lagBuckets(subscription, category string, held []leasestore.Lease, resize leasestore.Resize) []eventsource.LagBucket {
+	out := make([]eventsource.LagBucket, len(held))
+	for i, l := range held {
+		out[i] = eventsource.LagBucket{Subscription: subscription, Category: category, Slot: l.Slot, Bucket: l.Bucket,
+			Buckets: l.Buckets, Until: lagUntil(l, resize)}
+	}
+	return out
 }
 
 // lagUntil is the last position a held bucket has to deliver: the cut for
@@ -740,9 +793,9 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 		st.Resize.State = leasestore.ResizeSteady
 	}
 	resize := g.resize
-	held := map[int]leasestore.Lease{}
+	held := make([]leasestore.Lease, 0, len(g.owned))
 	for b, l := range g.owned {
-		held[b] = l
+		held = append(held, l)
 		bs := BucketStatus{Bucket: l.Bucket, Generation: l.Generation, Slot: b, Epoch: l.Epoch, Ready: l.Ready,
 			HandingOff: g.handoff[b]}
 		if q := g.queues[b]; q != nil {
@@ -762,21 +815,20 @@ func (gr *Group) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Head = head
-	cps, err := g.store.Checkpoints(ctx, g.opts.Subscription)
+	if len(held) == 0 {
+		return st, nil
+	}
+	lags, err := g.store.BucketLags(ctx, lagBuckets(g.opts.Subscription, g.opts.Category, held, resize))
 	if err != nil {
 		return st, err
 	}
-	byBucket := map[int]int64{}
-	for _, c := range cps {
-		byBucket[c.Bucket] = c.Position
+	bySlot := make(map[int]eventsource.BucketBacklog, len(lags))
+	for i, l := range held {
+		bySlot[l.Slot] = lags[i]
 	}
 	for i := range st.Owned {
 		b := &st.Owned[i]
-		l := held[b.Slot]
-		b.Checkpoint = byBucket[b.Slot]
-		if b.Lag, _, err = g.store.BucketLagUntil(ctx, g.opts.Category, l.Bucket, l.Buckets, b.Checkpoint, lagUntil(l, resize)); err != nil {
-			return st, err
-		}
+		b.Checkpoint, b.Lag = bySlot[b.Slot].Checkpoint, bySlot[b.Slot].Events
 	}
 	return st, nil
 }

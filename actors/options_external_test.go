@@ -99,12 +99,13 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 	var started bool
 	run := actors.RunOptions{
 		Runtime: actors.RuntimeOptions{
-			Logger:       logger,
-			Telemetry:    observability.New(observability.Options{Logger: logger}),
-			PollInterval: 100 * time.Millisecond,
-			Sequencer:    eventsource.SequencerOptions{MinInterval: time.Millisecond, MaxInterval: 20 * time.Millisecond, Logger: logger},
-			Supervision:  supervision.ObserverFunc(func(supervision.Decision) {}),
-			QueueBytes:   32 << 20,
+			Logger:         logger,
+			Telemetry:      observability.New(observability.Options{Logger: logger}),
+			PollInterval:   100 * time.Millisecond,
+			Sequencer:      eventsource.SequencerOptions{MinInterval: time.Millisecond, MaxInterval: 20 * time.Millisecond, Logger: logger},
+			Supervision:    supervision.ObserverFunc(func(supervision.Decision) {}),
+			QueueBytes:     32 << 20,
+			LeasePoolConns: 3,
 			// The primary as its own read pool: every page it reads covers
 			// the head its reader knows, so the read path runs as on a
 			// standby that is never behind.

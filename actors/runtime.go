@@ -56,7 +56,22 @@ type RuntimeOptions struct {
 	// ReadReplica tunes the reads on ReadPool (its Logger defaults to
 	// Logger); ignored without a ReadPool.
 	ReadReplica eventsource.ReadReplicaOptions
+	// LeasePoolConns is the size of the process's lease pool: the
+	// connections, made with the store pool's settings, that every group
+	// of this process shares for its lease passes, handoffs and releases,
+	// so that renewals never queue behind the readers' and handlers' work
+	// on the store's pool. A pass holds one for a round trip or two per
+	// heartbeat. Default 4 (LeasePoolConnsDefault); at least 2 (a pass
+	// and a handoff or release beside it), at most 64.
+	LeasePoolConns int
 }
+
+// Bounds and default of RuntimeOptions.LeasePoolConns.
+const (
+	LeasePoolConnsDefault = 4
+	MinLeasePoolConns     = 2
+	MaxLeasePoolConns     = 64
+)
 
 // RuntimeQueueBytesDefault is RuntimeOptions.QueueBytes's default: 256 MiB
 // lets 32 readers hold their whole default QueueBytes of live batches at
@@ -85,9 +100,11 @@ type Runtime struct {
 	// or replica when RuntimeOptions.ReadPool is set.
 	reads   eventsource.PageReader
 	replica *eventsource.ReadReplica
-	// bucketLag counts a bucket's backlog for the lag metrics: on the
-	// standby with a read pool.
-	bucketLag func(ctx context.Context, category string, bucket, buckets int, after, until int64) (int64, time.Time, error)
+	// bucketLags measures the groups' buckets' checkpoints and backlogs
+	// for the lag metrics, in one statement: on the standby with a read
+	// pool. lagMu serializes the measurements (see measureAllLags).
+	bucketLags func(ctx context.Context, buckets []eventsource.LagBucket) ([]eventsource.BucketBacklog, error)
+	lagMu      sync.Mutex
 	// published is the publisher's position: every event up to it was
 	// posted to its subscribers, or read before they subscribed.
 	published atomic.Int64
@@ -101,6 +118,10 @@ type Runtime struct {
 	// read-ahead too (see reader.readAhead).
 	budget  *overflow.Budget
 	readers atomic.Int64
+
+	// leasePool is the lease stores' pool, shared by every group (see
+	// newLeasePool); made by Start, closed by Stop once the groups ended.
+	leasePool *pgxpool.Pool
 
 	// unregisterSequencer stops the kumi.sequencer.* metrics.
 	unregisterSequencer func()
@@ -132,6 +153,13 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 		return nil, &OptionError{"QueueBytes", opts.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (16 MiB to 1 TiB; 0 means %d)",
 			MinRuntimeQueueBytes, MaxQueueBytes, RuntimeQueueBytesDefault)}
 	}
+	if opts.LeasePoolConns == 0 {
+		opts.LeasePoolConns = LeasePoolConnsDefault
+	}
+	if opts.LeasePoolConns < MinLeasePoolConns || opts.LeasePoolConns > MaxLeasePoolConns {
+		return nil, &OptionError{"LeasePoolConns", opts.LeasePoolConns, fmt.Sprintf("must be in [%d, %d] (0 means %d)",
+			MinLeasePoolConns, MaxLeasePoolConns, LeasePoolConnsDefault)}
+	}
 	budget, err := overflow.NewBudget(opts.QueueBytes)
 	if err != nil {
 		return nil, &OptionError{"QueueBytes", opts.QueueBytes, err.Error()}
@@ -146,7 +174,7 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 	rt := &Runtime{system: system, store: store, opts: opts, logger: logger, groups: map[*Group]struct{}{},
 		dispatcher: newDispatcher(64, 300), budget: budget}
 	rt.telemetry = newTelemetry(opts.Telemetry, logger)
-	rt.reads, rt.bucketLag, rt.unregisterReplica = store, store.BucketLagUntil, func() {}
+	rt.reads, rt.bucketLags, rt.unregisterReplica = store, store.BucketLags, func() {}
 	if opts.ReadPool != nil {
 		ro := opts.ReadReplica
 		if ro.Logger == nil {
@@ -159,7 +187,7 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 		} else if err != nil {
 			return nil, err
 		}
-		rt.reads, rt.replica, rt.bucketLag = replica, replica, replica.BucketLagUntil
+		rt.reads, rt.replica, rt.bucketLags = replica, replica, replica.BucketLags
 	}
 	return rt, nil
 }
@@ -187,9 +215,15 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	leasePool, err := newLeasePool(ctx, rt.store.Pool(), rt.opts.LeasePoolConns)
+	if err != nil {
+		listener.Close()
+		return err
+	}
 	var started []startstop.Service
 	defer func() {
 		if err != nil { // undo, in reverse
+			leasePool.Close()
 			listener.Close()
 			for _, s := range slices.Backward(started) {
 				err = errors.Join(err, s.Stop(context.WithoutCancel(ctx)))
@@ -210,6 +244,7 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 		started = append(started, s)
 	}
 	rt.sequencer, rt.notifier, rt.listener, rt.pub, rt.publisher = sequencer, notifier, listener, pub, pub.pid
+	rt.leasePool = leasePool
 	rt.unregisterSequencer = sync.OnceFunc(rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
 		st := sequencer.Stats()
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),
@@ -270,6 +305,9 @@ func (rt *Runtime) halt(ctx context.Context) error {
 		errs = append(errs, g.Stop(ctx))
 	}
 	errs = append(errs, rt.pub.Stop(ctx))
+	// Every group has ended (or been cut loose by ctx, its lease calls
+	// cancelled with its life): nothing holds a lease connection for long.
+	rt.leasePool.Close()
 	rt.listener.Close()
 	errs = append(errs, rt.notifier.Stop(ctx))
 	rt.unregisterSequencer()

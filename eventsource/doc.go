@@ -90,7 +90,8 @@
 // [Store.ReadStream] and [Store.ReadStreamBackward] page through a stream
 // by version. [Store.ReadCategory], [Store.ReadAll] and [Store.ReadBucket]
 // page through global order from a position (exclusive). [Store.HeadPosition]
-// is the last position handed out; [Store.BucketLag] is a bucket's backlog.
+// is the last position handed out; [Store.BucketLag] is a bucket's backlog,
+// [Store.BucketLags] many buckets' in one statement.
 //
 // # Consumer groups
 //

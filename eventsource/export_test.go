@@ -25,3 +25,7 @@ func (s *Store) BucketSQL(size int) string { return bucketRead(s.q, size).full }
 // TextSize exposes the bound of an event's text form, for a test that
 // checks it against PostgreSQL's.
 var TextSize = textSize
+
+// BucketLagsSQL exposes the statement of Store.BucketLags for sizes, for
+// its plan.
+func (s *Store) BucketLagsSQL(sizes ...int) string { return bucketLagsSQL(s.q, sizes) }

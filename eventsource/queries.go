@@ -2,6 +2,7 @@ package eventsource
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -404,6 +405,33 @@ func bucketLag(q string, size int) string {
   WHERE category = $1 AND (%[2]s, last_position) > ($2, $3) AND %[2]s <= $2 AND last_position IS NOT NULL
     AND last_position - last_version + first_version <= $5::bigint
   ORDER BY %[2]s, last_position LIMIT $4::bigint) lag`, q, m)
+}
+
+// bucketLagsSQL measures many buckets' backlogs in one statement
+// (Store.BucketLags): per group size in sizes, a branch over the arrays of
+// its buckets' indexes in the request, subscriptions, categories, slots,
+// buckets and upper bounds ($2 to $7 for the first size, $8 to $13 for the
+// next, …), each bucket's checkpoint joined, and bucketLag's count after
+// it (at most $1 events), as a lateral scan of the consumer-group index
+// per bucket.
+func bucketLagsSQL(q string, sizes []int) string {
+	var parts []string
+	for i, size := range sizes {
+		m := bucketExpr("a.cg_hash", size)
+		p := 2 + 6*i
+		parts = append(parts, fmt.Sprintf(`SELECT r.i, coalesce(c.position, 0)::bigint, l.n, l.oldest
+FROM unnest($%[3]d::int[], $%[4]d::text[], $%[5]d::text[], $%[6]d::int[], $%[7]d::int[], $%[8]d::bigint[])
+  AS r(i, subscription, category, slot, bucket, until)
+LEFT JOIN %[1]s.checkpoints c ON c.subscription = r.subscription AND c.bucket = r.slot
+CROSS JOIN LATERAL (SELECT LEAST(coalesce(sum(x.n), 0), $1::bigint)::bigint AS n, min(x.recorded_at) AS oldest FROM (
+  SELECT GREATEST(LEAST(a.last_position, r.until) - GREATEST(a.last_position - a.last_version + a.first_version, coalesce(c.position, 0) + 1) + 1, 0) AS n,
+    a.recorded_at
+  FROM %[1]s.appends a
+  WHERE a.category = r.category AND (%[2]s, a.last_position) > (r.bucket, coalesce(c.position, 0)) AND %[2]s <= r.bucket
+    AND a.last_position IS NOT NULL AND a.last_position - a.last_version + a.first_version <= r.until
+  ORDER BY %[2]s, a.last_position LIMIT $1::bigint) x) l`, q, m, p, p+1, p+2, p+3, p+4, p+5))
+	}
+	return strings.Join(parts, "\nUNION ALL\n")
 }
 
 // createConsumerGroupIndex builds the consumer-group index of a group of

@@ -257,6 +257,22 @@ func (r *ReadReplica) BucketLagUntil(ctx context.Context, category string, bucke
 	return r.primary.BucketLagUntil(ctx, category, bucket, buckets, after, until)
 }
 
+// BucketLags is [Store.BucketLags] on the standby — checkpoints and
+// backlogs as of the standby's replay, from one snapshot — or on the
+// primary while reads fall back to it or when the standby fails.
+func (r *ReadReplica) BucketLags(ctx context.Context, buckets []LagBucket) ([]BucketBacklog, error) {
+	if err := r.verified(ctx); err != nil {
+		return nil, err
+	}
+	if !r.fallingBack.Load() {
+		out, err := r.onStandby.BucketLags(ctx, buckets)
+		if err == nil || ctx.Err() != nil {
+			return out, err
+		}
+	}
+	return r.primary.BucketLags(ctx, buckets)
+}
+
 // read reads one page on the standby until it covers known (see
 // [PageReader]), for at most Wait and half of ctx's time left, and on the
 // primary otherwise.

@@ -111,7 +111,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&c.QueueCapacity, "queue-capacity", 0, "reader queue capacity in batches (0: default)")
 	fs.Int64Var(&c.QueueBytes, "queue-bytes", 0, "each reader's byte bound (0: default, 8 MiB)")
 	fs.Int64Var(&c.ProcessQueueBytes, "process-queue-bytes", 0, "the byte bound of every reader queue of the process together (0: default, 256 MiB)")
-	fs.IntVar(&c.PoolConns, "pool-conns", 8, "connections in the worker's pool (each group adds its lease pool's)")
+	fs.IntVar(&c.PoolConns, "pool-conns", 8, "connections in the worker's pool (the process's lease pool adds its own)")
 	fs.IntVar(&c.BatchSize, "batch-size", 0, "reader catch-up page size (0: default)")
 	var policy string
 	fs.StringVar(&policy, "overflow", "pause_and_resume", "reader queue overflow policy: pause_and_resume, drop_subscription or drop_oldest")

@@ -1,0 +1,288 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+)
+
+// statementCounter is a pgx tracer that counts the statements (queries,
+// batches, copies) sent on every connection made from a worker's pool
+// config: the store's pool, the lease pool, the sequencer's and the
+// notifier's connections all copy it.
+type statementCounter struct {
+	n atomic.Int64
+	// marked counts the statements sent under a context marked with
+	// markStatements.
+	marked atomic.Int64
+	mu     sync.Mutex
+	by     map[string]int64
+}
+
+// statementKey marks a context whose statements statementCounter counts
+// in marked.
+type statementKey struct{}
+
+// markStatements marks ctx's statements for statementCounter.marked.
+func markStatements(ctx context.Context) context.Context {
+	return context.WithValue(ctx, statementKey{}, true)
+}
+
+func newStatementCounter() *statementCounter { return &statementCounter{by: map[string]int64{}} }
+
+func (c *statementCounter) count(ctx context.Context, sql string) {
+	c.n.Add(1)
+	if ctx.Value(statementKey{}) != nil {
+		c.marked.Add(1)
+	}
+	k := strings.Join(strings.Fields(sql), " ")
+	if len(k) > 60 {
+		k = k[:60]
+	}
+	c.mu.Lock()
+	c.by[k]++
+	c.mu.Unlock()
+}
+
+// TraceQueryStart counts a statement.
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.count(ctx, d.SQL)
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TraceBatchStart counts a batch as one round trip.
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.count(ctx, "(batch)")
+	return ctx
+}
+
+// TraceBatchQuery does nothing.
+func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd does nothing.
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// snapshot returns the counts by statement.
+func (c *statementCounter) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.by))
+	for k, v := range c.by {
+		out[k] = v
+	}
+	return out
+}
+
+// idleWindow is the idle cost's measuring window; KUMI_BENCH_IDLE_WINDOW
+// (a duration) overrides it.
+func idleWindow() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("KUMI_BENCH_IDLE_WINDOW")); err == nil && d > 0 {
+		return d
+	}
+	return 15 * time.Second
+}
+
+// idlePoolConns is the size of each worker's store pool in the idle
+// benchmark (the demo's workers' 8); KUMI_BENCH_IDLE_POOL overrides it.
+func idlePoolConns() int32 {
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_IDLE_POOL")); err == nil && n > 0 && n <= 1000 {
+		return int32(n)
+	}
+	return 8
+}
+
+// idleKs is the subscription counts measured; KUMI_BENCH_IDLE_K (comma
+// separated) overrides them.
+func idleKs() []int {
+	ks := []int{1, 10, 50}
+	if s := os.Getenv("KUMI_BENCH_IDLE_K"); s != "" {
+		ks = nil
+		for _, f := range strings.Split(s, ",") {
+			if k, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && k > 0 {
+				ks = append(ks, k)
+			}
+		}
+	}
+	return ks
+}
+
+// idleWorker is one worker of the idle benchmark: its pool (named by
+// application_name, counted by its tracer), actor system and runtime, and
+// its K groups.
+type idleWorker struct {
+	app    string
+	stmts  *statementCounter
+	rt     *Runtime
+	groups []*Group
+}
+
+// BenchmarkIdleCost: K subscriptions × 16 buckets × W workers (W runtimes
+// in this process, each with its own pool, actor system and runtime, as
+// W processes would have), no-op function handlers, the groups' default
+// options (leases included), and nothing appended. Once every worker holds
+// its fair share of every subscription, it measures over a window (15 s;
+// KUMI_BENCH_IDLE_WINDOW) the connections each worker holds to the
+// database (pg_stat_activity by the pool's application_name), the
+// statements each worker sends (a pgx tracer on its pool's config, which
+// the sequencer's, notifier's and lease pool's connections copy) and the
+// whole database's transactions (pg_stat_database's xact_commit +
+// xact_rollback delta). KUMI_BENCH_IDLE_K (default 1,10,50),
+// KUMI_BENCH_IDLE_POOL (each worker's store pool, default 8) and
+// KUMI_BENCH_WORKERS (default 2) vary it; see docs/benchmarks.md, "Idle
+// cost of many subscriptions".
+func BenchmarkIdleCost(b *testing.B) {
+	workers := 2
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_WORKERS")); err == nil && n > 0 {
+		workers = n
+	}
+	for _, k := range idleKs() {
+		measureIdle(b, k, workers)
+	}
+}
+
+func measureIdle(b *testing.B, k, nw int) {
+	ctx := context.Background()
+	schema := pgtest.NewSchema(b)
+	probe, err := pgx.Connect(ctx, pgtest.URL(b))
+	require.NoError(b, err)
+	defer func() { _ = probe.Close(ctx) }()
+	ws := make([]*idleWorker, nw)
+	for i := range ws {
+		ws[i] = startIdleWorker(b, schema, fmt.Sprintf("kumi-idle-%d-%d", k, i))
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range k {
+				g, err := w.rt.StartGroup(ctx, GroupOptions{Subscription: fmt.Sprintf("idle-%d", s), Category: "idle",
+					Buckets: 16, Worker: w.app, Handler: Func(func(context.Context, *Delivery) error { return nil })})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				w.groups = append(w.groups, g)
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(b, b.Failed())
+	share := 16 / nw
+	pgtest.Eventually(b, 5*time.Minute, func() bool {
+		for _, w := range ws {
+			for _, g := range w.groups {
+				if n := len(g.g.ownedBuckets()); n < share || n > share+1 {
+					return false
+				}
+			}
+		}
+		return true
+	}, "every worker holds its fair share of every subscription")
+	settled := time.Since(start)
+	// Let the claims' traffic end: a pass or two after the last handoff.
+	time.Sleep(3 * time.Second) // a benchmark's settling time: no condition marks the end of the claims' traffic
+	xacts := func() int64 {
+		var n int64
+		require.NoError(b, probe.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
+		return n
+	}
+	before := make([]int64, nw)
+	for i, w := range ws {
+		before[i] = w.stmts.n.Load()
+	}
+	byBefore := ws[0].stmts.snapshot()
+	x0, t0 := xacts(), time.Now()
+	time.Sleep(idleWindow()) // the measuring window
+	conns := map[string]int64{}
+	rows, err := probe.Query(ctx, `SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = current_database() GROUP BY 1`)
+	require.NoError(b, err)
+	for rows.Next() {
+		var app string
+		var n int64
+		require.NoError(b, rows.Scan(&app, &n))
+		conns[app] = n
+	}
+	require.NoError(b, rows.Err())
+	x1, window := xacts(), time.Since(t0)
+	var sumConns, sumStmts int64
+	for i, w := range ws {
+		sumConns += conns[w.app]
+		sumStmts += w.stmts.n.Load() - before[i]
+	}
+	xactRate := float64(x1-x0-2) / window.Seconds() // less the probe's own two looks
+	perConns := float64(sumConns) / float64(nw)
+	perStmts := float64(sumStmts) / float64(nw) / window.Seconds()
+	b.ReportMetric(perConns, fmt.Sprintf("conns/worker-K%d", k))
+	b.ReportMetric(perStmts, fmt.Sprintf("stmts/s/worker-K%d", k))
+	b.ReportMetric(xactRate, fmt.Sprintf("xact/s-K%d", k))
+	// The first worker's statements by kind, the busiest first.
+	after := ws[0].stmts.snapshot()
+	type kind struct {
+		sql string
+		n   int64
+	}
+	var kinds []kind
+	for sql, n := range after {
+		if d := n - byBefore[sql]; d > 0 {
+			kinds = append(kinds, kind{sql, d})
+		}
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i].n > kinds[j].n })
+	var top []string
+	for _, kd := range kinds[:min(len(kinds), 5)] {
+		top = append(top, fmt.Sprintf("%.1f/s %q", float64(kd.n)/window.Seconds(), kd.sql))
+	}
+	b.Logf("K=%d subscriptions × 16 buckets × %d workers (in-process runtimes, store pools of %d), idle for %v after the fair share (reached in %v): "+
+		"%d connections (%.1f per worker), %.1f statements/s per worker, %.0f transactions/s in the database; load %s; "+
+		"worker 0's statements: %s",
+		k, nw, idlePoolConns(), window.Round(time.Millisecond), settled.Round(time.Millisecond), sumConns, perConns, perStmts, xactRate,
+		loadAverage(), strings.Join(top, ", "))
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, w := range ws {
+		require.NoError(b, w.rt.Stop(stopCtx))
+	}
+}
+
+// startIdleWorker starts a worker's runtime on a pool of its own named app.
+func startIdleWorker(b *testing.B, schema, app string) *idleWorker {
+	b.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(b))
+	require.NoError(b, err)
+	cfg.MaxConns = idlePoolConns()
+	w := &idleWorker{app: app, stmts: newStatementCounter()}
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cfg.ConnConfig.Tracer = w.stmts
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	s, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	require.NoError(b, err)
+	w.rt, err = startedRuntime(context.Background(), quietSystem(), s, RuntimeOptions{})
+	require.NoError(b, err)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = w.rt.Stop(ctx)
+	})
+	return w
+}
