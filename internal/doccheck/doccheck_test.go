@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/kumi-run/kumi/internal/goname"
 )
 
 // root is the module's root, from this package's directory.
@@ -180,7 +182,7 @@ func declared(t *testing.T) decls {
 			case *ast.FuncDecl:
 				name := x.Name.Name
 				if x.Recv != nil {
-					member(recvName(x.Recv.List[0].Type), name)
+					member(goname.Of(x.Recv.List[0].Type), name)
 					continue
 				}
 				if test {
@@ -219,23 +221,6 @@ func declared(t *testing.T) decls {
 	return d
 }
 
-func recvName(e ast.Expr) string {
-	for {
-		switch x := e.(type) {
-		case *ast.StarExpr:
-			e = x.X
-		case *ast.IndexExpr:
-			e = x.X
-		case *ast.IndexListExpr:
-			e = x.X
-		case *ast.Ident:
-			return x.Name
-		default:
-			return ""
-		}
-	}
-}
-
 // fieldsOf calls add with the name of each field of a struct (and the
 // name of its type, when it is a named one) or method of an interface.
 func fieldsOf(e ast.Expr, add func(name, typ string)) {
@@ -249,7 +234,7 @@ func fieldsOf(e ast.Expr, add func(name, typ string)) {
 		return
 	}
 	for _, f := range list.List {
-		typ := recvName(f.Type)
+		typ := goname.Of(f.Type)
 		if sel, ok := f.Type.(*ast.SelectorExpr); ok {
 			typ = sel.Sel.Name
 		}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/kumi-run/kumi/internal/goname"
 )
 
 func main() {
@@ -147,22 +149,5 @@ func members(t ast.Expr) int {
 
 // exportedRecv reports whether a method's receiver type is exported.
 func exportedRecv(r *ast.FieldList) bool {
-	if len(r.List) == 0 {
-		return false
-	}
-	t := r.List[0].Type
-	for {
-		switch x := t.(type) {
-		case *ast.StarExpr:
-			t = x.X
-		case *ast.IndexExpr:
-			t = x.X
-		case *ast.IndexListExpr:
-			t = x.X
-		case *ast.Ident:
-			return x.IsExported()
-		default:
-			return false
-		}
-	}
+	return len(r.List) > 0 && ast.IsExported(goname.Of(r.List[0].Type))
 }
