@@ -3,6 +3,7 @@ package actors_test
 import (
 	"context"
 	"log/slog"
+	"net"
 	"reflect"
 	"testing"
 	"time"
@@ -116,6 +117,8 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 		System:      actor.NewActorSystem(actor.WithLoggerFactory(observability.ProtoactorLoggerFactory(logger))),
 		StopTimeout: 20 * time.Second,
 		Started:     func(*actors.Runtime, []*actors.Group) { started = true },
+		Serve:       "127.0.0.1:0",
+		Serving:     func(net.Addr) {},
 	}
 	requireEverySet(t, group, "GroupOptions")
 	requireEverySet(t, run, "RunOptions")

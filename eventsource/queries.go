@@ -21,6 +21,7 @@ type queries struct {
 	readCategory, readAll                 readSQL
 	readEventsByID                        readSQL
 	headPosition                          string
+	categories                            string
 	serverLook                            string
 
 	sequencerLastSeq, sequencerLock, sequencerAssign, sequencerPending string
@@ -138,6 +139,15 @@ WHERE e.stream_name = $1 AND e.version <= $2 ORDER BY e.version DESC LIMIT $3`, 
 		readEventsByID: eventRead(streamPosition, `FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, ord)
 JOIN %[1]s.events e ON e.event_id = k.id `+rangeOf+` ORDER BY k.ord`, q),
 		headPosition: fmt.Sprintf(`SELECT last_position FROM %s.sequencer WHERE id = 1`, q),
+		// A skip scan of the appends' (category, position) index: one
+		// probe per category.
+		categories: fmt.Sprintf(`WITH RECURSIVE c(category) AS (
+  (SELECT category FROM %[1]s.appends WHERE last_position IS NOT NULL ORDER BY category LIMIT 1)
+  UNION ALL
+  SELECT (SELECT a.category FROM %[1]s.appends a
+           WHERE a.last_position IS NOT NULL AND a.category > c.category ORDER BY a.category LIMIT 1)
+    FROM c WHERE c.category IS NOT NULL
+) SELECT category FROM c WHERE category IS NOT NULL LIMIT $1`, q),
 		// Store.lookAtServer: the timeline (the name of the WAL file being
 		// written starts with it; fails on a standby) and the head.
 		serverLook: fmt.Sprintf(`SELECT pg_walfile_name(pg_current_wal_lsn()),

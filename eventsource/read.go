@@ -95,6 +95,13 @@ func (s *Store) HeadPosition(ctx context.Context) (int64, error) {
 	return p, err
 }
 
+// Categories returns up to limit of the categories that have sequenced
+// events, by name, one index probe per category.
+func (s *Store) Categories(ctx context.Context, limit int) ([]string, error) {
+	rows, _ := s.pool.Query(ctx, s.sql.categories, limit)
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // bounds limit a read: at most events events (the result slice is sized
 // for them once: events are large, and growing the slice copies them), and
 // when bytes > 0, no event after the one that brings the total

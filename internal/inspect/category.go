@@ -64,28 +64,9 @@ func checkCategory(ctx context.Context, reads *eventsource.Store, in *Inspection
 }
 
 // Categories returns up to limit of the categories that have sequenced
-// events, by name: a skip scan of the appends' (category, position) index,
-// one probe per category.
+// events, by name ([eventsource.Store.Categories]), saying so when the
+// schema is not migrated.
 func Categories(ctx context.Context, store *eventsource.Store, limit int) ([]string, error) {
-	q := store.QuotedSchema()
-	rows, err := store.Pool().Query(ctx, `WITH RECURSIVE c(category) AS (
-		(SELECT category FROM `+q+`.appends WHERE last_position IS NOT NULL ORDER BY category LIMIT 1)
-		UNION ALL
-		SELECT (SELECT a.category FROM `+q+`.appends a
-		         WHERE a.last_position IS NOT NULL AND a.category > c.category ORDER BY a.category LIMIT 1)
-		  FROM c WHERE c.category IS NOT NULL
-	) SELECT category FROM c WHERE category IS NOT NULL LIMIT $1`, limit)
-	if err != nil {
-		return nil, notMigrated(store.Schema(), err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, notMigrated(store.Schema(), rows.Err())
+	cats, err := store.Categories(ctx, limit)
+	return cats, notMigrated(store.Schema(), err)
 }
