@@ -681,7 +681,7 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 	st := observability.SubscriptionStatus{Subscription: g.opts.Subscription, Worker: g.leases.Worker(), Buckets: g.buckets(), LiveWorkers: g.liveWorkers}
 	for b, l := range g.owned {
 		lag := g.lags[b]
-		bs := observability.BucketStatus{Bucket: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}
+		bs := observability.BucketStatus{Generation: l.Generation, Bucket: l.Bucket, Slot: b, Epoch: l.Epoch, State: "reading", Checkpoint: max(lag.checkpoint, g.progress[b]), LagEvents: lag.events}
 		if st := g.readerStates[b]; st != "" {
 			bs.State = st
 		}
@@ -704,7 +704,7 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 		}
 		st.Owned = append(st.Owned, bs)
 	}
-	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Bucket < st.Owned[j].Bucket })
+	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Slot < st.Owned[j].Slot })
 	st.Published = g.rt.published.Load()
 	return st
 }

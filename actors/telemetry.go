@@ -47,7 +47,7 @@ func (t *telemetry) startReaderFetch(ctx context.Context, bucket int, from int64
 func (t *telemetry) startDelivery(bg context.Context, d *Delivery) (context.Context, observability.DeliverySpan) {
 	parent := eventsource.TraceContext(bg, d.Event.Metadata)
 	return t.t.StartDelivery(parent, observability.DeliveryInfo{
-		Subscription: d.Subscription, Bucket: d.Bucket, Worker: t.worker,
+		Subscription: d.Subscription, Bucket: eventsource.Slot(d.Generation, d.Bucket), Worker: t.worker,
 		Category: d.Event.Category, Stream: d.Event.Stream, EventUUID: d.Event.ID,
 		EventType: d.Event.Type, Version: d.Event.Version, Position: d.Event.Position, Attempt: d.Attempt,
 	})

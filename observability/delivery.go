@@ -14,8 +14,9 @@ import (
 
 // DeliveryInfo describes one delivery of one event to the handler.
 type DeliveryInfo struct {
-	// Subscription and Bucket say which reader delivers; Worker is this
-	// worker's id.
+	// Subscription and Bucket say which reader delivers (Bucket is the
+	// store's slot, carried split as kumi.generation and kumi.bucket, as
+	// in OwnershipChange); Worker is this worker's id.
 	Subscription string
 	Bucket       int
 	Worker       string
@@ -79,7 +80,6 @@ func (t *Telemetry) StartDelivery(ctx context.Context, info DeliveryInfo) (conte
 			attribute.String(AttrMessagingConsumerGroup, info.Subscription),
 			attribute.String(AttrMessagingMessageID, info.EventID),
 			attribute.String(AttrSubscription, info.Subscription),
-			attribute.Int(AttrBucket, info.Bucket),
 			attribute.String(AttrWorker, info.Worker),
 			attribute.String(AttrStream, info.Stream),
 			attribute.String(AttrEventType, info.EventType),
@@ -87,6 +87,7 @@ func (t *Telemetry) StartDelivery(ctx context.Context, info DeliveryInfo) (conte
 			attribute.Int64(AttrPosition, info.Position),
 			attribute.Int(AttrAttempt, info.Attempt),
 		)
+		span.SetAttributes(bucketAttrs(info.Bucket)...)
 	}
 	t.inst.delivered.Add(ctx, 1, t.measure(measureKey{kind: measureBucket, sub: info.Subscription, bucket: info.Bucket}).add...)
 	return ctx, DeliverySpan{t: t, span: span, start: time.Now(), sub: info.Subscription, bkt: info.Bucket}

@@ -12,6 +12,8 @@ import (
 
 // OverflowInfo describes one overflow of a reader's bounded queue.
 type OverflowInfo struct {
+	// Subscription and Bucket say whose queue overflowed; Bucket is the
+	// store's slot, carried split as in OwnershipChange.
 	Subscription string
 	Bucket       int
 	// Policy is one of the Policy* constants.
@@ -41,7 +43,8 @@ func (t *Telemetry) Overflow(ctx context.Context, o OverflowInfo) {
 	attrs := func() []attribute.KeyValue {
 		return []attribute.KeyValue{
 			attribute.String(AttrSubscription, o.Subscription),
-			attribute.Int(AttrBucket, o.Bucket),
+			attribute.Int(AttrGeneration, slotGeneration(o.Bucket)),
+			attribute.Int(AttrBucket, slotBucket(o.Bucket)),
 			attribute.String(AttrPolicy, o.Policy),
 			attribute.Int(AttrDepth, o.Depth),
 			attribute.Int(AttrCapacity, o.Capacity),
@@ -68,7 +71,8 @@ func (t *Telemetry) Overflow(ctx context.Context, o OverflowInfo) {
 	}
 	if t.logger.Enabled(ctx, level) {
 		t.logger.LogAttrs(ctx, level, "kumi: reader queue overflow",
-			slog.String("subscription", o.Subscription), slog.Int("bucket", o.Bucket),
+			slog.String("subscription", o.Subscription),
+			slog.Int("generation", slotGeneration(o.Bucket)), slog.Int("bucket", slotBucket(o.Bucket)),
 			slog.String("policy", o.Policy), slog.Int("depth", o.Depth),
 			slog.Int("capacity", o.Capacity), slog.Int("dropped", o.Dropped))
 	}

@@ -82,8 +82,8 @@ func TestOverflow(t *testing.T) {
 	assert.EqualValues(t, 0, sum(t, ms, observability.MetricQueueDropped, map[string]any{observability.AttrSubscription: "audit"}))
 
 	logs := h.logs.String()
-	assert.Contains(t, logs, `level=DEBUG msg="kumi: reader queue overflow" subscription=orders bucket=1 policy=pause_and_resume`)
-	assert.Contains(t, logs, `level=WARN msg="kumi: reader queue overflow" subscription=orders bucket=2 policy=drop_oldest`)
+	assert.Contains(t, logs, `level=DEBUG msg="kumi: reader queue overflow" subscription=orders generation=0 bucket=1 policy=pause_and_resume`)
+	assert.Contains(t, logs, `level=WARN msg="kumi: reader queue overflow" subscription=orders generation=0 bucket=2 policy=drop_oldest`)
 }
 
 // Batches dropped without an overflow (DropOldest's evictions, refusals

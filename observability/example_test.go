@@ -225,7 +225,7 @@ func ExampleHandler() {
 	defer tel.Close()
 	tel.RegisterStatus(func() observability.SubscriptionStatus {
 		return observability.SubscriptionStatus{Subscription: "orders", Worker: "worker-a", Buckets: 2,
-			Owned: []observability.BucketStatus{{Bucket: 1, Epoch: 7, State: "live", Checkpoint: 42}}}
+			Owned: []observability.BucketStatus{{Bucket: 1, Slot: 1, Epoch: 7, State: "live", Checkpoint: 42}}}
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/ops/", http.StripPrefix("/ops", observability.Handler(observability.HandlerOptions{
@@ -259,7 +259,7 @@ func ExampleHandler() {
 	fmt.Println(<-done)
 	// Output:
 	// /ops/healthz 200 ok
-	// /ops/status 200 [{"subscription":"orders","worker":"worker-a","buckets":2,"owned":[{"bucket":1,"epoch":7,"state":"live","checkpoint":42,"lag_events":0,"lag_seconds":0,"queue_depth":0,"queue_bytes":0}]}]
+	// /ops/status 200 [{"subscription":"orders","worker":"worker-a","buckets":2,"owned":[{"generation":0,"bucket":1,"slot":1,"epoch":7,"state":"live","checkpoint":42,"lag_events":0,"lag_seconds":0,"queue_depth":0,"queue_bytes":0}]}]
 	// <nil>
 }
 

@@ -55,9 +55,9 @@ func (t *Telemetry) StartReaderFetch(ctx context.Context, subscription string, b
 			attribute.String(AttrMessagingConsumerGroup, subscription),
 			attribute.String(AttrSource, SourceReader),
 			attribute.String(AttrSubscription, subscription),
-			attribute.Int(AttrBucket, bucket),
 			attribute.Int64(AttrFrom, from),
 		)
+		span.SetAttributes(bucketAttrs(bucket)...)
 	}
 	return ctx, FetchSpan{t: t, span: span, start: time.Now(), source: SourceReader}
 }

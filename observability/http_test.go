@@ -81,17 +81,17 @@ func TestHandler(t *testing.T) {
 	code, body, _ := get(t, h, "/metrics")
 	require.Equal(t, http.StatusOK, code)
 	for _, want := range []string{
-		`kumi_events_delivered_total{kumi_bucket="2",kumi_subscription="orders"`,
-		`kumi_events_acked_total{kumi_bucket="2",kumi_subscription="orders"`,
+		`kumi_events_delivered_total{kumi_bucket="2",kumi_generation="0",kumi_subscription="orders"`,
+		`kumi_events_acked_total{kumi_bucket="2",kumi_generation="0",kumi_subscription="orders"`,
 		`kumi_handler_duration_seconds_bucket{kumi_outcome="ack",kumi_subscription="orders"`,
 		`kumi_ownership_changes_total{kumi_change="claim",kumi_subscription="orders"`,
 		`kumi_queue_overflows_total{kumi_policy="pause_and_resume",kumi_subscription="orders"`,
 		`kumi_queue_dropped_total{kumi_policy="pause_and_resume",kumi_subscription="orders"`,
 		`kumi_buckets_owned{kumi_subscription="orders",kumi_worker="w1"`,
-		`kumi_lag_events{kumi_bucket="2",kumi_subscription="orders"`,
-		`kumi_lag_seconds{kumi_bucket="2",kumi_subscription="orders"`,
-		`kumi_queue_depth{kumi_bucket="2",kumi_subscription="orders"`,
-		`kumi_queue_bytes{kumi_bucket="2",kumi_subscription="orders"`,
+		`kumi_lag_events{kumi_bucket="2",kumi_generation="0",kumi_subscription="orders"`,
+		`kumi_lag_seconds{kumi_bucket="2",kumi_generation="0",kumi_subscription="orders"`,
+		`kumi_queue_depth{kumi_bucket="2",kumi_generation="0",kumi_subscription="orders"`,
+		`kumi_queue_bytes{kumi_bucket="2",kumi_generation="0",kumi_subscription="orders"`,
 	} {
 		assert.Contains(t, body, want)
 	}

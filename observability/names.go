@@ -76,7 +76,8 @@ const (
 // bucket, worker, outcome, kind, policy, operation, actor, directive).
 const (
 	AttrSubscription = "kumi.subscription"  // subscription (consumer group) name
-	AttrBucket       = "kumi.bucket"        // bucket number, 0..buckets-1
+	AttrBucket       = "kumi.bucket"        // bucket number within its generation, 0..buckets-1
+	AttrGeneration   = "kumi.generation"    // the bucket's generation: 0, then one more per resize
 	AttrBuckets      = "kumi.buckets"       // the subscription's bucket count N
 	AttrWorker       = "kumi.worker"        // this worker's id
 	AttrPeer         = "kumi.peer"          // the other worker of a handoff or steal

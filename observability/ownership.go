@@ -31,7 +31,10 @@ var (
 type OwnershipChange struct {
 	// Kind is what happened.
 	Kind ChangeKind
-	// Subscription and Bucket identify the lease.
+	// Subscription and Bucket identify the lease. Bucket is the store's
+	// slot (generation × 65536 + bucket, as eventsource.Slot makes it);
+	// spans, metrics and logs carry it split, as kumi.generation and
+	// kumi.bucket.
 	Subscription string
 	Bucket       int
 	// Worker is this worker's id.
@@ -80,10 +83,10 @@ func (t *Telemetry) OwnershipChange(ctx context.Context, c OwnershipChange) {
 		span.SetAttributes(
 			attribute.String(AttrChange, string(c.Kind)),
 			attribute.String(AttrSubscription, c.Subscription),
-			attribute.Int(AttrBucket, c.Bucket),
 			attribute.String(AttrWorker, c.Worker),
 			attribute.Int64(AttrEpoch, c.Epoch),
 		)
+		span.SetAttributes(bucketAttrs(c.Bucket)...)
 		if c.Peer != "" {
 			span.SetAttributes(attribute.String(AttrPeer, c.Peer))
 		}
@@ -113,7 +116,8 @@ func (t *Telemetry) OwnershipChange(ctx context.Context, c OwnershipChange) {
 		attrs := []slog.Attr{
 			slog.String("change", string(c.Kind)),
 			slog.String("subscription", c.Subscription),
-			slog.Int("bucket", c.Bucket),
+			slog.Int("generation", slotGeneration(c.Bucket)),
+			slog.Int("bucket", slotBucket(c.Bucket)),
 			slog.String("worker", c.Worker),
 			slog.Int64("epoch", c.Epoch),
 		}

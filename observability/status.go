@@ -28,8 +28,14 @@ type SubscriptionStatus struct {
 
 // BucketStatus is one owned bucket.
 type BucketStatus struct {
-	Bucket int   `json:"bucket"`
-	Epoch  int64 `json:"epoch"`
+	// Generation and Bucket name the bucket as operators and `kumi
+	// status` do: bucket 0 … N-1 of generation 0, then of each later
+	// generation (one per resize). Slot is the number the store keys its
+	// checkpoint and lease by (generation × 65536 + bucket).
+	Generation int   `json:"generation"`
+	Bucket     int   `json:"bucket"`
+	Slot       int   `json:"slot"`
+	Epoch      int64 `json:"epoch"`
 	// State is the reader's state, free text such as "catching_up",
 	// "live", "paused", "handing_off".
 	State string `json:"state,omitempty"`
@@ -151,6 +157,7 @@ func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
 		for _, b := range s.Owned {
 			opt := metric.WithAttributeSet(attribute.NewSet(
 				attribute.String(AttrSubscription, s.Subscription),
+				attribute.Int(AttrGeneration, b.Generation),
 				attribute.Int(AttrBucket, b.Bucket)))
 			o.ObserveInt64(t.inst.lagEvents, b.LagEvents, opt)
 			o.ObserveFloat64(t.inst.lagSeconds, b.LagSeconds, opt)

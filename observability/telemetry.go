@@ -268,11 +268,11 @@ func (t *Telemetry) measure(k measureKey) *measure {
 	var kv []attribute.KeyValue
 	switch k.kind {
 	case measureBucket:
-		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.Int(AttrBucket, k.bucket)}
+		kv = append([]attribute.KeyValue{attribute.String(AttrSubscription, k.sub)}, bucketAttrs(k.bucket)...)
 	case measureHandler:
 		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrOutcome, k.s)}
 	case measureRetry:
-		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.Int(AttrBucket, k.bucket), attribute.String(AttrOutcome, k.s)}
+		kv = append([]attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrOutcome, k.s)}, bucketAttrs(k.bucket)...)
 	case measureOverflow:
 		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrPolicy, k.s)}
 	case measureFetch:

@@ -261,7 +261,7 @@ func slotStatus(p *proc, slot int) string {
 	}
 	for _, sub := range page.Subscriptions {
 		for _, o := range sub.Owned {
-			if o.Bucket == slot {
+			if o.Slot == slot {
 				out, _ := json.Marshal(o)
 				return fmt.Sprintf("%s; its publisher read through %d", out, sub.Published)
 			}
