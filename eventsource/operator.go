@@ -49,8 +49,12 @@ func (s *Store) ProgressTx(ctx context.Context, tx pgx.Tx, subscription string) 
 // checkpoints and dead letters.
 type SubscriptionStats struct {
 	Subscription string // the subscription's name
-	Checkpoints  int    // buckets with a stored checkpoint
-	DeadLetters  int    // dead letters not replayed
+	// Checkpoints is the number of buckets with a stored checkpoint in
+	// the latest generation that has any: after a resize from 16 to 32
+	// buckets, 32, not the 48 the two generations hold together (the
+	// old generation's stay, as its history).
+	Checkpoints int
+	DeadLetters int // dead letters not replayed
 }
 
 // Subscriptions lists every subscription that has checkpoints or dead

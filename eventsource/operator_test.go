@@ -151,3 +151,24 @@ func TestLockCheckpointTx(t *testing.T) {
 	_, err = s.LockCheckpointTx(ctx, nil, "billing", -1)
 	require.ErrorIs(t, err, eventsource.ErrInvalidCheckpoint)
 }
+
+// After a resize the store holds both generations' checkpoints (the old
+// one's as its history); a subscription's count is its latest
+// generation's, the buckets it serves, not the sum of the two.
+func TestSubscriptionsCountTheLatestGenerationsCheckpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStoreWithHead(t, 10)
+	for _, slot := range []int{0, 1, eventsource.Slot(1, 0), eventsource.Slot(1, 1), eventsource.Slot(1, 2)} {
+		_, err := s.SaveCheckpoint(ctx, "resized", slot, 5, nil)
+		require.NoError(t, err)
+	}
+	_, err := s.SaveCheckpoint(ctx, "steady", 3, 5, nil)
+	require.NoError(t, err)
+	got, err := s.Subscriptions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []eventsource.SubscriptionStats{
+		{Subscription: "resized", Checkpoints: 3},
+		{Subscription: "steady", Checkpoints: 1},
+	}, got)
+}

@@ -356,10 +356,11 @@ ON CONFLICT (subscription, bucket) DO UPDATE SET position = c.position RETURNING
     UNION SELECT subscription FROM %[1]s.dead_letters
 )
 SELECT n.subscription,
-    (SELECT count(*) FROM %[1]s.checkpoints c WHERE c.subscription = n.subscription),
+    (SELECT count(*) FROM %[1]s.checkpoints c WHERE c.subscription = n.subscription
+        AND c.bucket / %[2]d = (SELECT max(l.bucket / %[2]d) FROM %[1]s.checkpoints l WHERE l.subscription = n.subscription)),
     (SELECT count(*) FROM %[1]s.dead_letters d WHERE d.subscription = n.subscription AND d.replayed_at IS NULL)
 FROM names n
-ORDER BY n.subscription`, q),
+ORDER BY n.subscription`, q, MaxGroupSize),
 		categoryCount: fmt.Sprintf(`SELECT count(*) FROM %s.events WHERE category = $1`, q),
 		subscriptionKnown: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s.checkpoints WHERE subscription = $1)
     OR EXISTS (SELECT 1 FROM %[1]s.dead_letters WHERE subscription = $1)`, q),

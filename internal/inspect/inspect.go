@@ -286,7 +286,7 @@ type SubscriptionSummary struct {
 	Buckets      int    `json:"buckets"`              // N; 0 when it has checkpoints but no lease rows
 	Held         int    `json:"held"`                 // buckets with a live owner
 	LiveWorkers  int    `json:"live_workers"`         // live workers
-	Checkpoints  int    `json:"checkpoints"`          // buckets with a stored checkpoint
+	Checkpoints  int    `json:"checkpoints"`          // buckets with a stored checkpoint, in the latest generation that has any
 	DeadLetters  int    `json:"pending_dead_letters"` // pending dead letters
 	// Resize says a running resize's counts and state ("8 → 32, switched");
 	// "" when none runs.
