@@ -134,7 +134,9 @@ func generations(in inspect.Inspection) (serving, next []inspect.BucketRow) {
 // ownership logs the buckets of the serving generation whose effective
 // owner (one with an unexpired lease) changed between two samples, grouped
 // by who took them. Across a resize's completion the bucket numbers are
-// another generation's: nothing is compared.
+// another generation's: nothing is compared. After a resize each line
+// names the generation its buckets are of ("w2 took 0 1 of generation 1
+// from w3"); generation 0's lines read as they always did.
 func (d *demo) ownership(prev, cur *sample) {
 	type key struct{ to, from, how string }
 	moved := map[key][]int{}
@@ -172,6 +174,9 @@ func (d *demo) ownership(prev, cur *sample) {
 	}
 	for _, k := range keys {
 		list := joinInts(moved[k])
+		if g := cur.in.Resize.Generation; g > 0 {
+			list += fmt.Sprintf(" of generation %d", g)
+		}
 		switch k.how {
 		case "took":
 			from := ""

@@ -186,3 +186,26 @@ func TestTheViewShowsAResize(t *testing.T) {
 	require.Equal(t, []string{"resize sealing: the holders of the 2 old buckets propose a cut",
 		"resize done: generation 1 serves with 4 buckets (the old generation ended at position 812)"}, logged)
 }
+
+// After a resize the owner lines say which generation their buckets are
+// of: bucket 0 of generation 1 is not generation 0's bucket 0.
+func TestOwnerLinesNameTheGenerationAfterAResize(t *testing.T) {
+	t.Parallel()
+	row := func(b int) inspect.BucketRow {
+		r := inspect.BucketRow{Live: true}
+		r.Generation, r.Bucket, r.Owner, r.Epoch = 1, b, "w2", 1
+		return r
+	}
+	d := testDemo(t, []inspect.BucketRow{row(0), row(1)}, []leasestore.WorkerState{{Worker: "w2", Live: true}})
+	d.cur.in.Resize.Generation = 1
+	d.ownership(nil, d.cur)
+	require.Contains(t, strings.Join(plain(d.frame(200, 0)), "\n"), "w2 took 0 1 of generation 1")
+
+	r0 := inspect.BucketRow{Live: true}
+	r0.Owner, r0.Epoch = "w3", 1
+	d0 := testDemo(t, []inspect.BucketRow{r0}, []leasestore.WorkerState{{Worker: "w3", Live: true}})
+	d0.ownership(nil, d0.cur)
+	text := strings.Join(plain(d0.frame(200, 0)), "\n")
+	require.Contains(t, text, "w3 took 0")
+	require.NotContains(t, text, "generation")
+}
