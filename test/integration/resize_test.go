@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -243,6 +244,27 @@ func (e *env) undrainedReport(r leasestore.Resize) string {
 
 // slotStatus returns the entry of slot in the /status of the worker p,
 // or why there is none.
+// rawStatus is p's /status page as it serves it, or why it could not be
+// read.
+func rawStatus(p *proc) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/status", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return fmt.Sprintf("%s: %v", resp.Status, err)
+	}
+	return resp.Status + " " + string(b)
+}
+
 func slotStatus(p *proc, slot int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -70,7 +70,9 @@ func TestResizeFrozenDrainer(t *testing.T) {
 					killed++
 				}
 				if _, ok := e.o.waitFairSplit(e.c.live, time.Minute); !ok {
-					t.Errorf("no fair split of the %d buckets after %s was thawed or restarted: %s", m, z.id, e.o.ownedSummary())
+					cur := e.c.current(z.slot)
+					t.Errorf("no fair split of the %d buckets after %s was thawed or restarted: %s\n%s's /status: %s\nits log's tail:\n%s",
+						m, z.id, e.o.ownedSummary(), cur.id, rawStatus(cur), tail(cur.logPath, 60))
 				}
 			}
 			var rr resizeReport
