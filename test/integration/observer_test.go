@@ -604,16 +604,25 @@ func (o *observer) sessionsOf(worker string) string {
 	defer cancel()
 	rows, err := o.pool.Query(ctx, fmt.Sprintf(`SELECT a.pid, a.state, coalesce(now() - a.state_change, '0'::interval)::text,
 		left(a.query, 80), coalesce((SELECT string_agg(l.mode, ',') FROM pg_locks l
-			WHERE l.pid = a.pid AND l.relation = '%s.lease_buckets'::regclass), '')
+			WHERE l.pid = a.pid AND l.relation = '%s.lease_buckets'::regclass), ''),
+		coalesce(a.wait_event_type || '/' || a.wait_event, ''),
+		coalesce((SELECT string_agg(b.pid || ' ' || b.application_name || ' ' || coalesce(b.state, '') || ': ' || left(b.query, 60), '; ')
+			FROM pg_stat_activity b WHERE b.pid = ANY(pg_blocking_pids(a.pid))), '')
 		FROM pg_stat_activity a WHERE a.application_name = $1 ORDER BY a.pid`, o.q), worker)
 	if err != nil {
 		return err.Error()
 	}
 	var b strings.Builder
 	var pid int
-	var state, since, query, locks string
-	_, err = pgx.ForEachRow(rows, []any{&pid, &state, &since, &query, &locks}, func() error {
+	var state, since, query, locks, wait, blockers string
+	_, err = pgx.ForEachRow(rows, []any{&pid, &state, &since, &query, &locks, &wait, &blockers}, func() error {
 		fmt.Fprintf(&b, "\n  pid %d %s for %s, lease_buckets locks [%s]: %s", pid, state, since, locks, query)
+		if wait != "" {
+			fmt.Fprintf(&b, "\n    waiting on %s", wait)
+		}
+		if blockers != "" {
+			fmt.Fprintf(&b, "\n    blocked by %s", blockers)
+		}
 		return nil
 	})
 	if err != nil {

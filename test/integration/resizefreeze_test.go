@@ -71,8 +71,8 @@ func TestResizeFrozenDrainer(t *testing.T) {
 				}
 				if _, ok := e.o.waitFairSplit(e.c.live, time.Minute); !ok {
 					cur := e.c.current(z.slot)
-					t.Errorf("no fair split of the %d buckets after %s was thawed or restarted: %s\n%s's /status: %s\nits log's tail:\n%s",
-						m, z.id, e.o.ownedSummary(), cur.id, rawStatus(cur), tail(cur.logPath, 60))
+					t.Errorf("no fair split of the %d buckets after %s was thawed or restarted: %s\n%s's /status: %s\nits sessions:%s\nits log's tail:\n%s",
+						m, z.id, e.o.ownedSummary(), cur.id, rawStatus(cur), e.o.sessionsOf(cur.id), tail(cur.logPath, 40))
 				}
 			}
 			var rr resizeReport
