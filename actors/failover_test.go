@@ -75,11 +75,15 @@ func TestAFailoverStartsTheReadSideAgain(t *testing.T) {
 
 	srv.Stop()
 	require.NoError(t, standby.Promote(ctx))
+	promoted := time.Now()
 	direct.Pool().Reset()
 	h, err := direct.HeadPosition(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 10, h, "the promoted standby's head is what it had replayed")
-	appendStreams("new", 80) // positions 11 to 90, once sequenced
+	appendStreams("first", 1) // position 11, once sequenced
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 51 }, "the first event appended after the promotion is delivered")
+	t.Logf("the first event appended after the promotion was delivered %v after it", time.Since(promoted).Round(time.Millisecond))
+	appendStreams("new", 79) // positions 12 to 90
 
 	var missing []int64
 	pgtest.Eventually(t, waitLong, func() bool {
