@@ -124,33 +124,37 @@ type leftRetry struct {
 // (their Terminated received), and a reader leaves its mark in its
 // shutdown, before it stops: the marks the next incarnation reads are
 // complete. A mark is kept only while every pass reports its slot held at
-// its epoch (see coordinator.forgetMarks). The coordinator alone calls it
-// — its incarnations one after the other —; the readers only write their
-// own mark, through its atomics.
+// its epoch (see coordinator.forgetMarks). The coordinator calls it — its
+// incarnations one after the other — and each reader as it starts, for its
+// own slot; the readers only write their own mark, through its atomics.
 type handledMarks struct {
 	mu     sync.Mutex
 	bySlot map[int]*slotMark
 }
 
-// slotMark is a slot's mark at an epoch.
+// slotMark is a slot's mark at an epoch, on the store's server of a
+// server epoch (see eventsource.Store.Server).
 type slotMark struct {
-	epoch int64
-	mark  handledMark
+	epoch, server int64
+	mark          handledMark
 }
 
-// at returns the mark of slot at epoch — what the slot's earlier readers at
-// epoch left, or a new mark if the slot has none at that epoch — for the
-// reader spawned next.
-func (m *handledMarks) at(slot int, epoch int64) *handledMark {
+// at returns the mark of slot at epoch on the server of epoch server —
+// what the slot's earlier readers at epoch left, or a new mark if the slot
+// has none at that epoch — for the reader spawned next. A mark of another
+// server is not taken: its positions may be handed out again to other
+// events (a failover), and a reader that started after it would skip
+// them. A reader takes its mark again as it starts (see reader.start).
+func (m *handledMarks) at(slot int, epoch, server int64) *handledMark {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.bySlot[slot]; s != nil && s.epoch == epoch {
+	if s := m.bySlot[slot]; s != nil && s.epoch == epoch && s.server == server {
 		return &s.mark
 	}
 	if m.bySlot == nil {
 		m.bySlot = map[int]*slotMark{}
 	}
-	s := &slotMark{epoch: epoch}
+	s := &slotMark{epoch: epoch, server: server}
 	m.bySlot[slot] = s
 	return &s.mark
 }
@@ -497,7 +501,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	// The new reader starts after what the slot's readers at its epoch
 	// handled, its coordinator's earlier incarnations' included: see
 	// reader.resumeAt.
-	ref := &readerRef{epoch: l.Epoch, queue: q, handled: c.g.marks.at(l.Slot, l.Epoch)}
+	ref := &readerRef{epoch: l.Epoch, queue: q, handled: c.g.marks.at(l.Slot, l.Epoch, c.g.store.Server().Epoch)}
 	c.g.logger.Debug("kumi: reader starts", "slot", l.Slot, "generation", l.Generation, "bucket", l.Bucket,
 		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "resize", m.told.Resize, "bounded", m.told.Active,
 		"bound", m.told.Limit, "proposed", m.told.Proposed, "cut", m.told.Decided, "state", c.resize.State,

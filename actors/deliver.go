@@ -601,6 +601,14 @@ func (r *reader) flush(ctx actor.Context, force bool) {
 	pos, o := r.acked, r.g.opts
 	r.async(ctx, func(c context.Context) any {
 		_, err := r.g.store.SaveCheckpoint(c, o.Subscription, r.bucket, pos, r.fence)
+		if errors.Is(err, eventsource.ErrCheckpointAboveHead) {
+			// Refused above the head on the same server: the head went
+			// back (a restore). Looked at again, with the position seen,
+			// the store counts it as a change, and the reader's next
+			// incarnation starts in the new epoch.
+			r.g.store.SawPosition(pos)
+			_, _ = r.g.store.CheckServer(c)
+		}
 		return &flushDone{gen: r, pos: pos, err: err}
 	})
 }
@@ -612,6 +620,12 @@ func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 			// The bucket is gone: stop, and leave the rest to its owner.
 			r.lostFence(ctx, f.err)
 			return
+		}
+		if errors.Is(f.err, eventsource.ErrServerChanged) || errors.Is(f.err, eventsource.ErrCheckpointAboveHead) {
+			// Positions of another server: retried, the write could land
+			// once the new server's head passes it, and skip what it
+			// handed out again (see newEpoch).
+			r.newEpoch(f.err)
 		}
 		if r.unsure != nil {
 			// A write under an unsure lease failed: no other is tried. The

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +43,7 @@ func TestLifecycleContract(t *testing.T) {
 	t.Run("Publisher", func(t *testing.T) {
 		startstoptest.Stress(t, func(t *testing.T) startstop.Service {
 			return &publisherService{system: sys, logger: testLoggerOrDiscard(),
-				props: newPublisherProps(store, make(chan struct{}), func() int64 { return 0 }, new(atomic.Int64), time.Hour, testLoggerOrDiscard(), newTelemetry(nil, testLoggerOrDiscard()))}
+				props: newPublisherProps(store, publisherOptions{wake: make(chan struct{}), poll: time.Hour, logger: testLoggerOrDiscard(), tel: newTelemetry(nil, testLoggerOrDiscard())})}
 		})
 	})
 	require.ErrorIs(t, ErrStopped, startstop.ErrStopped)

@@ -48,7 +48,10 @@ func eventsSize(events []eventsource.RecordedEvent) int64 {
 // overflowed) and catches up from the database.
 type liveBatch struct {
 	From, To int64
-	Events   []eventsource.RecordedEvent
+	// Epoch is the store's server epoch the positions belong to (see
+	// publisher.epoch): a reader of another epoch does not take it.
+	Epoch  int64
+	Events []eventsource.RecordedEvent
 	// Bytes is the events' total size, counted once by the publisher
 	// against the reader's byte bounds (see OverflowBytes).
 	Bytes int64
@@ -66,8 +69,11 @@ type subscribe struct {
 
 // subscribed tells a reader the position its subscription starts at: its
 // batches bring the events after From, none at or before it, so its
-// catch-up must read through From (see reader.onSubscribed).
-type subscribed struct{ From int64 }
+// catch-up must read through From (see reader.onSubscribed). Epoch is the
+// store's server epoch From belongs to: after a server change the
+// publisher tells every reader again, from the new head (see
+// publisher.restartEpoch).
+type subscribed struct{ From, Epoch int64 }
 
 type unsubscribe struct{ PID *actor.PID }
 
@@ -82,6 +88,7 @@ type inspectPublisher func(*publisher, actor.Context)
 
 type publisherFetched struct {
 	gen      *publisher // the incarnation that fetched it (see fetched)
+	epoch    int64      // the server epoch it was started in
 	from, to int64
 	events   []eventsource.RecordedEvent
 	limit    int   // the events asked for
@@ -105,14 +112,24 @@ type publisher struct {
 	known func() int64
 	// published is pos for the readers, stored before the batches up to
 	// it are posted: a reader's catch-up covers it (see reader.readPage).
-	published *atomic.Int64
-	wake      <-chan struct{}
-	poll      time.Duration
-	logger    *slog.Logger
-	tel       *telemetry
+	// publishedEpoch is epoch for them, stored after published when it
+	// changes: a reader that loads it, then published, and finds its own
+	// server epoch, has a position of that epoch.
+	published, publishedEpoch *atomic.Int64
+	// server tells the store's server epoch (see eventsource.Store.Server).
+	server func() eventsource.ServerEpoch
+	wake   <-chan struct{}
+	poll   time.Duration
+	logger *slog.Logger
+	tel    *telemetry
 
-	pos  int64
-	size int64 // the average size of the events last fetched
+	pos int64
+	// epoch is the store's server epoch pos belongs to. When the store
+	// finds another server (a failover), positions of the last epoch mean
+	// nothing: the publisher starts again from the new head (see
+	// restartEpoch).
+	epoch int64
+	size  int64 // the average size of the events last fetched
 	// subs is by PID id. It outlives the actor's restarts (see resync),
 	// and restarted tells an incarnation that follows a restart.
 	subs      map[string]*subscriber
@@ -123,23 +140,52 @@ type publisher struct {
 	cancel    context.CancelFunc
 }
 
+// publisherOptions are what a publisher works with beside its reads.
+type publisherOptions struct {
+	// wake wakes it (it also reads every poll).
+	wake <-chan struct{}
+	poll time.Duration
+	// known returns the head the notifier announced (nil: 0).
+	known func() int64
+	// published and publishedEpoch keep its position and the server
+	// epoch it belongs to (nil: its own).
+	published, publishedEpoch *atomic.Int64
+	// server returns the store's server epoch (nil: never changes).
+	server func() eventsource.ServerEpoch
+	logger *slog.Logger
+	tel    *telemetry
+}
+
 // newPublisherProps makes the publisher: it reads through reads when
-// woken on wake (or every poll), knowing the head known returns (nil: 0),
-// and keeps its position in published (nil: its own).
-func newPublisherProps(reads eventsource.PageReader, wake <-chan struct{}, known func() int64, published *atomic.Int64,
-	poll time.Duration, logger *slog.Logger, tel *telemetry) *actor.Props {
-	if known == nil {
-		known = func() int64 { return 0 }
+// woken (see publisherOptions).
+func newPublisherProps(reads eventsource.PageReader, o publisherOptions) *actor.Props {
+	if o.known == nil {
+		o.known = func() int64 { return 0 }
 	}
-	if published == nil {
-		published = new(atomic.Int64)
+	if o.published == nil {
+		o.published = new(atomic.Int64)
+	}
+	if o.publishedEpoch == nil {
+		o.publishedEpoch = new(atomic.Int64)
+	}
+	if o.server == nil {
+		o.server = func() eventsource.ServerEpoch { return eventsource.ServerEpoch{} }
 	}
 	subs, incarnations := map[string]*subscriber{}, 0
 	return actor.PropsFromProducer(func() actor.Actor {
 		incarnations++ // on the actor's goroutine: the first start, then each restart
-		return &publisher{store: reads, known: known, published: published, wake: wake, poll: poll, logger: logger, tel: tel,
-			subs: subs, restarted: incarnations > 1}
+		return &publisher{store: reads, known: o.known, published: o.published, publishedEpoch: o.publishedEpoch,
+			server: o.server, wake: o.wake, poll: o.poll, logger: o.logger, tel: o.tel, subs: subs, restarted: incarnations > 1}
 	})
+}
+
+// publisherReset is the head read for a new server epoch (see
+// restartEpoch).
+type publisherReset struct {
+	gen   *publisher
+	epoch int64
+	head  int64
+	err   error
 }
 
 func (p *publisher) Receive(ctx actor.Context) {
@@ -156,7 +202,7 @@ func (p *publisher) Receive(ctx actor.Context) {
 		}
 		p.subs[msg.PID.Id] = &subscriber{sub: *msg, from: p.pos}
 		p.index = nil
-		ctx.Send(msg.PID, &subscribed{From: p.pos})
+		ctx.Send(msg.PID, &subscribed{From: p.pos, Epoch: p.epoch})
 		p.fetch(ctx)
 	case *unsubscribe:
 		ctx.Unwatch(msg.PID)
@@ -171,6 +217,8 @@ func (p *publisher) Receive(ctx actor.Context) {
 		ctx.Respond(p.pos)
 	case *publisherFetched:
 		p.fetched(ctx, msg)
+	case *publisherReset:
+		p.onReset(ctx, msg)
 	case inspectPublisher:
 		msg(p, ctx)
 	}
@@ -183,11 +231,13 @@ func (p *publisher) start(ctx actor.Context) {
 	if p.restarted {
 		p.resync(ctx)
 	} else {
+		p.epoch = p.server().Epoch // before the head: a change between them shows at the next fetch
 		head, err := p.store.HeadPosition(bg)
 		if err != nil {
 			p.logger.Warn("kumi: publisher could not read the head position; starting from 0", "err", err)
 		}
 		p.setPos(head)
+		p.publishedEpoch.Store(p.epoch)
 	}
 	go func() {
 		t := time.NewTicker(p.poll)
@@ -198,6 +248,7 @@ func (p *publisher) start(ctx actor.Context) {
 				return
 			case <-p.wake:
 			case <-t.C:
+			case <-p.server().Changed:
 			}
 			root.Send(self, publisherWake{})
 		}
@@ -212,22 +263,32 @@ func (p *publisher) start(ctx actor.Context) {
 // fetch it never took — before it takes those batches. The readers are
 // watched still: a watch is the watched actor's.
 func (p *publisher) resync(ctx actor.Context) {
-	p.pos = p.published.Load()
-	p.index = nil
-	for _, s := range p.subs {
-		s.from = p.pos
-		ctx.Send(s.sub.PID, &subscribed{From: p.pos})
-	}
+	p.pos, p.epoch = p.published.Load(), p.publishedEpoch.Load()
+	p.retell(ctx)
 	p.logger.Warn("kumi: the publisher restarted; its readers read from the store what it may not have posted them",
 		"position", p.pos, "readers", len(p.subs))
 	p.fetch(ctx)
 }
 
+// retell starts every subscriber's batches at pos, and tells it so.
+func (p *publisher) retell(ctx actor.Context) {
+	p.index = nil
+	for _, s := range p.subs {
+		s.from = p.pos
+		ctx.Send(s.sub.PID, &subscribed{From: p.pos, Epoch: p.epoch})
+	}
+}
+
 // fetch starts one read unless one is under way, in which case it asks for
-// another when that one ends.
+// another when that one ends. In a new server epoch it reads the head
+// instead (see restartEpoch).
 func (p *publisher) fetch(ctx actor.Context) {
 	if p.fetching {
 		p.again = true
+		return
+	}
+	if epoch := p.server().Epoch; epoch != p.epoch {
+		p.restartEpoch(ctx, epoch)
 		return
 	}
 	p.fetching, p.again = true, false
@@ -244,7 +305,7 @@ func (p *publisher) fetch(ctx actor.Context) {
 // read is one fetch after from, off the mailbox: the head alone (cheap),
 // or the events, up to limit.
 func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit, subscribers int) *publisherFetched {
-	res := &publisherFetched{gen: p, from: from, cheap: cheap, limit: limit}
+	res := &publisherFetched{gen: p, epoch: p.epoch, from: from, cheap: cheap, limit: limit}
 	if cheap {
 		res.to, res.err = p.store.HeadPosition(c)
 		return res
@@ -267,6 +328,10 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 	}
 	p.fetching = false
 	switch {
+	case f.epoch != p.epoch || p.server().Epoch != p.epoch:
+		// Read in an epoch that is over, perhaps on the new server from a
+		// position of the old: fetch starts the new one.
+		p.again = true
 	case f.err != nil:
 		p.logger.Warn("kumi: publisher fetch failed; retrying on the next wake-up", "err", f.err)
 	case f.cheap && len(p.subs) > 0:
@@ -296,6 +361,47 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 	}
 }
 
+// restartEpoch starts the publisher's new server epoch: once it has read
+// the new server's head, it publishes from there (see onReset). What it
+// posted before came from positions of the last server, which may be
+// handed out again to other events.
+func (p *publisher) restartEpoch(ctx actor.Context, epoch int64) {
+	p.fetching, p.again = true, false
+	self, root := ctx.Self(), ctx.ActorSystem().Root
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		head, err := p.store.HeadPosition(c)
+		root.Send(self, &publisherReset{gen: p, epoch: epoch, head: head, err: err})
+	}()
+}
+
+// onReset moves the publisher to the new server epoch at its head, and
+// tells every subscriber: a reader of an earlier epoch starts again from
+// its checkpoint (see reader.newEpoch), one of this epoch reads through
+// the head from the store.
+func (p *publisher) onReset(ctx actor.Context, m *publisherReset) {
+	if m.gen != p {
+		return
+	}
+	p.fetching = false
+	if m.err != nil {
+		p.logger.Warn("kumi: the publisher could not read the new server's head; retrying on the next wake-up",
+			"server_epoch", m.epoch, "err", m.err)
+	} else {
+		before := p.pos
+		p.epoch = m.epoch
+		p.setPos(m.head)
+		p.publishedEpoch.Store(m.epoch)
+		p.retell(ctx)
+		p.logger.Info("kumi: the publisher starts again from the new server's head", "server_epoch", m.epoch,
+			"position_before", before, "head", m.head, "readers", len(p.subs))
+	}
+	if p.again {
+		p.fetch(ctx)
+	}
+}
+
 // setPos moves the publisher's position, and published with it.
 func (p *publisher) setPos(pos int64) {
 	p.pos = pos
@@ -317,7 +423,7 @@ func (p *publisher) broadcast(ctx actor.Context, f *publisherFetched) {
 			for _, s := range buckets[eventsource.BucketOfHash(e.Hash, size)] {
 				b := out[s]
 				if b == nil {
-					b = &liveBatch{From: s.from, To: f.to}
+					b = &liveBatch{From: s.from, To: f.to, Epoch: p.epoch}
 					out[s] = b
 				}
 				b.Events = append(b.Events, *e)

@@ -43,7 +43,7 @@ func startPublisher(t *testing.T, store *eventsource.Store) (*actor.ActorSystem,
 	t.Helper()
 	sys := quietSystem()
 	wake := make(chan struct{}, 1)
-	pid := sys.Root.Spawn(newPublisherProps(store, wake, nil, nil, 20*time.Millisecond, testLoggerOrDiscard(), newTelemetry(nil, testLoggerOrDiscard())))
+	pid := sys.Root.Spawn(newPublisherProps(store, publisherOptions{wake: wake, poll: 20 * time.Millisecond, logger: testLoggerOrDiscard(), tel: newTelemetry(nil, testLoggerOrDiscard())}))
 	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
 	return sys, pid, wake
 }

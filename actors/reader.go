@@ -105,8 +105,13 @@ type reader struct {
 	genBucket  int
 	size       int
 	epoch      int64
-	fence      eventsource.Fence
-	queue      *overflow.Queue
+	// server is the store's server epoch the reader started in
+	// (eventsource.Store.Server): its positions are that server's, and
+	// its fence refuses every write once the store has another (see
+	// newEpoch).
+	server int64
+	fence  eventsource.Fence
+	queue  *overflow.Queue
 	// part is the reader's part in its slot's resizes (see
 	// resize_reader.go and internal/resizepart): it delivers nothing
 	// beyond part.Bound(). told is what the coordinator last told when
@@ -282,6 +287,11 @@ func (r *reader) Receive(ctx actor.Context) {
 
 func (r *reader) start(ctx actor.Context) {
 	r.g.rt.readers.Add(1)
+	// Positions are the server's: a mark left on another (before a
+	// failover) is not taken, and no write lands once it changes again.
+	r.server = r.g.store.Server().Epoch
+	r.handled = r.g.marks.at(r.bucket, r.epoch, r.server)
+	r.fence = r.g.store.ServerFence(r.server, r.fence)
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
 	r.updateHold()
@@ -386,7 +396,7 @@ func (r *reader) readPage(ctx actor.Context) {
 	// first, a read on a standby could otherwise end below them and leave
 	// the reader waiting for a batch that never comes. (On the primary
 	// it covers them anyway.)
-	from, target, resumes := r.cursor, max(r.target, r.g.rt.published.Load()), r.resumes
+	from, target, resumes := r.cursor, max(r.target, r.g.rt.publishedIn(r.server)), r.resumes
 	maxBytes := r.readAhead()
 	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
@@ -519,6 +529,9 @@ func (r *reader) onPaused(ctx actor.Context) {
 // reader's next batch (see onLive), but at the tail of the stream none
 // comes.
 func (r *reader) onSubscribed(ctx actor.Context, m *subscribed) {
+	if r.otherEpoch(m.Epoch) {
+		return
+	}
 	switch {
 	case !r.ready || r.catching:
 		r.target = max(r.target, m.From) // the catch-up reads through it
@@ -528,6 +541,9 @@ func (r *reader) onSubscribed(ctx actor.Context, m *subscribed) {
 }
 
 func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
+	if r.otherEpoch(b.Epoch) {
+		return
+	}
 	if !r.ready || r.catching {
 		// Taken before the hold: the catch-up reads through it instead.
 		r.target = max(r.target, b.To)
@@ -546,6 +562,29 @@ func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
 	r.cursor = max(r.cursor, b.To)
 	r.updateHold()
 	r.pump(ctx)
+}
+
+// otherEpoch reports whether what the publisher told in server epoch
+// epoch is of another epoch than the reader's: positions of another
+// server mean nothing on the reader's. A later one starts the reader's
+// new epoch (see newEpoch); an earlier one is left (the publisher tells
+// every reader again once it has the new server's head).
+func (r *reader) otherEpoch(epoch int64) bool {
+	if epoch > r.server {
+		r.newEpoch(&eventsource.ServerChangedError{Epoch: r.server, Now: epoch, Server: r.g.store.Server().Identity})
+	}
+	return epoch != r.server
+}
+
+// newEpoch ends the reader's server epoch: the store found another server
+// (a failover: a promoted standby may lack the last commits and hand their
+// positions out again, to other events), so the reader's cursor, what it
+// read and its handled mark mean nothing there. It fails, and its
+// supervisor restarts it: the next incarnation starts from the checkpoint
+// stored on the new server, with a mark of its own (see reader.start).
+// The events in flight may be delivered again: at least once.
+func (r *reader) newEpoch(err error) {
+	panic(fmt.Errorf("kumi: bucket %d: starting again from the stored checkpoint: %w", r.bucket, err))
 }
 
 // updateHold keeps live batches in the bounded queue — where the overflow

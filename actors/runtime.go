@@ -106,8 +106,10 @@ type Runtime struct {
 	bucketLags func(ctx context.Context, buckets []eventsource.LagBucket) ([]eventsource.BucketBacklog, error)
 	lagMu      sync.Mutex
 	// published is the publisher's position: every event up to it was
-	// posted to its subscribers, or read before they subscribed.
-	published atomic.Int64
+	// posted to its subscribers, or read before they subscribed;
+	// publishedEpoch the store's server epoch it belongs to (see
+	// publishedIn).
+	published, publishedEpoch atomic.Int64
 	// unregisterReplica stops the kumi.replica.* metrics.
 	unregisterReplica func()
 	// dispatcher runs the readers' and handlers' mailboxes on reused
@@ -231,7 +233,8 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 		}
 	}()
 	pub := &publisherService{system: rt.system, logger: rt.logger,
-		props: newPublisherProps(rt.reads, listener.C(), listener.Latest, &rt.published, rt.opts.PollInterval, rt.logger, rt.telemetry)}
+		props: newPublisherProps(rt.reads, publisherOptions{wake: listener.C(), poll: rt.opts.PollInterval, known: listener.Latest,
+			published: &rt.published, publishedEpoch: &rt.publishedEpoch, server: rt.store.Server, logger: rt.logger, tel: rt.telemetry})}
 	sequencer := eventsource.NewSequencer(rt.store, rt.opts.Sequencer)
 	services := []startstop.Service{sequencer, notifier, pub}
 	if rt.replica != nil {
@@ -260,6 +263,18 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 		}))
 	}
 	return nil
+}
+
+// publishedIn is the publisher's position if it belongs to server epoch
+// epoch, else 0 (nothing known of that epoch yet): positions of another
+// server mean nothing on this one. The publisher stores a new epoch's
+// position before the epoch, so once the epoch shows, so does a position
+// of it.
+func (rt *Runtime) publishedIn(epoch int64) int64 {
+	if rt.publishedEpoch.Load() != epoch {
+		return 0
+	}
+	return rt.published.Load()
 }
 
 // Migrate creates or upgrades everything kumi keeps in the store's schema:

@@ -132,7 +132,9 @@
 // below a position the process saw ([Store.SawPosition]), is a
 // [ServerChange] in [Store.Server], whose Changed channel closes. The
 // sequencer then drops its watermark candidate, the notifier its latest
-// values. A [ReadReplica] refuses a read pool that is not a standby of
+// values. [Store.ServerFence] refuses a write begun on another server
+// ([*ServerChangedError]), looking at the write's own connection. A
+// [ReadReplica] refuses a read pool that is not a standby of
 // the primary ([*ReplicaMismatchError]). See docs/eventsource.md,
 // "Failover".
 //

@@ -102,6 +102,12 @@ func TestFailover(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 
+	// A store that looked at the old primary only: its fence finds the
+	// change by itself.
+	fs := f.store(t, nil)
+	_, err = fs.CheckServer(ctx)
+	require.NoError(t, err)
+
 	f.detach(t)
 	appendN(t, s, 60) // more seqs than the sequence logs ahead (32)
 	sequenceAll(t, s) // the store's watermark candidate now covers them
@@ -112,7 +118,7 @@ func TestFailover(t *testing.T) {
 	require.NoError(t, s.Pool().QueryRow(ctx, fmt.Sprintf(`SELECT pg_current_xact_id()::text::bigint,
 		pg_sequence_last_value(pg_get_serial_sequence('%s.appends', 'seq'))`, s.QuotedSchema())).Scan(&oldXid, &oldLastSeq))
 
-	f.promote(t, s, ns, q)
+	f.promote(t, s, ns, q, fs)
 	require.EqualValues(t, 10, head(t, s), "the promoted standby's head is what it had replayed")
 
 	t.Run("CheckServerFindsTheNewTimeline", func(t *testing.T) {
@@ -140,6 +146,23 @@ func TestFailover(t *testing.T) {
 		stored, err := s.SaveCheckpoint(ctx, "sub", 0, 10, nil)
 		require.NoError(t, err)
 		require.EqualValues(t, 10, stored)
+	})
+
+	t.Run("AServerFenceRefusesAWriteOfTheOldServer", func(t *testing.T) {
+		_, err := fs.SaveCheckpoint(ctx, "fenced", 0, 5, fs.ServerFence(0, nil))
+		var changed *eventsource.ServerChangedError
+		require.ErrorAs(t, err, &changed)
+		require.ErrorIs(t, err, eventsource.ErrServerChanged)
+		require.Equal(t, eventsource.ServerChangedError{Epoch: 0, Now: 1,
+			Server: eventsource.ServerIdentity{System: before.Identity.System, Timeline: 2}}, *changed)
+		require.EqualValues(t, 1, fs.Server().Epoch, "the fence's look found the change")
+		cp, err := fs.Checkpoint(ctx, "fenced", 0)
+		require.NoError(t, err)
+		require.Zero(t, cp, "nothing was written")
+		stored, err := fs.SaveCheckpoint(ctx, "fenced", 0, 5, fs.ServerFence(1, eventsource.FenceFunc(
+			func(context.Context, pgx.Tx) error { return nil })))
+		require.NoError(t, err, "a write of the new epoch lands")
+		require.EqualValues(t, 5, stored)
 	})
 
 	t.Run("TheNotifierForgetsTheOldHead", func(t *testing.T) {

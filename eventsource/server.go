@@ -269,3 +269,72 @@ func walTimeline(name string) (uint32, error) {
 	}
 	return uint32(tl), nil
 }
+
+// ErrServerChanged is wrapped by [*ServerChangedError].
+var ErrServerChanged = errors.New("kumi: the event store's server changed")
+
+// ServerChangedError reports a write refused by a [Store.ServerFence]: the
+// store's server changed (see [Store.Server]) since the writer began, so
+// what it read before — positions, handled marks — may name events the
+// server now lacks, or hands out again to others. Nothing was written.
+// The writer should drop what it holds and start again from what the
+// store has now (a reader: from its stored checkpoint).
+type ServerChangedError struct {
+	// Epoch is the server epoch the writer began in, Now the store's.
+	Epoch, Now int64
+	// Server is the identity of the server the write went to.
+	Server ServerIdentity
+}
+
+// Error says what was refused and why.
+func (e *ServerChangedError) Error() string {
+	return fmt.Sprintf("kumi: write refused: the event store's server changed (epoch %d, now %d, on server %s; a failover?): "+
+		"nothing was written; start again from the stored checkpoint", e.Epoch, e.Now, e.Server)
+}
+
+// Unwrap returns [ErrServerChanged].
+func (e *ServerChangedError) Unwrap() error { return ErrServerChanged }
+
+// ServerFence returns a [Fence] that refuses a write, with a
+// [*ServerChangedError], unless the store's server epoch ([ServerEpoch])
+// is still epoch once the write's own server was looked at; then inner
+// (nil: none) checks it. The look happens in the write's transaction, on
+// its connection, so no write from before a failover lands on the new
+// primary, even one made before anything else in the process noticed.
+// It costs a query per connection (a read-write connection's server
+// keeps its identity while it lives), none after.
+func (s *Store) ServerFence(epoch int64, inner Fence) Fence {
+	return FenceFunc(func(ctx context.Context, tx pgx.Tx) error {
+		id, err := connIdentity(ctx, tx.Conn())
+		if err != nil {
+			return err
+		}
+		s.observeServer(id, -1, 0)
+		if now := s.Server().Epoch; now != epoch {
+			return &ServerChangedError{Epoch: epoch, Now: now, Server: id}
+		}
+		if inner == nil {
+			return nil
+		}
+		return inner.Check(ctx, tx)
+	})
+}
+
+// serverIdentityKey caches a connection's server identity in its
+// CustomData, once read: a server's timeline changes only when it is
+// promoted, and pg_current_wal_lsn fails on a standby, so a connection
+// that read one keeps it while it lives.
+const serverIdentityKey = "kumi.server_identity"
+
+// connIdentity is serverIdentity, read once per connection.
+func connIdentity(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error) {
+	data := conn.PgConn().CustomData()
+	if id, ok := data[serverIdentityKey].(ServerIdentity); ok {
+		return id, nil
+	}
+	id, err := serverIdentity(ctx, conn)
+	if err == nil {
+		data[serverIdentityKey] = id
+	}
+	return id, err
+}

@@ -550,12 +550,18 @@ FOR UPDATE;
 
 -- name: resize_propose
 -- The holder's proposal for slot $2: the largest of its earlier one, its
--- cursor $3 and the head, read after the fence.
-UPDATE {{schema}}.lease_buckets
-SET cut_proposal = GREATEST(coalesce(cut_proposal, 0), $3::bigint,
-                            (SELECT last_position FROM {{schema}}.sequencer))
-WHERE subscription = $1 AND bucket = $2
-RETURNING cut_proposal;
+-- cursor $3 and the head, read after the fence. A cursor above the head
+-- (read from another server, before a failover) is refused: no proposal
+-- (NULL) comes back with the head, and nothing is written, for the cut a
+-- proposal makes becomes the new buckets' checkpoints.
+WITH h AS (SELECT last_position AS head FROM {{schema}}.sequencer WHERE id = 1), p AS (
+    UPDATE {{schema}}.lease_buckets
+    SET cut_proposal = GREATEST(coalesce(cut_proposal, 0), $3::bigint, h.head)
+    FROM h
+    WHERE subscription = $1 AND bucket = $2 AND $3::bigint <= h.head
+    RETURNING cut_proposal
+)
+SELECT (SELECT cut_proposal FROM p), coalesce((SELECT head FROM h), 0);
 
 -- name: resize_proposals
 -- Old generation $2: how many buckets have not proposed, and the largest
@@ -569,25 +575,40 @@ FROM {{schema}}.lease_buckets WHERE subscription = $1 AND generation = $2;
 -- new buckets' checkpoints (overwriting any a cancelled attempt left). The
 -- old lease rows are not written (that would wait for every pass holding
 -- one): each carries its proposal, at most C, which bounds a holding
--- granted on it until it learns C; a drain writes C on its row.
-WITH s AS (
+-- granted on it until it learns C; a drain writes C on its row. A cut
+-- above the event store's head is refused, as every checkpoint write is:
+-- nothing is written, and whether it was (false: refused) comes back with
+-- the head.
+WITH h AS (SELECT last_position AS head FROM {{schema}}.sequencer WHERE id = 1),
+ok AS (SELECT head FROM h WHERE $3::bigint <= head),
+s AS (
     UPDATE {{schema}}.subscriptions SET state = 'cut', cut = $3, updated_at = now()
-    WHERE subscription = $1 AND state = 'sealing'
+    WHERE subscription = $1 AND state = 'sealing' AND EXISTS (SELECT FROM ok)
 ), old AS (
-    UPDATE {{schema}}.generations SET end_at = $3 WHERE subscription = $1 AND generation = $2
+    UPDATE {{schema}}.generations SET end_at = $3
+    WHERE subscription = $1 AND generation = $2 AND EXISTS (SELECT FROM ok)
 ), new AS (
-    UPDATE {{schema}}.generations SET start_after = $3 WHERE subscription = $1 AND generation = $2 + 1
+    UPDATE {{schema}}.generations SET start_after = $3
+    WHERE subscription = $1 AND generation = $2 + 1 AND EXISTS (SELECT FROM ok)
+), w AS (
+    INSERT INTO {{schema}}.checkpoints AS c (subscription, bucket, position)
+    SELECT $1, ($2 + 1) * 65536 + g, $3 FROM ok, generate_series(0, $4::int - 1) AS g
+    ON CONFLICT (subscription, bucket) DO UPDATE SET position = EXCLUDED.position, updated_at = now()
 )
-INSERT INTO {{schema}}.checkpoints AS c (subscription, bucket, position)
-SELECT $1, ($2 + 1) * 65536 + g, $3 FROM generate_series(0, $4::int - 1) AS g
-ON CONFLICT (subscription, bucket) DO UPDATE SET position = EXCLUDED.position, updated_at = now();
+SELECT EXISTS (SELECT FROM ok), coalesce((SELECT head FROM h), 0);
 
 -- name: resize_drain_checkpoint
 -- The drained slot's checkpoint at the cut, forward only, as a fenced
--- checkpoint write: the stored value comes back.
-INSERT INTO {{schema}}.checkpoints AS c (subscription, bucket, position) VALUES ($1, $2, $3)
-ON CONFLICT (subscription, bucket) DO UPDATE SET position = GREATEST(c.position, EXCLUDED.position), updated_at = now()
-RETURNING position;
+-- checkpoint write, bounded by the head as every checkpoint write is: the
+-- stored value comes back (NULL when the cut is above the head, and
+-- nothing was written), with the head.
+WITH h AS (SELECT last_position AS head FROM {{schema}}.sequencer WHERE id = 1), w AS (
+    INSERT INTO {{schema}}.checkpoints AS c (subscription, bucket, position)
+    SELECT $1, $2, $3 FROM h WHERE $3::bigint <= h.head
+    ON CONFLICT (subscription, bucket) DO UPDATE SET position = GREATEST(c.position, EXCLUDED.position), updated_at = now()
+    RETURNING position
+)
+SELECT (SELECT position FROM w), coalesce((SELECT head FROM h), 0);
 
 -- name: resize_drain
 -- Slot $2 drained to the cut $3: released for good (no claim takes a

@@ -429,7 +429,12 @@ func ResizeMade(ctx context.Context, pool *pgxpool.Pool, schema, subscription st
 // largest. It returns the reader's bound: the proposal, or C once decided
 // (then nothing is written); Resizing false when no resize runs (it was
 // cancelled). The reader delivers up to the bound and no further. The
-// bound names the resize in force ([Bound.Resize]).
+// bound names the resize in force ([Bound.Resize]). The cut becomes the
+// new buckets' checkpoints, so it is bounded by the head as every
+// checkpoint write is: a cursor above the head (read on another server,
+// before a failover), or a decision on an earlier such proposal, is
+// refused with an *[eventsource.CheckpointAboveHeadError] and writes
+// nothing; the reader restarts from its checkpoint.
 func (s *Store) ProposeCut(ctx context.Context, slot int, epoch, cursor int64) (Bound, error) {
 	return s.ProposeCutFor(ctx, slot, epoch, 0, cursor)
 }
@@ -466,20 +471,30 @@ func (s *Store) ProposeCutFor(ctx context.Context, slot int, epoch, resize, curs
 			out = Bound{Resize: r.id, Resizing: true, Limit: *r.cut, Decided: true}
 			return nil
 		}
-		var proposal int64
+		var proposal *int64
+		var head int64
 		var missing int
-		if err := tx.QueryRow(ctx, s.st.get("resize_propose"), s.cfg.Subscription, slot, cursor).Scan(&proposal); err != nil {
+		if err := tx.QueryRow(ctx, s.st.get("resize_propose"), s.cfg.Subscription, slot, cursor).Scan(&proposal, &head); err != nil {
 			return err
 		}
-		out = Bound{Resize: r.id, Resizing: true, Limit: proposal}
+		if proposal == nil {
+			return &eventsource.CheckpointAboveHeadError{Subscription: s.cfg.Subscription, Bucket: slot, Position: cursor, Head: head}
+		}
+		out = Bound{Resize: r.id, Resizing: true, Limit: *proposal}
 		var c int64
 		if err := tx.QueryRow(ctx, s.st.get("resize_proposals"), s.cfg.Subscription, r.generation).Scan(&missing, &c); err != nil {
 			return err
 		}
 		event := "propose"
 		if missing == 0 {
-			if _, err := tx.Exec(ctx, s.st.get("resize_decide"), s.cfg.Subscription, r.generation, c, r.next); err != nil {
+			var decided bool
+			if err := tx.QueryRow(ctx, s.st.get("resize_decide"), s.cfg.Subscription, r.generation, c, r.next).
+				Scan(&decided, &head); err != nil {
 				return err
+			}
+			if !decided { // an earlier proposal above the head: from another server
+				return &eventsource.CheckpointAboveHeadError{Subscription: s.cfg.Subscription,
+					Bucket: eventsource.Slot(r.generation+1, 0), Position: c, Head: head}
 			}
 			out = Bound{Resize: r.id, Resizing: true, Limit: c, Decided: true}
 			event = "resize:cut"
@@ -491,7 +506,8 @@ func (s *Store) ProposeCutFor(ctx context.Context, slot int, epoch, resize, curs
 	})
 	if err != nil {
 		var lost *LostFenceError
-		if errors.As(err, &lost) {
+		var above *eventsource.CheckpointAboveHeadError
+		if errors.As(err, &lost) || errors.As(err, &above) {
 			return Bound{}, err
 		}
 		return Bound{}, resizeError(fmt.Sprintf("propose a cut for slot %d", slot), err)
@@ -506,7 +522,8 @@ func (s *Store) ProposeCutFor(ctx context.Context, slot int, epoch, resize, curs
 // resize to be at this cut (else an error wrapping [ErrNoResize]: it was
 // cancelled, and the reader goes on unbounded), writes the slot's
 // checkpoint at cut (forward only: a checkpoint above the cut is an
-// error), releases the slot for good and advances the resize — the drain
+// error; a cut above the event store's head is refused with an
+// *[eventsource.CheckpointAboveHeadError], in the same statement), releases the slot for good and advances the resize — the drain
 // that completes a new bucket's feeders is the switch, the last one
 // completes it. The slot leaves this worker's view before the write, as
 // with [Store.HandOver]; stop its reader. Commit tx at once: it holds the
@@ -538,13 +555,17 @@ func (s *Store) DrainCutTx(ctx context.Context, tx pgx.Tx, slot int, epoch int64
 			slot, cut, b.Resize, r.id, r.state, r.generation, ErrNoResize)
 	}
 	s.forget(slot)
-	var stored int64
-	if err := tx.QueryRow(ctx, s.st.get("resize_drain_checkpoint"), s.cfg.Subscription, slot, cut).Scan(&stored); err != nil {
+	var stored *int64
+	var head int64
+	if err := tx.QueryRow(ctx, s.st.get("resize_drain_checkpoint"), s.cfg.Subscription, slot, cut).Scan(&stored, &head); err != nil {
 		return resizeError("drain", err)
 	}
-	if stored != cut {
+	if stored == nil {
+		return &eventsource.CheckpointAboveHeadError{Subscription: s.cfg.Subscription, Bucket: slot, Position: cut, Head: head}
+	}
+	if *stored != cut {
 		return fmt.Errorf("leasestore: drain slot %d: its checkpoint is %d, beyond the cut %d (reset during the resize?)",
-			slot, stored, cut)
+			slot, *stored, cut)
 	}
 	if _, err := tx.Exec(ctx, s.st.get("resize_drain"), s.cfg.Subscription, slot, cut); err != nil {
 		return resizeError("drain", err)

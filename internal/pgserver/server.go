@@ -304,6 +304,17 @@ func (s *Server) kill() {
 	}
 }
 
+// Kill kills the server's process group at once (kill -9), as a crash of
+// its machine would: no shutdown checkpoint, nothing more sent to its
+// standbys. Stop still removes its directory.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.exited
+}
+
 // Port returns the TCP port the server listens on.
 func (s *Server) Port() int { return s.port }
 

@@ -1,0 +1,310 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// TestPrimaryFailover: a primary of the scenario's own and a real
+// streaming standby, replicated asynchronously; two worker processes on a
+// multi-host URL (target_session_attrs=read-write) and appenders on it
+// too, under a steady load. The standby is cut off under the load (so
+// that it lacks the primary's last commits for sure, and the new primary
+// hands their positions out again), the primary is killed (kill -9 of its
+// process group) under live appends after it delivered more, and the
+// standby is promoted; the workers follow it, and the appenders go on
+// there. Both lease kinds. It reports
+//
+//   - lost: events that exist on the new primary and never reached the
+//     sink (must be 0);
+//   - lost_by_database: appends acknowledged to the appenders that the new
+//     primary does not have (asynchronous replication: reported, not
+//     judged);
+//   - phantom: deliveries recorded on the new primary of events it does
+//     not have (handlers may see events the database then loses: the old
+//     primary's, in flight at the failover);
+//   - duplicates, and resume: from the promotion to the first delivery
+//     recorded on the new primary;
+//   - server_changes: the workers' kumi.store.server_changes.
+func TestPrimaryFailover(t *testing.T) {
+	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
+		t.Run(kind.String(), func(t *testing.T) { primaryFailover(t, kind) })
+	}
+}
+
+func primaryFailover(t *testing.T, kind leasestore.Kind) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv, err := pgtest.Start(ctx, pgtest.Options{MaxConnections: 100})
+	if err != nil {
+		t.Fatalf("start a server of our own: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	standby := pgtest.NewReplica(t, srv)
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
+		srv.Port(), standby.Port())
+	const schema = "kumi_failover"
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := prepareSchema(ctx, pool, schema); err != nil {
+		t.Fatalf("prepare schema: %v", err)
+	}
+	cfg := clusterConfig{URL: url, Schema: schema, Subscription: subscriptionName, Category: categoryName, Buckets: 8,
+		Kind: kind, Lease: defaultLease()}
+	c := newCluster(t, cfg)
+	c.start("w1", startOpts{})
+	c.start("w2", startOpts{})
+	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &failoverRun{t: t, pool: pool, store: store, schema: schema}
+
+	l := startAckedLoad(t, url, schema, pick(100, 200))
+	f.waitSunk(func(n int) bool { return n >= pick(200, 1000) }, "deliveries before the standby is cut off")
+	// The standby misses the primary's last commits for sure: it is cut
+	// off under the load, and the old primary delivers more before it dies.
+	if err := standby.Detach(ctx); err != nil {
+		t.Fatalf("detach the standby: %v", err)
+	}
+	cut, _ := f.sinkCounts()
+	f.waitSunk(func(n int) bool { return n >= cut+pick(50, 200) }, "deliveries after the standby is cut off")
+	srv.Kill()
+	killed := time.Now()
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatalf("promote: %v", err)
+	}
+	promoted := time.Now()
+	t.Logf("primary killed; standby promoted %v later", promoted.Sub(killed).Round(time.Millisecond))
+	pool.Reset()
+	afterPromotion := l.ok.Load()
+	if !pgtest.WaitFor(2*time.Minute, func() bool { return l.ok.Load() >= afterPromotion+int64(pick(200, 1000)) }) {
+		t.Fatalf("the appenders did not go on on the new primary (%d acknowledged since the promotion)", l.ok.Load()-afterPromotion)
+	}
+	l.stop()
+
+	lost := f.settle()
+	onPrimary := f.eventIDs()
+	lostByDatabase := 0
+	for _, id := range l.ackedIDs() {
+		if !onPrimary[id] {
+			lostByDatabase++
+		}
+	}
+	sunk, deliveries := f.sinkCounts()
+	var resume time.Duration
+	var first *time.Time
+	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT min(first_at) FROM %s.sink WHERE first_at > $1`,
+		pgx.Identifier{schema}.Sanitize()), promoted).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if first != nil {
+		resume = first.Sub(promoted)
+	}
+	var changes float64
+	for _, p := range c.all {
+		if p.running() {
+			changes += scrapeMetric(p, "kumi_store_server_changes")
+		}
+	}
+	c.stopAll()
+	c.checkProcesses()
+	fmt.Printf("SUMMARY primary-failover form=%s lease=%s replication=async appended=%d append_errors=%d events=%d handled=%d "+
+		"lost=%d lost_by_database=%d phantom=%d duplicates=%d resume=%v server_changes=%.0f\n",
+		pick("short", "long"), cfg.Kind, l.ok.Load(), l.failed.Load(), len(onPrimary), sunk, lost, lostByDatabase,
+		sunk-(len(onPrimary)-lost), deliveries-sunk, resume.Round(time.Millisecond), changes)
+	if lost != 0 {
+		t.Errorf("%d events of the new primary never reached the sink", lost)
+	}
+	if lostByDatabase == 0 {
+		t.Errorf("the standby, cut off before the primary's last commits, lacks none of them: the scenario reused no position")
+	}
+	if first == nil {
+		t.Errorf("no delivery was recorded on the new primary")
+	}
+	if changes == 0 {
+		t.Errorf("no worker counted the server change")
+	}
+}
+
+// failoverRun reads the scenario's outcome on the database the URL leads
+// to (the new primary, once promoted).
+type failoverRun struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	store  *eventsource.Store
+	schema string
+}
+
+// sinkCounts returns the sink's distinct events and all its deliveries
+// (-1, -1 while the database cannot be read).
+func (f *failoverRun) sinkCounts() (events, deliveries int) {
+	err := f.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT count(*), coalesce(sum(deliveries), 0) FROM %s.sink WHERE subscription = $1`,
+		pgx.Identifier{f.schema}.Sanitize()), subscriptionName).Scan(&events, &deliveries)
+	if err != nil {
+		return -1, -1
+	}
+	return events, deliveries
+}
+
+// waitSunk waits until the sink's distinct events satisfy ok.
+func (f *failoverRun) waitSunk(ok func(int) bool, what string) {
+	f.t.Helper()
+	if !pgtest.WaitFor(2*time.Minute, func() bool { n, _ := f.sinkCounts(); return ok(n) }) {
+		n, _ := f.sinkCounts()
+		f.t.Fatalf("%s: the sink has %d events", what, n)
+	}
+}
+
+// eventIDs returns the ids of the category's events with a position.
+func (f *failoverRun) eventIDs() map[uuid.UUID]bool {
+	f.t.Helper()
+	ids := map[uuid.UUID]bool{}
+	for after := int64(0); ; {
+		events, err := f.store.ReadCategory(context.Background(), categoryName, after, 5000)
+		if err != nil {
+			f.t.Fatalf("read the events: %v", err)
+		}
+		if len(events) == 0 {
+			return ids
+		}
+		for _, e := range events {
+			ids[e.ID] = true
+		}
+		after = events[len(events)-1].Position
+	}
+}
+
+// settle waits until every event with a position is in the sink and the
+// head has stopped moving, or no event reaches the sink for a minute, and
+// returns how many never did.
+func (f *failoverRun) settle() int {
+	f.t.Helper()
+	lastProgress, best, lastHead := time.Now(), -1, int64(-1)
+	for time.Since(lastProgress) < time.Minute {
+		head, herr := f.store.HeadPosition(context.Background())
+		n, _ := f.sinkCounts()
+		if herr == nil && n >= 0 && head == lastHead && n >= len(f.eventIDs()) {
+			break
+		}
+		if n > best {
+			best, lastProgress = n, time.Now()
+		}
+		lastHead = head
+		time.Sleep(200 * time.Millisecond)
+	}
+	return f.missingFromSink(f.eventIDs())
+}
+
+// missingFromSink counts the ids with no sink row.
+func (f *failoverRun) missingFromSink(ids map[uuid.UUID]bool) int {
+	f.t.Helper()
+	rows, err := f.pool.Query(context.Background(), fmt.Sprintf(`SELECT event_id FROM %s.sink WHERE subscription = $1`,
+		pgx.Identifier{f.schema}.Sanitize()), subscriptionName)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	sunk := map[uuid.UUID]bool{}
+	var id uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { sunk[id] = true; return nil }); err != nil {
+		f.t.Fatal(err)
+	}
+	missing := 0
+	for id := range ids {
+		if !sunk[id] {
+			missing++
+		}
+	}
+	return missing
+}
+
+// ackedLoad appends a steady load, each event with an id of its own, and
+// keeps the ids of the appends acknowledged. The workers sequence.
+type ackedLoad struct {
+	pool   *pgxpool.Pool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	ok     atomic.Int64
+	failed atomic.Int64
+	mu     sync.Mutex
+	acked  []uuid.UUID
+}
+
+// startAckedLoad appends about rate events a second on url.
+func startAckedLoad(t *testing.T, url, schema string, rate int) *ackedLoad {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), withAppName(url, "appender"))
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &ackedLoad{pool: pool, cancel: cancel}
+	const appenders = 2
+	every := time.Duration(int64(appenders) * int64(time.Second) / int64(rate))
+	for a := range appenders {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				id := uuid.New()
+				data, _ := json.Marshal(map[string]int{"appender": a, "n": n})
+				actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := store.Append(actx, fmt.Sprintf("%s-%d-%d", categoryName, a, n%50), eventsource.Any,
+					[]eventsource.EventData{{ID: id, Type: "Ticked", Data: data}})
+				acancel()
+				if err != nil {
+					l.failed.Add(1) // the pool drops a dead connection; the next append finds the new primary
+					continue
+				}
+				l.ok.Add(1)
+				l.mu.Lock()
+				l.acked = append(l.acked, id)
+				l.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+func (l *ackedLoad) ackedIDs() []uuid.UUID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]uuid.UUID(nil), l.acked...)
+}
+
+func (l *ackedLoad) stop() {
+	l.once.Do(func() {
+		l.cancel()
+		l.wg.Wait()
+		l.pool.Close()
+	})
+}
