@@ -15,6 +15,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -150,9 +151,9 @@ func TestQueueBytesOptionsAreValidated(t *testing.T) {
 	for _, v := range []int64{-1, MinQueueBytes - 1, MaxQueueBytes + 1} {
 		o := base
 		o.QueueBytes = v
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		require.ErrorAs(t, o.WithDefaults().Validate(), &oe, "QueueBytes %d", v)
-		require.Equal(t, "QueueBytes", oe.Field)
+		require.Equal(t, "actors.GroupOptions.QueueBytes", oe.Field)
 		require.Contains(t, oe.Error(), "must be in [65536, 1099511627776]")
 	}
 	o := base.WithDefaults()
@@ -162,9 +163,9 @@ func TestQueueBytesOptionsAreValidated(t *testing.T) {
 	store, _ := newTestStore(t)
 	for _, v := range []int64{-1, MinRuntimeQueueBytes - 1, MaxQueueBytes + 1} {
 		_, err := startedRuntime(context.Background(), quietSystem(), store, RuntimeOptions{QueueBytes: v})
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		require.True(t, errors.As(err, &oe), "RuntimeOptions.QueueBytes %d: %v", v, err)
-		require.Equal(t, "QueueBytes", oe.Field)
+		require.Equal(t, "actors.RuntimeOptions.QueueBytes", oe.Field)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -352,9 +353,9 @@ func TestResizeRefusals(t *testing.T) {
 	startWorker(t, schema, "w", groupOpts("refuse", 4, rec, "w"))
 	for _, m := range []int{0, -1, leasestore.MaxBuckets + 1} {
 		_, err := Resize(ctx, store, "refuse", m, ResizeOptions{})
-		var cfg *leasestore.ConfigError
+		var cfg *kumierr.ConfigError
 		require.ErrorAs(t, err, &cfg, "buckets %d", m)
-		require.Equal(t, "Buckets", cfg.Field)
+		require.Equal(t, "actors buckets", cfg.Field)
 	}
 	_, err := Resize(ctx, store, "refuse", 4, ResizeOptions{})
 	require.ErrorIs(t, err, leasestore.ErrSameBuckets)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Kind is how a [Store] proves that it still holds its buckets.
@@ -159,60 +160,44 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// ConfigError reports a field of [Config] that cannot be used.
-type ConfigError struct {
-	Field  string // the Config field, e.g. "Heartbeat"
-	Reason string // what is wrong and how to fix it
-}
-
-// Error returns "leasestore: Config.<Field> <Reason>".
-func (e *ConfigError) Error() string {
-	return "leasestore: Config." + e.Field + " " + e.Reason
-}
-
-// ConfigError reports true: the error is a supervision.ConfigMarker, so
-// supervision classifies it as invalid configuration.
-func (e *ConfigError) ConfigError() bool { return true }
-
 // Validate checks c as [New] does, after its defaults: the error is a
-// *[ConfigError] naming the field.
+// *[kumierr.ConfigError] naming the field.
 func (c Config) Validate() error { return c.WithDefaults().validate() }
 
 // validate checks a config that has had its defaults applied.
 func (c Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	bad := func(field string, value any, format string, args ...any) error {
+		return &kumierr.ConfigError{Field: "leasestore.Config." + field, Value: value, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case c.Schema == "":
-		return bad("Schema", "is required")
+		return bad("Schema", nil, "is required")
 	case c.Subscription == "":
-		return bad("Subscription", "is required")
+		return bad("Subscription", nil, "is required")
 	case eventsource.ValidateSubscription(c.Subscription) != nil:
-		return bad("Subscription", "%v", eventsource.ValidateSubscription(c.Subscription))
+		return bad("Subscription", c.Subscription, "%v", eventsource.ValidateSubscription(c.Subscription))
 	case c.Worker != "" && eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength) != nil:
-		return bad("Worker", "%v; use printable characters", eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength))
+		return bad("Worker", c.Worker, "%v; use printable characters", eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength))
 	case c.Buckets < 1 || c.Buckets > MaxBuckets:
-		return bad("Buckets", "is %d; it must be between 1 and %d", c.Buckets, MaxBuckets)
+		return bad("Buckets", c.Buckets, "must be between 1 and %d", MaxBuckets)
 	case c.Kind != KindRow && c.Kind != KindSession:
-		return bad("Kind", "is %v; use KindRow or KindSession", c.Kind)
+		return bad("Kind", c.Kind, "use KindRow or KindSession")
 	case c.TTL < MinTTL || c.TTL > MaxTTL:
-		return bad("TTL", "is %v; it must be between %v and %v (at least %d heartbeats of at least %v; "+
+		return bad("TTL", c.TTL, "must be between %v and %v (at least %d heartbeats of at least %v; "+
 			"at most PostgreSQL's largest idle_in_transaction_session_timeout)",
-			c.TTL, MinTTL, MaxTTL, HeartbeatDivisorDefault, MinHeartbeat)
+			MinTTL, MaxTTL, HeartbeatDivisorDefault, MinHeartbeat)
 	case c.Heartbeat <= 0:
-		return bad("Heartbeat", "is %v; it must be positive (0 means TTL/%d)", c.Heartbeat, HeartbeatDivisorDefault)
+		return bad("Heartbeat", c.Heartbeat, "must be positive (0 means TTL/%d)", HeartbeatDivisorDefault)
 	case c.Heartbeat < MinHeartbeat:
-		return bad("Heartbeat", "is %v; it must be at least %v and shorter than TTL (%v): "+
-			"a pass, bounded by the heartbeat, needs that long", c.Heartbeat, MinHeartbeat, c.TTL)
+		return bad("Heartbeat", c.Heartbeat, "must be at least %v and shorter than TTL (%v): "+
+			"a pass, bounded by the heartbeat, needs that long", MinHeartbeat, c.TTL)
 	case c.Margin <= 0:
-		return bad("Margin", "is %v; it must be positive (0 means TTL/%d)", c.Margin, MarginDivisorDefault)
+		return bad("Margin", c.Margin, "must be positive (0 means TTL/%d)", MarginDivisorDefault)
 	case c.Heartbeat >= c.TTL:
-		return bad("Heartbeat", "(%v) must be shorter than TTL (%v), or the lease lapses between renewals",
-			c.Heartbeat, c.TTL)
+		return bad("Heartbeat", c.Heartbeat, "must be shorter than TTL (%v), or the lease lapses between renewals", c.TTL)
 	case c.Heartbeat+c.Margin >= c.TTL:
-		return bad("Margin", "plus Heartbeat (%v + %v) must be shorter than TTL (%v), "+
-			"or EnsureHeld fails between two renewals that both landed", c.Margin, c.Heartbeat, c.TTL)
+		return bad("Margin", c.Margin, "plus Heartbeat (%v) must be shorter than TTL (%v), "+
+			"or EnsureHeld fails between two renewals that both landed", c.Heartbeat, c.TTL)
 	}
 	return nil
 }
@@ -228,7 +213,7 @@ func sessionConfig(sessionURL string, poolConfig *pgx.ConnConfig) (*pgx.ConnConf
 	}
 	parsed, err := pgx.ParseConfig(sessionURL)
 	if err != nil {
-		return nil, &ConfigError{Field: "SessionURL", Reason: "cannot be parsed as a PostgreSQL connection string (check its syntax)"}
+		return nil, &kumierr.ConfigError{Field: "leasestore.Config.SessionURL", Reason: "cannot be parsed as a PostgreSQL connection string (check its syntax)"}
 	}
 	return parsed, nil
 }

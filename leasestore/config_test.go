@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 func TestConfig(t *testing.T) {
@@ -79,9 +80,9 @@ func TestConfig(t *testing.T) {
 				c := valid
 				tc.edit(&c)
 				err := c.WithDefaults().validate()
-				var ce *ConfigError
+				var ce *kumierr.ConfigError
 				require.ErrorAs(t, err, &ce)
-				require.Equal(t, tc.field, ce.Field)
+				require.Equal(t, "leasestore.Config."+tc.field, ce.Field)
 				require.Contains(t, err.Error(), "Config."+tc.field)
 				require.Contains(t, ce.Reason, tc.reason)
 				_, err = startedStore(context.Background(), pgtest.Pool(t), c)
@@ -146,8 +147,9 @@ func TestPoolerDetection(t *testing.T) {
 
 	t.Run("AnUnparsableURLIsRefusedWithoutRepeatingIt", func(t *testing.T) {
 		_, err := sessionConfig("postgres://app:"+secret+"@db.internal:notaport/app", nil)
-		var ce *ConfigError
+		var ce *kumierr.ConfigError
 		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "leasestore.Config.SessionURL", ce.Field)
 		require.NotContains(t, err.Error(), secret)
 		require.NotContains(t, err.Error(), "db.internal")
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -193,13 +194,13 @@ func ExampleConfig_WithDefaults() {
 	_, err := leasestore.New(nil, leasestore.Config{
 		Schema: "kumi", Subscription: "orders", Buckets: 8, TTL: 10 * time.Second, Heartbeat: 8 * time.Second,
 	})
-	var ce *leasestore.ConfigError
+	var ce *kumierr.ConfigError
 	if errors.As(err, &ce) {
 		fmt.Println(ce.Field)
 	}
 	// Output:
 	// 15s 3s 5s
-	// Margin
+	// leasestore.Config.Margin
 }
 
 func ExampleStore_EnsureBuckets() {
