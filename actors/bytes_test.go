@@ -16,6 +16,7 @@ import (
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/kumierr"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -204,7 +205,7 @@ func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
 	o := groupOpts("share", buckets, nil, "w")
 	// Leases that outlast a loaded machine's stalls: a reader that drains
 	// and is replaced meanwhile would leave a larger share to the others.
-	o.Handler, o.Lease = handler, LeaseOptions{TTL: 20 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 5 * time.Second}
+	o.Handler, o.Lease = handler, leasestore.LeaseOptions{TTL: 20 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 5 * time.Second}
 	// The handlers wait at the gate while the burst is appended, which took
 	// over the default 30 s once on a loaded machine: each was then taken
 	// for hung and replaced, and its delivery, handled by both handlers

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/kumierr"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 const waitLong = 60 * time.Second
@@ -22,8 +23,8 @@ const waitLong = 60 * time.Second
 // abandoned and the worker delivered nothing (see
 // TestTheTestsLeaseTimingsTolerateSlowPasses). 3·heartbeat + margin ≤ TTL:
 // one lost renewal stops no reader.
-func fastLease() LeaseOptions {
-	return LeaseOptions{TTL: 4 * time.Second, Heartbeat: time.Second, Margin: time.Second}
+func fastLease() leasestore.LeaseOptions {
+	return leasestore.LeaseOptions{TTL: 4 * time.Second, Heartbeat: time.Second, Margin: time.Second}
 }
 
 func groupOpts(sub string, n int, rec *recorder, worker string) GroupOptions {
@@ -107,7 +108,7 @@ func TestGroup(t *testing.T) {
 		t.Parallel()
 		_, schema := newTestStore(t)
 		rec := newRecorder()
-		slow := LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
+		slow := leasestore.LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
 		oa, ob := groupOpts("graceful", 4, rec, "a"), groupOpts("graceful", 4, rec, "b")
 		oa.Lease, ob.Lease = slow, slow
 		a := startWorker(t, schema, "a", oa)

@@ -35,24 +35,6 @@ const (
 	MaxQueueBytes        = 1 << 40  // both
 )
 
-// LeaseOptions choose the lease kind and its timings; see leasestore.Config.
-type LeaseOptions struct {
-	// Kind is leasestore.KindRow (default) or leasestore.KindSession.
-	Kind leasestore.Kind
-	// TTL, Heartbeat and Margin are the row lease's timings; zero means
-	// leasestore's defaults (30 s, ttl/5, ttl/3). Heartbeat is also the
-	// interval between reconcile passes, for both kinds.
-	TTL, Heartbeat, Margin time.Duration
-	// SessionURL is the session kind's dedicated connection; "" uses the
-	// pool's settings.
-	SessionURL string
-	// NoListen stops the group's lease store taking wake-ups from the
-	// runtime's notifier (the process's one LISTEN connection, which the
-	// store otherwise shares): rebalances are then found by the passes
-	// alone, one heartbeat later.
-	NoListen bool
-}
-
 // RetryPolicy bounds deliveries of one event.
 type RetryPolicy struct {
 	// MaxAttempts is the number of deliveries of an event before it is
@@ -78,7 +60,13 @@ type GroupOptions struct {
 	// Worker identifies this worker; "" means a fresh id.
 	Worker string
 
-	Lease LeaseOptions
+	// Lease chooses the lease kind and its timings (zero values: row
+	// leases, TTL 30 s). Lease.Heartbeat is also the interval between
+	// reconcile passes, for both kinds; Lease.NoListen stops the group's
+	// lease store taking wake-ups from the runtime's notifier (the
+	// process's one LISTEN connection), so that rebalances are found by
+	// the passes alone, one heartbeat later.
+	Lease leasestore.LeaseOptions
 	Retry RetryPolicy
 	// BatchSize is the catch-up page size per bucket, and how many read
 	// events a reader holds before it leaves live batches in its queue.
@@ -225,7 +213,5 @@ func (o GroupOptions) Validate() error {
 	if err := o.Batch.validate(o.MaxInFlight); err != nil {
 		return err
 	}
-	lc := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Buckets: o.Buckets, Kind: o.Lease.Kind,
-		TTL: o.Lease.TTL, Heartbeat: o.Lease.Heartbeat, Margin: o.Lease.Margin}
-	return reroot(lc.Validate(), "leasestore.Config.", "GroupOptions.Lease.")
+	return reroot(o.Lease.Validate(), "leasestore.LeaseOptions.", "GroupOptions.Lease.")
 }

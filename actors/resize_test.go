@@ -91,8 +91,8 @@ func exactlyOnceHandler(rec *recorder, ds *deliveries, proj *projection, worker 
 
 // resizeLease is fastLease with room for a loaded machine: a resize runs
 // many passes, and a lease lapsing under load only slows it down.
-func resizeLease() LeaseOptions {
-	return LeaseOptions{TTL: 6 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 1500 * time.Millisecond}
+func resizeLease() leasestore.LeaseOptions {
+	return leasestore.LeaseOptions{TTL: 6 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 1500 * time.Millisecond}
 }
 
 // appender appends to streams of category until stopped, one event at a
@@ -407,7 +407,7 @@ func TestOldBucketsOptionAfterAResize(t *testing.T) {
 	require.Empty(t, rec.order)
 }
 
-func withLease(o GroupOptions, l LeaseOptions) GroupOptions {
+func withLease(o GroupOptions, l leasestore.LeaseOptions) GroupOptions {
 	o.Lease = l
 	return o
 }

@@ -97,7 +97,7 @@ func (f *fixture) hostileLetter(t testing.TB, sub string) eventsource.DeadLetter
 func (f *fixture) join(t testing.TB, sub, worker string, n int) *leasestore.Store {
 	t.Helper()
 	s, err := leasestore.New(f.store.Pool(), leasestore.Config{Schema: f.schema,
-		Subscription: sub, Worker: worker, Buckets: n, TTL: time.Minute, NoListen: true})
+		Subscription: sub, Worker: worker, Buckets: n, LeaseOptions: leasestore.LeaseOptions{TTL: time.Minute, NoListen: true}})
 	if err == nil {
 		err = s.Start(context.Background())
 	}

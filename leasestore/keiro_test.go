@@ -106,7 +106,7 @@ func TestEveryKindRunsTheSuite(t *testing.T) {
 	// Every kind Config accepts is in leaseKinds, so a new kind cannot be
 	// added without running the suite.
 	for k := Kind(-1); k <= KindSession+8; k++ {
-		err := Config{Schema: "s", Subscription: "orders", Buckets: 1, Kind: k}.Validate()
+		err := Config{Schema: "s", Subscription: "orders", Buckets: 1, LeaseOptions: LeaseOptions{Kind: k}}.Validate()
 		var ce *kumierr.ConfigError
 		if errors.As(err, &ce) && ce.Field == "leasestore.Config.Kind" {
 			continue

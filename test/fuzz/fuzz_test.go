@@ -114,7 +114,7 @@ func FuzzLeaseConfig(f *testing.F) {
 	f.Add(" s", "w", -3, -1, int64(1<<62), int64(1<<62), int64(1<<62), 5, -5)
 	props := actor.PropsFromFunc(func(actor.Context) {})
 	f.Fuzz(func(t *testing.T, sub, workerID string, buckets, kind int, ttl, heartbeat, margin int64, batch, queue int) {
-		lease := actors.LeaseOptions{Kind: leasestore.Kind(kind), TTL: time.Duration(ttl),
+		lease := leasestore.LeaseOptions{Kind: leasestore.Kind(kind), TTL: time.Duration(ttl),
 			Heartbeat: time.Duration(heartbeat), Margin: time.Duration(margin)}
 		o := actors.GroupOptions{Subscription: sub, Category: "acct", Buckets: buckets, Handler: props, Worker: workerID,
 			Lease: lease, BatchSize: batch, QueueCapacity: queue}.WithDefaults()
@@ -126,7 +126,7 @@ func FuzzLeaseConfig(f *testing.F) {
 			return
 		}
 		cfg := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Worker: o.Worker, Buckets: o.Buckets,
-			Kind: lease.Kind, TTL: lease.TTL, Heartbeat: lease.Heartbeat, Margin: lease.Margin}
+			LeaseOptions: leasestore.LeaseOptions{Kind: lease.Kind, TTL: lease.TTL, Heartbeat: lease.Heartbeat, Margin: lease.Margin}}
 		_, err := leasestore.New(nil, cfg)
 		var ce *kumierr.ConfigError
 		switch {
