@@ -30,13 +30,13 @@ func (o BatchOptions) on() bool { return o.MaxEvents > 0 }
 func (o BatchOptions) validate(maxInFlight int) error {
 	switch {
 	case o.MaxEvents < 0 || o.MaxEvents > 10000:
-		return &OptionError{"Batch.MaxEvents", o.MaxEvents, "must be in [0, 10000] (0: no batching)"}
+		return invalid("GroupOptions.Batch.MaxEvents", o.MaxEvents, "must be in [0, 10000] (0: no batching)")
 	case o.MaxBytes < 0:
-		return &OptionError{"Batch.MaxBytes", o.MaxBytes, "must be at least 0 (0: no byte bound)"}
+		return invalid("GroupOptions.Batch.MaxBytes", o.MaxBytes, "must be at least 0 (0: no byte bound)")
 	case o.MaxBytes > 0 && !o.on():
-		return &OptionError{"Batch.MaxBytes", o.MaxBytes, "needs Batch.MaxEvents above 0 (batching is off)"}
+		return invalid("GroupOptions.Batch.MaxBytes", o.MaxBytes, "needs Batch.MaxEvents above 0 (batching is off)")
 	case o.on() && maxInFlight != 1:
-		return &OptionError{"MaxInFlight", maxInFlight, "must be 1 with Batch.MaxEvents set: a bucket's batches are delivered one at a time"}
+		return invalid("GroupOptions.MaxInFlight", maxInFlight, "must be 1 with Batch.MaxEvents set: a bucket's batches are delivered one at a time")
 	}
 	return nil
 }
@@ -268,7 +268,7 @@ func CommitBatchWithCheckpoint(ctx context.Context, store *eventsource.Store, b 
 		return fmt.Errorf("kumi: CommitBatchWithCheckpoint needs a batch with a fence and events")
 	}
 	if b.d != nil && !b.d.exclusive {
-		return &OptionError{"MaxInFlight", ">1", "CommitBatchWithCheckpoint needs MaxInFlight 1 (the default)"}
+		return invalid("GroupOptions.MaxInFlight", ">1", "CommitBatchWithCheckpoint needs MaxInFlight 1 (the default)")
 	}
 	events, skipped := b.Events, 0
 	var partial *PartialError

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // batchLog records the batches a handler received.
@@ -481,17 +482,21 @@ func TestBatchExactlyOnce(t *testing.T) {
 func TestBatchOptionsAreValidatedNamingTheField(t *testing.T) {
 	t.Parallel()
 	base := GroupOptions{Subscription: "s", Category: "c", Buckets: 4, Handler: ackHandler(newRecorder(), "w")}
-	cases := map[string]func(o *GroupOptions){
-		"Batch.MaxEvents": func(o *GroupOptions) { o.Batch.MaxEvents = 10001 },
-		"Batch.MaxBytes":  func(o *GroupOptions) { o.Batch.MaxBytes = 1 << 20 }, // without MaxEvents
-		"MaxInFlight":     func(o *GroupOptions) { o.Batch.MaxEvents, o.MaxInFlight = 10, 4 },
-	}
-	for field, mutate := range cases {
+	for _, c := range []struct {
+		field  string
+		mutate func(o *GroupOptions)
+	}{
+		{"Batch.MaxEvents", func(o *GroupOptions) { o.Batch.MaxEvents = 10001 }},
+		{"Batch.MaxEvents", func(o *GroupOptions) { o.Batch.MaxEvents = -1 }},
+		{"Batch.MaxBytes", func(o *GroupOptions) { o.Batch.MaxBytes = 1 << 20 }}, // without MaxEvents
+		{"Batch.MaxBytes", func(o *GroupOptions) { o.Batch.MaxEvents, o.Batch.MaxBytes = 10, -1 }},
+		{"MaxInFlight", func(o *GroupOptions) { o.Batch.MaxEvents, o.MaxInFlight = 10, 4 }},
+	} {
 		o := base
-		mutate(&o)
-		var oe *OptionError
-		require.ErrorAs(t, o.WithDefaults().Validate(), &oe, field)
-		require.Equal(t, field, oe.Field)
+		c.mutate(&o)
+		var oe *kumierr.ConfigError
+		require.ErrorAs(t, o.WithDefaults().Validate(), &oe, c.field)
+		require.Equal(t, "actors.GroupOptions."+c.field, oe.Field)
 	}
 	o := base
 	o.Batch = BatchOptions{MaxEvents: 100, MaxBytes: 1 << 20}

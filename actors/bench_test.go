@@ -62,8 +62,8 @@ FROM generate_series(0, %[2]d - 1) AS i ORDER BY i`, q, n))
 // benchLease is the benchmarks' lease timing, the figures' in
 // docs/benchmarks.md: short, for a quiet machine (the tests' fastLease
 // leaves room for a loaded one).
-func benchLease() LeaseOptions {
-	return LeaseOptions{TTL: 1500 * time.Millisecond, Heartbeat: 150 * time.Millisecond, Margin: 500 * time.Millisecond}
+func benchLease() leasestore.LeaseOptions {
+	return leasestore.LeaseOptions{TTL: 1500 * time.Millisecond, Heartbeat: 150 * time.Millisecond, Margin: 500 * time.Millisecond}
 }
 
 // benchWorker is a worker of the benchmarks: its own pool, actor system and
@@ -330,7 +330,7 @@ func BenchmarkRebalance(b *testing.B) {
 	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
 		b.Run(kind.String(), func(b *testing.B) {
 			_, schema := newTestStore(b)
-			lease := LeaseOptions{Kind: kind, TTL: 3 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: time.Second}
+			lease := leasestore.LeaseOptions{Kind: kind, TTL: 3 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: time.Second}
 			var n atomic.Int64
 			o := GroupOptions{Subscription: "rebalance", Category: "acct", Buckets: 32, Handler: counting(&n), Lease: lease}
 			a := benchWorker(b, schema, "a", o)

@@ -15,6 +15,8 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -150,9 +152,9 @@ func TestQueueBytesOptionsAreValidated(t *testing.T) {
 	for _, v := range []int64{-1, MinQueueBytes - 1, MaxQueueBytes + 1} {
 		o := base
 		o.QueueBytes = v
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		require.ErrorAs(t, o.WithDefaults().Validate(), &oe, "QueueBytes %d", v)
-		require.Equal(t, "QueueBytes", oe.Field)
+		require.Equal(t, "actors.GroupOptions.QueueBytes", oe.Field)
 		require.Contains(t, oe.Error(), "must be in [65536, 1099511627776]")
 	}
 	o := base.WithDefaults()
@@ -162,9 +164,9 @@ func TestQueueBytesOptionsAreValidated(t *testing.T) {
 	store, _ := newTestStore(t)
 	for _, v := range []int64{-1, MinRuntimeQueueBytes - 1, MaxQueueBytes + 1} {
 		_, err := startedRuntime(context.Background(), quietSystem(), store, RuntimeOptions{QueueBytes: v})
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		require.True(t, errors.As(err, &oe), "RuntimeOptions.QueueBytes %d: %v", v, err)
-		require.Equal(t, "QueueBytes", oe.Field)
+		require.Equal(t, "actors.RuntimeOptions.QueueBytes", oe.Field)
 	}
 }
 
@@ -203,7 +205,7 @@ func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
 	o := groupOpts("share", buckets, nil, "w")
 	// Leases that outlast a loaded machine's stalls: a reader that drains
 	// and is replaced meanwhile would leave a larger share to the others.
-	o.Handler, o.Lease = handler, LeaseOptions{TTL: 20 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 5 * time.Second}
+	o.Handler, o.Lease = handler, leasestore.LeaseOptions{TTL: 20 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 5 * time.Second}
 	// The handlers wait at the gate while the burst is appended, which took
 	// over the default 30 s once on a loaded machine: each was then taken
 	// for hung and replaced, and its delivery, handled by both handlers

@@ -495,7 +495,7 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 		OnTransition: c.g.queueTransition(l.Slot),
 	})
 	if err != nil {
-		panic(&OptionError{"QueueCapacity", c.g.opts.QueueCapacity, err.Error()}) // validated at StartGroup
+		panic(invalid("GroupOptions.QueueCapacity", c.g.opts.QueueCapacity, err.Error())) // validated at StartGroup
 	}
 	m := c.resizeOf(l)
 	// The new reader starts after what the slot's readers at its epoch

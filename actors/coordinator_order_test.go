@@ -70,7 +70,7 @@ func TestNoReaderIsSpawnedForASlotDrainedToTheCut(t *testing.T) {
 	// Another worker holds the only bucket at first, so that the tests'
 	// middleware is in place before the worker spawns its reader.
 	other, err := leasestore.New(pgtest.Pool(t), leasestore.Config{Schema: schema, Subscription: "drained",
-		Worker: "other", Buckets: 1, TTL: 30 * time.Second, NoListen: true})
+		Worker: "other", Buckets: 1, LeaseOptions: leasestore.LeaseOptions{TTL: 30 * time.Second, NoListen: true}})
 	if err == nil {
 		err = other.Start(ctx)
 	}

@@ -52,7 +52,7 @@ func (w *testWorker) awaitRestart(t *testing.T, old *coordinator, slot int, not 
 
 // restartOpts is a one-bucket group whose reader writes no checkpoint
 // while the test runs: every event it acks stays beyond the checkpoint.
-func restartOpts(sub string, rec *recorder, lease LeaseOptions) GroupOptions {
+func restartOpts(sub string, rec *recorder, lease leasestore.LeaseOptions) GroupOptions {
 	o := groupOpts(sub, 1, rec, "w")
 	o.Lease = lease
 	o.CheckpointEvery, o.CheckpointInterval, o.HandlerTimeout = 10000, time.Hour, time.Hour
@@ -76,7 +76,7 @@ func TestACoordinatorRestartRedeliversNothingItsReadersHandled(t *testing.T) {
 	// A lease that stays sure on a busy machine: the reader never stops
 	// unsure (and writes its checkpoint as it drains).
 	w := startWorker(t, schema, "w", restartOpts("corestart", rec,
-		LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}))
+		leasestore.LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}))
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 20 }, "the 20 events handled (got %d)%s",
 		observed(rec.distinct), observed(w.diagnose))
 	cp, err := store.Checkpoint(ctx, "corestart", 0)
@@ -137,7 +137,7 @@ func TestACoordinatorRestartAfterAnotherWorkerHeldTheBucketStartsAtTheCheckpoint
 	require.Less(t, cp, acked, "events acked beyond the checkpoint")
 
 	other, err := leasestore.New(pgtest.Pool(t), leasestore.Config{Schema: schema, Subscription: "coretaken",
-		Worker: "other", Buckets: 1, TTL: 30 * time.Second, NoListen: true})
+		Worker: "other", Buckets: 1, LeaseOptions: leasestore.LeaseOptions{TTL: 30 * time.Second, NoListen: true}})
 	if err == nil {
 		err = other.Start(ctx)
 	}
@@ -183,7 +183,7 @@ func TestACoordinatorRestartSendsTheEventInFlightAgainAsARetry(t *testing.T) {
 	attempts := map[int64][]int{} // by position
 	held := make(chan struct{})
 	o := restartOpts("coreflight", newRecorder(),
-		LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second})
+		leasestore.LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second})
 	o.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
 		d, ok := ctx.Message().(*Delivery)
 		if !ok {

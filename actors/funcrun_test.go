@@ -335,8 +335,8 @@ func (g *runGate) handler(rec *recorder, ds *deliveries, worker string) *actor.P
 // unsureLeaseOptions: usable for 2 s after a renewal, valid for 8 s, so
 // that holding the worker's row (see holdWorkerRow) makes EnsureHeld fail
 // well before the lease could lapse.
-func unsureLeaseOptions() LeaseOptions {
-	return LeaseOptions{TTL: 8 * time.Second, Heartbeat: 250 * time.Millisecond, Margin: 6 * time.Second}
+func unsureLeaseOptions() leasestore.LeaseOptions {
+	return leasestore.LeaseOptions{TTL: 8 * time.Second, Heartbeat: 250 * time.Millisecond, Margin: 6 * time.Second}
 }
 
 // holdWorkerRow locks the worker's row: its passes (heartbeat and renewal)

@@ -183,12 +183,7 @@ func (gr *Group) start(ctx context.Context) error {
 		Subscription: opts.Subscription,
 		Worker:       opts.Worker,
 		Buckets:      opts.Buckets,
-		Kind:         opts.Lease.Kind,
-		TTL:          opts.Lease.TTL,
-		Heartbeat:    opts.Lease.Heartbeat,
-		Margin:       opts.Lease.Margin,
-		SessionURL:   opts.Lease.SessionURL,
-		NoListen:     opts.Lease.NoListen,
+		LeaseOptions: opts.Lease,
 		Logger:       base,
 		Notifier:     rt.notifier, // the process's one LISTEN connection
 	})

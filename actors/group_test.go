@@ -3,12 +3,14 @@ package actors
 import (
 	"context"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -21,8 +23,8 @@ const waitLong = 60 * time.Second
 // abandoned and the worker delivered nothing (see
 // TestTheTestsLeaseTimingsTolerateSlowPasses). 3·heartbeat + margin ≤ TTL:
 // one lost renewal stops no reader.
-func fastLease() LeaseOptions {
-	return LeaseOptions{TTL: 4 * time.Second, Heartbeat: time.Second, Margin: time.Second}
+func fastLease() leasestore.LeaseOptions {
+	return leasestore.LeaseOptions{TTL: 4 * time.Second, Heartbeat: time.Second, Margin: time.Second}
 }
 
 func groupOpts(sub string, n int, rec *recorder, worker string) GroupOptions {
@@ -106,7 +108,7 @@ func TestGroup(t *testing.T) {
 		t.Parallel()
 		_, schema := newTestStore(t)
 		rec := newRecorder()
-		slow := LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
+		slow := leasestore.LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
 		oa, ob := groupOpts("graceful", 4, rec, "a"), groupOpts("graceful", 4, rec, "b")
 		oa.Lease, ob.Lease = slow, slow
 		a := startWorker(t, schema, "a", oa)
@@ -137,28 +139,35 @@ func TestOptionsAreValidatedNamingTheField(t *testing.T) {
 	t.Parallel()
 	base := GroupOptions{Subscription: "s", Category: "c", Buckets: 4, Handler: ackHandler(newRecorder(), "w")}
 	cases := map[string]func(o *GroupOptions){
-		"Subscription":      func(o *GroupOptions) { o.Subscription = "" },
-		"Category":          func(o *GroupOptions) { o.Category = "a-b" },
-		"Buckets":           func(o *GroupOptions) { o.Buckets = -1 },
-		"Handler":           func(o *GroupOptions) { o.Handler = nil },
-		"BatchSize":         func(o *GroupOptions) { o.BatchSize = -5 },
-		"QueueCapacity":     func(o *GroupOptions) { o.QueueCapacity = -1 },
-		"QueueBytes":        func(o *GroupOptions) { o.QueueBytes = 1000 },
-		"Retry.MaxAttempts": func(o *GroupOptions) { o.Retry.MaxAttempts = -1 },
-		"HandlerTimeout":    func(o *GroupOptions) { o.HandlerTimeout = -time.Second },
-		"MaxInFlight":       func(o *GroupOptions) { o.MaxInFlight = 5000 },
-		"Lease.Heartbeat":   func(o *GroupOptions) { o.Lease.TTL, o.Lease.Heartbeat = time.Second, 2*time.Second },
-		"Lease.TTL":         func(o *GroupOptions) { o.Lease.TTL = time.Nanosecond },
-		"Retry.Backoff":     func(o *GroupOptions) { o.Retry.Backoff.Multiplier = 0.5 },
+		"Subscription":             func(o *GroupOptions) { o.Subscription = "" },
+		"Category":                 func(o *GroupOptions) { o.Category = "a-b" },
+		"Buckets":                  func(o *GroupOptions) { o.Buckets = -1 },
+		"Handler":                  func(o *GroupOptions) { o.Handler = nil },
+		"BatchSize":                func(o *GroupOptions) { o.BatchSize = -5 },
+		"QueueCapacity":            func(o *GroupOptions) { o.QueueCapacity = -1 },
+		"QueueBytes":               func(o *GroupOptions) { o.QueueBytes = 1000 },
+		"Retry.MaxAttempts":        func(o *GroupOptions) { o.Retry.MaxAttempts = -1 },
+		"HandlerTimeout":           func(o *GroupOptions) { o.HandlerTimeout = -time.Second },
+		"MaxInFlight":              func(o *GroupOptions) { o.MaxInFlight = 5000 },
+		"CheckpointEvery":          func(o *GroupOptions) { o.CheckpointEvery = -1 },
+		"CheckpointInterval":       func(o *GroupOptions) { o.CheckpointInterval = -time.Second },
+		"DatabaseTimeout":          func(o *GroupOptions) { o.DatabaseTimeout = -time.Second },
+		"Worker":                   func(o *GroupOptions) { o.Worker = "w\n" },
+		"Lease.Kind":               func(o *GroupOptions) { o.Lease.Kind = 7 },
+		"Lease.Heartbeat":          func(o *GroupOptions) { o.Lease.TTL, o.Lease.Heartbeat = time.Second, 2*time.Second },
+		"Lease.TTL":                func(o *GroupOptions) { o.Lease.TTL = time.Nanosecond },
+		"Lease.Margin":             func(o *GroupOptions) { o.Lease.Margin = -time.Second },
+		"Retry.Backoff.Multiplier": func(o *GroupOptions) { o.Retry.Backoff.Multiplier = 0.5 },
+		"Retry.Backoff.Initial":    func(o *GroupOptions) { o.Retry.Backoff.Initial = -time.Second },
 	}
 	for field, mutate := range cases {
 		o := base
 		mutate(&o)
 		err := o.WithDefaults().Validate()
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		require.ErrorAs(t, err, &oe, field)
-		require.Equal(t, field, oe.Field)
+		require.Equal(t, "actors.GroupOptions."+field, oe.Field)
+		require.True(t, strings.HasPrefix(err.Error(), "kumi: invalid actors.GroupOptions."+field), err.Error())
 	}
 	require.NoError(t, base.WithDefaults().Validate())
-	_ = leasestore.KindRow
 }

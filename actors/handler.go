@@ -230,7 +230,7 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 	if !d.exclusive {
 		// With several events of a bucket in flight, this event's position
 		// may lie past an unfinished one: committing it would skip that one.
-		return &OptionError{"MaxInFlight", ">1", "CommitWithCheckpoint needs MaxInFlight 1 (the default)"}
+		return invalid("GroupOptions.MaxInFlight", ">1", "CommitWithCheckpoint needs MaxInFlight 1 (the default)")
 	}
 	return pgx.BeginFunc(ctx, store.Pool(), func(tx pgx.Tx) error {
 		if err := d.Fence.Check(ctx, tx); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -318,8 +319,8 @@ func TestSeveralInFlightKeepPerStreamOrderThroughRetries(t *testing.T) {
 			if d.Event.Position%50 == 0 {
 				// CommitWithCheckpoint refuses: it needs MaxInFlight 1.
 				err := CommitWithCheckpoint(d.Context, store, d, func(context.Context, pgx.Tx) error { return nil })
-				var oe *OptionError
-				if !errors.As(err, &oe) || oe.Field != "MaxInFlight" {
+				var oe *kumierr.ConfigError
+				if !errors.As(err, &oe) || oe.Field != "actors.GroupOptions.MaxInFlight" {
 					panic(fmt.Sprintf("CommitWithCheckpoint with MaxInFlight 16: %v", err))
 				}
 			}

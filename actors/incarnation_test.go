@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // heldHandler acks every delivery at once except the first delivery of
@@ -134,7 +135,7 @@ func TestRestartedReaderIgnoresItsPredecessorsAnswers(t *testing.T) {
 	opts.Handler = h.props()
 	opts.HandlerTimeout = 10 * waitLong // nothing here times out
 	opts.CheckpointEvery = 1
-	opts.Lease = LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
+	opts.Lease = leasestore.LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
 	w := startWorker(t, schema, "w", opts)
 
 	// The first incarnation: four events acked and checkpointed, the
@@ -200,7 +201,7 @@ func TestRestartedReaderFinishesItsDrain(t *testing.T) {
 	opts := groupOpts("redrain", 1, nil, "w")
 	opts.Handler = h.props()
 	opts.HandlerTimeout = 10 * waitLong
-	opts.Lease = LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
+	opts.Lease = leasestore.LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
 	w := startWorker(t, schema, "w", opts)
 	h.next(t) // the third event is with the handler: the drain waits for it
 

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -32,24 +34,6 @@ const (
 	MinRuntimeQueueBytes = 16 << 20 // RuntimeOptions.QueueBytes: a few publisher fetches
 	MaxQueueBytes        = 1 << 40  // both
 )
-
-// LeaseOptions choose the lease kind and its timings; see leasestore.Config.
-type LeaseOptions struct {
-	// Kind is leasestore.KindRow (default) or leasestore.KindSession.
-	Kind leasestore.Kind
-	// TTL, Heartbeat and Margin are the row lease's timings; zero means
-	// leasestore's defaults (30 s, ttl/5, ttl/3). Heartbeat is also the
-	// interval between reconcile passes, for both kinds.
-	TTL, Heartbeat, Margin time.Duration
-	// SessionURL is the session kind's dedicated connection; "" uses the
-	// pool's settings.
-	SessionURL string
-	// NoListen stops the group's lease store taking wake-ups from the
-	// runtime's notifier (the process's one LISTEN connection, which the
-	// store otherwise shares): rebalances are then found by the passes
-	// alone, one heartbeat later.
-	NoListen bool
-}
 
 // RetryPolicy bounds deliveries of one event.
 type RetryPolicy struct {
@@ -76,7 +60,13 @@ type GroupOptions struct {
 	// Worker identifies this worker; "" means a fresh id.
 	Worker string
 
-	Lease LeaseOptions
+	// Lease chooses the lease kind and its timings (zero values: row
+	// leases, TTL 30 s). Lease.Heartbeat is also the interval between
+	// reconcile passes, for both kinds; Lease.NoListen stops the group's
+	// lease store taking wake-ups from the runtime's notifier (the
+	// process's one LISTEN connection), so that rebalances are found by
+	// the passes alone, one heartbeat later.
+	Lease leasestore.LeaseOptions
 	Retry RetryPolicy
 	// BatchSize is the catch-up page size per bucket, and how many read
 	// events a reader holds before it leaves live batches in its queue.
@@ -124,20 +114,22 @@ type GroupOptions struct {
 	Batch BatchOptions
 }
 
-// OptionError reports an invalid option, naming it.
-type OptionError struct {
-	Field  string
-	Value  any
-	Reason string
+// invalid reports field of one of this package's option types (e.g.
+// "GroupOptions.Buckets") as invalid.
+func invalid(field string, value any, reason string) error {
+	return &kumierr.ConfigError{Field: "actors." + field, Value: value, Reason: reason}
 }
 
-// Error names the field, its value and what is wrong with it.
-func (e *OptionError) Error() string {
-	return fmt.Sprintf("kumi: invalid option %s = %v: %s", e.Field, e.Value, e.Reason)
+// reroot returns err with its field moved under the options that hold it:
+// an error of another package's options (from, e.g. "leasestore.Config.")
+// becomes one of ours (to, e.g. "GroupOptions.Lease."). Other errors pass.
+func reroot(err error, from, to string) error {
+	var ce *kumierr.ConfigError
+	if !errors.As(err, &ce) || !strings.HasPrefix(ce.Field, from) {
+		return err
+	}
+	return invalid(to+strings.TrimPrefix(ce.Field, from), ce.Value, ce.Reason)
 }
-
-// ConfigError marks the error as invalid configuration for supervision.
-func (e *OptionError) ConfigError() bool { return true }
 
 // WithDefaults returns o with zero fields set to their defaults.
 func (o GroupOptions) WithDefaults() GroupOptions {
@@ -175,52 +167,51 @@ func (o GroupOptions) WithDefaults() GroupOptions {
 	return o
 }
 
-// Validate checks the options (after defaults), naming the first bad field.
+// Validate checks the options (after defaults): the first invalid field is
+// refused with a *[kumierr.ConfigError] naming it, e.g.
+// "actors.GroupOptions.Buckets".
 func (o GroupOptions) Validate() error {
 	if err := eventsource.ValidateSubscription(o.Subscription); err != nil {
-		return &OptionError{"Subscription", o.Subscription, err.Error()}
+		return invalid("GroupOptions.Subscription", o.Subscription, err.Error())
 	}
 	if err := eventsource.ValidateCategory(o.Category); err != nil {
-		return &OptionError{"Category", o.Category, err.Error()}
+		return invalid("GroupOptions.Category", o.Category, err.Error())
+	}
+	if o.Worker != "" {
+		if err := eventsource.ValidateName("worker id", o.Worker, leasestore.MaxWorkerLength); err != nil {
+			return invalid("GroupOptions.Worker", o.Worker, err.Error()+"; use printable characters")
+		}
 	}
 	switch {
 	case o.Buckets < 1:
-		return &OptionError{"Buckets", o.Buckets, "must be at least 1"}
+		return invalid("GroupOptions.Buckets", o.Buckets, "must be at least 1")
 	case o.Buckets > leasestore.MaxBuckets:
-		return &OptionError{"Buckets", o.Buckets, fmt.Sprintf("must be at most %d (leasestore.MaxBuckets)", leasestore.MaxBuckets)}
+		return invalid("GroupOptions.Buckets", o.Buckets, fmt.Sprintf("must be at most %d (leasestore.MaxBuckets)", leasestore.MaxBuckets))
 	case o.Handler == nil:
-		return &OptionError{"Handler", nil, "required: the props of your handler actor"}
+		return invalid("GroupOptions.Handler", nil, "required: the props of your handler actor")
 	case o.BatchSize < 1 || o.BatchSize > 10000:
-		return &OptionError{"BatchSize", o.BatchSize, "must be in [1, 10000]"}
+		return invalid("GroupOptions.BatchSize", o.BatchSize, "must be in [1, 10000]")
 	case o.QueueCapacity < 1:
-		return &OptionError{"QueueCapacity", o.QueueCapacity, "must be at least 1"}
+		return invalid("GroupOptions.QueueCapacity", o.QueueCapacity, "must be at least 1")
 	case o.QueueBytes < MinQueueBytes || o.QueueBytes > MaxQueueBytes:
-		return &OptionError{"QueueBytes", o.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (64 KiB to 1 TiB; 0 means %d)", MinQueueBytes, MaxQueueBytes, QueueBytesDefault)}
+		return invalid("GroupOptions.QueueBytes", o.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (64 KiB to 1 TiB; 0 means %d)", MinQueueBytes, MaxQueueBytes, QueueBytesDefault))
 	case o.MaxInFlight < 1 || o.MaxInFlight > 1024:
-		return &OptionError{"MaxInFlight", o.MaxInFlight, "must be in [1, 1024]"}
+		return invalid("GroupOptions.MaxInFlight", o.MaxInFlight, "must be in [1, 1024]")
 	case o.HandlerTimeout < 0:
-		return &OptionError{"HandlerTimeout", o.HandlerTimeout, "must be positive"}
+		return invalid("GroupOptions.HandlerTimeout", o.HandlerTimeout, "must be positive")
 	case o.Retry.MaxAttempts < 1:
-		return &OptionError{"Retry.MaxAttempts", o.Retry.MaxAttempts, "must be at least 1"}
+		return invalid("GroupOptions.Retry.MaxAttempts", o.Retry.MaxAttempts, "must be at least 1")
 	case o.Retry.Backoff.Validate() != nil:
-		return &OptionError{"Retry.Backoff", o.Retry.Backoff, o.Retry.Backoff.Validate().Error()}
+		return reroot(o.Retry.Backoff.Validate(), "supervision.Backoff.", "GroupOptions.Retry.Backoff.")
 	case o.CheckpointEvery < 1:
-		return &OptionError{"CheckpointEvery", o.CheckpointEvery, "must be at least 1"}
+		return invalid("GroupOptions.CheckpointEvery", o.CheckpointEvery, "must be at least 1")
 	case o.CheckpointInterval < 0:
-		return &OptionError{"CheckpointInterval", o.CheckpointInterval, "must be positive"}
+		return invalid("GroupOptions.CheckpointInterval", o.CheckpointInterval, "must be positive")
 	case o.DatabaseTimeout < 0:
-		return &OptionError{"DatabaseTimeout", o.DatabaseTimeout, "must be positive"}
+		return invalid("GroupOptions.DatabaseTimeout", o.DatabaseTimeout, "must be positive")
 	}
 	if err := o.Batch.validate(o.MaxInFlight); err != nil {
 		return err
 	}
-	lc := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Buckets: o.Buckets, Kind: o.Lease.Kind,
-		TTL: o.Lease.TTL, Heartbeat: o.Lease.Heartbeat, Margin: o.Lease.Margin}
-	var ce *leasestore.ConfigError
-	if err := lc.Validate(); errors.As(err, &ce) {
-		return &OptionError{"Lease." + ce.Field, nil, ce.Reason}
-	} else if err != nil {
-		return &OptionError{"Lease", nil, err.Error()}
-	}
-	return nil
+	return reroot(o.Lease.Validate(), "leasestore.LeaseOptions.", "GroupOptions.Lease.")
 }

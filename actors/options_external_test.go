@@ -70,7 +70,7 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 			return nil
 		}),
 		Worker: "w-outside",
-		Lease: actors.LeaseOptions{
+		Lease: leasestore.LeaseOptions{
 			Kind:       leasestore.KindSession,
 			TTL:        4 * time.Second,
 			Heartbeat:  time.Second,

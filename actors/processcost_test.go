@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // namedPool is a pool of maxConns on the test database whose connections,
@@ -95,9 +96,9 @@ func TestRuntimeRefusesALeasePoolOutOfBounds(t *testing.T) {
 	store, _ := newTestStore(t)
 	for _, v := range []int{-1, MinLeasePoolConns - 1, MaxLeasePoolConns + 1} {
 		_, err := New(quietSystem(), store, RuntimeOptions{LeasePoolConns: v})
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		require.True(t, errors.As(err, &oe), "LeasePoolConns %d: %v", v, err)
-		require.Equal(t, "LeasePoolConns", oe.Field)
+		require.Equal(t, "actors.RuntimeOptions.LeasePoolConns", oe.Field)
 	}
 	rt, err := New(quietSystem(), store, RuntimeOptions{})
 	require.NoError(t, err)

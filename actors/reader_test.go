@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
 
@@ -39,7 +40,7 @@ func TestReaderReadsNothingBeforeItsCheckpoint(t *testing.T) {
 	var delivered []int64
 	opts := groupOpts("early", 1, nil, "w")
 	opts.Retry.Backoff = supervision.Backoff{Initial: time.Millisecond, Max: time.Millisecond}
-	opts.Lease = LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
+	opts.Lease = leasestore.LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
 	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
 		switch m := ctx.Message().(type) {
 		case *actor.Started:

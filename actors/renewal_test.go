@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -67,7 +68,7 @@ func TestLeasesAreRenewedWhileTheStorePoolIsBusy(t *testing.T) {
 	oa, ob := groupOpts("busy", 4, rec, "a"), groupOpts("busy", 4, rec, "b")
 	// A slower profile than fastLease, so that only a stuck pass (not a
 	// busy machine) lets a lease lapse.
-	lease := LeaseOptions{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 2 * time.Second}
+	lease := leasestore.LeaseOptions{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 2 * time.Second}
 	oa.Lease, ob.Lease = lease, lease
 	oa.DatabaseTimeout = 20 * time.Second // longer than the TTL: a pass stuck on the pool holds renewal that long
 	a := startWorker(t, schema, "a", oa)

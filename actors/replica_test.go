@@ -11,6 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // startReplicaWorker is startWorker on srv's URL, reading on the hot
@@ -35,9 +36,9 @@ func TestReadPoolOptionsAreValidated(t *testing.T) {
 	store, _ := newTestStore(t)
 	_, err := startedRuntime(context.Background(), quietSystem(), store, RuntimeOptions{ReadPool: store.Pool(),
 		ReadReplica: eventsource.ReadReplicaOptions{Wait: -time.Second}})
-	var oe *OptionError
+	var oe *kumierr.ConfigError
 	require.ErrorAs(t, err, &oe)
-	require.Equal(t, "ReadReplica.Wait", oe.Field)
+	require.Equal(t, "actors.RuntimeOptions.ReadReplica.Wait", oe.Field)
 }
 
 // TestGroupReadsOnAReplica: two workers whose catch-up pages and publisher

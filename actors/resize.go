@@ -7,6 +7,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -50,17 +51,17 @@ var ErrResizeCancelled = inspect.ErrResizeCancelled
 // left running. Without it, it returns once the resize is requested.
 //
 // The refusals are leasestore's, typed: a bucket count outside [1,
-// leasestore.MaxBuckets] (*leasestore.ConfigError naming Buckets),
+// leasestore.MaxBuckets] (*kumierr.ConfigError naming actors buckets),
 // leasestore.ErrSameBuckets, leasestore.ErrNoSubscription (no worker has
 // started it), *leasestore.ResizeInProgressError,
 // *leasestore.OldWorkersError, *leasestore.IndexMissingError.
 func Resize(ctx context.Context, store *eventsource.Store, subscription string, buckets int, opts ResizeOptions) (leasestore.Resize, error) {
 	if store == nil {
-		return leasestore.Resize{}, &OptionError{"store", nil, "Resize needs the event store"}
+		return leasestore.Resize{}, &kumierr.ConfigError{Field: "actors store", Reason: "is required"}
 	}
 	if buckets < 1 || buckets > leasestore.MaxBuckets {
-		return leasestore.Resize{}, &leasestore.ConfigError{Field: "Buckets",
-			Reason: fmt.Sprintf("is %d; it must be between 1 and %d", buckets, leasestore.MaxBuckets)}
+		return leasestore.Resize{}, &kumierr.ConfigError{Field: "actors buckets", Value: buckets,
+			Reason: fmt.Sprintf("must be between 1 and %d (leasestore.MaxBuckets)", leasestore.MaxBuckets)}
 	}
 	if err := store.EnsureConsumerGroupIndex(ctx, buckets); err != nil {
 		return leasestore.Resize{}, err
@@ -90,7 +91,7 @@ func FollowResize(ctx context.Context, store *eventsource.Store, r leasestore.Re
 // instead); with no resize running, leasestore.ErrNoResize.
 func CancelResize(ctx context.Context, store *eventsource.Store, subscription string) (leasestore.Resize, error) {
 	if store == nil {
-		return leasestore.Resize{}, &OptionError{"store", nil, "CancelResize needs the event store"}
+		return leasestore.Resize{}, &kumierr.ConfigError{Field: "actors store", Reason: "is required"}
 	}
 	return leasestore.CancelResize(ctx, store.Pool(), store.Schema(), subscription)
 }

@@ -137,7 +137,7 @@ func TestReaderDeliversWhatItsFreezeHeldBackWhenTheResizeIsGone(t *testing.T) {
 	seed(t, store, "acct", 1, 3)
 	rec := newRecorder()
 	opts := groupOpts("unfreeze", 1, rec, "w")
-	opts.Lease = LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
+	opts.Lease = leasestore.LeaseOptions{TTL: 30 * time.Second, Heartbeat: time.Second, Margin: 10 * time.Second}
 	w := startWorker(t, schema, "w", opts)
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 3 }, "the first events are delivered")
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -90,8 +91,8 @@ func exactlyOnceHandler(rec *recorder, ds *deliveries, proj *projection, worker 
 
 // resizeLease is fastLease with room for a loaded machine: a resize runs
 // many passes, and a lease lapsing under load only slows it down.
-func resizeLease() LeaseOptions {
-	return LeaseOptions{TTL: 6 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 1500 * time.Millisecond}
+func resizeLease() leasestore.LeaseOptions {
+	return leasestore.LeaseOptions{TTL: 6 * time.Second, Heartbeat: 500 * time.Millisecond, Margin: 1500 * time.Millisecond}
 }
 
 // appender appends to streams of category until stopped, one event at a
@@ -352,9 +353,9 @@ func TestResizeRefusals(t *testing.T) {
 	startWorker(t, schema, "w", groupOpts("refuse", 4, rec, "w"))
 	for _, m := range []int{0, -1, leasestore.MaxBuckets + 1} {
 		_, err := Resize(ctx, store, "refuse", m, ResizeOptions{})
-		var cfg *leasestore.ConfigError
+		var cfg *kumierr.ConfigError
 		require.ErrorAs(t, err, &cfg, "buckets %d", m)
-		require.Equal(t, "Buckets", cfg.Field)
+		require.Equal(t, "actors buckets", cfg.Field)
 	}
 	_, err := Resize(ctx, store, "refuse", 4, ResizeOptions{})
 	require.ErrorIs(t, err, leasestore.ErrSameBuckets)
@@ -406,7 +407,7 @@ func TestOldBucketsOptionAfterAResize(t *testing.T) {
 	require.Empty(t, rec.order)
 }
 
-func withLease(o GroupOptions, l LeaseOptions) GroupOptions {
+func withLease(o GroupOptions, l leasestore.LeaseOptions) GroupOptions {
 	o.Lease = l
 	return o
 }

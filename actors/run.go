@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -63,8 +65,9 @@ var ErrGroupEnded = errors.New("kumi: a group ended on its own")
 //
 // Run returns nil after a clean stop on ctx's end, also when ctx ends while
 // it starts. It returns at once the
-// first error that prevents a start (invalid options, named by field, as
-// groups[i].Field; the database), after stopping what it had started. If a
+// first error that prevents a start (invalid options, as a
+// *[kumierr.ConfigError] naming the field, "actors groups[i].Buckets" for
+// a group's; the database), after stopping what it had started. If a
 // group ends before ctx does (a failure nothing restarts), Run stops the
 // others and returns [ErrGroupEnded] wrapping the group's error. A stop that
 // runs out of StopTimeout adds its error (context.DeadlineExceeded).
@@ -73,15 +76,16 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 		opts.StopTimeout = StopTimeoutDefault
 	}
 	if opts.StopTimeout < 0 {
-		return &OptionError{"StopTimeout", opts.StopTimeout, "must be positive"}
+		return invalid("RunOptions.StopTimeout", opts.StopTimeout, "must be positive")
 	}
 	if len(groups) == 0 {
-		return &OptionError{"groups", 0, "Run needs at least one GroupOptions"}
+		return &kumierr.ConfigError{Field: "actors groups", Reason: "Run needs at least one GroupOptions"}
 	}
 	for i, o := range groups {
-		var oe *OptionError
-		if err := o.WithDefaults().Validate(); errors.As(err, &oe) {
-			return &OptionError{fmt.Sprintf("groups[%d].%s", i, oe.Field), oe.Value, oe.Reason}
+		var ce *kumierr.ConfigError
+		if err := o.WithDefaults().Validate(); errors.As(err, &ce) {
+			return &kumierr.ConfigError{Field: fmt.Sprintf("actors groups[%d].%s", i, strings.TrimPrefix(ce.Field, "actors.GroupOptions.")),
+				Value: ce.Value, Reason: ce.Reason}
 		}
 	}
 	system := opts.System

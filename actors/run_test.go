@@ -15,6 +15,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
@@ -119,17 +120,17 @@ func TestRun(t *testing.T) {
 	t.Run("RefusesInvalidOptionsNamingTheGroupAndField", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		err := Run(ctx, nil, RunOptions{})
 		require.ErrorAs(t, err, &oe)
-		require.Equal(t, "groups", oe.Field)
+		require.Equal(t, "actors groups", oe.Field)
 		bad := groupOpts("run-bad", 0, nil, "w")
 		err = Run(ctx, nil, RunOptions{}, groupOpts("run-ok", 1, nil, "w"), bad)
 		require.ErrorAs(t, err, &oe)
-		require.Equal(t, "groups[1].Buckets", oe.Field)
+		require.Equal(t, "actors groups[1].Buckets", oe.Field)
 		err = Run(ctx, nil, RunOptions{StopTimeout: -time.Second}, bad)
 		require.ErrorAs(t, err, &oe)
-		require.Equal(t, "StopTimeout", oe.Field)
+		require.Equal(t, "actors.RunOptions.StopTimeout", oe.Field)
 	})
 
 	t.Run("ServesMetricsHealthAndStatusOnServe", func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/startstop"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
@@ -133,38 +134,39 @@ type Runtime struct {
 	groups map[*Group]struct{}
 }
 
-// New validates opts, each error naming its field, and returns a runtime
+// New validates opts, refusing an invalid one with a *[kumierr.ConfigError]
+// naming it, and returns a runtime
 // that is not started: [Runtime.Start] starts it.
 func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOptions) (*Runtime, error) {
 	if system == nil {
-		return nil, &OptionError{"system", nil, "required"}
+		return nil, &kumierr.ConfigError{Field: "actors system", Reason: "is required"}
 	}
 	if store == nil {
-		return nil, &OptionError{"store", nil, "required"}
+		return nil, &kumierr.ConfigError{Field: "actors store", Reason: "is required"}
 	}
 	if opts.PollInterval == 0 {
 		opts.PollInterval = time.Second
 	}
 	if opts.PollInterval < 0 {
-		return nil, &OptionError{"PollInterval", opts.PollInterval, "must be positive"}
+		return nil, invalid("RuntimeOptions.PollInterval", opts.PollInterval, "must be positive")
 	}
 	if opts.QueueBytes == 0 {
 		opts.QueueBytes = RuntimeQueueBytesDefault
 	}
 	if opts.QueueBytes < MinRuntimeQueueBytes || opts.QueueBytes > MaxQueueBytes {
-		return nil, &OptionError{"QueueBytes", opts.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (16 MiB to 1 TiB; 0 means %d)",
-			MinRuntimeQueueBytes, MaxQueueBytes, RuntimeQueueBytesDefault)}
+		return nil, invalid("RuntimeOptions.QueueBytes", opts.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (16 MiB to 1 TiB; 0 means %d)",
+			MinRuntimeQueueBytes, MaxQueueBytes, RuntimeQueueBytesDefault))
 	}
 	if opts.LeasePoolConns == 0 {
 		opts.LeasePoolConns = LeasePoolConnsDefault
 	}
 	if opts.LeasePoolConns < MinLeasePoolConns || opts.LeasePoolConns > MaxLeasePoolConns {
-		return nil, &OptionError{"LeasePoolConns", opts.LeasePoolConns, fmt.Sprintf("must be in [%d, %d] (0 means %d)",
-			MinLeasePoolConns, MaxLeasePoolConns, LeasePoolConnsDefault)}
+		return nil, invalid("RuntimeOptions.LeasePoolConns", opts.LeasePoolConns, fmt.Sprintf("must be in [%d, %d] (0 means %d)",
+			MinLeasePoolConns, MaxLeasePoolConns, LeasePoolConnsDefault))
 	}
 	budget, err := overflow.NewBudget(opts.QueueBytes)
 	if err != nil {
-		return nil, &OptionError{"QueueBytes", opts.QueueBytes, err.Error()}
+		return nil, reroot(err, "overflow limit", "RuntimeOptions.QueueBytes")
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -183,11 +185,8 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 			ro.Logger = logger
 		}
 		replica, err := eventsource.NewReadReplica(store, opts.ReadPool, ro)
-		var ce *eventsource.ConfigError
-		if errors.As(err, &ce) {
-			return nil, &OptionError{"ReadReplica." + ce.Field, nil, ce.Reason}
-		} else if err != nil {
-			return nil, err
+		if err != nil {
+			return nil, reroot(err, "eventsource.ReadReplicaOptions.", "RuntimeOptions.ReadReplica.")
 		}
 		rt.reads, rt.replica, rt.bucketLags = replica, replica, replica.BucketLags
 	}

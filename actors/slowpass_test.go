@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // slowPasses is a pgx tracer that makes every lease pass take at least
@@ -85,7 +86,7 @@ func startSlowWorker(t *testing.T, schema, name string, opts GroupOptions, slow 
 // still claims its buckets and delivers.
 func TestTheTestsLeaseTimingsTolerateSlowPasses(t *testing.T) {
 	t.Parallel()
-	w, rec, slow := slowDrain(t, "slowpass", func(LeaseOptions) time.Duration { return 300 * time.Millisecond })
+	w, rec, slow := slowDrain(t, "slowpass", func(leasestore.LeaseOptions) time.Duration { return 300 * time.Millisecond })
 	requireAllHandledThroughSlowPasses(t, w, rec, slow)
 }
 
@@ -98,7 +99,7 @@ func TestTheTestsLeaseTimingsTolerateSlowPasses(t *testing.T) {
 // pass that fits claims the buckets, and the backlog is delivered.
 func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *testing.T) {
 	t.Parallel()
-	w, rec, slow := slowDrain(t, "outlast", func(l LeaseOptions) time.Duration { return l.TTL })
+	w, rec, slow := slowDrain(t, "outlast", func(l leasestore.LeaseOptions) time.Duration { return l.TTL })
 
 	var health *HealthError
 	pgtest.Eventually(t, waitLong, func() bool { return errors.As(w.rt.Healthy(context.Background()), &health) },
@@ -129,14 +130,14 @@ func TestAWorkerWhosePassesOutlastItsHeartbeatDeliversNothingUntilOneFits(t *tes
 // nothing.
 func TestPassesSlowerThanTheHeartbeatStillLand(t *testing.T) {
 	t.Parallel()
-	w, rec, slow := slowDrain(t, "slower", func(l LeaseOptions) time.Duration { return l.Heartbeat + l.Heartbeat/2 })
+	w, rec, slow := slowDrain(t, "slower", func(l leasestore.LeaseOptions) time.Duration { return l.Heartbeat + l.Heartbeat/2 })
 	requireAllHandledThroughSlowPasses(t, w, rec, slow)
 }
 
 // slowDrain starts one worker on a subscription of 2 buckets with 60
 // events seeded, whose lease passes are held back for delay(its lease
 // options) each.
-func slowDrain(t *testing.T, sub string, delay func(LeaseOptions) time.Duration) (*testWorker, *recorder, *slowPasses) {
+func slowDrain(t *testing.T, sub string, delay func(leasestore.LeaseOptions) time.Duration) (*testWorker, *recorder, *slowPasses) {
 	t.Helper()
 	store, schema := newTestStore(t)
 	seed(t, store, "acct", 6, 60)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
 
@@ -102,7 +103,7 @@ func TestAConfigurationErrorInAReaderEndsTheGroupVisibly(t *testing.T) {
 	o := groupOpts("broken", 2, newRecorder(), "w")
 	o.Worker = "w"
 	// The TTL is five minutes: only a release explains a free bucket.
-	o.Lease = LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
+	o.Lease = leasestore.LeaseOptions{TTL: 5 * time.Minute, Heartbeat: time.Second, Margin: time.Minute}
 	g, err := rt.StartGroup(ctx, o)
 	require.NoError(t, err)
 	select {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // A transient database error on a checkpoint write (here: the write waits
@@ -36,7 +37,7 @@ func TestATransientCheckpointWriteFailureRedeliversNothing(t *testing.T) {
 	o.DatabaseTimeout = time.Second
 	// A lease that stays sure while the machine is busy: an unsure lease
 	// stops the reader, which is not what this test is about.
-	o.Lease = LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
+	o.Lease = leasestore.LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
 	startWorker(t, schema, "w", o)
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 30 }, "the events handled")
 	var waits int64
@@ -78,7 +79,7 @@ func TestARestartedReaderRedeliversNothingItAcked(t *testing.T) {
 	// when the timer says (every 20 ms). A write is tried only once
 	// something was acked since the last: each refused one leaves acked
 	// events out of the checkpoint.
-	o.Lease = LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
+	o.Lease = leasestore.LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
 	o.CheckpointEvery = 10000
 	w := startWorker(t, schema, "w", o)
 	writes := func() int64 {
@@ -131,7 +132,7 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 		mu.Unlock()
 		return nil
 	})
-	o.Lease = LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
+	o.Lease = leasestore.LeaseOptions{TTL: 10 * time.Second, Heartbeat: time.Second, Margin: 3 * time.Second}
 	o.CheckpointEvery, o.DatabaseTimeout, o.HandlerTimeout = 10000, time.Second, time.Hour
 	w := startWorker(t, schema, "w", o)
 	appended := 0

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -104,7 +105,7 @@ func startUnsureIn(t *testing.T, schema, sub string, opt func(*GroupOptions, *re
 	// a little over two seconds leaves the lease held but unsure. (A
 	// heartbeat of a second: a pass slower than its heartbeat is abandoned,
 	// and under load passes take hundreds of milliseconds.)
-	o.Lease = LeaseOptions{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 4 * time.Second}
+	o.Lease = leasestore.LeaseOptions{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 4 * time.Second}
 	// Nothing is flushed unless the reader must (the timer's forced flush
 	// comes every HandlerTimeout/4 at the most).
 	o.CheckpointEvery, o.CheckpointInterval, o.HandlerTimeout = 10000, time.Hour, time.Hour

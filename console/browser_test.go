@@ -24,6 +24,7 @@ import (
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // browserWait bounds every wait for the page to show something.
@@ -167,7 +168,7 @@ func startBrowserWorker(t *testing.T, schema, name string) *browserWorker {
 		// test, long enough that a live worker's lease does not lapse on a
 		// loaded machine (relinquish refuses an expired lease: CI saw it
 		// with a 1.5 s TTL).
-		Lease: actors.LeaseOptions{TTL: 4 * time.Second, Heartbeat: 400 * time.Millisecond, Margin: 1500 * time.Millisecond}})
+		Lease: leasestore.LeaseOptions{TTL: 4 * time.Second, Heartbeat: 400 * time.Millisecond, Margin: 1500 * time.Millisecond}})
 	require.NoError(t, err)
 	w := &browserWorker{rt: rt, group: g}
 	t.Cleanup(func() { w.stop(t) })

@@ -18,6 +18,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/httpguard"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 //go:embed assets
@@ -82,20 +83,6 @@ type Options struct {
 // already answer these, and any other loopback name, on loopback.
 var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
-// OptionError reports an invalid [Options] field, naming it and the valid
-// range.
-type OptionError struct {
-	Field  string // e.g. "Token" or "Categories[orders]"
-	Reason string // what is wrong and what is accepted
-}
-
-// Error names the field and the reason.
-func (e *OptionError) Error() string { return "console: invalid option " + e.Field + ": " + e.Reason }
-
-// ConfigError reports true: the error is a supervision.ConfigMarker, so
-// supervision classifies it as invalid configuration.
-func (e *OptionError) ConfigError() bool { return true }
-
 // Console is the web console: an [http.Handler]. Build one with [New]; it
 // is safe for concurrent use and holds no goroutine of its own.
 type Console struct {
@@ -122,30 +109,31 @@ const tokenCookie = "kumi_console_token"
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-// New checks opts and builds a console.
+// New checks opts and builds a console. An invalid option is refused with
+// a *[kumierr.ConfigError] naming it.
 func New(opts Options) (*Console, error) {
 	if opts.Store == nil {
-		return nil, &OptionError{"Store", "nil: the console needs the event store whose schema it shows"}
+		return nil, &kumierr.ConfigError{Field: "console.Options.Store", Reason: "is nil: the console needs the event store whose schema it shows"}
 	}
 	for sub, cat := range opts.Categories {
 		if err := eventsource.ValidateSubscription(sub); err != nil {
-			return nil, &OptionError{fmt.Sprintf("Categories[%q]", sub), err.Error()}
+			return nil, &kumierr.ConfigError{Field: fmt.Sprintf("console.Options.Categories[%q]", sub), Value: cat, Reason: err.Error()}
 		}
 		if err := eventsource.ValidateCategory(cat); err != nil {
-			return nil, &OptionError{fmt.Sprintf("Categories[%q]", sub), err.Error()}
+			return nil, &kumierr.ConfigError{Field: fmt.Sprintf("console.Options.Categories[%q]", sub), Value: cat, Reason: err.Error()}
 		}
 	}
 	for i, h := range opts.Hosts {
 		if !httpguard.ValidHost(h) {
-			return nil, &OptionError{fmt.Sprintf("Hosts[%d]", i), fmt.Sprintf("%q: must be a host name or an IP address, without a port", h)}
+			return nil, &kumierr.ConfigError{Field: fmt.Sprintf("console.Options.Hosts[%d]", i), Value: h, Reason: "must be a host name or an IP address, without a port"}
 		}
 	}
 	if opts.Token != "" {
 		if n := len(opts.Token); n < 16 || n > 256 {
-			return nil, &OptionError{"Token", fmt.Sprintf("%d bytes: must be 16 to 256 bytes (or empty for no token)", n)}
+			return nil, &kumierr.ConfigError{Field: "console.Options.Token", Reason: fmt.Sprintf("%d bytes: must be 16 to 256 bytes (or empty for no token)", n)}
 		}
 		if strings.IndexFunc(opts.Token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-			return nil, &OptionError{"Token", "contains white space or control characters"}
+			return nil, &kumierr.ConfigError{Field: "console.Options.Token", Reason: "contains white space or control characters"}
 		}
 	}
 	log := opts.Logger

@@ -23,6 +23,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -96,7 +97,7 @@ func (f *fixture) hostileLetter(t testing.TB, sub string) eventsource.DeadLetter
 func (f *fixture) join(t testing.TB, sub, worker string, n int) *leasestore.Store {
 	t.Helper()
 	s, err := leasestore.New(f.store.Pool(), leasestore.Config{Schema: f.schema,
-		Subscription: sub, Worker: worker, Buckets: n, TTL: time.Minute, NoListen: true})
+		Subscription: sub, Worker: worker, Buckets: n, LeaseOptions: leasestore.LeaseOptions{TTL: time.Minute, NoListen: true}})
 	if err == nil {
 		err = s.Start(context.Background())
 	}
@@ -330,9 +331,9 @@ func TestHostsRefuseOtherHostNames(t *testing.T) {
 		require.Equal(t, want, do(t, req).status, host)
 	}
 	_, err := New(Options{Store: f.store, Hosts: []string{"localhost:80"}})
-	var oe *OptionError
+	var oe *kumierr.ConfigError
 	require.ErrorAs(t, err, &oe)
-	require.Equal(t, "Hosts[0]", oe.Field)
+	require.Equal(t, "console.Options.Hosts[0]", oe.Field)
 }
 
 func TestActionsAreRefusedUnlessEnabled(t *testing.T) {
@@ -505,9 +506,9 @@ func TestOptionsAreValidatedNamingTheField(t *testing.T) {
 	}
 	for field, opts := range cases {
 		_, err := New(opts)
-		var oe *OptionError
+		var oe *kumierr.ConfigError
 		require.ErrorAs(t, err, &oe, field)
-		require.Equal(t, field, oe.Field)
+		require.Equal(t, "console.Options."+field, oe.Field)
 	}
 	_, err = New(Options{Store: store, Token: "with a space in it!"})
 	require.ErrorContains(t, err, "white space")

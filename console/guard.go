@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/internal/httpguard"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // The checks every request passes before the console reads anything:
@@ -81,23 +82,23 @@ func (c *Console) guard(w http.ResponseWriter, r *http.Request) bool {
 
 // CheckListen refuses to serve a console with opts on addr (HOST:PORT)
 // beyond loopback without a token: always with actions, and without them
-// unless opts.AllowReadsWithoutToken. Its error is an *OptionError naming
-// Token. A server that listens should call it before it starts; the
+// unless opts.AllowReadsWithoutToken. Its error is a *[kumierr.ConfigError]
+// naming console.Options.Token. A server that listens should call it before it starts; the
 // console refuses such requests (403) anyway.
 func CheckListen(addr string, opts Options) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return &OptionError{"Listen", fmt.Sprintf("%q: must be HOST:PORT", addr)}
+		return &kumierr.ConfigError{Field: "console addr", Value: addr, Reason: "must be HOST:PORT"}
 	}
 	if opts.Token != "" || httpguard.IsLoopbackName(host) {
 		return nil
 	}
 	if opts.AllowActions {
-		return &OptionError{"Token", fmt.Sprintf("empty, serving on %s with actions: anyone who reaches it could reset "+
+		return &kumierr.ConfigError{Field: "console.Options.Token", Reason: fmt.Sprintf("is empty, serving on %s with actions: anyone who reaches it could reset "+
 			"checkpoints and discard dead letters; set a token or serve on loopback", addr)}
 	}
 	if !opts.AllowReadsWithoutToken {
-		return &OptionError{"Token", fmt.Sprintf("empty, serving on %s: anyone who reaches it reads every subscription's "+
+		return &kumierr.ConfigError{Field: "console.Options.Token", Reason: fmt.Sprintf("is empty, serving on %s: anyone who reaches it reads every subscription's "+
 			"state and dead letters, event data included; set a token, serve on loopback, "+
 			"or say it is meant (AllowReadsWithoutToken)", addr)}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // servedOn serves a console as a server listening on local (an address
@@ -109,9 +110,9 @@ func TestAConsoleWithoutATokenAnswersBeyondLoopbackOnlyReadOnlyAndWhenTold(t *te
 				require.NoError(t, err, c.addr)
 				continue
 			}
-			var oe *OptionError
+			var oe *kumierr.ConfigError
 			require.ErrorAs(t, err, &oe, c.addr)
-			require.Equal(t, "Token", oe.Field)
+			require.Equal(t, "console.Options.Token", oe.Field)
 		}
 	})
 }

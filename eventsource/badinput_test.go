@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 func TestBadInput(t *testing.T) {
@@ -159,21 +160,21 @@ func TestBadInput(t *testing.T) {
 			cfg   eventsource.Config
 			field string
 		}{
-			"LongSchema":         {eventsource.Config{Schema: strings.Repeat("s", 64)}, "Schema"},
-			"NULInSchema":        {eventsource.Config{Schema: "a\x00b"}, "Schema"},
-			"SystemSchema":       {eventsource.Config{Schema: "pg_catalog"}, "Schema"},
-			"SystemPrefix":       {eventsource.Config{Schema: "PG_mine"}, "Schema"},
-			"InvalidUTF8Schema":  {eventsource.Config{Schema: "a\xffb"}, "Schema"},
-			"NegativeEventSize":  {eventsource.Config{MaxEventSize: -1}, "MaxEventSize"},
-			"NegativeBatchLimit": {eventsource.Config{MaxBatchEvents: -1}, "MaxBatchEvents"},
+			"LongSchema":         {eventsource.Config{Schema: strings.Repeat("s", 64)}, "eventsource.Config.Schema"},
+			"NULInSchema":        {eventsource.Config{Schema: "a\x00b"}, "eventsource.Config.Schema"},
+			"SystemSchema":       {eventsource.Config{Schema: "pg_catalog"}, "eventsource.Config.Schema"},
+			"SystemPrefix":       {eventsource.Config{Schema: "PG_mine"}, "eventsource.Config.Schema"},
+			"InvalidUTF8Schema":  {eventsource.Config{Schema: "a\xffb"}, "eventsource.Config.Schema"},
+			"NegativeEventSize":  {eventsource.Config{MaxEventSize: -1}, "eventsource.Config.MaxEventSize"},
+			"NegativeBatchLimit": {eventsource.Config{MaxBatchEvents: -1}, "eventsource.Config.MaxBatchEvents"},
 		} {
 			_, err := eventsource.New(pool, c.cfg)
-			var cfgErr *eventsource.ConfigError
+			var cfgErr *kumierr.ConfigError
 			require.ErrorAs(t, err, &cfgErr, name)
 			require.Equal(t, c.field, cfgErr.Field, name)
 		}
 		_, err := eventsource.New(nil, eventsource.Config{})
-		var cfgErr *eventsource.ConfigError
+		var cfgErr *kumierr.ConfigError
 		require.ErrorAs(t, err, &cfgErr)
 	})
 }

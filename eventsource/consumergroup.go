@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/internal/migrate"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Hash is the consumer-group hash of a cardinal id: the first 8 bytes of
@@ -78,7 +79,7 @@ const cgIndexLockPoll = 50 * time.Millisecond
 // an interrupted build is dropped and rebuilt.
 func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
 	if n < 1 || n > MaxGroupSize {
-		return &ConfigError{"group size", fmt.Sprintf("%d, outside [1, %d]", n, MaxGroupSize)}
+		return &kumierr.ConfigError{Field: "eventsource group size", Value: n, Reason: fmt.Sprintf("must be in [1, %d] (MaxGroupSize)", MaxGroupSize)}
 	}
 	s.cgMu.Lock()
 	defer s.cgMu.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // hashVectors pin the consumer-group hash: changing it would move every
@@ -204,7 +205,7 @@ FROM generate_series(0, 499) AS k, generate_series(0, 59) AS v,
 			_, err := s.ReadBucket(ctx, "cg", c.bucket, c.size, 0, 0)
 			require.ErrorIs(t, err, eventsource.ErrInvalidBucket, "bucket %d of %d", c.bucket, c.size)
 		}
-		var cfgErr *eventsource.ConfigError
+		var cfgErr *kumierr.ConfigError
 		require.ErrorAs(t, s.EnsureConsumerGroupIndex(ctx, 0), &cfgErr)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/internal/migrate"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // maxGeneration is the last generation of a subscription's buckets: a
@@ -245,7 +246,7 @@ type ReplayHandler func(ctx context.Context, event RecordedEvent) error
 // at-least-once.
 func (s *Store) ReplayDeadLetters(ctx context.Context, subscription string, filter DeadLetterFilter, handler ReplayHandler) (int, error) {
 	if handler == nil {
-		return 0, &ConfigError{"handler", "nil"}
+		return 0, &kumierr.ConfigError{Field: "eventsource handler", Reason: "is nil"}
 	}
 	budget := filter.Limit
 	replayed := 0

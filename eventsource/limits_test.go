@@ -10,6 +10,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 func TestBatchBytesAreBoundedBeforeAnythingIsSent(t *testing.T) {
@@ -53,9 +54,9 @@ func TestBatchBytesConfigIsValidated(t *testing.T) {
 		"EventAboveTheLimit": {MaxEventSize: eventsource.MaxBatchBytesLimit + 1},
 	} {
 		_, err := eventsource.New(pool, cfg)
-		var cfgErr *eventsource.ConfigError
+		var cfgErr *kumierr.ConfigError
 		require.ErrorAs(t, err, &cfgErr, name)
-		require.Contains(t, []string{"MaxBatchBytes", "MaxEventSize"}, cfgErr.Field, name)
+		require.Contains(t, []string{"eventsource.Config.MaxBatchBytes", "eventsource.Config.MaxEventSize"}, cfgErr.Field, name)
 		require.Contains(t, cfgErr.Reason, "MaxBatchBytes", name)
 	}
 	// A large MaxEventSize raises the default batch bound with it.
@@ -71,7 +72,7 @@ func TestGroupSizesAreBounded(t *testing.T) {
 	s := newStore(t)
 	for _, n := range []int{0, -1, eventsource.MaxGroupSize + 1, 1<<62 + 1} {
 		err := s.EnsureConsumerGroupIndex(ctx, n)
-		var cfgErr *eventsource.ConfigError
+		var cfgErr *kumierr.ConfigError
 		require.ErrorAs(t, err, &cfgErr, "%d", n)
 		require.Contains(t, cfgErr.Reason, "65536", "%d", n)
 		_, err = s.ReadBucket(ctx, "cat", 0, n, 0, 0)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // invisibles are the characters a terminal or a text layout acts on
@@ -91,13 +92,13 @@ func TestEverySchemaEntryPointRefusesALongName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	long := strings.Repeat("s", 64)
-	var cfgErr *eventsource.ConfigError
+	var cfgErr *kumierr.ConfigError
 	_, err := eventsource.New(pgtest.Pool(t), eventsource.Config{Schema: long})
 	require.ErrorAs(t, err, &cfgErr)
-	require.Equal(t, "Schema", cfgErr.Field)
+	require.Equal(t, "eventsource.Config.Schema", cfgErr.Field)
 	err = eventsource.Migrate(ctx, pgtest.Pool(t), long)
 	require.ErrorAs(t, err, &cfgErr, "Migrate: %v", err)
-	require.Equal(t, "Schema", cfgErr.Field)
+	require.Equal(t, "eventsource.Config.Schema", cfgErr.Field)
 	// 63 bytes of a multi-byte name: PostgreSQL would cut it mid-character.
 	err = eventsource.Migrate(ctx, pgtest.Pool(t), strings.Repeat("é", 32))
 	require.ErrorAs(t, err, &cfgErr, "Migrate: %v", err)

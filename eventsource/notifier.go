@@ -19,6 +19,7 @@ import (
 
 	retry "github.com/kumi-run/kumi/internal/backoff"
 	"github.com/kumi-run/kumi/internal/startstop"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Defaults for [NotifierOptions].
@@ -84,33 +85,33 @@ func (o NotifierOptions) WithDefaults() NotifierOptions {
 // checkChannel returns what is wrong with c as a channel name, or "".
 func checkChannel(c string) string {
 	if c == "" || len(c) > maxChannelNameLength || !utf8.ValidString(c) {
-		return fmt.Sprintf("channel %q must be 1 to %d bytes of UTF-8", c, maxChannelNameLength)
+		return fmt.Sprintf("must be 1 to %d bytes of UTF-8", maxChannelNameLength)
 	}
 	if strings.ContainsRune(c, 0) {
-		return fmt.Sprintf("channel %q contains NUL", c)
+		return "contains NUL"
 	}
 	return ""
 }
 
 func (o NotifierOptions) validate() error {
 	if len(o.Channels) == 0 {
-		return &ConfigError{"Channels", "empty; give at least one channel"}
+		return &kumierr.ConfigError{Field: "eventsource.NotifierOptions.Channels", Reason: "is empty: give at least one channel"}
 	}
 	for _, c := range o.Channels {
 		if reason := checkChannel(c); reason != "" {
-			return &ConfigError{"Channels", reason}
+			return &kumierr.ConfigError{Field: "eventsource.NotifierOptions.Channels", Value: c, Reason: reason}
 		}
 	}
 	for c, p := range o.Probes {
 		if !slices.Contains(o.Channels, c) {
-			return &ConfigError{"Probes", fmt.Sprintf("probe for channel %q, which is not in Channels", c)}
+			return &kumierr.ConfigError{Field: "eventsource.NotifierOptions.Probes", Value: c, Reason: "probes a channel that is not in Channels"}
 		}
 		if p == nil {
-			return &ConfigError{"Probes", fmt.Sprintf("nil probe for channel %q", c)}
+			return &kumierr.ConfigError{Field: "eventsource.NotifierOptions.Probes", Value: c, Reason: "the channel's probe is nil"}
 		}
 	}
 	if o.ReconnectMax < o.ReconnectMin {
-		return &ConfigError{"ReconnectMax", "less than ReconnectMin"}
+		return &kumierr.ConfigError{Field: "eventsource.NotifierOptions.ReconnectMax", Value: o.ReconnectMax, Reason: fmt.Sprintf("is less than ReconnectMin (%v)", o.ReconnectMin)}
 	}
 	return nil
 }
@@ -173,7 +174,7 @@ func newChannelState(name string) *notifyChannelState {
 // with pool's connection settings, but on a connection of its own.
 func NewNotifier(pool *pgxpool.Pool, opts NotifierOptions) (*Notifier, error) {
 	if pool == nil {
-		return nil, &ConfigError{"pool", "nil"}
+		return nil, &kumierr.ConfigError{Field: "eventsource pool", Reason: "is nil"}
 	}
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
@@ -227,7 +228,7 @@ type Listener struct {
 // woken once the channel is listened on (at once if it already is), since
 // notifications sent before may have been missed; then as described at
 // [Notifier]. A channel stays listened on until the notifier stops, even
-// when its last listener closes. The error is a *[ConfigError] for a
+// when its last listener closes. The error is a *[kumierr.ConfigError] for a
 // channel that is not 1 to 63 bytes of UTF-8 without NUL.
 func (n *Notifier) Listen(channel string) (*Listener, error) {
 	return n.ListenFiltered(channel, nil)
@@ -241,7 +242,7 @@ func (n *Notifier) Listen(channel string) (*Listener, error) {
 // quick and must not call the notifier. A nil keep keeps everything.
 func (n *Notifier) ListenFiltered(channel string, keep func(payload string) bool) (*Listener, error) {
 	if reason := checkChannel(channel); reason != "" {
-		return nil, &ConfigError{"channel", reason}
+		return nil, &kumierr.ConfigError{Field: "eventsource channel", Value: channel, Reason: reason}
 	}
 	n.chMu.Lock()
 	st, ok := n.chans[channel]

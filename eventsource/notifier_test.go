@@ -16,6 +16,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Notifier tests disable the safety poll (PollInterval -1) unless they test
@@ -218,7 +219,7 @@ func TestNotifier(t *testing.T) {
 			"InvalidUTF8InChanel": {Channels: []string{"a\xffb"}},
 		} {
 			_, err := eventsource.NewNotifier(pool, opts)
-			var cfgErr *eventsource.ConfigError
+			var cfgErr *kumierr.ConfigError
 			require.ErrorAs(t, err, &cfgErr, name)
 		}
 		_, err := eventsource.NewNotifier(nil, eventsource.NotifierOptions{Channels: []string{"a"}})
@@ -227,9 +228,9 @@ func TestNotifier(t *testing.T) {
 		require.NoError(t, err)
 		for _, bad := range []string{"", strings.Repeat("c", 64), "a\x00b", "a\xffb"} {
 			_, err = n.Listen(bad)
-			var cfgErr *eventsource.ConfigError
+			var cfgErr *kumierr.ConfigError
 			require.ErrorAs(t, err, &cfgErr, "Listen(%q)", bad)
-			require.Equal(t, "channel", cfgErr.Field)
+			require.Equal(t, "eventsource channel", cfgErr.Field)
 		}
 	})
 

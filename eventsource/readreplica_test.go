@@ -14,6 +14,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // The tests of the read pool: a ReadReplica, against a real standby, under
@@ -91,17 +92,17 @@ func TestReadReplicaRefusesBadOptions(t *testing.T) {
 		"FallbackLag": {FallbackLag: -1},
 	} {
 		_, err := eventsource.NewReadReplica(p, p.Pool(), o)
-		var ce *eventsource.ConfigError
+		var ce *kumierr.ConfigError
 		require.ErrorAs(t, err, &ce, field)
-		require.Equal(t, field, ce.Field)
+		require.Equal(t, "eventsource.ReadReplicaOptions."+field, ce.Field)
 	}
 	_, err := eventsource.NewReadReplica(p, nil, eventsource.ReadReplicaOptions{})
-	var ce *eventsource.ConfigError
+	var ce *kumierr.ConfigError
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, "standby", ce.Field)
+	require.Equal(t, "eventsource standby", ce.Field)
 	_, err = eventsource.NewReadReplica(p, p.Pool(), eventsource.ReadReplicaOptions{Wait: eventsource.ReplicaWaitMax + time.Second})
 	require.ErrorAs(t, err, &ce, "a Wait past every caller's timeout")
-	require.Equal(t, "Wait", ce.Field)
+	require.Equal(t, "eventsource.ReadReplicaOptions.Wait", ce.Field)
 }
 
 // TestReadReplica: the points of the argument, each with the follower's

@@ -15,6 +15,7 @@ import (
 
 	retry "github.com/kumi-run/kumi/internal/backoff"
 	"github.com/kumi-run/kumi/internal/startstop"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // PageReader reads the pages a subscription catches up and follows with:
@@ -109,12 +110,12 @@ func (o ReadReplicaOptions) withDefaults() ReadReplicaOptions {
 func (o ReadReplicaOptions) validate() error {
 	switch {
 	case o.Wait < 0 || o.Wait > ReplicaWaitMax:
-		return &ConfigError{"Wait", fmt.Sprintf("%v, outside [0, %v] (0 means %v): a longer wait would never end before its caller's timeout",
-			o.Wait, ReplicaWaitMax, ReplicaWaitDefault)}
+		return &kumierr.ConfigError{Field: "eventsource.ReadReplicaOptions.Wait", Value: o.Wait, Reason: fmt.Sprintf("must be in [0, %v] (0 means %v): a longer wait would never end before its caller's timeout",
+			ReplicaWaitMax, ReplicaWaitDefault)}
 	case o.LagInterval < 0 || o.LagInterval > time.Hour:
-		return &ConfigError{"LagInterval", fmt.Sprintf("%v, outside [0, 1h] (0 means %v)", o.LagInterval, ReplicaLagIntervalDefault)}
+		return &kumierr.ConfigError{Field: "eventsource.ReadReplicaOptions.LagInterval", Value: o.LagInterval, Reason: fmt.Sprintf("must be in [0, 1h] (0 means %v)", ReplicaLagIntervalDefault)}
 	case o.FallbackLag < 0:
-		return &ConfigError{"FallbackLag", fmt.Sprintf("%v, negative (0 means never)", o.FallbackLag)}
+		return &kumierr.ConfigError{Field: "eventsource.ReadReplicaOptions.FallbackLag", Value: o.FallbackLag, Reason: "must not be negative (0 means never)"}
 	}
 	return nil
 }
@@ -183,10 +184,10 @@ type ReadReplica struct {
 // standby, a pool on a hot standby of primary's database.
 func NewReadReplica(primary *Store, standby *pgxpool.Pool, opts ReadReplicaOptions) (*ReadReplica, error) {
 	if primary == nil {
-		return nil, &ConfigError{"primary", "nil"}
+		return nil, &kumierr.ConfigError{Field: "eventsource primary", Reason: "is nil"}
 	}
 	if standby == nil {
-		return nil, &ConfigError{"standby", "nil"}
+		return nil, &kumierr.ConfigError{Field: "eventsource standby", Reason: "is nil"}
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/internal/migrate"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 //go:embed migrations/*.sql
@@ -62,19 +63,6 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// ConfigError reports an invalid configuration field.
-type ConfigError struct {
-	Field  string // the field (or argument) at fault
-	Reason string // what is wrong with it
-}
-
-// Error names the field and the problem.
-func (e *ConfigError) Error() string { return "kumi: invalid config " + e.Field + ": " + e.Reason }
-
-// ConfigError marks the error as an invalid configuration (see
-// supervision's classifier).
-func (e *ConfigError) ConfigError() bool { return true }
-
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	if c.Schema == "" {
@@ -98,20 +86,20 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	var schemaErr *migrate.SchemaError
 	if errors.As(migrate.CheckSchema(c.Schema), &schemaErr) {
-		return &ConfigError{"Schema", schemaErr.Reason}
+		return &kumierr.ConfigError{Field: "eventsource.Config.Schema", Value: c.Schema, Reason: schemaErr.Reason}
 	}
 	if c.MaxEventSize < 0 {
-		return &ConfigError{"MaxEventSize", "negative"}
+		return &kumierr.ConfigError{Field: "eventsource.Config.MaxEventSize", Value: c.MaxEventSize, Reason: "must not be negative (0 means the default)"}
 	}
 	if c.MaxBatchEvents < 0 {
-		return &ConfigError{"MaxBatchEvents", "negative"}
+		return &kumierr.ConfigError{Field: "eventsource.Config.MaxBatchEvents", Value: c.MaxBatchEvents, Reason: "must not be negative (0 means the default)"}
 	}
 	if c.MaxEventSize > MaxBatchBytesLimit {
-		return &ConfigError{"MaxEventSize", fmt.Sprintf("%d, more than MaxBatchBytesLimit %d", c.MaxEventSize, MaxBatchBytesLimit)}
+		return &kumierr.ConfigError{Field: "eventsource.Config.MaxEventSize", Value: c.MaxEventSize, Reason: fmt.Sprintf("must be at most MaxBatchBytesLimit (%d)", MaxBatchBytesLimit)}
 	}
 	if c.MaxBatchBytes < c.MaxEventSize || c.MaxBatchBytes > MaxBatchBytesLimit {
-		return &ConfigError{"MaxBatchBytes", fmt.Sprintf("%d, outside [MaxEventSize %d, MaxBatchBytesLimit %d]",
-			c.MaxBatchBytes, c.MaxEventSize, MaxBatchBytesLimit)}
+		return &kumierr.ConfigError{Field: "eventsource.Config.MaxBatchBytes", Value: c.MaxBatchBytes, Reason: fmt.Sprintf("must be in [MaxEventSize %d, MaxBatchBytesLimit %d]",
+			c.MaxEventSize, MaxBatchBytesLimit)}
 	}
 	return nil
 }
@@ -139,7 +127,7 @@ type Store struct {
 // [Store.Migrate] (or [Migrate]) once before use.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
-		return nil, &ConfigError{"pool", "nil"}
+		return nil, &kumierr.ConfigError{Field: "eventsource pool", Reason: "is nil"}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -190,7 +178,7 @@ func notifyChannel(schema string) string {
 func (s *Store) Migrate(ctx context.Context) error { return Migrate(ctx, s.pool, s.cfg.Schema) }
 
 // Migrate applies the event store's migrations to schema ("" means the
-// default). A name [New] would refuse is refused with a [*ConfigError].
+// default). A name [New] would refuse is refused with a [*kumierr.ConfigError].
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := (Config{Schema: schema}).WithDefaults().validate(); err != nil {
 		return err

@@ -59,7 +59,7 @@ func benchStores(b *testing.B, pool *pgxpool.Pool, kind Kind, workers, n int) []
 	for i := range stores {
 		s, err := startedStore(context.Background(), pool, Config{
 			Schema: schema, Subscription: "bench", Worker: fmt.Sprintf("w%02d", i), Buckets: n,
-			Kind: kind, NoListen: true,
+			LeaseOptions: LeaseOptions{Kind: kind, NoListen: true},
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Kind is how a [Store] proves that it still holds its buckets.
@@ -76,25 +77,10 @@ const (
 	MaxWorkerLength = 200
 )
 
-// Config configures a [Store]. The zero value of every optional field means
-// its default; [Config.WithDefaults] fills them in.
-type Config struct {
-	// Schema holding the lease tables ([Migrate] creates them). Required.
-	Schema string
-	// Subscription whose buckets are leased. Required; the same rules as
-	// Worker.
-	Subscription string
-	// Worker is this worker's id, unique in the pool; "" mints a UUID. At
-	// most MaxWorkerLength bytes of UTF-8 with no control characters (C0,
-	// C1), no bidirectional controls and no leading or trailing white
-	// space (eventsource.ValidateName's rules).
-	Worker string
-	// Buckets is N, the number of buckets a subscription is created with
-	// (1 to MaxBuckets). Once the subscription exists the database's count
-	// rules: a store configured with another one logs so once at Warn and
-	// serves the database's buckets ([Store.Serving]); a resize changes
-	// the count online (docs/resize.md).
-	Buckets int
+// LeaseOptions choose the lease kind and its timings: the part of a
+// [Config] that says how a worker holds its buckets rather than which ones
+// (actors.GroupOptions.Lease is one). Zero values mean defaults.
+type LeaseOptions struct {
 	// Kind of lease; KindRow by default.
 	Kind Kind
 	// TTL is how long a lease (and a worker row) lasts without renewal,
@@ -121,6 +107,78 @@ type Config struct {
 	// (behind a transaction pooler LISTEN does not work); callers then rely
 	// on polling every Heartbeat.
 	NoListen bool
+}
+
+// withDefaults returns o with zero timings set to their defaults.
+func (o LeaseOptions) withDefaults() LeaseOptions {
+	if o.TTL == 0 {
+		o.TTL = TTLDefault
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = o.TTL / HeartbeatDivisorDefault
+	}
+	if o.Margin == 0 {
+		o.Margin = o.TTL / MarginDivisorDefault
+	}
+	return o
+}
+
+// Validate checks o as [New] does, after its defaults: the first invalid
+// field is refused with a *[kumierr.ConfigError] naming it, e.g.
+// "leasestore.LeaseOptions.TTL".
+func (o LeaseOptions) Validate() error { return o.withDefaults().validate("leasestore.LeaseOptions.") }
+
+// validate checks options that have had their defaults applied, naming a
+// field under prefix.
+func (o LeaseOptions) validate(prefix string) error {
+	bad := func(field string, value any, format string, args ...any) error {
+		return &kumierr.ConfigError{Field: prefix + field, Value: value, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case o.Kind != KindRow && o.Kind != KindSession:
+		return bad("Kind", o.Kind, "use KindRow or KindSession")
+	case o.TTL < MinTTL || o.TTL > MaxTTL:
+		return bad("TTL", o.TTL, "must be between %v and %v (at least %d heartbeats of at least %v; "+
+			"at most PostgreSQL's largest idle_in_transaction_session_timeout)",
+			MinTTL, MaxTTL, HeartbeatDivisorDefault, MinHeartbeat)
+	case o.Heartbeat <= 0:
+		return bad("Heartbeat", o.Heartbeat, "must be positive (0 means TTL/%d)", HeartbeatDivisorDefault)
+	case o.Heartbeat < MinHeartbeat:
+		return bad("Heartbeat", o.Heartbeat, "must be at least %v and shorter than TTL (%v): "+
+			"a pass, bounded by the heartbeat, needs that long", MinHeartbeat, o.TTL)
+	case o.Margin <= 0:
+		return bad("Margin", o.Margin, "must be positive (0 means TTL/%d)", MarginDivisorDefault)
+	case o.Heartbeat >= o.TTL:
+		return bad("Heartbeat", o.Heartbeat, "must be shorter than TTL (%v), or the lease lapses between renewals", o.TTL)
+	case o.Heartbeat+o.Margin >= o.TTL:
+		return bad("Margin", o.Margin, "plus Heartbeat (%v) must be shorter than TTL (%v), "+
+			"or EnsureHeld fails between two renewals that both landed", o.Heartbeat, o.TTL)
+	}
+	return nil
+}
+
+// Config configures a [Store]. The zero value of every optional field means
+// its default; [Config.WithDefaults] fills them in.
+type Config struct {
+	// Schema holding the lease tables ([Migrate] creates them). Required.
+	Schema string
+	// Subscription whose buckets are leased. Required; the same rules as
+	// Worker.
+	Subscription string
+	// Worker is this worker's id, unique in the pool; "" mints a UUID. At
+	// most MaxWorkerLength bytes of UTF-8 with no control characters (C0,
+	// C1), no bidirectional controls and no leading or trailing white
+	// space (eventsource.ValidateName's rules).
+	Worker string
+	// Buckets is N, the number of buckets a subscription is created with
+	// (1 to MaxBuckets). Once the subscription exists the database's count
+	// rules: a store configured with another one logs so once at Warn and
+	// serves the database's buckets ([Store.Serving]); a resize changes
+	// the count online (docs/resize.md).
+	Buckets int
+	// LeaseOptions are the lease kind and its timings: Kind, TTL,
+	// Heartbeat, Margin, SessionURL and NoListen, set here as c.TTL.
+	LeaseOptions
 	// clock is the clock [Store.EnsureHeld] judges by; nil is the real one
 	// (systemClock).
 	clock clock
@@ -141,15 +199,7 @@ type Config struct {
 // WithDefaults returns c with every zero optional field set to its default.
 // It does not mint a worker id; [New] does.
 func (c Config) WithDefaults() Config {
-	if c.TTL == 0 {
-		c.TTL = TTLDefault
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = c.TTL / HeartbeatDivisorDefault
-	}
-	if c.Margin == 0 {
-		c.Margin = c.TTL / MarginDivisorDefault
-	}
+	c.LeaseOptions = c.LeaseOptions.withDefaults()
 	if c.clock == nil {
 		c.clock = systemClock{}
 	}
@@ -159,62 +209,28 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// ConfigError reports a field of [Config] that cannot be used.
-type ConfigError struct {
-	Field  string // the Config field, e.g. "Heartbeat"
-	Reason string // what is wrong and how to fix it
-}
-
-// Error returns "leasestore: Config.<Field> <Reason>".
-func (e *ConfigError) Error() string {
-	return "leasestore: Config." + e.Field + " " + e.Reason
-}
-
-// ConfigError reports true: the error is a supervision.ConfigMarker, so
-// supervision classifies it as invalid configuration.
-func (e *ConfigError) ConfigError() bool { return true }
-
 // Validate checks c as [New] does, after its defaults: the error is a
-// *[ConfigError] naming the field.
+// *[kumierr.ConfigError] naming the field.
 func (c Config) Validate() error { return c.WithDefaults().validate() }
 
 // validate checks a config that has had its defaults applied.
 func (c Config) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	bad := func(field string, value any, format string, args ...any) error {
+		return &kumierr.ConfigError{Field: "leasestore.Config." + field, Value: value, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case c.Schema == "":
-		return bad("Schema", "is required")
+		return bad("Schema", nil, "is required")
 	case c.Subscription == "":
-		return bad("Subscription", "is required")
+		return bad("Subscription", nil, "is required")
 	case eventsource.ValidateSubscription(c.Subscription) != nil:
-		return bad("Subscription", "%v", eventsource.ValidateSubscription(c.Subscription))
+		return bad("Subscription", c.Subscription, "%v", eventsource.ValidateSubscription(c.Subscription))
 	case c.Worker != "" && eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength) != nil:
-		return bad("Worker", "%v; use printable characters", eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength))
+		return bad("Worker", c.Worker, "%v; use printable characters", eventsource.ValidateName("worker id", c.Worker, MaxWorkerLength))
 	case c.Buckets < 1 || c.Buckets > MaxBuckets:
-		return bad("Buckets", "is %d; it must be between 1 and %d", c.Buckets, MaxBuckets)
-	case c.Kind != KindRow && c.Kind != KindSession:
-		return bad("Kind", "is %v; use KindRow or KindSession", c.Kind)
-	case c.TTL < MinTTL || c.TTL > MaxTTL:
-		return bad("TTL", "is %v; it must be between %v and %v (at least %d heartbeats of at least %v; "+
-			"at most PostgreSQL's largest idle_in_transaction_session_timeout)",
-			c.TTL, MinTTL, MaxTTL, HeartbeatDivisorDefault, MinHeartbeat)
-	case c.Heartbeat <= 0:
-		return bad("Heartbeat", "is %v; it must be positive (0 means TTL/%d)", c.Heartbeat, HeartbeatDivisorDefault)
-	case c.Heartbeat < MinHeartbeat:
-		return bad("Heartbeat", "is %v; it must be at least %v and shorter than TTL (%v): "+
-			"a pass, bounded by the heartbeat, needs that long", c.Heartbeat, MinHeartbeat, c.TTL)
-	case c.Margin <= 0:
-		return bad("Margin", "is %v; it must be positive (0 means TTL/%d)", c.Margin, MarginDivisorDefault)
-	case c.Heartbeat >= c.TTL:
-		return bad("Heartbeat", "(%v) must be shorter than TTL (%v), or the lease lapses between renewals",
-			c.Heartbeat, c.TTL)
-	case c.Heartbeat+c.Margin >= c.TTL:
-		return bad("Margin", "plus Heartbeat (%v + %v) must be shorter than TTL (%v), "+
-			"or EnsureHeld fails between two renewals that both landed", c.Margin, c.Heartbeat, c.TTL)
+		return bad("Buckets", c.Buckets, "must be between 1 and %d", MaxBuckets)
 	}
-	return nil
+	return c.LeaseOptions.validate("leasestore.Config.")
 }
 
 // sessionConfig returns the connection config of KindSession's dedicated
@@ -228,7 +244,7 @@ func sessionConfig(sessionURL string, poolConfig *pgx.ConnConfig) (*pgx.ConnConf
 	}
 	parsed, err := pgx.ParseConfig(sessionURL)
 	if err != nil {
-		return nil, &ConfigError{Field: "SessionURL", Reason: "cannot be parsed as a PostgreSQL connection string (check its syntax)"}
+		return nil, &kumierr.ConfigError{Field: "leasestore.Config.SessionURL", Reason: "cannot be parsed as a PostgreSQL connection string (check its syntax)"}
 	}
 	return parsed, nil
 }

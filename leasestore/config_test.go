@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 func TestConfig(t *testing.T) {
@@ -22,7 +23,7 @@ func TestConfig(t *testing.T) {
 		require.Equal(t, 6*time.Second, c.Heartbeat)
 		require.Equal(t, 10*time.Second, c.Margin)
 		require.Less(t, 3*c.Heartbeat+c.Margin, c.TTL, "defaults survive one failed renewal")
-		c = Config{TTL: time.Minute}.WithDefaults()
+		c = Config{LeaseOptions: LeaseOptions{TTL: time.Minute}}.WithDefaults()
 		require.Equal(t, 12*time.Second, c.Heartbeat)
 		require.Equal(t, 20*time.Second, c.Margin)
 		require.NoError(t, valid.WithDefaults().validate())
@@ -79,9 +80,9 @@ func TestConfig(t *testing.T) {
 				c := valid
 				tc.edit(&c)
 				err := c.WithDefaults().validate()
-				var ce *ConfigError
+				var ce *kumierr.ConfigError
 				require.ErrorAs(t, err, &ce)
-				require.Equal(t, tc.field, ce.Field)
+				require.Equal(t, "leasestore.Config."+tc.field, ce.Field)
 				require.Contains(t, err.Error(), "Config."+tc.field)
 				require.Contains(t, ce.Reason, tc.reason)
 				_, err = startedStore(context.Background(), pgtest.Pool(t), c)
@@ -90,14 +91,29 @@ func TestConfig(t *testing.T) {
 		}
 	})
 
+	t.Run("LeaseOptionsAloneNameTheirField", func(t *testing.T) {
+		for field, o := range map[string]LeaseOptions{
+			"Kind":      {Kind: 7},
+			"TTL":       {TTL: time.Nanosecond},
+			"Heartbeat": {TTL: time.Second, Heartbeat: time.Second},
+			"Margin":    {Margin: -time.Second},
+		} {
+			var ce *kumierr.ConfigError
+			require.ErrorAs(t, o.Validate(), &ce, field)
+			require.Equal(t, "leasestore.LeaseOptions."+field, ce.Field)
+		}
+		require.NoError(t, LeaseOptions{}.Validate(), "the defaults")
+	})
+
 	t.Run("TheTimingBoundsAreAccepted", func(t *testing.T) {
-		for _, c := range []Config{
+		for _, o := range []LeaseOptions{
 			{TTL: MinTTL}, // default heartbeat TTL/5 = MinHeartbeat
 			{TTL: MinTTL, Heartbeat: MinHeartbeat, Margin: MinTTL - MinHeartbeat - time.Nanosecond},
 			{TTL: MaxTTL},
 			{TTL: MaxTTL, Heartbeat: MaxTTL / 2, Margin: MaxTTL / 4},
 		} {
-			c.Schema, c.Subscription, c.Buckets, c.Worker = "s", "orders", MaxBuckets, "worker-ü 7"
+			require.NoError(t, o.Validate(), "%+v", o)
+			c := Config{Schema: "s", Subscription: "orders", Buckets: MaxBuckets, Worker: "worker-ü 7", LeaseOptions: o}
 			require.NoError(t, c.Validate(), "%+v", c)
 		}
 	})
@@ -146,8 +162,9 @@ func TestPoolerDetection(t *testing.T) {
 
 	t.Run("AnUnparsableURLIsRefusedWithoutRepeatingIt", func(t *testing.T) {
 		_, err := sessionConfig("postgres://app:"+secret+"@db.internal:notaport/app", nil)
-		var ce *ConfigError
+		var ce *kumierr.ConfigError
 		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "leasestore.Config.SessionURL", ce.Field)
 		require.NotContains(t, err.Error(), secret)
 		require.NotContains(t, err.Error(), "db.internal")
 	})

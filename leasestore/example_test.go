@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -96,7 +97,7 @@ func ExampleStore_HandOver() {
 	defer done()
 	open := func(worker string) *leasestore.Store {
 		s, err := leasestore.New(pool, leasestore.Config{
-			Schema: schema, Subscription: "orders", Worker: worker, Buckets: 4, NoListen: true,
+			Schema: schema, Subscription: "orders", Worker: worker, Buckets: 4, LeaseOptions: leasestore.LeaseOptions{NoListen: true},
 		})
 		if err != nil {
 			panic(err)
@@ -141,8 +142,7 @@ func ExampleStore_Fence() {
 	pool, schema, done := exampleDB()
 	defer done()
 	cfg := leasestore.Config{
-		Schema: schema, Subscription: "orders", Buckets: 1, NoListen: true,
-		TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 800 * time.Millisecond,
+		Schema: schema, Subscription: "orders", Buckets: 1, LeaseOptions: leasestore.LeaseOptions{NoListen: true, TTL: 3 * time.Second, Heartbeat: time.Second, Margin: 800 * time.Millisecond},
 	}
 	cfg.Worker = "zombie"
 	zombie, _ := leasestore.New(pool, cfg)
@@ -187,26 +187,26 @@ func ExampleFairShare() {
 }
 
 func ExampleConfig_WithDefaults() {
-	c := leasestore.Config{TTL: 15 * time.Second}.WithDefaults()
+	c := leasestore.Config{LeaseOptions: leasestore.LeaseOptions{TTL: 15 * time.Second}}.WithDefaults()
 	fmt.Println(c.TTL, c.Heartbeat, c.Margin)
 
 	_, err := leasestore.New(nil, leasestore.Config{
-		Schema: "kumi", Subscription: "orders", Buckets: 8, TTL: 10 * time.Second, Heartbeat: 8 * time.Second,
+		Schema: "kumi", Subscription: "orders", Buckets: 8, LeaseOptions: leasestore.LeaseOptions{TTL: 10 * time.Second, Heartbeat: 8 * time.Second},
 	})
-	var ce *leasestore.ConfigError
+	var ce *kumierr.ConfigError
 	if errors.As(err, &ce) {
 		fmt.Println(ce.Field)
 	}
 	// Output:
 	// 15s 3s 5s
-	// Margin
+	// leasestore.Config.Margin
 }
 
 func ExampleStore_EnsureBuckets() {
 	ctx := context.Background()
 	pool, schema, done := exampleDB()
 	defer done()
-	cfg := leasestore.Config{Schema: schema, Subscription: "orders", Buckets: 4, NoListen: true}
+	cfg := leasestore.Config{Schema: schema, Subscription: "orders", Buckets: 4, LeaseOptions: leasestore.LeaseOptions{NoListen: true}}
 	four, _ := leasestore.New(pool, cfg)
 	if err := four.Start(ctx); err != nil {
 		panic(err)
@@ -236,7 +236,7 @@ func ExampleStore_Snapshot() {
 	pool, schema, done := exampleDB()
 	defer done()
 	store, _ := leasestore.New(pool, leasestore.Config{
-		Schema: schema, Subscription: "orders", Worker: "w1", Buckets: 2, Kind: leasestore.KindSession,
+		Schema: schema, Subscription: "orders", Worker: "w1", Buckets: 2, LeaseOptions: leasestore.LeaseOptions{Kind: leasestore.KindSession},
 	})
 	if err := store.Start(ctx); err != nil {
 		panic(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // The behavioural suite. Every test of how a Store behaves runs under every
@@ -105,9 +106,9 @@ func TestEveryKindRunsTheSuite(t *testing.T) {
 	// Every kind Config accepts is in leaseKinds, so a new kind cannot be
 	// added without running the suite.
 	for k := Kind(-1); k <= KindSession+8; k++ {
-		err := Config{Schema: "s", Subscription: "orders", Buckets: 1, Kind: k}.Validate()
-		var ce *ConfigError
-		if errors.As(err, &ce) && ce.Field == "Kind" {
+		err := Config{Schema: "s", Subscription: "orders", Buckets: 1, LeaseOptions: LeaseOptions{Kind: k}}.Validate()
+		var ce *kumierr.ConfigError
+		if errors.As(err, &ce) && ce.Field == "leasestore.Config.Kind" {
 			continue
 		}
 		require.NoError(t, err)

@@ -37,8 +37,8 @@ func setup(t *testing.T) *testBundle {
 // config is a store config with short, test-sized times.
 func (b *testBundle) config(kind Kind, n int, worker string) Config {
 	return Config{
-		Schema: b.schema, Subscription: b.sub, Worker: worker, Buckets: n, Kind: kind,
-		TTL: 30 * time.Second, // long: tests that need expiry shorten it
+		Schema: b.schema, Subscription: b.sub, Worker: worker, Buckets: n, LeaseOptions: LeaseOptions{Kind: kind, TTL: 30 * time.Second},
+		// long: tests that need expiry shorten it
 	}
 }
 

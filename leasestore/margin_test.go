@@ -69,7 +69,7 @@ func TestMarginArithmetic(t *testing.T) {
 			ttl: 30 * s, heartbeat: 10 * s, margin: 20*s - time.Millisecond, neverFails: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Schema: "s", Subscription: "x", Buckets: 1, TTL: tc.ttl, Heartbeat: tc.heartbeat, Margin: tc.margin}
+			cfg := Config{Schema: "s", Subscription: "x", Buckets: 1, LeaseOptions: LeaseOptions{TTL: tc.ttl, Heartbeat: tc.heartbeat, Margin: tc.margin}}
 			require.NoError(t, cfg.WithDefaults().validate(), "every row is a config New accepts")
 			firstFail, minRoom := simulate(tc.ttl, tc.heartbeat, tc.margin, tc.latency, tc.failed, 60*s)
 			require.GreaterOrEqual(t, minRoom, tc.margin+time.Millisecond,

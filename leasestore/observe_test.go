@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // The operator's reads (the CLI, the console) see what a worker's Snapshot
@@ -108,10 +109,10 @@ func TestListSubscriptionsAndBucketCount(t *testing.T) {
 		require.Equal(t, n, got, sub)
 	}
 
-	var cfgErr *ConfigError
+	var cfgErr *kumierr.ConfigError
 	_, err = BucketCount(ctx, b.pool, "", "orders")
 	require.ErrorAs(t, err, &cfgErr)
-	require.Equal(t, "Schema", cfgErr.Field)
+	require.Equal(t, "leasestore schema", cfgErr.Field)
 	_, err = ListSubscriptions(ctx, b.pool, "")
 	require.ErrorAs(t, err, &cfgErr)
 	_, err = ReadSnapshot(ctx, b.pool, b.schema, "")

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // FencedOut is what [FenceOut] found and did to one bucket's lease.
@@ -69,7 +70,7 @@ func (e *HeldError) Error() string {
 // false and nothing changes.
 func FenceOut(ctx context.Context, tx pgx.Tx, schema, subscription string, bucket int, force bool) (FencedOut, error) {
 	if schema == "" {
-		return FencedOut{}, &ConfigError{Field: "Schema", Reason: "is required"}
+		return FencedOut{}, &kumierr.ConfigError{Field: "leasestore schema", Reason: "is required"}
 	}
 	st := renderStatements(schema)
 	if err := resetAllowed(ctx, tx, st, subscription, bucket); err != nil {
@@ -234,7 +235,7 @@ type HandoffRequest struct {
 // [ErrHandoffRaced].
 func RequestHandoff(ctx context.Context, pool *pgxpool.Pool, schema, subscription string, bucket int, to string) (HandoffRequest, error) {
 	if schema == "" {
-		return HandoffRequest{}, &ConfigError{Field: "Schema", Reason: "is required"}
+		return HandoffRequest{}, &kumierr.ConfigError{Field: "leasestore schema", Reason: "is required"}
 	}
 	st := renderStatements(schema)
 	var req HandoffRequest

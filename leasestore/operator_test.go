@@ -12,6 +12,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // operatorReset is the shape of `kumi checkpoints reset`: OperatorFence
@@ -293,8 +294,8 @@ WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting))
 
 	t.Run("NeedsASchema", func(t *testing.T) {
 		_, err := RequestHandoff(context.Background(), nil, "", "orders", 0, "")
-		var cfg *ConfigError
+		var cfg *kumierr.ConfigError
 		require.ErrorAs(t, err, &cfg)
-		require.Equal(t, "Schema", cfg.Field)
+		require.Equal(t, "leasestore schema", cfg.Field)
 	})
 }

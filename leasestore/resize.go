@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // A subscription's bucket count changes online by generations
@@ -176,8 +177,8 @@ func lockSubscription(ctx context.Context, tx pgx.Tx, st statements, subscriptio
 // (eventsource.Store.EnsureConsumerGroupIndex), as actors.Resize does.
 //
 // Refusals, each with nothing written: M outside [1, MaxBuckets], or the
-// generation limit reached (a *[ConfigError] naming Buckets); By with
-// control characters or too long (a *[ConfigError] naming By); M = N
+// generation limit reached (a *[kumierr.ConfigError] naming Buckets); By with
+// control characters or too long (a *[kumierr.ConfigError] naming By); M = N
 // ([ErrSameBuckets]); no such subscription ([ErrNoSubscription]); a
 // resize running (*[ResizeInProgressError]); the index missing or invalid
 // (*[IndexMissingError]); live protocol-1 workers without EvictOldWorkers
@@ -187,12 +188,12 @@ func RequestResize(ctx context.Context, pool *pgxpool.Pool, schema string, req R
 		return Resize{}, err
 	}
 	if req.Buckets < 1 || req.Buckets > MaxBuckets {
-		return Resize{}, &ConfigError{Field: "Buckets", Reason: fmt.Sprintf("is %d; it must be between 1 and %d",
-			req.Buckets, MaxBuckets)}
+		return Resize{}, &kumierr.ConfigError{Field: "leasestore.ResizeRequest.Buckets", Value: req.Buckets,
+			Reason: fmt.Sprintf("must be between 1 and %d", MaxBuckets)}
 	}
 	if req.By != "" {
 		if err := eventsource.ValidateName("requester", req.By, MaxWorkerLength); err != nil {
-			return Resize{}, &ConfigError{Field: "By", Reason: fmt.Sprintf("%v; use printable characters", err)}
+			return Resize{}, &kumierr.ConfigError{Field: "leasestore.ResizeRequest.By", Value: req.By, Reason: fmt.Sprintf("%v; use printable characters", err)}
 		}
 	}
 	st := renderStatements(schema)
@@ -214,7 +215,7 @@ func RequestResize(ctx context.Context, pool *pgxpool.Pool, schema string, req R
 			return &ResizeInProgressError{Subscription: req.Subscription, From: r.buckets, To: r.next, State: r.state,
 				RequestedAt: orZero(r.requestedAt), RequestedBy: r.requestedBy}
 		case r.generation >= eventsource.MaxGeneration:
-			return &ConfigError{Field: "Buckets", Reason: fmt.Sprintf(
+			return &kumierr.ConfigError{Field: "leasestore.ResizeRequest.Buckets", Value: req.Buckets, Reason: fmt.Sprintf(
 				"cannot change: subscription %q was resized %d times, the most a subscription can be; make a new subscription",
 				req.Subscription, eventsource.MaxGeneration)}
 		case r.buckets == req.Buckets:
@@ -260,7 +261,7 @@ func operatorName(by string) string {
 
 // resizeError passes the typed refusals through and wraps the rest.
 func resizeError(op string, err error) error {
-	var cfg *ConfigError
+	var cfg *kumierr.ConfigError
 	var inProgress *ResizeInProgressError
 	var switched *ResizeSwitchedError
 	var old *OldWorkersError

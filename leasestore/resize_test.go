@@ -14,6 +14,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // TestResizeLifecycle walks a resize through every state for both kinds
@@ -187,16 +188,16 @@ func TestResizeRequestRefusals(t *testing.T) {
 	}
 
 	for _, m := range []int{0, -1, MaxBuckets + 1} {
-		var cfg *ConfigError
+		var cfg *kumierr.ConfigError
 		require.ErrorAs(t, req(m, false), &cfg, "M = %d", m)
-		require.Equal(t, "Buckets", cfg.Field)
+		require.Equal(t, "leasestore.ResizeRequest.Buckets", cfg.Field)
 		require.Contains(t, cfg.Error(), fmt.Sprint(MaxBuckets))
 	}
 	require.ErrorIs(t, req(2, false), ErrSameBuckets)
-	var byErr *ConfigError
+	var byErr *kumierr.ConfigError
 	_, err := RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: b.sub, Buckets: 4, By: "ops\x1b[2J"})
 	require.ErrorAs(t, err, &byErr)
-	require.Equal(t, "By", byErr.Field)
+	require.Equal(t, "leasestore.ResizeRequest.By", byErr.Field)
 	_, err = RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: "nobody", Buckets: 4})
 	require.ErrorIs(t, err, ErrNoSubscription)
 
@@ -226,9 +227,9 @@ func TestResizeRequestRefusals(t *testing.T) {
 	// The generation limit.
 	_, err = b.pool.Exec(ctx, "UPDATE "+b.table("subscriptions")+" SET generation = 32767")
 	require.NoError(t, err)
-	var cfg *ConfigError
+	var cfg *kumierr.ConfigError
 	require.ErrorAs(t, req(4, true), &cfg)
-	require.Equal(t, "Buckets", cfg.Field)
+	require.Equal(t, "leasestore.ResizeRequest.Buckets", cfg.Field)
 	require.Contains(t, cfg.Error(), "32767 times")
 	_, err = b.pool.Exec(ctx, "UPDATE "+b.table("subscriptions")+" SET generation = 0")
 	require.NoError(t, err)

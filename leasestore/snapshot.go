@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Snapshot is the lease table of one subscription at one moment.
@@ -135,7 +136,7 @@ type querier interface {
 
 func listSubscriptions(ctx context.Context, db querier, schema string) ([]SubscriptionLeases, error) {
 	if schema == "" {
-		return nil, &ConfigError{Field: "Schema", Reason: "is required"}
+		return nil, &kumierr.ConfigError{Field: "leasestore schema", Reason: "is required"}
 	}
 	rows, _ := db.Query(ctx, renderStatements(schema).get("operator_subscriptions"))
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SubscriptionLeases, error) {
@@ -163,11 +164,11 @@ func BucketCount(ctx context.Context, pool *pgxpool.Pool, schema, subscription s
 }
 
 // checkOperatorArgs refuses what an operator's read cannot use: no schema
-// (a *ConfigError), a subscription that is not a valid name (an
+// (a *kumierr.ConfigError), a subscription that is not a valid name (an
 // *eventsource.NameError).
 func checkOperatorArgs(schema, subscription string) error {
 	if schema == "" {
-		return &ConfigError{Field: "Schema", Reason: "is required"}
+		return &kumierr.ConfigError{Field: "leasestore schema", Reason: "is required"}
 	}
 	return eventsource.ValidateSubscription(subscription)
 }

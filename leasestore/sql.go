@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/internal/migrate"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 //go:embed migrations/*.sql
@@ -24,7 +25,7 @@ var queriesText string
 // at once; call it before [New].
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if schema == "" {
-		return &ConfigError{Field: "Schema", Reason: "is required"}
+		return &kumierr.ConfigError{Field: "leasestore schema", Reason: "is required"}
 	}
 	ms, err := migrate.Load(migrationsFS, "migrations")
 	if err != nil {

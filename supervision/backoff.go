@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/internal/backoff"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Jitter is how [Backoff] randomises a delay below its ceiling.
@@ -85,20 +86,20 @@ func (b Backoff) WithDefaults() Backoff {
 	return b
 }
 
-// Validate reports, as a [*ConfigError] naming the field, what is wrong
+// Validate reports, as a [*kumierr.ConfigError] naming the field, what is wrong
 // with b after defaults. Packages that embed a Backoff in their own
 // configuration call it from their validation.
 func (b Backoff) Validate() error {
 	b = b.WithDefaults()
 	switch {
 	case b.Initial < 0:
-		return configErrorf("Backoff.Initial", "%v is negative: use a positive duration, or 0 for %v", b.Initial, InitialDefault)
+		return &kumierr.ConfigError{Field: "supervision.Backoff.Initial", Value: b.Initial, Reason: fmt.Sprintf("is negative: use a positive duration, or 0 for %v", InitialDefault)}
 	case b.Max < b.Initial:
-		return configErrorf("Backoff.Max", "%v is below Backoff.Initial (%v)", b.Max, b.Initial)
+		return &kumierr.ConfigError{Field: "supervision.Backoff.Max", Value: b.Max, Reason: fmt.Sprintf("is below Backoff.Initial (%v)", b.Initial)}
 	case math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0) || b.Multiplier < 1:
-		return configErrorf("Backoff.Multiplier", "%v: use a finite number of at least 1, or 0 for %v", b.Multiplier, MultiplierDefault)
+		return &kumierr.ConfigError{Field: "supervision.Backoff.Multiplier", Value: b.Multiplier, Reason: fmt.Sprintf("use a finite number of at least 1, or 0 for %v", MultiplierDefault)}
 	case b.Jitter < FullJitter || b.Jitter > NoJitter:
-		return configErrorf("Backoff.Jitter", "%v: use FullJitter, EqualJitter or NoJitter", b.Jitter)
+		return &kumierr.ConfigError{Field: "supervision.Backoff.Jitter", Value: b.Jitter, Reason: "use FullJitter, EqualJitter or NoJitter"}
 	}
 	return nil
 }

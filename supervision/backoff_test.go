@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 func TestBackoffCeiling(t *testing.T) {
@@ -108,15 +110,15 @@ func TestBackoffValidate(t *testing.T) {
 		b     Backoff
 		field string
 	}{
-		{Backoff{Initial: -time.Second}, "Backoff.Initial"},
-		{Backoff{Initial: time.Minute, Max: time.Second}, "Backoff.Max"},
-		{Backoff{Max: -1}, "Backoff.Max"},
-		{Backoff{Multiplier: 0.9}, "Backoff.Multiplier"},
-		{Backoff{Multiplier: math.Inf(1)}, "Backoff.Multiplier"},
-		{Backoff{Multiplier: math.NaN()}, "Backoff.Multiplier"},
-		{Backoff{Jitter: 7}, "Backoff.Jitter"},
+		{Backoff{Initial: -time.Second}, "supervision.Backoff.Initial"},
+		{Backoff{Initial: time.Minute, Max: time.Second}, "supervision.Backoff.Max"},
+		{Backoff{Max: -1}, "supervision.Backoff.Max"},
+		{Backoff{Multiplier: 0.9}, "supervision.Backoff.Multiplier"},
+		{Backoff{Multiplier: math.Inf(1)}, "supervision.Backoff.Multiplier"},
+		{Backoff{Multiplier: math.NaN()}, "supervision.Backoff.Multiplier"},
+		{Backoff{Jitter: 7}, "supervision.Backoff.Jitter"},
 	} {
-		var ce *ConfigError
+		var ce *kumierr.ConfigError
 		if err := tc.b.Validate(); !errors.As(err, &ce) || ce.Field != tc.field {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.b, err, tc.field)
 		}

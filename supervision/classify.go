@@ -48,16 +48,16 @@ func (c Class) String() string {
 
 // ConfigMarker is implemented by errors that report invalid configuration
 // and return true. Any package can mark its errors without importing this
-// one; [*ConfigError] is a ready-made one.
+// one.
 //
-// It is the one mark of kumi's configuration errors. Each package keeps
-// its own type, whose message names the package and the field, and every
-// one carries the marker: this package's *ConfigError,
-// eventsource.ConfigError, leasestore.ConfigError,
+// It is the one mark of kumi's configuration errors. An invalid field is a
+// [*kumierr.ConfigError], whichever package refused it; the other marked
+// errors report a setting that the database or the server it reaches
+// refuses, with what was found: eventsource.ReplicaMismatchError,
 // leasestore.SessionMismatchError, leasestore.SessionPoolerError,
-// actors.OptionError, console.OptionError, and the internal packages'
-// migrate.SchemaError, migrate.NewerSchemaError, overflow.ConfigError and
-// worker.URLError. A test classifies one of each.
+// leasestore.IndexMissingError, and the internal packages'
+// migrate.SchemaError, migrate.NewerSchemaError and inspect.URLError. A
+// test classifies one of each.
 type ConfigMarker interface {
 	ConfigError() bool
 }
@@ -73,30 +73,6 @@ type PermanentMarker interface {
 // recognise.
 type TransientMarker interface {
 	TransientError() bool
-}
-
-// ConfigError reports an invalid configuration field. It classifies as
-// [Config].
-type ConfigError struct {
-	// Field names the field, e.g. "Options.Window".
-	Field string
-	// Err says what is wrong and, if it can, how to fix it.
-	Err error
-}
-
-// Error returns "kumi: invalid configuration: <Field>: <Err>".
-func (e *ConfigError) Error() string {
-	return "kumi: invalid configuration: " + e.Field + ": " + e.Err.Error()
-}
-
-// Unwrap returns e.Err.
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// ConfigError reports true: the error is a [ConfigMarker].
-func (e *ConfigError) ConfigError() bool { return true }
-
-func configErrorf(field, format string, args ...any) error {
-	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // Classify returns the class of err, looking through wrapped errors. In

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 type marker struct{ config, permanent, transient bool }
@@ -37,7 +38,7 @@ func TestClassify(t *testing.T) {
 		{"FenceLost", eventsource.ErrFenceLost, FenceLost},
 		{"FenceLostWrapped", fmt.Errorf("checkpoint: %w", eventsource.ErrFenceLost), FenceLost},
 		{"FenceLostBeatsTransient", errors.Join(pg("40001"), eventsource.ErrFenceLost), FenceLost},
-		{"ConfigError", &ConfigError{Field: "X", Err: errors.New("bad")}, Config},
+		{"ConfigError", &kumierr.ConfigError{Field: "X", Reason: "bad"}, Config},
 		{"ConfigMarker", fmt.Errorf("wrapped: %w", marker{config: true}), Config},
 		{"PermanentMarker", marker{permanent: true}, Permanent},
 		{"QueueOverflow", fmt.Errorf("bucket 3: %w", &overflow.OverflowError{Capacity: 64}), Permanent},
@@ -87,7 +88,7 @@ func TestDefaultDecider(t *testing.T) {
 	}{
 		{pg("40001"), Transient, actor.RestartDirective},
 		{eventsource.ErrFenceLost, FenceLost, actor.StopDirective},
-		{&ConfigError{Field: "X", Err: errors.New("bad")}, Config, actor.EscalateDirective},
+		{&kumierr.ConfigError{Field: "X", Reason: "bad"}, Config, actor.EscalateDirective},
 		{marker{permanent: true}, Permanent, actor.StopDirective},
 		{"a string panic", Unknown, actor.RestartDirective},
 		{42, Unknown, actor.RestartDirective},
@@ -111,9 +112,5 @@ func TestNames(t *testing.T) {
 	if FenceLost.String() != "fence_lost" || Class(99).String() != "Class(99)" ||
 		EqualJitter.String() != "equal" || Jitter(9).String() != "Jitter(9)" {
 		t.Error("String")
-	}
-	ce := &ConfigError{Field: "Options.Window", Err: errors.New("-1s is negative")}
-	if ce.Error() != "kumi: invalid configuration: Options.Window: -1s is negative" {
-		t.Errorf("Error() = %q", ce.Error())
 	}
 }

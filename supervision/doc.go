@@ -25,8 +25,8 @@
 // Any package can classify its own errors without importing this one, by
 // giving them a ConfigError, PermanentError or TransientError method that
 // returns true ([ConfigMarker], [PermanentMarker], [TransientMarker]).
-// [*ConfigError] is a ready-made configuration error naming its field;
-// this package's own validation returns it.
+// An invalid field of this package's own options is a
+// [*kumierr.ConfigError] naming it, as in every kumi package.
 //
 // # Deciding
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/supervision"
 )
 
@@ -19,7 +20,7 @@ func ExampleClassify() {
 		&pgconn.PgError{Code: "40P01"}, // deadlock detected
 		fmt.Errorf("read: %w", io.ErrUnexpectedEOF),
 		fmt.Errorf("checkpoint: %w", eventsource.ErrFenceLost),
-		&supervision.ConfigError{Field: "Group.Buckets", Err: errors.New("0: use at least 1")},
+		&kumierr.ConfigError{Field: "actors.GroupOptions.Buckets", Value: 0, Reason: "must be at least 1"},
 		errors.New("who knows"),
 	} {
 		c := supervision.Classify(err)

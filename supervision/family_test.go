@@ -18,28 +18,31 @@ import (
 // errOf drops a constructor's value and keeps its error.
 func errOf[T any](_ T, err error) error { return err }
 
-// TestEveryConfigErrorClassifiesAsConfig holds one error of every kumi
-// configuration error type, as its package returns it where it can be
-// provoked without a database: each carries the [supervision.ConfigMarker],
-// so Classify sees Config, bare and wrapped, and the default decider
-// escalates it instead of restarting into the same failure. A new
-// configuration error type belongs in this table.
+// TestEveryConfigErrorClassifiesAsConfig holds one invalid field of every
+// kumi package, as its package returns it where it can be provoked without
+// a database — each a *kumierr.ConfigError — and one error of every other
+// type that reports a setting the database or the server refuses: each
+// carries the [supervision.ConfigMarker], so Classify sees Config, bare and
+// wrapped, and the default decider escalates it instead of restarting into
+// the same failure. A new configuration error type belongs in this table.
 func TestEveryConfigErrorClassifiesAsConfig(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		typ string // the concrete type, as %T prints it
 		err error
 	}{
-		{"*supervision.ConfigError", supervision.Backoff{Initial: -1}.Validate()},
-		{"*eventsource.ConfigError", errOf(eventsource.New(nil, eventsource.Config{}))},
-		{"*leasestore.ConfigError", leasestore.Config{Subscription: "orders", Buckets: 4}.Validate()},
+		{"*kumierr.ConfigError", supervision.Backoff{Initial: -1}.Validate()},
+		{"*kumierr.ConfigError", errOf(eventsource.New(nil, eventsource.Config{}))},
+		{"*kumierr.ConfigError", leasestore.Config{Subscription: "orders", Buckets: 4}.Validate()},
+		{"*kumierr.ConfigError", actors.GroupOptions{}.WithDefaults().Validate()},
+		{"*kumierr.ConfigError", errOf(console.New(console.Options{}))},
+		{"*kumierr.ConfigError", errOf(overflow.New(overflow.Config{Capacity: -1}))},
 		{"*leasestore.SessionMismatchError", &leasestore.SessionMismatchError{Mismatch: leasestore.MismatchDatabase, Session: "a", Pool: "b"}},
 		{"*leasestore.SessionPoolerError", &leasestore.SessionPoolerError{Evidence: "two backends"}},
-		{"*actors.OptionError", actors.GroupOptions{}.WithDefaults().Validate()},
-		{"*console.OptionError", errOf(console.New(console.Options{}))},
+		{"*leasestore.IndexMissingError", &leasestore.IndexMissingError{Buckets: 3, Index: "events_cg_3"}},
+		{"*eventsource.ReplicaMismatchError", &eventsource.ReplicaMismatchError{Field: "database", Primary: "a", Standby: "b"}},
 		{"*migrate.SchemaError", migrate.CheckSchema("")},
 		{"*migrate.NewerSchemaError", &migrate.NewerSchemaError{Component: "leasestore", Schema: "kumi", Version: 9, Known: 3}},
-		{"*overflow.ConfigError", errOf(overflow.New(overflow.Config{Capacity: -1}))},
 		{"*inspect.URLError", errOf(inspect.ParseURL(""))},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {

@@ -2,12 +2,16 @@ package supervision
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Exhaustion is what a [Strategy] does when a child fails more than
@@ -72,13 +76,19 @@ func (o Options) WithDefaults() Options {
 func (o Options) validate() error {
 	switch {
 	case o.MaxRestarts < 0:
-		return configErrorf("Options.MaxRestarts", "%d is negative: use a positive budget, or 0 for %d", o.MaxRestarts, MaxRestartsDefault)
+		return &kumierr.ConfigError{Field: "supervision.Options.MaxRestarts", Value: o.MaxRestarts, Reason: fmt.Sprintf("is negative: use a positive budget, or 0 for %d", MaxRestartsDefault)}
 	case o.Window < 0:
-		return configErrorf("Options.Window", "%v is negative: use a positive duration, or 0 for %v", o.Window, WindowDefault)
+		return &kumierr.ConfigError{Field: "supervision.Options.Window", Value: o.Window, Reason: fmt.Sprintf("is negative: use a positive duration, or 0 for %v", WindowDefault)}
 	case o.Exhausted != StopWhenExhausted && o.Exhausted != EscalateWhenExhausted:
-		return configErrorf("Options.Exhausted", "%d: use StopWhenExhausted or EscalateWhenExhausted", o.Exhausted)
+		return &kumierr.ConfigError{Field: "supervision.Options.Exhausted", Value: int(o.Exhausted), Reason: "use StopWhenExhausted or EscalateWhenExhausted"}
 	}
-	return o.Backoff.Validate()
+	var ce *kumierr.ConfigError
+	if err := o.Backoff.Validate(); errors.As(err, &ce) {
+		return &kumierr.ConfigError{Field: "supervision.Options." + strings.TrimPrefix(ce.Field, "supervision."), Value: ce.Value, Reason: ce.Reason}
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // Strategy is a protoactor [actor.SupervisorStrategy] with error classes,

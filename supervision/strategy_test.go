@@ -9,12 +9,13 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 var (
 	errTransient = &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
 	errFence     = fmt.Errorf("checkpoint bucket 3: %w", eventsource.ErrFenceLost)
-	errConfig    = &ConfigError{Field: "Group.Buckets", Err: errors.New("0: use at least 1")}
+	errConfig    = &kumierr.ConfigError{Field: "actors.GroupOptions.Buckets", Value: 0, Reason: "must be at least 1"}
 )
 
 // fast restarts in a millisecond or two, without jitter, so delays can be
@@ -110,7 +111,7 @@ func TestOneForOne(t *testing.T) {
 			t.Fatalf("targets %v", d.Targets)
 		}
 		esc := recv(t, tr.escalated, "the escalation")
-		var ce *ConfigError
+		var ce *kumierr.ConfigError
 		if !esc.who.Equal(tr.parent) || !errors.As(ReasonError(esc.reason), &ce) {
 			t.Fatalf("escalated %+v", esc)
 		}
@@ -262,13 +263,13 @@ func TestOptions(t *testing.T) {
 		opts  Options
 		field string
 	}{
-		{Options{MaxRestarts: -1}, "Options.MaxRestarts"},
-		{Options{Window: -time.Second}, "Options.Window"},
-		{Options{Exhausted: 5}, "Options.Exhausted"},
-		{Options{Backoff: Backoff{Multiplier: 0.5}}, "Backoff.Multiplier"},
+		{Options{MaxRestarts: -1}, "supervision.Options.MaxRestarts"},
+		{Options{Window: -time.Second}, "supervision.Options.Window"},
+		{Options{Exhausted: 5}, "supervision.Options.Exhausted"},
+		{Options{Backoff: Backoff{Multiplier: 0.5}}, "supervision.Options.Backoff.Multiplier"},
 	} {
 		_, err := OneForOne(tc.opts)
-		var ce *ConfigError
+		var ce *kumierr.ConfigError
 		if !errors.As(err, &ce) || ce.Field != tc.field || Classify(err) != Config {
 			t.Errorf("OneForOne(%+v) = %v, want a ConfigError naming %s", tc.opts, err, tc.field)
 		}

@@ -538,8 +538,8 @@ func TestCheckpointResetOnALapsedLeaseIsNotUndoneByItsOwner(t *testing.T) {
 	ctx := context.Background()
 	evs := b.appendEvents(t, "account", 2, 20)
 	a, err := leasestore.New(b.store.Pool(), leasestore.Config{Schema: b.schema, Subscription: "balances",
-		Worker: "worker-a", Buckets: 1, NoListen: true,
-		TTL: 600 * time.Millisecond, Heartbeat: 250 * time.Millisecond, Margin: 200 * time.Millisecond})
+		Worker: "worker-a", Buckets: 1, LeaseOptions: leasestore.LeaseOptions{NoListen: true, TTL: 600 * time.Millisecond, Heartbeat: 250 * time.Millisecond, Margin: 200 * time.Millisecond},
+	})
 	if err == nil {
 		err = a.Start(ctx)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/kumi-run/kumi/console"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/httpguard"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 type consoleCmd struct {
@@ -84,7 +85,7 @@ func (c *consoleCmd) Run(e *env) error {
 	}
 	h, err := console.New(opts)
 	if err != nil {
-		var oe *console.OptionError
+		var oe *kumierr.ConfigError
 		if errors.As(err, &oe) {
 			if flag, ok := consoleFlags[oe.Field]; ok {
 				return usageErrorf("%s: %s", flag, oe.Reason)
@@ -156,4 +157,4 @@ func (c *consoleCmd) readToken() error {
 
 // consoleFlags names the flag behind each console option the command sets
 // from one, for its usage errors.
-var consoleFlags = map[string]string{"Token": "--token"}
+var consoleFlags = map[string]string{"console.Options.Token": "--token"}

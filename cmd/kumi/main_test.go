@@ -165,8 +165,8 @@ func (b *bundle) appendEvents(t *testing.T, category string, streams, n int) []e
 func (b *bundle) lease(t *testing.T, subscription, worker string, buckets int) *leasestore.Store {
 	t.Helper()
 	s, err := leasestore.New(b.store.Pool(), leasestore.Config{
-		Schema: b.schema, Subscription: subscription, Worker: worker, Buckets: buckets, NoListen: true,
-		TTL: time.Hour})
+		Schema: b.schema, Subscription: subscription, Worker: worker, Buckets: buckets, LeaseOptions: leasestore.LeaseOptions{NoListen: true, TTL: time.Hour},
+	})
 	if err == nil {
 		err = s.Start(context.Background())
 	}

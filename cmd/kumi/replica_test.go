@@ -22,7 +22,7 @@ func TestStatusOnAReplica(t *testing.T) {
 	b, r := setupStandby(t, func(b *bundle, primary string) {
 		b.appendEvents(t, "account", 3, 12)
 		ls, err := leasestore.New(b.store.Pool(), leasestore.Config{Schema: b.schema, Subscription: "balances",
-			Worker: "worker-s", Buckets: 2, Kind: leasestore.KindSession, SessionURL: primary, NoListen: true})
+			Worker: "worker-s", Buckets: 2, LeaseOptions: leasestore.LeaseOptions{Kind: leasestore.KindSession, SessionURL: primary, NoListen: true}})
 		if err == nil {
 			err = ls.Start(ctx)
 		}

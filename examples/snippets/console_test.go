@@ -20,7 +20,7 @@ func mountConsole(store *eventsource.Store, mux *http.ServeMux) error {
 		Categories: map[string]string{"orders": "order"}, // to measure lag
 	})
 	if err != nil {
-		return err // a *console.OptionError names the field
+		return err // a *kumierr.ConfigError names the field
 	}
 	mux.Handle("/console/", http.StripPrefix("/console", c))
 	// end snippet

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Policy says what a [Queue] does with a batch posted while it is full: it
@@ -225,28 +227,15 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// ConfigError reports a field of [Config] that [New] refuses.
-type ConfigError struct {
-	Field  string // the Config field, e.g. "Capacity"
-	Reason string // what is wrong and what is accepted
-}
-
-// Error returns "overflow: Config.<Field> <Reason>".
-func (e *ConfigError) Error() string { return "overflow: Config." + e.Field + " " + e.Reason }
-
-// ConfigError reports true: the error is a supervision.ConfigMarker, so
-// supervision classifies it as invalid configuration.
-func (e *ConfigError) ConfigError() bool { return true }
-
 func (c Config) validate() error {
 	if c.Capacity < 1 {
-		return &ConfigError{"Capacity", fmt.Sprintf("is %d: it must be at least 1 (0 means %d)", c.Capacity, CapacityDefault)}
+		return &kumierr.ConfigError{Field: "overflow.Config.Capacity", Value: c.Capacity, Reason: fmt.Sprintf("must be at least 1 (0 means %d)", CapacityDefault)}
 	}
 	if c.MaxBytes < 0 {
-		return fmt.Errorf("overflow: Config.MaxBytes is %d: it must be at least 0 (0 means no byte bound)", c.MaxBytes)
+		return &kumierr.ConfigError{Field: "overflow.Config.MaxBytes", Value: c.MaxBytes, Reason: "must be at least 0 (0 means no byte bound)"}
 	}
 	if !c.Policy.valid() {
-		return &ConfigError{"Policy", fmt.Sprintf("is %v: use PauseAndResume, DropSubscription or DropOldest", c.Policy)}
+		return &kumierr.ConfigError{Field: "overflow.Config.Policy", Value: c.Policy, Reason: "use PauseAndResume, DropSubscription or DropOldest"}
 	}
 	return nil
 }
@@ -273,7 +262,7 @@ type Budget struct {
 // NewBudget returns a budget of limit bytes; limit must be at least 1.
 func NewBudget(limit int64) (*Budget, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("overflow: budget limit is %d bytes: it must be at least 1", limit)
+		return nil, &kumierr.ConfigError{Field: "overflow limit", Value: limit, Reason: "must be at least 1 byte"}
 	}
 	return &Budget{limit: limit}, nil
 }

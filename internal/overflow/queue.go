@@ -66,7 +66,7 @@ type Stats struct {
 	Pauses, Resumes, Overflows uint64
 }
 
-// New returns an empty, active Queue. It fails with a *[ConfigError]
+// New returns an empty, active Queue. It fails with a *[kumierr.ConfigError]
 // naming the field when cfg is invalid.
 func New(cfg Config) (*Queue, error) {
 	cfg = cfg.WithDefaults()

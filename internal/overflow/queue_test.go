@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // popAll drains q and returns what came out.
@@ -298,13 +300,18 @@ func TestConfig(t *testing.T) {
 		cfg   Config
 		field string
 	}{
-		{Config{Capacity: -1}, "Capacity"},
-		{Config{Policy: Policy(7)}, "Policy"},
-		{Config{MaxBytes: -1}, "MaxBytes"},
+		{Config{Capacity: -1}, "overflow.Config.Capacity"},
+		{Config{Policy: Policy(7)}, "overflow.Config.Policy"},
+		{Config{MaxBytes: -1}, "overflow.Config.MaxBytes"},
 	} {
-		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.field)
+		var ce *kumierr.ConfigError
+		if _, err := New(tc.cfg); !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("New(%+v) = %v, want a *kumierr.ConfigError naming %s", tc.cfg, err, tc.field)
 		}
+	}
+	var ce *kumierr.ConfigError
+	if _, err := NewBudget(0); !errors.As(err, &ce) || ce.Field != "overflow limit" {
+		t.Errorf("NewBudget(0) = %v, want a *kumierr.ConfigError naming the limit", err)
 	}
 	if c := (Config{}).WithDefaults(); c.Capacity != CapacityDefault || c.Policy != PauseAndResume || c.IsBatch == nil {
 		t.Errorf("defaults %+v", c)

@@ -70,7 +70,7 @@ type Config struct {
 	// delivery's context, until the worker stops: a hung handler.
 	HangType string
 	// NoListen turns off the lease store's LISTEN connection, as behind a
-	// transaction pooler (actors.LeaseOptions.NoListen).
+	// transaction pooler (leasestore.LeaseOptions.NoListen).
 	NoListen bool
 	// ReadURL, when set, is a hot standby of the database: the readers'
 	// catch-up pages and the publisher's reads go there
@@ -249,7 +249,7 @@ func Run(ctx context.Context, c Config) error {
 		c.Worker = fmt.Sprintf("w-%d-%s", os.Getpid(), uuid.NewString()[:4])
 	}
 	worker := c.Worker
-	lease := actors.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin,
+	lease := leasestore.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin,
 		NoListen: c.NoListen}
 	group, err := rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: c.Subscription, Category: c.Category, Buckets: c.Buckets, Worker: worker,

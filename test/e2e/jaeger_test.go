@@ -22,6 +22,7 @@ import (
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/observability/jaegertest"
 )
@@ -62,7 +63,7 @@ func startWorker(t *testing.T, schema, service, name string, handled chan<- stri
 	require.NoError(t, w.rt.Start(ctx))
 	w.group, err = w.rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: "e2e", Category: "order", Buckets: 4, Worker: name,
-		Lease: actors.LeaseOptions{TTL: 2 * time.Second, Heartbeat: 200 * time.Millisecond, Margin: 600 * time.Millisecond},
+		Lease: leasestore.LeaseOptions{TTL: 2 * time.Second, Heartbeat: 200 * time.Millisecond, Margin: 600 * time.Millisecond},
 		Handler: actor.PropsFromFunc(func(ctx actor.Context) {
 			if d, ok := ctx.Message().(*actors.Delivery); ok {
 				handled <- d.Event.ID.String()

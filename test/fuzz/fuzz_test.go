@@ -13,6 +13,7 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -113,26 +114,26 @@ func FuzzLeaseConfig(f *testing.F) {
 	f.Add(" s", "w", -3, -1, int64(1<<62), int64(1<<62), int64(1<<62), 5, -5)
 	props := actor.PropsFromFunc(func(actor.Context) {})
 	f.Fuzz(func(t *testing.T, sub, workerID string, buckets, kind int, ttl, heartbeat, margin int64, batch, queue int) {
-		lease := actors.LeaseOptions{Kind: leasestore.Kind(kind), TTL: time.Duration(ttl),
+		lease := leasestore.LeaseOptions{Kind: leasestore.Kind(kind), TTL: time.Duration(ttl),
 			Heartbeat: time.Duration(heartbeat), Margin: time.Duration(margin)}
 		o := actors.GroupOptions{Subscription: sub, Category: "acct", Buckets: buckets, Handler: props, Worker: workerID,
 			Lease: lease, BatchSize: batch, QueueCapacity: queue}.WithDefaults()
 		if err := o.Validate(); err != nil {
-			var oe *actors.OptionError
+			var oe *kumierr.ConfigError
 			if !errors.As(err, &oe) || oe.Field == "" || !strings.Contains(err.Error(), oe.Field) {
 				t.Fatalf("GroupOptions.Validate: %v does not name its field", err)
 			}
 			return
 		}
 		cfg := leasestore.Config{Schema: "kumi", Subscription: o.Subscription, Worker: o.Worker, Buckets: o.Buckets,
-			Kind: lease.Kind, TTL: lease.TTL, Heartbeat: lease.Heartbeat, Margin: lease.Margin}
+			LeaseOptions: leasestore.LeaseOptions{Kind: lease.Kind, TTL: lease.TTL, Heartbeat: lease.Heartbeat, Margin: lease.Margin}}
 		_, err := leasestore.New(nil, cfg)
-		var ce *leasestore.ConfigError
+		var ce *kumierr.ConfigError
 		switch {
 		case err == nil:
 			t.Fatal("leasestore.New accepted a nil pool")
 		case errors.As(err, &ce):
-			if ce.Field == "" || !strings.Contains(err.Error(), "Config."+ce.Field) {
+			if !strings.HasPrefix(ce.Field, "leasestore.Config.") || !strings.Contains(err.Error(), ce.Field) {
 				t.Fatalf("leasestore config error %v does not name its field", err)
 			}
 		default:

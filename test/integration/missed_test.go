@@ -130,8 +130,8 @@ func leaseStoreAs(t *testing.T, e *env, id string) *leasestore.Store {
 	}
 	t.Cleanup(pool.Close)
 	s, err := leasestore.New(pool, leasestore.Config{Schema: e.cfg.Schema,
-		Subscription: e.cfg.Subscription, Worker: id, Buckets: e.cfg.Buckets, Kind: e.cfg.Kind,
-		TTL: e.cfg.Lease.TTL, Heartbeat: e.cfg.Lease.Heartbeat, Margin: e.cfg.Lease.Margin, NoListen: true})
+		Subscription: e.cfg.Subscription, Worker: id, Buckets: e.cfg.Buckets, LeaseOptions: leasestore.LeaseOptions{Kind: e.cfg.Kind, TTL: e.cfg.Lease.TTL, Heartbeat: e.cfg.Lease.Heartbeat, Margin: e.cfg.Lease.Margin, NoListen: true},
+	})
 	if err == nil {
 		err = s.Start(context.Background())
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
 
@@ -71,7 +72,7 @@ func TestRetriedDeliveryRechecksItsLease(t *testing.T) {
 	lease := defaultLease()
 	group, err := rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: "retry", Category: categoryName, Buckets: 1, Worker: "solo", Handler: handler,
-		Lease: actors.LeaseOptions{TTL: lease.TTL, Heartbeat: lease.Heartbeat, Margin: lease.Margin},
+		Lease: leasestore.LeaseOptions{TTL: lease.TTL, Heartbeat: lease.Heartbeat, Margin: lease.Margin},
 		Retry: actors.RetryPolicy{MaxAttempts: 1000, Backoff: supervision.Backoff{Initial: 50 * time.Millisecond, Max: 100 * time.Millisecond}},
 	})
 	if err != nil {

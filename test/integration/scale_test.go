@@ -158,7 +158,7 @@ func startGoWorker(t *testing.T, cfg clusterConfig, id string) *goWorker {
 	group, err := rt.StartGroup(ctx, actors.GroupOptions{
 		Subscription: cfg.Subscription, Category: cfg.Category, Buckets: cfg.Buckets, Worker: id,
 		Handler: sinkProps(store, cfg.Schema),
-		Lease:   actors.LeaseOptions{Kind: cfg.Kind, TTL: cfg.Lease.TTL, Heartbeat: cfg.Lease.Heartbeat, Margin: cfg.Lease.Margin},
+		Lease:   leasestore.LeaseOptions{Kind: cfg.Kind, TTL: cfg.Lease.TTL, Heartbeat: cfg.Lease.Heartbeat, Margin: cfg.Lease.Margin},
 	})
 	if err != nil {
 		_ = rt.Stop(context.Background())
