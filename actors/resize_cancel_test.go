@@ -161,19 +161,6 @@ func TestADrainedBucketTakenAgainAfterACancelIsServed(t *testing.T) {
 	require.Zero(t, rec.duplicates(), "a cancel repeats nothing")
 }
 
-// readersOf lists the slots the worker's coordinator has a reader for.
-func readersOf(w *testWorker) []int {
-	got := make(chan []int, 1)
-	w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(c *coordinator) {
-		var out []int
-		for s := range c.readers {
-			out = append(out, s)
-		}
-		got <- out
-	}))
-	return <-got
-}
-
 // passRead waits until the worker's coordinator has acted on a pass that
 // read the resize id in state.
 func passRead(t *testing.T, w *testWorker, id int64, state leasestore.ResizeState) {
