@@ -31,19 +31,10 @@ func (f observedValue[T]) Format(s fmt.State, verb rune) {
 // mailbox is itself a finding).
 func (w *testWorker) diagnose() string {
 	var b strings.Builder
-	rt := w.rt
-	st := rt.sequencer.Stats()
-	fmt.Fprintf(&b, "\nworker %s: published %d; sequencer head %d, failing %d (%v), stuck %v, backlog age %v, attempts %d, last progress %v ago",
-		w.name, rt.published.Load(), st.Head, st.Failing, st.LastError, st.Stuck, st.BacklogAge, st.Attempts,
-		time.Since(st.LastProgress).Round(time.Millisecond))
-	if w.group != nil {
-		for _, line := range w.inspectReaders() {
-			b.WriteString("\n  " + line)
-		}
-	}
+	b.WriteString(w.diagnoseProcess())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	q := rt.store.QuotedSchema()
+	q := w.rt.store.QuotedSchema()
 	for _, query := range []string{
 		`SELECT last_position, low_seq FROM ` + q + `.sequencer`,
 		`SELECT count(*) AS unsequenced, coalesce(min(seq), 0) AS oldest_seq FROM ` + q + `.appends WHERE last_position IS NULL`,
@@ -54,6 +45,23 @@ func (w *testWorker) diagnose() string {
 		`SELECT * FROM ` + q + `.subscriptions ORDER BY 1`,
 	} {
 		b.WriteString("\n  " + query + ":" + dumpRows(ctx, w, query))
+	}
+	return b.String()
+}
+
+// diagnoseProcess is the worker's part of diagnose: its sequencer,
+// publisher and readers, without the store's rows.
+func (w *testWorker) diagnoseProcess() string {
+	var b strings.Builder
+	rt := w.rt
+	st := rt.sequencer.Stats()
+	fmt.Fprintf(&b, "\nworker %s: published %d; sequencer head %d, failing %d (%v), stuck %v, backlog age %v, attempts %d, last progress %v ago",
+		w.name, rt.published.Load(), st.Head, st.Failing, st.LastError, st.Stuck, st.BacklogAge, st.Attempts,
+		time.Since(st.LastProgress).Round(time.Millisecond))
+	if w.group != nil {
+		for _, line := range w.inspectReaders() {
+			b.WriteString("\n  " + line)
+		}
 	}
 	return b.String()
 }

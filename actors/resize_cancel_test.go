@@ -141,43 +141,24 @@ func TestADrainedBucketTakenAgainAfterACancelIsServed(t *testing.T) {
 
 	_, err := Resize(ctx, store, "retaken", 5, ResizeOptions{By: "test"})
 	require.NoError(t, err)
-	drained := func(want int) func() bool {
-		return func() bool {
-			r, err := leasestore.ReadResize(ctx, store.Pool(), schema, "retaken")
-			require.NoError(t, err)
-			return r.State == leasestore.ResizeCut && countDrained(r.Old) == want
-		}
+	drained := func(want int) func(leasestore.Resize) bool {
+		return func(r leasestore.Resize) bool { return r.State == leasestore.ResizeCut && countDrained(r.Old) == want }
 	}
-	pgtest.Eventually(t, waitLong, drained(2), "the cut decided, the two buckets not held back drained")
+	ws := []*testWorker{w}
+	waitResize(t, store, "retaken", rec, drained(2), ws, "the cut decided, the two buckets not held back drained")
 
 	hold.armed.Store(true)
 	pgtest.Eventually(t, waitLong, func() bool { return hold.held.Load() > 0 }, "a pass held back")
 	close(b.open)
-	pgtest.Eventually(t, waitLong, drained(3), "the bucket let go drained")
+	waitResize(t, store, "retaken", rec, drained(3), ws, "the bucket let go drained")
 	_, err = CancelResize(ctx, store, "retaken")
 	require.NoError(t, err)
 	hold.armed.Store(false)
 
 	close(a.open)
 	seed(t, store, "acct", 8, 16)
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 96 }, "every event delivered: %s",
-		observed(func() string {
-			return fmt.Sprintf("%d of 96 delivered; owned %v; readers %v", rec.distinct(), w.owned(), readersOf(w))
-		}))
+	waitDelivered(t, store, "retaken", "acct", rec, 96, []int{4, 5}, w)
 	require.Zero(t, rec.duplicates(), "a cancel repeats nothing")
-}
-
-// readersOf lists the slots the worker's coordinator has a reader for.
-func readersOf(w *testWorker) []int {
-	got := make(chan []int, 1)
-	w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(c *coordinator) {
-		var out []int
-		for s := range c.readers {
-			out = append(out, s)
-		}
-		got <- out
-	}))
-	return <-got
 }
 
 // passRead waits until the worker's coordinator has acted on a pass that
@@ -227,11 +208,9 @@ func TestACancelFollowedAtOnceByANewResizeCompletes(t *testing.T) {
 
 	a, err := Resize(ctx, store, "again", 3, ResizeOptions{By: "test"})
 	require.NoError(t, err)
-	pgtest.Eventually(t, waitLong, func() bool {
-		r, err := leasestore.ReadResize(ctx, store.Pool(), schema, "again")
-		require.NoError(t, err)
+	waitResize(t, store, "again", rec, func(r leasestore.Resize) bool {
 		return r.State == leasestore.ResizeCut && countDrained(r.Old) == 1
-	}, "A's cut decided, the bucket not held back drained")
+	}, []*testWorker{w}, "A's cut decided, the bucket not held back drained")
 	passRead(t, w, a.ID, leasestore.ResizeCut)
 
 	hold.armed.Store(true)
@@ -245,12 +224,10 @@ func TestACancelFollowedAtOnceByANewResizeCompletes(t *testing.T) {
 
 	close(g.open)
 	seed(t, store, "acct", 8, 16)
-	pgtest.Eventually(t, waitLong, func() bool {
-		r, err := leasestore.ReadResize(ctx, store.Pool(), schema, "again")
-		require.NoError(t, err)
+	waitResize(t, store, "again", rec, func(r leasestore.Resize) bool {
 		return r.State == leasestore.ResizeSteady && r.Generation == 1
-	}, "B completes (readers %v)", observed(w.inspectReaders))
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 56 }, "every event delivered")
+	}, []*testWorker{w}, "B completes")
+	waitDelivered(t, store, "again", "acct", rec, 56, []int{2, 3}, w)
 }
 
 // A proposal that outlives a cancel is not counted for the next resize,
@@ -326,9 +303,8 @@ func TestAProposalThatOutlivesACancelIsNotTheNextResizes(t *testing.T) {
 		"the old bucket drains, or delivers beyond the cut %d", cut)
 	hold.armed.Store(false)
 
-	pgtest.Eventually(t, waitLong, done, "B completes (readers %v)", observed(w.inspectReaders))
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 18 }, "every event delivered (%d of 18; readers %v)",
-		observed(rec.distinct), observed(w.inspectReaders))
+	waitResize(t, store, "late", rec, func(leasestore.Resize) bool { return done() }, []*testWorker{w}, "B completes")
+	waitDelivered(t, store, "late", "acct", rec, 18, []int{1, 2}, w)
 	bad, _ := ds.badDuplicates()
 	require.Empty(t, bad, "no event delivered by both generations")
 }

@@ -104,14 +104,10 @@ func TestRestartedReaderKeepsTheCut(t *testing.T) {
 	}, "the reader restarted")
 
 	close(g.open)
-	pgtest.Eventually(t, waitLong, func() bool {
-		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "restart")
-		require.NoError(t, err)
+	waitResize(t, store, "restart", rec, func(r leasestore.Resize) bool {
 		return r.State == leasestore.ResizeSteady && r.Generation == 1
-	}, "the resize completes: the restarted reader drains to the cut (now %s, old %+v; readers %v)",
-		observed(func() leasestore.ResizeState { return r.State }), observed(func() []leasestore.SlotStatus { return r.Old }),
-		observed(w.inspectReaders))
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 80 }, "every event delivered")
+	}, []*testWorker{w}, "the resize completes: the restarted reader drains to the cut")
+	waitDelivered(t, store, "restart", "acct", rec, 80, []int{4, 5}, w)
 }
 
 func countDrained(ss []leasestore.SlotStatus) int {

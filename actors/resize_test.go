@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,22 +97,39 @@ func resizeLease() leasestore.LeaseOptions {
 }
 
 // appender appends to streams of category until stopped, one event at a
-// time, round-robin over streams, and counts what it appended.
+// time, round-robin over streams, and counts what it appended. It paces
+// itself on the group: it appends only while pace, given how many it has
+// appended, says the group has delivered enough of them — so that what is
+// left to deliver when it stops stays bounded on a loaded machine, where
+// the group delivers slower than one appender appends.
 type appender struct {
 	n    atomic.Int64
 	stop chan struct{}
 	done chan error
 }
 
-func startAppender(t *testing.T, store *eventsource.Store, category string, streams int) *appender {
+// behind paces an appender: it may append while fewer than ahead of the
+// events (seeded before it started, and its own) are still to deliver.
+func behind(rec *recorder, seeded, ahead int) func(appended int64) bool {
+	return func(appended int64) bool { return seeded+int(appended)-rec.distinct() < ahead }
+}
+
+func startAppender(t *testing.T, store *eventsource.Store, category string, streams int, pace func(appended int64) bool) *appender {
 	a := &appender{stop: make(chan struct{}), done: make(chan error, 1)}
+	stopped := func() bool {
+		select {
+		case <-a.stop:
+			return true
+		default:
+			return false
+		}
+	}
 	go func() {
 		for i := 0; ; i++ {
-			select {
-			case <-a.stop:
+			pgtest.WaitFor(time.Hour, func() bool { return stopped() || pace(a.n.Load()) })
+			if stopped() {
 				a.done <- nil
 				return
-			default:
 			}
 			if _, err := store.Append(context.Background(), fmt.Sprintf("%s-%d", category, i%streams), eventsource.Any,
 				[]eventsource.EventData{{Type: "Live", Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}}); err != nil {
@@ -135,26 +153,74 @@ func (a *appender) end() {
 }
 
 // resizeTo resizes and waits for the new generation, recording the states
-// it passed through.
-func resizeTo(t *testing.T, store *eventsource.Store, sub string, m int) (leasestore.Resize, []leasestore.ResizeState) {
+// it passed through. It waits as long as the resize progresses (see
+// eventuallyProgressing): its state, a bucket's proposal, drain or
+// readiness, or an old bucket's checkpoint moving towards the cut. Its
+// failure describes the resize and every worker's readers (ws).
+func resizeTo(t *testing.T, store *eventsource.Store, sub string, m int, ws ...*testWorker) (leasestore.Resize, []leasestore.ResizeState) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLong)
-	defer cancel()
-	var states []leasestore.ResizeState
-	r, err := Resize(ctx, store, sub, m, ResizeOptions{Wait: true, By: "test", Poll: 10 * time.Millisecond,
-		Progress: func(r leasestore.Resize) {
-			if len(states) == 0 || states[len(states)-1] != r.State {
-				states = append(states, r.State)
-			}
-		}})
-	if err != nil {
-		now, rerr := leasestore.ReadResize(context.Background(), store.Pool(), store.Schema(), sub)
-		t.Logf("resize now: %+v (%v)", now, rerr)
+	ctx := context.Background()
+	r, err := Resize(ctx, store, sub, m, ResizeOptions{By: "test"})
+	require.NoError(t, err, "resize to %d", m)
+	id := r.ID
+	states := []leasestore.ResizeState{r.State}
+	var readErr error
+	read := func() bool {
+		r, readErr = leasestore.ReadResize(ctx, store.Pool(), store.Schema(), sub)
+		if readErr != nil {
+			return true // reported below
+		}
+		if states[len(states)-1] != r.State {
+			states = append(states, r.State)
+		}
+		return r.ID != id || !r.Resizing()
 	}
-	require.NoError(t, err, "resize to %d (passed through %v)", m, states)
-	require.Equal(t, m, r.Buckets)
+	eventuallyProgressing(t, stallFor, progressCap, read, changes(func() string { return resizeProgress(store, sub) }),
+		func() string {
+			var b strings.Builder
+			fmt.Fprintf(&b, "\nresize now: %+v", r)
+			for i, w := range ws {
+				if i == 0 {
+					b.WriteString(w.diagnose())
+				} else {
+					b.WriteString(w.diagnoseProcess())
+				}
+			}
+			return b.String()
+		}, "resize %d to %d ends (passed through %v)", id, m, observed(func() []leasestore.ResizeState { return states }))
+	require.NoError(t, readErr)
+	require.Equal(t, id, r.ID, "no other resize ran")
+	require.Equal(t, m, r.Buckets, "the resize completed (passed through %v)", states)
 	require.Equal(t, leasestore.ResizeSteady, r.State)
 	return r, states
+}
+
+// resizeProgress is what moves while a resize progresses: its state, its
+// buckets' proposals, drains and readiness, and the checkpoints of the generation it drains (each
+// old bucket's reader delivers up to the cut before it drains).
+func resizeProgress(store *eventsource.Store, sub string) string {
+	ctx := context.Background()
+	r, err := leasestore.ReadResize(ctx, store.Pool(), store.Schema(), sub)
+	if err != nil {
+		return err.Error()
+	}
+	cps, err := store.Checkpoints(ctx, sub)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s", r.ID, r.State)
+	for _, s := range append(r.Old, r.New...) {
+		// Not its owner or epoch: leases that change hands on a starved
+		// machine are no progress.
+		fmt.Fprintf(&b, " %d:%d/%v/%v", s.Slot, s.Proposal, s.Drained, s.Ready)
+	}
+	for _, c := range cps {
+		if g, _ := eventsource.SlotBucket(c.Bucket); g == r.Generation {
+			fmt.Fprintf(&b, " %d:%d", c.Bucket, c.Position)
+		}
+	}
+	return b.String()
 }
 
 // Resize up and down while three workers run and an appender appends:
@@ -183,20 +249,22 @@ func TestResizeUpAndDownInProcess(t *testing.T) {
 				ws = append(ws, startWorker(t, schema, name, opts))
 			}
 			pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() >= 100 }, "the group delivers")
-			app := startAppender(t, store, "acct", 24)
+			app := startAppender(t, store, "acct", 24, behind(rec, 200, 300))
 
 			sub := "resize-" + kind.String()
-			up, states := resizeTo(t, store, sub, 12)
+			up, states := resizeTo(t, store, sub, 12, ws...)
 			require.Equal(t, 1, up.Generation)
 			t.Logf("4 → 12 passed through %v", states)
-			down, states := resizeTo(t, store, sub, 3)
+			down, states := resizeTo(t, store, sub, 3, ws...)
 			require.Equal(t, 2, down.Generation)
 			t.Logf("12 → 3 passed through %v", states)
 
 			app.end()
 			require.NoError(t, <-app.done)
 			total := 200 + int(app.n.Load())
-			pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == total }, "every event delivered")
+			drainStart, left := time.Now(), total-rec.distinct()
+			waitDelivered(t, store, sub, "acct", rec, total, []int{4, 12, 3}, ws...)
+			t.Logf("the last %d events delivered in %v", left, time.Since(drainStart).Round(time.Millisecond))
 			rec.mu.Lock()
 			require.Empty(t, rec.order, "per-stream order across the resizes")
 			require.Empty(t, rec.overlaps, "no stream handled by two workers at once")
@@ -290,22 +358,14 @@ func TestCancelResizeUnderLoad(t *testing.T) {
 		ws = append(ws, startWorker(t, schema, name, opts))
 	}
 	<-g.in // one bucket is held back
-	app := startAppender(t, store, "acct", 8)
+	app := startAppender(t, store, "acct", 8, behind(rec, 80, 200))
 
 	r, err := Resize(ctx, store, "cancel", 5, ResizeOptions{By: "test"})
 	require.NoError(t, err)
 	require.Equal(t, leasestore.ResizeSealing, r.State)
-	pgtest.Eventually(t, waitLong, func() bool {
-		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "cancel")
-		require.NoError(t, err)
-		drained := 0
-		for _, s := range r.Old {
-			if s.Drained {
-				drained++
-			}
-		}
-		return r.State == leasestore.ResizeCut && drained == 3
-	}, "the cut decided, three old buckets drained, the held-back one not")
+	waitResize(t, store, "cancel", rec, func(r leasestore.Resize) bool {
+		return r.State == leasestore.ResizeCut && countDrained(r.Old) == 3
+	}, ws, "the cut decided, three old buckets drained, the held-back one not")
 
 	_, err = Resize(ctx, store, "cancel", 6, ResizeOptions{})
 	var inProgress *leasestore.ResizeInProgressError
@@ -331,7 +391,7 @@ func TestCancelResizeUnderLoad(t *testing.T) {
 	app.end()
 	require.NoError(t, <-app.done)
 	total := 80 + int(app.n.Load())
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == total }, "every event delivered")
+	waitDelivered(t, store, "cancel", "acct", rec, total, []int{4, 5}, ws...)
 	rec.mu.Lock()
 	require.Empty(t, rec.order)
 	require.Empty(t, rec.overlaps)
@@ -386,7 +446,7 @@ func TestOldBucketsOptionAfterAResize(t *testing.T) {
 	seed(t, store, "acct", 8, 40)
 	a := startWorker(t, schema, "a", withLease(groupOpts("stale", 4, rec, "a"), resizeLease()))
 	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 40 }, "the first worker delivers")
-	r, _ := resizeTo(t, store, "stale", 6)
+	r, _ := resizeTo(t, store, "stale", 6, a)
 	require.Equal(t, 1, r.Generation)
 
 	b := startWorker(t, schema, "b", withLease(groupOpts("stale", 4, rec, "b"), resizeLease()))

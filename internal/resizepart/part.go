@@ -236,20 +236,41 @@ func (p *Part) Tell(t Told, cursor int64) []Effect {
 	return p.settle(cursor, nil)
 }
 
+// knowledge is what an answer tells of its resize.
+func (a Answer) knowledge() knowledge {
+	switch {
+	case a.Active && a.Decided:
+		return knowledge{resize: a.Resize, stage: stageDecided, limit: a.Limit}
+	case a.Active:
+		return knowledge{resize: a.Resize, stage: stageInForce, proposed: true, limit: a.Limit}
+	}
+	return knowledge{resize: a.Resize, stage: stageOver}
+}
+
 // Proposal takes the answer of the proposal the machine asked for
 // ([Propose]). An answer while no proposal is out (a restarted reader's
 // predecessor's) changes nothing.
+//
+// The answer is merged into what is known, not put in its place: news
+// told while the proposal was out (a cut another proposal decided, a
+// cancel, a newer resize) may be newer than the answer. Replacing it
+// would be safe — the answer is true news of the resize proposed for, as
+// the store ran the proposal, and it names that resize (ProposeCutFor
+// answers of no other), so the machine would only be where it would have
+// been had the answer come before that news: bounded by its proposal or
+// by that resize's cut, or free once that resize is over — and no newer
+// resize's cut can be decided without a proposal of this slot, which
+// this holding makes only after the answer. What it would lose is the
+// newer news, until the coordinator's next pass tells it again: it tells
+// the whole desired state on every pass. The merge keeps the reader right
+// without that pass; the simulation finds the replacement only together
+// with a coordinator that tells each change once (its
+// mutAnswerOverridesToldOnce).
 func (p *Part) Proposal(a Answer, cursor int64) []Effect {
 	if p.phase != Proposing {
 		return nil
 	}
-	k := knowledge{resize: a.Resize, stage: stageOver}
-	switch {
-	case a.Active && a.Decided:
-		k = knowledge{resize: a.Resize, stage: stageDecided, limit: a.Limit}
-	case a.Active:
-		k = knowledge{resize: a.Resize, stage: stageInForce, proposed: true, limit: a.Limit}
-	}
+	k := a.knowledge()
 	if a.Resize == p.resize || k.newer(p.known) {
 		p.known = p.known.merge(k)
 	}
