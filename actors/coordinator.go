@@ -76,6 +76,9 @@ type readerRef struct {
 type handledMark struct {
 	pos  atomic.Int64
 	left atomic.Pointer[leftRetry]
+	// server is the store's server epoch the mark belongs to (see
+	// handledMarks.at).
+	server int64
 }
 
 // note raises the mark to pos.
@@ -135,8 +138,8 @@ type handledMarks struct {
 // slotMark is a slot's mark at an epoch, on the store's server of a
 // server epoch (see eventsource.Store.Server).
 type slotMark struct {
-	epoch, server int64
-	mark          handledMark
+	epoch int64
+	mark  handledMark
 }
 
 // at returns the mark of slot at epoch on the server of epoch server —
@@ -144,17 +147,19 @@ type slotMark struct {
 // has none at that epoch — for the reader spawned next. A mark of another
 // server is not taken: its positions may be handed out again to other
 // events (a failover), and a reader that started after it would skip
-// them. A reader takes its mark again as it starts (see reader.start).
+// them. A reader that starts in another server epoch than its mark's
+// takes its mark again (see reader.start).
 func (m *handledMarks) at(slot int, epoch, server int64) *handledMark {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.bySlot[slot]; s != nil && s.epoch == epoch && s.server == server {
+	if s := m.bySlot[slot]; s != nil && s.epoch == epoch && s.mark.server == server {
 		return &s.mark
 	}
 	if m.bySlot == nil {
 		m.bySlot = map[int]*slotMark{}
 	}
-	s := &slotMark{epoch: epoch, server: server}
+	s := &slotMark{epoch: epoch}
+	s.mark.server = server
 	m.bySlot[slot] = s
 	return &s.mark
 }

@@ -621,12 +621,6 @@ func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 			r.lostFence(ctx, f.err)
 			return
 		}
-		if errors.Is(f.err, eventsource.ErrServerChanged) || errors.Is(f.err, eventsource.ErrCheckpointAboveHead) {
-			// Positions of another server: retried, the write could land
-			// once the new server's head passes it, and skip what it
-			// handed out again (see newEpoch).
-			r.newEpoch(f.err)
-		}
 		if r.unsure != nil {
 			// A write under an unsure lease failed: no other is tried. The
 			// reader still lets its events in flight finish before it stops
@@ -637,6 +631,14 @@ func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
 			r.unsureWrite = f.err
 			r.maybeFinishDrain(ctx)
 			return
+		}
+		if errors.Is(f.err, eventsource.ErrServerChanged) || errors.Is(f.err, eventsource.ErrCheckpointAboveHead) {
+			// Positions of another server: retried, the write could land
+			// once the new server's head passes it, and skip what it
+			// handed out again (see newEpoch). (Under an unsure lease, as
+			// above, the reader stops instead, and the next one starts in
+			// the new epoch.)
+			r.newEpoch(f.err)
 		}
 		err := fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err)
 		if r.retryInPlace(ctx, err, nil) { // the next tick writes again

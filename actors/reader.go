@@ -290,7 +290,9 @@ func (r *reader) start(ctx actor.Context) {
 	// Positions are the server's: a mark left on another (before a
 	// failover) is not taken, and no write lands once it changes again.
 	r.server = r.g.store.Server().Epoch
-	r.handled = r.g.marks.at(r.bucket, r.epoch, r.server)
+	if r.handled != nil && r.handled.server != r.server {
+		r.handled = r.g.marks.at(r.bucket, r.epoch, r.server)
+	}
 	r.fence = r.g.store.ServerFence(r.server, r.fence)
 	r.bg, r.cancel = context.WithCancel(context.Background())
 	r.catching = true // until the checkpoint is loaded and read through
@@ -570,7 +572,7 @@ func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
 // new epoch (see newEpoch); an earlier one is left (the publisher tells
 // every reader again once it has the new server's head).
 func (r *reader) otherEpoch(epoch int64) bool {
-	if epoch > r.server {
+	if epoch > r.server && r.unsure == nil { // an unsure reader stops anyway: its successor starts in the new epoch
 		r.newEpoch(&eventsource.ServerChangedError{Epoch: r.server, Now: epoch, Server: r.g.store.Server().Identity})
 	}
 	return epoch != r.server

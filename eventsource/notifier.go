@@ -459,7 +459,7 @@ func (n *Notifier) identify(ctx context.Context, conn *pgx.Conn) error {
 	}
 	changed := n.serverKnown && id.differs(n.server)
 	if n.store != nil {
-		n.store.observeServer(id, -1, 0)
+		n.store.observeServer(id, -1, 0, 0)
 		epoch := n.store.Server().Epoch
 		changed = changed || n.serverKnown && epoch != n.epoch
 		n.epoch = epoch

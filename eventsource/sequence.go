@@ -270,7 +270,7 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	s.seqMu.Lock()
 	cand := s.seqCand
 	s.seqMu.Unlock()
-	seen := s.seenHead()
+	seen, seenEpoch := s.seenHead()
 	system, err := systemID(ctx, conn)
 	if err != nil {
 		return 0, 0, err
@@ -325,7 +325,7 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	// process saw: the candidate, and the last value it saw, are from
 	// another history.
 	server := ServerIdentity{System: system, Timeline: timeline}
-	if s.observeServer(server, last, seen) || cand.server != server {
+	if s.observeServer(server, last, seen, seenEpoch) || cand.server != server {
 		cand = seqCandidate{server: server}
 	}
 	var reset *SequenceResetError

@@ -133,18 +133,20 @@ func (s *Store) SawPosition(position int64) {
 	st.mu.Unlock()
 }
 
-// seenHead returns the highest position seen under the current identity:
-// taken before a read of the head, it is what that read must show.
-func (s *Store) seenHead() int64 {
+// seenHead returns the highest position seen under the current identity,
+// and the epoch it belongs to: taken before a read of the head, it is what
+// that read must show, unless a change is recorded meanwhile (see
+// observeServer).
+func (s *Store) seenHead() (head, epoch int64) {
 	s.server.mu.Lock()
 	defer s.server.mu.Unlock()
-	return s.server.head
+	return s.server.head, s.server.epoch
 }
 
 // lookAtServer reads conn's server identity and head, and records them
 // (observeServer); it reports whether that was a change.
 func (s *Store) lookAtServer(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	seen := s.seenHead()
+	seen, seenEpoch := s.seenHead()
 	system, err := systemID(ctx, conn)
 	if err != nil {
 		return false, err
@@ -158,7 +160,7 @@ func (s *Store) lookAtServer(ctx context.Context, conn *pgx.Conn) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	return s.observeServer(ServerIdentity{System: system, Timeline: tl}, head, seen), nil
+	return s.observeServer(ServerIdentity{System: system, Timeline: tl}, head, seen, seenEpoch), nil
 }
 
 // serverIdentity reads conn's server identity (no head: it needs no
@@ -183,14 +185,17 @@ func (a ServerIdentity) differs(b ServerIdentity) bool {
 }
 
 // observeServer records that the server has identity id and head head
-// (read after the process had seen positions up to seen), and reports
+// (read after the process had seen positions up to seen, in epoch
+// seenEpoch), and reports
 // whether that is a change: another system identifier, another timeline,
 // or a head below seen. Only positions seen before the read count: heads
 // read concurrently may be recorded out of order, but a head read after a
 // position was handed out is at least that position, on one server. The
 // first look is no change. A head below 0 is not known (a look at the
-// identity only). A change is logged once, at Warn.
-func (s *Store) observeServer(id ServerIdentity, head, seen int64) bool {
+// identity only). A look that began before a change recorded since
+// compares no head: what it had seen was of the server before. A change
+// is logged once, at Warn.
+func (s *Store) observeServer(id ServerIdentity, head, seen, seenEpoch int64) bool {
 	st := &s.server
 	st.mu.Lock()
 	if !st.known {
@@ -204,7 +209,7 @@ func (s *Store) observeServer(id ServerIdentity, head, seen int64) bool {
 		reason = ServerChangeSystem
 	case id.Timeline != st.id.Timeline:
 		reason = ServerChangeTimeline
-	case head >= 0 && head < seen:
+	case head >= 0 && head < seen && seenEpoch == st.epoch:
 		reason = ServerChangeHead
 	default:
 		if st.id.System == 0 {
@@ -309,7 +314,7 @@ func (s *Store) ServerFence(epoch int64, inner Fence) Fence {
 		if err != nil {
 			return err
 		}
-		s.observeServer(id, -1, 0)
+		s.observeServer(id, -1, 0, 0)
 		if now := s.Server().Epoch; now != epoch {
 			return &ServerChangedError{Epoch: epoch, Now: now, Server: id}
 		}
