@@ -9,6 +9,7 @@
 package snippets
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,12 +35,18 @@ type goBlock struct {
 
 var fence = regexp.MustCompile("^```(go.*)$")
 
-// docBlocks returns the ```go blocks of README.md and docs/*.md.
+// docBlocks returns the ```go blocks of README.md and of every Markdown
+// file under docs/.
 func docBlocks(t *testing.T) []goBlock {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	files := []string{filepath.Join(repoRoot, "README.md")}
+	err := filepath.WalkDir(filepath.Join(repoRoot, "docs"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
+			files = append(files, p)
+		}
+		return err
+	})
 	require.NoError(t, err)
-	files = append([]string{filepath.Join(repoRoot, "README.md")}, files...)
 	var out []goBlock
 	for _, f := range files {
 		body, err := os.ReadFile(f)
