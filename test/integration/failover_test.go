@@ -26,7 +26,9 @@ import (
 // hands their positions out again), the primary is killed (kill -9 of its
 // process group) under live appends after it delivered more, and the
 // standby is promoted; the workers follow it, and the appenders go on
-// there. Both lease kinds. It reports
+// there. Both lease kinds; and with synchronous replication
+// (synchronous_standby_names), where the standby is not cut off and no
+// acknowledged append may be lost. It reports
 //
 //   - lost: events that exist on the new primary and never reached the
 //     sink (must be 0);
@@ -40,12 +42,21 @@ import (
 //     recorded on the new primary;
 //   - server_changes: the workers' kumi.store.server_changes.
 func TestPrimaryFailover(t *testing.T) {
-	for _, kind := range []leasestore.Kind{leasestore.KindRow, leasestore.KindSession} {
-		t.Run(kind.String(), func(t *testing.T) { primaryFailover(t, kind) })
+	for _, c := range []struct {
+		kind leasestore.Kind
+		sync bool
+	}{{leasestore.KindRow, false}, {leasestore.KindSession, false}, {leasestore.KindRow, true}} {
+		name := c.kind.String() + "/async"
+		if c.sync {
+			name = c.kind.String() + "/sync"
+		}
+		t.Run(name, func(t *testing.T) { primaryFailover(t, c.kind, c.sync) })
 	}
 }
 
-func primaryFailover(t *testing.T, kind leasestore.Kind) {
+// primaryFailover is TestPrimaryFailover with one lease kind, and
+// asynchronous or synchronous replication.
+func primaryFailover(t *testing.T, kind leasestore.Kind, sync bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	srv, err := pgtest.Start(ctx, pgtest.Options{MaxConnections: 100})
@@ -65,6 +76,9 @@ func primaryFailover(t *testing.T, kind leasestore.Kind) {
 	if err := prepareSchema(ctx, pool, schema); err != nil {
 		t.Fatalf("prepare schema: %v", err)
 	}
+	if sync {
+		replicateSynchronously(ctx, t, pool)
+	}
 	cfg := clusterConfig{URL: url, Schema: schema, Subscription: subscriptionName, Category: categoryName, Buckets: 8,
 		Kind: kind, Lease: defaultLease()}
 	c := newCluster(t, cfg)
@@ -78,13 +92,16 @@ func primaryFailover(t *testing.T, kind leasestore.Kind) {
 
 	l := startAckedLoad(t, url, schema, pick(100, 200))
 	f.waitSunk(func(n int) bool { return n >= pick(200, 1000) }, "deliveries before the standby is cut off")
-	// The standby misses the primary's last commits for sure: it is cut
-	// off under the load, and the old primary delivers more before it dies.
-	if err := standby.Detach(ctx); err != nil {
-		t.Fatalf("detach the standby: %v", err)
+	if !sync {
+		// The standby misses the primary's last commits for sure: it is
+		// cut off under the load, and the old primary delivers more before
+		// it dies. (Synchronously, no commit would end meanwhile.)
+		if err := standby.Detach(ctx); err != nil {
+			t.Fatalf("detach the standby: %v", err)
+		}
+		cut, _ := f.sinkCounts()
+		f.waitSunk(func(n int) bool { return n >= cut+pick(50, 200) }, "deliveries after the standby is cut off")
 	}
-	cut, _ := f.sinkCounts()
-	f.waitSunk(func(n int) bool { return n >= cut+pick(50, 200) }, "deliveries after the standby is cut off")
 	srv.Kill()
 	killed := time.Now()
 	if err := standby.Promote(ctx); err != nil {
@@ -125,14 +142,21 @@ func primaryFailover(t *testing.T, kind leasestore.Kind) {
 	}
 	c.stopAll()
 	c.checkProcesses()
-	fmt.Printf("SUMMARY primary-failover form=%s lease=%s replication=async appended=%d append_errors=%d events=%d handled=%d "+
+	replication := "async"
+	if sync {
+		replication = "sync"
+	}
+	fmt.Printf("SUMMARY primary-failover form=%s lease=%s replication=%s appended=%d append_errors=%d events=%d handled=%d "+
 		"lost=%d lost_by_database=%d phantom=%d duplicates=%d resume=%v server_changes=%.0f\n",
-		pick("short", "long"), cfg.Kind, l.ok.Load(), l.failed.Load(), len(onPrimary), sunk, lost, lostByDatabase,
+		pick("short", "long"), cfg.Kind, replication, l.ok.Load(), l.failed.Load(), len(onPrimary), sunk, lost, lostByDatabase,
 		sunk-(len(onPrimary)-lost), deliveries-sunk, resume.Round(time.Millisecond), changes)
 	if lost != 0 {
 		t.Errorf("%d events of the new primary never reached the sink", lost)
 	}
-	if lostByDatabase == 0 {
+	switch {
+	case sync && lostByDatabase != 0:
+		t.Errorf("%d acknowledged appends lost although every commit waited for the synchronous standby", lostByDatabase)
+	case !sync && lostByDatabase == 0:
 		t.Errorf("the standby, cut off before the primary's last commits, lacks none of them: the scenario reused no position")
 	}
 	if first == nil {
@@ -140,6 +164,25 @@ func primaryFailover(t *testing.T, kind leasestore.Kind) {
 	}
 	if changes == 0 {
 		t.Errorf("no worker counted the server change")
+	}
+}
+
+// replicateSynchronously makes every commit on pool's primary wait for
+// its standby (synchronous_standby_names = '*'), and waits until the
+// standby is replicated synchronously (pg_stat_replication.sync_state).
+func replicateSynchronously(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	for _, q := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if !pgtest.WaitFor(time.Minute, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'`).Scan(&n)
+		return err == nil && n == 1
+	}) {
+		t.Fatal("the standby never replicated synchronously")
 	}
 }
 
