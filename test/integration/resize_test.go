@@ -242,44 +242,47 @@ func (e *env) undrainedReport(r leasestore.Resize) string {
 	return b.String()
 }
 
-// slotStatus returns the entry of slot in the /status of the worker p,
-// or why there is none.
+// readStatus reads p's /status page: its HTTP status and body, or why
+// it could not be read.
+func readStatus(p *proc) (status string, body []byte, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/status", nil)
+	if err != nil {
+		return "", nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", nil, err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return resp.Status, nil, fmt.Errorf("%s: %w", resp.Status, err)
+	}
+	return resp.Status, body, nil
+}
+
 // rawStatus is p's /status page as it serves it, or why it could not be
 // read.
 func rawStatus(p *proc) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/status", nil)
+	status, body, err := readStatus(p)
 	if err != nil {
 		return err.Error()
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if err != nil {
-		return fmt.Sprintf("%s: %v", resp.Status, err)
-	}
-	return resp.Status + " " + string(b)
+	return status + " " + string(body)
 }
 
+// slotStatus returns the entry of slot in the /status of the worker p,
+// with how far its publisher has read, or why there is none.
 func slotStatus(p *proc, slot int) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metricsAddr+"/status", nil)
+	status, body, err := readStatus(p)
 	if err != nil {
 		return err.Error()
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
 	var page observability.StatusPage
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		return fmt.Sprintf("%s: %v", resp.Status, err)
+	if err := json.Unmarshal(body, &page); err != nil {
+		return fmt.Sprintf("%s: %v", status, err)
 	}
 	for _, sub := range page.Subscriptions {
 		for _, o := range sub.Owned {
