@@ -91,7 +91,6 @@ type Console struct {
 	csrf    string // the per-process token every action must carry
 	handler http.Handler
 	pages   pages
-	hist    *history
 	limit   *limiter
 	looks   *looks[State]
 	summary *looks[[]inspect.SubscriptionSummary] // the overview's, under ""
@@ -149,7 +148,7 @@ func New(opts Options) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{opts: opts, log: log.With("component", "kumi-console"), csrf: hex.EncodeToString(b[:]),
-		pages: pg, hist: newHistory(), limit: newLimiter()}
+		pages: pg, limit: newLimiter()}
 	c.looks = newLooks(c.look)
 	c.summary = newLooks(func(ctx context.Context, _ string) ([]inspect.SubscriptionSummary, error) {
 		return c.subscriptions(ctx)

@@ -135,12 +135,13 @@ func TestTheSubscriptionShowsAResizeInProgress(t *testing.T) {
 	require.Len(t, st.Rows, 8)
 	var steps []string
 	for _, ch := range st.Timeline {
-		if ch.Kind == kindResize {
+		if ch.Kind == "resize" {
 			steps = append([]string{ch.To}, steps...) // newest first
 		}
 	}
-	require.Equal(t, []string{"resizing 4 → 8, cut, cut " + itoa(cut), "resizing 4 → 8, switched, cut " + itoa(cut),
-		"generation 1, 8 buckets"}, steps, "the timeline records each state the console saw")
+	require.Equal(t, []string{"resize 1: 4 -> 8 buckets, sealing", "resize 1: 4 -> 8 buckets, cut, cut " + itoa(cut),
+		"resize 1: 4 -> 8 buckets, switched, cut " + itoa(cut), "generation 1, 8 buckets"}, steps,
+		"the timeline holds every step, whether or not a page looked")
 }
 
 func TestTheResizeInARealBrowser(t *testing.T) {

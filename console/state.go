@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -19,7 +17,7 @@ import (
 const maxPendingCount = 1000
 
 // State is what /api/s/{sub} returns: one subscription at one moment, and
-// the ownership changes the console has seen.
+// its last ownership changes.
 type State struct {
 	Subscription string    `json:"subscription"`
 	Category     string    `json:"category,omitempty"` // from Options.Categories; "" when unknown
@@ -33,8 +31,9 @@ type State struct {
 	// PendingMore is set).
 	PendingLetters int  `json:"pending_dead_letters"`
 	PendingMore    bool `json:"pending_dead_letters_more"`
-	// Timeline is the ownership changes seen since WatchingSince, newest
-	// first.
+	// Timeline is the subscription's last ownership changes, newest
+	// first, from the ownership record, which keeps them from
+	// WatchingSince (its retention) on.
 	Timeline      []Change  `json:"timeline"`
 	WatchingSince time.Time `json:"watching_since"`
 	Actions       Actions   `json:"actions"`
@@ -108,8 +107,8 @@ type Bucket struct {
 	CheckpointAge *float64 `json:"checkpoint_age_seconds,omitempty"` // since the checkpoint was written
 }
 
-// inspect reads one subscription as State, and records the ownership
-// changes since the console's previous look at it.
+// inspect reads one subscription as State, with its last ownership
+// changes.
 func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	cat := c.opts.Categories[sub]
 	in, err := inspect.InspectReads(ctx, c.opts.Store, c.reads(), sub, cat)
@@ -153,7 +152,9 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 	if rs.Resizing() {
 		st.Resize = resizeOf(rs, in.Now)
 	}
-	st.Timeline, st.WatchingSince = c.hist.observe(in)
+	if st.Timeline, st.WatchingSince, err = c.timeline(ctx, sub, in.Now); err != nil {
+		return State{}, err
+	}
 	return st, nil
 }
 
@@ -169,19 +170,6 @@ func servingOnly(in inspect.Inspection) inspect.Inspection {
 	}
 	in.Rows = rows
 	return in
-}
-
-// resizeLabel names a subscription's generation and resize state for the
-// timeline.
-func resizeLabel(r leasestore.Resize) string {
-	if !r.Resizing() {
-		return fmt.Sprintf("generation %d, %d buckets", r.Generation, r.Buckets)
-	}
-	label := fmt.Sprintf("resizing %d → %d, %s", r.Buckets, r.NextBuckets, r.State)
-	if r.CutDecided {
-		label += fmt.Sprintf(", cut %d", r.Cut)
-	}
-	return label
 }
 
 // resizeOf renders a resize in progress.
@@ -311,220 +299,51 @@ func statusOf(err error) int {
 	}
 }
 
-// Change is one ownership change, found by comparing two successive looks
-// at a subscription: nothing records them in the tables.
+// Change is one entry of the subscription's ownership record
+// (leasestore.OwnershipChange): the database writes it in the transaction
+// that made the change, so the timeline holds every change the record
+// keeps, with the time it was made — whether or not a page was open.
 type Change struct {
-	At   time.Time `json:"at"`   // the database's clock at the look that saw it
-	Kind string    `json:"kind"` // see the kind* constants
-	// Bucket is the bucket concerned, -1 for a worker joining or leaving.
-	Bucket   int    `json:"bucket"`
-	From     string `json:"from,omitempty"`
-	To       string `json:"to,omitempty"`
-	Epoch    int64  `json:"epoch,omitempty"`
-	Evidence string `json:"evidence,omitempty"`
+	At   time.Time `json:"at"`   // the database's clock when the change was made
+	Kind string    `json:"kind"` // claim, handoff, steal, release, drain, request, join, leave, resize, …
+	// Generation and Bucket are the bucket concerned; both -1 for a
+	// worker joining or leaving, or a step of a resize.
+	Generation int    `json:"generation"`
+	Bucket     int    `json:"bucket"`
+	From       string `json:"from,omitempty"`
+	To         string `json:"to,omitempty"`
+	Epoch      int64  `json:"epoch,omitempty"`
+	Evidence   string `json:"evidence,omitempty"`
+	// By is who made it: the application_name of its connection (a
+	// worker's id, `kumi relinquish`, the console), else its login role.
+	By string `json:"by,omitempty"`
 }
 
-// Kinds of [Change].
-const (
-	kindClaim   = "claim"   // a free bucket taken
-	kindHandoff = "handoff" // given to the worker that had claimed it
-	kindSteal   = "steal"   // taken from another owner without a handoff
-	kindRelease = "release" // given up, nobody owns it now
-	kindReclaim = "reclaim" // released and taken again by the same worker
-	kindRequest = "request" // a pending handoff claim placed
-	kindExpire  = "expire"  // the owner's lease lapsed
-	kindJoin    = "join"    // a worker joined
-	kindLeave   = "leave"   // a worker's row went away
-	kindResize  = "resize"  // the subscription's generation or resize state changed
-)
+// maxChanges is how many changes of the record the timeline shows.
+const maxChanges = 200
 
-// maxChanges is how many changes are kept per subscription; maxTracked how
-// many subscriptions are tracked (the oldest watched is dropped first).
-const (
-	maxChanges = 200
-	maxTracked = 256
-)
-
-// history keeps, per subscription, the last look and the changes seen.
-type history struct {
-	mu   sync.Mutex
-	subs map[string]*subHistory
-}
-
-type subHistory struct {
-	last    inspect.Inspection
-	since   time.Time
-	changes []Change // oldest first
-}
-
-func newHistory() *history { return &history{subs: map[string]*subHistory{}} }
-
-// observe records in as the latest look at its subscription and returns
-// the changes seen so far, newest first, and since when it has watched.
-// A look older than the last one (two requests crossing) is not diffed.
-func (h *history) observe(in inspect.Inspection) ([]Change, time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	sh, ok := h.subs[in.Subscription]
-	if !ok {
-		if len(in.Rows) == 0 && len(in.Workers) == 0 {
-			return []Change{}, in.Now
+// timeline reads the subscription's last changes from the ownership
+// record, newest first, and since when the record keeps them (its
+// retention before now).
+func (c *Console) timeline(ctx context.Context, sub string, now time.Time) ([]Change, time.Time, error) {
+	pool, schema := c.reads().Pool(), c.opts.Store.Schema()
+	rec, err := leasestore.ReadOwnership(ctx, pool, schema,
+		leasestore.OwnershipFilter{Subscription: sub, Generation: -1, Limit: maxChanges})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	keep, err := leasestore.OwnershipRetention(ctx, pool, schema)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	out := make([]Change, len(rec))
+	for i, r := range rec {
+		by := r.Application
+		if by == "" {
+			by = r.Role
 		}
-		if len(h.subs) >= maxTracked {
-			h.evictOldest()
-		}
-		sh = &subHistory{last: in, since: in.Now}
-		h.subs[in.Subscription] = sh
-	} else if in.Now.After(sh.last.Now) {
-		sh.changes = append(sh.changes, diff(sh.last, in)...)
-		if n := len(sh.changes) - maxChanges; n > 0 {
-			sh.changes = append([]Change(nil), sh.changes[n:]...)
-		}
-		sh.last = in
+		out[i] = Change{At: r.At, Kind: r.Kind, Generation: r.Generation, Bucket: r.Bucket, From: r.From, To: r.To,
+			Epoch: r.Epoch, Evidence: r.Evidence, By: by}
 	}
-	out := make([]Change, len(sh.changes))
-	for i, ch := range sh.changes {
-		out[len(out)-1-i] = ch
-	}
-	return out, sh.since
-}
-
-func (h *history) evictOldest() {
-	var oldest string
-	var at time.Time
-	for name, sh := range h.subs {
-		if oldest == "" || sh.last.Now.Before(at) {
-			oldest, at = name, sh.last.Now
-		}
-	}
-	delete(h.subs, oldest)
-}
-
-// diff lists what changed between two looks at one subscription.
-func diff(prev, cur inspect.Inspection) []Change {
-	var out []Change
-	add := func(ch Change) {
-		ch.At = cur.Now
-		out = append(out, ch)
-	}
-	prevWorkers := map[string]bool{}
-	for _, w := range prev.Workers {
-		prevWorkers[w.Worker] = true
-	}
-	curWorkers := map[string]string{}   // worker -> its state, for evidence
-	sessionGone := map[string]bool{}    // a session worker whose buckets may go at once
-	heartbeat := map[string]time.Time{} // a live worker's last heartbeat
-	for _, w := range cur.Workers {
-		sessionGone[w.Worker] = w.SessionGone
-		if w.Live && !w.SessionGone {
-			heartbeat[w.Worker] = w.Heartbeat
-		}
-		state := "is still a live worker"
-		switch {
-		case w.SessionGone:
-			state = "has lost its session"
-		case !w.Live:
-			state = "has let its worker row expire"
-		}
-		curWorkers[w.Worker] = state
-		if !prevWorkers[w.Worker] {
-			add(Change{Kind: kindJoin, Bucket: -1, To: w.Worker})
-		}
-	}
-	for w := range prevWorkers {
-		if _, ok := curWorkers[w]; !ok {
-			add(Change{Kind: kindLeave, Bucket: -1, From: w})
-		}
-	}
-	if pr, cr := resizeLabel(prev.Resize), resizeLabel(cur.Resize); pr != cr {
-		add(Change{Kind: kindResize, Bucket: -1, From: pr, To: cr})
-	}
-	if prev.Resize.Generation != cur.Resize.Generation {
-		return out // the rows are another generation's buckets
-	}
-	prevRows := map[int]inspect.BucketRow{}
-	for _, r := range prev.Rows {
-		prevRows[r.Bucket] = r
-	}
-	for _, c := range cur.Rows {
-		p, ok := prevRows[c.Bucket]
-		if !ok {
-			if c.Owner != "" {
-				add(Change{Kind: kindClaim, Bucket: c.Bucket, To: c.Owner, Epoch: c.Epoch})
-			}
-			continue
-		}
-		if p.Owner == c.Owner && p.Epoch == c.Epoch {
-			if c.ClaimWorker != "" && c.ClaimWorker != p.ClaimWorker {
-				add(Change{Kind: kindRequest, Bucket: c.Bucket, From: c.Owner, To: c.ClaimWorker, Epoch: c.Epoch,
-					Evidence: fmt.Sprintf("%s asks %s to hand the bucket over", c.ClaimWorker, c.Owner)})
-			}
-			if p.Live && !c.Live && c.Owner != "" {
-				add(Change{Kind: kindExpire, Bucket: c.Bucket, From: c.Owner, Epoch: c.Epoch,
-					Evidence: fmt.Sprintf("lease expired at %s, last renewed at %s", clock(c.Expires), clock(c.Heartbeat))})
-			}
-			continue
-		}
-		switch {
-		case c.Owner == "":
-			ev := ""
-			if c.ClaimWorker != "" {
-				ev = "handing over to " + c.ClaimWorker
-			}
-			add(Change{Kind: kindRelease, Bucket: c.Bucket, From: p.Owner, Epoch: p.Epoch, Evidence: ev})
-		case p.ClaimWorker == c.Owner && p.ClaimWorker != "":
-			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
-				Evidence: fmt.Sprintf("%s had claimed it at %s", c.Owner, clock(p.ClaimedAt))})
-		case p.Owner == "":
-			add(Change{Kind: kindClaim, Bucket: c.Bucket, To: c.Owner, Epoch: c.Epoch})
-		case p.Owner == c.Owner:
-			add(Change{Kind: kindReclaim, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
-				Evidence: fmt.Sprintf("epoch %d -> %d", p.Epoch, c.Epoch)})
-		case p.Live && p.Expires.After(cur.Now) && !sessionGone[p.Owner]:
-			// Nothing takes a live lease but a handoff: it was claimed
-			// and handed over between the two looks.
-			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
-				Evidence: fmt.Sprintf("claimed and handed over between two looks; %s's lease ran until %s",
-					p.Owner, clock(p.Expires))})
-		case p.Live && heartbeat[p.Owner].After(p.Expires):
-			// The owner kept passing after the expiry last seen, so it
-			// renewed the lease then: only a handoff took it.
-			add(Change{Kind: kindHandoff, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
-				Evidence: fmt.Sprintf("claimed and handed over between two looks; %s was still renewing (heartbeat at %s)",
-					p.Owner, clock(heartbeat[p.Owner]))})
-		default:
-			add(Change{Kind: kindSteal, Bucket: c.Bucket, From: p.Owner, To: c.Owner, Epoch: c.Epoch,
-				Evidence: stealEvidence(p, cur.Now, curWorkers)})
-		}
-	}
-	return out
-}
-
-// stealEvidence says why a bucket could be taken from its owner: its lease
-// had lapsed, and what became of the owner's worker row.
-func stealEvidence(p inspect.BucketRow, now time.Time, workers map[string]string) string {
-	var ev []string
-	switch {
-	case !p.Live:
-		ev = append(ev, fmt.Sprintf("%s's lease had expired at %s", p.Owner, clock(p.Expires)))
-	case !p.Expires.After(now):
-		ev = append(ev, fmt.Sprintf("%s's lease expired at %s", p.Owner, clock(p.Expires)))
-	default:
-		ev = append(ev, fmt.Sprintf("%s's lease ran until %s", p.Owner, clock(p.Expires)))
-	}
-	ev = append(ev, "last renewed at "+clock(p.Heartbeat))
-	if state, ok := workers[p.Owner]; ok {
-		ev = append(ev, p.Owner+" "+state)
-	} else {
-		ev = append(ev, p.Owner+" has left the pool")
-	}
-	return strings.Join(ev, "; ")
-}
-
-// clock formats a database time for the timeline.
-func clock(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format("15:04:05.000")
+	return out, now.Add(-keep), nil
 }

@@ -1,89 +1,60 @@
 package console
 
 import (
+	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/kumi-run/kumi/internal/inspect"
-	"github.com/kumi-run/kumi/leasestore"
 )
 
-func TestTimelineNamesEachKindOfChangeWithItsEvidence(t *testing.T) {
+// The timeline is the ownership record: it holds the changes made before
+// any page looked, each at the time it was made — not the time a page
+// happened to look — with the steps of a handoff apart, and who made each.
+func TestTheTimelineIsTheOwnershipRecordWithTheTimesOfTheChanges(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	row := func(b int, owner string, epoch int64, expires time.Time, claim string) inspect.BucketRow {
-		r := inspect.BucketRow{BucketState: leasestore.BucketState{Bucket: b, BucketCount: 6, Owner: owner, Epoch: epoch,
-			Expires: expires, Heartbeat: expires.Add(-10 * time.Second), ClaimWorker: claim, ClaimedAt: t0}}
-		r.Live = owner != "" && expires.After(t0)
-		return r
-	}
-	worker := func(w string, live bool) leasestore.WorkerState { return leasestore.WorkerState{Worker: w, Live: live} }
-	later := t0.Add(time.Minute)
-	prev := inspect.Inspection{Subscription: "s", Now: t0,
-		Workers: []leasestore.WorkerState{worker("a", true), worker("b", true), worker("gone", true), worker("s", true)},
-		Rows: []inspect.BucketRow{
-			row(0, "", 0, time.Time{}, ""),              // claimed by c
-			row(1, "a", 3, t0.Add(time.Second), "b"),    // handed over to b
-			row(2, "gone", 4, t0.Add(-time.Second), ""), // stolen by b: expired
-			row(3, "a", 5, t0.Add(time.Second), ""),     // released
-			row(4, "a", 6, t0.Add(time.Second), ""),     // b places a claim; the lease expires
-			row(5, "b", 7, t0.Add(30*time.Second), ""),  // unchanged
-			row(6, "a", 8, t0.Add(time.Hour), ""),       // handed over between two looks
-			row(7, "s", 9, t0.Add(time.Hour), ""),       // stolen: s's session is gone
-			row(8, "a", 11, t0.Add(time.Second), ""),    // expiry passed, but a renewed and handed over
-		}}
-	cur := inspect.Inspection{Subscription: "s", Now: later,
-		Workers: []leasestore.WorkerState{{Worker: "a", Live: true, Heartbeat: later}, worker("b", true), worker("c", true),
-			{Worker: "s", Live: true, SessionGone: true}},
-		Rows: []inspect.BucketRow{
-			row(0, "c", 1, later.Add(time.Minute), ""),
-			row(1, "b", 4, later.Add(time.Minute), ""),
-			row(2, "b", 5, later.Add(time.Minute), ""),
-			row(3, "", 5, time.Time{}, ""),
-			row(4, "a", 6, t0.Add(time.Second), "b"),
-			row(5, "b", 7, t0.Add(30*time.Second), ""),
-			row(6, "b", 9, later.Add(time.Minute), ""),
-			row(7, "b", 10, later.Add(time.Minute), ""),
-			row(8, "b", 12, later.Add(time.Minute), ""),
-		}}
-	cur.Rows[4].Live = false
-	got := map[string]Change{}
-	for _, ch := range diff(prev, cur) {
-		require.Equal(t, later, ch.At)
-		key := ch.Kind
-		if ch.Bucket >= 0 {
-			key += string(rune('0' + ch.Bucket))
-		}
-		got[key] = ch
-	}
-	require.Len(t, got, 11, "%v", got)
-	require.Equal(t, Change{At: later, Kind: kindJoin, Bucket: -1, To: "c"}, got["join"])
-	require.Equal(t, Change{At: later, Kind: kindLeave, Bucket: -1, From: "gone"}, got["leave"])
-	require.Equal(t, "c", got["claim0"].To)
-	require.Equal(t, "a", got["handoff1"].From)
-	require.Equal(t, "b", got["handoff1"].To)
-	require.Contains(t, got["handoff1"].Evidence, "b had claimed it")
-	steal := got["steal2"]
-	require.Equal(t, "gone", steal.From)
-	require.Equal(t, int64(5), steal.Epoch)
-	require.Contains(t, steal.Evidence, "gone's lease had expired at 03:04:04.000")
-	require.Contains(t, steal.Evidence, "gone has left the pool")
-	require.Equal(t, "a", got["release3"].From)
-	require.Equal(t, "b", got["request4"].To)
-	require.Contains(t, got["expire4"].Evidence, "lease expired at 03:04:06.000")
-	require.Contains(t, got["handoff6"].Evidence, "between two looks", "a live lease moves only by handoff: %v", got)
-	require.Equal(t, "s", got["steal7"].From)
-	require.Contains(t, got["steal7"].Evidence, "s has lost its session")
-	require.Contains(t, got["handoff8"].Evidence, "a was still renewing", "an owner that renewed past the expiry seen handed over: %v", got)
+	f := newFixture(t)
+	a := f.lease(t, "tl", "a", 4)
+	b := f.join(t, "tl", "b", 4)
+	settle(t, a, b)
+	_, err := b.Pass(context.Background())
+	require.NoError(t, err)
 
-	h := newHistory()
-	first, since := h.observe(prev)
-	require.Empty(t, first)
-	require.Equal(t, t0, since)
-	all, _ := h.observe(cur)
-	require.Len(t, all, 11)
-	again, _ := h.observe(prev)
-	require.Len(t, again, 11, "an older look than the last is not diffed")
+	_, srv := f.serve(t, Options{})
+	st := decode[State](t, get(t, srv, "/api/s/tl").body)
+	var story []string
+	for i := len(st.Timeline) - 1; i >= 0; i-- { // oldest first
+		c := st.Timeline[i]
+		require.True(t, c.At.Before(st.Now), "%s at %v, looked at %v", c.Kind, c.At, st.Now)
+		if i < len(st.Timeline)-1 {
+			require.False(t, c.At.Before(st.Timeline[i+1].At), "newest first")
+		}
+		require.NotEmpty(t, c.By, "who made it")
+		if c.Bucket >= 0 {
+			require.Equal(t, 0, c.Generation)
+			story = append(story, fmt.Sprintf("%s %d %s->%s", c.Kind, c.Bucket, c.From, c.To))
+		} else {
+			require.Equal(t, -1, c.Generation)
+			story = append(story, fmt.Sprintf("%s %s%s", c.Kind, c.From, c.To))
+		}
+	}
+	// a joins and claims all four; b joins and asks for two; a releases
+	// each to b, and b takes each: a handoff is two steps, both kept.
+	require.Equal(t, []string{"join a", "claim 0 ->a", "claim 1 ->a", "claim 2 ->a", "claim 3 ->a", "join b"}, story[:6])
+	kinds := map[string]int{}
+	for _, c := range st.Timeline {
+		kinds[c.Kind]++
+	}
+	require.Equal(t, map[string]int{"join": 2, "claim": 4, "request": 2, "release": 2, "handoff": 2}, kinds, "%v", story)
+	for _, c := range st.Timeline {
+		switch c.Kind {
+		case "release":
+			require.Equal(t, "handing over to b", c.Evidence)
+		case "handoff":
+			require.Equal(t, "a", c.From)
+			require.Equal(t, "b", c.To)
+			require.Contains(t, c.Evidence, "b had claimed it at ")
+		}
+	}
+	require.True(t, st.WatchingSince.Before(st.Timeline[len(st.Timeline)-1].At), "the record keeps them all")
 }

@@ -695,3 +695,24 @@ UPDATE {{schema}}.subscriptions SET state = 'steady', next_bucket_count = NULL, 
 WHERE subscription = $1
 RETURNING generation, bucket_count, state, coalesce(next_bucket_count, 0), cut, requested_at,
     coalesce(requested_by, ''), switched_at, resize_id;
+
+-- name: ownership_changes
+-- The ownership record, newest first: subscription $1; generation $2 and
+-- bucket $3 when not NULL (a bucket's changes; its generation's workers'
+-- and resizes' too, which name no bucket); changes at or after $4, before
+-- $5; at most $6.
+SELECT id, at, kind, coalesce(generation, -1), coalesce(bucket, -1), coalesce(from_owner, ''),
+    coalesce(to_owner, ''), coalesce(epoch, 0), evidence, by_role, by_app
+FROM {{schema}}.ownership_changes
+WHERE subscription = $1
+  AND ($3::int IS NULL OR bucket IS NULL OR (generation = $2 AND bucket = $3))
+  AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+ORDER BY id DESC
+LIMIT $6;
+
+-- name: ownership_retention
+SELECT keep FROM {{schema}}.ownership_retention;
+
+-- name: ownership_retention_set
+INSERT INTO {{schema}}.ownership_retention (keep) VALUES ($1::interval)
+ON CONFLICT (one) DO UPDATE SET keep = excluded.keep;

@@ -85,7 +85,7 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 		}
 		db.describe = fmt.Sprintf("embedded PostgreSQL %s (removed on exit)", inspect.RedactURL(s.URL))
 	}
-	pool, err := inspect.ConnectPool(ctx, db.url, 6)
+	pool, err := inspect.ConnectPool(ctx, db.url, 6, "kumi demo")
 	if err != nil {
 		db.close()
 		if db.embedded == nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -155,7 +156,7 @@ func TestMigrate(t *testing.T) {
 	for _, want := range []string{`created schema "` + schema + `": `, `schema "` + schema + `" is up to date: `} {
 		r := kumi(t, env, "--schema", schema, "migrate", "--group-size", "4")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, want+"eventsource version 5, leasestore version 4")
+		require.Contains(t, r.stdout, want+"eventsource version 5, leasestore version 5")
 		require.Contains(t, r.stdout, "consumer-group index for 4 buckets: present")
 	}
 	var n int
@@ -165,6 +166,18 @@ func TestMigrate(t *testing.T) {
 	r := kumi(t, env, "--schema", schema, "status")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Contains(t, r.stdout, "has no subscriptions yet")
+
+	// The ownership record's retention is set with it, and refused negative.
+	r = kumi(t, env, "--schema", schema, "migrate", "--ownership-retention", "720h")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "ownership record: keeps changes for 720h0m0s")
+	var keep time.Duration
+	require.NoError(t, pgtest.Pool(t).QueryRow(context.Background(),
+		`SELECT keep FROM `+pgx.Identifier{schema, "ownership_retention"}.Sanitize()).Scan(&keep))
+	require.Equal(t, 720*time.Hour, keep)
+	r = kumi(t, env, "--schema", schema, "migrate", "--ownership-retention=-1h")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "--ownership-retention -1h0m0s: must not be negative")
 }
 
 // A schema that exists without kumi's tables is migrated, and says so; a
@@ -178,7 +191,7 @@ func TestMigrateSchemaNames(t *testing.T) {
 	require.NoError(t, err)
 	r := kumi(t, env, "--schema", schema, "migrate")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 5, leasestore version 4 (was: no kumi tables)`)
+	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 5, leasestore version 5 (was: no kumi tables)`)
 
 	odd := pgtest.NewSchema(t) + " Odd!"
 	t.Cleanup(func() {
@@ -643,6 +656,45 @@ func TestRelinquish(t *testing.T) {
 	require.True(t, strings.HasPrefix(out.String(), "asked worker-a to hand bucket "+itoa(bucket)+" (epoch 1) over to worker-b\n"+
 		"next: the owner hands it over on its next pass; worker-b (then 1 of its fair share 2) takes it on its own\n"+
 		"bucket "+itoa(bucket)+" is now held by worker-b at epoch 2\n"), out.String())
+
+	t.Run("HistorySaysWhoAskedAndWhatMoved", func(t *testing.T) {
+		r := b.run(t, "status", "-s", "balances", "--history", "--bucket", itoa(bucket), "--json")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		changes := decode[[]leasestore.OwnershipChange](t, r.stdout)
+		kinds := make([]string, len(changes))
+		for i, c := range changes {
+			kinds[i] = c.Kind
+		}
+		// Newest first: the handoff, the release, the request, the claim;
+		// the joins of the pool (no bucket) among them.
+		var story []string
+		for _, c := range changes {
+			if c.Bucket >= 0 {
+				story = append(story, c.Kind+" "+c.From+"->"+c.To)
+			}
+		}
+		require.Equal(t, []string{"handoff worker-a->worker-b", "release worker-a->", "request worker-a->worker-b",
+			"claim ->worker-a"}, story, "%v", kinds)
+		for _, c := range changes {
+			if c.Kind == "request" {
+				require.Equal(t, "kumi relinquish", c.Application, "the operator's command, by name")
+			}
+		}
+		r = b.run(t, "status", "-s", "balances", "--history", "--bucket", itoa(bucket), "--limit", "3")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		require.Len(t, lines, 5, "a title, a header and three changes:\n%s", r.stdout)
+		require.Contains(t, lines[1], "TIME")
+		require.Contains(t, lines[2], "handoff")
+		require.Contains(t, lines[2], "worker-b had claimed it at ")
+
+		r = b.run(t, "status", "-s", "balances", "--bucket", "1")
+		require.Equal(t, exitUsage, r.code)
+		require.Contains(t, r.stderr, "need --history")
+		r = b.run(t, "status", "--history")
+		require.Equal(t, exitUsage, r.code)
+		require.Contains(t, r.stderr, "--history needs --subscription")
+	})
 
 	t.Run("RefusesWhenNobodyElseIsLive", func(t *testing.T) {
 		require.NoError(t, bw.Leave(ctx))

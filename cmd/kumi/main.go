@@ -50,6 +50,9 @@ type env struct {
 	ctx    context.Context
 	url    string
 	schema string
+	// app is the pools' application_name, "kumi status" say, unless the
+	// URL sets one: the ownership record names who made a change by it.
+	app string
 	// stdout and stderr escape what a terminal would act on
 	// (inspect.NewTermWriter); rawStdout and rawStderr are the process's
 	// own, for the commands `dead-letters replay --exec` runs.
@@ -67,7 +70,7 @@ func (e *env) connect() (*eventsource.Store, error) {
 	if e.store != nil {
 		return e.store, nil
 	}
-	pool, err := inspect.ConnectPool(e.ctx, e.url, 4)
+	pool, err := inspect.ConnectPool(e.ctx, e.url, 4, e.app)
 	var ue *inspect.URLError
 	if errors.As(err, &ue) { // a bad value, not a failed database
 		return nil, &usageError{msg: ue.Error()}
@@ -87,7 +90,7 @@ func (e *env) connect() (*eventsource.Store, error) {
 // connectReads opens a store on url (a hot standby, for a command's
 // heavy reads), closed with the env.
 func (e *env) connectReads(url string) (*eventsource.Store, error) {
-	pool, err := inspect.ConnectPool(e.ctx, url, 4)
+	pool, err := inspect.ConnectPool(e.ctx, url, 4, e.app)
 	var ue *inspect.URLError
 	if errors.As(err, &ue) {
 		return nil, &usageError{msg: "--read-url: " + ue.Error()}
@@ -192,7 +195,8 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e := &env{ctx: ctx, url: c.DatabaseURL, schema: c.Schema, stdout: stdout, stderr: stderr,
+	e := &env{ctx: ctx, url: c.DatabaseURL, schema: c.Schema, app: strings.TrimSpace("kumi " + commandPath(kctx)),
+		stdout: stdout, stderr: stderr,
 		rawStdout: rawStdout, rawStderr: rawStderr}
 	defer e.close()
 	if err := kctx.Run(e); err != nil {

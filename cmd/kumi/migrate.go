@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/migrate"
@@ -10,7 +11,8 @@ import (
 )
 
 type migrateCmd struct {
-	GroupSize []int `name:"group-size" placeholder:"N" help:"Also build the consumer-group index for subscriptions of N buckets (repeatable). Workers build it when they start otherwise; on a large store build it ahead."`
+	Retention time.Duration `name:"ownership-retention" placeholder:"DURATION" help:"Also set how long the ownership record (kumi status --history) keeps a change: 168h, 720h (migrations start it at 7 days)."`
+	GroupSize []int         `name:"group-size" placeholder:"N" help:"Also build the consumer-group index for subscriptions of N buckets (repeatable). Workers build it when they start otherwise; on a large store build it ahead."`
 }
 
 // Run applies the migrations and builds the asked-for indexes, and says
@@ -20,6 +22,9 @@ func (m *migrateCmd) Run(e *env) error {
 		if n < 1 || n > leasestore.MaxBuckets {
 			return usageErrorf("--group-size %d: must be between 1 and %d", n, leasestore.MaxBuckets)
 		}
+	}
+	if m.Retention < 0 {
+		return usageErrorf("--ownership-retention %v: must not be negative", m.Retention)
 	}
 	store, err := e.connect()
 	if err != nil {
@@ -46,6 +51,11 @@ func (m *migrateCmd) Run(e *env) error {
 			return err
 		}
 	}
+	if m.Retention > 0 {
+		if err := leasestore.SetOwnershipRetention(e.ctx, store.Pool(), store.Schema(), m.Retention); err != nil {
+			return err
+		}
+	}
 	after, err := versions(e, store)
 	if err != nil {
 		return err
@@ -57,6 +67,9 @@ func (m *migrateCmd) Run(e *env) error {
 		fmt.Fprintf(e.stdout, "schema %q migrated to %s (was: %s)\n", store.Schema(), after, orNone(before))
 	default:
 		fmt.Fprintf(e.stdout, "schema %q is up to date: %s\n", store.Schema(), after)
+	}
+	if m.Retention > 0 {
+		fmt.Fprintf(e.stdout, "ownership record: keeps changes for %v\n", m.Retention)
 	}
 	for _, n := range m.GroupSize {
 		fmt.Fprintf(e.stdout, "consumer-group index for %d buckets: present\n", n)

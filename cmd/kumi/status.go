@@ -13,10 +13,15 @@ import (
 )
 
 type statusCmd struct {
-	Subscription string `short:"s" placeholder:"NAME" help:"The subscription to show; without it, a line per subscription of the schema."`
-	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it; one with no events is refused once the subscription has handled some)."`
-	JSON         bool   `name:"json" help:"Print JSON instead of tables."`
-	ReadURL      string `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the heavy reads go there (with -s the lag counts, without it the checkpoint and dead letter counts), and how far it is behind is shown. Never printed."`
+	Subscription string        `short:"s" placeholder:"NAME" help:"The subscription to show; without it, a line per subscription of the schema."`
+	Category     string        `short:"c" placeholder:"NAME" help:"The subscription's category, to measure each bucket's lag (the lease tables do not record it; one with no events is refused once the subscription has handled some)."`
+	JSON         bool          `name:"json" help:"Print JSON instead of tables."`
+	History      bool          `name:"history" help:"Print the subscription's ownership record instead, newest first: every claim, handoff, steal, release, worker joining or leaving and resize step, with its time, evidence and who made it."`
+	Bucket       *int          `name:"bucket" placeholder:"B" help:"With --history: only bucket B's changes (and the pool's joins, leaves and resizes)."`
+	Generation   *int          `name:"generation" placeholder:"G" help:"With --history --bucket: the bucket's generation (default: the serving one)."`
+	Since        time.Duration `name:"since" placeholder:"DURATION" help:"With --history: only changes this recent (1h, 30m)."`
+	Limit        int           `name:"limit" default:"100" placeholder:"N" help:"With --history: at most N changes (default: ${default})."`
+	ReadURL      string        `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the heavy reads go there (with -s the lag counts, without it the checkpoint and dead letter counts), and how far it is behind is shown. Never printed."`
 }
 
 // Run prints the overview, or one subscription's state.
@@ -27,6 +32,12 @@ func (s *statusCmd) Run(e *env) error {
 	}
 	if s.Subscription == "" && s.Category != "" {
 		return usageErrorf("--category needs --subscription")
+	}
+	if s.History {
+		return s.printHistory(e, store)
+	}
+	if s.Bucket != nil || s.Generation != nil || s.Since != 0 {
+		return usageErrorf("--bucket, --generation and --since need --history")
 	}
 	reads, replica, err := s.reads(e, store)
 	if err != nil {
@@ -409,4 +420,83 @@ func timePtr(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// printHistory prints the subscription's ownership record, newest first.
+func (s *statusCmd) printHistory(e *env, store *eventsource.Store) error {
+	switch {
+	case s.Subscription == "":
+		return usageErrorf("--history needs --subscription")
+	case s.Limit < 1:
+		return usageErrorf("--limit %d: must be at least 1", s.Limit)
+	case s.Since < 0:
+		return usageErrorf("--since %v: must not be negative", s.Since)
+	case s.Generation != nil && s.Bucket == nil:
+		return usageErrorf("--generation needs --bucket")
+	case s.Generation != nil && *s.Generation < 0:
+		return usageErrorf("--generation %d: must not be negative", *s.Generation)
+	}
+	if err := e.checkSubscription(s.Subscription); err != nil {
+		return err
+	}
+	f := leasestore.OwnershipFilter{Subscription: s.Subscription, Generation: -1, Limit: s.Limit}
+	if s.Bucket != nil {
+		f.Bucket = *s.Bucket
+		if s.Generation != nil {
+			f.Generation = *s.Generation
+		} else {
+			r, err := leasestore.ReadResize(e.ctx, store.Pool(), store.Schema(), s.Subscription)
+			if err != nil {
+				return err
+			}
+			f.Generation = r.Generation
+		}
+	}
+	var now time.Time
+	if err := store.Pool().QueryRow(e.ctx, "SELECT now()").Scan(&now); err != nil {
+		return err
+	}
+	if s.Since > 0 {
+		f.Since = now.Add(-s.Since)
+	}
+	changes, err := leasestore.ReadOwnership(e.ctx, store.Pool(), store.Schema(), f)
+	if err != nil {
+		return err
+	}
+	if s.JSON {
+		if changes == nil {
+			changes = []leasestore.OwnershipChange{}
+		}
+		return e.printJSON(changes)
+	}
+	if len(changes) == 0 {
+		fmt.Fprintf(e.stdout, "no ownership changes recorded for %q (the record keeps what its retention says: `kumi migrate --ownership-retention`)\n",
+			s.Subscription)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "ownership record of %q, newest first (times are the database's, UTC)\n", s.Subscription)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tKIND\tBUCKET\tFROM\tTO\tEPOCH\tBY\tEVIDENCE")
+	for _, c := range changes {
+		bucket, epoch := "-", "-"
+		if c.Bucket >= 0 {
+			bucket = fmt.Sprintf("%d/%d", c.Generation, c.Bucket)
+			epoch = fmt.Sprint(c.Epoch)
+		}
+		by := c.Application
+		if by == "" {
+			by = c.Role
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.At.UTC().Format("2006-01-02 15:04:05.000"), c.Kind, bucket,
+			orDash(inspect.TermSafe(c.From)), orDash(inspect.TermSafe(c.To)), epoch, orDash(inspect.TermSafe(by)),
+			inspect.TermSafe(c.Evidence))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

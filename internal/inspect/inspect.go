@@ -387,11 +387,16 @@ func Known(ctx context.Context, store *eventsource.Store, subscription string) (
 // ConnectPool opens a pool on a connection string and checks that the
 // database answers. Its errors never repeat a password: a URL that does
 // not parse is reported without the parser's message (which quotes it),
-// and a failed connection is redacted.
-func ConnectPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// and a failed connection is redacted. app, when the URL sets none, is the
+// connections' application_name: the ownership record names who made a
+// change by it (leasestore.OwnershipChange.Application).
+func ConnectPool(ctx context.Context, url string, maxConns int32, app string) (*pgxpool.Pool, error) {
 	cfg, err := ParseURL(url)
 	if err != nil {
 		return nil, err
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && app != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns

@@ -15,7 +15,7 @@ func TestConnectPoolNeverRepeatsAPassword(t *testing.T) {
 		{"host=127.0.0.1 port=x user=admin password=hunter2", "not a valid PostgreSQL connection string"},
 		{"", "no database"},
 	} {
-		_, err := ConnectPool(context.Background(), c.url, 1)
+		_, err := ConnectPool(context.Background(), c.url, 1, "")
 		require.Error(t, err, c.url)
 		require.Contains(t, err.Error(), c.want)
 		require.NotContains(t, err.Error(), "hunter2")

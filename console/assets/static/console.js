@@ -197,15 +197,17 @@
         const li = el('li');
         li.append(el('span', 'at', new Date(c.at).toISOString().slice(11, 23) + ' '));
         li.append(el('span', 'k ' + c.kind, c.kind));
-        let what = c.bucket >= 0 ? 'bucket ' + c.bucket + ' ' : '';
+        let what = '';
+        if (c.bucket >= 0) what = 'bucket ' + c.bucket + (c.generation !== s.generation ? ' of generation ' + c.generation : '') + ' ';
         if (c.from && c.to) what += c.from + ' → ' + c.to;
         else what += c.from || c.to || '';
         if (c.epoch) what += ' (epoch ' + c.epoch + ')';
         li.append(el('span', 'what', what + ' '));
         if (c.evidence) li.append(el('span', 'ev', c.evidence));
+        if (c.by) li.append(el('span', 'by', ' by ' + c.by));
         return li;
       }));
-      if (!s.timeline.length) tl.replaceChildren(el('li', 'note', 'no changes seen yet'));
+      if (!s.timeline.length) tl.replaceChildren(el('li', 'note', 'no changes recorded yet'));
     }
 
     // A resize in progress: its state and both generations' buckets.
