@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -134,6 +135,17 @@ func runDemo(cfg config, stdout, stderr io.Writer) int {
 
 	d := &demo{cfg: cfg, db: db, out: stdout, tui: tui, sigs: sigs, phase: "running",
 		wrate: map[string]float64{}, warned: map[string]bool{}}
+	if cfg.traces != "" {
+		// The workers inherit it (newFleet takes the environment).
+		path, err := filepath.Abs(cfg.traces)
+		if err == nil {
+			err = os.Setenv("KUMI_TRACES_FILE", path)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "demo: -traces: %v\n", err)
+			return exitUsage
+		}
+	}
 	d.tracing = tracingNote()
 	if cfg.console != consoleOff {
 		page, stop, err := serveConsole(cfg.console, db)
@@ -555,17 +567,23 @@ func durationText(d time.Duration) string {
 
 // otelConfigured reports whether the environment asks for trace export.
 func otelConfigured() bool {
-	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" ||
+		os.Getenv("KUMI_TRACES_FILE") != ""
 }
 
 // tracingNote says where the traces go, or how to turn them on.
 func tracingNote() string {
+	if f := os.Getenv("KUMI_TRACES_FILE"); f != "" && os.Getenv("OTEL_TRACES_EXPORTER") == "" {
+		return fmt.Sprintf("appended to %s, a span a line (ownership changes: "+
+			"jq -c 'select(.Name | startswith(\"kumi.lease.\")) | {Name, StartTime}' %s)", f, f)
+	}
 	ep := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	if ep == "" {
 		ep = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	}
 	if ep == "" {
-		return "off — `make jaeger`, then OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 make demo"
+		return "off — `make demo DEMO_FLAGS=\"-traces /tmp/kumi-traces.jsonl\"` writes them to a file; or `make jaeger` " +
+			"(a first build of about ten minutes), then OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 make demo"
 	}
 	if u, err := url.Parse(ep); err == nil {
 		ep = u.Redacted()

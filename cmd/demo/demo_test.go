@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -174,6 +175,10 @@ func TestShortRunLosesNothing(t *testing.T) {
 		t.Run(run.name, func(t *testing.T) {
 			t.Parallel()
 			args := []string{"-short", "-no-tui", "-v", "-lease", run.kind}
+			traces := filepath.Join(t.TempDir(), "traces.jsonl")
+			if run.name == "row" {
+				args = append(args, "-traces", traces) // every process appends its spans there
+			}
 			if run.exactly {
 				args = append(args, "-exactly-once")
 			}
@@ -202,6 +207,14 @@ func TestShortRunLosesNothing(t *testing.T) {
 			if run.exactly {
 				deliveries, _ := strconv.Atoi(m[3])
 				require.Equal(t, handled, deliveries, "no duplicate with -exactly-once")
+			}
+			if run.name == "row" {
+				require.Contains(t, r.stdout, "traces:   appended to "+traces)
+				raw, err := os.ReadFile(traces)
+				require.NoError(t, err)
+				for _, want := range []string{`"Name":"kumi.lease.claim"`, `"Name":"kumi.lease.handoff`, "kumi-demo-worker"} {
+					require.Contains(t, string(raw), want, "the spans of every worker, without Jaeger")
+				}
 			}
 			// The demo's schema in DATABASE_URL is dropped on exit.
 			schema := regexp.MustCompile(`schema "(kumi_demo_[0-9a-f]+)"`).FindStringSubmatch(r.stdout)

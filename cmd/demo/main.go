@@ -38,6 +38,7 @@ type config struct {
 	schema   string
 	pgPort   int
 	console  string
+	traces   string // -traces: the file every process appends its spans to
 }
 
 const usageText = `kumi demo: several worker processes share one subscription while a producer
@@ -82,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.keep, "keep", false, "with DATABASE_URL: keep the demo's schema instead of dropping it")
 	fs.StringVar(&c.schema, "schema", "", "with DATABASE_URL: use this schema (kept) instead of a fresh kumi_demo_* one")
 	fs.IntVar(&c.pgPort, "pg-port", 0, "port of the embedded PostgreSQL (0: a free one)")
+	fs.StringVar(&c.traces, "traces", "", "append every span (ownership changes, deliveries) to this file, a line of JSON each, for a look without Jaeger (jq reads it)")
 	fs.StringVar(&c.console, "console", "127.0.0.1:0", "address of the web console that shows the run (port 0: a free one; "+consoleOff+": none)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

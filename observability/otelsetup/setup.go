@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -52,6 +53,10 @@ type Options struct {
 //     SDK reads OTEL_TRACES_SAMPLER(_ARG) and OTEL_BSP_*. Otherwise no
 //     tracer provider is installed: spans cost a no-op, and trace context
 //     still flows from appender to handler through event metadata.
+//     Without a collector: OTEL_TRACES_EXPORTER "console" writes each span
+//     as a line of JSON to stdout, and "file" (or KUMI_TRACES_FILE set with
+//     OTEL_TRACES_EXPORTER unset) appends them to the file KUMI_TRACES_FILE
+//     names — several processes may share one (`jq` reads it).
 //   - Metrics: a Prometheus exporter (pull, served by observability.Handler's /metrics)
 //     unless OTEL_METRICS_EXPORTER is "none".
 //   - Resource: service.name from OTEL_SERVICE_NAME or o.ServiceName, plus
@@ -151,15 +156,31 @@ func shutdownAll(ctx context.Context, fs []func(context.Context) error) error {
 // for none.
 func spanExporterFromEnv(ctx context.Context, lg *slog.Logger) (sdktrace.SpanExporter, error) {
 	exporter := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")))
+	file := os.Getenv("KUMI_TRACES_FILE")
 	if exporter == "" {
-		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		switch {
+		case file != "":
+			exporter = "file"
+		case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "":
 			return nil, nil
+		default:
+			exporter = "otlp"
 		}
-		exporter = "otlp"
 	}
 	switch exporter {
 	case "none":
 		return nil, nil
+	case "console":
+		exp, err := stdouttrace.New(stdouttrace.WithWriter(os.Stdout))
+		if err != nil {
+			return nil, fmt.Errorf("otelsetup: console exporter: %w", err)
+		}
+		return exp, nil
+	case "file":
+		if file == "" {
+			return nil, errors.New("otelsetup: OTEL_TRACES_EXPORTER=file needs KUMI_TRACES_FILE, the file to append the spans to")
+		}
+		return newFileExporter(file)
 	case "otlp":
 	default:
 		lg.Warn("otelsetup: unsupported OTEL_TRACES_EXPORTER, tracing disabled", slog.String("value", exporter))
@@ -185,4 +206,30 @@ func spanExporterFromEnv(ctx context.Context, lg *slog.Logger) (sdktrace.SpanExp
 	default:
 		return nil, fmt.Errorf("otelsetup: unsupported OTLP protocol %q (want http/protobuf or grpc)", protocol)
 	}
+}
+
+// fileExporter appends spans to a file as lines of JSON, and closes it
+// when shut down.
+type fileExporter struct {
+	*stdouttrace.Exporter
+	f *os.File
+}
+
+func newFileExporter(path string) (sdktrace.SpanExporter, error) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("otelsetup: KUMI_TRACES_FILE: %w", err)
+	}
+	exp, err := stdouttrace.New(stdouttrace.WithWriter(f))
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("otelsetup: file exporter: %w", err)
+	}
+	return &fileExporter{Exporter: exp, f: f}, nil
+}
+
+// Shutdown flushes nothing more (every export is written at once) and
+// closes the file.
+func (e *fileExporter) Shutdown(ctx context.Context) error {
+	return errors.Join(e.Exporter.Shutdown(ctx), e.f.Close())
 }

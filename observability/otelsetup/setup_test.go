@@ -3,10 +3,15 @@ package otelsetup_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +40,7 @@ func clearOTelEnv(t *testing.T) {
 		"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
 		"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 		"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+		"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "KUMI_TRACES_FILE",
 	} {
 		t.Setenv(k, "")
 	}
@@ -126,6 +131,49 @@ func TestSetupExportsOTLPHTTPFromEnv(t *testing.T) {
 	assert.Contains(t, string(body), "kumi.lease.claim")
 	assert.Contains(t, string(body), "kumi-setup-test")
 	assert.Contains(t, string(body), observability.ScopeName)
+}
+
+// Without a collector, KUMI_TRACES_FILE appends every span to a file as a
+// line of JSON: two processes' setups (here, one after the other) share it.
+func TestSetupWritesSpansToAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "traces.jsonl")
+	for i, worker := range []string{"w1", "w2"} {
+		clearOTelEnv(t)
+		t.Setenv("KUMI_TRACES_FILE", path)
+		t.Setenv("OTEL_METRICS_EXPORTER", "none")
+		shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Options{ServiceName: "kumi-file-test"})
+		require.NoError(t, err)
+		tel := observability.New(observability.Options{})
+		tel.OwnershipChange(context.Background(), observability.OwnershipChange{
+			Kind: observability.ChangeClaim, Subscription: "orders", Bucket: i, Worker: worker, Epoch: 1})
+		tel.Close()
+		require.NoError(t, shutdown(context.Background()))
+	}
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	require.Len(t, lines, 2, "one line a span, appended:\n%s", raw)
+	for i, line := range lines {
+		var span struct {
+			Name       string
+			Attributes []struct {
+				Key   string
+				Value struct{ Value any }
+			}
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &span), line)
+		require.Equal(t, "kumi.lease.claim", span.Name)
+		require.Contains(t, line, fmt.Sprintf(`"w%d"`, i+1))
+	}
+
+	clearOTelEnv(t)
+	t.Setenv("OTEL_TRACES_EXPORTER", "file")
+	_, err = otelsetup.Setup(context.Background(), otelsetup.Options{Registerer: prometheus.NewRegistry()})
+	require.ErrorContains(t, err, "needs KUMI_TRACES_FILE")
+	clearOTelEnv(t)
+	t.Setenv("KUMI_TRACES_FILE", filepath.Join(t.TempDir(), "no", "such", "dir", "t.jsonl"))
+	_, err = otelsetup.Setup(context.Background(), otelsetup.Options{Registerer: prometheus.NewRegistry()})
+	require.ErrorContains(t, err, "KUMI_TRACES_FILE")
 }
 
 func TestSetupGRPCProtocol(t *testing.T) {
