@@ -93,6 +93,7 @@ type Console struct {
 	pages   pages
 	limit   *limiter
 	looks   *looks[State]
+	series  *series                               // the charts' points
 	summary *looks[[]inspect.SubscriptionSummary] // the overview's, under ""
 }
 
@@ -148,7 +149,7 @@ func New(opts Options) (*Console, error) {
 		return nil, err
 	}
 	c := &Console{opts: opts, log: log.With("component", "kumi-console"), csrf: hex.EncodeToString(b[:]),
-		pages: pg, limit: newLimiter()}
+		pages: pg, limit: newLimiter(), series: newSeries()}
 	c.looks = newLooks(c.look)
 	c.summary = newLooks(func(ctx context.Context, _ string) ([]inspect.SubscriptionSummary, error) {
 		return c.subscriptions(ctx)

@@ -42,6 +42,45 @@ type State struct {
 	Generation int `json:"generation"`
 	// Resize is the resize in progress (docs/resize.md); null when none.
 	Resize *Resize `json:"resize"`
+	// Series is what the console's looks saw over the last hour, a point
+	// per 10 s, oldest first, for the charts of lag and append rate: kept
+	// in memory while the console runs (the tables keep no such history).
+	Series []Point `json:"series"`
+	// Failovers are the schema's failovers of the last week that handed
+	// positions out again (eventsource.Store.ServerChanges), newest first:
+	// handlers may have seen events that no longer exist.
+	Failovers []Failover `json:"failovers"`
+}
+
+// Failover is one entry of the schema's failover record that handed
+// positions out again.
+type Failover struct {
+	At         time.Time `json:"at"`
+	Reason     string    `json:"reason"`
+	Old        string    `json:"old"` // the server before, system/timeline
+	New        string    `json:"new"`
+	HeadBefore int64     `json:"head_before"` // the highest position seen on the old server
+	HeadAfter  int64     `json:"head_after"`  // the head found on the new one
+	FoundBy    string    `json:"found_by"`
+}
+
+// failoverShownFor is how long the page shows a failover.
+const failoverShownFor = 7 * 24 * time.Hour
+
+// failovers reads the recent failovers that handed positions out again.
+func (c *Console) failovers(ctx context.Context, now time.Time) ([]Failover, error) {
+	rec, err := c.opts.Store.ServerChanges(ctx, 10)
+	if err != nil {
+		return nil, err
+	}
+	out := []Failover{}
+	for _, r := range rec {
+		if r.Reused() && now.Sub(r.At) < failoverShownFor {
+			out = append(out, Failover{At: r.At, Reason: string(r.Reason), Old: r.Old.String(), New: r.New.String(),
+				HeadBefore: r.HeadBefore, HeadAfter: r.HeadAfter, FoundBy: r.FoundBy})
+		}
+	}
+	return out, nil
 }
 
 // Resize is a resize in progress, from leasestore.ReadResize: the old
@@ -153,6 +192,17 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 		st.Resize = resizeOf(rs, in.Now)
 	}
 	if st.Timeline, st.WatchingSince, err = c.timeline(ctx, sub, in.Now); err != nil {
+		return State{}, err
+	}
+	lag := int64(-1)
+	if cat != "" {
+		lag = 0
+		for _, r := range in.Rows {
+			lag += max(r.Lag, 0)
+		}
+	}
+	st.Series = c.series.add(sub, Point{At: in.Now, Head: in.Head, Lag: lag})
+	if st.Failovers, err = c.failovers(ctx, in.Now); err != nil {
 		return State{}, err
 	}
 	return st, nil

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
 // The timeline is the ownership record: it holds the changes made before
@@ -57,4 +60,30 @@ func TestTheTimelineIsTheOwnershipRecordWithTheTimesOfTheChanges(t *testing.T) {
 		}
 	}
 	require.True(t, st.WatchingSince.Before(st.Timeline[len(st.Timeline)-1].At), "the record keeps them all")
+}
+
+// A failover that handed positions out again shows on the subscription's
+// page for a week (the record's function stands in for the processes that
+// find one: eventsource's TestFailover promotes a real standby).
+func TestThePageShowsAFailoverThatReusedPositions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.lease(t, "fo", "a", 2)
+	_, srv := f.serve(t, Options{})
+	st := decode[State](t, get(t, srv, "/api/s/fo").body)
+	require.Empty(t, st.Failovers)
+
+	ctx := context.Background()
+	note := `SELECT ` + f.store.QuotedSchema() + `.note_server_change($1, '7', 1, '7', 2, $2, $3)`
+	_, err := f.store.Pool().Exec(ctx, note, "timeline", int64(70), int64(70)) // nothing reused
+	require.NoError(t, err)
+	_, err = f.store.Pool().Exec(ctx, note, "system", int64(90), int64(10))
+	require.NoError(t, err)
+	pgtest.Eventually(t, 10*time.Second, func() bool { // a look is shared for a second
+		st = decode[State](t, get(t, srv, "/api/s/fo").body)
+		return len(st.Failovers) > 0
+	}, "the next look shows the failover")
+	require.Len(t, st.Failovers, 1, "only the one that handed positions out again")
+	require.Equal(t, Failover{At: st.Failovers[0].At, Reason: "system", Old: "7/1", New: "7/2", HeadBefore: 90, HeadAfter: 10,
+		FoundBy: st.Failovers[0].FoundBy}, st.Failovers[0])
 }

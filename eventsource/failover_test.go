@@ -213,6 +213,30 @@ func TestFailover(t *testing.T) {
 		require.EqualValues(t, 70, e.Last.HeadBefore)
 		require.EqualValues(t, 71, e.Last.HeadAfter)
 	})
+
+	t.Run("TheFailoverIsRecordedOnceForEveryone", func(t *testing.T) {
+		// s (CheckServer) and q (a sequencer step) found it; the
+		// notifier's store found it too, without a head, and records it
+		// at its next look.
+		_, err := ns.CheckServer(ctx)
+		require.NoError(t, err)
+		fresh := f.store(t, nil) // a process started after the failover finds nothing, and reads the record
+		rec, err := fresh.ServerChanges(ctx, 0)
+		require.NoError(t, err)
+		require.Len(t, rec, 1, "one failover, one entry: %+v", rec)
+		c := rec[0]
+		require.Equal(t, eventsource.ServerChangeTimeline, c.Reason)
+		require.Equal(t, before.Identity, c.Old)
+		require.EqualValues(t, 2, c.New.Timeline)
+		require.EqualValues(t, 70, c.HeadBefore, "the highest position any finder had seen")
+		require.EqualValues(t, 10, c.HeadAfter, "the lowest head any finder read on the new server")
+		require.True(t, c.Reused(), "positions 11 to 70 were handed out again")
+		require.GreaterOrEqual(t, c.Reports, 3)
+		require.NotEmpty(t, c.FoundBy)
+		require.False(t, c.At.IsZero())
+		_, err = fresh.ServerChanges(ctx, -1)
+		require.ErrorContains(t, err, "limit")
+	})
 }
 
 // TestServerHeadBelowASeenPosition: on the same server, a head below a

@@ -36,6 +36,9 @@ type queries struct {
 	indexState string
 
 	checkpointLock, operatorNow, subscriptionList, subscriptionKnown, categoryCount string
+
+	// The failover record (migration 0006; Store.recordServerChanges).
+	serverChangeNote, serverChangeList string
 }
 
 // readSQL is a read of events in two forms: in full, and keys only, the
@@ -152,6 +155,9 @@ JOIN %[1]s.events e ON e.event_id = k.id `+rangeOf+` ORDER BY k.ord`, q),
 		// written starts with it; fails on a standby) and the head.
 		serverLook: fmt.Sprintf(`SELECT pg_walfile_name(pg_current_wal_lsn()),
   coalesce((SELECT last_position FROM %s.sequencer WHERE id = 1), 0)`, q),
+		serverChangeNote: fmt.Sprintf(`SELECT %s.note_server_change($1, $2, $3, $4, $5, $6, $7)`, q),
+		serverChangeList: fmt.Sprintf(`SELECT id, found_at, reason, old_system, old_timeline, new_system, new_timeline,
+  head_before, coalesce(head_after, -1), found_by, reports FROM %s.server_changes ORDER BY id DESC LIMIT $1`, q),
 
 		// The head, the age of the oldest unsequenced event above the
 		// watermark in insertion order (NULL when there is none), the

@@ -328,6 +328,9 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	if s.observeServer(server, last, seen, seenEpoch) || cand.server != server {
 		cand = seqCandidate{server: server}
 	}
+	if err := s.recordServerChanges(ctx); err != nil {
+		s.cfg.Logger.Warn("kumi: sequencer: the failover record is behind; the next step tries again", "err", err)
+	}
 	var reset *SequenceResetError
 	batch = &pgx.Batch{}
 	if lastSeq < lowBefore || lastSeq < cand.seen { // see seqWentBack

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // ServerIdentity names the history of the PostgreSQL server a store's
@@ -88,6 +91,10 @@ type serverState struct {
 	epoch   int64
 	last    *ServerChange
 	changed chan struct{}
+	// pending are changes found and not yet in the failover record (see
+	// recordServerChanges); unrecorded tells without the lock.
+	pending    []ServerChange
+	unrecorded atomic.Bool
 }
 
 // Server returns what the store knows of its server: the identity its
@@ -119,6 +126,9 @@ func (s *Store) CheckServer(ctx context.Context) (ServerEpoch, error) {
 	defer c.Release()
 	if _, err := s.lookAtServer(ctx, c.Conn()); err != nil {
 		return ServerEpoch{}, err
+	}
+	if err := s.recordServerChanges(ctx); err != nil {
+		return s.Server(), err
 	}
 	return s.Server(), nil
 }
@@ -221,6 +231,8 @@ func (s *Store) observeServer(id ServerIdentity, head, seen, seenEpoch int64) bo
 	}
 	ch := &ServerChange{Reason: reason, Old: st.id, New: id, HeadBefore: max(st.head, seen), HeadAfter: head, At: time.Now()}
 	st.id, st.head, st.last = id, max(head, 0), ch
+	st.pending = append(st.pending, *ch)
+	st.unrecorded.Store(true)
 	st.epoch++
 	close(st.changedLocked())
 	st.changed = make(chan struct{})
@@ -232,6 +244,96 @@ func (s *Store) observeServer(id ServerIdentity, head, seen, seenEpoch int64) bo
 		"old_timeline", ch.Old.Timeline, "new_timeline", id.Timeline,
 		"head_before", ch.HeadBefore, "head_after", head, "epoch", epoch)
 	return true
+}
+
+// recordServerChanges writes the changes found and not yet recorded into
+// the schema's failover record (table server_changes, through
+// note_server_change, which merges the reports of one change by several
+// processes), on a connection of the pool. What it could not write stays
+// pending, for the next call: the sequencer's next step, or the next
+// [Store.CheckServer].
+func (s *Store) recordServerChanges(ctx context.Context) error {
+	st := &s.server
+	if !st.unrecorded.Load() {
+		return nil
+	}
+	st.mu.Lock()
+	todo := st.pending
+	st.pending = nil
+	st.unrecorded.Store(false)
+	st.mu.Unlock()
+	for i, ch := range todo {
+		var after *int64
+		if ch.HeadAfter >= 0 {
+			after = &ch.HeadAfter
+		}
+		_, err := s.pool.Exec(ctx, s.sql.serverChangeNote, string(ch.Reason),
+			strconv.FormatUint(ch.Old.System, 10), int64(ch.Old.Timeline),
+			strconv.FormatUint(ch.New.System, 10), int64(ch.New.Timeline), ch.HeadBefore, after)
+		if err != nil {
+			st.mu.Lock()
+			st.pending = append(todo[i:], st.pending...)
+			st.unrecorded.Store(true)
+			st.mu.Unlock()
+			return fmt.Errorf("kumi: record the server change in the failover record: %w", err)
+		}
+	}
+	return nil
+}
+
+// RecordedServerChange is one entry of the schema's failover record: a
+// change of server that one or more processes found (docs/eventsource.md,
+// "Failover").
+type RecordedServerChange struct {
+	ID int64
+	// ServerChange is the change; At is when it was first recorded,
+	// HeadBefore the highest position any process that found it had seen,
+	// HeadAfter the lowest head one read on the new server (-1 when none
+	// did).
+	ServerChange
+	// FoundBy is the first finder's application_name (its role when it
+	// set none); Reports counts the processes that found it.
+	FoundBy string
+	Reports int
+}
+
+// Reused reports whether positions were handed out again: the new head
+// was below a position seen on the old server. Events at positions
+// HeadAfter+1 through HeadBefore of the old server may have been
+// delivered and no longer exist; the new server's events at those
+// positions are other events.
+func (c RecordedServerChange) Reused() bool {
+	return c.HeadAfter >= 0 && c.HeadAfter < c.HeadBefore
+}
+
+// ServerChanges reads the schema's failover record, newest first, at most
+// limit entries (100 when limit is 0).
+func (s *Store) ServerChanges(ctx context.Context, limit int) ([]RecordedServerChange, error) {
+	if limit < 0 {
+		return nil, &kumierr.ConfigError{Field: "eventsource.Store.ServerChanges limit", Value: limit, Reason: "must not be negative"}
+	}
+	if limit == 0 {
+		limit = 100
+	}
+	rows, _ := s.pool.Query(ctx, s.sql.serverChangeList, limit)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RecordedServerChange, error) {
+		var c RecordedServerChange
+		var reason, oldSys, newSys string
+		var oldTL, newTL int64
+		err := r.Scan(&c.ID, &c.At, &reason, &oldSys, &oldTL, &newSys, &newTL, &c.HeadBefore, &c.HeadAfter, &c.FoundBy, &c.Reports)
+		if err != nil {
+			return c, err
+		}
+		c.Reason = ServerChangeReason(reason)
+		c.Old.Timeline, c.New.Timeline = uint32(oldTL), uint32(newTL)
+		c.Old.System, _ = strconv.ParseUint(oldSys, 10, 64)
+		c.New.System, _ = strconv.ParseUint(newSys, 10, 64)
+		return c, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kumi: read the failover record: %w", err)
+	}
+	return out, nil
 }
 
 // systemIDKey caches a connection's system identifier in its CustomData:

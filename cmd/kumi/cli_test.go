@@ -156,7 +156,7 @@ func TestMigrate(t *testing.T) {
 	for _, want := range []string{`created schema "` + schema + `": `, `schema "` + schema + `" is up to date: `} {
 		r := kumi(t, env, "--schema", schema, "migrate", "--group-size", "4")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, want+"eventsource version 5, leasestore version 5")
+		require.Contains(t, r.stdout, want+"eventsource version 6, leasestore version 5")
 		require.Contains(t, r.stdout, "consumer-group index for 4 buckets: present")
 	}
 	var n int
@@ -191,7 +191,7 @@ func TestMigrateSchemaNames(t *testing.T) {
 	require.NoError(t, err)
 	r := kumi(t, env, "--schema", schema, "migrate")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 5, leasestore version 5 (was: no kumi tables)`)
+	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 6, leasestore version 5 (was: no kumi tables)`)
 
 	odd := pgtest.NewSchema(t) + " Odd!"
 	t.Cleanup(func() {
@@ -872,4 +872,40 @@ func TestRelinquishIsShortWithoutVerbose(t *testing.T) {
 	for _, l := range long {
 		require.Less(t, len(l), 240, "one line each: %s", l)
 	}
+}
+
+// A failover that handed positions out again is recorded (eventsource's
+// TestFailover promotes a real standby; here the record's own function
+// stands in for the finders), and status warns of it until it is a week
+// old; --failovers prints the record.
+func TestStatusWarnsOfAFailoverThatReusedPositions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	r := b.run(t, "status", "--failovers")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "has recorded no change of server")
+
+	note := `SELECT ` + b.store.QuotedSchema() + `.note_server_change($1, '7', 1, '7', 2, $2, $3)`
+	_, err := b.store.Pool().Exec(ctx, note, "timeline", int64(70), int64(10))
+	require.NoError(t, err)
+	_, err = b.store.Pool().Exec(ctx, note, "timeline", int64(72), int64(12)) // a second finder
+	require.NoError(t, err)
+
+	r = b.run(t, "status")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "warning: ")
+	require.Contains(t, r.stdout, "the server changed (timeline: 7/1 → 7/2)")
+	require.Contains(t, r.stdout, "positions 11 to 72 were handed out again")
+
+	r = b.run(t, "status", "--failovers", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	rec := decode[[]eventsource.RecordedServerChange](t, r.stdout)
+	require.Len(t, rec, 1, "one failover, however many found it")
+	require.EqualValues(t, 72, rec[0].HeadBefore)
+	require.EqualValues(t, 10, rec[0].HeadAfter)
+	require.Equal(t, 2, rec[0].Reports)
+
+	r = b.run(t, "status", "--failovers", "-s", "balances")
+	require.Equal(t, exitUsage, r.code)
 }

@@ -21,6 +21,7 @@ type statusCmd struct {
 	Generation   *int          `name:"generation" placeholder:"G" help:"With --history --bucket: the bucket's generation (default: the serving one)."`
 	Since        time.Duration `name:"since" placeholder:"DURATION" help:"With --history: only changes this recent (1h, 30m)."`
 	Limit        int           `name:"limit" default:"100" placeholder:"N" help:"With --history: at most N changes (default: ${default})."`
+	Failovers    bool          `name:"failovers" help:"Print the schema's failover record instead: every change of server a process found (a promotion, another cluster, a head gone back), with the heads before and after."`
 	ReadURL      string        `name:"read-url" env:"KUMI_READ_URL" placeholder:"URL" help:"A hot standby of the database: the heavy reads go there (with -s the lag counts, without it the checkpoint and dead letter counts), and how far it is behind is shown. Never printed."`
 }
 
@@ -36,6 +37,9 @@ func (s *statusCmd) Run(e *env) error {
 	if s.History {
 		return s.printHistory(e, store)
 	}
+	if s.Failovers {
+		return s.printFailovers(e, store)
+	}
 	if s.Bucket != nil || s.Generation != nil || s.Since != 0 {
 		return usageErrorf("--bucket, --generation and --since need --history")
 	}
@@ -48,7 +52,10 @@ func (s *statusCmd) Run(e *env) error {
 		if err != nil {
 			return err
 		}
-		return s.printOverview(e, subs, replica)
+		if err := s.printOverview(e, subs, replica); err != nil {
+			return err
+		}
+		return s.warnFailovers(e, store)
 	}
 	in, err := inspect.InspectReads(e.ctx, store, reads, s.Subscription, s.Category)
 	if err != nil {
@@ -66,6 +73,64 @@ func (s *statusCmd) Run(e *env) error {
 	printStatus(e.stdout, in)
 	if replica != nil {
 		printReplica(e.stdout, in.Now, *replica)
+	}
+	return s.warnFailovers(e, store)
+}
+
+// failoverWarnFor is how long after a failover that handed positions out
+// again the status warns of it.
+const failoverWarnFor = 7 * 24 * time.Hour
+
+// warnFailovers prints a line for each recent failover that handed
+// positions out again: handlers may have seen events that no longer exist.
+func (s *statusCmd) warnFailovers(e *env, store *eventsource.Store) error {
+	rec, err := store.ServerChanges(e.ctx, 10)
+	if err != nil {
+		return err
+	}
+	for _, c := range rec {
+		if c.Reused() && time.Since(c.At) < failoverWarnFor {
+			fmt.Fprintf(e.stdout, "warning: %s\n", failoverLine(c))
+		}
+	}
+	return nil
+}
+
+// failoverLine says what a recorded failover did.
+func failoverLine(c eventsource.RecordedServerChange) string {
+	line := fmt.Sprintf("%s: the server changed (%s: %s → %s), found by %s",
+		c.At.UTC().Format("2006-01-02 15:04:05 UTC"), c.Reason, c.Old, c.New, inspect.TermSafe(c.FoundBy))
+	switch {
+	case c.Reused():
+		line += fmt.Sprintf("; positions %d to %d were handed out again: handlers may have seen events that no longer exist "+
+			"(kumi status --failovers; docs/operations.md#failover)", c.HeadAfter+1, c.HeadBefore)
+	case c.HeadAfter >= 0:
+		line += fmt.Sprintf("; no position was lost (head %d, highest seen %d)", c.HeadAfter, c.HeadBefore)
+	}
+	return line
+}
+
+// printFailovers prints the schema's failover record, newest first.
+func (s *statusCmd) printFailovers(e *env, store *eventsource.Store) error {
+	if s.Subscription != "" || s.Category != "" {
+		return usageErrorf("--failovers is the schema's: it takes no --subscription or --category")
+	}
+	rec, err := store.ServerChanges(e.ctx, s.Limit)
+	if err != nil {
+		return err
+	}
+	if s.JSON {
+		if rec == nil {
+			rec = []eventsource.RecordedServerChange{}
+		}
+		return e.printJSON(rec)
+	}
+	if len(rec) == 0 {
+		fmt.Fprintf(e.stdout, "schema %q has recorded no change of server\n", store.Schema())
+		return nil
+	}
+	for _, c := range rec {
+		fmt.Fprintln(e.stdout, failoverLine(c))
 	}
 	return nil
 }

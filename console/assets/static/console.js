@@ -180,6 +180,13 @@
       if (!s.buckets.length) map.replaceChildren(el('p', 'note', 'no buckets: no worker has started this subscription'));
       detail();
       drawResize(s.resize);
+      drawCharts(s.series || []);
+      const fo = document.getElementById('failovers');
+      fo.hidden = !(s.failovers && s.failovers.length);
+      fo.replaceChildren(...(s.failovers || []).map((f) => el('p', '', new Date(f.at).toISOString() +
+        ': the server changed (' + f.reason + ': ' + f.old + ' → ' + f.new + '), found by ' + f.found_by +
+        '; positions ' + (f.head_after + 1) + ' to ' + f.head_before +
+        ' were handed out again: handlers may have seen events that no longer exist (kumi status --failovers)')));
 
       document.getElementById('workers').replaceChildren(...s.workers.map((m) => {
         const sw = el('span', 'swatch');
@@ -211,6 +218,50 @@
     }
 
     // A resize in progress: its state and both generations' buckets.
+    // The charts: lag (all buckets) and the store's append rate over the
+    // last hour, from the points the console's looks took.
+    function drawCharts(points) {
+      const charts = document.getElementById('charts');
+      const lagged = points.filter((p) => p.lag >= 0);
+      const rates = [];
+      for (let i = 1; i < points.length; i++) {
+        const dt = (new Date(points[i].at) - new Date(points[i - 1].at)) / 1000;
+        if (dt > 0) rates.push({ at: points[i].at, v: Math.max(0, points[i].head - points[i - 1].head) / dt });
+      }
+      charts.replaceChildren(
+        chart('lag, events behind (all buckets)', lagged.map((p) => ({ at: p.at, v: p.lag })),
+          'lag is not measured: the category is unknown'),
+        chart('appended to the store, events/s', rates, 'two looks are needed'));
+    }
+
+    function chart(title, data, empty) {
+      const fig = el('figure', 'chart');
+      const last = data.length ? data[data.length - 1].v : null;
+      fig.append(el('figcaption', '', title + (last === null ? '' : ': ' + fmt(last))));
+      if (data.length < 2) {
+        fig.append(el('p', 'note', data.length ? 'the chart fills as the console looks (a point per 10 s)' : empty));
+        return fig;
+      }
+      const w = 300, h = 60, ns = 'http://www.w3.org/2000/svg';
+      const t0 = new Date(data[0].at).getTime(), t1 = new Date(data[data.length - 1].at).getTime();
+      const top = Math.max(1, ...data.map((d) => d.v));
+      const svg = document.createElementNS(ns, 'svg');
+      svg.setAttribute('viewBox', '0 0 ' + w + ' ' + h);
+      svg.setAttribute('width', w);
+      svg.setAttribute('height', h);
+      const line = document.createElementNS(ns, 'polyline');
+      line.setAttribute('points', data.map((d) => {
+        const x = t1 > t0 ? (new Date(d.at).getTime() - t0) / (t1 - t0) * w : 0;
+        return x.toFixed(1) + ',' + (h - 2 - d.v / top * (h - 4)).toFixed(1);
+      }).join(' '));
+      svg.append(line);
+      fig.append(svg);
+      fig.append(el('div', 'axis', 'max ' + fmt(top) + ' · ' + Math.round((t1 - t0) / 60000) + ' min'));
+      return fig;
+    }
+
+    function fmt(v) { return v >= 100 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(1); }
+
     function drawResize(r) {
       const section = document.getElementById('resize');
       section.hidden = !r;
