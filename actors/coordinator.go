@@ -199,8 +199,6 @@ type coordinator struct {
 	readers map[int]*readerRef // by slot, as in plan.Readers
 	passing bool
 	again   bool
-	// lostErr is the error of the last lost fence reported, for its log.
-	lostErr error
 	cancel  context.CancelFunc
 	bg      context.Context
 	// renewed is when the last successful pass started.
@@ -244,8 +242,13 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		}
 		c.do(ctx, c.plan.HandedOver(msg.bucket, msg.err == nil))
 	case *readerLostFence:
-		c.lostErr = msg.Err
-		c.do(ctx, c.plan.LostFence(msg.Bucket, msg.Epoch))
+		acts := c.plan.LostFence(msg.Bucket, msg.Epoch)
+		for _, a := range acts {
+			if a.Kind == coordplan.Forgot {
+				c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", a.Slot, "epoch", a.Epoch, "err", msg.Err)
+			}
+		}
+		c.do(ctx, acts)
 	case *readerProgress:
 		c.g.setProgress(msg.Bucket, msg.Position)
 	case *readerCutDrained:
@@ -410,8 +413,6 @@ func (c *coordinator) do(ctx actor.Context, acts []coordplan.Action) {
 				e, ok := a.Keep[slot]
 				return ok && e == epoch
 			})
-		case coordplan.Forgot:
-			c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", a.Slot, "epoch", a.Epoch, "err", c.lostErr)
 		case coordplan.Released:
 			c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, a.Slot, a.Epoch, "", a.Why, "", nil)
 		case coordplan.Stop:
