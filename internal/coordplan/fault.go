@@ -29,6 +29,10 @@ const (
 	// FaultDrainedForgotten: a drain to the cut is not remembered, so a
 	// pass that began before it spawns a reader for the drained holding.
 	FaultDrainedForgotten
+	// FaultToldOnce: a reader is told its slot's resize when it changes,
+	// not on every pass: a reader that missed the message never learns it
+	// (actors: TestACancelFollowedAtOnceByANewResizeCompletes).
+	FaultToldOnce
 )
 
 // fault is the fault re-injected; FaultNone but in TestSimFindsTheFaults.

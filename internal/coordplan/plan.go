@@ -23,6 +23,8 @@ type Reader struct {
 	// Draining: it was asked to drain (a handoff, a leave). It holds the
 	// lease until it hands over.
 	Draining bool
+	// Told is what it was last told of its slot's resize.
+	Told resizepart.Told
 }
 
 // Kind is what an [Action] asks of the coordinator.
@@ -339,14 +341,17 @@ func (s *State) sync() []Action {
 		case r == nil && !s.HandOff[slot] && l.Ready:
 			// A next generation's slot waits, held, until ready.
 			s.last++
-			s.Readers[slot] = &Reader{ID: s.last, Epoch: l.Epoch}
+			s.Readers[slot] = &Reader{ID: s.last, Epoch: l.Epoch, Told: s.ToldOf(l)}
 			out = append(out, Action{Kind: Spawn, Slot: slot, Epoch: l.Epoch, Reader: s.last, Lease: l, Told: s.ToldOf(l)})
 		case r != nil && !r.Stopping && r.Epoch == l.Epoch:
 			// Level-triggered: the whole desired state, on every pass and
 			// whenever it changes; a reader that missed a message
 			// converges at the next. A draining reader (a handoff)
 			// proposes too: it holds the lease until it hands over.
-			out = append(out, Action{Kind: Tell, Slot: slot, Epoch: l.Epoch, Reader: r.ID, Told: s.ToldOf(l)})
+			if t := s.ToldOf(l); t != r.Told || fault != FaultToldOnce {
+				r.Told = t
+				out = append(out, Action{Kind: Tell, Slot: slot, Epoch: l.Epoch, Reader: r.ID, Told: t})
+			}
 		}
 	}
 	return out
