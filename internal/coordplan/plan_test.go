@@ -57,3 +57,17 @@ func TestTheEndOfAReplacedReaderLeavesItsSuccessor(t *testing.T) {
 	require.Equal(t, next, s.Readers[0].ID)
 	require.False(t, s.Readers[0].Stopping, "the old reader's end is not its successor's")
 }
+
+// A coordinator that stops or restarts stops its readers with it: their
+// ends spawn nothing again (an Abort once waited out its timeout on the
+// readers spawned anew). The actors' tests have no test of it; the
+// simulation finds it (FaultHaltIgnored), and so does this.
+func TestAHaltedCoordinatorSpawnsNoReaderAsItsReadersEnd(t *testing.T) {
+	s := New()
+	spawns := only(s.Pass(leasestore.PassResult{Owned: []leasestore.Lease{lease(0, 1)}}), Spawn)
+	require.Len(t, spawns, 1)
+	s.Halt()
+	require.Empty(t, s.Terminated(0, spawns[0].Reader))
+	require.Empty(t, s.Gone(0, spawns[0].Reader), "halted: nothing is spawned, stopped, drained or told")
+	require.Empty(t, s.Readers)
+}
