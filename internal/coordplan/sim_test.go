@@ -12,18 +12,20 @@ import (
 	"github.com/kumi-run/kumi/leasestore"
 )
 
-// The simulation: a small pool of workers, each a coordinator built from
-// the real plan, sharing a simulated lease table — slots with epochs and
-// expiry, claims up to a fair share that raise the epoch, two-phase
-// handoffs, leaves, a resize's cut that readers drain their slots to, and
-// cancels that free the drained slots for claims at a new epoch — with
-// simulated readers that drain, find their fence lost, stop unsure, and
-// end. A seeded scheduler runs every step in any order: pass results late
-// (a pass that read the table before a drain, delivered after it), reader
-// reports interleaved with passes, a reader's end (a system message)
-// ahead of its last reports, coordinators restarted by their supervisor.
-// Invariants are checked after every step; then the faults stop, the pool
-// settles, and what must eventually hold is checked.
+// The simulation: a pool of one to three workers, each a coordinator
+// built from the real plan, sharing a simulated lease table
+// (simtable_test.go) — slots with epochs and expiry, claims up to a fair
+// share that raise the epoch, two-phase handoffs, a resize's cut that
+// readers drain their slots to, and cancels that free the drained slots
+// for claims at a new epoch — with simulated readers that drain, find
+// their fence lost, stop unsure, and end. A seeded scheduler runs every
+// step in any order: pass results late (a pass that read the table before
+// a drain, delivered after it), reader reports interleaved with passes, a
+// reader's end (a system message) ahead of its last reports, a told state
+// missed; workers join late, leave, pause past the TTL, are restarted by
+// their supervisor or aborted. Invariants are checked after every step;
+// then the faults stop, the pool settles, and what must eventually hold is
+// checked.
 //
 //	go test -run TestSim ./internal/coordplan/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/coordplan/ -seeds 100000
@@ -48,16 +50,6 @@ const (
 	simTTL   = 8   // clock ticks a renewal lasts
 	simSteps = 400 // scheduler steps with faults, before the pool settles
 )
-
-// row is one slot's lease row.
-type row struct {
-	owner    int // worker, or -1
-	epoch    int64
-	expires  int
-	claimant int  // the worker that claimed it from its owner (two-phase), or -1
-	given    bool // handed over to the claimant, who activates it on its next pass
-	drained  bool // drained to the cut, while the resize is in force
-}
 
 // holding names one holding of a slot.
 type holding struct {
@@ -271,8 +263,9 @@ func (s *sim) step() {
 }
 
 // settle stops the faults and lets the pool settle: every worker passes,
-// round after round, everything delivered, the clock still; then it checks
-// what must eventually hold.
+// round after round, everything delivered, the clock a tick further each
+// round (an aborted worker's leases expire) until the table stays the
+// same; then it checks what must eventually hold.
 func (s *sim) settle() {
 	s.faults, s.quiescing = false, true
 	for _, c := range s.workers {
@@ -331,15 +324,6 @@ func (s *sim) settle() {
 	}
 }
 
-// layout is the table without its expiries.
-func (s *sim) layout() []row {
-	out := slices.Clone(s.rows)
-	for i := range out {
-		out[i].expires = 0
-	}
-	return out
-}
-
 // busy reports whether anything is left to run.
 func (s *sim) busy() bool {
 	for _, c := range s.workers {
@@ -364,8 +348,6 @@ func (s *sim) live() int {
 	}
 	return n
 }
-
-func (s *sim) expired(r row) bool { return r.owner >= 0 && s.now > r.expires }
 
 func (c *coord) liveReader(slot int) *simReader {
 	if r := c.readers[slot]; r != nil && r.alive {
@@ -653,24 +635,6 @@ func (s *sim) beginLeave(c *coord) {
 	s.do(c, c.plan.BeginLeave())
 }
 
-// cut decides a resize's cut: every serving slot's reader, told, drains
-// to it.
-func (s *sim) cut() {
-	s.resize.ID++
-	s.resize.State, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeCut, true, 10
-	s.cancels = s.rng.IntN(3) > 0 // or the cut stays to the end: every slot must drain to it
-	s.logf("resize %d: cut decided", s.resize.ID)
-}
-
-// cancel cancels the resize: its drained slots are free again.
-func (s *sim) cancel() {
-	s.resize.State, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSteady, false, 0
-	for i := range s.rows {
-		s.rows[i].drained = false
-	}
-	s.logf("resize %d: cancelled", s.resize.ID)
-}
-
 // runWork runs wk: a pass reads the table (its result delivered at a later
 // step), a handover or a leave writes it and answers.
 func (s *sim) runWork(wk *work) {
@@ -711,79 +675,6 @@ func (s *sim) runWork(wk *work) {
 	}
 }
 
-// pass is worker w's lease pass against the table: renew what it holds
-// (not what it is handing off), activate what was handed to it, claim
-// free slots up to its fair share, and claim one from a worker above it.
-func (s *sim) pass(w int) leasestore.PassResult {
-	res := leasestore.PassResult{Resize: s.resize}
-	claim := func(i int) {
-		r := &s.rows[i]
-		r.owner, r.epoch, r.expires, r.claimant, r.given = w, r.epoch+1, s.now+simTTL, -1, false
-		res.Claimed = append(res.Claimed, leasestore.Lease{Slot: i, Epoch: r.epoch, Ready: true})
-	}
-	held := 0 // what w holds, or waits for (claimed from another)
-	for i := range s.rows {
-		r := &s.rows[i]
-		if r.claimant >= 0 && s.workers[r.claimant].departed {
-			r.claimant, r.given = -1, false // its claimant is gone
-		}
-		switch {
-		case s.expired(*r):
-			r.owner, r.claimant, r.given = -1, -1, false
-		case r.given && r.claimant == w:
-			claim(i)
-		case r.owner == w && r.claimant < 0:
-			r.expires = s.now + simTTL
-		}
-		if r.owner == w || r.claimant == w {
-			held++
-		}
-	}
-	live, free := s.live(), 0
-	for _, r := range s.rows {
-		if !r.drained {
-			free++
-		}
-	}
-	fair := (free + max(live, 1) - 1) / max(live, 1)
-	if s.workers[w].leaving {
-		fair = 0
-	}
-	for i := range s.rows {
-		if r := s.rows[i]; held < fair && r.owner < 0 && !r.drained && !r.given {
-			claim(i)
-			held++
-		}
-	}
-	if held < fair {
-		for i := range s.rows {
-			if r := &s.rows[i]; r.owner >= 0 && r.owner != w && r.claimant < 0 && s.holds(r.owner) > fair {
-				r.claimant = w
-				break
-			}
-		}
-	}
-	for i, r := range s.rows {
-		if r.owner == w {
-			res.Owned = append(res.Owned, leasestore.Lease{Slot: i, Epoch: r.epoch, Ready: true})
-			if r.claimant >= 0 && !r.given {
-				res.HandOff = append(res.HandOff, i)
-			}
-		}
-	}
-	return res
-}
-
-func (s *sim) holds(w int) int {
-	n := 0
-	for _, r := range s.rows {
-		if r.owner == w {
-			n++
-		}
-	}
-	return n
-}
-
 // check checks what holds after every step: every reader the plan counts
 // as running serves a slot it owns at its epoch, or has already ended or
 // reported; one reader at most per slot and worker (see spawn).
@@ -802,20 +693,6 @@ func (s *sim) check() {
 			}
 		}
 	}
-}
-
-func show(res leasestore.PassResult) string {
-	var b strings.Builder
-	for _, l := range res.Owned {
-		fmt.Fprintf(&b, " %d@%d", l.Slot, l.Epoch)
-	}
-	if len(res.HandOff) > 0 {
-		fmt.Fprintf(&b, " handoff %v", res.HandOff)
-	}
-	if res.Resize.CutDecided {
-		fmt.Fprintf(&b, " cut(resize %d)", res.Resize.ID)
-	}
-	return "owned" + b.String()
 }
 
 // replay runs seed again, tracing: the same schedule, step for step.
