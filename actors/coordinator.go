@@ -287,7 +287,9 @@ func (c *coordinator) Receive(ctx actor.Context) {
 // halt is the first step of a stop or a restart: the readers stop with the
 // coordinator, and none may be spawned again meanwhile.
 func (c *coordinator) halt() {
-	c.plan.Halt()
+	if c.plan != nil {
+		c.plan.Halt()
+	}
 	if c.cancel != nil {
 		c.cancel()
 	}
