@@ -3,13 +3,13 @@ package actors
 import (
 	"context"
 	"errors"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kumi-run/kumi/internal/coordplan"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
@@ -37,20 +37,29 @@ type (
 	stopGroup struct{}
 	groupLeft struct{ err error }
 	// readerGone follows a reader's Terminated, behind the reader's last
-	// messages.
-	readerGone struct{ pid *actor.PID }
+	// messages (see coordplan.State.Terminated).
+	readerGone struct {
+		// gen is the coordinator incarnation that saw the reader end: a
+		// reader of the incarnation before a restart is no reader of this
+		// one (its ids start over).
+		gen  *coordinator
+		slot int
+		id   coordplan.ID
+	}
 	// inspectCoordinator runs on the coordinator's goroutine with the
 	// coordinator: the tests' failure reports find its readers through it
 	// (see diagnose_test.go).
 	inspectCoordinator func(*coordinator)
 )
 
+// readerRef is the coordinator's handle on one of its readers; what it
+// decides of the reader is in its plan (coordplan.Reader, by the same slot
+// and id).
 type readerRef struct {
-	pid      *actor.PID
-	epoch    int64
-	queue    *overflow.Queue
-	draining bool
-	stopping bool
+	pid   *actor.PID
+	id    coordplan.ID
+	epoch int64
+	queue *overflow.Queue
 	// drain is draining for the reader's own goroutine: a reader its
 	// supervisor restarts drains as well, if asked to (the coordinator
 	// asks once).
@@ -179,29 +188,19 @@ func (m *handledMarks) forget(keep func(slot int, epoch int64) bool) {
 // the reconcile timer: each pass (run off the mailbox) heartbeats
 // its worker row, renews, claims up to the fair share and sheds surplus by
 // handoff; the coordinator then brings its BucketReader children in line.
+// What it decides — which readers to spawn, stop, drain and tell, which
+// slots to hand over, when to leave — is its plan's (internal/coordplan, a
+// pure function of what it knows and each input); the actor feeds the
+// plan the pass results and its readers' reports and carries out the
+// actions it returns (see do).
 type coordinator struct {
 	g       *group
-	readers map[int]*readerRef
-	owned   map[int]leasestore.Lease
-	handoff map[int]bool
+	plan    *coordplan.State
+	readers map[int]*readerRef // by slot, as in plan.Readers
 	passing bool
 	again   bool
-	leaving bool
-	left    bool
-	halted  bool         // stopping or restarting
-	giving  map[int]bool // HandOver calls under way
-	// drained is, by slot, the epoch at which the old-generation slot's
-	// reader drained it to the cut: that holding ended for good (a pass
-	// that began before the drain may still report it held). The slot is
-	// known by its epoch, not by the timing of passes: a cancel frees a
-	// drained slot, and a pass after it may claim it again — at a new
-	// epoch, a holding to serve — before any pass reported it gone.
-	drained map[int]int64
-	// resize is the subscription's generation and resize as the last
-	// pass read them.
-	resize leasestore.Resize
-	cancel context.CancelFunc
-	bg     context.Context
+	cancel  context.CancelFunc
+	bg      context.Context
 	// renewed is when the last successful pass started.
 	renewed time.Time
 	// stopped is closed when the actor has stopped, its children first.
@@ -230,90 +229,74 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *passDone:
 		c.onPass(ctx, msg)
 	case *readerDrained:
-		c.onDrained(ctx, msg)
+		// The reader stops itself; its Terminated (acted on behind this,
+		// see readerGone) removes it, and then the bucket is handed over
+		// (or, when leaving, released by Leave).
+		c.g.setProgress(msg.Bucket, msg.Position)
 	case *handedOver:
-		delete(c.giving, msg.bucket)
 		c.g.telemetry.lease(context.Background(), observability.LeaseHandoffGive, msg.start, msg.err)
 		if msg.err != nil {
 			c.g.logger.Warn("kumi: handoff failed; the next pass retries", "bucket", msg.bucket, "err", msg.err)
 		} else {
-			c.g.telemetry.ownership(context.Background(), observability.ChangeHandoffGive, msg.bucket, c.owned[msg.bucket].Epoch, "", "drained for a claimant", "", nil)
-			delete(c.owned, msg.bucket)
+			c.g.telemetry.ownership(context.Background(), observability.ChangeHandoffGive, msg.bucket, c.plan.Owned[msg.bucket].Epoch, "", "drained for a claimant", "", nil)
 		}
-		delete(c.handoff, msg.bucket)
-		c.g.setOwned(c.owned, c.handoff)
-		c.pass(ctx)
-		c.maybeLeave(ctx)
+		c.do(ctx, c.plan.HandedOver(msg.bucket, msg.err == nil))
 	case *readerLostFence:
-		c.forgetLost(msg.Bucket, msg.Epoch, msg.Err)
-		c.pass(ctx)
+		acts := c.plan.LostFence(msg.Bucket, msg.Epoch)
+		for _, a := range acts {
+			if a.Kind == coordplan.Forgot {
+				c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", a.Slot, "epoch", a.Epoch, "err", msg.Err)
+			}
+		}
+		c.do(ctx, acts)
 	case *readerProgress:
 		c.g.setProgress(msg.Bucket, msg.Position)
 	case *readerCutDrained:
-		c.onCutDrained(ctx, msg)
+		c.g.setProgress(msg.Bucket, msg.Position)
+		c.do(ctx, c.plan.CutDrained(msg.Bucket, msg.Epoch))
 	case *actor.Terminated:
 		// A system message: it overtakes the reader's last messages, still
-		// queued (readerCutDrained, readerLostFence, readerDrained). Acted
-		// on at once, the slot still owned at the reader's epoch, a reader
-		// was spawned again for a slot just drained to the cut or lost.
-		// Act on it behind them; meanwhile the reader counts as stopping,
-		// so nothing is asked of it and no other takes its place.
-		for _, ref := range c.readers {
+		// queued (readerCutDrained, readerLostFence, readerDrained). The
+		// plan acts on it behind them (coordplan.State.Terminated), on
+		// readerGone.
+		gone := &readerGone{gen: c}
+		for slot, ref := range c.readers {
 			if ref.pid.Equal(msg.Who) {
-				ref.stopping = true
+				gone.slot, gone.id = slot, ref.id
+				c.do(ctx, c.plan.Terminated(slot, ref.id))
 			}
 		}
-		ctx.Send(ctx.Self(), &readerGone{pid: msg.Who})
+		ctx.Send(ctx.Self(), gone)
 	case *readerGone:
-		c.onReaderGone(ctx, msg.pid)
+		// What the reader handled stays in the slot's mark, for the
+		// slot's next reader at its epoch (see handledMarks).
+		if msg.gen != c {
+			msg.id = 0
+		}
+		c.do(ctx, c.plan.Gone(msg.slot, msg.id))
 	case inspectCoordinator:
 		msg(c)
 	case stopGroup:
-		c.beginLeave(ctx)
+		c.do(ctx, c.plan.BeginLeave())
 	case *groupLeft:
 		c.g.finish(msg.err)
 		ctx.Stop(ctx.Self())
 	}
 }
 
-// onReaderGone forgets a reader that stopped, once the coordinator has
-// read its last messages, and brings the readers in line. What it handled
-// stays in the slot's mark, for the slot's next reader at its epoch (see
-// handledMarks).
-func (c *coordinator) onReaderGone(ctx actor.Context, pid *actor.PID) {
-	for b, ref := range c.readers {
-		if ref.pid.Equal(pid) {
-			delete(c.readers, b)
-		}
-	}
-	c.syncReaders(ctx)
-	c.maybeLeave(ctx)
-}
-
-// forgetLost forgets a slot whose reader, at epoch, stopped on a lost or
-// unsure lease: no reader is spawned for it until a pass reports it held.
-// A reader of an older epoch (one that had not yet stopped when the slot
-// was claimed again) says nothing of the lease held now.
-func (c *coordinator) forgetLost(slot int, epoch int64, err error) {
-	if l, ok := c.owned[slot]; ok && l.Epoch == epoch {
-		c.g.logger.Info("kumi: reader stopped on a lost or unsure lease", "bucket", slot, "epoch", l.Epoch, "err", err)
-		delete(c.owned, slot)
-		c.g.setOwned(c.owned, c.handoff)
-	}
-}
-
 // halt is the first step of a stop or a restart: the readers stop with the
 // coordinator, and none may be spawned again meanwhile.
 func (c *coordinator) halt() {
-	c.halted = true
+	if c.plan != nil {
+		c.plan.Halt()
+	}
 	if c.cancel != nil {
 		c.cancel()
 	}
 }
 
 func (c *coordinator) start(ctx actor.Context) {
-	c.readers, c.owned, c.handoff, c.giving = map[int]*readerRef{}, map[int]leasestore.Lease{}, map[int]bool{}, map[int]bool{}
-	c.drained = map[int]int64{}
+	c.plan, c.readers = coordplan.New(), map[int]*readerRef{}
 	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
@@ -338,7 +321,7 @@ func (c *coordinator) start(ctx actor.Context) {
 // pass runs one reconcile pass off the mailbox; ticks during a pass are
 // folded into one more pass after it.
 func (c *coordinator) pass(ctx actor.Context) {
-	if c.leaving || c.halted {
+	if c.plan.Leaving || c.plan.Halted {
 		return
 	}
 	if c.passing {
@@ -379,46 +362,23 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 	}()
 	c.g.telemetry.lease(p.ctx, observability.LeaseRenew, p.start, p.err)
 	if p.err != nil {
-		p.span.End(observability.PassSummary{Owned: len(c.owned), Err: p.err})
+		p.span.End(observability.PassSummary{Owned: len(c.plan.Owned), Err: p.err})
 		c.g.passFailed(p.err)
 		c.g.logger.Warn("kumi: reconcile pass failed; keeping the current readers", "err", p.err)
 		return
 	}
 	c.checkLate(p)
 	res := p.res
-	summary := c.g.telemetry.passChanges(p.ctx, res, c.owned, c.handoff)
+	summary := c.g.telemetry.passChanges(p.ctx, res, c.plan.Owned, c.plan.HandOff)
 	p.span.End(summary)
-	if c.leaving {
+	if c.plan.Leaving {
 		return
 	}
-	owned := map[int]leasestore.Lease{}
-	reported := map[int]bool{}
-	for _, l := range res.Owned {
-		if e, ok := c.drained[l.Slot]; ok && e == l.Epoch {
-			reported[l.Slot] = true // the drained holding, reported by a pass that began before the drain
-			continue
-		}
-		owned[l.Slot] = l
-	}
-	for s := range c.drained {
-		if !reported[s] {
-			delete(c.drained, s) // gone, or held again at a new epoch
-		}
-	}
-	c.owned = owned
-	c.forgetMarks(res)
-	c.noteResize(res.Resize)
-	for _, b := range res.HandOff {
-		c.handoff[b] = true
-	}
-	for b := range c.handoff {
-		if _, ok := owned[b]; !ok {
-			delete(c.handoff, b)
-		}
-	}
-	c.g.setOwned(c.owned, c.handoff)
+	prev := c.plan.Resize
+	acts := c.plan.Pass(res)
+	c.noteResize(prev, res.Resize)
 	c.g.setPass(res, p.start)
-	c.syncReaders(ctx)
+	c.do(ctx, acts)
 }
 
 // checkLate reports a successful pass that ran late: one that took longer
@@ -441,57 +401,67 @@ func (c *coordinator) checkLate(p *passDone) {
 	}
 }
 
-// syncReaders brings the reader children in line with what is owned:
-// stop readers of buckets lost (or held at another epoch), drain readers of
-// buckets being handed off, spawn readers for owned buckets without one.
-func (c *coordinator) syncReaders(ctx actor.Context) {
-	if c.halted {
-		return
-	}
-	for b, ref := range c.readers {
-		l, ok := c.owned[b]
-		if (!ok || l.Epoch != ref.epoch) && !ref.stopping && !ref.draining {
-			ref.stopping = true
-			ctx.Stop(ref.pid)
+// do carries out the plan's actions, in order (see coordplan.Action), and
+// then publishes what the group owns.
+func (c *coordinator) do(ctx actor.Context, acts []coordplan.Action) {
+	for _, a := range acts {
+		ref := c.readers[a.Slot]
+		if ref != nil && ref.id != a.Reader {
+			ref = nil // (an action names a reader only for Stop, Drain, Tell)
+		}
+		switch a.Kind {
+		case coordplan.ForgetMarks:
+			c.g.marks.forget(func(slot int, epoch int64) bool {
+				e, ok := a.Keep[slot]
+				return ok && e == epoch
+			})
+		case coordplan.Released:
+			c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, a.Slot, a.Epoch, "", a.Why, "", nil)
+		case coordplan.Stop:
+			if ref != nil {
+				ctx.Stop(ref.pid)
+			}
+		case coordplan.Drain:
+			if ref != nil {
+				ref.drain.Store(true)
+				ctx.Send(ref.pid, &drainReader{})
+			}
+		case coordplan.HandOver:
+			c.handOver(ctx, a.Slot)
+		case coordplan.Spawn:
+			c.spawn(ctx, a)
+		case coordplan.Tell:
+			if ref != nil {
+				m := resizeTold{epoch: a.Epoch, told: a.Told}
+				ref.resize.Store(&m)
+				ctx.Send(ref.pid, &m)
+			}
+		case coordplan.Pass:
+			c.pass(ctx)
+		case coordplan.Leave:
+			c.leave(ctx)
 		}
 	}
-	for b := range c.handoff {
-		ref := c.readers[b]
-		switch {
-		case ref == nil:
-			c.handOver(ctx, b)
-		case !ref.draining && !ref.stopping:
-			ref.draining = true
-			ref.drain.Store(true)
-			ctx.Send(ref.pid, &drainReader{})
+	for slot, ref := range c.readers {
+		if r := c.plan.Readers[slot]; r == nil || r.ID != ref.id {
+			delete(c.readers, slot) // gone
 		}
 	}
-	if c.leaving {
-		return
-	}
-	buckets := make([]int, 0, len(c.owned))
-	for b := range c.owned {
-		buckets = append(buckets, b)
-	}
-	sort.Ints(buckets)
-	for _, b := range buckets {
-		l := c.owned[b]
-		switch ref := c.readers[b]; {
-		case ref == nil && !c.handoff[b] && l.Ready:
-			c.spawn(ctx, l) // a next generation's bucket waits, held, until ready
-		case ref != nil && !ref.stopping && ref.epoch == l.Epoch:
-			// Level-triggered: the whole desired state, on every pass and
-			// whenever it changes; a reader that missed a message converges
-			// at the next. A draining reader (a handoff) proposes too: it
-			// holds the lease until it hands over.
-			m := c.resizeOf(l)
-			ref.resize.Store(&m)
-			ctx.Send(ref.pid, &m)
-		}
+	c.g.setOwned(c.plan.Owned, c.plan.HandOff)
+}
+
+// noteResize logs the changes of the resize a pass read.
+func (c *coordinator) noteResize(prev, r leasestore.Resize) {
+	c.g.setResize(r)
+	if prev.State != r.State || prev.Generation != r.Generation {
+		c.g.logger.Info("kumi: resize state", "generation", r.Generation, "buckets", r.Buckets, "state", r.State,
+			"next_buckets", r.NextBuckets, "cut", r.Cut, "cut_decided", r.CutDecided)
 	}
 }
 
-func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
+// spawn starts the reader a.Reader for the holding a.Lease.
+func (c *coordinator) spawn(ctx actor.Context, a coordplan.Action) {
+	l := a.Lease
 	q, err := overflow.New(overflow.Config{
 		Capacity:     c.g.opts.QueueCapacity,
 		MaxBytes:     c.g.opts.QueueBytes,
@@ -502,15 +472,15 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	if err != nil {
 		panic(invalid("GroupOptions.QueueCapacity", c.g.opts.QueueCapacity, err.Error())) // validated at StartGroup
 	}
-	m := c.resizeOf(l)
+	m := resizeTold{epoch: l.Epoch, told: a.Told}
 	// The new reader starts after what the slot's readers at its epoch
 	// handled, its coordinator's earlier incarnations' included: see
 	// reader.resumeAt.
-	ref := &readerRef{epoch: l.Epoch, queue: q, handled: c.g.marks.at(l.Slot, l.Epoch, c.g.store.Server().Epoch)}
+	ref := &readerRef{id: a.Reader, epoch: l.Epoch, queue: q, handled: c.g.marks.at(l.Slot, l.Epoch, c.g.store.Server().Epoch)}
 	c.g.logger.Debug("kumi: reader starts", "slot", l.Slot, "generation", l.Generation, "bucket", l.Bucket,
 		"buckets", l.Buckets, "epoch", l.Epoch, "ready", l.Ready, "resize", m.told.Resize, "bounded", m.told.Active,
-		"bound", m.told.Limit, "proposed", m.told.Proposed, "cut", m.told.Decided, "state", c.resize.State,
-		"serving", c.resize.Generation, "handled", ref.handled.load())
+		"bound", m.told.Limit, "proposed", m.told.Proposed, "cut", m.told.Decided, "state", c.plan.Resize.State,
+		"serving", c.plan.Resize.Generation, "handled", ref.handled.load())
 	ref.resize.Store(&m)
 	r := func() actor.Actor {
 		// Each incarnation starts from what the coordinator last told
@@ -532,24 +502,6 @@ func (c *coordinator) spawn(ctx actor.Context, l leasestore.Lease) {
 	c.g.registerQueue(l.Slot, q)
 }
 
-// forgetMarks drops the handled mark (see handledMarks) of every slot a
-// pass reports not held, held at another epoch, or newly claimed: their
-// next reader starts at the checkpoint. (A slot's epoch grows with every
-// claim, but a next generation's lease row deleted by a cancelled resize
-// and made again starts over: a new claim of it may repeat an epoch seen
-// before.) A reader still running at a forgotten mark keeps writing it,
-// for nobody.
-func (c *coordinator) forgetMarks(res leasestore.PassResult) {
-	claimed := map[int]bool{}
-	for _, l := range res.Claimed {
-		claimed[l.Slot] = true
-	}
-	c.g.marks.forget(func(slot int, epoch int64) bool {
-		l, ok := c.owned[slot]
-		return ok && l.Epoch == epoch && !claimed[slot]
-	})
-}
-
 // resumeAt sets where the reader starts, its checkpoint loaded: after the
 // checkpoint, or after what its predecessors at its epoch in this process
 // handled (r.handled), if that is further — and then writes that position
@@ -562,7 +514,7 @@ func (c *coordinator) forgetMarks(res leasestore.PassResult) {
 // coordinator: see handledMarks). Starting after it is safe: the same
 // epoch means no other worker held the slot in between (every claim raises
 // the epoch, and the coordinator forgets the mark on any pass that does
-// not report the slot held at that epoch, see forgetMarks), so nobody else delivered
+// not report the slot held at that epoch, see coordplan.ForgetMarks), so nobody else delivered
 // beyond the checkpoint; and the events up to the mark were handled —
 // acked or dead-lettered — here. Nor does it cross a resize bound: a
 // reader never acks beyond its bound, and a cut is never below a bound
@@ -596,55 +548,23 @@ func (r *reader) handledThrough() int64 {
 	return r.acked
 }
 
+// handOver runs the HandOver of a slot the plan gives (its reader gone);
+// handedOver brings its end back.
 func (c *coordinator) handOver(ctx actor.Context, bucket int) {
-	if c.handoff[bucket] && c.readers[bucket] == nil && !c.giving[bucket] && !c.leaving {
-		c.giving[bucket] = true
-		self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
-		go func() {
-			cctx, cancel := context.WithTimeout(life, timeout)
-			defer cancel()
-			start := time.Now()
-			err := leases.HandOver(cctx, bucket)
-			root.Send(self, &handedOver{bucket: bucket, start: start, err: err})
-		}()
-	}
-}
-
-func (c *coordinator) onDrained(ctx actor.Context, d *readerDrained) {
-	c.g.setProgress(d.Bucket, d.Position)
-	// The reader stops itself; its Terminated (acted on behind this, see
-	// readerGone) removes it, and then the bucket is handed over (or,
-	// when leaving, released by Leave).
-}
-
-// beginLeave is the graceful stop: drain every reader, then release every
-// lease and leave the pool, so other workers take over at once.
-func (c *coordinator) beginLeave(ctx actor.Context) {
-	if c.leaving {
-		return
-	}
-	c.leaving = true
-	for _, ref := range c.readers {
-		if !ref.draining && !ref.stopping {
-			ref.draining = true
-			ref.drain.Store(true)
-			ctx.Send(ref.pid, &drainReader{})
-		}
-	}
-	c.maybeLeave(ctx)
-}
-
-func (c *coordinator) maybeLeave(ctx actor.Context) {
-	if !c.leaving || c.left || len(c.readers) > 0 || len(c.giving) > 0 {
-		return
-	}
-	c.left = true
 	self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
-	for b, l := range c.owned {
-		c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "graceful stop", "", nil)
-	}
-	c.owned = map[int]leasestore.Lease{}
-	c.g.setOwned(c.owned, nil)
+	go func() {
+		cctx, cancel := context.WithTimeout(life, timeout)
+		defer cancel()
+		start := time.Now()
+		err := leases.HandOver(cctx, bucket)
+		root.Send(self, &handedOver{bucket: bucket, start: start, err: err})
+	}()
+}
+
+// leave releases every lease and leaves the pool, the readers all
+// drained (see coordplan.State.BeginLeave); groupLeft ends the group.
+func (c *coordinator) leave(ctx actor.Context) {
+	self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
 	go func() {
 		cctx, cancel := context.WithTimeout(life, timeout)
 		defer cancel()
@@ -667,11 +587,11 @@ func (c *coordinator) onStopping() {
 		return
 	}
 	g, stopped := c.g, c.stopped
-	for b, l := range c.owned {
+	for b, l := range c.plan.Owned {
 		g.telemetry.ownership(context.Background(), observability.ChangeRelease, b, l.Epoch, "", "group failed", "", nil)
 	}
-	c.owned = map[int]leasestore.Lease{}
-	g.setOwned(c.owned, nil)
+	c.plan.Owned = map[int]leasestore.Lease{}
+	g.setOwned(c.plan.Owned, nil)
 	go func() {
 		wait := time.NewTimer(g.opts.HandlerTimeout)
 		defer wait.Stop()

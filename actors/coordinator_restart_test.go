@@ -11,7 +11,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -246,7 +245,7 @@ func TestARestartedCoordinatorIgnoresItsPredecessorsPass(t *testing.T) {
 	var held leasestore.Lease
 	var late *passDone
 	w.onCoordinator(t, func(c *coordinator) {
-		held = c.owned[0]
+		held = c.plan.Owned[0]
 		sctx, span := c.g.telemetry.startReconcile(context.Background())
 		stale := held
 		stale.Epoch = held.Epoch + 41
@@ -257,7 +256,7 @@ func TestARestartedCoordinatorIgnoresItsPredecessorsPass(t *testing.T) {
 	var owned leasestore.Lease
 	var reader int64
 	w.onCoordinator(t, func(c *coordinator) {
-		owned = c.owned[0]
+		owned = c.plan.Owned[0]
 		if ref := c.readers[0]; ref != nil {
 			reader = ref.epoch
 		}
@@ -281,11 +280,11 @@ func TestALostFenceOfAnOlderEpochLeavesTheLeaseHeldNow(t *testing.T) {
 	var before, older, now leasestore.Lease
 	var keptOlder, keptNow bool
 	w.onCoordinator(t, func(c *coordinator) {
-		before = c.owned[0]
-		c.forgetLost(0, before.Epoch-1, eventsource.ErrFenceLost)
-		older, keptOlder = c.owned[0]
-		c.forgetLost(0, before.Epoch, eventsource.ErrFenceLost)
-		now, keptNow = c.owned[0]
+		before = c.plan.Owned[0]
+		c.plan.LostFence(0, before.Epoch-1)
+		older, keptOlder = c.plan.Owned[0]
+		c.plan.LostFence(0, before.Epoch)
+		now, keptNow = c.plan.Owned[0]
 	})
 	require.True(t, keptOlder, "a lost fence at epoch %d leaves the lease held at %d", before.Epoch-1, before.Epoch)
 	require.Equal(t, before.Epoch, older.Epoch)

@@ -85,7 +85,10 @@ func (w *testWorker) inspectReaders() []string {
 		var out []ref
 		for b, r := range c.readers {
 			x := ref{bucket: b}
-			x.r.pid, x.r.epoch, x.r.queue, x.r.draining, x.r.stopping = r.pid, r.epoch, r.queue, r.draining, r.stopping
+			x.r.pid, x.r.epoch, x.r.queue = r.pid, r.epoch, r.queue
+			if p := c.plan.Readers[b]; p != nil {
+				x.r.draining, x.r.stopping = p.Draining, p.Stopping
+			}
 			out = append(out, x)
 		}
 		refs <- out

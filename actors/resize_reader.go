@@ -11,7 +11,6 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/leasestore"
-	"github.com/kumi-run/kumi/observability"
 )
 
 // A reader's part in a resize (docs/resize.md). A reader of the serving
@@ -223,55 +222,4 @@ func (r *reader) onCutDrained(ctx actor.Context, m *cutDrained) {
 		}
 		panic(err)
 	}
-}
-
-// resizeOf is what the reader of a held slot is to know of the resize:
-// the whole desired state, told on every pass (level-triggered). For a
-// bucket of the serving generation while a resize runs, the resize by its
-// id and the bound its lease row carried — its proposal, or the decided
-// cut (every holding may deliver up to C, and no further) — or, while
-// sealing without one, that it must propose; otherwise that the resize
-// (the one in force, or the last) does not bound it.
-func (c *coordinator) resizeOf(l leasestore.Lease) resizeTold {
-	t := resizepart.Told{Resize: c.resize.ID}
-	switch {
-	case !c.resize.Resizing() || l.Generation != c.resize.Generation:
-	case c.resize.CutDecided:
-		t.Active, t.Decided, t.Limit = true, true, c.resize.Cut
-	case l.Bound.Resizing && l.Bound.Decided:
-		t.Active, t.Decided, t.Limit = true, true, l.Bound.Limit
-	case l.Bound.Resizing:
-		t.Active, t.Proposed, t.Limit = true, true, l.Bound.Limit
-	default:
-		t.Active = true // sealing, no proposal: propose one
-	}
-	return resizeTold{epoch: l.Epoch, told: t}
-}
-
-// noteResize records the resize a pass read, and logs its changes.
-func (c *coordinator) noteResize(r leasestore.Resize) {
-	prev := c.resize
-	c.resize = r
-	c.g.setResize(r)
-	if prev.State != r.State || prev.Generation != r.Generation {
-		c.g.logger.Info("kumi: resize state", "generation", r.Generation, "buckets", r.Buckets, "state", r.State,
-			"next_buckets", r.NextBuckets, "cut", r.Cut, "cut_decided", r.CutDecided)
-	}
-}
-
-// onCutDrained forgets a slot its reader drained to the cut: the drain
-// released it for good.
-func (c *coordinator) onCutDrained(ctx actor.Context, m *readerCutDrained) {
-	c.g.setProgress(m.Bucket, m.Position)
-	c.drained[m.Bucket] = m.Epoch
-	if l, ok := c.owned[m.Bucket]; ok && l.Epoch == m.Epoch {
-		// (A pass after a cancel may already have claimed the slot again,
-		// at a new epoch: that holding stays.)
-		c.g.telemetry.ownership(context.Background(), observability.ChangeRelease, m.Bucket, l.Epoch, "",
-			"drained to the resize's cut", "", nil)
-		delete(c.owned, m.Bucket)
-		delete(c.handoff, m.Bucket)
-		c.g.setOwned(c.owned, c.handoff)
-	}
-	c.pass(ctx) // the drain may have switched or completed the resize
 }

@@ -1,0 +1,141 @@
+package coordplan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kumi-run/kumi/leasestore"
+)
+
+// The simulation's lease table (see sim_test.go): one row per slot, with
+// its owner, epoch and expiry; a pass renews, activates what was handed
+// over, claims free slots up to the fair share (raising the epoch) and
+// claims one from a worker above it (two-phase); a resize's cut drains
+// slots for good until a cancel frees them.
+
+// row is one slot's lease row.
+type row struct {
+	owner    int // worker, or -1
+	epoch    int64
+	expires  int
+	claimant int  // the worker that claimed it from its owner (two-phase), or -1
+	given    bool // handed over to the claimant, who activates it on its next pass
+	drained  bool // drained to the cut, while the resize is in force
+}
+
+// layout is the table without its expiries.
+func (s *sim) layout() []row {
+	out := slices.Clone(s.rows)
+	for i := range out {
+		out[i].expires = 0
+	}
+	return out
+}
+
+func (s *sim) expired(r row) bool { return r.owner >= 0 && s.now > r.expires }
+
+// cut decides a resize's cut: every serving slot's reader, told, drains
+// to it.
+func (s *sim) cut() {
+	s.resize.ID++
+	s.resize.State, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeCut, true, 10
+	s.cancels = s.rng.IntN(3) > 0 // or the cut stays to the end: every slot must drain to it
+	s.logf("resize %d: cut decided", s.resize.ID)
+}
+
+// cancel cancels the resize: its drained slots are free again.
+func (s *sim) cancel() {
+	s.resize.State, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSteady, false, 0
+	for i := range s.rows {
+		s.rows[i].drained = false
+	}
+	s.logf("resize %d: cancelled", s.resize.ID)
+}
+
+// pass is worker w's lease pass against the table: renew what it holds
+// (not what it is handing off), activate what was handed to it, claim
+// free slots up to its fair share, and claim one from a worker above it.
+func (s *sim) pass(w int) leasestore.PassResult {
+	res := leasestore.PassResult{Resize: s.resize}
+	claim := func(i int) {
+		r := &s.rows[i]
+		r.owner, r.epoch, r.expires, r.claimant, r.given = w, r.epoch+1, s.now+simTTL, -1, false
+		res.Claimed = append(res.Claimed, leasestore.Lease{Slot: i, Epoch: r.epoch, Ready: true})
+	}
+	held := 0 // what w holds, or waits for (claimed from another)
+	for i := range s.rows {
+		r := &s.rows[i]
+		if r.claimant >= 0 && s.workers[r.claimant].departed {
+			r.claimant, r.given = -1, false // its claimant is gone
+		}
+		switch {
+		case s.expired(*r):
+			r.owner, r.claimant, r.given = -1, -1, false
+		case r.given && r.claimant == w:
+			claim(i)
+		case r.owner == w && r.claimant < 0:
+			r.expires = s.now + simTTL
+		}
+		if r.owner == w || r.claimant == w {
+			held++
+		}
+	}
+	live, free := s.live(), 0
+	for _, r := range s.rows {
+		if !r.drained {
+			free++
+		}
+	}
+	fair := (free + max(live, 1) - 1) / max(live, 1)
+	if s.workers[w].leaving {
+		fair = 0
+	}
+	for i := range s.rows {
+		if r := s.rows[i]; held < fair && r.owner < 0 && !r.drained && !r.given {
+			claim(i)
+			held++
+		}
+	}
+	if held < fair {
+		for i := range s.rows {
+			if r := &s.rows[i]; r.owner >= 0 && r.owner != w && r.claimant < 0 && s.holds(r.owner) > fair {
+				r.claimant = w
+				break
+			}
+		}
+	}
+	for i, r := range s.rows {
+		if r.owner == w {
+			res.Owned = append(res.Owned, leasestore.Lease{Slot: i, Epoch: r.epoch, Ready: true})
+			if r.claimant >= 0 && !r.given {
+				res.HandOff = append(res.HandOff, i)
+			}
+		}
+	}
+	return res
+}
+
+func (s *sim) holds(w int) int {
+	n := 0
+	for _, r := range s.rows {
+		if r.owner == w {
+			n++
+		}
+	}
+	return n
+}
+
+func show(res leasestore.PassResult) string {
+	var b strings.Builder
+	for _, l := range res.Owned {
+		fmt.Fprintf(&b, " %d@%d", l.Slot, l.Epoch)
+	}
+	if len(res.HandOff) > 0 {
+		fmt.Fprintf(&b, " handoff %v", res.HandOff)
+	}
+	if res.Resize.CutDecided {
+		fmt.Fprintf(&b, " cut(resize %d)", res.Resize.ID)
+	}
+	return "owned" + b.String()
+}
