@@ -32,12 +32,18 @@ import (
 //   - the window takes events at random, finishes them, and puts a
 //     batch's tail back; a resize cut is decided and lifted at random.
 //
-// Invariants are checked after every step: the pending list is exactly
-// the bucket's events after what the window took, through the cursor (no
-// event skipped, none queued twice, in position order); the cursor never
-// goes back; the live queue is held while the feed catches up; no page is
-// read while a batch's worth is pending, nor past a decided cut the cursor
-// reached. Then the faults stop, and every event must be delivered once.
+// Each seed draws its own weights for these, and its own sizes, lags and
+// start times. Invariants are checked after every step: the pending list
+// is exactly the bucket's events after what the window took, through the
+// cursor (no event skipped, none queued twice, in position order); the
+// cursor never goes back; the live queue is held while the feed catches
+// up; no page is read while a batch's worth is pending, nor past a
+// decided cut; a catch-up ends at or past the publisher's position when
+// its last read started; a live feed owes nothing — it has read through
+// where its subscription starts and where its next batch will start,
+// unless a pause or the subscription's start is on its way to tell it, or
+// a decided cut lets it wait. Then the faults stop, and every event must
+// be delivered once.
 //
 //	go test -run TestSim ./internal/readfeed/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/readfeed/ -seeds 100000
@@ -145,14 +151,20 @@ type sim struct {
 	feed       *Feed
 	cfg        Config
 	readAhead  int64
-	loading    bool   // the checkpoint load is under way
-	reads      []Read // started, not yet run against the store
-	retryAgain bool   // a failed read waits to be read again
+	loading    bool             // the checkpoint load is under way
+	reads      []Read           // started, not yet run against the store
+	pubAt      map[uint64]int64 // the publisher's position when each read started
+	told       int64            // the subscription's start, as the reader was told (-1: not yet)
+	retryAgain bool             // a failed read waits to be read again
 	lastCursor int64
 	weights    [14]int // of step's actions, drawn for the seed: each seed stresses other orders
 	cuts       int     // cuts left to decide
 	startAt    int     // the step the reader starts at: its subscribe and checkpoint load go then
 	slowSub    int     // the publisher takes the subscribe at a step with chance 1/slowSub
+	loadFirst  bool    // the subscribe is taken after the checkpoint is loaded
+	dataSize   int     // events' data is shorter
+	lag        int     // the standby replays at a step with chance 1/lag
+	aheadSize  int64   // read-ahead bytes are fewer than 400 more
 	commits    int     // left to make while the faults go on: the tail of the stream comes at some point
 
 	// the window
@@ -165,10 +177,11 @@ type sim struct {
 
 func newSim(seed uint64) *sim {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5deece66d))
-	s := &sim{rng: rng, capacity: 1 + rng.IntN(1+rng.IntN(3)), inFlight: 1 + rng.IntN(4), loading: true, subscribe: true,
+	s := &sim{rng: rng, pubAt: map[uint64]int64{}, told: -1, capacity: 1 + rng.IntN(1+rng.IntN(3)), inFlight: 1 + rng.IntN(4), loading: true, subscribe: true,
 		commits: rng.IntN(1 + rng.IntN(40)), cuts: rng.IntN(4), startAt: rng.IntN(1 + rng.IntN(150)),
-		slowSub: 1 + rng.IntN(20)}
-	s.cfg = Config{BatchSize: 2 + rng.IntN(5)}
+		slowSub: 1 + rng.IntN(20), loadFirst: rng.IntN(2) == 0, lag: 1 + rng.IntN(10)}
+	s.cfg = Config{BatchSize: 2 + rng.IntN(1+rng.IntN(16))}
+	s.dataSize, s.aheadSize = 1+rng.IntN(400), 1+rng.Int64N(8000)
 	for i := range s.weights {
 		s.weights[i] = 1 + rng.IntN(8)
 	}
@@ -186,7 +199,7 @@ func newSim(seed uint64) *sim {
 	return s
 }
 
-func (s *sim) pickReadAhead() int64 { return 400 + s.rng.Int64N(2000) }
+func (s *sim) pickReadAhead() int64 { return 400 + s.rng.Int64N(s.aheadSize) }
 
 func (s *sim) env() Env { return Env{Published: s.pos, ReadAhead: s.readAhead} }
 
@@ -208,7 +221,7 @@ func (s *sim) commit() {
 	s.head++
 	if s.rng.IntN(2) == 0 {
 		s.events = append(s.events, eventsource.RecordedEvent{Position: s.head, Stream: fmt.Sprintf("s%d", s.rng.IntN(3)),
-			Data: make([]byte, s.rng.IntN(400))})
+			Data: make([]byte, s.rng.IntN(s.dataSize))})
 	}
 }
 
@@ -270,6 +283,7 @@ func (s *sim) apply(input string, e Effects) {
 			s.fail("read #%d (%d, %d] reads past the decided cut %d", r.ID, r.From, r.Target, s.cut)
 		}
 		s.reads = append(s.reads, *r)
+		s.pubAt[r.ID] = s.pos
 	}
 }
 
@@ -328,13 +342,22 @@ func (s *sim) receive() bool {
 		s.loading = false
 		s.apply(m.String(), s.feed.Loaded(s.checkpoint, env))
 	case msgSubscribed:
+		s.told = m.from
 		s.apply(m.String(), s.feed.Subscribed(m.from, env))
 	case msgBatch:
 		s.apply(m.String(), s.feed.Live(m.batch, env))
 	case msgPaused:
 		s.apply(m.String(), s.feed.Paused(env))
 	case msgPage:
+		was := s.feed.phase
 		s.apply(m.String(), s.feed.Page(m.page, env))
+		// A catch-up ends at or past what the publisher had posted when its
+		// last read started (batches a pause dropped may hold those
+		// events), or at the decided cut.
+		if pub := s.pubAt[m.page.Read]; was == CatchingUp && s.feed.phase == Live && s.feed.cursor < pub &&
+			(!s.cutSet || s.feed.cursor < s.cut) {
+			s.fail("the catch-up ended at %d, below the publisher's %d when its read started", s.feed.cursor, pub)
+		}
 	case msgReadFailed:
 		s.log("read failed: read again after a while")
 		s.retryAgain = true
@@ -445,6 +468,11 @@ func (s *sim) check() {
 	if owed := s.owed(); f.phase == Live && f.cursor < owed && !s.cutSet && !s.telling() {
 		s.fail("live at %d, but no batch brings the events through %d", f.cursor, owed)
 	}
+	// Live, it has read through where its subscription starts, once told
+	// (no batch brings what lies before), or to the decided cut.
+	if f.phase == Live && f.cursor < s.told && (!s.cutSet || f.cursor < s.cut) {
+		s.fail("live at %d, below the subscription's start %d", f.cursor, s.told)
+	}
 	want := s.after(s.base(), max(f.cursor, s.base()))
 	if !samePositions(want, f.pending) {
 		s.fail("pending %s, but the bucket's events after %d through the cursor %d are %s",
@@ -467,12 +495,18 @@ func (s *sim) step(faults bool) bool {
 		}
 	}
 	add(faults && s.commits > 0, func() { s.commits--; s.commit(); s.log("commit: head %d", s.head) })
-	add(s.standby < s.head, func() {
+	add(s.standby < s.head && (!faults || s.rng.IntN(s.lag) == 0), func() {
 		s.standby += 1 + s.rng.Int64N(min(s.head-s.standby, 3))
 		s.log("the standby replays through %d", s.standby)
 	})
-	add(s.pos < s.head, s.fetch)
-	add(s.subscribe && s.steps >= s.startAt && (!faults || s.rng.IntN(s.slowSub) == 0), func() {
+	// (Above all while the queue is held: the batches then fill it, and it
+	// pauses.)
+	add(s.pos < s.head && (!faults || s.held || s.rng.IntN(3) == 0), s.fetch)
+	// (In some seeds the publisher takes the subscribe only once the
+	// checkpoint is loaded: the reader's first read then races the
+	// publisher's fetches and the subscribe.)
+	add(s.subscribe && s.steps >= s.startAt && (!s.loadFirst || !s.loading) &&
+		(!faults || s.feed.Reading() || s.rng.IntN(s.slowSub) == 0), func() {
 		s.subscribe, s.subscribed, s.from = false, true, s.pos
 		s.log("publisher takes the subscribe at %d", s.pos)
 		s.post(simMsg{kind: msgSubscribed, from: s.pos})
@@ -498,16 +532,19 @@ func (s *sim) step(faults bool) bool {
 		s.readAhead = s.pickReadAhead()
 		s.log("read-ahead now %d bytes", s.readAhead)
 	})
-	add(faults && s.cuts > 0 && !s.cutSet && !s.loading, func() {
+	// (Decided above all while catching up: the catch-up's next read is
+	// capped at it.)
+	add(faults && s.cuts > 0 && !s.cutSet && !s.loading && (s.feed.Phase() == CatchingUp || s.rng.IntN(4) == 0), func() {
 		s.cuts--
 		// A cut is never below what the slot delivered (its proposal is
 		// its frozen cursor).
 		s.cut, s.cutSet = s.base()+s.rng.Int64N(s.head-s.base()+1), true
 		s.apply(fmt.Sprintf("cut decided at %d", s.cut), s.feed.Bound(Bound{Bounded: true, Decided: true, Limit: s.cut}, s.env()))
 	})
-	// (Lifted above all while a read is out: a read capped at the cut
-	// then answers for a bound that is gone.)
-	add(faults && s.cutSet && (s.feed.Reading() || s.rng.IntN(4) == 0), func() {
+	// (Lifted above all while a read capped at it is out: it then answers
+	// for a bound that is gone.)
+	capped := s.feed.out != nil && s.feed.out.Target < s.feed.out.want
+	add(faults && s.cutSet && (capped || s.rng.IntN(4) == 0), func() {
 		s.cutSet = false
 		s.apply(fmt.Sprintf("cut %d lifted", s.cut), s.feed.Bound(Bound{}, s.env()))
 	})
