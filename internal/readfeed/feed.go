@@ -21,6 +21,7 @@ const (
 	Live
 )
 
+// String names the phase as the reader's diagnostics print it.
 func (p Phase) String() string {
 	switch p {
 	case Loading:
@@ -164,6 +165,8 @@ func (f *Feed) Pending() []eventsource.RecordedEvent { return f.pending }
 // PendingBytes is the pending events' total size.
 func (f *Feed) PendingBytes() int64 { return f.bytes }
 
+// String is the feed's state in one line, for diagnostics and the
+// simulation's trace.
 func (f *Feed) String() string {
 	out := "none"
 	if f.out != nil {
