@@ -32,21 +32,19 @@ func (r *reader) takeBatch(s *slot) *Batch {
 	if s.alone {
 		limit = 1
 	}
-	evs := make([]eventsource.RecordedEvent, 1, min(limit, 1+len(r.pending)))
+	pending := r.feed.Pending()
+	evs := make([]eventsource.RecordedEvent, 1, min(limit, 1+len(pending)))
 	evs[0] = s.d.Event
 	size, n := eventSize(s.d.Event), 0
-	for ; n < len(r.pending) && len(evs) < limit; n++ {
-		e := r.pending[n]
+	for ; n < len(pending) && len(evs) < limit; n++ {
+		e := pending[n]
 		size += eventSize(e)
 		if e.Err != nil || (o.MaxBytes > 0 && size > o.MaxBytes) || r.beyondBound(e.Position) {
 			break
 		}
 		evs = append(evs, e)
 	}
-	r.pending = r.pending[n:]
-	if len(r.pending) == 0 {
-		r.pending = nil
-	}
+	r.feed.Take(n)
 	s.batch = evs
 	d := s.d
 	return &Batch{Events: evs, Attempt: d.Attempt, Subscription: d.Subscription, Generation: d.Generation, Bucket: d.Bucket,
@@ -60,9 +58,7 @@ func eventSize(e eventsource.RecordedEvent) int { return len(e.Data) + len(e.Met
 // front of the pending list, in order.
 func (r *reader) unbatch(s *slot) {
 	if len(s.batch) > 1 {
-		rest := s.batch[1:]
-		pending := make([]eventsource.RecordedEvent, 0, len(rest)+len(r.pending))
-		r.pending = append(append(pending, rest...), r.pending...)
+		r.feed.PutBack(s.batch[1:])
 	}
 	s.batch = nil
 }

@@ -523,7 +523,7 @@ func (c *coordinator) spawn(ctx actor.Context, a coordplan.Action) {
 // every other.
 func (r *reader) resumeAt(ctx actor.Context, checkpoint int64) {
 	from := max(checkpoint, r.handled.load())
-	r.cursor, r.acked, r.flushed = from, from, checkpoint
+	r.acked, r.flushed = from, checkpoint
 	if from > checkpoint {
 		r.g.logger.Debug("kumi: reader resumes after what its predecessor handled", "slot", r.bucket, "epoch", r.epoch,
 			"checkpoint", checkpoint, "handled", from)

@@ -138,9 +138,8 @@ func (r *reader) pump(ctx actor.Context) {
 	}
 	r.limitRuns()
 	if !r.draining {
-		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.pending) > 0 && !r.beyondBound(r.pending[0].Position) {
-			e := r.pending[0]
-			r.pending = r.pending[1:]
+		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.feed.Pending()) > 0 && !r.beyondBound(r.feed.Pending()[0].Position) {
+			e := r.feed.Take(1)[0]
 			n := &newSlot{d: Delivery{
 				Event: e, Subscription: r.g.opts.Subscription, Generation: r.generation, Bucket: r.genBucket, Epoch: r.epoch,
 				Fence: r.fence, id: answerIDs.Add(1), exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
@@ -154,9 +153,6 @@ func (r *reader) pump(ctx actor.Context) {
 			}
 			r.win.slots = append(r.win.slots, &n.s)
 		}
-		if len(r.pending) == 0 {
-			r.pending = nil
-		}
 		for _, s := range r.win.slots {
 			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] || !r.handlerReady() {
 				continue // the handler is probed or replaced: sent once it answers, or to its successor
@@ -168,10 +164,7 @@ func (r *reader) pump(ctx actor.Context) {
 			r.sendFirst(ctx, s)
 		}
 	}
-	r.updateHold()
-	if r.catching {
-		r.readPage(ctx)
-	}
+	r.feedDo(ctx, r.feed.Poll(r.feedEnv())) // the hold for what is pending now, and the catch-up's next page
 	r.maybeFinishDrain(ctx)
 	r.maybeDrainToCut(ctx)
 }

@@ -186,16 +186,12 @@ func (h *funcHandler) handle(root *actor.RootContext, ru *run) {
 // unreadable one (dead-lettered on its own, as the first of a slot) — and
 // at most runEvents.
 func (r *reader) sendRun(ctx actor.Context, s *slot) {
-	n, most := 0, r.runEvents()
-	for n < len(r.pending) && n+1 < most && r.pending[n].Err == nil && !r.beyondBound(r.pending[n].Position) {
+	n, most, pending := 0, r.runEvents(), r.feed.Pending()
+	for n < len(pending) && n+1 < most && pending[n].Err == nil && !r.beyondBound(pending[n].Position) {
 		n++
 	}
 	evs := make([]eventsource.RecordedEvent, 0, n+1)
-	evs = append(append(evs, s.d.Event), r.pending[:n]...)
-	r.pending = r.pending[n:]
-	if len(r.pending) == 0 {
-		r.pending = nil
-	}
+	evs = append(append(evs, s.d.Event), r.feed.Take(n)...)
 	now := time.Now()
 	s.batch, s.state, s.sentAt, s.to = evs, slotSent, now, r.handler
 	s.run = &run{d: s.d, events: evs, held: r.g.leases.EnsureHeld, slot: r.bucket, tel: r.g.telemetry, until: now.Add(r.tick),

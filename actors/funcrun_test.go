@@ -473,7 +473,7 @@ func TestFunctionHandlerRunsAndLeasesAndResizes(t *testing.T) {
 		}, func() string { return fmt.Sprintf("the events beyond the cut sequenced: %d of 30", len(beyond)) })
 		last := beyond[len(beyond)-1].Position
 		// The runtime's publisher has read them: the respawned reader's
-		// catch-up covers them (see readPage).
+		// catch-up covers them (see readfeed.Feed.Paused).
 		waitUntil(t, func() bool { return w.rt.published.Load() >= last },
 			func() string { return fmt.Sprintf("the publisher at %d, not through %d", w.rt.published.Load(), last) })
 

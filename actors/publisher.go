@@ -111,7 +111,7 @@ type publisher struct {
 	// full covers it (see eventsource.PageReader).
 	known func() int64
 	// published is pos for the readers, stored before the batches up to
-	// it are posted: a reader's catch-up covers it (see reader.readPage).
+	// it are posted: a reader's catch-up covers it (see readfeed.Env.Published).
 	// publishedEpoch is epoch for them, stored after published when it
 	// changes: a reader that loads it, then published, and finds its own
 	// server epoch, has a position of that epoch.

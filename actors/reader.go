@@ -9,6 +9,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/internal/readfeed"
 	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/observability"
 )
@@ -49,13 +50,11 @@ type (
 		err error
 	}
 	pageRead struct {
-		gen     *reader
-		events  []eventsource.RecordedEvent
-		full    bool // the page reached its limit in events or bytes: read on
-		bytes   int64
-		target  int64
-		resumes uint64 // the reader's resumes when the read started
-		err     error
+		gen    *reader
+		read   uint64 // the readfeed.Read it answers
+		events []eventsource.RecordedEvent
+		bytes  int64
+		err    error
 	}
 	flushDone struct {
 		gen *reader
@@ -128,21 +127,17 @@ type reader struct {
 	bg           context.Context
 	cancel       context.CancelFunc
 
-	cursor     int64                       // every event of the bucket up to here is queued or handled
-	pending    []eventsource.RecordedEvent // read, not yet in the window
-	win        window                      // events being delivered
-	catching   bool
-	reading    bool
-	target     int64  // catch-up must cover at least this position
-	resumes    uint64 // queue resumes after a pause; a catch-up reads past the last one
+	// feed is the read side (internal/readfeed): the cursor, the events
+	// read and not yet in the window, the catch-up and the hold of the
+	// live queue. The reader carries out its effects (see feedDo).
+	feed       *readfeed.Feed
+	win        window // events being delivered
 	acked      int64  // last handled position
 	flushed    int64
 	flushing   bool
 	sinceFlush int
 	draining   bool
 	stopped    bool
-	ready      bool
-	held       bool // the queue is held (see updateHold)
 	overflowed error
 	unsure     error // EnsureHeld failed: the reader drains and stops
 	// unsureWrite is a checkpoint write that failed under the unsure
@@ -162,12 +157,6 @@ type reader struct {
 	// in place (see retryInPlace).
 	storeFailures int
 	tick          time.Duration
-	// pendBytes is the size of pendBase, which pending was when it was
-	// last counted (see pendingBytes); eventSize the average size of the
-	// events last read.
-	pendBytes int64
-	pendBase  []eventsource.RecordedEvent
-	eventSize int64
 }
 
 func (r *reader) Receive(ctx actor.Context) {
@@ -193,8 +182,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.g.logger.Debug("kumi: reader checkpoint loaded", "slot", r.bucket, "epoch", r.epoch, "checkpoint", msg.pos)
 		r.resumeAt(ctx, msg.pos)
 		r.carried = r.handled.takeLeft(r.acked)
-		r.ready = true
-		r.readPage(ctx)
+		r.feedDo(ctx, r.feed.Loaded(r.acked, r.feedEnv())) // reads the first page
 	case *pageRead:
 		if msg.gen == r {
 			r.onPage(ctx, msg)
@@ -247,8 +235,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 	case *readAgain:
 		if msg.gen == r && !r.stopped {
-			r.reading = false
-			r.readPage(ctx)
+			r.feedDo(ctx, r.feed.ReadAgain(r.feedEnv()))
 		}
 	case *rewriteDeadLetter:
 		if s := r.win.byID[msg.id]; msg.gen == r && !r.stopped && s != nil && s.state == slotDeadLettering {
@@ -295,8 +282,8 @@ func (r *reader) start(ctx actor.Context) {
 	}
 	r.fence = r.g.store.ServerFence(r.server, r.fence)
 	r.bg, r.cancel = context.WithCancel(context.Background())
-	r.catching = true // until the checkpoint is loaded and read through
-	r.updateHold()
+	r.feed = readfeed.New(readfeed.Config{BatchSize: r.g.opts.BatchSize})
+	r.feedDo(ctx, r.feed.Poll(r.feedEnv())) // holds the queue until the checkpoint is loaded and read through
 	// A restart clears a pause the last incarnation left. The queue
 	// survives restarts, and one that overflowed under DropSubscription
 	// never takes a live batch again: this reader would catch up once and
@@ -333,7 +320,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.stopped = true
 	r.g.rt.readers.Add(-1)
-	if r.ready {
+	if r.loaded() {
 		r.handled.leave(r.leftRetry())
 	}
 	r.handled.note(r.handledThrough())
@@ -372,53 +359,48 @@ func (r *reader) after(ctx actor.Context, d time.Duration, msg any) {
 	})
 }
 
-// catchUp reads the bucket from the database until it covers target.
-// Live batches stay in the (bounded) queue meanwhile, so that they cannot
-// overtake the catch-up.
-func (r *reader) catchUp(ctx actor.Context, target int64) {
-	r.catching = true
-	r.updateHold()
-	r.target = max(r.target, target)
-	r.readPage(ctx)
+// feedEnv is what the read side reads of the world at an input (see
+// readfeed.Env).
+func (r *reader) feedEnv() readfeed.Env {
+	return readfeed.Env{Published: r.g.rt.publishedIn(r.server), ReadAhead: r.readAhead()}
 }
 
-// readPage reads the next catch-up page: at most BatchSize events and
-// readAhead bytes, fewer when the events last read were large (see
-// fetchLimit). Not before the checkpoint is loaded (checkpointLoaded reads
-// the first page): a read from the cursor's zero value would queue the
-// events the checkpoint covers, and deliver them again.
-func (r *reader) readPage(ctx actor.Context) {
-	if !r.ready || r.reading || r.pendingFull() {
-		return // not yet, a read is under way, or enough is queued: read on when it drains
+// loaded reports whether the reader's checkpoint is loaded.
+func (r *reader) loaded() bool { return r.feed != nil && r.feed.Phase() != readfeed.Loading }
+
+// feedDo carries out the read side's effects: the queue's hold, its
+// resume after a pause, then a page read (which sees every event of the
+// batches the pause dropped: it starts after Resume).
+func (r *reader) feedDo(ctx actor.Context, e readfeed.Effects) {
+	switch {
+	case e.Hold:
+		r.queue.Hold()
+	case e.Release:
+		r.queue.Release()
 	}
-	r.reading = true
+	if e.Resume {
+		if err := r.queue.Resume(); err != nil {
+			panic(err) // only an overflowed queue refuses, and a paused one is not
+		}
+	}
+	if e.Read != nil {
+		r.readPage(ctx, *e.Read)
+	}
+}
+
+// readPage reads the catch-up page the read side asked for.
+func (r *reader) readPage(ctx actor.Context, rd readfeed.Read) {
 	o := r.g.opts
-	// The page must cover what the publisher has read, not only the
-	// batches this reader got: after a pause dropped some, or before the
-	// first, a read on a standby could otherwise end below them and leave
-	// the reader waiting for a batch that never comes. (On the primary
-	// it covers them anyway.)
-	from, target, resumes := r.cursor, max(r.target, r.g.rt.publishedIn(r.server)), r.resumes
-	maxBytes := r.readAhead()
-	limit := fetchLimit(o.BatchSize, maxBytes, r.eventSize)
 	r.async(ctx, func(c context.Context) any {
-		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, from)
-		events, err := r.g.rt.reads.ReadBucketPage(c, o.Category, r.genBucket, r.size, from, target, limit, maxBytes)
-		last := from
+		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, rd.From)
+		events, err := r.g.rt.reads.ReadBucketPage(c, o.Category, r.genBucket, r.size, rd.From, rd.Target, rd.Limit, rd.MaxBytes)
+		last := rd.From
 		if len(events) > 0 {
 			last = events[len(events)-1].Position
 		}
 		span.End(len(events), last, err)
-		bytes := eventsSize(events)
-		return &pageRead{gen: r, events: events, full: len(events) >= limit || bytes >= maxBytes, bytes: bytes,
-			target: target, resumes: resumes, err: err}
+		return &pageRead{gen: r, read: rd.ID, events: events, bytes: eventsSize(events), err: err}
 	})
-}
-
-// pendingFull reports whether the reader holds a batch's worth of events
-// read but not yet in the window: BatchSize of them, or readAhead bytes.
-func (r *reader) pendingFull() bool {
-	return len(r.pending) >= r.g.opts.BatchSize || r.pendingBytes() >= r.readAhead()
 }
 
 // readAhead is how many bytes of events the reader reads ahead of its
@@ -431,37 +413,6 @@ func (r *reader) readAhead() int64 {
 	return max(min(r.g.opts.QueueBytes, share), MinQueueBytes)
 }
 
-// addPending appends events to the pending list and counts their size.
-func (r *reader) addPending(events []eventsource.RecordedEvent) {
-	r.pendingBytes() // count what was taken since
-	if len(r.pending) == 0 {
-		r.pending = events // no copy: a page becomes the pending list
-	} else {
-		r.pending = append(r.pending, events...)
-	}
-	r.pendBytes += eventsSize(events)
-	r.pendBase = r.pending
-}
-
-// pendingBytes returns the size of the pending list. The window takes
-// events from its front and addPending appends at its back, so the count
-// is kept as it goes: the events taken since the last count are those
-// pendBase has before pending. Should the list have changed otherwise, it
-// is counted again.
-func (r *reader) pendingBytes() int64 {
-	n, m := len(r.pending), len(r.pendBase)
-	switch {
-	case n == 0:
-		r.pendBytes = 0
-	case n <= m && &r.pending[n-1] == &r.pendBase[m-1]:
-		r.pendBytes -= eventsSize(r.pendBase[:m-n])
-	default:
-		r.pendBytes = eventsSize(r.pending)
-	}
-	r.pendBase = r.pending
-	return r.pendBytes
-}
-
 func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 	if p.err != nil {
 		err := fmt.Errorf("kumi: bucket %d: catch-up read: %w", r.bucket, p.err)
@@ -470,99 +421,32 @@ func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 		}
 		panic(err)
 	}
-	r.reading = false
 	r.storeFailures = 0
-	events := p.events
-	if n := int64(len(events)); n > 0 {
-		r.eventSize = p.bytes / n
-	}
-	for len(events) > 0 && events[0].Position <= r.cursor {
-		events = events[1:] // already delivered from a live batch
-	}
-	r.addPending(events)
-	if n := len(events); n > 0 {
-		r.cursor = max(r.cursor, events[n-1].Position)
-	}
-	if !p.full {
-		// Everything of the bucket up to the read's snapshot is queued, and
-		// that snapshot covers every batch received before it was taken.
-		r.cursor = max(r.cursor, p.target)
-		if r.target > p.target || r.resumes > p.resumes {
-			// A batch arrived while reading, or the queue paused: batches
-			// it dropped may hold events this read's snapshot missed.
-			r.readPage(ctx)
-		} else {
-			r.catching = false
-			r.updateHold()
-		}
-	} else {
-		r.readPage(ctx)
-	}
+	r.feedDo(ctx, r.feed.Page(readfeed.Page{Read: p.read, Events: p.events, Bytes: p.bytes}, r.feedEnv()))
 	r.pump(ctx)
 }
 
-// onPaused follows internal/overflow's protocol after a pause: the queue
-// dropped the batches it held and refuses more until Resume. The reader
-// holds its queue, resumes it, and re-reads the store from its cursor
-// through the tail — on its own, since the dropped batches may have been
-// the last of a burst, and no later batch then comes to reveal the gap.
-// Events are appended before they are posted, so a read that starts after
-// Resume sees every event of the dropped batches; a catch-up whose read
-// began before it reads on (see onPage).
+// onPaused follows internal/overflow's protocol after a pause (see
+// readfeed.Feed.Paused): the queue is held, resumed, and the bucket read
+// again from the cursor through the tail.
 func (r *reader) onPaused(ctx actor.Context) {
-	r.catching = true
-	r.updateHold()
-	if err := r.queue.Resume(); err != nil {
-		panic(err) // only an overflowed queue refuses, and a paused one is not
-	}
-	r.resumes++
-	if r.ready {
-		r.readPage(ctx)
-	}
+	r.feedDo(ctx, r.feed.Paused(r.feedEnv()))
 }
 
-// onSubscribed makes the catch-up read through the position the
-// reader's subscription starts at: no batch brings an event at or before
-// it. A catch-up that ends below it is possible off the primary: the
-// publisher may take a fetch it read on the primary (past a lagging
-// standby) after this reader read its position and before it takes the
-// subscribe, and the reader's page, read on the standby up to that older
-// position, then ends below the fetch's events. A gap would show at the
-// reader's next batch (see onLive), but at the tail of the stream none
-// comes.
+// onSubscribed makes the catch-up read through the position the reader's
+// subscription starts at (see readfeed.Feed.Subscribed).
 func (r *reader) onSubscribed(ctx actor.Context, m *subscribed) {
 	if r.otherEpoch(m.Epoch) {
 		return
 	}
-	switch {
-	case !r.ready || r.catching:
-		r.target = max(r.target, m.From) // the catch-up reads through it
-	case r.cursor < m.From:
-		r.catchUp(ctx, m.From)
-	}
+	r.feedDo(ctx, r.feed.Subscribed(m.From, r.feedEnv()))
 }
 
 func (r *reader) onLive(ctx actor.Context, b *liveBatch) {
 	if r.otherEpoch(b.Epoch) {
 		return
 	}
-	if !r.ready || r.catching {
-		// Taken before the hold: the catch-up reads through it instead.
-		r.target = max(r.target, b.To)
-		return
-	}
-	if b.From > r.cursor {
-		// A gap: batches were dropped on overflow. Re-read from the store.
-		r.catchUp(ctx, b.To)
-		return
-	}
-	events := b.Events
-	for len(events) > 0 && events[0].Position <= r.cursor {
-		events = events[1:]
-	}
-	r.addPending(events)
-	r.cursor = max(r.cursor, b.To)
-	r.updateHold()
+	r.feedDo(ctx, r.feed.Live(readfeed.Batch{From: b.From, To: b.To, Events: b.Events}, r.feedEnv()))
 	r.pump(ctx)
 }
 
@@ -587,23 +471,6 @@ func (r *reader) otherEpoch(epoch int64) bool {
 // The events in flight may be delivered again: at least once.
 func (r *reader) newEpoch(err error) {
 	panic(fmt.Errorf("kumi: bucket %d: starting again from the stored checkpoint: %w", r.bucket, err))
-}
-
-// updateHold keeps live batches in the bounded queue — where the overflow
-// policy applies — while the reader catches up or already holds a batch's
-// worth of events (see pendingFull); it takes the next batch only when it
-// has room.
-func (r *reader) updateHold() {
-	want := r.catching || r.pendingFull()
-	if want == r.held {
-		return
-	}
-	r.held = want
-	if want {
-		r.queue.Hold()
-	} else {
-		r.queue.Release()
-	}
 }
 
 // Reader states shown in the group's status (observability's /status) in
@@ -639,11 +506,12 @@ type readerReport struct {
 // bucket that does not move says why.
 func (r *reader) report() {
 	b := r.part.Bound()
-	st := observability.ReaderStatus{Cursor: r.cursor, Acked: r.acked, Pending: len(r.pending), InFlight: len(r.win.slots),
-		CatchingUp: r.catching, Bounded: b.Bounded, Bound: b.Limit, CutDecided: b.Decided,
+	pending := r.feed.Pending()
+	st := observability.ReaderStatus{Cursor: r.feed.Cursor(), Acked: r.acked, Pending: len(pending), InFlight: len(r.win.slots),
+		CatchingUp: r.feed.Phase() != readfeed.Live, Bounded: b.Bounded, Bound: b.Limit, CutDecided: b.Decided,
 		Proposing: r.part.Phase() == resizepart.Proposing, Draining: r.draining || r.unsure != nil, HandlerReady: r.handlerReady(), At: time.Now()}
-	if len(r.pending) > 0 {
-		st.NextPending = r.pending[0].Position
+	if len(pending) > 0 {
+		st.NextPending = pending[0].Position
 	}
 	g := r.g
 	g.mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/internal/readfeed"
 	"github.com/kumi-run/kumi/kumierr"
 )
 
@@ -210,7 +211,9 @@ func TestAReaderOnAStandbyCoversWhereItsSubscriptionStarts(t *testing.T) {
 	var caughtUp bool
 	var state string
 	pgtest.Eventually(t, waitLong, func() bool {
-		lw.onReader(t, pid, func(r *reader) { caughtUp, state = r.ready && !r.catching && r.cursor == 10, r.describe() })
+		lw.onReader(t, pid, func(r *reader) {
+			caughtUp, state = r.feed.Phase() == readfeed.Live && r.feed.Cursor() == 10, r.describe()
+		})
 		return caughtUp && late.distinct() == 10
 	}, "the reader caught up through the 10 events on the standby (%d handled; %s)", observed(late.distinct),
 		observed(func() string { return state }))

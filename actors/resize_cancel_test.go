@@ -278,7 +278,7 @@ func TestAProposalThatOutlivesACancelIsNotTheNextResizes(t *testing.T) {
 	pid := w.readerOf(t, 0)
 	var pending int
 	pgtest.Eventually(t, waitLong, func() bool {
-		w.onReader(t, pid, func(r *reader) { pending = len(r.pending) })
+		w.onReader(t, pid, func(r *reader) { pending = len(r.feed.Pending()) })
 		return pending == 4
 	}, "the frozen reader holds back what was appended (%d of 4)", observed(func() int { return pending }))
 

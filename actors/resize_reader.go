@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/readfeed"
 	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -78,7 +79,7 @@ func (r *reader) onResizeTold(ctx actor.Context, m *resizeTold) {
 	if m.epoch != r.epoch || r.stopped {
 		return // a message for another holding of the slot
 	}
-	r.apply(ctx, r.part.Tell(m.told, r.cursor))
+	r.apply(ctx, r.part.Tell(m.told, r.feed.Cursor()))
 }
 
 // apply carries out the effects of the reader's resize part
@@ -114,26 +115,12 @@ func (r *reader) onBoundChanged(ctx actor.Context) {
 	b := r.part.Bound()
 	r.g.logger.Debug("kumi: resize bound", "slot", r.bucket, "epoch", r.epoch, "phase", r.part.Phase().String(),
 		"bounded", b.Bounded, "bound", b.Limit, "cut", b.Decided, "resize", b.Resize)
-	switch {
-	case b.Decided:
-		// Everything of the bucket up to C must be read: C may be above
-		// what the live batches brought so far.
-		r.target = max(r.target, b.Limit)
-		if r.ready && !r.catching && r.cursor < b.Limit {
-			r.catchUp(ctx, b.Limit)
-		}
-	case !b.Bounded:
-		if r.ready && !r.catching {
-			// Live batches beyond the bound may have been held back or
-			// dropped while pending was full: read from the cursor again.
-			r.catchUp(ctx, r.target)
-		}
-	}
-	if r.ready {
-		// Not before the checkpoint is loaded: pump reads while catching
-		// up, and a read from the cursor's zero value would queue events
-		// the checkpoint covers.
-		r.pump(ctx)
+	// A decided cut is read through (C may be above what the live batches
+	// brought so far), and no page past it; a lifted bound reads again
+	// from the cursor (see readfeed.Feed.Bound).
+	r.feedDo(ctx, r.feed.Bound(readfeed.Bound{Bounded: b.Bounded, Decided: b.Decided, Limit: b.Limit}, r.feedEnv()))
+	if r.loaded() {
+		r.pump(ctx) // what the bound now lets through is delivered
 	}
 }
 
@@ -168,22 +155,22 @@ func (r *reader) onProposed(ctx actor.Context, m *proposed) {
 		"bucket", r.genBucket, "epoch", r.epoch, "resize", m.bound.Resize, "bound", m.bound.Limit, "cut", m.bound.Decided,
 		"resizing", m.bound.Resizing)
 	r.apply(ctx, r.part.Proposal(resizepart.Answer{Resize: m.bound.Resize, Active: m.bound.Resizing,
-		Limit: m.bound.Limit, Decided: m.bound.Decided}, r.cursor))
+		Limit: m.bound.Limit, Decided: m.bound.Decided}, r.feed.Cursor()))
 }
 
 // maybeDrainToCut tells the resize part how far the reader has finished:
 // once the cut is decided, the bucket read through it and every event up
 // to it finished, it drains.
 func (r *reader) maybeDrainToCut(ctx actor.Context) {
-	if r.part.Phase() != resizepart.Cut || r.stopped || !r.ready {
+	if r.part.Phase() != resizepart.Cut || r.stopped || !r.loaded() {
 		return
 	}
-	finished := r.cursor
+	finished, pending := r.feed.Cursor(), r.feed.Pending()
 	switch {
 	case len(r.win.slots) > 0:
 		finished = min(finished, r.win.slots[0].d.Event.Position-1)
-	case len(r.pending) > 0:
-		finished = min(finished, r.pending[0].Position-1)
+	case len(pending) > 0:
+		finished = min(finished, pending[0].Position-1)
 	}
 	r.apply(ctx, r.part.Progress(finished, !r.draining))
 }
@@ -212,7 +199,7 @@ func (r *reader) onCutDrained(ctx actor.Context, m *cutDrained) {
 	case errors.Is(m.err, leasestore.ErrNoResize):
 		r.g.logger.Info("kumi: resize: the drain's resize is over: the bucket delivers on", "slot", r.bucket,
 			"epoch", r.epoch, "err", m.err)
-		r.apply(ctx, r.part.DrainRefused(r.cursor)) // cancelled meanwhile
+		r.apply(ctx, r.part.DrainRefused(r.feed.Cursor())) // cancelled meanwhile
 	case errors.Is(m.err, eventsource.ErrFenceLost):
 		r.lostFence(ctx, m.err)
 	default:

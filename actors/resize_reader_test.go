@@ -154,7 +154,7 @@ func TestReaderDeliversWhatItsFreezeHeldBackWhenTheResizeIsGone(t *testing.T) {
 	seed(t, store, "acct", 1, 3) // appended while the proposal is out: held back
 	var pending int
 	pgtest.Eventually(t, waitLong, func() bool {
-		w.onReader(t, pid, func(r *reader) { pending = len(r.pending) })
+		w.onReader(t, pid, func(r *reader) { pending = len(r.feed.Pending()) })
 		return pending == 3
 	}, "the reader holds back the events appended during its freeze (%d of 3)", observed(func() int { return pending }))
 
