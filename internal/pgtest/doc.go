@@ -19,7 +19,11 @@
 // so far, [Replica.Lag] reads how far behind it is, and Restart and
 // [Replica.Promote] do what they say; [Replica.Detach] cuts it off from
 // its primary first, to play a failover that loses the primary's latest
-// commits.
+// commits. [StartAutoFailover] runs a pg_auto_failover formation instead
+// (a monitor and two nodes, each under its pg_autoctl keeper), whose
+// monitor promotes the standby as a real HA manager does: on a planned
+// [AutoFailover.PerformFailover], or when [AutoFailover.KillPrimary] kills
+// the primary's machine.
 //
 // # PgBouncer
 //

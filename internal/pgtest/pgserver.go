@@ -53,3 +53,10 @@ const BouncerExecMode = pgserver.BouncerExecMode
 
 // ErrNoBouncer is [pgserver.ErrNoBouncer].
 var ErrNoBouncer = pgserver.ErrNoBouncer
+
+// AutoFailover is a pg_auto_failover formation (a monitor and two nodes):
+// [pgserver.AutoFailover].
+type AutoFailover = pgserver.AutoFailover
+
+// StartAutoFailover starts one: [pgserver.StartAutoFailover].
+func StartAutoFailover(ctx context.Context) (*AutoFailover, error) { return pgserver.StartAutoFailover(ctx) }

@@ -65,10 +65,58 @@ func primaryFailover(t *testing.T, kind leasestore.Kind, sync bool) {
 	}
 	t.Cleanup(srv.Stop)
 	standby := pgtest.NewReplica(t, srv)
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
-		srv.Port(), standby.Port())
+	c := failoverCase{kind: kind, manager: "none", replication: "async",
+		url: fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
+			srv.Port(), standby.Port()),
+		fail: func() {
+			srv.Kill()
+			killed := time.Now()
+			if err := standby.Promote(ctx); err != nil {
+				t.Fatalf("promote: %v", err)
+			}
+			t.Logf("primary killed; standby promoted %v later", time.Since(killed).Round(time.Millisecond))
+		}}
+	if sync {
+		c.replication = "sync"
+		c.prepare = func(pool *pgxpool.Pool) { replicateSynchronously(ctx, t, pool) }
+	} else {
+		c.beforeFail = func(f *failoverRun) {
+			// The standby misses the primary's last commits for sure: it
+			// is cut off under the load, and the old primary delivers more
+			// before it dies. (Synchronously, no commit would end
+			// meanwhile.)
+			if err := standby.Detach(ctx); err != nil {
+				t.Fatalf("detach the standby: %v", err)
+			}
+			cut, _ := f.sinkCounts()
+			f.waitSunk(func(n int) bool { return n >= cut+pick(50, 200) }, "deliveries after the standby is cut off")
+		}
+	}
+	runFailover(ctx, t, c)
+}
+
+// failoverCase is one form of the failover scenario: where the workers
+// connect, how the primary fails and its standby takes over, and what the
+// replication promises.
+type failoverCase struct {
+	kind        leasestore.Kind
+	url         string // a multi-host URL that reaches the primary
+	manager     string // the HA manager, for the SUMMARY line ("none": the test promotes)
+	replication string // "async" (acknowledged appends may be lost) or "sync" (none may)
+	// prepare runs on the primary before the workers start; beforeFail
+	// once the load runs and deliveries flow; fail fails the primary and
+	// returns once the standby is promoted.
+	prepare    func(*pgxpool.Pool)
+	beforeFail func(*failoverRun)
+	fail       func()
+}
+
+// runFailover runs the failover scenario: two workers and the appenders
+// on c.url, the primary failed under the load, and the outcome counted on
+// the new primary (see TestPrimaryFailover).
+func runFailover(ctx context.Context, t *testing.T, c failoverCase) {
 	const schema = "kumi_failover"
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(ctx, c.url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,39 +124,27 @@ func primaryFailover(t *testing.T, kind leasestore.Kind, sync bool) {
 	if err := prepareSchema(ctx, pool, schema); err != nil {
 		t.Fatalf("prepare schema: %v", err)
 	}
-	if sync {
-		replicateSynchronously(ctx, t, pool)
+	if c.prepare != nil {
+		c.prepare(pool)
 	}
-	cfg := clusterConfig{URL: url, Schema: schema, Subscription: subscriptionName, Category: categoryName, Buckets: 8,
-		Kind: kind, Lease: defaultLease()}
-	c := newCluster(t, cfg)
-	c.start("w1", startOpts{})
-	c.start("w2", startOpts{})
+	cfg := clusterConfig{URL: c.url, Schema: schema, Subscription: subscriptionName, Category: categoryName, Buckets: 8,
+		Kind: c.kind, Lease: defaultLease()}
+	cl := newCluster(t, cfg)
+	cl.start("w1", startOpts{})
+	cl.start("w2", startOpts{})
 	store, err := eventsource.New(pool, eventsource.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &failoverRun{t: t, pool: pool, store: store, schema: schema}
 
-	l := startAckedLoad(t, url, schema, pick(100, 200))
-	f.waitSunk(func(n int) bool { return n >= pick(200, 1000) }, "deliveries before the standby is cut off")
-	if !sync {
-		// The standby misses the primary's last commits for sure: it is
-		// cut off under the load, and the old primary delivers more before
-		// it dies. (Synchronously, no commit would end meanwhile.)
-		if err := standby.Detach(ctx); err != nil {
-			t.Fatalf("detach the standby: %v", err)
-		}
-		cut, _ := f.sinkCounts()
-		f.waitSunk(func(n int) bool { return n >= cut+pick(50, 200) }, "deliveries after the standby is cut off")
+	l := startAckedLoad(t, c.url, schema, pick(100, 200))
+	f.waitSunk(func(n int) bool { return n >= pick(200, 1000) }, "deliveries before the primary fails")
+	if c.beforeFail != nil {
+		c.beforeFail(f)
 	}
-	srv.Kill()
-	killed := time.Now()
-	if err := standby.Promote(ctx); err != nil {
-		t.Fatalf("promote: %v", err)
-	}
+	c.fail()
 	promoted := time.Now()
-	t.Logf("primary killed; standby promoted %v later", promoted.Sub(killed).Round(time.Millisecond))
 	pool.Reset()
 	afterPromotion := l.ok.Load()
 	if !pgtest.WaitFor(2*time.Minute, func() bool { return l.ok.Load() >= afterPromotion+int64(pick(200, 1000)) }) {
@@ -135,28 +171,28 @@ func primaryFailover(t *testing.T, kind leasestore.Kind, sync bool) {
 		resume = first.Sub(promoted)
 	}
 	var changes float64
-	for _, p := range c.all {
+	for _, p := range cl.all {
 		if p.running() {
 			changes += scrapeMetric(p, "kumi_store_server_changes")
 		}
 	}
-	c.stopAll()
-	c.checkProcesses()
-	replication := "async"
-	if sync {
-		replication = "sync"
+	recorded, err := store.ServerChanges(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	fmt.Printf("SUMMARY primary-failover form=%s lease=%s replication=%s appended=%d append_errors=%d events=%d handled=%d "+
-		"lost=%d lost_by_database=%d phantom=%d duplicates=%d resume=%v server_changes=%.0f\n",
-		pick("short", "long"), cfg.Kind, replication, l.ok.Load(), l.failed.Load(), len(onPrimary), sunk, lost, lostByDatabase,
-		sunk-(len(onPrimary)-lost), deliveries-sunk, resume.Round(time.Millisecond), changes)
+	cl.stopAll()
+	cl.checkProcesses()
+	fmt.Printf("SUMMARY primary-failover form=%s manager=%s lease=%s replication=%s appended=%d append_errors=%d events=%d handled=%d "+
+		"lost=%d lost_by_database=%d phantom=%d duplicates=%d resume=%v server_changes=%.0f recorded=%d\n",
+		pick("short", "long"), c.manager, cfg.Kind, c.replication, l.ok.Load(), l.failed.Load(), len(onPrimary), sunk, lost,
+		lostByDatabase, sunk-(len(onPrimary)-lost), deliveries-sunk, resume.Round(time.Millisecond), changes, len(recorded))
 	if lost != 0 {
 		t.Errorf("%d events of the new primary never reached the sink", lost)
 	}
 	switch {
-	case sync && lostByDatabase != 0:
+	case c.replication == "sync" && lostByDatabase != 0:
 		t.Errorf("%d acknowledged appends lost although every commit waited for the synchronous standby", lostByDatabase)
-	case !sync && lostByDatabase == 0:
+	case c.replication == "async" && lostByDatabase == 0:
 		t.Errorf("the standby, cut off before the primary's last commits, lacks none of them: the scenario reused no position")
 	}
 	if first == nil {
@@ -164,6 +200,9 @@ func primaryFailover(t *testing.T, kind leasestore.Kind, sync bool) {
 	}
 	if changes == 0 {
 		t.Errorf("no worker counted the server change")
+	}
+	if len(recorded) != 1 {
+		t.Errorf("the failover record has %d entries, want the one failover: %+v", len(recorded), recorded)
 	}
 }
 
