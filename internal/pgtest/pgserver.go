@@ -59,4 +59,6 @@ var ErrNoBouncer = pgserver.ErrNoBouncer
 type AutoFailover = pgserver.AutoFailover
 
 // StartAutoFailover starts one: [pgserver.StartAutoFailover].
-func StartAutoFailover(ctx context.Context) (*AutoFailover, error) { return pgserver.StartAutoFailover(ctx) }
+func StartAutoFailover(ctx context.Context) (*AutoFailover, error) {
+	return pgserver.StartAutoFailover(ctx)
+}
