@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -22,8 +23,15 @@ import (
 // publisher starts from the new head and its readers from their
 // checkpoints on the new primary: every event the new primary has is
 // delivered, those at the reused positions too, and no checkpoint is
-// above its head.
+// above its head. Again with the worker's heavy reads on the standby
+// (RuntimeOptions.ReadPool): cut off, it falls behind, and promoted it is
+// the primary the read pool then reads.
 func TestAFailoverStartsTheReadSideAgain(t *testing.T) {
+	t.Run("ReadsOnThePrimary", func(t *testing.T) { failoverReadSide(t, false) })
+	t.Run("ReadsOnTheStandby", func(t *testing.T) { failoverReadSide(t, true) })
+}
+
+func failoverReadSide(t *testing.T, readPool bool) {
 	ctx := context.Background()
 	start, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -40,7 +48,12 @@ func TestAFailoverStartsTheReadSideAgain(t *testing.T) {
 	require.NoError(t, direct.EnsureConsumerGroupIndex(ctx, buckets))
 
 	rec := newRecorder()
-	w := startWorkerOn(t, pgtest.PoolOn(t, url, 12), schema, "a", groupOpts(sub, buckets, rec, "a"))
+	var ro RuntimeOptions
+	if readPool {
+		ro.ReadPool = pgtest.PoolOn(t, standby.URL, 8)
+		ro.ReadReplica = eventsource.ReadReplicaOptions{Wait: 500 * time.Millisecond}
+	}
+	w := startWorkerWith(t, pgtest.PoolOn(t, url, 12), schema, "a", ro, groupOpts(sub, buckets, rec, "a"))
 	appendStreams := func(prefix string, n int) {
 		t.Helper()
 		for i := range n {
@@ -100,6 +113,24 @@ func TestAFailoverStartsTheReadSideAgain(t *testing.T) {
 	require.Equal(t, before.Identity.Timeline+1, after.Identity.Timeline)
 	require.EqualValues(t, 1, after.Epoch, "the metric kumi.store.server_changes counts it")
 	require.Equal(t, after.Epoch, w.rt.publishedEpoch.Load(), "the publisher is in the new epoch")
+}
+
+// startWorkerWith is startWorkerOn with runtime options of the test's
+// (a read pool, say).
+func startWorkerWith(t *testing.T, pool *pgxpool.Pool, schema, name string, ro RuntimeOptions, opts GroupOptions) *testWorker {
+	t.Helper()
+	ctx := context.Background()
+	w := &testWorker{name: name, sys: quietSystem(), pool: pool}
+	store, err := eventsource.New(w.pool, eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	ro.Logger, ro.PollInterval = testLogger(), 200*time.Millisecond
+	w.rt, err = startedRuntime(ctx, w.sys, store, ro)
+	require.NoError(t, err)
+	opts.Worker = name
+	w.group, err = w.rt.StartGroup(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { w.stop(t) })
+	return w
 }
 
 // undelivered returns the positions of the store's events that rec has
