@@ -52,6 +52,7 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 		Lease: leaseTimings{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 2 * time.Second},
 		Extra: []string{"-subscriptions", fmt.Sprint(subscriptions)}}
 	c := newCluster(t, cfg)
+	begun := time.Now()
 	for i := range workers {
 		c.start(fmt.Sprintf("w%d", i+1), startOpts{})
 	}
@@ -95,6 +96,8 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 		}
 	}
 
+	appended := time.Since(begun)
+
 	// Every (subscription, event) in the sink: a progress-based wait, so a
 	// loaded machine may take as long as it needs while the count grows.
 	want := int64(events * subscriptions)
@@ -117,6 +120,7 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	delivered := time.Since(begun)
 	var missing, subs int64
 	if err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM `+q+`.events e WHERE e.category = $1 AND
@@ -128,7 +132,9 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'w%'`).Scan(&conns); err != nil {
 		t.Fatal(err)
 	}
+	stopping := time.Now()
 	c.stopAll()
+	stopped := time.Since(stopping)
 	c.checkProcesses()
 	for _, p := range c.all {
 		if line := grepFile(p.logPath, "too many clients"); line != "" {
@@ -139,6 +145,8 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 		t.Errorf("%d events not delivered to every one of the %d subscriptions (%d subscriptions in the sink)", missing, subscriptions, subs)
 	}
 	t.Logf("many subscriptions (%s form): %d workers × %d subscriptions × %d buckets, %d events: %d deliveries; "+
-		"%d worker connections at the end (%.1f per worker), peak %d client connections of max_connections 100",
-		form(), workers, subscriptions, buckets, events, sunk, conns, float64(conns)/workers, peak.Load())
+		"%d worker connections at the end (%.1f per worker), peak %d client connections of max_connections 100; "+
+		"appended %v after the start, all delivered %v after it, the workers stopped in %v",
+		form(), workers, subscriptions, buckets, events, sunk, conns, float64(conns)/workers, peak.Load(),
+		appended.Round(time.Millisecond), delivered.Round(time.Millisecond), stopped.Round(time.Millisecond))
 }
