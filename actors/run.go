@@ -188,4 +188,3 @@ func ended(gr *Group) error {
 	}
 	return fmt.Errorf("%w: subscription %s", ErrGroupEnded, gr.g.opts.Subscription)
 }
-

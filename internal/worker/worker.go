@@ -39,12 +39,12 @@ type Config struct {
 	// Subscription-N, one group each on the process's one runtime.
 	Subscriptions int
 	Category      string
-	Buckets      int
-	Worker       string
-	LeaseKind    leasestore.Kind
-	TTL          time.Duration
-	Heartbeat    time.Duration
-	Margin       time.Duration
+	Buckets       int
+	Worker        string
+	LeaseKind     leasestore.Kind
+	TTL           time.Duration
+	Heartbeat     time.Duration
+	Margin        time.Duration
 	// HandlerDelay makes the handler slow (per event).
 	HandlerDelay time.Duration
 	// Exactly commits the sink row and the checkpoint together.
