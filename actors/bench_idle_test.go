@@ -111,7 +111,7 @@ func idlePoolConns() int32 {
 // idleKs is the subscription counts measured; KUMI_BENCH_IDLE_K (comma
 // separated) overrides them.
 func idleKs() []int {
-	ks := []int{1, 10, 50}
+	ks := []int{1, 10, 50, 100}
 	if s := os.Getenv("KUMI_BENCH_IDLE_K"); s != "" {
 		ks = nil
 		for _, f := range strings.Split(s, ",") {
@@ -123,6 +123,11 @@ func idleKs() []int {
 	return ks
 }
 
+// idleBefore reports KUMI_BENCH_IDLE_BEFORE: the workers' sequencers keep
+// looking every MaxInterval however long they are quiet (IdleInterval =
+// MaxInterval), as before they slowed to IdleInterval.
+func idleBefore() bool { return os.Getenv("KUMI_BENCH_IDLE_BEFORE") != "" }
+
 // idleWorker is one worker of the idle benchmark: its pool (named by
 // application_name, counted by its tracer), actor system and runtime, and
 // its K groups.
@@ -133,31 +138,105 @@ type idleWorker struct {
 	groups []*Group
 }
 
+// idleRow is one row of the idle benchmark's table.
+type idleRow struct {
+	k, workers                 int
+	conns, stmts, xacts        float64 // per worker; statements and transactions a second
+	started, owned, fair, join time.Duration
+	top                        string
+}
+
 // BenchmarkIdleCost: K subscriptions × 16 buckets × W workers (W runtimes
 // in this process, each with its own pool, actor system and runtime, as
 // W processes would have), no-op function handlers, the groups' default
-// options (leases included), and nothing appended. Once every worker holds
-// its fair share of every subscription, it measures over a window (15 s;
-// KUMI_BENCH_IDLE_WINDOW) the connections each worker holds to the
+// options (leases included), and nothing appended. It measures how long
+// until every worker's StartGroup calls have returned, until every bucket
+// of every subscription is owned and until every worker
+// holds its fair share of every subscription; then, over a window (15 s;
+// KUMI_BENCH_IDLE_WINDOW), the connections each worker holds to the
 // database (pg_stat_activity by the pool's application_name), the
 // statements each worker sends (a pgx tracer on its pool's config, which
 // the sequencer's, notifier's and lease pool's connections copy) and the
 // whole database's transactions (pg_stat_database's xact_commit +
-// xact_rollback delta). KUMI_BENCH_IDLE_K (default 1,10,50),
-// KUMI_BENCH_IDLE_POOL (each worker's store pool, default 8) and
-// KUMI_BENCH_WORKERS (default 2) vary it; see docs/benchmarks.md, "Idle
-// cost of many subscriptions".
+// xact_rollback delta); then how long a worker joining the W gets its fair
+// share of every subscription. It prints the table of all of them.
+// KUMI_BENCH_IDLE_K (default 1,10,50,100), KUMI_BENCH_IDLE_POOL (each
+// worker's store pool, default 8), KUMI_BENCH_WORKERS (default 4) and
+// KUMI_BENCH_IDLE_BEFORE (sequencers that never slow their idle look)
+// vary it; see docs/benchmarks.md, "Idle cost of many subscriptions".
 func BenchmarkIdleCost(b *testing.B) {
-	workers := 2
+	workers := 4
 	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_WORKERS")); err == nil && n > 0 {
 		workers = n
 	}
+	var rows []idleRow
 	for _, k := range idleKs() {
-		measureIdle(b, k, workers)
+		rows = append(rows, measureIdle(b, k, workers))
+	}
+	var t strings.Builder
+	fmt.Fprintf(&t, "idle cost (in-process runtimes, store pools of %d, before=%v; load %s):\n", idlePoolConns(), idleBefore(), loadAverage())
+	t.WriteString("| K subscriptions × workers | connections per worker | idle statements/s per worker | idle xact/s per worker | groups started | all buckets owned | fair share | join fair share |\n")
+	t.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		fmt.Fprintf(&t, "| %d × %d | %.1f | %.1f | %.1f | %v | %v | %v | %v |\n", r.k, r.workers, r.conns, r.stmts, r.xacts,
+			r.started.Round(time.Millisecond), r.owned.Round(time.Millisecond), r.fair.Round(time.Millisecond), r.join.Round(time.Millisecond))
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&t, "K=%d worker 0's statements: %s\n", r.k, r.top)
+	}
+	b.Log(t.String())
+}
+
+// startIdleGroups starts K groups on w.
+func startIdleGroups(b *testing.B, w *idleWorker, k int) {
+	b.Helper()
+	for s := range k {
+		g, err := w.rt.StartGroup(context.Background(), GroupOptions{Subscription: fmt.Sprintf("idle-%d", s), Category: "idle",
+			Buckets: 16, Worker: w.app, Handler: Func(func(context.Context, *Delivery) error { return nil })})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		w.groups = append(w.groups, g)
 	}
 }
 
-func measureIdle(b *testing.B, k, nw int) {
+// fairShares reports whether every worker of ws holds its fair share of
+// every one of the k subscriptions.
+func fairShares(ws []*idleWorker, k int) bool {
+	share := 16 / len(ws)
+	for _, w := range ws {
+		if len(w.groups) < k {
+			return false
+		}
+		for _, g := range w.groups {
+			if n := len(g.g.ownedBuckets()); n < share || n > share+1 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// allOwned reports whether every bucket of every one of the k
+// subscriptions is owned by one of ws.
+func allOwned(ws []*idleWorker, k int) bool {
+	for s := range k {
+		n := 0
+		for _, w := range ws {
+			if len(w.groups) <= s {
+				return false
+			}
+			n += len(w.groups[s].g.ownedBuckets())
+		}
+		if n < 16 {
+			return false
+		}
+	}
+	return true
+}
+
+func measureIdle(b *testing.B, k, nw int) idleRow {
 	ctx := context.Background()
 	schema := pgtest.NewSchema(b)
 	probe, err := pgx.Connect(ctx, pgtest.URL(b))
@@ -167,39 +246,22 @@ func measureIdle(b *testing.B, k, nw int) {
 	for i := range ws {
 		ws[i] = startIdleWorker(b, schema, fmt.Sprintf("kumi-idle-%d-%d", k, i))
 	}
+	row := idleRow{k: k, workers: nw}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := range k {
-				g, err := w.rt.StartGroup(ctx, GroupOptions{Subscription: fmt.Sprintf("idle-%d", s), Category: "idle",
-					Buckets: 16, Worker: w.app, Handler: Func(func(context.Context, *Delivery) error { return nil })})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				w.groups = append(w.groups, g)
-			}
-		}()
+		wg.Go(func() { startIdleGroups(b, w, k) })
 	}
 	wg.Wait()
 	require.False(b, b.Failed())
-	share := 16 / nw
-	pgtest.Eventually(b, 5*time.Minute, func() bool {
-		for _, w := range ws {
-			for _, g := range w.groups {
-				if n := len(g.g.ownedBuckets()); n < share || n > share+1 {
-					return false
-				}
-			}
-		}
-		return true
-	}, "every worker holds its fair share of every subscription")
-	settled := time.Since(start)
-	// Let the claims' traffic end: a pass or two after the last handoff.
-	time.Sleep(3 * time.Second) // a benchmark's settling time: no condition marks the end of the claims' traffic
+	row.started = time.Since(start)
+	pgtest.Eventually(b, 5*time.Minute, func() bool { return allOwned(ws, k) }, "every bucket of every subscription is owned")
+	row.owned = time.Since(start)
+	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(ws, k) }, "every worker holds its fair share of every subscription")
+	row.fair = time.Since(start)
+	// Let the claims' traffic end, and the sequencers fall quiet: a pass
+	// or two after the last handoff, and SequencerIdleAfter.
+	time.Sleep(3*time.Second + eventsource.SequencerIdleAfter) // a benchmark's settling time: no condition marks the end of the claims' traffic
 	xacts := func() int64 {
 		var n int64
 		require.NoError(b, probe.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
@@ -229,10 +291,11 @@ func measureIdle(b *testing.B, k, nw int) {
 		sumStmts += w.stmts.n.Load() - before[i]
 	}
 	xactRate := float64(x1-x0-2) / window.Seconds() // less the probe's own two looks
-	perConns := float64(sumConns) / float64(nw)
-	perStmts := float64(sumStmts) / float64(nw) / window.Seconds()
-	b.ReportMetric(perConns, fmt.Sprintf("conns/worker-K%d", k))
-	b.ReportMetric(perStmts, fmt.Sprintf("stmts/s/worker-K%d", k))
+	row.conns = float64(sumConns) / float64(nw)
+	row.stmts = float64(sumStmts) / float64(nw) / window.Seconds()
+	row.xacts = xactRate / float64(nw)
+	b.ReportMetric(row.conns, fmt.Sprintf("conns/worker-K%d", k))
+	b.ReportMetric(row.stmts, fmt.Sprintf("stmts/s/worker-K%d", k))
 	b.ReportMetric(xactRate, fmt.Sprintf("xact/s-K%d", k))
 	// The first worker's statements by kind, the busiest first.
 	after := ws[0].stmts.snapshot()
@@ -251,16 +314,21 @@ func measureIdle(b *testing.B, k, nw int) {
 	for _, kd := range kinds[:min(len(kinds), 5)] {
 		top = append(top, fmt.Sprintf("%.1f/s %q", float64(kd.n)/window.Seconds(), kd.sql))
 	}
-	b.Logf("K=%d subscriptions × 16 buckets × %d workers (in-process runtimes, store pools of %d), idle for %v after the fair share (reached in %v): "+
-		"%d connections (%.1f per worker), %.1f statements/s per worker, %.0f transactions/s in the database; load %s; "+
-		"worker 0's statements: %s",
-		k, nw, idlePoolConns(), window.Round(time.Millisecond), settled.Round(time.Millisecond), sumConns, perConns, perStmts, xactRate,
-		loadAverage(), strings.Join(top, ", "))
+	row.top = strings.Join(top, ", ")
+	// A worker joins: its fair share of every subscription.
+	joiner := startIdleWorker(b, schema, fmt.Sprintf("kumi-idle-%d-%d", k, nw))
+	joined := time.Now()
+	startIdleGroups(b, joiner, k)
+	require.False(b, b.Failed())
+	all := append(ws, joiner)
+	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(all, k) }, "the joiner gets its fair share of every subscription")
+	row.join = time.Since(joined)
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for _, w := range ws {
+	for _, w := range all {
 		require.NoError(b, w.rt.Stop(stopCtx))
 	}
+	return row
 }
 
 // startIdleWorker starts a worker's runtime on a pool of its own named app.
@@ -277,7 +345,11 @@ func startIdleWorker(b *testing.B, schema, app string) *idleWorker {
 	b.Cleanup(pool.Close)
 	s, err := eventsource.New(pool, eventsource.Config{Schema: schema})
 	require.NoError(b, err)
-	w.rt, err = startedRuntime(context.Background(), quietSystem(), s, RuntimeOptions{})
+	var opts RuntimeOptions
+	if idleBefore() {
+		opts.Sequencer.IdleInterval = 50 * time.Millisecond // the default MaxInterval: never slower
+	}
+	w.rt, err = startedRuntime(context.Background(), quietSystem(), s, opts)
 	require.NoError(b, err)
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

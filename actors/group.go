@@ -14,6 +14,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -238,6 +240,10 @@ func (gr *Group) start(ctx context.Context) error {
 	return nil
 }
 
+// leaseCancelDeadline is how long a lease pool's connection waits for the
+// server to answer a cancelled statement before it is closed.
+const leaseCancelDeadline = time.Second
+
 // newLeasePool makes the process's pool for its groups' lease stores, with
 // the store pool's settings and conns connections (RuntimeOptions.
 // LeasePoolConns). Renewal must never queue behind the readers' and
@@ -251,6 +257,16 @@ func newLeasePool(ctx context.Context, store *pgxpool.Pool, conns int) (*pgxpool
 	cfg.MaxConns = n
 	cfg.MinConns = min(cfg.MinConns, n)
 	cfg.MinIdleConns = min(cfg.MinIdleConns, n)
+	// A statement whose context ends (a pass abandoned at its bound) is
+	// cancelled on the server, and the connection kept: pgx's default
+	// closes it, and the next pass pays a reconnect and the statements'
+	// preparation, which on a loaded host made the next pass too slow in
+	// turn (TestAnAbandonedPassKeepsItsConnection). A server that does not
+	// answer the cancel within leaseCancelDeadline gets the connection
+	// closed, as before.
+	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: leaseCancelDeadline}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kumi: lease pool: %w", err)

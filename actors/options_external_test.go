@@ -103,7 +103,7 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 			Logger:         logger,
 			Telemetry:      observability.New(observability.Options{Logger: logger}),
 			PollInterval:   100 * time.Millisecond,
-			Sequencer:      eventsource.SequencerOptions{MinInterval: time.Millisecond, MaxInterval: 20 * time.Millisecond, Logger: logger},
+			Sequencer:      eventsource.SequencerOptions{MinInterval: time.Millisecond, MaxInterval: 20 * time.Millisecond, IdleInterval: 500 * time.Millisecond, Logger: logger},
 			Supervision:    supervision.ObserverFunc(func(supervision.Decision) {}),
 			QueueBytes:     32 << 20,
 			LeasePoolConns: 3,

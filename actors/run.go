@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -115,10 +114,10 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 	if ln != nil {
 		defer serve(ctx, ln, rt, opts)()
 	}
-	stop := func(cause error, started []*Group) error {
+	stop := func(cause error) error {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.StopTimeout)
 		defer cancel()
-		err := stopAll(stopCtx, rt, started)
+		err := rt.Stop(stopCtx) // every group, together, then the runtime
 		if err != nil && stopCtx.Err() != nil {
 			err = fmt.Errorf("kumi: graceful stop within %v: %w", opts.StopTimeout, err)
 		}
@@ -128,10 +127,10 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 	for i, o := range groups {
 		gr, err := rt.StartGroup(ctx, o)
 		if err != nil && ctx.Err() != nil {
-			return stop(nil, started) // ended while starting: a stop, not a failure
+			return stop(nil) // ended while starting: a stop, not a failure
 		}
 		if err != nil {
-			return stop(fmt.Errorf("kumi: start groups[%d] (%s): %w", i, o.Subscription, err), started)
+			return stop(fmt.Errorf("kumi: start groups[%d] (%s): %w", i, o.Subscription, err))
 		}
 		started = append(started, gr)
 	}
@@ -142,9 +141,9 @@ func Run(ctx context.Context, store *eventsource.Store, opts RunOptions, groups 
 	defer cancel()
 	select {
 	case <-ctx.Done():
-		return stop(nil, started)
+		return stop(nil)
 	case gr := <-firstDone(waiting, started):
-		return stop(ended(gr), started)
+		return stop(ended(gr))
 	}
 }
 
@@ -188,16 +187,4 @@ func ended(gr *Group) error {
 		return fmt.Errorf("%w: subscription %s: %w", ErrGroupEnded, gr.g.opts.Subscription, err)
 	}
 	return fmt.Errorf("%w: subscription %s", ErrGroupEnded, gr.g.opts.Subscription)
-}
-
-// stopAll stops the groups, together, then the runtime.
-func stopAll(ctx context.Context, rt *Runtime, groups []*Group) error {
-	errs := make([]error, len(groups)+1)
-	var wg sync.WaitGroup
-	for i, gr := range groups {
-		wg.Go(func() { errs[i] = gr.Stop(ctx) })
-	}
-	wg.Wait()
-	errs[len(groups)] = rt.Stop(ctx)
-	return joinDistinct(errs...)
 }

@@ -297,7 +297,7 @@ func (rt *Runtime) ReadReplica() *eventsource.ReadReplica { return rt.replica }
 // Store returns the runtime's event store.
 func (rt *Runtime) Store() *eventsource.Store { return rt.store }
 
-// Stop stops every group gracefully (see [Group.Stop]), then the publisher,
+// Stop stops every group gracefully (see [Group.Stop]), all at once, then the publisher,
 // notifier and sequencer, and waits for the actors' runs to end. It honours
 // ctx throughout: when ctx ends first it returns ctx.Err() (joined with any
 // other error) without waiting further; what could not be stopped in time —
@@ -314,10 +314,16 @@ func (rt *Runtime) halt(ctx context.Context) error {
 		groups = append(groups, g)
 	}
 	rt.mu.Unlock()
-	var errs []error
-	for _, g := range groups {
-		errs = append(errs, g.Stop(ctx))
+	// The groups stop together: a process of K groups stops in the time of
+	// its slowest group, not in the sum of theirs, and a group whose
+	// handler is stuck holds none of the others back
+	// (TestRuntimeStopsItsGroupsTogether).
+	errs := make([]error, len(groups), len(groups)+5)
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Go(func() { errs[i] = g.Stop(ctx) })
 	}
+	wg.Wait()
 	errs = append(errs, rt.pub.Stop(ctx))
 	// Every group has ended (or been cut loose by ctx, its lease calls
 	// cancelled with its life): nothing holds a lease connection for long.

@@ -404,5 +404,5 @@ func pgInterval(d time.Duration) string {
 // WakeSequencer wakes this process's [Sequencer] at once. [Store.Append]
 // does it itself; call it after committing a transaction that used
 // [Store.AppendTx], or the sequencer finds those events at its next poll
-// (MaxInterval, 50 ms by default).
+// (MaxInterval, 50 ms by default; IdleInterval, 1 s, when it was quiet).
 func (s *Store) WakeSequencer() { s.signalAppended() }

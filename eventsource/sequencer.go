@@ -26,6 +26,15 @@ type SequencerOptions struct {
 	// MinInterval after its last step); appends from other processes are
 	// found by polling. Defaults 5 ms and 50 ms.
 	MinInterval, MaxInterval time.Duration
+	// IdleInterval is the interval between looks once the sequencer has
+	// seen no activity for [SequencerIdleAfter]: no local append, no
+	// pending event, no move of the head (another process's sequencer
+	// sequenced). It bounds what a quiet process costs the database (one
+	// look per IdleInterval, not per MaxInterval) at the price of finding
+	// the first append of a sequencer-less process after a quiet spell
+	// within IdleInterval instead of MaxInterval; local appends still
+	// wake the sequencer at once. Default 1 s; at least MaxInterval.
+	IdleInterval time.Duration
 	// Logger receives a failure at Warn (the first of a run of equal
 	// ones; the rest at Debug), a stuck backlog at Warn every
 	// SequencerReportInterval, a recovery at Info and a reset of the
@@ -54,6 +63,9 @@ const (
 	SequencerReportInterval = 10 * time.Second
 	// sequencerBacklogCountMax bounds the count of a stuck report.
 	sequencerBacklogCountMax = 1_000_000
+	// SequencerIdleAfter is how long a [Sequencer] sees no activity before
+	// its looks slow from MaxInterval to IdleInterval.
+	SequencerIdleAfter = 10 * time.Second
 	// holderCheckEvery is the least time between two looks at the holder
 	// of the sequencer row while it stays held.
 	holderCheckEvery = SequencerStallTimeout / 5
@@ -171,6 +183,7 @@ type Sequencer struct {
 	connLost bool
 
 	rescuedAt time.Time // the last look below the watermark (see rescue)
+	activeAt  time.Time // the last activity seen: a local append, a pending event, a head that moved, a step that sequenced
 
 	heldSince time.Time // when steps began to find the row held (zero: not held)
 	holderAt  time.Time // the last look at the row's holder
@@ -187,6 +200,9 @@ func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 		if opts.MaxInterval < opts.MinInterval {
 			opts.MaxInterval = opts.MinInterval
 		}
+	}
+	if opts.IdleInterval < opts.MaxInterval {
+		opts.IdleInterval = max(time.Second, opts.MaxInterval)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -268,6 +284,9 @@ func (q *Sequencer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if local || n > 0 || q.activeAt.IsZero() {
+			q.activeAt = q.clk.Now()
+		}
 		q.connLost = err != nil && (q.conn == nil || q.conn.IsClosed()) && serverGone(err)
 		interval, retry = q.record(ctx, n, err, interval)
 		if err == nil && q.rescue(ctx) {
@@ -302,7 +321,9 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 		q.countAttempt()
 		switch {
 		case err == nil:
-			q.looked(head, age)
+			if q.looked(head, age) {
+				q.activeAt = q.clk.Now()
+			}
 			if age == nil && !q.store.seqWentBack(lastSeq, low) {
 				return 0, nil
 			}
@@ -474,18 +495,22 @@ func (q *Sequencer) countAttempt() {
 }
 
 // looked records a look: the head, and the oldest unsequenced event's age
-// in seconds (nil: none).
-func (q *Sequencer) looked(head int64, age *float64) {
+// in seconds (nil: none). It reports activity: the head moved or an event
+// waits.
+func (q *Sequencer) looked(head int64, age *float64) bool {
 	now := q.clk.Now()
 	q.statsMu.Lock()
 	defer q.statsMu.Unlock()
+	active := age != nil
 	if head != q.stats.Head || q.stats.LastProgress.IsZero() {
 		q.stats.Head, q.stats.LastProgress = head, now
+		active = true
 	}
 	q.stats.BacklogAge, q.lookAt = 0, now
 	if age != nil {
 		q.stats.BacklogAge = max(time.Duration(*age*float64(time.Second)), time.Nanosecond)
 	}
+	return active
 }
 
 // record accounts for a step that sequenced n events or failed with err,
@@ -548,6 +573,8 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.
 		return backoff(SequencerRetryMin, SequencerRetryMax, failing-1), true
 	case n > 0:
 		return q.opts.MinInterval, false
+	case now.Sub(q.activeAt) >= SequencerIdleAfter:
+		return q.opts.IdleInterval, false
 	default:
 		return min(max(interval*2, q.opts.MinInterval), q.opts.MaxInterval), false
 	}

@@ -336,3 +336,58 @@ func TestSequencerRetriesALostServerWithinReconnectMax(t *testing.T) {
 	require.GreaterOrEqual(t, st.Failures, int64(12))
 	require.ErrorContains(t, st.LastError, "sequencer connect")
 }
+
+// A sequencer that has seen no activity for SequencerIdleAfter looks once
+// per IdleInterval, not per MaxInterval: a quiet process sends 1 look a
+// second, not 20 (before, it looked every 50 ms for ever). Another
+// process's append is still found, at the next look, and the looks are
+// fast again after it.
+func TestAnIdleSequencerLooksOncePerIdleInterval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	other, err := eventsource.New(pgtest.NewPool(t, 2), eventsource.Config{Schema: s.Schema()})
+	require.NoError(t, err)
+	clk := newFakeClock()
+	q := eventsource.NewSequencerWithClock(s, eventsource.SequencerOptions{}, clk)
+	startSequencer(t, q)
+	const maxInterval, idleInterval = 50 * time.Millisecond, time.Second
+	// Quiet: the waits back off to MaxInterval, then to IdleInterval once
+	// SequencerIdleAfter has passed without activity.
+	var waited time.Duration
+	looks := 0
+	for {
+		tm := clk.next(t)
+		if tm.d == idleInterval {
+			clk.fire(tm)
+			break
+		}
+		require.LessOrEqual(t, tm.d, maxInterval, "a wait before the sequencer is idle (after %v, %d looks)", waited, looks)
+		require.Less(t, waited, 2*eventsource.SequencerIdleAfter, "still looking every %v after %v of quiet", tm.d, waited)
+		waited += tm.d
+		looks++
+		clk.fire(tm)
+	}
+	require.GreaterOrEqual(t, waited, eventsource.SequencerIdleAfter, "idle before SequencerIdleAfter of quiet")
+	for range 3 {
+		tm := clk.next(t)
+		require.Equal(t, idleInterval, tm.d, "an idle sequencer's wait")
+		clk.fire(tm)
+	}
+	// Another process's append (it does not wake this sequencer) is found
+	// at the next look, and the looks after it are fast again.
+	mustAppend(t, other, "order-1", ev("A", `{}`))
+	tm := clk.next(t)
+	require.Equal(t, idleInterval, tm.d)
+	clk.fire(tm)
+	tm = clk.next(t)
+	require.LessOrEqual(t, tm.d, maxInterval, "the wait after a step that sequenced")
+	h, err := s.HeadPosition(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), h, "the other process's append was sequenced")
+	for range 5 {
+		clk.fire(tm)
+		tm = clk.next(t)
+		require.LessOrEqual(t, tm.d, maxInterval, "a wait soon after activity")
+	}
+}

@@ -238,7 +238,9 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 // A pass bounded by the heartbeat alone never lands while every pass takes
 // longer than that (a loaded host, a slow database): the worker would
 // renew and claim nothing until the load passed, and each abandoned pass
-// also costs its connection (pgx closes one to cancel a statement). A
+// would also cost its connection where pgx closes one to cancel a
+// statement (its default; runPipelined rolls back on a context of its
+// own, so a pool that cancels instead keeps it). A
 // longer bound is as safe: EnsureHeld counts from the start of the last
 // renewal that landed, however late it landed, and a row lock a pass holds
 // is bounded by idle_in_transaction_session_timeout = TTL.

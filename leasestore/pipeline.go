@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,14 +28,24 @@ const beginSQL = "BEGIN"
 // failed and its error was not returned), and rolled it back.
 var errCommitRolledBack = errors.New("commit: the transaction had failed and was rolled back")
 
+// rollbackTimeout bounds the ROLLBACK of a pipelined transaction that
+// failed, on a context of its own: the pass's own may have ended (a pass
+// abandoned at its bound).
+const rollbackTimeout = 2 * time.Second
+
 // runPipelined runs fn in one transaction on a connection of the pool,
 // without the round trip of its own that pgx.BeginFunc spends on BEGIN: fn
 // queues beginSQL first in its first batch (nothing may run on conn
 // before it), so that BEGIN and the transaction's first statements go in
 // one round trip. runPipelined commits when fn returns nil and rolls back
-// otherwise; a connection left inside a transaction (a rollback that
-// failed, a context that ended mid-statement) is not idle, and the pool
-// closes it on release instead of reusing it.
+// otherwise, within rollbackTimeout even when ctx has ended, so that the
+// connection goes back to the pool idle and is reused: on a pool whose
+// connections cancel a statement rather than close (the actors runtime's
+// lease pool: pgconn.CancelRequestContextWatcherHandler), a pass
+// abandoned at its bound costs no reconnect. A connection left inside a
+// transaction (a rollback that failed, a connection closed to interrupt a
+// statement) is not idle, and the pool closes it on release instead of
+// reusing it.
 func (s *Store) runPipelined(ctx context.Context, fn func(conn *pgx.Conn) error) (err error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -43,8 +54,10 @@ func (s *Store) runPipelined(ctx context.Context, fn func(conn *pgx.Conn) error)
 	defer c.Release()
 	conn := c.Conn()
 	defer func() {
-		if err != nil && conn.PgConn().TxStatus() != 'I' {
-			_, _ = conn.Exec(ctx, "ROLLBACK")
+		if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+			defer cancel()
+			_, _ = conn.Exec(rctx, "ROLLBACK")
 		}
 	}()
 	if err := fn(conn); err != nil {

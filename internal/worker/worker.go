@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,13 +34,17 @@ type Config struct {
 	DatabaseURL  string
 	Schema       string
 	Subscription string
-	Category     string
-	Buckets      int
-	Worker       string
-	LeaseKind    leasestore.Kind
-	TTL          time.Duration
-	Heartbeat    time.Duration
-	Margin       time.Duration
+	// Subscriptions is how many subscriptions of Category the worker runs
+	// (default 1): with more than one, they are named Subscription-1 …
+	// Subscription-N, one group each on the process's one runtime.
+	Subscriptions int
+	Category      string
+	Buckets       int
+	Worker        string
+	LeaseKind     leasestore.Kind
+	TTL           time.Duration
+	Heartbeat     time.Duration
+	Margin        time.Duration
 	// HandlerDelay makes the handler slow (per event).
 	HandlerDelay time.Duration
 	// Exactly commits the sink row and the checkpoint together.
@@ -99,6 +104,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL; on the command line ps shows its password)")
 	fs.StringVar(&c.Schema, "schema", "kumi", "schema of the event store")
 	fs.StringVar(&c.Subscription, "subscription", "demo", "subscription name")
+	fs.IntVar(&c.Subscriptions, "subscriptions", 1, "how many subscriptions of the category to run (more than 1: named <subscription>-1 … -N)")
 	fs.StringVar(&c.Category, "category", "account", "category to handle")
 	fs.IntVar(&c.Buckets, "buckets", 16, "number of buckets")
 	fs.StringVar(&c.Worker, "worker", "", "worker id (default: a fresh one)")
@@ -161,10 +167,26 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	if c.DatabaseURL == "" {
 		return c, errors.New("no database: pass -database-url or set DATABASE_URL")
 	}
+	if c.Subscriptions < 1 || c.Subscriptions > 1000 {
+		return c, fmt.Errorf("-subscriptions %d: use 1 to 1000", c.Subscriptions)
+	}
 	if c.PoolConns < 1 || c.PoolConns > 1000 {
 		return c, fmt.Errorf("-pool-conns %d: use 1 to 1000", c.PoolConns)
 	}
 	return c, nil
+}
+
+// SubscriptionNames are the subscriptions the worker runs: Subscription
+// alone, or Subscription-1 … Subscription-N with Subscriptions N > 1.
+func (c Config) SubscriptionNames() []string {
+	if c.Subscriptions <= 1 {
+		return []string{c.Subscription}
+	}
+	names := make([]string, c.Subscriptions)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", c.Subscription, i+1)
+	}
+	return names
 }
 
 // SinkDDL creates the sink table in schema.
@@ -251,20 +273,32 @@ func Run(ctx context.Context, c Config) error {
 	worker := c.Worker
 	lease := leasestore.LeaseOptions{Kind: c.LeaseKind, TTL: c.TTL, Heartbeat: c.Heartbeat, Margin: c.Margin,
 		NoListen: c.NoListen}
-	group, err := rt.StartGroup(ctx, actors.GroupOptions{
-		Subscription: c.Subscription, Category: c.Category, Buckets: c.Buckets, Worker: worker,
-		Handler:        sinkHandler(ctx, store, c),
-		QueueCapacity:  c.QueueCapacity,
-		QueueBytes:     c.QueueBytes,
-		BatchSize:      c.BatchSize,
-		Overflow:       c.Overflow,
-		HandlerTimeout: c.HandlerTimeout,
-		Retry:          actors.RetryPolicy{MaxAttempts: c.MaxAttempts},
-		Lease:          lease,
-	})
-	if err != nil {
-		_ = rt.Stop(context.Background())
-		return err
+	// done is closed when the first of the groups ends.
+	done := make(chan struct{})
+	var once sync.Once
+	for _, sub := range c.SubscriptionNames() {
+		group, err := rt.StartGroup(ctx, actors.GroupOptions{
+			Subscription: sub, Category: c.Category, Buckets: c.Buckets, Worker: worker,
+			Handler:        sinkHandler(ctx, store, c),
+			QueueCapacity:  c.QueueCapacity,
+			QueueBytes:     c.QueueBytes,
+			BatchSize:      c.BatchSize,
+			Overflow:       c.Overflow,
+			HandlerTimeout: c.HandlerTimeout,
+			Retry:          actors.RetryPolicy{MaxAttempts: c.MaxAttempts},
+			Lease:          lease,
+		})
+		if err != nil {
+			_ = rt.Stop(context.Background())
+			return err
+		}
+		go func() {
+			select {
+			case <-group.Done():
+				once.Do(func() { close(done) })
+			case <-ctx.Done():
+			}
+		}()
 	}
 	if c.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", c.MetricsAddr)
@@ -277,12 +311,13 @@ func Run(ctx context.Context, c Config) error {
 				Token: c.MetricsToken}))
 		}()
 	}
-	logger.Info("worker started", "worker", group.Worker(), "subscription", c.Subscription, "buckets", c.Buckets, "lease", c.LeaseKind.String())
+	logger.Info("worker started", "worker", worker, "subscription", c.Subscription, "subscriptions", c.Subscriptions,
+		"buckets", c.Buckets, "lease", c.LeaseKind.String())
 	select {
 	case <-ctx.Done():
-	case <-group.Done():
+	case <-done:
 	}
-	logger.Info("worker stopping", "worker", group.Worker())
+	logger.Info("worker stopping", "worker", worker)
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return rt.Stop(sctx)
