@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -34,17 +35,11 @@ func (c *relinquishCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := eventsource.ValidateSubscription(c.Subscription); err != nil {
-		return asUsage(err)
-	}
-	slot, err := inspect.ServingSlot(e.ctx, store, c.Subscription, c.Bucket)
+	h, err := admin.Relinquish(e.ctx, store, c.Subscription, c.Bucket, c.To)
 	if err != nil {
-		return asUsage(err)
+		return c.refused(e, err, store.Schema())
 	}
-	req, err := leasestore.RequestHandoff(e.ctx, store.Pool(), store.Schema(), c.Subscription, slot, c.To)
-	if err != nil {
-		return c.refused(err, store.Schema())
-	}
+	req, slot := h.HandoffRequest, h.Slot
 	in := inspection(store.Schema(), req)
 	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
@@ -58,12 +53,12 @@ func (c *relinquishCmd) Run(e *env) error {
 	return c.watch(e, store, in, slot, owner, epoch)
 }
 
-// refused says why leasestore.RequestHandoff refused, in the CLI's terms:
-// a usage error for what the command line got wrong.
-func (c *relinquishCmd) refused(err error, schema string) error {
+// refused says why admin.Relinquish (leasestore.RequestHandoff) refused,
+// in the CLI's terms: a usage error for what the command line got wrong.
+func (c *relinquishCmd) refused(e *env, err error, schema string) error {
 	var h *leasestore.HandoffError
 	if !errors.As(err, &h) {
-		return err
+		return e.adminError(err)
 	}
 	row := h.Lease
 	switch h.Reason {
