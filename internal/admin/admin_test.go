@@ -278,3 +278,31 @@ func TestReplayAndDiscardOneLetter(t *testing.T) {
 	require.NoError(t, admin.Discard(ctx, f.store, "orders", failing.EventID))
 	refusal(t, admin.Discard(ctx, f.store, "orders", failing.EventID), admin.NotFound, admin.ErrNoLetter)
 }
+
+// A replay of a letter replayed meanwhile (a second click on a page read
+// before the first finished) is refused, and leaves the bucket's next
+// pending letter alone: it was selected by position before, handed in its
+// place, and recorded as failed with a reason about the mix-up.
+func TestReplayingALetterReplayedMeanwhileLeavesItsNeighbourAlone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	var letters []eventsource.DeadLetter
+	for _, i := range []int{0, 1} {
+		d, err := f.store.AddDeadLetter(ctx, eventsource.DeadLetter{Subscription: "orders", Bucket: 0,
+			EventID: f.events[i].ID, Reason: "boom", Attempts: 1})
+		require.NoError(t, err)
+		letters = append(letters, d)
+	}
+	handled := 0
+	handle := func(context.Context, eventsource.RecordedEvent) error { handled++; return nil }
+	stale, err := admin.Letter(ctx, f.store, "orders", letters[0].EventID, false)
+	require.NoError(t, err)
+	require.NoError(t, admin.Replay(ctx, f.store, stale, false, handle))
+	refusal(t, admin.Replay(ctx, f.store, stale, false, handle), admin.Conflict, admin.ErrNotReplayed)
+	require.Equal(t, 1, handled)
+	next, err := f.store.DeadLetter(ctx, "orders", letters[1].EventID)
+	require.NoError(t, err)
+	require.Nil(t, next.ReplayedAt)
+	require.Equal(t, [2]any{1, "boom"}, [2]any{next.Attempts, next.Reason})
+}

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,28 +25,19 @@ func Letter(ctx context.Context, store *eventsource.Store, sub string, id uuid.U
 }
 
 // Replay hands the letter d (as Letter read it) to handle through
-// eventsource.Store.ReplayDeadLetters: the letter is claimed for the
+// eventsource.Store.ReplayDeadLetter: the letter is claimed for the
 // handler's duration and marked replayed when it succeeds; checkpoints
 // never move. again replays a letter replayed already. The handler's
 // error is returned as it is (the letter stays pending, its attempts
-// counted); a letter another replay holds, or that was replayed meanwhile,
-// is refused (*Refusal, Reason ErrNotReplayed).
+// counted); a letter another replay holds, or that was discarded or
+// replayed meanwhile, is refused (*Refusal, Reason ErrNotReplayed) and no
+// other letter is touched.
 func Replay(ctx context.Context, store *eventsource.Store, d eventsource.DeadLetter, again bool, handle eventsource.ReplayHandler) error {
-	// The one letter of this bucket of this generation at this position:
-	// positions are unique, so After = position-1, Limit 1 selects it.
-	b, g := d.Bucket, d.Generation
-	n, err := store.ReplayDeadLetters(ctx, d.Subscription, eventsource.DeadLetterFilter{
-		Generation: &g, Bucket: &b, After: d.Position - 1, Limit: 1, IncludeReplayed: again},
-		func(ctx context.Context, ev eventsource.RecordedEvent) error {
-			if ev.ID != d.EventID {
-				return fmt.Errorf("expected event %s, was handed %s (another replay ran at once?)", d.EventID, ev.ID)
-			}
-			return handle(ctx, ev)
-		})
+	ok, err := store.ReplayDeadLetter(ctx, d, again, handle)
 	switch {
 	case err != nil:
 		return err
-	case n == 0:
+	case !ok:
 		return refuse(Conflict, ErrNotReplayed, nil, Refusal{Subscription: d.Subscription, Bucket: d.Bucket},
 			"event %s was not replayed: another replay holds it, or it was replayed meanwhile", d.EventID)
 	}
