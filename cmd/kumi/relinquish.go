@@ -44,7 +44,7 @@ func (c *relinquishCmd) Run(e *env) error {
 	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
 		inspect.TermSafe(owner), c.Bucket, epoch, inspect.TermSafe(target))
-	for _, l := range predict(in, c.Bucket, owner, target, loads(in), c.Verbose) {
+	for _, l := range predict(in, c.Bucket, owner, target, h.Loads, c.Verbose) {
 		fmt.Fprintln(e.stdout, l)
 	}
 	if c.Wait == 0 {
@@ -96,21 +96,6 @@ func inspection(schema string, req leasestore.HandoffRequest) inspect.Inspection
 		in.Rows = append(in.Rows, inspect.BucketRow{BucketState: b, Live: b.Held(in.Now), Lag: -1})
 	}
 	return in
-}
-
-// loads counts each worker's load as leasestore's pass does: the live
-// buckets it owns that nobody claims, plus its own pending claims.
-func loads(in inspect.Inspection) map[string]int {
-	load := map[string]int{}
-	for _, r := range in.Rows {
-		switch {
-		case r.ClaimWorker != "":
-			load[r.ClaimWorker]++
-		case r.Live:
-			load[r.Owner]++
-		}
-	}
-	return load
 }
 
 // predict says what the claim will lead to, from leasestore's rules, in a

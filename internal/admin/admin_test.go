@@ -306,3 +306,38 @@ func TestReplayingALetterReplayedMeanwhileLeavesItsNeighbourAlone(t *testing.T) 
 	require.Nil(t, next.ReplayedAt)
 	require.Equal(t, [2]any{1, "boom"}, [2]any{next.Attempts, next.Reason})
 }
+
+// The claimant's load is counted as its pass counts it: a bucket it is
+// handing over is not its own. The console's warning that a claimant at
+// its share may withdraw counted it (leasestore.HandoffRequest.Load), so
+// it warned of a withdrawal `kumi relinquish` (and the pass) knew would
+// not happen.
+func TestAClaimantsLoadLeavesOutTheBucketItIsHandingOver(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	a, b := f.join(t, "orders", "worker-a", 4), f.join(t, "orders", "worker-b", 4)
+	for _, s := range []*leasestore.Store{a, b} {
+		_, err := s.Pass(ctx)
+		require.NoError(t, err)
+	}
+	snap, err := leasestore.ReadSnapshot(ctx, f.store.Pool(), f.schema, "orders")
+	require.NoError(t, err)
+	owned := map[string][]int{}
+	for _, bk := range snap.Buckets {
+		owned[bk.Owner] = append(owned[bk.Owner], bk.Bucket)
+	}
+	require.Len(t, owned["worker-a"], 2, "%v", owned)
+	require.Len(t, owned["worker-b"], 2, "%v", owned)
+	f.join(t, "orders", "worker-c", 4)
+	// worker-a hands one of its two buckets over to worker-c ...
+	_, err = admin.Relinquish(ctx, f.store, "orders", owned["worker-a"][0], "worker-c")
+	require.NoError(t, err)
+	// ... so a claim of one of worker-b's puts it at 2 of ceil(4/3) = 2,
+	// not above: its pass keeps the claim.
+	h, err := admin.Relinquish(ctx, f.store, "orders", owned["worker-b"][0], "worker-a")
+	require.NoError(t, err)
+	require.Equal(t, [3]int{3, 2, 1}, [3]int{h.Live, h.Share, h.Load})
+	require.Equal(t, 2, h.HandoffRequest.Load, "leasestore's count, with the bucket handed over")
+	require.False(t, h.AboveShare)
+}

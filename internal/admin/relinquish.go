@@ -16,6 +16,13 @@ type Handoff struct {
 	Bucket int // the serving generation's bucket
 	Slot   int // its slot
 	leasestore.HandoffRequest
+	// Loads is each worker's load before the claim as leasestore's pass
+	// counts it: the live buckets it owns that nobody claims, plus its own
+	// pending claims (a bucket it is handing over is the claimant's).
+	// HandoffRequest.Load counts such a bucket for its owner too; Load
+	// below is Loads[To].
+	Loads map[string]int
+	Load  int
 	// Share is leasestore.FairShare(Buckets, Live); AboveShare reports
 	// that the claimant already held its share (Load >= Share), so that
 	// its next pass may withdraw the claim and the owner keep the bucket.
@@ -49,8 +56,25 @@ func Relinquish(ctx context.Context, store *eventsource.Store, sub string, bucke
 	case err != nil:
 		return Handoff{}, fmt.Errorf("place the claim: %w", err)
 	}
+	loads := passLoads(req.Before)
 	share := leasestore.FairShare(req.Buckets, max(req.Live, 1))
-	return Handoff{Bucket: bucket, Slot: slot, HandoffRequest: req, Share: share, AboveShare: req.Load >= share}, nil
+	return Handoff{Bucket: bucket, Slot: slot, HandoffRequest: req, Loads: loads, Load: loads[req.To], Share: share,
+		AboveShare: loads[req.To] >= share}, nil
+}
+
+// passLoads counts each worker's load as leasestore's pass does: the live
+// buckets it owns that nobody claims, plus its own pending claims.
+func passLoads(snap leasestore.Snapshot) map[string]int {
+	load := map[string]int{}
+	for _, b := range snap.Buckets {
+		switch {
+		case b.ClaimWorker != "":
+			load[b.ClaimWorker]++
+		case b.Held(snap.Now):
+			load[b.Owner]++
+		}
+	}
+	return load
 }
 
 // handoffRefusal words a refused handoff request.
