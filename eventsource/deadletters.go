@@ -276,6 +276,18 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, subscription string, filt
 	}
 }
 
+// ReplayDeadLetter replays one letter — d, as [Store.DeadLetter] read it —
+// with [Store.ReplayDeadLetters]'s claim and outcome, and no other: it
+// reports false, without calling handler, when another replay holds the
+// letter, or it was discarded or (unless includeReplayed) replayed since d
+// was read.
+func (s *Store) ReplayDeadLetter(ctx context.Context, d DeadLetter, includeReplayed bool, handler ReplayHandler) (bool, error) {
+	if handler == nil {
+		return false, &kumierr.ConfigError{Field: "eventsource handler", Reason: "is nil"}
+	}
+	return s.replayOne(ctx, d, includeReplayed, handler)
+}
+
 // replayLockKey is the session advisory lock that claims a letter for a
 // replay. (A collision with another key only makes a replay skip a letter
 // as if another replay held it.)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -173,9 +174,10 @@ func (h heldError) Error() string {
 		bucket, h.Owner, h.Epoch, roundDur(h.ExpiresIn))
 }
 
-// Run resets the selected buckets' checkpoints, each in a transaction that
-// first fences out every earlier holder of the bucket
-// (leasestore.FenceOut), refusing a live owner without --force.
+// Run resets the selected buckets' checkpoints through
+// admin.ResetCheckpoints: each in a transaction that first fences out
+// every earlier holder of the bucket (leasestore.OperatorFence), refusing
+// a live owner without --force.
 func (c *cpResetCmd) Run(e *env) error {
 	if *c.Position < 0 {
 		return usageErrorf("--position %d: positions are >= 0", *c.Position)
@@ -186,79 +188,31 @@ func (c *cpResetCmd) Run(e *env) error {
 	if len(c.Bucket) > 0 && c.AllBuckets {
 		return usageErrorf("--bucket and --all-buckets exclude each other")
 	}
-	for _, b := range c.Bucket {
-		if b < 0 {
-			return usageErrorf("--bucket %d: buckets are numbered from 0", b)
-		}
-	}
 	store, err := e.connect()
 	if err != nil {
 		return err
 	}
-	if err := e.checkSubscription(c.Subscription, c.Bucket...); err != nil {
-		return err
-	}
-	in, err := inspect.Inspect(e.ctx, store, c.Subscription, "")
-	if err != nil {
-		return asUsage(err)
-	}
-	if *c.Position > in.Head && !c.BeyondHead {
-		return usageErrorf("--position %d is past the store's head (%d): the bucket would skip every event "+
-			"until the head passes %d; pass --beyond-head if that is what you want", *c.Position, in.Head, *c.Position)
-	}
-	buckets := slices.Clone(c.Bucket)
-	if c.AllBuckets {
-		if in.Buckets == 0 {
-			return fmt.Errorf("subscription %q has no lease rows, so its bucket count is unknown: name the buckets with --bucket",
-				c.Subscription)
-		}
-		for b := range in.Buckets {
-			buckets = append(buckets, b)
-		}
-	}
-	slices.Sort(buckets)
-	buckets = slices.Compact(buckets)
-	if in.Buckets > 0 && buckets[len(buckets)-1] >= in.Buckets {
-		return usageErrorf("--bucket %d: subscription %q has buckets 0 to %d", buckets[len(buckets)-1],
-			c.Subscription, in.Buckets-1)
-	}
-	// The buckets are the serving generation's: their slots key the
-	// checkpoints and leases (a retired generation's are not reset).
-	serving := in.Resize.Generation
-	before := map[int]int64{}
-	for _, cp := range generationCheckpoints(in, serving) {
-		before[cp.Bucket] = cp.Position
-	}
+	resets, err := admin.ResetCheckpoints(e.ctx, store, admin.Reset{Subscription: c.Subscription, Buckets: c.Bucket,
+		AllBuckets: c.AllBuckets, Position: *c.Position, Force: c.Force, BeyondHead: c.BeyondHead})
 	var refused []error
-	for _, b := range buckets {
-		var out leasestore.FencedOut
-		// leasestore.FenceOut inside the reset's transaction: it locks the
-		// lease row, refuses a live owner unless --force, and grows the
-		// epoch, so that no earlier holder — a lapsed owner that comes back
-		// included — can write its in-memory position over the reset.
-		slot := eventsource.Slot(serving, b)
-		err := store.ResetCheckpoint(e.ctx, c.Subscription, slot, *c.Position,
-			leasestore.OperatorFence(store.Schema(), c.Subscription, slot, c.Force, &out))
+	for _, r := range resets {
 		var held *leasestore.HeldError
-		switch {
-		case err == nil:
-			fmt.Fprintf(e.stdout, "bucket %d: checkpoint %d -> %d\n", b, before[b], *c.Position)
-			switch {
-			case out.Live:
-				fmt.Fprintf(e.stderr, "kumi checkpoints reset: warning: bucket %d is held by %s: fenced out "+
-					"(epoch %d -> %d); its reader restarts from the new checkpoint on its next pass, and what "+
-					"its old reader delivers until then may be delivered again\n", b, out.Owner, out.Epoch-1, out.Epoch)
-			case out.Found:
-				fmt.Fprintf(e.stdout, "bucket %d: earlier holders fenced out (epoch %d -> %d)\n", b, out.Epoch-1, out.Epoch)
-			}
-		case errors.As(err, &held):
+		if r.Refused != nil && errors.As(r.Refused, &held) {
 			refused = append(refused, heldError{held})
-		default:
-			return asUsage(err)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "bucket %d: checkpoint %d -> %d\n", r.Bucket, r.Before, *c.Position)
+		switch out := r.Fenced; {
+		case out.Live:
+			fmt.Fprintf(e.stderr, "kumi checkpoints reset: warning: bucket %d is held by %s: fenced out "+
+				"(epoch %d -> %d); its reader restarts from the new checkpoint on its next pass, and what "+
+				"its old reader delivers until then may be delivered again\n", r.Bucket, out.Owner, out.Epoch-1, out.Epoch)
+		case out.Found:
+			fmt.Fprintf(e.stdout, "bucket %d: earlier holders fenced out (epoch %d -> %d)\n", r.Bucket, out.Epoch-1, out.Epoch)
 		}
 	}
-	if len(refused) > 0 {
-		return errors.Join(refused...)
+	if err != nil {
+		return e.adminError(err)
 	}
-	return nil
+	return errors.Join(refused...)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/inspect"
 )
 
@@ -276,38 +277,26 @@ func (c *dlReplayCmd) Run(e *env) error {
 	total := 0
 	if len(ids) > 0 {
 		for _, id := range ids {
-			d, err := store.DeadLetter(e.ctx, c.Subscription, id)
-			if err != nil {
-				return asUsage(notMigrated(e, err))
-			}
-			if d.ReplayedAt != nil && !c.Again {
+			d, err := admin.Letter(e.ctx, store, c.Subscription, id, c.Again)
+			switch {
+			case errors.Is(err, admin.ErrAlreadyReplayed):
 				fmt.Fprintf(e.stdout, "event %s: already replayed at %s (--again to replay it anyway)\n",
 					id, d.ReplayedAt.UTC().Format(time.RFC3339))
 				continue
-			}
-			if c.DryRun {
+			case err != nil:
+				return asUsage(notMigrated(e, err))
+			case c.DryRun:
 				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, inspect.TermSafe(d.Stream))
 				continue
 			}
-			// The one letter of this bucket of this generation at this
-			// position: positions are unique, so After = position-1,
-			// Limit 1 selects it.
-			b, g := d.Bucket, d.Generation
-			want := d.EventID
-			n, err := store.ReplayDeadLetters(e.ctx, c.Subscription, eventsource.DeadLetterFilter{
-				Generation: &g, Bucket: &b, After: d.Position - 1, Limit: 1, IncludeReplayed: c.Again},
-				func(ctx context.Context, ev eventsource.RecordedEvent) error {
-					if ev.ID != want {
-						return fmt.Errorf("kumi replay: expected event %s, was handed %s (another replay ran at once?)", want, ev.ID)
-					}
-					return handler(ctx, ev)
-				})
-			total += n
-			if err != nil {
-				return replayFailed(e, total, err)
-			}
-			if n == 0 {
+			err = admin.Replay(e.ctx, store, d, c.Again, handler)
+			switch {
+			case errors.Is(err, admin.ErrNotReplayed):
 				fmt.Fprintf(e.stdout, "event %s: not replayed (another replay holds it, or it was replayed meanwhile)\n", id)
+			case err != nil:
+				return replayFailed(e, total, err)
+			default:
+				total++
 			}
 		}
 	} else {
@@ -406,14 +395,13 @@ func (c *dlDiscardCmd) Run(e *env) error {
 	}
 	var missing []string
 	for _, id := range ids {
-		ok, err := store.DeleteDeadLetter(e.ctx, c.Subscription, id)
-		if err != nil {
-			return asUsage(notMigrated(e, err))
-		}
-		if ok {
-			fmt.Fprintf(e.stdout, "discarded the dead letter of event %s\n", id)
-		} else {
+		switch err := admin.Discard(e.ctx, store, c.Subscription, id); {
+		case errors.Is(err, admin.ErrNoLetter):
 			missing = append(missing, id.String())
+		case err != nil:
+			return asUsage(notMigrated(e, err))
+		default:
+			fmt.Fprintf(e.stdout, "discarded the dead letter of event %s\n", id)
 		}
 	}
 	if len(missing) > 0 {

@@ -379,8 +379,7 @@ func (e *env) checkSubscription(name string, buckets ...int) error {
 		return err
 	}
 	if !known {
-		return fmt.Errorf("subscription %q is unknown in schema %q: it has no buckets, checkpoints or dead letters "+
-			"(`kumi status` lists the subscriptions)", name, store.Schema())
+		return unknownSubscription(name, store.Schema())
 	}
 	for _, b := range buckets {
 		if n > 0 && b >= n {
@@ -388,6 +387,13 @@ func (e *env) checkSubscription(name string, buckets ...int) error {
 		}
 	}
 	return nil
+}
+
+// unknownSubscription says that name has no buckets, checkpoints or dead
+// letters in schema.
+func unknownSubscription(name, schema string) error {
+	return fmt.Errorf("subscription %q is unknown in schema %q: it has no buckets, checkpoints or dead letters "+
+		"(`kumi status` lists the subscriptions)", name, schema)
 }
 
 // asUsage makes the store's verdict on a name the user typed a usage error.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -34,22 +35,16 @@ func (c *relinquishCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := eventsource.ValidateSubscription(c.Subscription); err != nil {
-		return asUsage(err)
-	}
-	slot, err := inspect.ServingSlot(e.ctx, store, c.Subscription, c.Bucket)
+	h, err := admin.Relinquish(e.ctx, store, c.Subscription, c.Bucket, c.To)
 	if err != nil {
-		return asUsage(err)
+		return c.refused(e, err, store.Schema())
 	}
-	req, err := leasestore.RequestHandoff(e.ctx, store.Pool(), store.Schema(), c.Subscription, slot, c.To)
-	if err != nil {
-		return c.refused(err, store.Schema())
-	}
+	req, slot := h.HandoffRequest, h.Slot
 	in := inspection(store.Schema(), req)
 	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
 		inspect.TermSafe(owner), c.Bucket, epoch, inspect.TermSafe(target))
-	for _, l := range predict(in, c.Bucket, owner, target, loads(in), c.Verbose) {
+	for _, l := range predict(in, c.Bucket, owner, target, h.Loads, c.Verbose) {
 		fmt.Fprintln(e.stdout, l)
 	}
 	if c.Wait == 0 {
@@ -58,12 +53,12 @@ func (c *relinquishCmd) Run(e *env) error {
 	return c.watch(e, store, in, slot, owner, epoch)
 }
 
-// refused says why leasestore.RequestHandoff refused, in the CLI's terms:
-// a usage error for what the command line got wrong.
-func (c *relinquishCmd) refused(err error, schema string) error {
+// refused says why admin.Relinquish (leasestore.RequestHandoff) refused,
+// in the CLI's terms: a usage error for what the command line got wrong.
+func (c *relinquishCmd) refused(e *env, err error, schema string) error {
 	var h *leasestore.HandoffError
 	if !errors.As(err, &h) {
-		return err
+		return e.adminError(err)
 	}
 	row := h.Lease
 	switch h.Reason {
@@ -101,21 +96,6 @@ func inspection(schema string, req leasestore.HandoffRequest) inspect.Inspection
 		in.Rows = append(in.Rows, inspect.BucketRow{BucketState: b, Live: b.Held(in.Now), Lag: -1})
 	}
 	return in
-}
-
-// loads counts each worker's load as leasestore's pass does: the live
-// buckets it owns that nobody claims, plus its own pending claims.
-func loads(in inspect.Inspection) map[string]int {
-	load := map[string]int{}
-	for _, r := range in.Rows {
-		switch {
-		case r.ClaimWorker != "":
-			load[r.ClaimWorker]++
-		case r.Live:
-			load[r.Owner]++
-		}
-	}
-	return load
 }
 
 // predict says what the claim will lead to, from leasestore's rules, in a
