@@ -409,43 +409,20 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 		}
 	}
 	span := s.span
-	var retry time.Duration
-	var reason string
-	outcome := observability.OutcomeRetry
-	switch m := res.(type) {
-	case Ack:
+	a := classifyAnswer(res, err, r.g.opts.HandlerTimeout)
+	switch {
+	case a.outcome == observability.OutcomeAck:
 		span.End(observability.OutcomeAck, nil)
-		r.finish(ctx, s, m.Committed)
+		r.finish(ctx, s, a.committed)
 		return
-	case *Ack:
-		span.End(observability.OutcomeAck, nil)
-		r.finish(ctx, s, m != nil && m.Committed)
+	case a.outcome == observability.OutcomeDeadLetter:
+		span.End(observability.OutcomeDeadLetter, errors.New(a.reason))
+		r.deadLetter(ctx, s, a.reason, s.d.Attempt+1)
 		return
-	case DeadLetter:
-		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
-		r.deadLetter(ctx, s, m.Reason, s.d.Attempt+1)
-		return
-	case *DeadLetter:
-		span.End(observability.OutcomeDeadLetter, errors.New(m.Reason))
-		r.deadLetter(ctx, s, m.Reason, s.d.Attempt+1)
-		return
-	case Retry:
-		retry, reason = m.After, m.Reason
-	case *Retry:
-		retry, reason = m.After, m.Reason
-	case *handlerPanicked:
-		reason = fmt.Sprintf("handler panicked: %v", m.reason)
-		outcome = observability.OutcomePanic
-	default:
-		if err != nil {
-			reason = fmt.Sprintf("no answer within %v", r.g.opts.HandlerTimeout)
-			outcome = observability.OutcomeTimeout
-			r.warnAnswer(msgNoAnswer, s, res)
-		} else {
-			reason = fmt.Sprintf("unexpected answer %T: answer Ack, Retry or DeadLetter", res)
-			r.warnAnswer(msgWrongAnswer, s, res)
-		}
+	case a.warn != "":
+		r.warnAnswer(a.warn, s, res)
 	}
+	retry, reason, outcome := a.after, a.reason, a.outcome
 	next := *s.d // a new delivery per attempt (see slot.d)
 	next.Attempt++
 	s.d = &next
