@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/readfeed"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -22,25 +23,6 @@ const (
 	publisherBatchSize  = 1000
 	publisherFetchBytes = 4 << 20
 )
-
-// fetchLimit is how many events to ask for when the last events read
-// averaged size bytes: about what fits in maxBytes, so that a read of large
-// events does not make the server send rows the read then discards.
-func fetchLimit(limit int, maxBytes, size int64) int {
-	if size <= 0 {
-		return limit
-	}
-	return int(min(int64(limit), max(maxBytes/size+1, 1)))
-}
-
-// eventsSize returns the total eventsource.RecordedEvent.Size of events.
-func eventsSize(events []eventsource.RecordedEvent) int64 {
-	var n int64
-	for i := range events {
-		n += events[i].Size()
-	}
-	return n
-}
 
 // liveBatch is what the publisher posts to one subscriber: every event of
 // the subscriber's bucket with a global position in (From, To], in order.
@@ -294,7 +276,7 @@ func (p *publisher) fetch(ctx actor.Context) {
 	p.fetching, p.again = true, false
 	self, root, from, known := ctx.Self(), ctx.ActorSystem().Root, p.pos, p.known()
 	cheap, subscribers := len(p.subs) == 0, len(p.subs)
-	limit := fetchLimit(publisherBatchSize, publisherFetchBytes, p.size)
+	limit := readfeed.FetchLimit(publisherBatchSize, publisherFetchBytes, p.size)
 	go func() {
 		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -316,7 +298,7 @@ func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit
 	res.to = from
 	if n := len(res.events); n > 0 {
 		res.to = res.events[n-1].Position
-		res.bytes = eventsSize(res.events)
+		res.bytes = readfeed.SizeOf(res.events)
 	}
 	span.End(len(res.events), res.to, res.err)
 	return res

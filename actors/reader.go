@@ -399,7 +399,7 @@ func (r *reader) readPage(ctx actor.Context, rd readfeed.Read) {
 			last = events[len(events)-1].Position
 		}
 		span.End(len(events), last, err)
-		return &pageRead{gen: r, read: rd.ID, events: events, bytes: eventsSize(events), err: err}
+		return &pageRead{gen: r, read: rd.ID, events: events, bytes: readfeed.SizeOf(events), err: err}
 	})
 }
 

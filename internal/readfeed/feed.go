@@ -128,7 +128,7 @@ type Feed struct {
 	out     *read                       // the read out, nil if none
 	reads   uint64                      // reads started
 	// eventSize is the average size of the events last read (see
-	// fetchLimit).
+	// FetchLimit).
 	eventSize int64
 	cut       int64 // a decided resize cut (cutDecided): the catch-up reads no page past it
 	cutSet    bool
@@ -217,7 +217,7 @@ func (f *Feed) Loaded(from int64, env Env) Effects {
 
 // read starts the next catch-up page: at most BatchSize events and
 // ReadAhead bytes, fewer when the events last read were large (see
-// fetchLimit). Not before the checkpoint is loaded (see Loading).
+// FetchLimit). Not before the checkpoint is loaded (see Loading).
 func (f *Feed) read(env Env) *Read {
 	// The page must cover what the publisher has read, not only the
 	// batches this reader got: after a pause dropped some, or before the
@@ -230,7 +230,7 @@ func (f *Feed) read(env Env) *Read {
 	}
 	f.reads++
 	maxBytes := env.ReadAhead
-	f.out = &read{Read: Read{ID: f.reads, From: f.cursor, Target: f.capped(target), Limit: fetchLimit(f.cfg.BatchSize, maxBytes, f.eventSize),
+	f.out = &read{Read: Read{ID: f.reads, From: f.cursor, Target: f.capped(target), Limit: FetchLimit(f.cfg.BatchSize, maxBytes, f.eventSize),
 		MaxBytes: maxBytes}, resumes: f.resumes, want: target}
 	r := f.out.Read
 	return &r
@@ -335,7 +335,7 @@ func (f *Feed) Live(b Batch, env Env) Effects {
 		for len(events) > 0 && events[0].Position <= f.cursor {
 			events = events[1:]
 		}
-		f.add(events, sizeOf(events))
+		f.add(events, SizeOf(events))
 		f.cursor = max(f.cursor, b.To)
 	}
 	return f.Poll(env)
@@ -418,7 +418,7 @@ func (f *Feed) Take(n int) []eventsource.RecordedEvent {
 	if len(f.pending) == 0 {
 		f.pending, f.bytes = nil, 0
 	} else {
-		f.bytes -= sizeOf(taken)
+		f.bytes -= SizeOf(taken)
 	}
 	return taken
 }
@@ -432,23 +432,23 @@ func (f *Feed) PutBack(events []eventsource.RecordedEvent) {
 	pending := make([]eventsource.RecordedEvent, 0, len(events)+len(f.pending))
 	f.pending = append(append(pending, events...), f.pending...)
 	if fault != faultPutBackUncounted {
-		f.bytes += sizeOf(events)
+		f.bytes += SizeOf(events)
 	}
 }
 
-// fetchLimit is how many events a read of at most maxBytes asks for, when
+// FetchLimit is how many events a read of at most maxBytes asks for, when
 // the events last read averaged size bytes: limit, or fewer when large
 // events would fill maxBytes first — and at least one more than fit, so
 // that the read can tell it is full.
-func fetchLimit(limit int, maxBytes, size int64) int {
+func FetchLimit(limit int, maxBytes, size int64) int {
 	if size <= 0 {
 		return limit
 	}
 	return int(min(int64(limit), max(maxBytes/size+1, 1)))
 }
 
-// sizeOf is the total eventsource.RecordedEvent.Size of events.
-func sizeOf(events []eventsource.RecordedEvent) int64 {
+// SizeOf is the total eventsource.RecordedEvent.Size of events.
+func SizeOf(events []eventsource.RecordedEvent) int64 {
 	var n int64
 	for i := range events {
 		n += events[i].Size()

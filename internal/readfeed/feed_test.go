@@ -20,7 +20,7 @@ func evs(positions ...int64) []eventsource.RecordedEvent {
 }
 
 func page(r *Read, events ...eventsource.RecordedEvent) Page {
-	return Page{Read: r.ID, Events: events, Bytes: sizeOf(events)}
+	return Page{Read: r.ID, Events: events, Bytes: SizeOf(events)}
 }
 
 // Nothing is read before the checkpoint is loaded — a read from the
@@ -101,13 +101,13 @@ func TestThePendingListHoldsTheQueueWhenFull(t *testing.T) {
 	e := f.Page(page(&Read{ID: 1}, evs(1, 2, 3)...), env)
 	require.Nil(t, e.Read, "full: the next page waits for room")
 	require.True(t, f.Held())
-	require.Equal(t, sizeOf(evs(1, 2, 3)), f.PendingBytes())
+	require.Equal(t, SizeOf(evs(1, 2, 3)), f.PendingBytes())
 	taken := f.Take(2)
-	require.Equal(t, sizeOf(evs(3)), f.PendingBytes())
+	require.Equal(t, SizeOf(evs(3)), f.PendingBytes())
 	e = f.Poll(env)
 	require.NotNil(t, e.Read, "room again: the catch-up reads on")
 	f.PutBack(taken[1:])
-	require.Equal(t, sizeOf(evs(2, 3)), f.PendingBytes())
+	require.Equal(t, SizeOf(evs(2, 3)), f.PendingBytes())
 	require.Equal(t, int64(2), f.Pending()[0].Position)
 	e = f.Page(page(e.Read, evs(4)...), env)
 	require.Equal(t, Live, f.Phase())

@@ -276,7 +276,7 @@ func (s *sim) apply(input string, e Effects) {
 		if s.loading {
 			s.fail("read #%d started before the checkpoint was loaded", r.ID)
 		}
-		if n, bytes := len(s.feed.pending), sizeOf(s.feed.pending); n >= s.cfg.BatchSize || bytes >= s.readAhead {
+		if n, bytes := len(s.feed.pending), SizeOf(s.feed.pending); n >= s.cfg.BatchSize || bytes >= s.readAhead {
 			s.fail("read #%d started with a batch's worth pending (%d events, %d bytes)", r.ID, n, bytes)
 		}
 		if s.cutSet && (r.Target > s.cut || s.feed.cursor >= s.cut) {
@@ -452,7 +452,7 @@ func (s *sim) check() {
 	if f.held != s.held {
 		s.fail("the feed thinks the queue held %v, it is %v", f.held, s.held)
 	}
-	if got := sizeOf(f.pending); got != f.bytes {
+	if got := SizeOf(f.pending); got != f.bytes {
 		s.fail("the pending bytes are counted %d, they are %d", f.bytes, got)
 	}
 	if f.phase == Loading {
