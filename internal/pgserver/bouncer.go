@@ -110,7 +110,9 @@ func (s *Server) StartBouncer(ctx context.Context, mode PoolMode) (*Bouncer, err
 		"ignore_startup_parameters = extra_float_digits",
 		"logfile = " + filepath.Join(dir, "pgbouncer.log"),
 		"log_connections = 0",
-		"log_disconnections = 0",
+		// Why each connection closed ("closing because: ..."): a failing
+		// test's report prints the log's tail (pgtest.NewBouncer).
+		"log_disconnections = 1",
 		"",
 	}, "\n")
 	files := map[string]string{
