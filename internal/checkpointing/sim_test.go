@@ -197,6 +197,14 @@ func (s *sim) start() {
 // renewed, or taken again at a new epoch by the next owner).
 func (s *sim) stop(why string, handled int64) {
 	r := s.r
+	for _, m := range r.handling {
+		// A handler the reader gave up on may still finish what it has
+		// (its stop waits for the call to return); the answer is lost.
+		if s.rng.IntN(2) == 0 {
+			s.handled[m.pos] = true
+			s.log("handler finishes %d attempt %d, unanswered", m.pos, m.attempt)
+		}
+	}
 	if s.ours && handled >= 0 && s.mark.epoch == r.epoch {
 		s.mark.pos = max(s.mark.pos, handled)
 	} else if s.ours && handled >= 0 {
@@ -382,7 +390,7 @@ func (s *sim) written(m simMsg) {
 		return
 	}
 	v := r.cp.Failed(m.write.ID, f, s.env())
-	s.log("write #%d at %d failed (%d): %s", m.write.ID, m.write.Pos, f, v)
+	s.log("write #%d at %d failed (%s): %s", m.write.ID, m.write.Pos, f, v)
 	switch v {
 	case RetryOnTick, EndUnwritten:
 		r.failing = true

@@ -90,6 +90,11 @@ const (
 	Permanent
 )
 
+// String names the failure for the simulation's trace.
+func (f Failure) String() string {
+	return [...]string{"transient", "fence lost", "server changed", "permanent"}[f]
+}
+
 // Verdict is what a failed write makes the reader do.
 type Verdict uint8
 
