@@ -205,10 +205,6 @@ func (s *State) Tick() Effects {
 	return s.flush(fault != faultTickNotForced)
 }
 
-// Flush writes what is acknowledged and not written yet, unless a write
-// is out: the first write of a reader that resumes after its mark.
-func (s *State) Flush() Effects { return s.flush(true) }
-
 // flush starts a write of the acked position unless one is out, none may
 // be tried (Abandoned), nothing is unwritten, or — not forced — fewer
 // than CheckpointEvery events were acknowledged since the last.
