@@ -6,7 +6,7 @@ GO ?= go
 PKGS ?= ./...
 TEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build test bench lint demo fmt vet chaos jaeger test-jaeger fuzz tidy
+.PHONY: all build test bench lint demo fmt vet chaos jaeger test-jaeger fuzz sim tidy
 
 all: lint test
 
@@ -56,6 +56,16 @@ demo:
 ## chaos: the long form of the multi-process fault scenarios (figures in docs/benchmarks.md).
 chaos:
 	KUMI_CHAOS=long $(GO) test -count=1 -timeout 60m -v -run 'Test' ./test/integration/
+
+## sim: the simulations of the core's state machines (internal/readfeed,
+## internal/resizepart, internal/coordplan, internal/checkpointing), each over
+## SIM_SEEDS schedules (`make test` runs 1,000-2,000 each); no database. A
+## failing seed prints its trace's tail; `go test -run TestSim ./internal/<pkg>/
+## -seed N` replays it whole.
+SIM_SEEDS ?= 20000
+SIM_PKGS := ./internal/readfeed/ ./internal/resizepart/ ./internal/coordplan/ ./internal/checkpointing/
+sim:
+	$(GO) test -count=1 -timeout 0 -run '^TestSim$$' $(SIM_PKGS) -seeds $(SIM_SEEDS)
 
 ## fuzz: each fuzz target for a short while (seed corpora run in `make test`).
 FUZZTIME ?= 20s

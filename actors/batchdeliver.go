@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/checkpointing"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -96,11 +97,8 @@ func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, set
 	case a.Done > 0:
 		// The prefix is done. The slot is the window's only one, so the
 		// acked position moves over it.
-		r.ackPrefix(s, a.Done, a.Committed)
+		r.ackPrefix(ctx, s, a.Done, a.Committed)
 		s.alone = false
-		if r.sinceFlush >= r.g.opts.CheckpointEvery {
-			r.flush(ctx, false)
-		}
 	}
 	r.unbatch(s)
 	if a.Next == nil {
@@ -123,12 +121,12 @@ func (r *reader) batchFailed(s *slot, answer any) (any, bool) {
 // first attempt of its head event under a new id. The slot is the
 // window's only one (MaxInFlight 1), so the acked position moves over the
 // prefix.
-func (r *reader) ackPrefix(s *slot, done int, committed bool) {
-	r.acked = s.batch[done-1].Position
-	r.sinceFlush += done
+func (r *reader) ackPrefix(ctx actor.Context, s *slot, done int, committed bool) {
+	a := checkpointing.Ack{Through: s.batch[done-1].Position, Events: done}
 	if committed {
-		r.flushed = max(r.flushed, r.acked)
+		a.Committed = a.Through
 	}
+	r.cpDo(ctx, r.cp.Finished(a))
 	delete(r.win.byID, s.d.id)
 	delete(r.win.busy, s.d.Event.Stream)
 	head := *s.d

@@ -522,13 +522,11 @@ func (c *coordinator) spawn(ctx actor.Context, a coordplan.Action) {
 // slot drained to the cut is never served again. The write is fenced like
 // every other.
 func (r *reader) resumeAt(ctx actor.Context, checkpoint int64) {
-	from := max(checkpoint, r.handled.load())
-	r.acked, r.flushed = from, checkpoint
-	if from > checkpoint {
+	if mark := r.handled.load(); mark > checkpoint {
 		r.g.logger.Debug("kumi: reader resumes after what its predecessor handled", "slot", r.bucket, "epoch", r.epoch,
-			"checkpoint", checkpoint, "handled", from)
-		r.flush(ctx, true)
+			"checkpoint", checkpoint, "handled", mark)
 	}
+	r.cpDo(ctx, r.cp.Resume(checkpoint, r.handled.load()))
 }
 
 // handledThrough is the position through which the reader's events were
@@ -541,11 +539,11 @@ func (r *reader) handledThrough() int64 {
 	if len(r.win.slots) == 1 {
 		if s := r.win.slots[0]; s.state == slotSent && s.run != nil {
 			if o := s.run.end(); o.done > 0 {
-				return max(r.acked, s.batch[o.done-1].Position)
+				return max(r.acked(), s.batch[o.done-1].Position)
 			}
 		}
 	}
-	return r.acked
+	return r.acked()
 }
 
 // handOver runs the HandOver of a slot the plan gives (its reader gone);

@@ -130,7 +130,7 @@ func TestACoordinatorRestartAfterAnotherWorkerHeldTheBucketStartsAtTheCheckpoint
 	defer unhold()
 	w.failCoordinator(t, 0, hold) // stuck: no pass renews the lease
 	var acked int64
-	w.onReader(t, pid, func(r *reader) { acked = r.acked })
+	w.onReader(t, pid, func(r *reader) { acked = r.acked() })
 	cp, err := store.Checkpoint(ctx, "coretaken", 0)
 	require.NoError(t, err)
 	require.Less(t, cp, acked, "events acked beyond the checkpoint")

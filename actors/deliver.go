@@ -9,6 +9,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/checkpointing"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -543,32 +544,44 @@ func (r *reader) finish(ctx actor.Context, s *slot, committed bool) {
 	s.state = slotDone
 	delete(r.win.byID, s.d.id)
 	delete(r.win.busy, s.d.Event.Stream)
+	var a checkpointing.Ack
 	done := 0
 	for _, f := range r.win.slots {
 		if f.state != slotDone {
 			break
 		}
-		r.acked = f.last()
-		r.sinceFlush += f.count()
+		a.Through = f.last()
+		a.Events += f.count()
 		done++
 	}
 	r.win.dropFinished(done)
 	if committed {
-		r.flushed = max(r.flushed, s.last())
+		a.Committed = s.last()
 	}
-	if r.sinceFlush >= r.g.opts.CheckpointEvery {
-		r.flush(ctx, false)
-	}
+	r.cpDo(ctx, r.cp.Finished(a))
 	r.pump(ctx)
 }
 
-// flush writes the checkpoint, fenced, unless a write is under way.
-func (r *reader) flush(ctx actor.Context, force bool) {
-	if r.flushing || r.unsureWrite != nil || r.acked <= r.flushed || (!force && r.sinceFlush < r.g.opts.CheckpointEvery) {
-		return
+// acked is the position through which the reader's events were handled
+// (see checkpointing.State.Acked); 0 before it started.
+func (r *reader) acked() int64 {
+	if r.cp == nil {
+		return 0
 	}
-	r.flushing, r.sinceFlush = true, 0
-	pos, o := r.acked, r.g.opts
+	return r.cp.Acked()
+}
+
+// cpDo carries out the checkpoint side's effects: a fenced write.
+func (r *reader) cpDo(ctx actor.Context, e checkpointing.Effects) {
+	if e.Write != nil {
+		r.writeCheckpoint(ctx, *e.Write)
+	}
+}
+
+// writeCheckpoint writes the checkpoint the checkpoint side asked for,
+// fenced, and answers it by its id.
+func (r *reader) writeCheckpoint(ctx actor.Context, w checkpointing.Write) {
+	pos, o := w.Pos, r.g.opts
 	r.async(ctx, func(c context.Context) any {
 		_, err := r.g.store.SaveCheckpoint(c, o.Subscription, r.bucket, pos, r.fence)
 		if errors.Is(err, eventsource.ErrCheckpointAboveHead) {
@@ -579,47 +592,55 @@ func (r *reader) flush(ctx actor.Context, force bool) {
 			r.g.store.SawPosition(pos)
 			_, _ = r.g.store.CheckServer(c)
 		}
-		return &flushDone{gen: r, pos: pos, err: err}
+		return &flushDone{gen: r, write: w.ID, err: err}
 	})
 }
 
+// onFlushed takes a checkpoint write's answer to the checkpoint side, and
+// does what it says of a failure (see checkpointing.State.Failed).
 func (r *reader) onFlushed(ctx actor.Context, f *flushDone) {
-	r.flushing = false
-	if f.err != nil {
-		if errors.Is(f.err, eventsource.ErrFenceLost) {
-			// The bucket is gone: stop, and leave the rest to its owner.
-			r.lostFence(ctx, f.err)
-			return
+	if f.err == nil {
+		r.storeFailures = 0
+		if e := r.cp.Written(f.write); e.Progress {
+			ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.cp.Flushed()})
 		}
-		if r.unsure != nil {
-			// A write under an unsure lease failed: no other is tried. The
-			// reader still lets its events in flight finish before it stops
-			// (see maybeFinishDrain): stopped at once, it would drop the
-			// answers of events its handler may be finishing, and the next
-			// reader at this epoch — which starts after everything acked
-			// here (see resumeAt) — would deliver them again.
-			r.unsureWrite = f.err
-			r.maybeFinishDrain(ctx)
-			return
-		}
-		if errors.Is(f.err, eventsource.ErrServerChanged) || errors.Is(f.err, eventsource.ErrCheckpointAboveHead) {
-			// Positions of another server: retried, the write could land
-			// once the new server's head passes it, and skip what it
-			// handed out again (see newEpoch). (Under an unsure lease, as
-			// above, the reader stops instead, and the next one starts in
-			// the new epoch.)
-			r.newEpoch(f.err)
-		}
-		err := fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err)
-		if r.retryInPlace(ctx, err, nil) { // the next tick writes again
-			return
-		}
+		r.maybeFinishDrain(ctx)
+		return
+	}
+	err := fmt.Errorf("kumi: bucket %d: checkpoint: %w", r.bucket, f.err)
+	switch r.cp.Failed(f.write, writeFailure(err), checkpointing.Env{Unsure: r.unsure != nil}) {
+	case checkpointing.StopLost:
+		// The bucket is gone: stop, and leave the rest to its owner.
+		r.lostFence(ctx, f.err)
+	case checkpointing.EndUnwritten:
+		// Under an unsure lease: the events in flight finish first (see
+		// maybeFinishDrain).
+		r.maybeFinishDrain(ctx)
+	case checkpointing.NewEpoch:
+		// Positions of another server: retried, the write could land once
+		// the new server's head passes it, and skip what it handed out
+		// again (see newEpoch). (Under an unsure lease the reader stops
+		// instead, and the next one starts in the new epoch.)
+		r.newEpoch(f.err)
+	case checkpointing.RetryOnTick:
+		r.retryInPlace(ctx, err, nil) // the next tick writes again
+	case checkpointing.Fail:
 		panic(err)
 	}
-	r.storeFailures = 0
-	r.flushed = max(r.flushed, f.pos)
-	ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
-	r.maybeFinishDrain(ctx)
+}
+
+// writeFailure classifies a failed checkpoint write for the checkpoint
+// side.
+func writeFailure(err error) checkpointing.Failure {
+	switch {
+	case errors.Is(err, eventsource.ErrFenceLost):
+		return checkpointing.FenceLost
+	case errors.Is(err, eventsource.ErrServerChanged) || errors.Is(err, eventsource.ErrCheckpointAboveHead):
+		return checkpointing.ServerChanged
+	case supervision.Classify(err) == supervision.Transient:
+		return checkpointing.Transient
+	}
+	return checkpointing.Permanent
 }
 
 // maybeFinishDrain ends a drain once no slot is with the handler or being
@@ -641,23 +662,18 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if r.win.active() > 0 {
 		return
 	}
-	if r.unsureWrite == nil {
-		if r.acked > r.flushed {
-			r.flush(ctx, true)
-			return
-		}
-		if r.flushing {
-			return
-		}
+	e, done := r.cp.Drain(checkpointing.Env{Unsure: r.unsure != nil})
+	if r.cpDo(ctx, e); !done {
+		return // the last write is out
 	}
 	if r.overflowed != nil {
 		r.endOverflowed(r.overflowed)
 	}
 	if r.unsure != nil {
-		ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.flushed})
+		ctx.Send(ctx.Parent(), &readerProgress{Bucket: r.bucket, Position: r.cp.Flushed()})
 		r.tellLost(ctx, r.unsure)
 	} else {
-		ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.flushed})
+		ctx.Send(ctx.Parent(), &readerDrained{Bucket: r.bucket, Position: r.cp.Flushed()})
 	}
 	r.shutdown(ctx)
 	ctx.Stop(ctx.Self())

@@ -141,10 +141,10 @@ func (r *reader) describe() string {
 		first = fmt.Sprintf("position %d state %d attempt %d sent %v ago", s.d.Event.Position, s.state, s.d.Attempt,
 			time.Since(s.sentAt).Round(time.Millisecond))
 	}
-	return fmt.Sprintf("feed %s acked %d flushed %d flushing %v "+
+	return fmt.Sprintf("feed %s checkpoint %v "+
 		"pending %d window %d %v (first: %s) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v "+
 		"resize %s",
-		r.feed, r.acked, r.flushed, r.flushing,
+		r.feed, r.cp,
 		len(r.feed.Pending()), len(r.win.slots), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
 		r.storeFailures, r.queue.Stats(), r.part.String())
 }

@@ -248,10 +248,7 @@ func (r *reader) endRun(ctx actor.Context, s *slot) (o runOutcome, finished bool
 		return o, true
 	}
 	if o.done > 0 {
-		r.ackPrefix(s, o.done, o.committed)
-		if r.sinceFlush >= r.g.opts.CheckpointEvery {
-			r.flush(ctx, false)
-		}
+		r.ackPrefix(ctx, s, o.done, o.committed)
 	}
 	r.unbatch(s)
 	return o, false

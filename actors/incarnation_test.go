@@ -166,7 +166,7 @@ func TestRestartedReaderIgnoresItsPredecessorsAnswers(t *testing.T) {
 	var acked int64
 	var sent bool
 	w.onReader(t, pid, func(r *reader) {
-		acked = r.acked
+		acked = r.acked()
 		for _, s := range r.win.slots {
 			sent = sent || (s.d.Event.Position == ninth.Event.Position && s.state == slotSent)
 		}

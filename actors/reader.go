@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/checkpointing"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/readfeed"
 	"github.com/kumi-run/kumi/internal/resizepart"
@@ -57,9 +58,9 @@ type (
 		err    error
 	}
 	flushDone struct {
-		gen *reader
-		pos int64
-		err error
+		gen   *reader
+		write uint64 // the checkpointing.Write it answers
+		err   error
 	}
 	deadLettered struct {
 		gen *reader
@@ -130,20 +131,17 @@ type reader struct {
 	// feed is the read side (internal/readfeed): the cursor, the events
 	// read and not yet in the window, the catch-up and the hold of the
 	// live queue. The reader carries out its effects (see feedDo).
-	feed       *readfeed.Feed
-	win        window // events being delivered
-	acked      int64  // last handled position
-	flushed    int64
-	flushing   bool
-	sinceFlush int
+	feed *readfeed.Feed
+	win  window // events being delivered
+	// cp is the checkpoint side (internal/checkpointing): the acked
+	// position — how far the window's finished prefix reaches — and the
+	// fenced checkpoint writes that follow it, one at a time. The reader
+	// carries out its effects (see cpDo).
+	cp         *checkpointing.State
 	draining   bool
 	stopped    bool
 	overflowed error
 	unsure     error // EnsureHeld failed: the reader drains and stops
-	// unsureWrite is a checkpoint write that failed under the unsure
-	// lease: no other is tried, and the drain ends without one (see
-	// onFlushed).
-	unsureWrite error
 	// handled is the slot's mark of what its readers at this epoch
 	// handled in this process (see handledMarks): the reader starts after
 	// it, and leaves its acked position there when it stops (see
@@ -181,8 +179,8 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 		r.g.logger.Debug("kumi: reader checkpoint loaded", "slot", r.bucket, "epoch", r.epoch, "checkpoint", msg.pos)
 		r.resumeAt(ctx, msg.pos)
-		r.carried = r.handled.takeLeft(r.acked)
-		r.feedDo(ctx, r.feed.Loaded(r.acked, r.feedEnv())) // reads the first page
+		r.carried = r.handled.takeLeft(r.cp.Acked())
+		r.feedDo(ctx, r.feed.Loaded(r.cp.Acked(), r.feedEnv())) // reads the first page
 	case *pageRead:
 		if msg.gen == r {
 			r.onPage(ctx, msg)
@@ -216,7 +214,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 	case *flushTick:
 		if msg.gen == r {
-			r.flush(ctx, true)
+			r.cpDo(ctx, r.cp.Tick())
 			r.checkTimeouts(ctx)
 			r.report()
 			r.after(ctx, r.tick, &flushTick{gen: r})
@@ -282,6 +280,7 @@ func (r *reader) start(ctx actor.Context) {
 	}
 	r.fence = r.g.store.ServerFence(r.server, r.fence)
 	r.bg, r.cancel = context.WithCancel(context.Background())
+	r.cp = checkpointing.New(checkpointing.Config{Every: r.g.opts.CheckpointEvery})
 	r.feed = readfeed.New(readfeed.Config{BatchSize: r.g.opts.BatchSize})
 	r.feedDo(ctx, r.feed.Poll(r.feedEnv())) // holds the queue until the checkpoint is loaded and read through
 	// A restart clears a pause the last incarnation left. The queue
@@ -507,7 +506,7 @@ type readerReport struct {
 func (r *reader) report() {
 	b := r.part.Bound()
 	pending := r.feed.Pending()
-	st := observability.ReaderStatus{Cursor: r.feed.Cursor(), Acked: r.acked, Pending: len(pending), InFlight: len(r.win.slots),
+	st := observability.ReaderStatus{Cursor: r.feed.Cursor(), Acked: r.acked(), Pending: len(pending), InFlight: len(r.win.slots),
 		CatchingUp: r.feed.Phase() != readfeed.Live, Bounded: b.Bounded, Bound: b.Limit, CutDecided: b.Decided,
 		Proposing: r.part.Phase() == resizepart.Proposing, Draining: r.draining || r.unsure != nil, HandlerReady: r.handlerReady(), At: time.Now()}
 	if len(pending) > 0 {

@@ -92,7 +92,7 @@ func (r *reader) apply(ctx actor.Context, effects []resizepart.Effect) {
 		case resizepart.Drain:
 			r.drainToCut(ctx, e.Resize, e.Position)
 		case resizepart.Done:
-			r.acked, r.flushed = max(r.acked, e.Position), max(r.flushed, e.Position)
+			r.cp.Cut(e.Position)
 			r.g.logger.Info("kumi: resize: bucket drained to the cut", "slot", r.bucket, "generation", r.generation,
 				"bucket", r.genBucket, "epoch", r.epoch, "resize", e.Resize, "cut", e.Position)
 			ctx.Send(ctx.Parent(), &readerCutDrained{Bucket: r.bucket, Epoch: r.epoch, Position: e.Position})

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/checkpointing"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
@@ -281,7 +282,7 @@ func (u *unsureRun) tookWriteFailure(pid *actor.PID) bool {
 		return false
 	}
 	quiet := make(chan bool, 1)
-	u.w.sys.Root.Send(pid, inspectReader(func(r *reader) { quiet <- r.unsure != nil && !r.flushing }))
+	u.w.sys.Root.Send(pid, inspectReader(func(r *reader) { quiet <- r.unsure != nil && r.cp.Phase() != checkpointing.Writing }))
 	select {
 	case q := <-quiet:
 		return q
