@@ -178,17 +178,21 @@ func (e *engine) call(id uint64) *call {
 }
 
 // waitHung waits for the calls given up on to return: their effects are
-// the handler's too.
+// the handler's too. Their contexts are cancelled.
 func (e *engine) waitHung() error {
+	wait := max(e.k.opts.AnswerWait, hungWait)
 	for _, cl := range e.hung {
 		select {
 		case <-cl.returned:
-		case <-time.After(e.k.opts.AnswerWait):
-			return fmt.Errorf("kumitest: a handler call given up on did not return within %v (Options.AnswerWait)", e.k.opts.AnswerWait)
+		case <-time.After(wait):
+			return fmt.Errorf("kumitest: a handler call given up on (its context cancelled) did not return within %v", wait)
 		}
 	}
 	return nil
 }
+
+// hungWait is the least wait for a call given up on to return.
+const hungWait = 10 * time.Second
 
 // run delivers events: up to the plan's resize cut in generation 0, the
 // rest in generation 1.
@@ -357,11 +361,15 @@ func (e *engine) await(b *bucket, id uint64, cl *call) (any, error) {
 		case <-e.inbox.signal:
 		case <-timer.C:
 			select {
-			case <-cl.returned:
-			default:
-				// Still in the call: hung. The reader replaces it.
-				e.hung = append(e.hung, cl)
-				e.replace(b)
+			case <-cl.started:
+				select {
+				case <-cl.returned:
+				default:
+					// Still in the call: hung. The reader replaces it.
+					e.hung = append(e.hung, cl)
+					e.replace(b)
+				}
+			default: // not started: slow, not hung
 			}
 			return nil, errNoAnswer
 		case <-e.ctx.Done():
