@@ -343,3 +343,29 @@ func actorCounter(mu *sync.Mutex, out map[string]int) *actor.Props {
 		})
 	})
 }
+
+// A BatchFunc given single deliveries (batching off) sees each as a batch
+// of one with the delivery's generation: after a resize, its
+// CommitBatchWithCheckpoint writes the new generation's checkpoint. (It
+// saw generation 0, the kit's ResizeCut found.)
+func TestABatchFuncGivenSingleDeliveriesSeesTheirGeneration(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	k := newKit(t, actors.GroupOptions{Handler: actors.BatchFunc(func(_ context.Context, b *actors.Batch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[b.Events[0].Position] = b.Generation
+		return nil
+	})})
+	res, err := k.RunFault(context.Background(), kumitest.ResizeCut, 1, deposits(20, 3)...)
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	gen1 := 0
+	for _, d := range res.Deliveries {
+		require.Equal(t, d.Generation, seen[d.Event.Position], "%s@%d", d.Event.Stream, d.Event.Version)
+		gen1 += d.Generation
+	}
+	require.Positive(t, gen1, "some events came from generation 1")
+}
