@@ -514,9 +514,11 @@ func (e *engine) crash(b *bucket, pos int64) error {
 // settle acts on the answer to a delivery of events, as a reader does.
 func (e *engine) settle(b *bucket, events []eventsource.RecordedEvent, res any, err error, d *Delivery) error {
 	if e.opts.Batch.MaxEvents > 0 {
-		var done bool
-		var committed bool
-		res, done, committed = e.settleBatch(b, events, res, err, d)
+		var done, committed bool
+		var serr error
+		if res, done, committed, serr = e.settleBatch(b, events, res, d); serr != nil {
+			return serr
+		}
 		if done {
 			return e.acked(b, events, committed, d)
 		}
@@ -539,7 +541,7 @@ func (e *engine) settle(b *bucket, events []eventsource.RecordedEvent, res any, 
 // (actors/batchdeliver.go) does: done reports the whole batch acked;
 // otherwise the prefix it says is done is acked, and next is the answer
 // for the first event not done, read by classifyAnswer.
-func (e *engine) settleBatch(b *bucket, events []eventsource.RecordedEvent, res any, err error, d *Delivery) (next any, done, committed bool) {
+func (e *engine) settleBatch(b *bucket, events []eventsource.RecordedEvent, res any, d *Delivery) (next any, done, committed bool, err error) {
 	var a actors.BatchAck
 	switch m := res.(type) {
 	case actors.BatchAck:
@@ -547,32 +549,34 @@ func (e *engine) settleBatch(b *bucket, events []eventsource.RecordedEvent, res 
 	case *actors.BatchAck:
 		if m == nil {
 			b.alone = true
-			return actors.Retry{Reason: "nil *BatchAck"}, false, false
+			return actors.Retry{Reason: "nil *BatchAck"}, false, false, nil
 		}
 		a = *m
 	case actors.Ack, *actors.Ack, actors.DeadLetter, *actors.DeadLetter:
 		b.alone = true
-		return actors.Retry{Reason: fmt.Sprintf("unexpected answer %T to a batch: answer BatchAck", res)}, false, false
+		return actors.Retry{Reason: fmt.Sprintf("unexpected answer %T to a batch: answer BatchAck", res)}, false, false, nil
 	default:
 		b.alone = true
-		return res, false, false
+		return res, false, false, nil
 	}
 	n := len(events)
 	switch {
 	case a.Done < 0 || a.Done > n:
 		b.alone = true
-		return actors.Retry{Reason: fmt.Sprintf("BatchAck.Done %d outside a batch of %d events", a.Done, n)}, false, false
+		return actors.Retry{Reason: fmt.Sprintf("BatchAck.Done %d outside a batch of %d events", a.Done, n)}, false, false, nil
 	case a.Done == n:
 		d.Outcome = observability.OutcomeAck
-		return nil, true, a.Committed
+		return nil, true, a.Committed, nil
 	case a.Done > 0:
-		_ = e.acked(b, events[:a.Done], a.Committed, nil)
+		if err := e.acked(b, events[:a.Done], a.Committed, nil); err != nil {
+			return nil, false, false, err
+		}
 		b.alone = false
 	}
 	if a.Next == nil {
-		return actors.Retry{Reason: fmt.Sprintf("done up to event %d of %d", a.Done, n)}, false, false
+		return actors.Retry{Reason: fmt.Sprintf("done up to event %d of %d", a.Done, n)}, false, false, nil
 	}
-	return a.Next, false, false
+	return a.Next, false, false, nil
 }
 
 // acked moves b past events, acked.

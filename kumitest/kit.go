@@ -40,7 +40,10 @@ type Options struct {
 	Store *eventsource.Store
 	// AnswerWait bounds, in real time, the wait for each answer; a handler
 	// that has not answered by then has timed out (HandlerTimeout passes on
-	// the simulated clock). Default AnswerWaitDefault.
+	// the simulated clock), and one still in its call is replaced, as a
+	// hung handler is. Default AnswerWaitDefault. A pass ends once the
+	// calls given up on have returned (their contexts are cancelled): it
+	// fails if one has not within AnswerWait or 10 s, whichever is longer.
 	AnswerWait time.Duration
 }
 
