@@ -84,6 +84,7 @@ type bucket struct {
 	flushed        int64
 	redeliverTo    int64 // after a crash: deliveries up to here are its redeliveries
 	handedOff      bool  // the next delivery is the first after a handoff
+	split          bool  // the next batch was cut by BatchSplit
 }
 
 // engine runs one pass.
@@ -330,7 +331,10 @@ func (e *engine) record(b *bucket, events []eventsource.RecordedEvent, f Fault) 
 	if f == "" && b.gen > 0 {
 		f = ResizeCut
 	}
-	b.handedOff = false
+	if f == "" && b.split {
+		f = BatchSplit
+	}
+	b.handedOff, b.split = false, false
 	e.res.Deliveries = append(e.res.Deliveries, Delivery{Event: events[0], Events: len(events), Attempt: b.attempt,
 		Generation: b.gen, Bucket: b.bucket, Epoch: b.epoch, Handler: b.h.n, At: e.now, Fault: f})
 	return &e.res.Deliveries[len(e.res.Deliveries)-1]
@@ -433,6 +437,7 @@ func (e *engine) batch(b *bucket) []eventsource.RecordedEvent {
 	if b.alone {
 		limit = 1
 	}
+	natural := limit
 	if e.plan.split && limit > 1 {
 		limit = 1 + e.plan.rng.IntN(limit)
 	}
@@ -444,6 +449,7 @@ func (e *engine) batch(b *bucket) []eventsource.RecordedEvent {
 		}
 		n++
 	}
+	b.split = n == limit && limit < natural && n < len(b.pending)
 	return b.pending[:n]
 }
 

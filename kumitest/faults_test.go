@@ -233,6 +233,10 @@ func TestEveryFaultScheduleHappens(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		require.Greater(t, len(sizes), 3, "batches of many sizes: %v", sizes)
+		require.NotEmpty(t, res.Of(kumitest.BatchSplit), "batches cut short while more events waited")
+		for _, d := range res.Of(kumitest.BatchSplit) {
+			require.Less(t, d.Events, 10)
+		}
 		n := 0
 		for _, d := range res.Deliveries {
 			n += d.Events

@@ -222,16 +222,28 @@ type Delivery struct {
 	// Event is the delivery's event: a batch's first.
 	Event eventsource.RecordedEvent
 	// Events counts the events delivered: more than 1 for a batch.
-	Events             int
+	Events int
+	// Attempt, Generation, Bucket and Epoch are the *actors.Delivery's.
 	Attempt            int
 	Generation, Bucket int
 	Epoch              int64
-	Handler            int // the handler incarnation: it grows at every new handler actor
-	Outcome            observability.Outcome
-	Reason             string
-	At                 time.Duration // on the simulated clock, from the pass's start
-	Fault              Fault         // the fault that made this delivery ("" for the regular path)
-	Ignored            bool          // its answer was not acted on (a crash, a duplicate, an attempt given up on)
+	// Handler numbers the handler actor it went to: a new number for each
+	// actor the kit spawns (a replacement, a new owner's).
+	Handler int
+	// Outcome is what the answer meant (ack, retry, panic, timeout,
+	// dead_letter; cancelled for an answer a crash lost) and Reason why.
+	Outcome observability.Outcome
+	Reason  string
+	// At is the simulated time of the delivery, from the pass's start.
+	At time.Duration
+	// Fault is the schedule that made this delivery ("" for the regular
+	// path): a crash's redelivery, a duplicate, the attempt a timeout gave
+	// up on, the first delivery after a handoff, one of the generation
+	// after a resize cut.
+	Fault Fault
+	// Ignored: the answer was not acted on (a crash lost it, a duplicate's,
+	// an attempt given up on).
+	Ignored bool
 }
 
 // Acked returns the number of events acked.
