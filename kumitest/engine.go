@@ -302,8 +302,9 @@ func (e *engine) flush(b *bucket) error {
 }
 
 // send delivers events (one, or a batch) at b's attempt and waits for the
-// answer; it returns the answer, or timedOut.
-func (e *engine) send(b *bucket, events []eventsource.RecordedEvent, f Fault) (res any, err error, d *Delivery) {
+// answer: it returns the delivery's record and the answer, or
+// errNoAnswer (no answer in time) or errStopped (the handler stopped).
+func (e *engine) send(b *bucket, events []eventsource.RecordedEvent, f Fault) (d *Delivery, res any, err error) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	m := kitbridge.Message{Event: events[0], Attempt: b.attempt, Subscription: e.sub, Generation: b.gen, Bucket: b.bucket,
@@ -317,7 +318,7 @@ func (e *engine) send(b *bucket, events []eventsource.RecordedEvent, f Fault) (r
 	cl := e.call(id)
 	e.k.system.Root.RequestWithCustomSender(b.h.pid, msg, e.coll)
 	res, err = e.await(b, id, cl)
-	return res, err, d
+	return d, res, err
 }
 
 // record adds a delivery to the result.
@@ -406,7 +407,7 @@ func (e *engine) step(b *bucket) error {
 	if b.attempt == 0 && e.plan.take(e.plan.timeout, head.Position) {
 		return e.timeout(b, events)
 	}
-	res, err, d := e.send(b, events, "")
+	d, res, err := e.send(b, events, "")
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
@@ -618,7 +619,7 @@ func (e *engine) acked(b *bucket, events []eventsource.RecordedEvent, committed 
 func (e *engine) duplicate(b *bucket, events []eventsource.RecordedEvent) error {
 	attempt := b.attempt
 	b.attempt = 0
-	res, err, d := e.send(b, events, Duplicates)
+	d, res, err := e.send(b, events, Duplicates)
 	b.attempt = attempt
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
