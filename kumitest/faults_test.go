@@ -273,6 +273,24 @@ func TestCheck(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("AnIdempotentBatchHandlerPassesEverySchedule", func(t *testing.T) {
+		t.Parallel()
+		k := newKit(t, actors.GroupOptions{CheckpointEvery: 5, Batch: actors.BatchOptions{MaxEvents: 6}})
+		err := k.Check(ctx, events, func() kumitest.World {
+			l := newLedger()
+			return kumitest.World{Handler: actors.BatchFunc(func(ctx context.Context, b *actors.Batch) error {
+				for _, e := range b.Events {
+					d := &actors.Delivery{Event: e}
+					if err := l.idempotent(ctx, d, deposited{Amount: 1}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}), Effects: l.effects}
+		}, kumitest.CheckOptions{})
+		require.NoError(t, err)
+	})
+
 	t.Run("ANonIdempotentHandlerIsCaughtWithItsScheduleAndSeed", func(t *testing.T) {
 		t.Parallel()
 		k := newKit(t, actors.GroupOptions{CheckpointEvery: 5})
