@@ -414,9 +414,11 @@ func (e *engine) step(b *bucket) error {
 	if errors.Is(err, errNoAnswer) {
 		e.now += e.opts.HandlerTimeout // the reader waited that long
 	}
-	if e.plan.take(e.plan.crash, events[len(events)-1].Position) {
-		d.Ignored, d.Outcome = true, observability.OutcomeCancelled
-		return e.crash(b, events[len(events)-1].Position)
+	for _, ev := range events { // a batch crashes at any of its events
+		if e.plan.take(e.plan.crash, ev.Position) {
+			d.Ignored, d.Outcome = true, observability.OutcomeCancelled
+			return e.crash(b, events[len(events)-1].Position)
+		}
 	}
 	if errors.Is(err, errStopped) {
 		d.Outcome, d.Reason = observability.OutcomeCancelled, err.Error()
@@ -444,9 +446,13 @@ func (e *engine) batch(b *bucket) []eventsource.RecordedEvent {
 	}
 	n, size := 1, len(b.pending[0].Data)+len(b.pending[0].Metadata)
 	for n < len(b.pending) && n < limit {
-		size += len(b.pending[n].Data) + len(b.pending[n].Metadata)
+		next := b.pending[n]
+		size += len(next.Data) + len(next.Metadata)
 		if o.MaxBytes > 0 && size > o.MaxBytes {
 			break
+		}
+		if e.plan.handoff[next.Position] || e.plan.timeout[next.Position] {
+			break // a fault at an event acts on the delivery it heads
 		}
 		n++
 	}
@@ -608,8 +614,13 @@ func (e *engine) acked(b *bucket, events []eventsource.RecordedEvent, committed 
 			return err
 		}
 	}
-	if d != nil && e.plan.take(e.plan.dup, last) {
-		return e.duplicate(b, events)
+	if d == nil {
+		return nil
+	}
+	for _, ev := range events { // a batch is delivered again whole
+		if e.plan.take(e.plan.dup, ev.Position) {
+			return e.duplicate(b, events)
+		}
 	}
 	return nil
 }

@@ -244,6 +244,19 @@ func TestEveryFaultScheduleHappens(t *testing.T) {
 		require.Equal(t, len(events), n, "each event in one batch")
 	})
 
+	// With batches, each schedule acts too: a fault planned at an event
+	// in the middle of a batch acts on the batch (a crash) or heads one (a
+	// handoff, a timeout).
+	t.Run("EveryScheduleActsOnBatches", func(t *testing.T) {
+		t.Parallel()
+		g := actors.GroupOptions{Buckets: 2, CheckpointEvery: 4, Batch: actors.BatchOptions{MaxEvents: 8},
+			Handler: actors.BatchFunc(func(context.Context, *actors.Batch) error { return nil })}
+		for _, f := range kumitest.Faults() {
+			res := run(t, g, f, 5)
+			require.NotEmpty(t, res.Of(f), "%s", f)
+		}
+	})
+
 	t.Run("ASeedReplaysItsSchedule", func(t *testing.T) {
 		t.Parallel()
 		for _, f := range kumitest.Faults() {
