@@ -22,6 +22,8 @@ type backend interface {
 	move(gen, bucket, n int) (int64, eventsource.Fence, error)
 	// flush writes the bucket's checkpoint, fenced.
 	flush(subscription string, slot int, pos int64, fence eventsource.Fence) error
+	// deadLetter records a dead letter.
+	deadLetter(dl eventsource.DeadLetter) error
 	close()
 }
 
@@ -43,6 +45,7 @@ func (m *memory) lease(int, int, int) (int64, eventsource.Fence, error) {
 }
 func (m *memory) move(g, b, n int) (int64, eventsource.Fence, error) { return m.lease(g, b, n) }
 func (m *memory) flush(string, int, int64, eventsource.Fence) error  { return nil }
+func (m *memory) deadLetter(eventsource.DeadLetter) error            { return nil }
 func (m *memory) close()                                             {}
 
 // stored holds real leases in the store's database. Each slot's lease
@@ -101,6 +104,11 @@ func (s *stored) flush(subscription string, slot int, pos int64, fence eventsour
 	if errors.Is(err, eventsource.ErrFenceLost) {
 		return nil // a fenced-out write changes nothing, as for a reader
 	}
+	return err
+}
+
+func (s *stored) deadLetter(dl eventsource.DeadLetter) error {
+	_, err := s.store.AddDeadLetter(s.ctx, dl)
 	return err
 }
 

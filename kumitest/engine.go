@@ -544,8 +544,7 @@ func (e *engine) settle(b *bucket, events []eventsource.RecordedEvent, res any, 
 	case observability.OutcomeAck:
 		return e.acked(b, events[:1], a.Committed, d)
 	case observability.OutcomeDeadLetter:
-		e.deadLetter(b, a.Reason, b.attempt+1)
-		return nil
+		return e.deadLetter(b, a.Reason, b.attempt+1)
 	}
 	return e.retry(b, a, d)
 }
@@ -648,8 +647,7 @@ func (e *engine) retry(b *bucket, a kitbridge.Meaning, d *Delivery) error {
 		if !d.Ignored {
 			d.Outcome = observability.OutcomeDeadLetter
 		}
-		e.deadLetter(b, fmt.Sprintf("retry budget of %d attempts spent; last: %s", e.opts.Retry.MaxAttempts, a.Reason), b.attempt)
-		return nil
+		return e.deadLetter(b, fmt.Sprintf("retry budget of %d attempts spent; last: %s", e.opts.Retry.MaxAttempts, a.Reason), b.attempt)
 	}
 	b.readyAt = e.now + max(a.After, e.opts.Retry.Backoff.Next(b.attempt))
 	return nil
@@ -657,13 +655,18 @@ func (e *engine) retry(b *bucket, a kitbridge.Meaning, d *Delivery) error {
 
 // deadLetter records b's head event as a dead letter, delivered attempts
 // times, and moves on.
-func (e *engine) deadLetter(b *bucket, reason string, attempts int) {
+func (e *engine) deadLetter(b *bucket, reason string, attempts int) error {
 	ev := b.pending[0]
+	if err := e.back.deadLetter(eventsource.DeadLetter{Subscription: e.sub, Generation: b.gen, Bucket: b.bucket,
+		EventID: ev.ID, Position: ev.Position, Stream: ev.Stream, Reason: reason, Attempts: attempts}); err != nil {
+		return fmt.Errorf("kumitest: dead-letter %s@%d: %w", ev.Stream, ev.Version, err)
+	}
 	e.done(ev, attempts, func(o *Outcome) { o.DeadLetter = reason })
 	b.pending = b.pending[1:]
 	b.attempt, b.free, b.alone = 0, 0, false
 	b.acked = max(b.acked, ev.Position)
 	b.sinceFlush++
+	return nil
 }
 
 // done records an event's outcome, the first time it is done.

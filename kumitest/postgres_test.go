@@ -2,6 +2,7 @@ package kumitest_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -95,6 +96,31 @@ func TestWithAStore(t *testing.T) {
 		var fe *kumitest.FaultError
 		require.ErrorAs(t, err, &fe)
 		require.Equal(t, kumitest.CrashTail, fe.Fault)
+	})
+
+	t.Run("DeadLettersAreWrittenToTheStore", func(t *testing.T) {
+		t.Parallel()
+		p := newProjection(t)
+		k, err := kumitest.New(kumitest.Options{Store: p.store,
+			Group: actors.GroupOptions{Subscription: "dead", Category: "account", Buckets: 2,
+				Handler: actors.Typed(func(ctx context.Context, d *actors.Delivery, e deposited) error {
+					if e.Amount < 0 {
+						return actors.Permanent(fmt.Errorf("a deposit of %d", e.Amount))
+					}
+					return p.handle(ctx, d, e)
+				})}})
+		require.NoError(t, err)
+		t.Cleanup(k.Close)
+		res, err := k.Run(ctx, kumitest.Event{Stream: "account-1", Type: "Deposited", Data: deposited{Amount: 2}},
+			kumitest.Event{Stream: "account-1", Type: "Deposited", Data: deposited{Amount: -1}})
+		require.NoError(t, err)
+		require.Len(t, res.DeadLetters(), 1)
+		stored, err := p.store.DeadLetters(ctx, "dead-kit1", eventsource.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Len(t, stored, 1)
+		require.Equal(t, res.Outcomes[1].Event.ID, stored[0].EventID)
+		require.Equal(t, "a deposit of -1", stored[0].Reason)
+		require.Equal(t, 1, stored[0].Attempts)
 	})
 
 	// The kit's leases are real: after the bucket moves, the fence of the
