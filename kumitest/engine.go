@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -36,6 +37,7 @@ type handler struct {
 
 // call tracks one delivery's handling by the kit's middleware.
 type call struct {
+	start             atomic.Bool
 	started, returned chan struct{}
 }
 
@@ -161,8 +163,11 @@ func (e *engine) track(next actor.ReceiverFunc) actor.ReceiverFunc {
 			return
 		}
 		cl := e.call(id)
-		close(cl.started)
-		defer close(cl.returned)
+		first := cl.start.CompareAndSwap(false, true)
+		if first {
+			close(cl.started)
+			defer close(cl.returned)
+		} // else: the handler sent the delivery to itself again
 		next(c, env)
 	}
 }

@@ -214,3 +214,28 @@ func TestGivenWhenThen(t *testing.T) {
 		require.Equal(t, "kumitest.Fault", ce.Field)
 	})
 }
+
+// An actor that answers later, from another message — here the delivery
+// it sent itself — answers through Delivery.Respond, as in a group.
+func TestAnActorThatAnswersLater(t *testing.T) {
+	t.Parallel()
+	type later struct{ d *actors.Delivery }
+	k := newKit(t, actors.GroupOptions{Handler: actor.PropsFromProducer(func() actor.Actor {
+		seen := map[*actors.Delivery]bool{}
+		return actor.ReceiveFunc(func(c actor.Context) {
+			switch m := c.Message().(type) {
+			case *actors.Delivery:
+				if !seen[m] {
+					seen[m] = true
+					c.Send(c.Self(), m) // the same delivery again, once
+					c.Send(c.Self(), &later{m})
+				}
+			case *later:
+				m.d.Respond(c, actors.Ack{})
+			}
+		})
+	})})
+	res, err := k.Run(context.Background(), deposits(10, 2)...)
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Acked())
+}
