@@ -239,3 +239,26 @@ func TestAnActorThatAnswersLater(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10, res.Acked())
 }
+
+// An actor that panics at every delivery is restarted until its
+// supervisor's budget is spent, then replaced, as in a group; every event
+// ends dead-lettered after its retry budget, and the pass ends.
+func TestAnActorThatAlwaysPanicsDeadLettersEveryEvent(t *testing.T) {
+	t.Parallel()
+	k := newKit(t, actors.GroupOptions{Buckets: 1, Handler: actor.PropsFromFunc(func(c actor.Context) {
+		if _, ok := c.Message().(*actors.Delivery); ok {
+			panic("always")
+		}
+	})})
+	res, err := k.Run(context.Background(), deposits(6, 2)...)
+	require.NoError(t, err)
+	require.Len(t, res.DeadLetters(), 6)
+	for _, o := range res.DeadLetters() {
+		require.Contains(t, o.DeadLetter, "handler panicked: always")
+	}
+	handlers := map[int]bool{}
+	for _, d := range res.Deliveries {
+		handlers[d.Handler] = true
+	}
+	require.Greater(t, len(handlers), 1, "the stopped handler was replaced")
+}
