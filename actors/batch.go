@@ -169,7 +169,7 @@ func (h *batchFuncHandler) answer(b *Batch) (reply any) {
 // singleBatch is a delivery as a batch of one event.
 func singleBatch(d *Delivery) *Batch {
 	return &Batch{Events: []eventsource.RecordedEvent{d.Event}, Attempt: d.Attempt, Subscription: d.Subscription,
-		Bucket: d.Bucket, Epoch: d.Epoch, Fence: d.Fence, Context: d.Context, d: d}
+		Generation: d.Generation, Bucket: d.Bucket, Epoch: d.Epoch, Fence: d.Fence, Context: d.Context, d: d}
 }
 
 // one is a batch-of-one's answer as a delivery's.

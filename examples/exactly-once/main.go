@@ -78,6 +78,25 @@ func run(once bool) error {
 	ctx, done := context.WithCancel(ctx)
 	defer done()
 
+	handler := projection(store, func(d *actors.Delivery, e Deposited, total int64) {
+		fmt.Printf("%s deposited %d, balance %d\n", d.Event.Stream, e.Amount, total)
+		if d.Event.ID == mine {
+			done() // -once: applied; stop
+		}
+	})
+	return actors.Run(ctx, store, actors.RunOptions{}, actors.GroupOptions{
+		Subscription: "balances-projection",
+		Category:     "account",
+		Buckets:      16,
+		Handler:      handler.Props(),
+	})
+}
+
+// projection is the handler: it applies each deposit to account_balances
+// with the subscription's checkpoint, in one fenced transaction, and then
+// tells applied the new balance. main_test.go tests it with kumitest,
+// under every fault schedule.
+func projection(store *eventsource.Store, applied func(d *actors.Delivery, e Deposited, total int64)) *actors.Router {
 	var handler actors.Router
 	actors.On(&handler, "Deposited", func(ctx context.Context, d *actors.Delivery, e Deposited) error {
 		var total int64
@@ -88,17 +107,8 @@ func run(once bool) error {
 		if err != nil {
 			return err // retried; a lost fence acks (the bucket's new owner applies it)
 		}
-		fmt.Printf("%s deposited %d, balance %d\n", d.Event.Stream, e.Amount, total)
-		if d.Event.ID == mine {
-			done() // -once: applied; stop
-		}
+		applied(d, e, total)
 		return nil
 	})
-
-	return actors.Run(ctx, store, actors.RunOptions{}, actors.GroupOptions{
-		Subscription: "balances-projection",
-		Category:     "account",
-		Buckets:      16,
-		Handler:      handler.Props(),
-	})
+	return &handler
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/signal"
@@ -68,19 +69,23 @@ func run(once bool) error {
 		}()
 	}
 
-	// One function per event type, its data decoded from JSON; events of
-	// other types are acked. A returned error retries the event,
-	// actors.Permanent(err) dead-letters it at once.
-	var handler actors.Router
-	actors.On(&handler, "Deposited", func(ctx context.Context, d *actors.Delivery, e Deposited) error {
-		fmt.Printf("%s deposited %d\n", d.Event.Stream, e.Amount)
-		return nil
-	})
-
 	return actors.Run(ctx, store, actors.RunOptions{}, actors.GroupOptions{
 		Subscription: "balances",
 		Category:     "account",
 		Buckets:      16,
-		Handler:      handler.Props(),
+		Handler:      handler(os.Stdout).Props(),
 	})
+}
+
+// handler has one function per event type, its data decoded from JSON;
+// events of other types are acked. A returned error retries the event,
+// actors.Permanent(err) dead-letters it at once. main_test.go tests it
+// with kumitest.
+func handler(out io.Writer) *actors.Router {
+	var h actors.Router
+	actors.On(&h, "Deposited", func(ctx context.Context, d *actors.Delivery, e Deposited) error {
+		fmt.Fprintf(out, "%s deposited %d\n", d.Event.Stream, e.Amount)
+		return nil
+	})
+	return &h
 }
