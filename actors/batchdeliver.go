@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -71,40 +70,25 @@ func (r *reader) unbatch(s *slot) {
 // is the answer for it: what BatchAck.Next says, or, for anything but a
 // BatchAck (a Retry, a panic, a timeout), a retry of the whole batch.
 func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, settled bool) {
-	var a BatchAck
-	switch m := res.(type) {
-	case BatchAck:
-		a = m
-	case *BatchAck:
-		if m == nil {
-			return r.batchFailed(s, Retry{Reason: "nil *BatchAck"})
-		}
-		a = *m
-	case Ack, *Ack, DeadLetter, *DeadLetter:
-		r.warnAnswer(msgWrongAnswer, s, res)
-		return r.batchFailed(s, Retry{Reason: fmt.Sprintf("unexpected answer %T to a batch: answer BatchAck", res)})
-	default:
-		return r.batchFailed(s, res)
+	m := classifyBatchAnswer(res, len(s.batch))
+	if m.warn != "" {
+		r.warnAnswer(m.warn, s, res)
 	}
-	n := len(s.batch)
 	switch {
-	case a.Done < 0 || a.Done > n:
-		return r.batchFailed(s, Retry{Reason: fmt.Sprintf("BatchAck.Done %d outside a batch of %d events", a.Done, n)})
-	case a.Done == n:
+	case m.alone:
+		return r.batchFailed(s, m.next)
+	case m.all:
 		s.span.End(observability.OutcomeAck, nil)
-		r.finish(ctx, s, a.Committed)
+		r.finish(ctx, s, m.committed)
 		return nil, true
-	case a.Done > 0:
+	case m.done > 0:
 		// The prefix is done. The slot is the window's only one, so the
 		// acked position moves over it.
-		r.ackPrefix(ctx, s, a.Done, a.Committed)
+		r.ackPrefix(ctx, s, m.done, m.committed)
 		s.alone = false
 	}
 	r.unbatch(s)
-	if a.Next == nil {
-		return Retry{Reason: fmt.Sprintf("done up to event %d of %d", a.Done, n)}, false
-	}
-	return a.Next, false
+	return m.next, false
 }
 
 // batchFailed: the batch failed as a whole, without saying where. It is

@@ -423,23 +423,22 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	case a.warn != "":
 		r.warnAnswer(a.warn, s, res)
 	}
-	retry, reason, outcome := a.after, a.reason, a.outcome
+	dead, wait, reason := retryVerdict(r.g.opts.Retry, s.d.Attempt, s.free, a.after, a.reason)
 	next := *s.d // a new delivery per attempt (see slot.d)
 	next.Attempt++
 	s.d = &next
-	if s.d.Attempt-s.free >= r.g.opts.Retry.MaxAttempts {
-		reason = fmt.Sprintf("retry budget of %d attempts spent; last: %s", r.g.opts.Retry.MaxAttempts, reason)
+	if dead {
 		span.End(observability.OutcomeDeadLetter, errors.New(reason))
 		r.deadLetter(ctx, s, reason, s.d.Attempt)
 		return
 	}
-	if outcome == observability.OutcomePanic {
+	if a.outcome == observability.OutcomePanic {
 		span.EndPanic(reason, nil)
 	} else {
-		span.End(outcome, errors.New(reason))
+		span.End(a.outcome, errors.New(reason))
 	}
 	s.state = slotRetrying
-	r.after(ctx, max(retry, r.g.opts.Retry.Backoff.Next(s.d.Attempt)), &redeliver{gen: r, id: s.d.id})
+	r.after(ctx, wait, &redeliver{gen: r, id: s.d.id})
 	r.maybeFinishDrain(ctx)
 }
 

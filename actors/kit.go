@@ -12,7 +12,7 @@ import (
 // The handler test kit (package kumitest) runs a user's handler through
 // the path a group's reader uses: the same middleware, *Delivery and
 // *Batch messages with their answer's address, and replies read by
-// classifyAnswer. It reaches them through internal/kitbridge, set here, so
+// classifyAnswer, classifyBatchAnswer and retryVerdict. It reaches them through internal/kitbridge, set here, so
 // that this package exports nothing for it.
 func init() {
 	kitbridge.Props = func(user *actor.Props, supervisor *supervision.Strategy) *actor.Props {
@@ -29,6 +29,13 @@ func init() {
 	kitbridge.Classify = func(res any, err error, timeout time.Duration) kitbridge.Meaning {
 		a := classifyAnswer(res, err, timeout)
 		return kitbridge.Meaning{Outcome: a.outcome, Committed: a.committed, After: a.after, Reason: a.reason, Warn: a.warn}
+	}
+	kitbridge.ClassifyBatch = func(res any, n int) kitbridge.BatchMeaning {
+		m := classifyBatchAnswer(res, n)
+		return kitbridge.BatchMeaning{All: m.all, Committed: m.committed, Done: m.done, Alone: m.alone, Next: m.next, Warn: m.warn}
+	}
+	kitbridge.RetryVerdict = func(maxAttempts int, backoff supervision.Backoff, attempt, free int, after time.Duration, reason string) (bool, time.Duration, string) {
+		return retryVerdict(RetryPolicy{MaxAttempts: maxAttempts, Backoff: backoff}, attempt, free, after, reason)
 	}
 	kitbridge.ID = func(msg any) (uint64, bool) {
 		if d := deliveryOf(msg); d != nil {

@@ -554,46 +554,27 @@ func (e *engine) settle(b *bucket, events []eventsource.RecordedEvent, res any, 
 	return e.retry(b, a, d)
 }
 
-// settleBatch applies a batch's answer as the reader's settleBatch
-// (actors/batchdeliver.go) does: done reports the whole batch acked;
-// otherwise the prefix it says is done is acked, and next is the answer
-// for the first event not done, read by classifyAnswer.
+// settleBatch applies a batch's answer, read by actors'
+// classifyBatchAnswer as the reader's settleBatch reads it: done reports
+// the whole batch acked; otherwise the prefix it says is done is acked,
+// and next is the answer for the first event not done, for
+// classifyAnswer.
 func (e *engine) settleBatch(b *bucket, events []eventsource.RecordedEvent, res any, d *Delivery) (next any, done, committed bool, err error) {
-	var a actors.BatchAck
-	switch m := res.(type) {
-	case actors.BatchAck:
-		a = m
-	case *actors.BatchAck:
-		if m == nil {
-			b.alone = true
-			return actors.Retry{Reason: "nil *BatchAck"}, false, false, nil
-		}
-		a = *m
-	case actors.Ack, *actors.Ack, actors.DeadLetter, *actors.DeadLetter:
-		b.alone = true
-		return actors.Retry{Reason: fmt.Sprintf("unexpected answer %T to a batch: answer BatchAck", res)}, false, false, nil
-	default:
-		b.alone = true
-		return res, false, false, nil
-	}
-	n := len(events)
+	m := kitbridge.ClassifyBatch(res, len(events))
 	switch {
-	case a.Done < 0 || a.Done > n:
+	case m.Alone:
 		b.alone = true
-		return actors.Retry{Reason: fmt.Sprintf("BatchAck.Done %d outside a batch of %d events", a.Done, n)}, false, false, nil
-	case a.Done == n:
+		return m.Next, false, false, nil
+	case m.All:
 		d.Outcome = observability.OutcomeAck
-		return nil, true, a.Committed, nil
-	case a.Done > 0:
-		if err := e.acked(b, events[:a.Done], a.Committed, nil); err != nil {
+		return nil, true, m.Committed, nil
+	case m.Done > 0:
+		if err := e.acked(b, events[:m.Done], m.Committed, nil); err != nil {
 			return nil, false, false, err
 		}
 		b.alone = false
 	}
-	if a.Next == nil {
-		return actors.Retry{Reason: fmt.Sprintf("done up to event %d of %d", a.Done, n)}, false, false, nil
-	}
-	return a.Next, false, false, nil
+	return m.Next, false, false, nil
 }
 
 // acked moves b past events, acked.
@@ -647,14 +628,15 @@ func (e *engine) duplicate(b *bucket, events []eventsource.RecordedEvent) error 
 // retry charges b's head event an attempt and schedules the next, or
 // dead-letters it once the budget is spent.
 func (e *engine) retry(b *bucket, a kitbridge.Meaning, d *Delivery) error {
+	dead, wait, why := kitbridge.RetryVerdict(e.opts.Retry.MaxAttempts, e.opts.Retry.Backoff, b.attempt, b.free, a.After, a.Reason)
 	b.attempt++
-	if b.attempt-b.free >= e.opts.Retry.MaxAttempts {
+	if dead {
 		if !d.Ignored {
 			d.Outcome = observability.OutcomeDeadLetter
 		}
-		return e.deadLetter(b, fmt.Sprintf("retry budget of %d attempts spent; last: %s", e.opts.Retry.MaxAttempts, a.Reason), b.attempt)
+		return e.deadLetter(b, why, b.attempt)
 	}
-	b.readyAt = e.now + max(a.After, e.opts.Retry.Backoff.Next(b.attempt))
+	b.readyAt = e.now + wait
 	return nil
 }
 

@@ -50,6 +50,15 @@ type Meaning struct {
 	Warn      string
 }
 
+// BatchMeaning is what classifyBatchAnswer reads in a reply to a batch.
+type BatchMeaning struct {
+	All, Committed bool // every event done (Committed: by the handler's own commit)
+	Done           int  // the head's events done, when 0 < Done < n
+	Alone          bool // failed as a whole: the head event is retried alone
+	Next           any  // the answer for the first event not done
+	Warn           string
+}
+
 var (
 	// Props returns the user's handler props with kumi's middleware
 	// (panic reporter, reply tagger, probe answerer) and the supervisor.
@@ -61,6 +70,14 @@ var (
 	Unwrap func(msg any) (Reply, bool)
 	// Classify is actors' classifyAnswer.
 	Classify func(res any, err error, timeout time.Duration) Meaning
+	// ClassifyBatch is actors' classifyBatchAnswer, for a batch of n
+	// events.
+	ClassifyBatch func(res any, n int) BatchMeaning
+	// RetryVerdict is actors' retryVerdict: whether an event whose
+	// attempt (from 0) asked for a retry is dead-lettered under the
+	// group's policy, or else retried after wait; why is the reason to
+	// record.
+	RetryVerdict func(maxAttempts int, backoff supervision.Backoff, attempt, free int, after time.Duration, reason string) (deadLetter bool, wait time.Duration, why string)
 	// ID returns the id of a *actors.Delivery or *actors.Batch (its first
 	// event's delivery), and false for other messages.
 	ID func(msg any) (uint64, bool)
