@@ -1,7 +1,6 @@
 package readfeed
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/simrun"
 )
 
 // The simulation: one reader's read side, the real Feed, against a
@@ -48,12 +48,7 @@ import (
 //	go test -run TestSim ./internal/readfeed/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/readfeed/ -seeds 100000
 
-var (
-	seedFlag  = flag.Uint64("seed", 0, "run only this seed of TestSim, printing its trace")
-	seedsFlag = flag.Int("seeds", 2000, "how many seeds TestSim runs")
-	rateFlag  = flag.Bool("finds", false, "TestSimFindsTheFaults counts the seeds that find each fault")
-	faultFlag = flag.String("fault", "", "TestSim -seed N runs with this fault of TestSimFindsTheFaults re-injected")
-)
+var flags = simrun.Register(2000)
 
 // msgKind is what the reader's mailbox holds.
 type msgKind uint8
@@ -644,48 +639,26 @@ func replay(seed uint64) *sim {
 	return s
 }
 
-// simSeeds runs seeds from 1 and returns the first that fails (0: none),
-// replayed with its trace.
-func simSeeds(seeds int) (uint64, *sim) {
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		if newSim(seed).run() != "" {
-			return seed, replay(seed)
-		}
+// theSim is the simulation as internal/simrun runs it.
+func theSim() simrun.Sim {
+	var fs []simrun.Fault
+	for _, m := range faults {
+		fs = append(fs, simrun.Fault{Name: m.name, Set: func() func() {
+			fault = m.fault
+			return func() { fault = faultNone }
+		}})
 	}
-	return 0, nil
+	return simrun.Sim{
+		Check:  func(seed uint64) string { return newSim(seed).run() },
+		Replay: func(seed uint64) simrun.Run { s := replay(seed); return simrun.Run{Failed: s.failed, Trace: s.trace} },
+		Faults: fs,
+		Noise:  func(l string) bool { return strings.Contains(l, "read-ahead now") }, // a quiet stretch
+	}
 }
 
 // TestSim runs the simulation over many seeds; a failing seed prints its
 // trace's tail and replays with -seed.
-func TestSim(t *testing.T) {
-	if *seedFlag != 0 {
-		for _, m := range faults {
-			if m.name == *faultFlag {
-				fault = m.fault
-				defer func() { fault = faultNone }()
-			}
-		}
-		s := replay(*seedFlag)
-		t.Logf("seed %d trace:\n%s", *seedFlag, strings.Join(s.trace, "\n"))
-		if s.failed != "" {
-			t.Fatalf("seed %d: %s", *seedFlag, s.failed)
-		}
-		return
-	}
-	if seed, s := simSeeds(*seedsFlag); seed != 0 {
-		var tail []string
-		for _, l := range s.trace {
-			if !strings.Contains(l, "read-ahead now") { // the noise of a quiet stretch
-				tail = append(tail, l)
-			}
-		}
-		if len(tail) > 60 {
-			tail = tail[len(tail)-60:]
-		}
-		t.Fatalf("seed %d: %s\nthe trace's tail (replay it whole with -seed %d):\n%s", seed, s.failed, seed,
-			strings.Join(tail, "\n"))
-	}
-}
+func TestSim(t *testing.T) { flags.TestSim(t, theSim()) }
 
 // faults are the read-side bugs fixed in the past, by name (see fault).
 var faults = []struct {
@@ -707,25 +680,4 @@ var faults = []struct {
 // TestSimFindsTheFaults re-injects each read-side bug fixed in the past,
 // one at a time, and requires it found within the seeds TestSim runs: a
 // bug it could not find would be a gap in the simulation.
-func TestSimFindsTheFaults(t *testing.T) {
-	for _, m := range faults {
-		t.Run(m.name, func(t *testing.T) {
-			fault = m.fault
-			defer func() { fault = faultNone }()
-			seed, s := simSeeds(*seedsFlag)
-			if seed == 0 {
-				t.Fatalf("the simulation did not find the fault in %d seeds", *seedsFlag)
-			}
-			t.Logf("first found at seed %d: %s", seed, s.failed)
-			if *rateFlag {
-				found := 0
-				for n := uint64(1); n <= uint64(*seedsFlag); n++ {
-					if newSim(n).run() != "" {
-						found++
-					}
-				}
-				t.Logf("%d of %d seeds find it", found, *seedsFlag)
-			}
-		})
-	}
-}
+func TestSimFindsTheFaults(t *testing.T) { flags.TestSimFindsTheFaults(t, theSim()) }

@@ -1,11 +1,12 @@
 package resizepart
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/kumi-run/kumi/internal/simrun"
 )
 
 // The simulation: one worker's coordinator and the readers of a
@@ -20,11 +21,7 @@ import (
 //	go test -run TestSim ./internal/resizepart/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/resizepart/ -seeds 100000
 
-var (
-	seedFlag  = flag.Uint64("seed", 0, "run only this seed of TestSim, printing its trace")
-	seedsFlag = flag.Int("seeds", 2000, "how many seeds TestSim runs")
-	rateFlag  = flag.Bool("finds", false, "TestSimFindsTheFaults counts the seeds that find each fault")
-)
+var flags = simrun.Register(2000)
 
 // mutation re-injects a fault the simulation must find (0: none); set only
 // by TestSimFindsTheFaults, never by the code.
@@ -583,42 +580,9 @@ func (s *sim) describe() string {
 	return b.String()
 }
 
-// simSeeds runs seeds from 1 and returns the first that fails (0: none),
-// with its violation.
-func simSeeds(t testing.TB, seeds int) (uint64, *sim) {
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		if v := newSim(t, seed).run(); v != "" {
-			return seed, replay(t, seed)
-		}
-	}
-	return 0, nil
-}
-
-// TestSim runs the simulation over many seeds; a failing seed prints its
-// trace's tail and replays with -seed.
-func TestSim(t *testing.T) {
-	if *seedFlag != 0 {
-		s := replay(t, *seedFlag)
-		t.Logf("seed %d trace:\n%s", *seedFlag, strings.Join(s.trace, "\n"))
-		if s.failed != "" {
-			t.Fatalf("seed %d: %s", *seedFlag, s.failed)
-		}
-		return
-	}
-	if seed, s := simSeeds(t, *seedsFlag); seed != 0 {
-		tail := s.trace
-		if len(tail) > 60 {
-			tail = tail[len(tail)-60:]
-		}
-		t.Fatalf("seed %d: %s\nthe trace's tail (replay it whole with -seed %d):\n%s", seed, s.failed, seed,
-			strings.Join(tail, "\n"))
-	}
-}
-
-// TestSimFindsTheFaults re-injects each fault of issue 24 the simulation
-// models and requires it found within the seeds TestSim runs: a fault it
-// could not find would be a gap in the simulation.
-func TestSimFindsTheFaults(t *testing.T) {
+// theSim is the simulation as internal/simrun runs it.
+func theSim(t testing.TB) simrun.Sim {
+	var fs []simrun.Fault
 	for _, m := range []struct {
 		name string
 		mut  int
@@ -628,23 +592,26 @@ func TestSimFindsTheFaults(t *testing.T) {
 		{"AnswerThenOlderTold", mutAnswerThenOlderTold},
 		{"AnswerOverridesToldOnce", mutAnswerOverridesToldOnce},
 	} {
-		t.Run(m.name, func(t *testing.T) {
+		fs = append(fs, simrun.Fault{Name: m.name, Set: func() func() {
 			mutation = m.mut
-			defer func() { mutation = mutNone }()
-			seed, s := simSeeds(t, *seedsFlag)
-			if seed == 0 {
-				t.Fatalf("the simulation did not find the fault in %d seeds", *seedsFlag)
-			}
-			t.Logf("first found at seed %d: %s", seed, s.failed)
-			if *rateFlag {
-				found := 0
-				for n := uint64(1); n <= uint64(*seedsFlag); n++ {
-					if newSim(t, n).run() != "" {
-						found++
-					}
-				}
-				t.Logf("%d of %d seeds find it", found, *seedsFlag)
-			}
-		})
+			return func() { mutation = mutNone }
+		}})
+	}
+	return simrun.Sim{
+		Check: func(seed uint64) string { return newSim(t, seed).run() },
+		Replay: func(seed uint64) simrun.Run {
+			s := replay(t, seed)
+			return simrun.Run{Failed: s.failed, Trace: s.trace}
+		},
+		Faults: fs,
 	}
 }
+
+// TestSim runs the simulation over many seeds; a failing seed prints its
+// trace's tail and replays with -seed.
+func TestSim(t *testing.T) { flags.TestSim(t, theSim(t)) }
+
+// TestSimFindsTheFaults re-injects each fault of issue 24 the simulation
+// models and requires it found within the seeds TestSim runs: a fault it
+// could not find would be a gap in the simulation.
+func TestSimFindsTheFaults(t *testing.T) { flags.TestSimFindsTheFaults(t, theSim(t)) }
