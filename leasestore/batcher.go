@@ -35,7 +35,8 @@ import (
 // in it, and the passes it did not finish run again on their own within
 // what is left of their bounds: one pass held up by a lock never keeps the
 // others from renewing. A store whose last pass was abandoned passes on
-// its own until one lands.
+// its own until one lands, and so does one whose last pass had more to
+// do than its first batch, until one has not.
 type PassBatcher struct {
 	pool   *pgxpool.Pool
 	linger time.Duration

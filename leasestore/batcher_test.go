@@ -91,6 +91,8 @@ func batchedStores(t *testing.T, pool *pgxpool.Pool, schema string, batcher *Pas
 		s := openOn(t, pool, Config{Schema: schema, Subscription: sub, Worker: "w-" + sub, Buckets: 2, LeaseOptions: opts})
 		res := pass(t, s) // on its own: no batcher yet
 		require.Len(t, res.Claimed, 2)
+		res = pass(t, s) // steady: the next one goes through the batcher
+		require.Empty(t, res.Claimed)
 		s.cfg.Batcher = batcher
 		stores = append(stores, s)
 	}
@@ -223,23 +225,47 @@ func TestAPassCancelledWhileQueuedIsNotSent(t *testing.T) {
 }
 
 // TestABatchedPassThatMustClaimRunsAWholePassOfItsOwn: a pass that finds
-// buckets to claim has more to do than its first batch: after the shared
-// round trip it runs a whole pass of its own, which claims them.
+// buckets to claim (the other worker left) has more to do than its first
+// batch: after the shared round trip it runs a whole pass of its own,
+// which claims them; the pass after it goes on its own too, and once one
+// was steady, the next is batched again.
 func TestABatchedPassThatMustClaimRunsAWholePassOfItsOwn(t *testing.T) {
 	b := setup(t)
 	pool, trips := countedPool(t)
 	batcher := heldBatcher(t, pool)
-	s := openOn(t, pool, Config{Schema: b.schema, Subscription: b.sub, Worker: "w", Buckets: 4,
-		LeaseOptions: LeaseOptions{TTL: 30 * time.Second, NoListen: true}, Batcher: batcher})
+	var stores []*Store
+	for _, w := range []string{"a", "b"} {
+		stores = append(stores, openOn(t, pool, Config{Schema: b.schema, Subscription: b.sub, Worker: w, Buckets: 4,
+			LeaseOptions: LeaseOptions{TTL: 30 * time.Second, NoListen: true}}))
+	}
+	eventually(t, 30*time.Second, func() bool {
+		res := round(t, stores)
+		return len(res[0].Owned) == 2 && len(res[1].Owned) == 2 && len(res[0].HandOff)+len(res[1].HandOff) == 0
+	}, func() string { return "a and b never held two buckets each" })
+	a := stores[0]
+	require.Empty(t, pass(t, a).Claimed) // steady
+	a.cfg.Batcher = batcher
+	require.NoError(t, stores[1].Leave(context.Background()))
+
 	trips.reset()
-	out := passInBackground(context.Background(), s)
+	out := passInBackground(context.Background(), a)
 	queued(t, batcher, 1)
 	batcher.flush()
 	o := <-out
 	require.NoError(t, o.err)
-	require.Equal(t, seq(0, 4), buckets(o.res.Claimed))
+	require.Len(t, o.res.Claimed, 2, "the buckets b left")
+	require.Len(t, o.res.Owned, 4)
 	require.Equal(t, int64(2), trips.batches.Load(), "the shared round trip, then the whole pass's first batch")
-	require.NoError(t, s.EnsureHeld(3))
+	require.NoError(t, a.EnsureHeld(3))
+	require.NoError(t, a.EnsureHeld(0))
+
+	// The claim pass was busy: the next goes on its own (no batcher's
+	// queue to wait in), and is steady; the one after it is batched.
+	require.Empty(t, pass(t, a).Claimed)
+	out = passInBackground(context.Background(), a)
+	queued(t, batcher, 1)
+	batcher.flush()
+	require.NoError(t, (<-out).err)
 }
 
 // TestNewPassBatcherRefusesBadInput: no pool, or a negative linger.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/kumi-run/kumi/eventsource"
 )
@@ -118,6 +119,9 @@ type passOutcome struct {
 	live    int
 	share   int
 	sub     subscriptionView
+	// busy: the pass ran statements after its first batch (see
+	// Store.steady).
+	busy bool
 }
 
 // subscriptionView is the subscription as a pass read it (no lock).
@@ -215,10 +219,13 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 	}
 	var out passOutcome
 	batched, err := false, error(nil)
-	if s.cfg.Batcher != nil && s.abandoned == 0 {
+	if s.cfg.Batcher != nil && s.abandoned == 0 && s.steady {
 		// A store whose last pass was abandoned passes on its own until
 		// one lands: a pass held up in a shared round trip holds up the
-		// passes behind it.
+		// passes behind it. So does one whose last pass had more to do
+		// than its first batch (claims, handoffs, a resize come in
+		// streaks): its next one likely has too, and would only add the
+		// shared round trip's transaction to its own.
 		out, batched, err = s.passBatched(ctx, acquire, pid)
 	}
 	if !batched {
@@ -235,7 +242,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		s.log.Warn("lease pass failed", "err", err)
 		return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
 	}
-	s.abandoned = 0
+	s.abandoned, s.steady = 0, !out.busy
 	return s.apply(start, gen, out), nil
 }
 
@@ -295,7 +302,36 @@ func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *i
 		return passOutcome{}, err
 	}
 	first.events = append(carry, first.events...)
-	return s.passRest(ctx, conn, acquire, first)
+	rest := &countingTx{txConn: conn}
+	out, err := s.passRest(ctx, rest, acquire, first)
+	out.busy = rest.n > 0
+	return out, err
+}
+
+// countingTx counts the statements and batches run on it.
+type countingTx struct {
+	txConn
+	n int
+}
+
+func (c *countingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.n++
+	return c.txConn.Exec(ctx, sql, args...)
+}
+
+func (c *countingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.n++
+	return c.txConn.Query(ctx, sql, args...)
+}
+
+func (c *countingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.n++
+	return c.txConn.QueryRow(ctx, sql, args...)
+}
+
+func (c *countingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.n++
+	return c.txConn.SendBatch(ctx, b)
 }
 
 // firstBatch is what a pass's first batch read: the heartbeat and the

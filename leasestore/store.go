@@ -40,6 +40,10 @@ type Store struct {
 	// abandoned counts the passes abandoned in a row (see passBound);
 	// under opMu.
 	abandoned int
+	// steady: the last pass that landed ran no statement after its first
+	// batch; only then does the next one go through Config.Batcher. Under
+	// opMu.
+	steady bool
 
 	viewMu  sync.RWMutex
 	view    map[int]heldLease // what this worker believes it holds
