@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,11 +105,24 @@ func (b *PassBatcher) run(ctx context.Context, s *Store, pid *int32) (firstBatch
 	case <-p.done:
 		return p.first, p.err
 	case <-ctx.Done():
-		// A pass still queued is skipped (see flushPasses); one under way
-		// goes on and commits, and what it read is dropped: the store's
-		// view stays as it was, which errs towards "not held".
-		return firstBatch{}, ctx.Err()
 	}
+	// A pass still queued leaves the queue. One under way is waited for
+	// (its round trip is bounded: see flushPasses), so that a pass never
+	// commits after it returned — a store that stops while its pass is
+	// batched leaves the pool after that pass, never before it, and no
+	// heartbeat of its lands after its worker row is deleted — and what
+	// it read is dropped: the view stays as it was, which errs towards
+	// "not held".
+	b.mu.Lock()
+	queued := slices.Index(b.pending, p)
+	if queued >= 0 {
+		b.pending = slices.Delete(b.pending, queued, queued+1)
+	}
+	b.mu.Unlock()
+	if queued < 0 {
+		<-p.done
+	}
+	return firstBatch{}, ctx.Err()
 }
 
 // flush sends every pass queued.

@@ -275,3 +275,53 @@ func TestNewPassBatcherRefusesBadInput(t *testing.T) {
 	_, err = NewPassBatcher(pgtest.Pool(t), -time.Millisecond)
 	require.Error(t, err)
 }
+
+// TestAStoreThatLeavesWhileItsPassIsBatchedLeavesNoWorkerRowBehind: a
+// pass whose context ends while its round trip is under way returns only
+// once the round trip has ended, so that the store's Leave, behind it,
+// deletes the worker row after the pass's heartbeat and not before it: a
+// heartbeat landing after the delete would leave a live-looking worker
+// row, which the others would count in the fair share for a TTL.
+func TestAStoreThatLeavesWhileItsPassIsBatchedLeavesNoWorkerRowBehind(t *testing.T) {
+	b := setup(t)
+	pool, _ := countedPool(t)
+	batcher := heldBatcher(t, pool)
+	stores := batchedStores(t, pool, b.schema, batcher, LeaseOptions{TTL: 30 * time.Second}, "held", "leaving")
+	held, leaving := stores[0], stores[1]
+
+	ctx := context.Background()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{b.schema, "lease_buckets"}.Sanitize()+
+		" WHERE subscription = $1 FOR UPDATE", "held")
+	require.NoError(t, err)
+
+	h := passInBackground(ctx, held)
+	queued(t, batcher, 1)
+	lctx, cancel := context.WithCancel(ctx)
+	l := passInBackground(lctx, leaving)
+	queued(t, batcher, 2)
+	go batcher.flush() // held up behind held's rows, with leaving's pass behind it
+	eventually(t, 10*time.Second, func() bool {
+		batcher.mu.Lock()
+		defer batcher.mu.Unlock()
+		return len(batcher.pending) == 0
+	}, func() string { return "the round trip never started" })
+	cancel()
+	left := make(chan error, 1)
+	go func() { left <- leaving.Leave(ctx) }()
+	select {
+	case err := <-left:
+		left <- err // (a pass that returned at once let Leave run before its heartbeat)
+	case <-time.After(time.Second):
+	}
+	require.NoError(t, tx.Rollback(ctx)) // the round trip goes on: held's pass, then leaving's
+	require.ErrorIs(t, (<-l).err, context.Canceled)
+	require.NoError(t, <-left)
+	require.NoError(t, (<-h).err)
+	var rows int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{b.schema, "lease_workers"}.Sanitize()+
+		" WHERE subscription = 'leaving'").Scan(&rows))
+	require.Zero(t, rows, "the worker row of the store that left")
+}
