@@ -45,6 +45,8 @@ type PassBatcher struct {
 	mu      sync.Mutex
 	pending []*batchedPass
 	armed   bool // a flush is scheduled
+	// manual, set by tests, flushes only when the test calls flush.
+	manual bool
 }
 
 // MaxPassBatch is the most passes one round trip of a [PassBatcher]
@@ -52,8 +54,9 @@ type PassBatcher struct {
 const MaxPassBatch = 200
 
 // NewPassBatcher returns a batcher that sends its passes on connections of
-// pool (the pool the stores pass on). A pass waits at most linger for
-// others to join its round trip (at least 0; callers that start their
+// pool (the pool the stores pass on). A pass waits at most linger, and at
+// most a tenth of its store's heartbeat, for others to join its round
+// trip (at least 0; callers that start their
 // stores' passes together — the actors runtime aligns its groups'
 // heartbeats — need only a few milliseconds).
 func NewPassBatcher(pool *pgxpool.Pool, linger time.Duration) (*PassBatcher, error) {
@@ -96,9 +99,10 @@ func (b *PassBatcher) run(ctx context.Context, s *Store, pid *int32) (firstBatch
 		qs := b.pending
 		b.pending = nil
 		go b.flushPasses(qs)
-	case !b.armed:
+	case !b.armed && !b.manual:
+		// A tenth of the heartbeat at most: the pass's bound is one.
 		b.armed = true
-		time.AfterFunc(b.linger, b.flush)
+		time.AfterFunc(min(b.linger, s.cfg.Heartbeat/10), b.flush)
 	}
 	b.mu.Unlock()
 	select {

@@ -45,13 +45,13 @@ func countedPool(t *testing.T) (*pgxpool.Pool, *roundTrips) {
 	return pool, trips
 }
 
-// heldBatcher is a batcher that never flushes by itself (a linger far
-// longer than any test): the test flushes it once the passes it means to
-// send together are queued.
+// heldBatcher is a batcher that never flushes by itself: the test
+// flushes it once the passes it means to send together are queued.
 func heldBatcher(t *testing.T, pool *pgxpool.Pool) *PassBatcher {
 	t.Helper()
 	b, err := NewPassBatcher(pool, time.Hour)
 	require.NoError(t, err)
+	b.manual = true
 	return b
 }
 
