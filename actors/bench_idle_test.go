@@ -144,6 +144,7 @@ type idleRow struct {
 	conns, stmts, xacts        float64 // per worker; statements and transactions a second
 	started, owned, fair, join time.Duration
 	joinStarted                time.Duration // the joiner's StartGroup calls returned
+	joinPool                   string        // the joiner's lease pool's waits, through its fair share
 	top                        string
 }
 
@@ -162,7 +163,8 @@ type idleRow struct {
 // xact_rollback delta); then how long a worker joining the W gets its fair
 // share of every subscription. It prints the table of all of them.
 // KUMI_BENCH_IDLE_K (default 1,10,50,100), KUMI_BENCH_IDLE_POOL (each
-// worker's store pool, default 8), KUMI_BENCH_WORKERS (default 4) and
+// worker's store pool, default 8), KUMI_BENCH_IDLE_LEASE_POOL (its
+// RuntimeOptions.LeasePoolConns, default the default), KUMI_BENCH_WORKERS (default 4) and
 // KUMI_BENCH_IDLE_BEFORE (sequencers that never slow their idle look)
 // vary it; see docs/benchmarks.md, "Idle cost of many subscriptions".
 func BenchmarkIdleCost(b *testing.B) {
@@ -185,6 +187,9 @@ func BenchmarkIdleCost(b *testing.B) {
 	}
 	for _, r := range rows {
 		fmt.Fprintf(&t, "K=%d worker 0's statements: %s\n", r.k, r.top)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&t, "K=%d the joiner's lease pool until its fair share: %s\n", r.k, r.joinPool)
 	}
 	b.Log(t.String())
 }
@@ -328,6 +333,9 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 	all := append(ws, joiner)
 	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(all, k) }, "the joiner gets its fair share of every subscription")
 	row.join = time.Since(joined)
+	st := joiner.rt.leasePool.Stat()
+	row.joinPool = fmt.Sprintf("%d acquires, %d waited, %v waiting on average, %d connections", st.AcquireCount(),
+		st.EmptyAcquireCount(), (st.AcquireDuration() / time.Duration(max(st.AcquireCount(), 1))).Round(time.Millisecond), st.TotalConns())
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for _, w := range all {
@@ -351,6 +359,9 @@ func startIdleWorker(b *testing.B, schema, app string) *idleWorker {
 	s, err := eventsource.New(pool, eventsource.Config{Schema: schema})
 	require.NoError(b, err)
 	var opts RuntimeOptions
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_IDLE_LEASE_POOL")); err == nil {
+		opts.LeasePoolConns = n
+	}
 	if idleBefore() {
 		opts.Sequencer.IdleInterval = 50 * time.Millisecond // the default MaxInterval: never slower
 	}
