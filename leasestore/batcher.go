@@ -49,9 +49,9 @@ type PassBatcher struct {
 	manual bool
 }
 
-// MaxPassBatch is the most passes one round trip of a [PassBatcher]
+// maxPassBatch is the most passes one round trip of a PassBatcher
 // carries; more that come together go in further round trips.
-const MaxPassBatch = 200
+const maxPassBatch = 200
 
 // NewPassBatcher returns a batcher that sends its passes on connections of
 // pool (the pool the stores pass on). A pass waits at most linger, and at
@@ -95,7 +95,7 @@ func (b *PassBatcher) run(ctx context.Context, s *Store, pid *int32) (firstBatch
 	b.mu.Lock()
 	b.pending = append(b.pending, p)
 	switch {
-	case len(b.pending) >= MaxPassBatch:
+	case len(b.pending) >= maxPassBatch:
 		qs := b.pending
 		b.pending = nil
 		go b.flushPasses(qs)
