@@ -143,6 +143,8 @@ type idleRow struct {
 	k, workers                 int
 	conns, stmts, xacts        float64 // per worker; statements and transactions a second
 	started, owned, fair, join time.Duration
+	joinStarted                time.Duration // the joiner's StartGroup calls returned
+	joinPool                   string        // the joiner's lease pool's waits, through its fair share
 	top                        string
 }
 
@@ -161,7 +163,8 @@ type idleRow struct {
 // xact_rollback delta); then how long a worker joining the W gets its fair
 // share of every subscription. It prints the table of all of them.
 // KUMI_BENCH_IDLE_K (default 1,10,50,100), KUMI_BENCH_IDLE_POOL (each
-// worker's store pool, default 8), KUMI_BENCH_WORKERS (default 4) and
+// worker's store pool, default 8), KUMI_BENCH_IDLE_LEASE_POOL (its
+// RuntimeOptions.LeasePoolConns, default the default), KUMI_BENCH_WORKERS (default 4) and
 // KUMI_BENCH_IDLE_BEFORE (sequencers that never slow their idle look)
 // vary it; see docs/benchmarks.md, "Idle cost of many subscriptions".
 func BenchmarkIdleCost(b *testing.B) {
@@ -175,11 +178,15 @@ func BenchmarkIdleCost(b *testing.B) {
 	}
 	var t strings.Builder
 	fmt.Fprintf(&t, "idle cost (in-process runtimes, store pools of %d, before=%v; load %s):\n", idlePoolConns(), idleBefore(), loadAverage())
-	t.WriteString("| K subscriptions × workers | connections per worker | idle statements/s per worker | idle xact/s per worker | groups started | all buckets owned | fair share | join fair share |\n")
-	t.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	t.WriteString("| K subscriptions × workers | connections per worker | idle statements/s per worker | idle xact/s per worker | groups started | all buckets owned | fair share | joiner's groups started | join fair share |\n")
+	t.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rows {
-		fmt.Fprintf(&t, "| %d × %d | %.1f | %.1f | %.1f | %v | %v | %v | %v |\n", r.k, r.workers, r.conns, r.stmts, r.xacts,
-			r.started.Round(time.Millisecond), r.owned.Round(time.Millisecond), r.fair.Round(time.Millisecond), r.join.Round(time.Millisecond))
+		fmt.Fprintf(&t, "| %d × %d | %.1f | %.1f | %.1f | %v | %v | %v | %v | %v |\n", r.k, r.workers, r.conns, r.stmts, r.xacts,
+			r.started.Round(time.Millisecond), r.owned.Round(time.Millisecond), r.fair.Round(time.Millisecond),
+			r.joinStarted.Round(time.Millisecond), r.join.Round(time.Millisecond))
+	}
+	for _, r := range rows { // (before the statements: go test truncates a benchmark's long log)
+		fmt.Fprintf(&t, "K=%d the joiner's lease pool until its fair share: %s\n", r.k, r.joinPool)
 	}
 	for _, r := range rows {
 		fmt.Fprintf(&t, "K=%d worker 0's statements: %s\n", r.k, r.top)
@@ -187,18 +194,20 @@ func BenchmarkIdleCost(b *testing.B) {
 	b.Log(t.String())
 }
 
-// startIdleGroups starts K groups on w.
+// startIdleGroups starts K groups on w, as Run starts them.
 func startIdleGroups(b *testing.B, w *idleWorker, k int) {
 	b.Helper()
+	opts := make([]GroupOptions, k)
 	for s := range k {
-		g, err := w.rt.StartGroup(context.Background(), GroupOptions{Subscription: fmt.Sprintf("idle-%d", s), Category: "idle",
-			Buckets: 16, Worker: w.app, Handler: Func(func(context.Context, *Delivery) error { return nil })})
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		w.groups = append(w.groups, g)
+		opts[s] = GroupOptions{Subscription: fmt.Sprintf("idle-%d", s), Category: "idle",
+			Buckets: 16, Worker: w.app, Handler: Func(func(context.Context, *Delivery) error { return nil })}
 	}
+	groups, _, err := startGroups(context.Background(), w.rt, opts)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	w.groups = groups
 }
 
 // fairShares reports whether every worker of ws holds its fair share of
@@ -320,9 +329,13 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 	joined := time.Now()
 	startIdleGroups(b, joiner, k)
 	require.False(b, b.Failed())
+	row.joinStarted = time.Since(joined)
 	all := append(ws, joiner)
 	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(all, k) }, "the joiner gets its fair share of every subscription")
 	row.join = time.Since(joined)
+	st := joiner.rt.leasePool.Stat()
+	row.joinPool = fmt.Sprintf("%d acquires, %d waited, %v waiting on average, %d connections", st.AcquireCount(),
+		st.EmptyAcquireCount(), (st.AcquireDuration() / time.Duration(max(st.AcquireCount(), 1))).Round(time.Millisecond), st.TotalConns())
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for _, w := range all {
@@ -346,6 +359,9 @@ func startIdleWorker(b *testing.B, schema, app string) *idleWorker {
 	s, err := eventsource.New(pool, eventsource.Config{Schema: schema})
 	require.NoError(b, err)
 	var opts RuntimeOptions
+	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_IDLE_LEASE_POOL")); err == nil {
+		opts.LeasePoolConns = n
+	}
 	if idleBefore() {
 		opts.Sequencer.IdleInterval = 50 * time.Millisecond // the default MaxInterval: never slower
 	}

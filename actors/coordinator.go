@@ -300,9 +300,12 @@ func (c *coordinator) start(ctx actor.Context) {
 	c.bg, c.cancel = context.WithCancel(c.g.life)
 	c.stopped = make(chan struct{})
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, c.bg
-	changes := c.g.leases.Changes()
+	changes, origin, interval := c.g.leases.Changes(), c.g.rt.beat, c.g.interval
 	go func() {
-		t := time.NewTicker(c.g.interval)
+		// The heartbeats fall at the runtime's beats (origin + n ×
+		// interval), the same for every group with this interval: their
+		// passes share a round trip (leasestore.PassBatcher).
+		t := time.NewTimer(nextBeat(origin, interval))
 		defer t.Stop()
 		for {
 			select {
@@ -311,6 +314,7 @@ func (c *coordinator) start(ctx actor.Context) {
 			case <-t.C:
 			case <-changes:
 			}
+			t.Reset(nextBeat(origin, interval)) // (go ≥ 1.23: no stale tick after a Reset)
 			root.Send(self, passTick{})
 		}
 	}()

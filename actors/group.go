@@ -188,6 +188,7 @@ func (gr *Group) start(ctx context.Context) error {
 		LeaseOptions: opts.Lease,
 		Logger:       base,
 		Notifier:     rt.notifier, // the process's one LISTEN connection
+		Batcher:      rt.passes,   // the process's passes share round trips
 	})
 	if err == nil {
 		err = leases.Start(ctx)
@@ -238,6 +239,19 @@ func (gr *Group) start(ctx context.Context) error {
 	gr.coordinator = rt.system.Root.Spawn(props)
 	rt.groups[gr] = struct{}{}
 	return nil
+}
+
+// passLinger is how long a group's lease pass waits for the passes of
+// the runtime's other groups to join its round trip
+// (leasestore.PassBatcher). The groups' heartbeats are aligned
+// (Runtime.beat), so their passes come within a few milliseconds of one
+// another.
+const passLinger = 20 * time.Millisecond
+
+// nextBeat is how long from now until the next heartbeat of a group whose
+// heartbeats fall at origin + n × interval.
+func nextBeat(origin time.Time, interval time.Duration) time.Duration {
+	return interval - time.Since(origin)%interval
 }
 
 // leaseCancelDeadline is how long a lease pool's connection waits for the

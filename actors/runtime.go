@@ -125,6 +125,13 @@ type Runtime struct {
 	// leasePool is the lease stores' pool, shared by every group (see
 	// newLeasePool); made by Start, closed by Stop once the groups ended.
 	leasePool *pgxpool.Pool
+	// passes carries the groups' lease passes in shared round trips (see
+	// leasestore.PassBatcher), on leasePool; made by Start.
+	passes *leasestore.PassBatcher
+	// beat is the origin of the groups' heartbeats: every group of the
+	// runtime with the same heartbeat passes at the same moments
+	// (beat + n × heartbeat), so that its passes share a round trip.
+	beat time.Time
 
 	// unregisterSequencer stops the kumi.sequencer.* metrics.
 	unregisterSequencer func()
@@ -247,6 +254,10 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 	}
 	rt.sequencer, rt.notifier, rt.listener, rt.pub, rt.publisher = sequencer, notifier, listener, pub, pub.pid
 	rt.leasePool = leasePool
+	if rt.passes, err = leasestore.NewPassBatcher(leasePool, passLinger); err != nil {
+		return err
+	}
+	rt.beat = time.Now()
 	rt.unregisterSequencer = sync.OnceFunc(rt.telemetry.t.RegisterSequencer(func() observability.SequencerStatus {
 		st := sequencer.Stats()
 		return observability.SequencerStatus{BacklogSeconds: st.BacklogAge.Seconds(), Failing: int64(st.Failing),

@@ -194,6 +194,11 @@ type Config struct {
 	// store runs a notifier of its own, on a connection of its own, until
 	// [Store.Close]. Ignored with NoListen.
 	Notifier *eventsource.Notifier
+	// Batcher, if set, carries this store's passes in round trips shared
+	// with the other stores of the process that use it (see
+	// [PassBatcher]); it must send on the store's pool. nil: each pass
+	// has round trips of its own.
+	Batcher *PassBatcher
 }
 
 // WithDefaults returns c with every zero optional field set to its default.

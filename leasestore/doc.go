@@ -33,7 +33,9 @@
 // SKIP LOCKED) up to the fair share; withdraw claims above it; and, still
 // below it, place two-phase claims on live owners' surplus. A pass is
 // bounded by the heartbeat; on any error it changes nothing and the
-// previous view stands.
+// previous view stands. The stores of one process may share a
+// [PassBatcher] (Config.Batcher): their steady passes then go to the
+// database in one round trip, each still its own transaction.
 //
 // # The handoff
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -296,4 +297,48 @@ func Example_coordinatorLoop() {
 		case <-store.Changes():
 		}
 	}
+}
+
+// Three subscriptions' stores of one process share a batcher: once they
+// hold their buckets, the passes they run together go to the database in
+// one round trip, each pass its own transaction.
+func ExamplePassBatcher() {
+	ctx := context.Background()
+	pool, schema, done := exampleDB()
+	defer done()
+	batcher, err := leasestore.NewPassBatcher(pool, 5*time.Millisecond)
+	if err != nil {
+		panic(err)
+	}
+	var stores []*leasestore.Store
+	for _, sub := range []string{"orders", "invoices", "shipments"} {
+		s, err := leasestore.New(pool, leasestore.Config{
+			Schema: schema, Subscription: sub, Worker: "worker-1", Buckets: 2, Batcher: batcher,
+		})
+		if err != nil {
+			panic(err)
+		}
+		if err := s.Start(ctx); err != nil {
+			panic(err)
+		}
+		defer s.Stop(ctx)
+		stores = append(stores, s)
+	}
+	var wg sync.WaitGroup
+	owned := make([]int, len(stores))
+	for range 2 { // the first passes claim, the next ones only renew
+		for i, s := range stores {
+			wg.Go(func() {
+				res, err := s.Pass(ctx)
+				if err != nil {
+					panic(err)
+				}
+				owned[i] = len(res.Owned)
+			})
+		}
+		wg.Wait()
+	}
+	fmt.Println("owned:", owned)
+	// Output:
+	// owned: [2 2 2]
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -48,8 +49,30 @@ func (b *testBundle) open(t *testing.T, cfg Config) *Store {
 	return openOn(t, b.pool, cfg)
 }
 
-// startedStore is New, then Start bounded by ctx.
+// testBatchers is, by pool, the batcher every store of the pool shares
+// when the suite runs with KUMI_LEASE_BATCHED set: the whole suite then
+// passes through PassBatcher, as the actors runtime's stores do.
+var testBatchers sync.Map
+
+// batcherFor returns pool's batcher, made on first use.
+func batcherFor(pool *pgxpool.Pool) *PassBatcher {
+	if b, ok := testBatchers.Load(pool); ok {
+		return b.(*PassBatcher)
+	}
+	b, err := NewPassBatcher(pool, 5*time.Millisecond)
+	if err != nil {
+		panic(err)
+	}
+	got, _ := testBatchers.LoadOrStore(pool, b)
+	return got.(*PassBatcher)
+}
+
+// startedStore is New, then Start bounded by ctx (with a batcher shared by
+// the pool's stores when KUMI_LEASE_BATCHED is set).
 func startedStore(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if cfg.Batcher == nil && os.Getenv("KUMI_LEASE_BATCHED") != "" {
+		cfg.Batcher = batcherFor(pool)
+	}
 	s, err := New(pool, cfg)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/kumi-run/kumi/eventsource"
 )
@@ -118,6 +119,9 @@ type passOutcome struct {
 	live    int
 	share   int
 	sub     subscriptionView
+	// busy: the pass ran statements after its first batch (see
+	// Store.steady).
+	busy bool
 }
 
 // subscriptionView is the subscription as a pass read it (no lock).
@@ -214,11 +218,23 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		pid, gen = &p, g
 	}
 	var out passOutcome
-	err := s.runPipelined(ctx, func(conn *pgx.Conn) error {
-		var err error
-		out, err = s.passTx(ctx, conn, acquire, pid)
-		return err
-	})
+	batched, err := false, error(nil)
+	if s.cfg.Batcher != nil && s.abandoned == 0 && s.steady {
+		// A store whose last pass was abandoned passes on its own until
+		// one lands: a pass held up in a shared round trip holds up the
+		// passes behind it. So does one whose last pass had more to do
+		// than its first batch (claims, handoffs, a resize come in
+		// streaks): its next one likely has too, and would only add the
+		// shared round trip's transaction to its own.
+		out, batched, err = s.passBatched(ctx, acquire, pid)
+	}
+	if !batched {
+		err = s.runPipelined(ctx, func(conn *pgx.Conn) error {
+			var err error
+			out, err = s.passTx(ctx, conn, acquire, pid, nil)
+			return err
+		})
+	}
 	if err != nil {
 		if ctx.Err() != nil && parent.Err() == nil {
 			err = s.abandon(bound, err)
@@ -226,7 +242,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		s.log.Warn("lease pass failed", "err", err)
 		return PassResult{}, fmt.Errorf("leasestore: pass: %w", err)
 	}
-	s.abandoned = 0
+	s.abandoned, s.steady = 0, !out.busy
 	return s.apply(start, gen, out), nil
 }
 
@@ -272,27 +288,92 @@ func (s *Store) abandon(bound time.Duration, err error) error {
 
 // passTx is the pass's transaction on conn: its first batch begins it
 // (runPipelined commits it). A steady pass of a balanced worker is that
-// batch alone.
-func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *int32) (passOutcome, error) {
-	sub, me := s.cfg.Subscription, s.cfg.Worker
-	claimStale := 2 * s.cfg.TTL
-	var tx txConn = conn
+// batch alone. carry is events an earlier transaction of the same pass
+// found and did not announce (see passBatched).
+func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *int32, carry []string) (passOutcome, error) {
 	b := &pgx.Batch{}
-	// One round trip: begin, bound this transaction's row locks and speak
-	// protocol 2, heartbeat and read the subscription, read the workers,
-	// renew, read this worker's claims.
+	s.queueFirst(b, pid)
+	br := conn.SendBatch(ctx, b)
+	first, err := s.readFirst(br)
+	if err != nil {
+		return passOutcome{}, err
+	}
+	if err := br.Close(); err != nil {
+		return passOutcome{}, err
+	}
+	first.events = append(carry, first.events...)
+	rest := &countingTx{txConn: conn}
+	out, err := s.passRest(ctx, rest, acquire, first)
+	out.busy = rest.n > 0
+	return out, err
+}
+
+// countingTx counts the statements and batches run on it.
+type countingTx struct {
+	txConn
+	n int
+}
+
+func (c *countingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.n++
+	return c.txConn.Exec(ctx, sql, args...)
+}
+
+func (c *countingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.n++
+	return c.txConn.Query(ctx, sql, args...)
+}
+
+func (c *countingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.n++
+	return c.txConn.QueryRow(ctx, sql, args...)
+}
+
+func (c *countingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.n++
+	return c.txConn.SendBatch(ctx, b)
+}
+
+// firstBatch is what a pass's first batch read: the heartbeat and the
+// subscription, the other workers, the renewed rows and this worker's
+// claims, and the events to announce so far.
+type firstBatch struct {
+	out     passOutcome // sub, renewed and dbNow set
+	workers []passWorker
+	mine    []int32
+	events  []string
+}
+
+// passWorker is another worker as workers_view read it.
+type passWorker struct {
+	worker, kind         string
+	key                  int64
+	live, gone, longGone bool
+}
+
+// queueFirst queues a pass's first batch on b: begin, bound this
+// transaction's row locks and speak protocol 2, heartbeat and read the
+// subscription, read the workers, renew, read this worker's claims. One
+// round trip.
+func (s *Store) queueFirst(b *pgx.Batch, pid *int32) {
+	sub, me := s.cfg.Subscription, s.cfg.Worker
 	b.Queue(beginSQL)
 	b.Queue(s.st.get("pass_begin"), s.boundLocksArg())
 	b.Queue(s.st.get("worker_heartbeat"), s.workerArgs(pid)...)
 	b.Queue(s.st.get("workers_view"), sub, me, 10*s.cfg.TTL)
-	b.Queue(s.st.get("renew"), sub, me, s.cfg.TTL, claimStale)
+	b.Queue(s.st.get("renew"), sub, me, s.cfg.TTL, 2*s.cfg.TTL)
 	b.Queue(s.st.get("my_claims"), sub, me)
-	br := tx.SendBatch(ctx, b)
-	var out passOutcome
-	var events []string
-	fail := func(what string, err error) (passOutcome, error) {
+}
+
+// readFirst reads the results of the statements queueFirst queued, from
+// br. It leaves br open for what was queued after them (the batch's
+// COMMIT, or other stores' passes: see PassBatcher) and closes it only on
+// an error.
+func (s *Store) readFirst(br pgx.BatchResults) (firstBatch, error) {
+	var f firstBatch
+	fail := func(what string, err error) (firstBatch, error) {
 		_ = br.Close()
-		return out, fmt.Errorf("%s: %w%s", what, err, migrateHint(err))
+		return f, fmt.Errorf("%s: %w%s", what, err, migrateHint(err))
 	}
 	if _, err := br.Exec(); err != nil {
 		return fail("begin", err)
@@ -300,22 +381,17 @@ func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *i
 	if _, err := br.Exec(); err != nil {
 		return fail("bound locks", err)
 	}
-	v := &out.sub
-	hb, err := scanHeartbeat(br.QueryRow(), v)
+	out := &f.out
+	hb, err := scanHeartbeat(br.QueryRow(), &out.sub)
 	if err != nil {
 		return fail("heartbeat", err)
 	}
 	if hb.joined {
-		events = append(events, "join")
-	}
-	type worker struct {
-		worker, kind         string
-		key                  int64
-		live, gone, longGone bool
+		f.events = append(f.events, "join")
 	}
 	rows, _ := br.Query()
-	workers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (worker, error) {
-		var m worker
+	f.workers, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (passWorker, error) {
+		var m passWorker
 		err := r.Scan(&m.worker, &m.kind, &m.key, &m.live, &m.gone, &m.longGone)
 		return m, err
 	})
@@ -323,7 +399,7 @@ func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *i
 		return fail("members", err)
 	}
 	if !hb.found {
-		return fail("subscription", fmt.Errorf("%w: %q (was EnsureBuckets run?)", ErrNoSubscription, sub))
+		return fail("subscription", fmt.Errorf("%w: %q (was EnsureBuckets run?)", ErrNoSubscription, s.cfg.Subscription))
 	}
 	rows, _ = br.Query()
 	recovered := false
@@ -338,16 +414,25 @@ func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *i
 		return fail("renew", err)
 	}
 	rows, _ = br.Query()
-	mine, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	f.mine, err = pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
 		return fail("claims", err)
 	}
-	if err := br.Close(); err != nil {
-		return out, err
-	}
 	if recovered {
-		events = append(events, "recover")
+		f.events = append(f.events, "recover")
 	}
+	return f, nil
+}
+
+// passRest is the rest of a pass's transaction on tx, after its first
+// batch f: claims, withdrawals, placements, the resize's safety net,
+// pruning and the notification. A steady pass of a balanced worker runs
+// no statement here.
+func (s *Store) passRest(ctx context.Context, tx txConn, acquire bool, f firstBatch) (passOutcome, error) {
+	sub, me := s.cfg.Subscription, s.cfg.Worker
+	claimStale := 2 * s.cfg.TTL
+	out, workers, mine, events := f.out, f.workers, f.mine, f.events
+	v := &out.sub
 
 	live := map[string]bool{}
 	var deadWorkers []string

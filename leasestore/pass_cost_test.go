@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,8 +54,15 @@ func TestAPassIsOneRoundTripAndACommit(t *testing.T) {
 				t.Fatal("ten passes in a row were abandoned after one heartbeat")
 				return 0, 0
 			}
+			steadyTrips := 2 + extra
+			if os.Getenv("KUMI_LEASE_BATCHED") != "" {
+				// Through a PassBatcher the COMMIT goes in the batch, once
+				// the store's last pass was steady.
+				steadyTrips--
+				pass(t, stores[0])
+			}
 			stmts, trips := cost()
-			require.Equal(t, [2]int64{int64(7 + extra), int64(2 + extra)}, [2]int64{stmts, trips},
+			require.Equal(t, [2]int64{int64(7 + extra), int64(steadyTrips)}, [2]int64{stmts, trips},
 				"a steady pass: statements and round trips")
 
 			b.request(t, 8)

@@ -40,6 +40,10 @@ type Store struct {
 	// abandoned counts the passes abandoned in a row (see passBound);
 	// under opMu.
 	abandoned int
+	// steady: the last pass that landed ran no statement after its first
+	// batch; only then does the next one go through Config.Batcher. Under
+	// opMu.
+	steady bool
 
 	viewMu  sync.RWMutex
 	view    map[int]heldLease // what this worker believes it holds
@@ -170,16 +174,36 @@ func (s *Store) join(ctx context.Context) error {
 		p := s.session.backendPID()
 		pid = &p
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.st.get("pass_begin"), s.boundLocksArg()); err != nil {
+	// One round trip and the COMMIT (and the notification, when the
+	// worker was not live): a process starting many groups starts each
+	// in a few round trips.
+	return s.runPipelined(ctx, func(conn *pgx.Conn) error {
+		fail := func(err error) error {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
-		hb, err := scanHeartbeat(tx.QueryRow(ctx, s.st.get("worker_heartbeat"), s.workerArgs(pid)...), &subscriptionView{})
+		b := &pgx.Batch{}
+		b.Queue(beginSQL)
+		b.Queue(s.st.get("pass_begin"), s.boundLocksArg())
+		b.Queue(s.st.get("worker_heartbeat"), s.workerArgs(pid)...)
+		br := conn.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fail(err)
+		}
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fail(err)
+		}
+		hb, err := scanHeartbeat(br.QueryRow(), &subscriptionView{})
 		if err != nil {
-			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
+			_ = br.Close()
+			return fail(err)
+		}
+		if err := br.Close(); err != nil {
+			return fail(err)
 		}
 		if hb.joined {
-			return s.notify(ctx, tx, "join")
+			return s.notify(ctx, conn, "join")
 		}
 		return nil
 	})
@@ -232,11 +256,25 @@ func (s *Store) ensureBuckets(ctx context.Context) error {
 	var gen, n int
 	err := s.pool.QueryRow(ctx, s.st.get("subscription_present"), s.cfg.Subscription).Scan(&gen, &n)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, s.st.get("ensure_lock"), s.keys.ensure); err != nil {
+		// One round trip and the COMMIT.
+		err = s.runPipelined(ctx, func(conn *pgx.Conn) error {
+			b := &pgx.Batch{}
+			b.Queue(beginSQL)
+			b.Queue(s.st.get("ensure_lock"), s.keys.ensure)
+			b.Queue(s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets)
+			br := conn.SendBatch(ctx, b)
+			_, err := br.Exec()
+			if err == nil {
+				_, err = br.Exec()
+			}
+			if err == nil {
+				err = br.QueryRow().Scan(&gen, &n)
+			}
+			if err != nil {
+				_ = br.Close()
 				return err
 			}
-			return tx.QueryRow(ctx, s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets).Scan(&gen, &n)
+			return br.Close()
 		})
 	}
 	if err != nil {

@@ -48,6 +48,29 @@ func (h *passHold) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 	}
 }
 
+// passBatchCommit marks, in a batch's context, a batch whose COMMIT
+// committed: a PassBatcher's shared round trip, which carries its passes'
+// commits (KUMI_LEASE_BATCHED).
+type passBatchCommit struct{ committed atomic.Bool }
+
+func (h *passHold) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, passBatchCommit{}, &passBatchCommit{})
+}
+
+func (h *passHold) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if m, ok := ctx.Value(passBatchCommit{}).(*passBatchCommit); ok && d.SQL == "COMMIT" && d.Err == nil {
+		m.committed.Store(true)
+	}
+}
+
+func (h *passHold) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	m, ok := ctx.Value(passBatchCommit{}).(*passBatchCommit)
+	if ok && m.committed.Load() && d.Err == nil && h.armed.CompareAndSwap(true, false) {
+		close(h.committed)
+		<-h.release
+	}
+}
+
 // heldPasses returns a store of cfg on a pool of its own, and the hold that
 // can hold its passes back between commit and apply.
 func heldPasses(t *testing.T, cfg Config) (*Store, *passHold) {

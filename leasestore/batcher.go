@@ -1,0 +1,296 @@
+package leasestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PassBatcher sends the lease passes of many stores of one process — one
+// per subscription group — in one round trip: the passes that come to it
+// within its linger go together in one pgx batch on one connection of its
+// pool, each pass in a transaction of its own (BEGIN, its first batch's
+// statements, COMMIT), one after the other. A process that runs K groups
+// then spends one round trip per heartbeat on its steady passes, not 2K.
+// Set it in [Config.Batcher] of every store that is to share it; the
+// actors runtime makes one per process.
+//
+// Only what a pass's first batch does goes in the shared round trip: the
+// heartbeat, the renewal and the reads. A pass that finds it has more to
+// do — claim, withdraw, place, announce, advance a resize, prune — has
+// committed that much (it is a [Store.Renew]) and runs a whole pass of its
+// own right after it, as without a batcher: the statements, the locks and
+// the decisions of every pass are the ones a pass without a batcher runs.
+// The passes are separate transactions, so that one pass's failure never
+// fails another's: a pass whose statements fail in the shared round trip
+// (and every pass behind it, which the server skipped) runs again on its
+// own. A shared round trip is cut at half the shortest bound of the passes
+// in it, and the passes it did not finish run again on their own within
+// what is left of their bounds: one pass held up by a lock never keeps the
+// others from renewing. A store whose last pass was abandoned passes on
+// its own until one lands, and so does one whose last pass had more to
+// do than its first batch, until one has not.
+type PassBatcher struct {
+	pool   *pgxpool.Pool
+	linger time.Duration
+
+	mu      sync.Mutex
+	pending []*batchedPass
+	armed   bool // a flush is scheduled
+	// manual, set by tests, flushes only when the test calls flush.
+	manual bool
+}
+
+// maxPassBatch is the most passes one round trip of a PassBatcher
+// carries; more that come together go in further round trips.
+const maxPassBatch = 200
+
+// NewPassBatcher returns a batcher that sends its passes on connections of
+// pool (the pool the stores pass on). A pass waits at most linger, and at
+// most a tenth of its store's heartbeat, for others to join its round
+// trip (at least 0; callers that start their
+// stores' passes together — the actors runtime aligns its groups'
+// heartbeats — need only a few milliseconds).
+func NewPassBatcher(pool *pgxpool.Pool, linger time.Duration) (*PassBatcher, error) {
+	if pool == nil {
+		return nil, errors.New("leasestore: NewPassBatcher needs a pool")
+	}
+	if linger < 0 {
+		return nil, fmt.Errorf("leasestore: NewPassBatcher: linger %v is negative", linger)
+	}
+	return &PassBatcher{pool: pool, linger: linger}, nil
+}
+
+// batchedPass is one store's pass in a batcher: queued, then sent, then
+// done.
+type batchedPass struct {
+	s    *Store
+	pid  *int32
+	ctx  context.Context
+	done chan struct{} // closed once first or err is set
+	// first is what the pass's first batch read, committed; err is why it
+	// has none (errRunAlone: the pass runs on its own).
+	first firstBatch
+	err   error
+}
+
+// errRunAlone: the shared round trip did not carry the pass through (its
+// statements, or a pass's before it, failed; the round trip was cut); the
+// pass runs on its own.
+var errRunAlone = errors.New("leasestore: the pass runs on its own")
+
+// run sends s's pass's first batch in a shared round trip, committed, and
+// returns what it read; errRunAlone when it was not carried through, or
+// ctx's error.
+func (b *PassBatcher) run(ctx context.Context, s *Store, pid *int32) (firstBatch, error) {
+	p := &batchedPass{s: s, pid: pid, ctx: ctx, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, p)
+	switch {
+	case len(b.pending) >= maxPassBatch:
+		qs := b.pending
+		b.pending = nil
+		go b.flushPasses(qs)
+	case !b.armed && !b.manual:
+		// A tenth of the heartbeat at most: the pass's bound is one.
+		b.armed = true
+		time.AfterFunc(min(b.linger, s.cfg.Heartbeat/10), b.flush)
+	}
+	b.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.first, p.err
+	case <-ctx.Done():
+	}
+	// A pass still queued leaves the queue. One under way is waited for
+	// (its round trip is bounded: see flushPasses), so that a pass never
+	// commits after it returned — a store that stops while its pass is
+	// batched leaves the pool after that pass, never before it, and no
+	// heartbeat of its lands after its worker row is deleted — and what
+	// it read is dropped: the view stays as it was, which errs towards
+	// "not held".
+	b.mu.Lock()
+	queued := slices.Index(b.pending, p)
+	if queued >= 0 {
+		b.pending = slices.Delete(b.pending, queued, queued+1)
+	}
+	b.mu.Unlock()
+	if queued < 0 {
+		<-p.done
+	}
+	return firstBatch{}, ctx.Err()
+}
+
+// flush sends every pass queued.
+func (b *PassBatcher) flush() {
+	b.mu.Lock()
+	qs := b.pending
+	b.pending, b.armed = nil, false
+	b.mu.Unlock()
+	if len(qs) > 0 {
+		b.flushPasses(qs)
+	}
+}
+
+// flushPasses runs qs's first batches, each in a transaction of its own,
+// in one round trip, and tells each pass its end.
+func (b *PassBatcher) flushPasses(qs []*batchedPass) {
+	live := qs[:0]
+	for _, p := range qs {
+		if p.ctx.Err() != nil {
+			p.err = p.ctx.Err()
+			close(p.done)
+			continue
+		}
+		live = append(live, p)
+	}
+	qs = live
+	if len(qs) == 0 {
+		return
+	}
+	// The round trip's bound: half the shortest bound left to a pass in
+	// it, so that the passes it does not carry through have time to run
+	// on their own.
+	now := time.Now()
+	bound := time.Duration(-1)
+	for _, p := range qs {
+		if d, ok := p.ctx.Deadline(); ok && (bound < 0 || d.Sub(now) < bound) {
+			bound = d.Sub(now)
+		}
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if bound >= 0 {
+		ctx, cancel = context.WithTimeout(ctx, bound/2)
+	}
+	defer cancel()
+	done := 0
+	defer func() {
+		for _, p := range qs[done:] {
+			p.err = errRunAlone
+		}
+		for _, p := range qs {
+			close(p.done)
+		}
+	}()
+	c, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return
+	}
+	defer c.Release()
+	conn := c.Conn()
+	defer func() {
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			// A pass failed inside its transaction, or the round trip was
+			// cut: end it, so that the connection goes back to the pool
+			// idle.
+			rctx, rcancel := context.WithTimeout(context.Background(), rollbackTimeout)
+			defer rcancel()
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+		}
+	}()
+	batch := &pgx.Batch{}
+	for _, p := range qs {
+		p.s.queueFirst(batch, p.pid)
+		batch.Queue("COMMIT")
+	}
+	br := conn.SendBatch(ctx, batch)
+	for _, p := range qs {
+		f, err := p.s.readFirst(br) // (closes br on an error)
+		if err != nil {
+			return
+		}
+		tag, err := br.Exec()
+		if err != nil {
+			_ = br.Close()
+			return
+		}
+		if tag.String() != "COMMIT" {
+			_ = br.Close()
+			return
+		}
+		p.first = f
+		done++
+	}
+	_ = br.Close()
+}
+
+// errNotSteady: a pass's first batch was not the whole pass (see
+// steadyTx).
+var errNotSteady = errors.New("leasestore: the pass has more to do than its first batch")
+
+// steadyTx is the txConn a pass's rest runs on to learn whether its first
+// batch was the whole pass: every statement fails with errNotSteady, and
+// no statement reaches the database.
+type steadyTx struct{}
+
+func (steadyTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNotSteady
+}
+
+func (steadyTx) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return steadyRows{}, errNotSteady
+}
+
+func (steadyTx) QueryRow(context.Context, string, ...any) pgx.Row { return steadyRows{} }
+
+func (steadyTx) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults { return steadyBatch{} }
+
+// steadyRows are the rows of a statement steadyTx refused.
+type steadyRows struct{}
+
+func (steadyRows) Close()                                       {}
+func (steadyRows) Err() error                                   { return errNotSteady }
+func (steadyRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (steadyRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (steadyRows) Next() bool                                   { return false }
+func (steadyRows) Scan(...any) error                            { return errNotSteady }
+func (steadyRows) Values() ([]any, error)                       { return nil, errNotSteady }
+func (steadyRows) RawValues() [][]byte                          { return nil }
+func (steadyRows) Conn() *pgx.Conn                              { return nil }
+func (steadyRows) TypeMap() *pgtype.Map                         { return nil }
+
+// steadyBatch is the results of a batch steadyTx refused.
+type steadyBatch struct{}
+
+func (steadyBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, errNotSteady }
+func (steadyBatch) Query() (pgx.Rows, error)         { return steadyRows{}, errNotSteady }
+func (steadyBatch) QueryRow() pgx.Row                { return steadyRows{} }
+func (steadyBatch) Close() error                     { return errNotSteady }
+func (steadyBatch) Tx() pgx.Tx                       { return nil }
+
+// passBatched runs a pass through the batcher: its first batch in a shared
+// round trip, committed, and, if that was not the whole pass, a whole pass
+// of its own right after it, which announces the events the first one
+// found (a join, recovered claims) with its own. ok is false when the
+// batcher did not carry the pass (errRunAlone): the caller runs it on its
+// own. s.opMu is held.
+func (s *Store) passBatched(ctx context.Context, acquire bool, pid *int32) (out passOutcome, ok bool, err error) {
+	f, err := s.cfg.Batcher.run(ctx, s, pid)
+	if errors.Is(err, errRunAlone) {
+		return passOutcome{}, false, nil
+	}
+	if err != nil {
+		return passOutcome{}, true, err
+	}
+	out, err = s.passRest(ctx, steadyTx{}, acquire, f)
+	if err == nil {
+		return out, true, nil
+	}
+	if !errors.Is(err, errNotSteady) {
+		return passOutcome{}, true, err
+	}
+	err = s.runPipelined(ctx, func(conn *pgx.Conn) error {
+		var err error
+		out, err = s.passTx(ctx, conn, acquire, pid, f.events)
+		return err
+	})
+	return out, true, err
+}
