@@ -17,6 +17,8 @@ build:
 test:
 	tools/deps.sh test
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	@echo "the lease suite again, every pass through a PassBatcher (as a runtime's groups pass)"
+	KUMI_LEASE_BATCHED=1 $(GO) test $(TEST_FLAGS) ./leasestore/
 
 ## bench: benchmarks that print figures (see docs/benchmarks.md).
 bench:
