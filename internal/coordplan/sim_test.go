@@ -243,10 +243,12 @@ func (s *sim) step() {
 		add(1, func() { s.now++ })
 		// One resize at a time: leasestore refuses a resize while one
 		// runs (ResizeInProgressError), so a cut that stays is the last.
+		// One resize at a time: leasestore refuses a resize while one
+		// runs (ResizeInProgressError), so a cut that stays is the last.
 		switch {
 		case s.resize.CutDecided && s.cancels:
 			add(1, s.cancel)
-		case s.resizes > 0:
+		case !s.resize.CutDecided && s.resizes > 0:
 			add(1, func() { s.resizes--; s.cut() })
 		}
 	}
