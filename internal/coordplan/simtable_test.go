@@ -63,7 +63,13 @@ func (s *sim) pass(w int) leasestore.PassResult {
 		r.owner, r.epoch, r.expires, r.claimant, r.given = w, r.epoch+1, s.now+simTTL, -1, false
 		res.Claimed = append(res.Claimed, leasestore.Lease{Slot: i, Epoch: r.epoch, Ready: true})
 	}
-	held := 0 // what w holds, or waits for (claimed from another)
+	// As leasestore's passTx counts: held is what w renews (not what it
+	// is handing off); it claims up to its fair share whatever claims it
+	// has pending (its own claims handed over first), then withdraws the
+	// claims that would take it above the share, or places one when below
+	// it. (Counting its pending claims as held, a worker whose claim was
+	// never to be handed over claimed nothing.)
+	held := 0
 	for i := range s.rows {
 		r := &s.rows[i]
 		if r.claimant >= 0 && s.workers[r.claimant].departed {
@@ -72,12 +78,8 @@ func (s *sim) pass(w int) leasestore.PassResult {
 		switch {
 		case s.expired(*r):
 			r.owner, r.claimant, r.given = -1, -1, false
-		case r.given && r.claimant == w:
-			claim(i)
 		case r.owner == w && r.claimant < 0:
 			r.expires = s.now + simTTL
-		}
-		if r.owner == w || r.claimant == w {
 			held++
 		}
 	}
@@ -92,12 +94,32 @@ func (s *sim) pass(w int) leasestore.PassResult {
 		fair = 0
 	}
 	for i := range s.rows {
+		if r := s.rows[i]; held < fair && r.given && r.claimant == w {
+			claim(i)
+			held++
+		}
+	}
+	for i := range s.rows {
 		if r := s.rows[i]; held < fair && r.owner < 0 && !r.drained && !r.given {
 			claim(i)
 			held++
 		}
 	}
-	if held < fair {
+	have := held
+	for _, r := range s.rows {
+		if r.claimant == w {
+			have++
+		}
+	}
+	for _, given := range []bool{false, true} { // those not yet handed over first
+		for i := len(s.rows) - 1; i >= 0 && have > fair; i-- {
+			if r := &s.rows[i]; r.claimant == w && r.given == given {
+				r.claimant, r.given = -1, false
+				have--
+			}
+		}
+	}
+	if have < fair {
 		for i := range s.rows {
 			if r := &s.rows[i]; r.owner >= 0 && r.owner != w && r.claimant < 0 && s.holds(r.owner) > fair {
 				r.claimant = w
