@@ -548,13 +548,7 @@ func (s *sim) readerStep(r *simReader) {
 	case s.fenceLost(r) && !r.reported && (!r.stop || s.rng.IntN(2) == 0):
 		s.report(r, "fence lost", msg{kind: "lost", slot: r.slot, epoch: r.epoch})
 	case s.mayDrainToCut(r) && !r.reported && (!r.stop || s.rng.IntN(2) == 0):
-		// As leasestore's resize_drain: the row is released for good, and
-		// a claim on it goes with it (claim_worker = NULL). A claim kept on
-		// a drained row made its claimant count it as held, below its
-		// fair share, and claim nothing else (seed 19398: slot 2, its
-		// owner stopped, never claimed by the worker left).
-		s.rows[r.slot].owner, s.rows[r.slot].drained = -1, true
-		s.rows[r.slot].claimant, s.rows[r.slot].given = -1, false
+		s.drainRow(r.slot)
 		s.drained[holding{r.slot, r.epoch}] = true
 		s.report(r, "drained to the cut", msg{kind: "cut", slot: r.slot, epoch: r.epoch})
 	default:
