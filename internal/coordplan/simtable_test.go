@@ -13,9 +13,14 @@ import (
 
 // The simulation's lease table (see sim_test.go): one row per slot, with
 // its owner, epoch and expiry; a pass renews, activates what was handed
-// over, claims free slots up to the fair share (raising the epoch) and
-// claims one from a worker above it (two-phase); a resize's cut drains
-// slots for good until a cancel frees them.
+// over, claims free slots up to the fair share (raising the epoch),
+// withdraws its claims above it and claims one from a worker above it
+// (two-phase), counting as leasestore's passTx does; a resize's cut
+// drains slots for good (a claim on a drained slot goes) until a cancel
+// frees them. Where it is simpler than leasestore it may let a worker
+// claim more than the real table would, never less: a claim the real
+// table drops, kept here, made the simulation report a plan that never
+// converges (seed 19398).
 
 // row is one slot's lease row.
 type row struct {
