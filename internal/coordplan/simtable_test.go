@@ -17,10 +17,11 @@ import (
 // withdraws its claims above it and claims one from a worker above it
 // (two-phase), counting as leasestore's passTx does; a resize's cut
 // drains slots for good (a claim on a drained slot goes) until a cancel
-// frees them. Where it is simpler than leasestore it may let a worker
-// claim more than the real table would, never less: a claim the real
-// table drops, kept here, made the simulation report a plan that never
-// converges (seed 19398).
+// frees them. Where it is simpler than leasestore (a claim on an expired
+// row goes at once; a paused worker counts as live until the faults
+// stop), it must not keep from a worker, once the pool settles, what the
+// real table would let it claim: a claim the real table drops, kept here,
+// made the simulation report a plan that never converges (seed 19398).
 
 // row is one slot's lease row.
 type row struct {
