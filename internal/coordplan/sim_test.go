@@ -241,10 +241,14 @@ func (s *sim) step() {
 	}
 	if s.faults {
 		add(1, func() { s.now++ })
+		// One resize at a time: leasestore refuses a resize while one
+		// runs (ResizeInProgressError), so a cut that stays is the last.
+		// One resize at a time: leasestore refuses a resize while one
+		// runs (ResizeInProgressError), so a cut that stays is the last.
 		switch {
 		case s.resize.CutDecided && s.cancels:
 			add(1, s.cancel)
-		case s.resizes > 0:
+		case !s.resize.CutDecided && s.resizes > 0:
 			add(1, func() { s.resizes--; s.cut() })
 		}
 	}
@@ -544,7 +548,7 @@ func (s *sim) readerStep(r *simReader) {
 	case s.fenceLost(r) && !r.reported && (!r.stop || s.rng.IntN(2) == 0):
 		s.report(r, "fence lost", msg{kind: "lost", slot: r.slot, epoch: r.epoch})
 	case s.mayDrainToCut(r) && !r.reported && (!r.stop || s.rng.IntN(2) == 0):
-		s.rows[r.slot].owner, s.rows[r.slot].drained = -1, true
+		s.drainRow(r.slot)
 		s.drained[holding{r.slot, r.epoch}] = true
 		s.report(r, "drained to the cut", msg{kind: "cut", slot: r.slot, epoch: r.epoch})
 	default:
