@@ -1,7 +1,6 @@
 package actors
 
 import (
-
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"

@@ -1,14 +1,13 @@
 package coordplan
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/kumi-run/kumi/internal/resizepart"
+	"github.com/kumi-run/kumi/internal/simrun"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -30,11 +29,7 @@ import (
 //	go test -run TestSim ./internal/coordplan/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/coordplan/ -seeds 100000
 
-var (
-	seedFlag  = flag.Uint64("seed", 0, "run only this seed of TestSim, printing its trace")
-	seedsFlag = flag.Int("seeds", 1000, "how many seeds TestSim runs")
-	rateFlag  = flag.Bool("finds", false, "TestSimFindsTheFaults counts the seeds that find each fault")
-)
+var flags = simrun.Register(1000)
 
 // shellFault re-injects a fault of the actor around the plan (the sim's
 // coord mirrors it), for TestSimFindsTheFaults: 0 is none.
@@ -707,46 +702,13 @@ func replay(t testing.TB, seed uint64) *sim {
 	return s
 }
 
-// tail is the last n lines of the trace.
-func (s *sim) tail(n int) string {
-	lines := s.trace
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// simSeeds runs seeds from 1 and returns the first that fails (0: none),
-// replayed with its trace.
-func simSeeds(t testing.TB, seeds int) (uint64, *sim) {
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		if v := newSim(t, seed).run(); v != "" {
-			return seed, replay(t, seed)
-		}
-	}
-	return 0, nil
-}
-
 // TestSim runs the simulation over many seeds; a failing seed prints its
 // trace's tail and replays with -seed.
-func TestSim(t *testing.T) {
-	if *seedFlag != 0 {
-		s := replay(t, *seedFlag)
-		t.Log("\n" + strings.Join(s.trace, "\n"))
-		if s.failed != "" {
-			t.Fatalf("seed %d: %s", *seedFlag, s.failed)
-		}
-		return
-	}
-	if seed, s := simSeeds(t, *seedsFlag); seed != 0 {
-		t.Fatalf("seed %d: %s\n%s\nreplay: go test -run TestSim ./internal/coordplan/ -seed %d", seed, s.failed, s.tail(60), seed)
-	}
-}
+func TestSim(t *testing.T) { flags.TestSim(t, theSim(t)) }
 
-// TestSimFindsTheFaults re-injects each of the coordinator's past bugs
-// (see Fault), one at a time, and requires the simulation to find it
-// within the seeds TestSim runs; -finds counts the seeds that find each.
-func TestSimFindsTheFaults(t *testing.T) {
+// theSim is the simulation as internal/simrun runs it.
+func theSim(t testing.TB) simrun.Sim {
+	var fs []simrun.Fault
 	for _, f := range []struct {
 		name  string
 		fault Fault
@@ -761,23 +723,22 @@ func TestSimFindsTheFaults(t *testing.T) {
 		{"ToldOnce", FaultToldOnce, 0},
 		{"PredecessorsPass", FaultNone, shellPredecessorsPass},
 	} {
-		t.Run(f.name, func(t *testing.T) {
+		fs = append(fs, simrun.Fault{Name: f.name, Set: func() func() {
 			fault, shellFault = f.fault, f.shell
-			defer func() { fault, shellFault = FaultNone, 0 }()
-			seed, s := simSeeds(t, *seedsFlag)
-			if seed == 0 {
-				t.Fatalf("the simulation did not find the fault in %d seeds", *seedsFlag)
-			}
-			t.Logf("first found at seed %d: %s", seed, s.failed)
-			if *rateFlag {
-				found := 0
-				for n := uint64(1); n <= uint64(*seedsFlag); n++ {
-					if newSim(t, n).run() != "" {
-						found++
-					}
-				}
-				t.Logf("%d of %d seeds find it", found, *seedsFlag)
-			}
-		})
+			return func() { fault, shellFault = FaultNone, 0 }
+		}})
+	}
+	return simrun.Sim{
+		Check: func(seed uint64) string { return newSim(t, seed).run() },
+		Replay: func(seed uint64) simrun.Run {
+			s := replay(t, seed)
+			return simrun.Run{Failed: s.failed, Trace: s.trace}
+		},
+		Faults: fs,
 	}
 }
+
+// TestSimFindsTheFaults re-injects each of the coordinator's past bugs
+// (see Fault), one at a time, and requires the simulation to find it
+// within the seeds TestSim runs; -finds counts the seeds that find each.
+func TestSimFindsTheFaults(t *testing.T) { flags.TestSimFindsTheFaults(t, theSim(t)) }
