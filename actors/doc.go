@@ -16,7 +16,7 @@
 // with [Runtime.StartGroup]. [Group.Stop] is graceful: readers finish their
 // in-flight event, flush their checkpoints and release their leases, so the
 // others take over at once. The runtime, its groups and its publisher
-// follow kumi's one lifecycle contract (docs/architecture.md, "Lifecycle"):
+// follow kumi's one lifecycle contract (docs/design/architecture.md, "Lifecycle"):
 // [New] and [Runtime.NewGroup] make them, Start starts them (its context
 // bounds the start only), and Stop, idempotent and final, stops them.
 //

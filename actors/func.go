@@ -47,7 +47,7 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 //
 // With MaxInFlight 1 (the default) fn handles a bucket's events one at a
 // time, on the handler actor, which the reader sends runs of events rather
-// than one message per event (see docs/architecture.md: every guarantee
+// than one message per event (see docs/design/architecture.md: every guarantee
 // holds per event). With MaxInFlight above 1 each call runs on a
 // goroutine of its own, so that events of other streams go ahead while one
 // is being handled; events of one stream are still handled one at a time,

@@ -28,7 +28,7 @@ import (
 
 // Group is one subscription group running in this process: a Coordinator
 // actor and a BucketReader per owned bucket. Its Start and Stop follow
-// kumi's lifecycle contract (docs/architecture.md, "Lifecycle"):
+// kumi's lifecycle contract (docs/design/architecture.md, "Lifecycle"):
 // [Runtime.NewGroup] makes one, [Group.Start] starts it, and
 // [Runtime.StartGroup] does both. It runs until [Group.Stop], or until it
 // ends on its own (see [Group.Done]).
@@ -757,7 +757,7 @@ func (g *group) buckets() int {
 
 // BucketStatus is one owned bucket's state.
 type BucketStatus struct {
-	// Bucket is the bucket within Generation (docs/resize.md); Slot the
+	// Bucket is the bucket within Generation (docs/design/resize.md); Slot the
 	// key of its lease and checkpoint (the bucket itself in generation 0).
 	Bucket     int   `json:"bucket"`
 	Generation int   `json:"generation"`

@@ -41,7 +41,7 @@ type Delivery struct {
 	// Subscription, Generation and Bucket say whose delivery this is:
 	// Bucket is the bucket within Generation, the generation of the
 	// subscription's buckets (0 until it is first resized, see
-	// docs/resize.md). A bucket number means another set of streams in
+	// docs/design/resize.md). A bucket number means another set of streams in
 	// another generation: a handler that keys state by Bucket must key it
 	// by (Generation, Bucket). The checkpoint is the slot's,
 	// eventsource.Slot(Generation, Bucket).

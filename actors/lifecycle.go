@@ -13,7 +13,7 @@ import (
 // ErrStopped is returned by [Runtime.Start], [Group.Start] and
 // [Runtime.StartGroup] once the runtime or group was stopped: a stopped
 // one never starts again. It is eventsource.ErrStopped (see
-// docs/architecture.md, "Lifecycle").
+// docs/design/architecture.md, "Lifecycle").
 var ErrStopped = eventsource.ErrStopped
 
 // publisherService is the runtime's Publisher actor as a service of kumi's

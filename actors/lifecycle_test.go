@@ -16,7 +16,7 @@ import (
 )
 
 // The runtime, a group and the publisher keep kumi's lifecycle contract
-// (docs/architecture.md, "Lifecycle").
+// (docs/design/architecture.md, "Lifecycle").
 func TestLifecycleContract(t *testing.T) {
 	t.Parallel()
 	store, _ := newTestStore(t)

@@ -52,7 +52,10 @@ type GroupOptions struct {
 	Subscription string
 	// Category is the category the group handles.
 	Category string
-	// Buckets is N, fixed for the life of the subscription.
+	// Buckets is N when the subscription is created; once it exists, the
+	// database's count rules (a resize changes it online: [Resize]), and a
+	// worker whose Buckets differs logs that once at Warn and serves the
+	// database's.
 	Buckets int
 	// Handler makes the handler actor; each bucket gets one of its own.
 	// It receives *Delivery and answers Ack, Retry or DeadLetter.

@@ -40,7 +40,7 @@ func TestWorkerRunsUnderTheLeastPrivilegeRole(t *testing.T) {
 		"GRANT SELECT, UPDATE ON " + q + ".sequencer TO " + r,
 		"GRANT SELECT ON SEQUENCE " + q + ".appends_seq_seq TO " + r,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + q + ".lease_workers TO " + r,
-		// Resizes (docs/resize.md): the subscriptions' generations, and the
+		// Resizes (docs/design/resize.md): the subscriptions' generations, and the
 		// retired generation's lease rows a completion deletes.
 		"GRANT SELECT, INSERT, UPDATE ON " + q + ".subscriptions, " + q + ".generations TO " + r,
 		"GRANT DELETE ON " + q + ".lease_buckets TO " + r,

@@ -15,7 +15,7 @@ import (
 type ResizeOptions struct {
 	// EvictOldWorkers resizes although workers of a kumi version that
 	// predates resizes are live: they are fenced out, and their buckets
-	// move after a TTL (see docs/resize.md).
+	// move after a TTL (see docs/design/resize.md).
 	EvictOldWorkers bool
 	// By says who asks, for status ("" = unknown).
 	By string
@@ -36,7 +36,7 @@ type ResizeOptions struct {
 var ErrResizeCancelled = inspect.ErrResizeCancelled
 
 // Resize changes a subscription's bucket count to buckets while its
-// workers run (docs/resize.md): no event lost, none delivered twice on the
+// workers run (docs/design/resize.md): no event lost, none delivered twice on the
 // graceful path, every stream's events delivered in order across the
 // change, no restart. It builds the consumer-group index for buckets first
 // (CREATE INDEX CONCURRENTLY, a no-op when it is valid: the caller's role

@@ -14,7 +14,7 @@ import (
 	"github.com/kumi-run/kumi/leasestore"
 )
 
-// A reader's part in a resize (docs/resize.md). A reader of the serving
+// A reader's part in a resize (docs/design/resize.md). A reader of the serving
 // generation's bucket learns of a resize from its coordinator, which tells
 // it the whole desired state of its slot on every pass (resizeTold), and
 // at its start from what its coordinator last told. While the resize is

@@ -191,7 +191,7 @@ func TestRun(t *testing.T) {
 		a := groupOpts("run-start", 1, nil, "w")
 		// A second group that cannot start: its session connection's URL
 		// does not parse. (Another N is no longer refused: the database's
-		// count rules, docs/resize.md.)
+		// count rules, docs/design/resize.md.)
 		b := groupOpts("run-start", 1, nil, "w")
 		b.Lease.Kind, b.Lease.SessionURL = leasestore.KindSession, "postgres://%zz"
 		err := Run(context.Background(), store, RunOptions{}, a, b)

@@ -50,7 +50,7 @@ type RuntimeOptions struct {
 	// there, and everything else (appends, the sequencer, leases,
 	// checkpoints, dead letters, exactly-once commits, LISTEN) stays on
 	// the store's pool. Nothing is skipped or reordered however far the
-	// standby lags: see eventsource.ReadReplica and docs/eventsource.md,
+	// standby lags: see eventsource.ReadReplica and docs/design/eventsource.md,
 	// "Reading from a hot standby". Nil (the default) reads on the primary.
 	// The runtime does not close it.
 	ReadPool *pgxpool.Pool
@@ -83,7 +83,7 @@ const RuntimeQueueBytesDefault = 256 << 20
 // Runtime is kumi's per-process machinery over one event store: the
 // sequencer, the notifier and the Publisher actor shared by every group.
 // Start one per process, then a [Group] per subscription. Its Start and
-// Stop follow kumi's lifecycle contract (docs/architecture.md,
+// Stop follow kumi's lifecycle contract (docs/design/architecture.md,
 // "Lifecycle"): [New] makes one, [Runtime.Start] starts it (ctx bounds the
 // start only: the runtime runs until [Runtime.Stop]).
 type Runtime struct {

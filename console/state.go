@@ -40,7 +40,7 @@ type State struct {
 	// Generation is the serving generation (0 until a resize completes);
 	// Buckets and Rows are its buckets.
 	Generation int `json:"generation"`
-	// Resize is the resize in progress (docs/resize.md); null when none.
+	// Resize is the resize in progress (docs/design/resize.md); null when none.
 	Resize *Resize `json:"resize"`
 	// Series is what the console's looks saw over the last hour, a point
 	// per 10 s, oldest first, for the charts of lag and append rate: kept

@@ -103,7 +103,7 @@ func (s *Store) EnsureConsumerGroupIndex(ctx context.Context, n int) error {
 // ConsumerGroupIndexName is the name, in the store's schema, of the
 // consumer-group index of a group of n ([Store.EnsureConsumerGroupIndex]):
 // "events_cg_<n>". A resize to n buckets checks that it exists and is
-// valid before any worker reads by n (see docs/resize.md).
+// valid before any worker reads by n (see docs/design/resize.md).
 func ConsumerGroupIndexName(n int) string { return fmt.Sprintf("%s%d", cgIndexPrefix, n) }
 
 type queryRower interface {

@@ -24,7 +24,7 @@ func (s *Store) BucketLag(ctx context.Context, category string, bucket, size int
 // BucketLagUntil is [Store.BucketLag] with an upper bound: it counts the
 // events of bucket of a group of size with after < position <= until. A
 // bucket of a generation that a resize ends at the cut C has no more to do
-// than its events up to C (see docs/resize.md): its lag is
+// than its events up to C (see docs/design/resize.md): its lag is
 // BucketLagUntil(…, checkpoint, C). until < after counts nothing.
 func (s *Store) BucketLagUntil(ctx context.Context, category string, bucket, size int, after, until int64) (int64, time.Time, error) {
 	if err := ValidateCategory(category); err != nil {
@@ -51,7 +51,7 @@ type LagBucket struct {
 	// behind; Category the category it reads.
 	Subscription, Category string
 	// Slot is the key of the bucket's checkpoint (the bucket itself in
-	// generation 0; see docs/resize.md).
+	// generation 0; see docs/design/resize.md).
 	Slot int
 	// Bucket is the bucket of a group of Buckets.
 	Bucket, Buckets int

@@ -18,7 +18,7 @@ import (
 
 // maxGeneration is the last generation of a subscription's buckets: a
 // checkpoint's slot, generation × MaxGroupSize + bucket, fits PostgreSQL's
-// integer (see docs/resize.md).
+// integer (see docs/design/resize.md).
 const maxGeneration = math.MaxInt32 / MaxGroupSize
 
 // MaxDeadLetterReasonLength bounds a dead letter's reason, in bytes; a
@@ -45,7 +45,7 @@ type DeadLetter struct {
 	// Subscription and Bucket are the subscription and consumer-group
 	// bucket that gave up on the event; Generation is the generation of
 	// the subscription's buckets Bucket belongs to (0 until the
-	// subscription is first resized, see docs/resize.md). A bucket number
+	// subscription is first resized, see docs/design/resize.md). A bucket number
 	// means another set of streams in another generation.
 	Subscription string
 	Generation   int

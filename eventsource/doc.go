@@ -72,7 +72,7 @@
 // sequencer's search for unsequenced events starts at a watermark below
 // which everything is known to be sequenced or rolled back, so that it
 // never wades through the index entries its own updates left behind
-// (docs/eventsource.md has the argument that this is safe).
+// (docs/design/eventsource.md has the argument that this is safe).
 //
 // Each sequencer transaction sets its own statement and lock timeouts, so
 // a role's or a database's statement_timeout cannot stop it; a step cut
@@ -82,7 +82,7 @@
 // why. A reset of the sequence behind the insertion numbers is found and
 // recovered from without skipping anything ([SequenceResetError]).
 //
-// docs/eventsource.md compares this with the alternatives (a lock per
+// docs/design/eventsource.md compares this with the alternatives (a lock per
 // category, an xid/xmin watermark) and lists its costs.
 //
 // # Reading
@@ -135,7 +135,7 @@
 // values. [Store.ServerFence] refuses a write begun on another server
 // ([*ServerChangedError]), looking at the write's own connection. A
 // [ReadReplica] refuses a read pool that is not a standby of
-// the primary ([*ReplicaMismatchError]). See docs/eventsource.md,
+// the primary ([*ReplicaMismatchError]). See docs/design/eventsource.md,
 // "Failover".
 //
 // # Dead letters

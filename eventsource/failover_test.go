@@ -15,7 +15,7 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-// The tests of docs/eventsource.md, "Failover": a primary of the test's
+// The tests of docs/design/eventsource.md, "Failover": a primary of the test's
 // own and a real streaming standby, cut off before the primary's last
 // commits and promoted after the primary dies, reached the way a worker
 // given a multi-host URL reaches its database.

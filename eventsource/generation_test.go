@@ -12,7 +12,7 @@ import (
 )
 
 // Dead letters carry the generation of the bucket that gave up on the
-// event (docs/resize.md): listed and filtered by generation, and a letter
+// event (docs/design/resize.md): listed and filtered by generation, and a letter
 // of a retired generation replays as any other.
 func TestDeadLetterGeneration(t *testing.T) {
 	t.Parallel()

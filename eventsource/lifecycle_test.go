@@ -14,7 +14,7 @@ import (
 )
 
 // The sequencer, the notifier and the read replica keep kumi's lifecycle contract
-// (docs/architecture.md, "Lifecycle").
+// (docs/design/architecture.md, "Lifecycle").
 func TestLifecycle(t *testing.T) {
 	t.Parallel()
 	store := newStore(t)

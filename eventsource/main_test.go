@@ -81,7 +81,7 @@ func exampleDB() (*pgxpool.Pool, string, func()) {
 
 // eventsWithPositions is SQL for the store's events with their positions
 // (NULL while unsequenced), for checks written in SQL: the events, each
-// joined to its append's range (see docs/eventsource.md, "Sequencing
+// joined to its append's range (see docs/design/eventsource.md, "Sequencing
 // appends").
 func eventsWithPositions(s *eventsource.Store) string {
 	return fmt.Sprintf(`(SELECT e.*, a.last_position - a.last_version + e.version AS position

@@ -129,7 +129,7 @@ func (o NotifierOptions) validate() error {
 //
 // A lost connection (a restarted server, a network fault) is retried with
 // exponential backoff and jitter, without limit, until [Notifier.Stop]. Its
-// Start and Stop follow kumi's lifecycle contract (docs/architecture.md,
+// Start and Stop follow kumi's lifecycle contract (docs/design/architecture.md,
 // "Lifecycle").
 type Notifier struct {
 	pool *pgxpool.Pool
@@ -371,7 +371,7 @@ func (n *Notifier) Stats() NotifierStats {
 // Start connects and listens in the background until [Notifier.Stop]. It
 // returns at once, without waiting for the connection (see
 // [NotifierStats].Connected). It follows kumi's lifecycle contract
-// (docs/architecture.md, "Lifecycle"): ctx bounds starting only, never the
+// (docs/design/architecture.md, "Lifecycle"): ctx bounds starting only, never the
 // notifier's life; a second Start does nothing, and after Stop it returns
 // [ErrStopped].
 func (n *Notifier) Start(ctx context.Context) error {

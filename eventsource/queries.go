@@ -56,7 +56,7 @@ func eventRead(pos, format string, args ...any) readSQL {
 }
 
 // Positions are kept per append, in the appends table (migration 0004,
-// docs/eventsource.md "Sequencing appends"): a range of consecutive
+// docs/design/eventsource.md "Sequencing appends"): a range of consecutive
 // versions of one stream whose last event has last_position.
 const (
 	// rangePosition is the position of event e in its range a.

@@ -179,7 +179,7 @@ func TestReads(t *testing.T) {
 	})
 }
 
-// Positions are kept per append (docs/eventsource.md, "Sequencing
+// Positions are kept per append (docs/design/eventsource.md, "Sequencing
 // appends"): every read gives each event of an append its own position,
 // pages that end inside an append continue after the last event returned,
 // and every kind of read agrees on each event's position.

@@ -20,7 +20,7 @@ import (
 // The tests of the read pool: a ReadReplica, against a real standby, under
 // the rule a subscription follows — after a page that is not full its
 // cursor moves to the head it knows (from a notification, a checkpoint or
-// a batch). The argument is in docs/eventsource.md, "Reading from a hot
+// a batch). The argument is in docs/design/eventsource.md, "Reading from a hot
 // standby"; standby_test.go plays it on the standby's plain reads.
 
 // pageFollower reads $all through a PageReader as a subscription does, and

@@ -70,7 +70,7 @@ const (
 	// as its idle_in_transaction_session_timeout (a healthy step is idle
 	// only for a round trip), and a [Sequencer] that finds the row held by
 	// a session stalled that long (idle in its transaction, or blocked
-	// sending to its client) ends that session (see docs/eventsource.md, "A
+	// sending to its client) ends that session (see docs/design/eventsource.md, "A
 	// stalled holder": its transaction rolls back, so nothing is skipped or
 	// numbered twice).
 	SequencerStallTimeout = 500 * time.Millisecond

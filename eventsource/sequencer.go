@@ -139,7 +139,7 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // than that. Its transaction
 // rolls back, so nothing is skipped or numbered twice. This needs the
 // holder's role (or pg_read_all_stats and pg_signal_backend); see
-// docs/eventsource.md, "A stalled holder".
+// docs/design/eventsource.md, "A stalled holder".
 //
 // Its looks and steps run on a connection of its own, made with the
 // store's pool's settings (its BeforeConnect and AfterConnect hooks
@@ -161,7 +161,7 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // while it cannot connect); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
 // health is in [Sequencer.Stats]. Its Start and Stop follow kumi's
-// lifecycle contract (docs/architecture.md, "Lifecycle").
+// lifecycle contract (docs/design/architecture.md, "Lifecycle").
 type Sequencer struct {
 	store *Store
 	opts  SequencerOptions
@@ -213,7 +213,7 @@ func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 
 // Start runs the sequencer in the background until [Sequencer.Stop]; it
 // returns at once. It follows kumi's lifecycle contract
-// (docs/architecture.md, "Lifecycle"): ctx bounds starting only, a second
+// (docs/design/architecture.md, "Lifecycle"): ctx bounds starting only, a second
 // Start does nothing, and after Stop it returns [ErrStopped].
 func (q *Sequencer) Start(ctx context.Context) error {
 	return q.life.Start(ctx, func(context.Context) error {

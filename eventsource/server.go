@@ -21,7 +21,7 @@ import (
 // cluster as a new system identifier. Positions handed out under one
 // identity mean nothing under another: the promoted standby may lack the
 // old primary's last commits and hand their positions out again, to other
-// events (docs/eventsource.md, "Failover").
+// events (docs/design/eventsource.md, "Failover").
 type ServerIdentity struct {
 	// System is the cluster's system identifier (pg_control_system()),
 	// shared by a primary and its physical standbys; 0 when the role may
@@ -282,7 +282,7 @@ func (s *Store) recordServerChanges(ctx context.Context) error {
 }
 
 // RecordedServerChange is one entry of the schema's failover record: a
-// change of server that one or more processes found (docs/eventsource.md,
+// change of server that one or more processes found (docs/design/eventsource.md,
 // "Failover").
 type RecordedServerChange struct {
 	ID int64

@@ -5,12 +5,12 @@ import "fmt"
 // MaxGeneration is the highest generation a subscription can reach: a slot
 // is an int4 in the checkpoint and lease tables, and
 // MaxGeneration×MaxGroupSize + MaxGroupSize−1 = 2³¹−1. A subscription can
-// be resized MaxGeneration times (docs/resize.md).
+// be resized MaxGeneration times (docs/design/resize.md).
 const MaxGeneration = 1<<15 - 1
 
 // Slot is the key of a subscription's bucket in the checkpoint and lease
 // tables: generation×[MaxGroupSize] + bucket. A subscription's bucket count
-// can change online (docs/resize.md); each count is a generation, 0 at
+// can change online (docs/design/resize.md); each count is a generation, 0 at
 // creation, and its buckets' checkpoints and leases are keyed by slot. For
 // generation 0 the slot is the bucket itself, so a subscription never
 // resized reads as it always did. It panics outside generation

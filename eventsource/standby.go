@@ -147,7 +147,7 @@ type ReadReplicaStats struct {
 }
 
 // ReadReplica is a [PageReader] on a hot standby of a store's primary: see
-// docs/eventsource.md, "Reading from a hot standby". Every read takes the
+// docs/design/eventsource.md, "Reading from a hot standby". Every read takes the
 // standby's head and then the page on one connection, so the page's
 // snapshot shows at least that head, with no gap below it (the standby
 // shows the positions 1..head); a page that is not full and ends below the
@@ -360,7 +360,7 @@ func (b bounds) full(events []RecordedEvent) bool {
 
 // Start checks the standby (see [ReadReplica.Check]) and measures the lag
 // every LagInterval until Stop. Start and Stop follow kumi's lifecycle
-// contract (docs/architecture.md, "Lifecycle"): ctx bounds the start
+// contract (docs/design/architecture.md, "Lifecycle"): ctx bounds the start
 // only; Stop is final and idempotent. A read pool that is not a standby
 // of the primary is refused: Start returns the [*ReplicaMismatchError].
 // One that cannot be reached now is not: reads go to the primary until it

@@ -12,7 +12,7 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-// The tests of docs/eventsource.md, "Reading from a hot standby": reads of
+// The tests of docs/design/eventsource.md, "Reading from a hot standby": reads of
 // position > cursor on a real streaming standby of the test server.
 
 // onStandby returns a store over a pool of its own on standby r, reading

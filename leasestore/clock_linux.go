@@ -16,7 +16,7 @@ import (
 // exitsyscall, which cost as much as the call itself here). EnsureHeld
 // reads it before every delivery. Go calls the vDSO, which would spare the
 // system call, for CLOCK_REALTIME and CLOCK_MONOTONIC only; see
-// docs/leases.md ("Suspended hosts") for why a cheaper stand-in, the wall
+// docs/design/leases.md ("Suspended hosts") for why a cheaper stand-in, the wall
 // clock, is not enough.
 func boottime() time.Duration {
 	var ts unix.Timespec

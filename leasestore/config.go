@@ -70,7 +70,7 @@ const (
 	// MaxTTL is the longest lease: PostgreSQL's largest
 	// idle_in_transaction_session_timeout (INT_MAX milliseconds, about 24.8
 	// days), which every pass and fenced write sets to the TTL (see
-	// docs/leases.md, frozen workers).
+	// docs/design/leases.md, frozen workers).
 	MaxTTL = math.MaxInt32 * time.Millisecond
 	// MaxWorkerLength is the longest Config.Worker (and Subscription), in
 	// bytes.
@@ -174,7 +174,7 @@ type Config struct {
 	// (1 to MaxBuckets). Once the subscription exists the database's count
 	// rules: a store configured with another one logs so once at Warn and
 	// serves the database's buckets ([Store.Serving]); a resize changes
-	// the count online (docs/resize.md).
+	// the count online (docs/design/resize.md).
 	Buckets int
 	// LeaseOptions are the lease kind and its timings: Kind, TTL,
 	// Heartbeat, Margin, SessionURL and NoListen, set here as c.TTL.

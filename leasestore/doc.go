@@ -86,7 +86,7 @@
 // # Resizes
 //
 // A subscription's bucket count changes online by generations
-// (docs/resize.md). [RequestResize] adds generation g+1 with M buckets
+// (docs/design/resize.md). [RequestResize] adds generation g+1 with M buckets
 // beside the serving generation g; the holders of g's buckets propose
 // bounds ([Store.ProposeCut]), the last proposal decides the cut C, each
 // old bucket drains to C ([Store.DrainTx]), and new bucket j starts
@@ -97,6 +97,6 @@
 // rules ([Store.Serving]). Workers of a version before resizes are fenced
 // out of a subscription that resizes (SQLSTATE KU001).
 //
-// docs/leases.md has the state diagram, the margin arithmetic and the
+// docs/design/leases.md has the state diagram, the margin arithmetic and the
 // benchmark figures.
 package leasestore

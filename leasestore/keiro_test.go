@@ -249,7 +249,7 @@ func TestKeiroSuite(t *testing.T) {
 	// keiro's ensureShards inserted a new N's rows before it noticed the
 	// mismatch; kumi's first worker creates the subscription, and every
 	// later one, whatever its Buckets, serves the database's count
-	// (docs/resize.md: GroupOptions.Buckets once a subscription exists).
+	// (docs/design/resize.md: GroupOptions.Buckets once a subscription exists).
 	t.Run("AWorkerWithAnotherBucketCountServesTheDatabasesAndWritesNoRows", func(t *testing.T) {
 		forEachKind(t, func(t *testing.T, kind Kind) {
 			b := setup(t)

@@ -10,7 +10,7 @@ import (
 	"github.com/kumi-run/kumi/internal/startstop/startstoptest"
 )
 
-// Every kind's Store keeps kumi's lifecycle contract (docs/architecture.md,
+// Every kind's Store keeps kumi's lifecycle contract (docs/design/architecture.md,
 // "Lifecycle"), with a notifier of its own and without one.
 func TestLifecycleContract(t *testing.T) {
 	t.Parallel()

@@ -19,7 +19,7 @@ func (s *Store) Changes() <-chan struct{} { return s.changes }
 
 // notify queues a notification in tx; PostgreSQL delivers it on commit.
 // The payload is "events:worker", so the listener can skip its own; a
-// resize's transition is "resize:<state>:worker" (docs/resize.md), and
+// resize's transition is "resize:<state>:worker" (docs/design/resize.md), and
 // no other event is sent with it.
 func (s *Store) notify(ctx context.Context, tx txConn, events string) error {
 	if _, err := tx.Exec(ctx, s.st.get("notify"), s.channel, events+":"+s.cfg.Worker); err != nil {

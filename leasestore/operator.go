@@ -357,7 +357,7 @@ func (s Snapshot) refuse(reason error, bucket int, to string) *HandoffError {
 }
 
 // ErrRetiredGeneration: the slot belongs to a generation a resize retired
-// (docs/resize.md); its checkpoints stay as its record and are not reset.
+// (docs/design/resize.md); its checkpoints stay as its record and are not reset.
 var ErrRetiredGeneration = errors.New("leasestore: the slot belongs to a retired generation")
 
 // resetAllowed refuses an operator's fence during a resize and on a

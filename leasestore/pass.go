@@ -452,7 +452,7 @@ func (s *Store) passRest(ctx context.Context, tx txConn, acquire bool, f firstBa
 	for i, b := range mine {
 		pending[i] = int(b)
 	}
-	// Each active generation is balanced on its own (docs/resize.md, §9):
+	// Each active generation is balanced on its own (docs/design/resize.md, §9):
 	// the serving one's undrained buckets, and the next one's during a
 	// resize.
 	type generation struct{ gen, n, active int }
@@ -553,7 +553,7 @@ func (s *Store) passRest(ctx context.Context, tx txConn, acquire bool, f firstBa
 		}
 	}
 	if v.resizing() {
-		// The safety net of the resize's transitions (docs/resize.md §5):
+		// The safety net of the resize's transitions (docs/design/resize.md §5):
 		// never waiting for the subscriptions row, which a transition
 		// elsewhere may hold while it waits for a lease row this pass holds.
 		r, err := subscriptionRow{}.scan(tx.QueryRow(ctx, s.st.get("resize_lock_skip"), sub))

@@ -424,7 +424,7 @@ ORDER BY l.subscription;
 SELECT coalesce((SELECT bucket_count FROM {{schema}}.subscriptions WHERE subscription = $1),
                 (SELECT max(bucket_count) FROM {{schema}}.lease_buckets WHERE subscription = $1), 0)::int;
 
--- Resizes (docs/resize.md). A lease row's bucket column holds its slot,
+-- Resizes (docs/design/resize.md). A lease row's bucket column holds its slot,
 -- generation * 65536 + bucket; the subscriptions row is the resize's state.
 -- Lock order: the subscriptions row first (FOR UPDATE), then lease rows in
 -- slot order; a pass never waits for the subscriptions row (SKIP LOCKED).

@@ -14,7 +14,7 @@ import (
 )
 
 // A subscription's bucket count changes online by generations
-// (docs/resize.md): a resize adds generation g+1 with M buckets beside the
+// (docs/design/resize.md): a resize adds generation g+1 with M buckets beside the
 // serving generation g with N, the holders of g's buckets agree on a cut
 // position C, each of g's buckets drains to C, and bucket j of g+1 starts
 // after C once the buckets of g that feed it have drained. A bucket's
@@ -23,7 +23,7 @@ import (
 // ResizeState is the state of a subscription's resize.
 type ResizeState string
 
-// The states of a subscription (docs/resize.md, the protocol).
+// The states of a subscription (docs/design/resize.md, the protocol).
 const (
 	// ResizeSteady: one generation serves; no resize runs.
 	ResizeSteady ResizeState = "steady"
@@ -158,7 +158,7 @@ func (r subscriptionRow) resize(subscription string) Resize {
 }
 
 // lockSubscription reads the subscriptions row FOR UPDATE: the first lock
-// of every resize transition (docs/resize.md, lock order).
+// of every resize transition (docs/design/resize.md, lock order).
 func lockSubscription(ctx context.Context, tx pgx.Tx, st statements, subscription string) (subscriptionRow, error) {
 	r, err := subscriptionRow{}.scan(tx.QueryRow(ctx, st.get("resize_lock"), subscription))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The refusals of [RequestResize] and [CancelResize] (docs/resize.md, API,
+// The refusals of [RequestResize] and [CancelResize] (docs/design/resize.md, API,
 // CLI and errors). Each is returned alone or wrapped by one of the typed
 // errors below: test them with errors.Is.
 var (

@@ -560,7 +560,7 @@ func TestEnsureAdoptsTheRowsOfAnOlderVersion(t *testing.T) {
 
 // A slot handed over, or taken, after its holder proposed is granted on a
 // row that carries the proposal: the new holding knows its bound from its
-// first moment (the bound rule of docs/resize.md), without proposing.
+// first moment (the bound rule of docs/design/resize.md), without proposing.
 func TestClaimAndRenewCarryTheBound(t *testing.T) {
 	t.Parallel()
 	forEachKind(t, func(t *testing.T, kind Kind) {

@@ -15,7 +15,7 @@ import (
 // steady subscription beside a lease whose row carries a bound: the
 // runtime takes a steady subscription for "no bound", and the reader of
 // that slot would deliver beyond the proposal (the bound rule of
-// docs/resize.md, lemma L2).
+// docs/design/resize.md, lemma L2).
 func TestAPassNeverReportsASubscriptionOlderThanTheRowsItClaims(t *testing.T) {
 	t.Parallel()
 	forEachKind(t, func(t *testing.T, kind Kind) {

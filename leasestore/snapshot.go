@@ -36,7 +36,7 @@ type BucketState struct {
 	// Slot is the row's key, eventsource.Slot(Generation, Bucket); for a
 	// subscription never resized, the bucket.
 	Slot       int
-	Generation int   // the bucket's generation (docs/resize.md)
+	Generation int   // the bucket's generation (docs/design/resize.md)
 	Proposal   int64 // an old bucket's cut proposal during a resize; -1: none
 	Drained    bool  // an old bucket drained to the cut
 }

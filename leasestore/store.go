@@ -22,7 +22,7 @@ import (
 // Store is one worker's view of one subscription's bucket leases. Its
 // methods are safe for concurrent use; Pass, Renew, HandOver, Release,
 // Leave and EnsureBuckets run one at a time. Its Start and Stop follow
-// kumi's lifecycle contract (docs/architecture.md, "Lifecycle").
+// kumi's lifecycle contract (docs/design/architecture.md, "Lifecycle").
 type Store struct {
 	pool    *pgxpool.Pool
 	cfg     Config
@@ -86,7 +86,7 @@ type Lease struct {
 	// [Store.Fence], [Store.Guard], [Store.HandOver], [Store.Release],
 	// [Store.ProposeCut] and [Store.DrainTx] take.
 	Slot int
-	// Generation is the bucket's generation (docs/resize.md) and Buckets
+	// Generation is the bucket's generation (docs/design/resize.md) and Buckets
 	// its bucket count: the consumer-group size its reader reads by.
 	Generation, Buckets int
 	// Bound is, for a bucket of the serving generation during a resize,
@@ -237,7 +237,7 @@ func (s *Store) Config() Config { return s.cfg }
 // not exist. It is idempotent and safe to call from many workers at once.
 // Once the subscription exists the database's bucket count rules:
 // Config.Buckets only applies when a subscription is created (a resize
-// changes it, docs/resize.md), and a store whose Config.Buckets differs
+// changes it, docs/design/resize.md), and a store whose Config.Buckets differs
 // from the serving generation's count logs so once at Warn and serves the
 // database's generations.
 // Lease rows that a worker of an older version created without a

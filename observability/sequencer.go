@@ -27,7 +27,7 @@ type SequencerStatus struct {
 	Takeovers int64
 	// Stranded counts committed appends found below the sequencer's
 	// watermark without a position, and numbered (after a failover, see
-	// docs/eventsource.md); ServerChanges the changes of server the store
+	// docs/design/eventsource.md); ServerChanges the changes of server the store
 	// found (another system or timeline, or a head below a position seen).
 	Stranded      int64
 	ServerChanges int64

@@ -324,7 +324,7 @@ func (d *demo) kill(why string) {
 }
 
 // resize changes the subscription's bucket count online, alternating
-// between the -buckets it started with and twice that (docs/resize.md):
+// between the -buckets it started with and twice that (docs/design/resize.md):
 // it builds the index for the new count and requests the resize, as `kumi
 // resize --no-wait` does; the workers do the rest, and poll logs its
 // progress. A resize already running is left alone.

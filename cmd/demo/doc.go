@@ -35,7 +35,7 @@
 // # The resize
 //
 // A resize changes the subscription's bucket count while the workers run
-// (docs/resize.md), alternating between -buckets and twice that: the demo
+// (docs/design/resize.md), alternating between -buckets and twice that: the demo
 // builds the consumer-group index for the new count and requests it
 // (actors.Resize, as `kumi resize --no-wait` does), and the workers do the
 // rest — the old buckets' holders agree on a cut, drain to it, and each new

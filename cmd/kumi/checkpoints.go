@@ -21,7 +21,7 @@ type checkpointsCmd struct {
 type cpShowCmd struct {
 	Subscription string `short:"s" required:"" placeholder:"NAME" help:"The subscription."`
 	Category     string `short:"c" placeholder:"NAME" help:"The subscription's category, to show each bucket's lag."`
-	Generation   *int   `placeholder:"G" help:"Show this generation's checkpoints: a retired one's, or during a resize the next one's (default: the serving generation; see docs/resize.md)."`
+	Generation   *int   `placeholder:"G" help:"Show this generation's checkpoints: a retired one's, or during a resize the next one's (default: the serving generation; see docs/design/resize.md)."`
 	JSON         bool   `name:"json" help:"Print JSON."`
 }
 

@@ -97,7 +97,7 @@ func (c *dlListCmd) Run(e *env) error {
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	// Once the subscription was resized, a bucket number means other
-	// streams in another generation: the letters say whose (docs/resize.md).
+	// streams in another generation: the letters say whose (docs/design/resize.md).
 	gens := slices.ContainsFunc(letters, func(d eventsource.DeadLetter) bool { return d.Generation > 0 })
 	head, gen := "POSITION\tBUCKET\t", func(eventsource.DeadLetter) string { return "" }
 	if gens {

@@ -9,7 +9,7 @@
 //	dead-letters list|show|replay|discard
 //	checkpoints show|reset       reset refuses while a live owner holds the bucket, unless --force
 //	relinquish -s SUB --bucket B ask the bucket's owner to drain it and hand it over
-//	resize -s SUB --buckets M    change the bucket count online (--cancel, --no-wait; docs/resize.md)
+//	resize -s SUB --buckets M    change the bucket count online (--cancel, --no-wait; docs/design/resize.md)
 //	console [--listen ADDR]      serve the web console: bucket map, workers, dead letters, timeline (docs/console.md)
 //
 // The database comes from --database-url or DATABASE_URL, and is never

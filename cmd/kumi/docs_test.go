@@ -51,7 +51,7 @@ var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 // keep point at files that exist, and their anchors at headings.
 func TestDocLinksResolve(t *testing.T) {
 	t.Parallel()
-	mine := []string{"README.md", "docs/architecture.md", "docs/guarantees.md", "docs/operations.md", "docs/comparison.md"}
+	mine := []string{"README.md", "docs/design/architecture.md", "docs/guarantees.md", "docs/operations.md", "docs/comparison.md"}
 	for _, name := range mine {
 		text, err := os.ReadFile(filepath.Join(repoRoot, name))
 		require.NoError(t, err)

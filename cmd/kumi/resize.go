@@ -26,7 +26,7 @@ type resizeCmd struct {
 }
 
 // Run requests, cancels or follows a resize. The CLI drives nothing: the
-// workers do the resize (docs/resize.md), so a Ctrl-C, or a crash of the
+// workers do the resize (docs/design/resize.md), so a Ctrl-C, or a crash of the
 // machine running kumi, leaves it running. It builds the consumer-group
 // index for the new count first (eventsource.Store.EnsureConsumerGroupIndex,
 // concurrently) and then requests the resize (leasestore.RequestResize).

@@ -14,9 +14,9 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 )
 
-// appendAndRead is docs/eventsource.md's opening example.
+// appendAndRead is docs/design/eventsource.md's opening example.
 func appendAndRead(ctx context.Context, pool *pgxpool.Pool, checkpoint int64) (eventsource.AppendResult, []eventsource.RecordedEvent, error) {
-	// snippet: docs/eventsource.md
+	// snippet: docs/design/eventsource.md
 	store, err := eventsource.New(pool, eventsource.Config{Schema: "kumi"})
 	if err != nil {
 		return eventsource.AppendResult{}, nil, err
@@ -41,9 +41,9 @@ func appendAndRead(ctx context.Context, pool *pgxpool.Pool, checkpoint int64) (e
 	return res, events, err
 }
 
-// listen is docs/eventsource.md's notifier.
+// listen is docs/design/eventsource.md's notifier.
 func listen(ctx context.Context, store *eventsource.Store, read func()) error {
-	// snippet: docs/eventsource.md
+	// snippet: docs/design/eventsource.md
 	n, err := store.NewNotifier(eventsource.NotifierOptions{
 		Channels: []string{"myapp_changes"}, // optional: more channels on the same connection
 	})

@@ -37,6 +37,6 @@
 // drain ends with everything up to it acknowledged and written, and that
 // no event finished on a graceful path is delivered again.
 // TestSimFindsTheFaults re-injects the checkpoint side's bugs fixed in the
-// past, one at a time, and requires each found (docs/architecture.md,
+// past, one at a time, and requires each found (docs/design/architecture.md,
 // "The checkpoint side").
 package checkpointing

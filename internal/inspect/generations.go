@@ -10,7 +10,7 @@ import (
 )
 
 // GenerationRole is what a generation is to its subscription
-// (docs/resize.md).
+// (docs/design/resize.md).
 type GenerationRole string
 
 // The roles of a generation.

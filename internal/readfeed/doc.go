@@ -36,5 +36,5 @@
 // queue and lagging standby under a seeded scheduler, and checks after
 // every step that no event is skipped or queued twice; TestSimFindsTheFaults
 // re-injects the read-side bugs fixed in the past, one at a time, and
-// requires each found (docs/architecture.md, "The read side").
+// requires each found (docs/design/architecture.md, "The read side").
 package readfeed

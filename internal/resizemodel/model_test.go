@@ -1,4 +1,4 @@
-// Package resizemodel checks the resize protocol of docs/resize.md on a
+// Package resizemodel checks the resize protocol of docs/design/resize.md on a
 // tiny model by exploring every interleaving of its steps: appends (in a
 // fixed order of streams, at any moment), the request, claims of old and
 // new slots, deliveries, checkpoint flushes, proposals (the transaction,
@@ -13,7 +13,7 @@
 // delivery is handed over and acknowledged in one step (MaxInFlight 1); a
 // worker delivers only while the slot's row names it at its epoch, which
 // is what EnsureHeld's margin makes true of the real thing (lemma L1 of
-// docs/resize.md) — so a zombie's one stale action is not modelled; a
+// docs/design/resize.md) — so a zombie's one stale action is not modelled; a
 // crash frees the dead worker's slots at once (the TTL, or the evidence,
 // compressed to a step) and loses what it had not checkpointed. Fair
 // shares, passes and notifications are not modelled: any worker may claim

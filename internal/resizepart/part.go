@@ -1,5 +1,5 @@
 // Package resizepart is a bucket reader's part in a resize
-// (docs/resize.md) as a pure, synchronous state machine: no goroutines, no
+// (docs/design/resize.md) as a pure, synchronous state machine: no goroutines, no
 // clock, no database. The reader actor (actors/resize_reader.go) feeds it
 // events — what its coordinator tells of the slot, a proposal's answer, a
 // drain's answer, how far the reader has finished its events — and carries

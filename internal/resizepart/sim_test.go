@@ -11,7 +11,7 @@ import (
 
 // The simulation: one worker's coordinator and the readers of a
 // subscription's serving generation, built from the real Part, against a
-// simulated resize and lease store that follows docs/resize.md — requests,
+// simulated resize and lease store that follows docs/design/resize.md — requests,
 // proposals (the largest decides the cut), drains fenced by epoch, cancels
 // in every state, a second resize right after a cancel, completion —
 // under a seeded scheduler that runs every message, answer and pass

@@ -1,5 +1,5 @@
 // Package startstop is kumi's one implementation of the lifecycle contract
-// every long-lived service follows (docs/architecture.md, "Lifecycle"):
+// every long-lived service follows (docs/design/architecture.md, "Lifecycle"):
 //
 //	Start(ctx context.Context) error
 //	Stop(ctx context.Context) error

@@ -25,7 +25,7 @@
 // change of a two-phase claim, every pass (worker heartbeat, with the
 // snapshot it saw), every checkpoint write, every delivery the
 // workers' sink records and every dead-lettering, by whose session
-// (application_name is the worker id); and, for resizes (docs/resize.md), every old bucket's drain and
+// (application_name is the worker id); and, for resizes (docs/design/resize.md), every old bucket's drain and
 // every change of the subscription's generation and state. Lease rows and
 // checkpoints are keyed by slot (generation·65536 + bucket), so the logs
 // tell the generations apart. A poller reads the lease and checkpoint tables every 20 ms, and the

@@ -37,7 +37,7 @@ import (
 //     session (application_name is the worker id) — obs_delivery_log;
 //   - every dead-lettering of an event — obs_dead_letter_log (a letter
 //     written again moves its created_at on: the log keeps the first);
-//   - every old bucket's drain during a resize (docs/resize.md), with the
+//   - every old bucket's drain during a resize (docs/design/resize.md), with the
 //     cut it drained to — obs_drain_log; and every change of the
 //     subscription's generation and resize state — obs_subscription_log;
 //

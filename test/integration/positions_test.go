@@ -4,7 +4,7 @@ import "fmt"
 
 // eventsWithPositions is SQL for the events of the store whose schema is q
 // (quoted), each with its position, NULL while unsequenced: positions are
-// kept per append, in the ranges of the appends table (docs/eventsource.md,
+// kept per append, in the ranges of the appends table (docs/design/eventsource.md,
 // "Sequencing appends").
 func eventsWithPositions(q string) string {
 	return fmt.Sprintf(`(SELECT ev.*, a.last_position - a.last_version + ev.version AS position FROM %[1]s.events ev

@@ -204,7 +204,7 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 		o.sub, o.excusedIDs()).Scan(&r.order), "order")
 
 	// An event's bucket is its slot in the generation whose positions
-	// hold it (docs/resize.md): generation 0 until a resize's cut, the
+	// hold it (docs/design/resize.md): generation 0 until a resize's cut, the
 	// next one after it.
 	rows, err := o.pool.Query(ctx, fmt.Sprintf(`WITH d AS (
 		SELECT d.app, d.at, coalesce(g.generation, 0) * 65536 + %[1]s.cg_bucket(e.cg_hash, coalesce(g.bucket_count, $2)) AS slot
@@ -235,7 +235,7 @@ func (o *observer) collect(scenario, kind string, faults []fault) report {
 	must(rows.Err(), "stale")
 
 	// A resize's cut writes the next generation's checkpoints at C,
-	// by the worker whose proposal decided it (docs/resize.md, the cut):
+	// by the worker whose proposal decided it (docs/design/resize.md, the cut):
 	// not a holder's write.
 	must(o.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %[1]s.obs_checkpoint_log c
 		LEFT JOIN LATERAL (

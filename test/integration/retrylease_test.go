@@ -28,7 +28,7 @@ import (
 // Retry, and then the lease row is locked by another transaction, so
 // every renewal hangs and is abandoned — the situation of a worker cut off
 // from the database, or whose renewals time out. By the rule of
-// EnsureHeld (docs/leases.md) no delivery may start later than the last
+// EnsureHeld (docs/design/leases.md) no delivery may start later than the last
 // landed renewal's start + TTL − Margin.
 func TestRetriedDeliveryRechecksItsLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -1,5 +1,5 @@
 // Package startstoptest checks a service against kumi's lifecycle
-// contract (docs/architecture.md, "Lifecycle"). Every service's package
+// contract (docs/design/architecture.md, "Lifecycle"). Every service's package
 // tests run [Stress] on it, with goleak on in their TestMain.
 package startstoptest
 
