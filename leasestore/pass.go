@@ -236,6 +236,10 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		})
 	}
 	if err != nil {
+		// Its next pass runs on its own: in a shared round trip a pass
+		// that fails again sends every pass behind it to a pass of its
+		// own.
+		s.steady = false
 		if ctx.Err() != nil && parent.Err() == nil {
 			err = s.abandon(bound, err)
 		}
