@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,10 +60,17 @@ type Bouncer struct {
 	// Mode is the bouncer's pool_mode.
 	Mode PoolMode
 
-	port   int
-	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	port int
+	dir  string
+	bin  string
+	cred *syscall.Credential
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd // the process running now
+	stopping bool
+	crashes  atomic.Int64
+	down     atomic.Bool   // crashed, and not yet accepting connections again
+	exited   chan struct{} // closed once the bouncer is down for good
 }
 
 func findBouncer() (string, error) {
@@ -130,22 +141,14 @@ func (s *Server) StartBouncer(ctx context.Context, mode PoolMode) (*Bouncer, err
 		b.URL += "&default_query_exec_mode=" + BouncerExecMode
 	}
 
-	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	// SIGTERM is pgbouncer's immediate shutdown.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGTERM, Setpgid: true}
-	out, err := os.Create(filepath.Join(dir, "stderr.log"))
+	b.bin, b.cred, b.exited = bin, cred, make(chan struct{})
+	cmd, err := b.spawn()
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtest: pgbouncer log: %w", err)
+		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		_ = out.Close()
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtest: start pgbouncer: %w", err)
-	}
-	b.cmd, b.exited = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = out.Close(); close(b.exited) }()
+	b.cmd = cmd
+	go b.supervise()
 
 	var lastErr error
 	ready := WaitFor(30*time.Second, func() bool {
@@ -166,12 +169,10 @@ func (s *Server) StartBouncer(ctx context.Context, mode PoolMode) (*Bouncer, err
 		lastErr = conn.QueryRow(cctx, "SELECT 1").Scan(&one)
 		return lastErr == nil || ctx.Err() != nil
 	})
-	select {
-	case <-b.exited:
+	if b.crashes.Load() > 0 || b.Exited() {
 		log, _ := os.ReadFile(filepath.Join(dir, "stderr.log"))
-		_ = os.RemoveAll(dir)
+		b.Stop()
 		return nil, fmt.Errorf("pgtest: pgbouncer exited during start-up:\n%s", log)
-	default:
 	}
 	if !ready || lastErr != nil {
 		b.Stop()
@@ -180,10 +181,99 @@ func (s *Server) StartBouncer(ctx context.Context, mode PoolMode) (*Bouncer, err
 	return b, nil
 }
 
+// spawn starts a pgbouncer process on the bouncer's files.
+func (b *Bouncer) spawn() (*exec.Cmd, error) {
+	cmd := exec.Command(b.bin, filepath.Join(b.dir, "pgbouncer.ini"))
+	// SIGTERM is pgbouncer's immediate shutdown.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred, Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	out, err := os.OpenFile(filepath.Join(b.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("pgtest: pgbouncer log: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		_ = out.Close()
+		return nil, fmt.Errorf("pgtest: start pgbouncer: %w", err)
+	}
+	return cmd, nil
+}
+
+// supervise waits for the bouncer's process to end and, unless Stop asked
+// for it, starts it again on the same port and files, as a service
+// manager would (Restart=always): PgBouncer 1.18, Debian 12's, exits with
+// "FATAL ... disconnect_client(): bad client state: 0" when a client
+// closes a cancel request's connection before PgBouncer has sent it on —
+// pgx does, when the statement ends first (pgbouncer/pgbouncer#801). Each
+// such end counts in Crashes; its log stays in the files.
+func (b *Bouncer) supervise() {
+	defer close(b.exited)
+	for {
+		b.mu.Lock()
+		cmd := b.cmd
+		b.mu.Unlock()
+		_ = cmd.Wait()
+		if f, ok := cmd.Stdout.(*os.File); ok {
+			_ = f.Close()
+		}
+		b.mu.Lock()
+		if b.stopping {
+			b.mu.Unlock()
+			return
+		}
+		b.down.Store(true)
+		b.crashes.Add(1)
+		var err error
+		for range 50 {
+			if cmd, err = b.spawn(); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // the port may not be free yet
+		}
+		if err != nil {
+			b.mu.Unlock()
+			return
+		}
+		b.cmd = cmd
+		b.mu.Unlock()
+		b.waitListening()
+	}
+}
+
+// waitListening clears down once the bouncer's port accepts a connection
+// (within 10 s).
+func (b *Bouncer) waitListening() {
+	WaitFor(10*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(b.port), time.Second)
+		if err != nil {
+			return false
+		}
+		_ = c.Close()
+		return true
+	})
+	b.down.Store(false)
+}
+
+// Down reports whether the bouncer has crashed and does not accept
+// connections yet.
+func (b *Bouncer) Down() bool { return b.down.Load() }
+
+// Crash kills the bouncer's process (kill -9), as a crash would end it;
+// it is started again.
+func (b *Bouncer) Crash() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Crashes counts the times the bouncer's process ended by itself and was
+// started again.
+func (b *Bouncer) Crashes() int64 { return b.crashes.Load() }
+
 // Port returns the TCP port the bouncer listens on.
 func (b *Bouncer) Port() int { return b.port }
 
-// Exited reports whether the bouncer's process has ended.
+// Exited reports whether the bouncer is down for good: stopped, or not
+// started again after its process ended.
 func (b *Bouncer) Exited() bool {
 	select {
 	case <-b.exited:
@@ -213,11 +303,15 @@ func (b *Bouncer) LogTail(max int) string {
 // Stop shuts the bouncer down (every client connection is cut) and removes
 // its files.
 func (b *Bouncer) Stop() {
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	b.mu.Lock()
+	b.stopping = true
+	cmd := b.cmd
+	b.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-b.exited:
 	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-b.exited
 	}
 	_ = os.RemoveAll(b.dir)

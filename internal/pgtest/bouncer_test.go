@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -82,4 +83,37 @@ func TestBouncerSessionModePinsTheServerConnection(t *testing.T) {
 	require.NotEqual(t, pid1, pidOther)
 	require.NoError(t, a.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid2))
 	require.Equal(t, pid1, pid2)
+}
+
+// TestACrashedBouncerIsStartedAgain: a bouncer whose process dies (as
+// PgBouncer 1.18 does on an aborted cancel request) is started again on
+// the same port, as a service manager would, and counts the crash; a
+// stopped one is not.
+func TestACrashedBouncerIsStartedAgain(t *testing.T) {
+	ctx := context.Background()
+	b := NewBouncer(t, LocalServer(t), PoolTransaction)
+	one := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(cctx, b.URL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		var n int
+		return conn.QueryRow(cctx, "SELECT 1").Scan(&n)
+	}
+	require.NoError(t, one())
+	conn, err := pgx.Connect(ctx, b.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	b.Crash()
+	var n int
+	require.Error(t, conn.QueryRow(ctx, "SELECT 1").Scan(&n), "a connection through the crashed process")
+	require.True(t, WaitFor(30*time.Second, func() bool { return one() == nil }), "no query through the bouncer after its crash")
+	require.EqualValues(t, 1, b.Crashes())
+	require.False(t, b.Exited())
+	b.Stop()
+	require.True(t, b.Exited())
+	require.EqualValues(t, 1, b.Crashes(), "a stop is no crash")
 }

@@ -134,7 +134,8 @@ func NewBouncer(t testing.TB, s *Server, mode PoolMode) *Bouncer {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("pgtest: pgbouncer (exited by itself: %v), its log's tail:\n%s", b.Exited(), b.LogTail(4000))
+			t.Logf("pgtest: pgbouncer (crashed and restarted: %d times; down for good: %v), its log's tail:\n%s",
+				b.Crashes(), b.Exited(), b.LogTail(4000))
 		}
 		b.Stop()
 	})
