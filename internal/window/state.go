@@ -422,6 +422,9 @@ func (s *State) Tick(now time.Time) Effects {
 			s.probe, s.probeAt = s.probes, now
 			e.Probe = s.probe
 		}
+		if fault == faultTimeoutUncharged {
+			continue
+		}
 		s.fail(now, sl, 0, fmt.Sprintf("no answer within %v", s.cfg.Timeout), &e)
 	}
 	s.settle(&e)
@@ -432,7 +435,7 @@ func (s *State) Tick(now time.Time) Effects {
 // waited for it is sent.
 func (s *State) ProbeAnswered(seq uint64) Effects {
 	var e Effects
-	if seq == 0 || seq != s.probe {
+	if seq == 0 || seq != s.probe || fault == faultProbeAnswerIgnored {
 		return e
 	}
 	s.probe = 0
@@ -671,4 +674,9 @@ const (
 	faultLetterFailureFinishes
 	// A drain ends with slots it still has to send.
 	faultDrainEndsEarly
+	// A delivery unanswered past the timeout is not counted as a retry:
+	// it waits for ever on a hung handler.
+	faultTimeoutUncharged
+	// A probe's answer does not resume the handler.
+	faultProbeAnswerIgnored
 )
