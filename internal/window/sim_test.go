@@ -45,7 +45,7 @@ import (
 //	go test -run TestSim ./internal/window/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/window/ -seeds 100000
 
-var flags = simrun.Register(1500)
+var flags = simrun.Register(3000)
 
 // evLedger is what the simulation knows of one event in the current
 // window.
@@ -632,6 +632,7 @@ var faults = []struct {
 	{"DrainEndsEarly", faultDrainEndsEarly},
 	{"TimeoutUncharged", faultTimeoutUncharged},
 	{"ProbeAnswerIgnored", faultProbeAnswerIgnored},
+	{"DrainEndsUnready", faultDrainEndsUnready},
 }
 
 // TestSimFindsTheFaults re-injects each fault, one at a time, and

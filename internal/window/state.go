@@ -588,7 +588,7 @@ func (s *State) settle(e *Effects) {
 		s.checking = true
 		e.CheckLease = true
 	}
-	if s.draining && s.active() == 0 && (!more || fault == faultDrainEndsEarly) {
+	if s.draining && s.active() == 0 && (!more || fault == faultDrainEndsEarly || (fault == faultDrainEndsUnready && !s.ready())) {
 		e.Drained = true
 	}
 }
@@ -679,4 +679,8 @@ const (
 	faultTimeoutUncharged
 	// A probe's answer does not resume the handler.
 	faultProbeAnswerIgnored
+	// A drain ends while the handler is probed or replaced, leaving what
+	// it would send to the handler once ready (actors/deliver.go today:
+	// sendOnDrain returns, maybeFinishDrain finds nothing active).
+	faultDrainEndsUnready
 )
