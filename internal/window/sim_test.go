@@ -396,8 +396,12 @@ func (s *sim) step() bool {
 				led.own++
 				led.retried = true
 			}
+			a.Committed = a.Outcome == Acked && s.rng.IntN(5) == 0
 			e := s.w.Answered(s.now, a)
 			s.log("answer %d#%d a%d %s: %s", d.s.Pos, d.s.ID, d.s.Attempt, a.Outcome, s.w)
+			if a.Committed != (e.Finished.Committed == d.s.Pos) {
+				s.fail("an ack committed %v of %d reports committed %d", a.Committed, d.s.Pos, e.Finished.Committed)
+			}
 			s.apply(e, false, false)
 		case 5: // time passes; the timer ticks
 			s.now = s.now.Add(time.Duration(1+s.rng.IntN(40)) * time.Millisecond)

@@ -593,9 +593,6 @@ func (s *State) settle(e *Effects) {
 	}
 }
 
-// Draining reports whether a drain started (or an unsure lease).
-func (s *State) Draining() bool { return s.draining }
-
 // Len is how many slots the window holds.
 func (s *State) Len() int { return len(s.slots) }
 
