@@ -91,6 +91,7 @@ type sim struct {
 	draining   bool
 	unsure     bool
 	windows    int
+	carry      *Event // the retry a reader stopped at once left its successor
 
 	faults  bool
 	steps   int
@@ -121,18 +122,24 @@ func newSim(seed uint64) *sim {
 		s.events = append(s.events, e)
 	}
 	s.ever = map[int64]bool{}
-	s.newWindow()
+	s.newWindow(nil)
 	return s
 }
 
 // newWindow starts a window (a reader) at the first event not in the
-// last one's finished prefix.
-func (s *sim) newWindow() {
+// last one's finished prefix; carry, if not nil, is the retry its
+// predecessor left, with what the simulation knows of it.
+func (s *sim) newWindow(carry *Event) {
 	s.windows++
 	s.w = New(s.cfg)
 	s.start += s.prefix
 	s.next, s.prefix = s.start, 0
+	old := s.led
 	s.led = map[int64]*evLedger{}
+	if s.carry = carry; carry != nil {
+		l := old[carry.Pos]
+		s.led[carry.Pos] = &evLedger{sends: l.sends, own: l.own}
+	}
 	s.out, s.history, s.timers, s.letters, s.failed = nil, nil, nil, nil, nil
 	s.gen, s.hung, s.dead, s.told, s.replacing = 1, false, false, false, false
 	s.probe, s.checking, s.draining, s.unsure = 0, false, false, false
@@ -328,7 +335,7 @@ func (s *sim) drained() {
 			s.ever[p] = true
 		}
 	}
-	s.newWindow()
+	s.newWindow(nil)
 }
 
 func without(ds []delivery, d delivery) []delivery {
@@ -349,13 +356,20 @@ func (s *sim) step() bool {
 	}
 	expect := false
 	for {
-		switch s.rng.IntN(14) {
+		switch s.rng.IntN(15) {
 		case 0: // events come
 			if s.next == len(s.events) || s.draining {
 				continue
 			}
 			k := min(len(s.events), s.next+1+s.rng.IntN(3))
-			n, e := s.w.Take(s.events[s.next:k])
+			offer := append([]Event(nil), s.events[s.next:k]...)
+			if c := s.carry; c != nil && offer[0].Pos == c.Pos {
+				offer[0] = *c
+			}
+			n, e := s.w.Take(offer)
+			if n > 0 {
+				s.carry = nil
+			}
 			s.log("take %d of %d: %s", n, k-s.next, s.w)
 			s.next += n
 			if s.next-s.start-s.prefix > s.cfg.MaxInFlight {
@@ -543,6 +557,39 @@ func (s *sim) step() bool {
 			if after := s.w.String(); after != before || !reflect.DeepEqual(e, Effects{}) {
 				s.fail("a stale answer to %d#%d a%d changed the window: %s -> %s, %+v", d.s.Pos, d.s.ID, d.s.Attempt, before, after, e)
 			}
+		case 14: // the reader is stopped at once (a restart), and its successor starts at its prefix
+			if !s.faults || s.rng.IntN(10) != 0 {
+				continue
+			}
+			left, ok := s.w.Left()
+			var want *evLedger
+			if k := s.start + s.prefix; k < s.next {
+				if l := s.ev(s.events[k].Pos); l.sends > 0 && !l.fin && !l.letter {
+					want = l
+				}
+			}
+			switch {
+			case want != nil && !ok:
+				s.fail("a reader stopped at once leaves no retry of event %d, delivered %d times", s.events[s.start+s.prefix].Pos, want.sends)
+			case want == nil && ok:
+				s.fail("a reader stopped at once leaves %+v, not delivered or finished", left)
+			case ok && left.Attempt != want.sends:
+				s.fail("a reader stopped at once leaves event %d at attempt %d, delivered %d times", left.Pos, left.Attempt, want.sends)
+			}
+			s.log("restart: %s leaves %+v %v", s.w, left, ok)
+			for k := s.start; k < s.next; k++ {
+				if p := s.events[k].Pos; s.ev(p).fin {
+					s.ever[p] = true
+				}
+			}
+			if s.carry != nil && !ok {
+				ok, left = true, *s.carry // not taken yet: passed on
+			}
+			if ok {
+				s.newWindow(&left)
+			} else {
+				s.newWindow(nil)
+			}
 		case 13: // the clock jumps
 			s.now = s.now.Add(time.Duration(s.rng.IntN(150)) * time.Millisecond)
 			continue
@@ -637,6 +684,8 @@ var faults = []struct {
 	{"TimeoutUncharged", faultTimeoutUncharged},
 	{"ProbeAnswerIgnored", faultProbeAnswerIgnored},
 	{"DrainEndsUnready", faultDrainEndsUnready},
+	{"LeftForgotten", faultLeftForgotten},
+	{"LeftCharged", faultLeftCharged},
 }
 
 // TestSimFindsTheFaults re-injects each fault, one at a time, and

@@ -593,6 +593,35 @@ func (s *State) settle(e *Effects) {
 	}
 }
 
+// Left is the event a window stopped at once (a reader restarted, or
+// stopped by its coordinator) leaves its successor at the same epoch to
+// send as the retry it is: its first slot, if delivered and not finished.
+// One waiting out a retry (or to be sent again) keeps its attempts; one
+// with the handler gives its attempt up, not charged — the stop was not
+// the event's fault. The successor takes it with Event.Attempt and
+// Event.Free set.
+func (s *State) Left() (Event, bool) {
+	if len(s.slots) == 0 {
+		return Event{}, false
+	}
+	sl := s.slots[0]
+	e := sl.ev
+	switch {
+	case fault == faultLeftForgotten:
+		return Event{}, false
+	case sl.state == sent:
+		e.Attempt, e.Free = sl.attempt+1, sl.free+1
+		if fault == faultLeftCharged {
+			e.Free = sl.free
+		}
+	case sl.attempt > 0 && (sl.state == retrying || sl.state == waiting):
+		e.Attempt, e.Free = sl.attempt, sl.free
+	default:
+		return Event{}, false
+	}
+	return e, true
+}
+
 // Len is how many slots the window holds.
 func (s *State) Len() int { return len(s.slots) }
 
@@ -676,6 +705,12 @@ const (
 	faultTimeoutUncharged
 	// A probe's answer does not resume the handler.
 	faultProbeAnswerIgnored
+	// A reader stopped at once leaves no retry: its successor at the
+	// same epoch sends the event as a first attempt (8de5870, b0fedd3).
+	faultLeftForgotten
+	// The attempt given up by a reader stopped at once is charged to the
+	// event's budget (b0fedd3: the stop was not its fault).
+	faultLeftCharged
 	// A drain ends while the handler is probed or replaced, leaving what
 	// it would send to the handler once ready (actors/deliver.go today:
 	// sendOnDrain returns, maybeFinishDrain finds nothing active).
