@@ -45,7 +45,7 @@ import (
 //	go test -run TestSim ./internal/window/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/window/ -seeds 100000
 
-var flags = simrun.Register(3000)
+var flags = simrun.Register(2000)
 
 // evLedger is what the simulation knows of one event in the current
 // window.
