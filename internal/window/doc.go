@@ -38,7 +38,10 @@
 //     once their stream is free and the retrying ones at once, once; one
 //     that fails again is left, with what follows it; the drain ends
 //     ([Effects.Drained]) once nothing is with the handler or the store
-//     and nothing more is to be sent.
+//     and nothing more is to be sent;
+//   - a stop at once ([State.Left]): the first slot, delivered and not
+//     finished, is left to the successor at the same epoch with its
+//     attempts, the one given up in flight not charged.
 //
 // Batches and function-handler runs (actors/batchdeliver.go,
 // actors/funcrun.go) are not modelled: a slot is one event.
@@ -49,9 +52,10 @@
 // reader and its world — a handler that answers in any order, retries,
 // panics, dead-letters, hangs and dies; a clock; lease checks answered
 // late or found unsure; dead-letter writes that fail; drains followed by
-// a successor window at the finished prefix; stale answers — and checks
+// a successor window at the finished prefix; readers stopped at once,
+// their successors carrying what [State.Left] leaves; stale answers — and checks
 // after every step the invariants listed there. TestSimFindsTheFaults
 // re-injects the window's past bugs (9fe9fc6, f43cd9d, 70b76e4, 164e52c,
-// f128c71) and mutations of its rules, one at a time, and requires each
-// found.
+// f128c71, and the window's part of 8de5870 and b0fedd3) and mutations
+// of its rules, one at a time, and requires each found.
 package window

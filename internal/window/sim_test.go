@@ -24,7 +24,9 @@ import (
 //   - dead-letter writes land or fail and are written again;
 //   - drains start at random points; a drained window is followed by a
 //     successor that starts at its finished prefix (the checkpoint);
-//   - stale answers (of an earlier attempt, of a finished slot) are sent.
+//   - stale answers (of an earlier attempt, of a finished slot) are sent;
+//   - a reader is stopped at once, and its successor starts at the
+//     finished prefix with the retry State.Left leaves it.
 //
 // Invariants after every step: a Send comes only from a lease check's
 // answer; nothing goes to a handler probed, replaced or known stopped;
@@ -39,7 +41,10 @@ import (
 // a stale answer changes nothing; a drain ends only with nothing with the
 // handler or the store, and, lease held, leaves events finished after
 // an unfinished one only behind a retry it sent once and that failed
-// again; a drain sends a retry at most once. Then the faults stop, and
+// again; a drain sends a retry at most once; a reader stopped at once
+// leaves its first event, delivered and unfinished, with its attempts
+// (each Send's Attempt counts the attempts sent before, across such
+// stops). Then the faults stop, and
 // every event must be finished.
 //
 //	go test -run TestSim ./internal/window/ -seed N   # replay one seed, with its trace
