@@ -297,6 +297,16 @@ func (s *State) Lease(now time.Time, held bool) Effects {
 	return e
 }
 
+// Unsure takes a lease found unsure elsewhere (a failed store call's
+// check): the window drains and sends nothing more, as after
+// [State.Lease] not held.
+func (s *State) Unsure() Effects {
+	var e Effects
+	s.unsure, s.draining, s.checking = true, true, false
+	s.settle(&e)
+	return e
+}
+
 // sendNow sends what may be sent: an unreadable event is dead-lettered.
 func (s *State) sendNow(now time.Time, e *Effects) {
 	if !s.ready() {

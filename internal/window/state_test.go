@@ -106,6 +106,17 @@ func TestRules(t *testing.T) {
 				t.Fatalf("unsure: %+v, room %d", e, s.Room())
 			}
 		}},
+		{"ALeaseFoundUnsureElsewhereSendsNothingMore", func(t *testing.T) {
+			s := New(cfg(2))
+			i, _ := id(take(t, s, evs("a", "b")[:1]), 1)
+			s.Answered(t0, Answer{ID: i, Outcome: Retry})
+			if e := s.Unsure(); !e.Drained || e.CheckLease {
+				t.Fatalf("unsure: %+v", e)
+			}
+			if n, e := s.Take(evs("a", "b")[1:]); n != 0 || e.CheckLease {
+				t.Fatalf("took %d: %+v", n, e)
+			}
+		}},
 		{"ALeaseAnswerNotAskedForSendsNothing", func(t *testing.T) {
 			s := New(cfg(2))
 			take(t, s, evs("a"))
