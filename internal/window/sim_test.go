@@ -96,7 +96,8 @@ type sim struct {
 	draining   bool
 	unsure     bool
 	windows    int
-	carry      *Event // the retry a reader stopped at once left its successor
+	carry      *Event             // the retry a reader stopped at once left its successor
+	gone       map[[2]uint64]bool // deliveries given up at this step
 
 	faults  bool
 	steps   int
@@ -197,7 +198,7 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		}
 		for _, d := range s.out {
 			if d.s.Handler == e.Replace.Old && s.now.Sub(d.sentAt) < s.cfg.Timeout {
-				s.out = without(s.out, d) // sent again to the successor, uncharged
+				s.giveUp(d) // sent again to the successor, uncharged
 			}
 		}
 		s.replacing, s.probe = true, 0
@@ -205,6 +206,16 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		s.log("  replace handler %d (%d in a row)", e.Replace.Old, e.Replace.Fails)
 	} else if expectReplace {
 		s.fail("handler %d neither answered its probe nor is running, and is not replaced", s.gen)
+	}
+	for _, g := range e.GivenUp {
+		k := [2]uint64{g.ID, uint64(g.Attempt)}
+		if !s.gone[k] {
+			s.fail("gave up #%d a%d, not late nor sent again", g.ID, g.Attempt)
+		}
+		delete(s.gone, k)
+	}
+	if len(s.gone) > 0 {
+		s.fail("did not say it gave up %d deliveries", len(s.gone))
 	}
 	if f := e.Finished; f.Slots > 0 {
 		for i := range f.Slots {
@@ -343,6 +354,13 @@ func (s *sim) drained() {
 	s.newWindow(nil)
 }
 
+// giveUp drops a delivery the window must say it gave up (late, or
+// sent again to a successor).
+func (s *sim) giveUp(d delivery) {
+	s.out = without(s.out, d)
+	s.gone[[2]uint64{d.s.ID, uint64(d.s.Attempt)}] = true
+}
+
 func without(ds []delivery, d delivery) []delivery {
 	out := ds[:0:0]
 	for _, o := range ds {
@@ -356,6 +374,7 @@ func without(ds []delivery, d delivery) []delivery {
 // step runs one step; false once everything is finished (faults off).
 func (s *sim) step() bool {
 	s.steps++
+	s.gone = map[[2]uint64]bool{}
 	if !s.faults && s.next == len(s.events) && s.w.Len() == 0 && !s.checking {
 		return false
 	}
@@ -428,13 +447,13 @@ func (s *sim) step() bool {
 				expect = true
 				for _, d := range s.out {
 					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
-						s.out = without(s.out, d)
+						s.giveUp(d)
 					}
 				}
 			}
 			for _, d := range s.out {
 				if s.now.Sub(d.sentAt) >= s.cfg.Timeout {
-					s.out = without(s.out, d)
+					s.giveUp(d)
 					l := s.ev(d.s.Pos)
 					l.own++
 					l.retried = true
@@ -519,7 +538,7 @@ func (s *sim) step() bool {
 				s.told = true
 				for _, d := range s.out {
 					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
-						s.out = without(s.out, d)
+						s.giveUp(d)
 					}
 				}
 				e := s.w.HandlerStopped(s.now, s.gen)

@@ -109,6 +109,21 @@ type Letter struct {
 type ReplaceHandler struct {
 	Old   uint64
 	Fails int
+	// Hung, when the handler is replaced for not answering its probe, is
+	// the late delivery that got it probed, sent at SentAt (for the
+	// actor's Warn log); nil when it stopped.
+	Hung   *Send
+	SentAt time.Time
+}
+
+// GivenUp is an effect: the window no longer waits for attempt Attempt
+// of delivery ID — Late: unanswered for Timeout, a failed attempt;
+// else sent again to a replaced handler's successor. Its context is
+// cancelled and its span ended.
+type GivenUp struct {
+	ID      uint64
+	Attempt int
+	Late    bool
 }
 
 // Finished is how far the window's finished prefix moved at an input.
@@ -135,6 +150,7 @@ type Effects struct {
 	// [State.ProbeAnswered] with this number.
 	Probe    uint64
 	Replace  *ReplaceHandler
+	GivenUp  []GivenUp
 	Finished Finished
 	// Drained: a drain has nothing left with the handler or the store,
 	// and nothing more to send: the checkpoint side's last write may
@@ -166,6 +182,7 @@ type slot struct {
 	attempt int
 	free    int
 	sentAt  time.Time
+	sent    Send   // the current attempt, as sent
 	to      uint64 // the handler the current attempt went to
 	letter  Letter
 	lstate  letterState
@@ -184,6 +201,8 @@ type State struct {
 	fails    int // replacements since a handler last answered
 	probe    uint64
 	probeAt  time.Time
+	probeSnd Send      // the late delivery that got the handler probed
+	probeSnt time.Time // and when it was sent
 	probes   uint64
 	checking bool // a lease check is out
 	draining bool
@@ -327,8 +346,8 @@ func (s *State) sendNow(now time.Time, e *Effects) {
 
 func (s *State) send(now time.Time, sl *slot, e *Effects) {
 	sl.state, sl.sentAt, sl.to = sent, now, s.handler
-	e.Sends = append(e.Sends, Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos,
-		Stream: sl.ev.Stream, Handler: s.handler})
+	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler}
+	e.Sends = append(e.Sends, sl.sent)
 }
 
 // find returns the slot of delivery id.
@@ -419,6 +438,8 @@ func (s *State) Tick(now time.Time) Effects {
 	var e Effects
 	if s.probe != 0 && now.Sub(s.probeAt) >= s.cfg.ProbeWait {
 		s.replace(now, &e)
+		hung := s.probeSnd
+		e.Replace.Hung, e.Replace.SentAt = &hung, s.probeSnt
 	}
 	for _, sl := range s.slots {
 		if sl.state != sent || now.Sub(sl.sentAt) < s.cfg.Timeout {
@@ -430,8 +451,10 @@ func (s *State) Tick(now time.Time) Effects {
 		if s.probe == 0 && s.handler != 0 && sl.to == s.handler {
 			s.probes++
 			s.probe, s.probeAt = s.probes, now
+			s.probeSnd, s.probeSnt = sl.sent, sl.sentAt
 			e.Probe = s.probe
 		}
+		e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt, Late: true})
 		if fault == faultTimeoutUncharged {
 			continue
 		}
@@ -474,6 +497,7 @@ func (s *State) replace(now time.Time, e *Effects) {
 		if sl.state != sent || sl.to != old || now.Sub(sl.sentAt) >= s.cfg.Timeout {
 			continue // answered, or late: Tick charges it
 		}
+		e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt})
 		sl.attempt++
 		if fault != faultFreeNotGiven {
 			sl.free++

@@ -218,7 +218,8 @@ func TestRules(t *testing.T) {
 			s := New(cfg(2))
 			i, _ := id(take(t, s, evs("a", "a")), 1)
 			e := s.Tick(at(100))
-			if e.Probe == 0 || len(e.Redeliver) != 1 || e.Replace != nil {
+			if e.Probe == 0 || len(e.Redeliver) != 1 || e.Replace != nil || len(e.GivenUp) != 1 ||
+				e.GivenUp[0] != (GivenUp{ID: i, Attempt: 0, Late: true}) {
 				t.Fatalf("tick: %+v", e)
 			}
 			if r := s.Redeliver(at(200), i, 1); r.CheckLease {
@@ -241,8 +242,12 @@ func TestRules(t *testing.T) {
 				t.Fatal("no probe")
 			}
 			r := s.Tick(at(150))
-			if r.Replace == nil || r.Replace.Old != 1 || r.Replace.Fails != 1 {
+			if r.Replace == nil || r.Replace.Old != 1 || r.Replace.Fails != 1 || r.Replace.Hung == nil ||
+				r.Replace.Hung.Pos != 2 || !r.Replace.SentAt.Equal(t0) {
 				t.Fatalf("not replaced: %+v", r)
+			}
+			if len(r.GivenUp) != 1 || r.GivenUp[0] != (GivenUp{ID: i1, Attempt: 1}) {
+				t.Fatalf("given up: %+v (event 1 goes to the successor)", r.GivenUp)
 			}
 			if h := s.HandlerStopped(at(150), 1); h.Replace != nil {
 				t.Fatal("the replaced handler's stop replaced its successor")
