@@ -251,6 +251,12 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		s.log("  letter %d (%s)", l.Pos, l.Reason)
 	}
 	for _, r := range e.Redeliver {
+		for _, d := range s.history {
+			if l := s.ev(d.s.Pos); d.s.ID == r.ID && l.own >= s.cfg.MaxAttempts {
+				s.fail("event %d retried after %d failures of its own (budget %d)", d.s.Pos, l.own, s.cfg.MaxAttempts)
+				break
+			}
+		}
 		s.timers = append(s.timers, r)
 	}
 	if e.Probe != 0 {
@@ -710,6 +716,7 @@ var faults = []struct {
 	{"DrainEndsUnready", faultDrainEndsUnready},
 	{"LeftForgotten", faultLeftForgotten},
 	{"LeftCharged", faultLeftCharged},
+	{"BudgetOverspent", faultBudgetOverspent},
 }
 
 // TestSimFindsTheFaults re-injects each fault, one at a time, and

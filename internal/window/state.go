@@ -395,7 +395,11 @@ func (s *State) fail(now time.Time, sl *slot, after time.Duration, reason string
 	if fault == faultFreeCharged {
 		free = 0
 	}
-	if sl.attempt-free >= s.cfg.MaxAttempts {
+	budget := s.cfg.MaxAttempts
+	if fault == faultBudgetOverspent {
+		budget++
+	}
+	if sl.attempt-free >= budget {
 		s.deadLetter(sl, fmt.Sprintf("retry budget of %d attempts spent; last: %s", s.cfg.MaxAttempts, reason),
 			sl.attempt, true, e)
 		return
@@ -745,6 +749,8 @@ const (
 	// The attempt given up by a reader stopped at once is charged to the
 	// event's budget (b0fedd3: the stop was not its fault).
 	faultLeftCharged
+	// An event is retried once more than its budget.
+	faultBudgetOverspent
 	// A drain ends while the handler is probed or replaced, leaving what
 	// it would send to the handler once ready (actors/deliver.go today:
 	// sendOnDrain returns, maybeFinishDrain finds nothing active).
