@@ -248,18 +248,23 @@ func (s *State) ready() bool {
 	return s.handler != 0 && s.probe == 0
 }
 
-// streamFree reports whether no slot before i of its stream is
-// unfinished.
-func (s *State) streamFree(i int) bool {
-	if fault == faultStreamJump {
-		return true
+// streams tracks, over one pass of the slots in order, the streams with
+// an unfinished slot so far: a slot is sent only when its stream has
+// none before it.
+type streams map[string]bool
+
+// free reports whether no slot before sl's of its stream is unfinished.
+func (b streams) free(sl *slot) bool { return fault == faultStreamJump || !b[sl.ev.Stream] }
+
+// pass records sl, passed over in the pass.
+func (b *streams) pass(sl *slot) {
+	if sl.state == done {
+		return
 	}
-	for _, o := range s.slots[:i] {
-		if o.ev.Stream == s.slots[i].ev.Stream && o.state != done {
-			return false
-		}
+	if *b == nil {
+		*b = streams{}
 	}
-	return true
+	(*b)[sl.ev.Stream] = true
 }
 
 // sendable is the slots to send now, handler readiness aside: outside a
@@ -270,11 +275,13 @@ func (s *State) sendable() []*slot {
 		return nil
 	}
 	var out []*slot
+	var busy streams
 	if !s.draining {
-		for i, sl := range s.slots {
-			if sl.state == waiting && s.streamFree(i) {
+		for _, sl := range s.slots {
+			if sl.state == waiting && busy.free(sl) {
 				out = append(out, sl)
 			}
+			busy.pass(sl)
 		}
 		return out
 	}
@@ -287,13 +294,14 @@ func (s *State) sendable() []*slot {
 			last = i
 		}
 	}
-	for i, sl := range s.slots[:max(last, 0)] {
+	for _, sl := range s.slots[:max(last, 0)] {
 		switch {
 		case sl.state == retrying && sl.onDrain && fault != faultDrainResendsForEver:
 			return out // left: what is sent after it would be repeated
-		case sl.state == retrying, sl.state == waiting && s.streamFree(i):
+		case sl.state == retrying, sl.state == waiting && busy.free(sl):
 			out = append(out, sl)
 		}
+		busy.pass(sl)
 	}
 	return out
 }
