@@ -1,0 +1,724 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kumi-run/kumi/internal/simrun"
+)
+
+// The simulation: a bucket's events, of a few streams, some unreadable,
+// go through the real State as a reader's window, under a seeded
+// scheduler that plays the actor and the world around it:
+//
+//   - the handler answers current deliveries in any order — ack, retry
+//     after a delay, panic, dead letter — or hangs (answers nothing,
+//     probes included), or dies (its stop told to the window later);
+//   - the clock moves and ticks; redeliveries fire in any order once due;
+//     a replaced handler's successor spawns after a while;
+//   - lease checks are answered at once or later, a few found unsure;
+//   - dead-letter writes land or fail and are written again;
+//   - drains start at random points; a drained window is followed by a
+//     successor that starts at its finished prefix (the checkpoint);
+//   - stale answers (of an earlier attempt, of a finished slot) are sent;
+//   - a reader is stopped at once, and its successor starts at the
+//     finished prefix with the retry State.Left leaves it.
+//
+// Invariants after every step: a Send comes only from a lease check's
+// answer; nothing goes to a handler probed, replaced or known stopped;
+// no unreadable event is sent, no finished one; an event is sent only
+// when every earlier event of its stream is finished (per-stream order),
+// and at most MaxInFlight events are sent and unfinished; the window
+// holds at most MaxInFlight events; a handler is replaced only after a
+// probe unanswered for ProbeWait or its stop, and always then; a dead
+// letter for a spent budget comes only after MaxAttempts failures of the
+// event's own, and every dead letter counts the attempts sent; the
+// finished prefix covers only events acked or whose letter was written;
+// a stale answer changes nothing; a drain ends only with nothing with the
+// handler or the store, and, lease held, leaves events finished after
+// an unfinished one only behind a retry it sent once and that failed
+// again; a drain sends a retry at most once; a reader stopped at once
+// leaves its first event, delivered and unfinished, with its attempts
+// (each Send's Attempt counts the attempts sent before, across such
+// stops). Then the faults stop, and
+// every event must be finished.
+//
+//	go test -run TestSim ./internal/window/ -seed N   # replay one seed, with its trace
+//	go test -run TestSim ./internal/window/ -seeds 100000
+
+var flags = simrun.Register(2000)
+
+// evLedger is what the simulation knows of one event in the current
+// window.
+type evLedger struct {
+	fin          bool // acked, or its letter written
+	sends        int  // attempts sent
+	own          int  // failures of its own: retry, panic, timeout
+	retried      bool // its last attempt failed
+	drainResends int  // retries a drain sent
+	letter       bool // a letter is out for it
+}
+
+type delivery struct {
+	s      Send
+	sentAt time.Time
+}
+
+type sim struct {
+	rng     *rand.Rand
+	cfg     Config
+	w       *State
+	now     time.Time
+	events  []Event
+	start   int // the current window's first event (its checkpoint)
+	next    int // the next event to offer
+	prefix  int // events of the window finished in its prefix
+	led     map[int64]*evLedger
+	ever    map[int64]bool
+	out     []delivery // sent to the handler, current, unanswered
+	history []delivery // every delivery sent
+	timers  []Redelivery
+	letters []Letter // being written
+	failed  []Letter // failed, to be written again
+
+	gen        uint64 // the machine's current handler as the simulation numbers it
+	hung, dead bool
+	told       bool // its stop told to the window
+	replacing  bool
+	respawnAt  time.Time
+	probe      uint64
+	probeAt    time.Time
+	checking   bool
+	draining   bool
+	unsure     bool
+	windows    int
+	carry      *Event             // the retry a reader stopped at once left its successor
+	gone       map[[2]uint64]bool // deliveries given up at this step
+
+	faults  bool
+	steps   int
+	tracing bool
+	trace   []string
+	broken  string
+}
+
+func newSim(seed uint64) *sim {
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	cfg := Config{
+		MaxInFlight: []int{1, 2, 3, 5}[rng.IntN(4)],
+		MaxAttempts: 2 + rng.IntN(3),
+		Timeout:     100 * time.Millisecond,
+		ProbeWait:   50 * time.Millisecond,
+		Backoff:     func(n int) time.Duration { return time.Duration(n) * 10 * time.Millisecond },
+	}
+	s := &sim{rng: rng, cfg: cfg, now: time.Unix(0, 0), faults: true}
+	streams := 1 + rng.IntN(4)
+	n := 5 + rng.IntN(25)
+	pos := int64(0)
+	for range n {
+		pos += 1 + int64(rng.IntN(3))
+		e := Event{Pos: pos, Stream: fmt.Sprintf("s%d", rng.IntN(streams))}
+		if rng.IntN(20) == 0 {
+			e.Err = errors.New("unreadable")
+		}
+		s.events = append(s.events, e)
+	}
+	s.ever = map[int64]bool{}
+	s.newWindow(nil)
+	return s
+}
+
+// newWindow starts a window (a reader) at the first event not in the
+// last one's finished prefix; carry, if not nil, is the retry its
+// predecessor left, with what the simulation knows of it.
+func (s *sim) newWindow(carry *Event) {
+	s.windows++
+	s.w = New(s.cfg)
+	s.start += s.prefix
+	s.next, s.prefix = s.start, 0
+	old := s.led
+	s.led = map[int64]*evLedger{}
+	if s.carry = carry; carry != nil {
+		l := old[carry.Pos]
+		s.led[carry.Pos] = &evLedger{sends: l.sends, own: l.own}
+	}
+	s.out, s.history, s.timers, s.letters, s.failed = nil, nil, nil, nil, nil
+	s.gen, s.hung, s.dead, s.told, s.replacing = 1, false, false, false, false
+	s.probe, s.checking, s.draining, s.unsure = 0, false, false, false
+	s.log("window %d starts at event %d", s.windows, s.start)
+}
+
+func (s *sim) log(f string, a ...any) {
+	if s.tracing {
+		s.trace = append(s.trace, fmt.Sprintf("%6d %s", s.now.Sub(time.Unix(0, 0)).Milliseconds(), fmt.Sprintf(f, a...)))
+	}
+}
+
+func (s *sim) fail(f string, a ...any) {
+	if s.broken == "" {
+		s.broken = fmt.Sprintf(f, a...)
+		s.log("FAILED: %s", s.broken)
+	}
+}
+
+func (s *sim) ev(pos int64) *evLedger {
+	l := s.led[pos]
+	if l == nil {
+		l = &evLedger{}
+		s.led[pos] = l
+	}
+	return l
+}
+
+func (s *sim) event(pos int64) Event {
+	for _, e := range s.events {
+		if e.Pos == pos {
+			return e
+		}
+	}
+	panic(pos)
+}
+
+// ready is whether the simulation lets a delivery go to the handler.
+func (s *sim) ready() bool { return !s.replacing && s.probe == 0 && !(s.dead && s.told) }
+
+// apply checks and carries out an input's effects; fromLease: the input
+// was a lease check's answer held.
+func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
+	if len(e.Sends) > 0 && !fromLease {
+		s.fail("sent %+v without a lease check", e.Sends)
+	}
+	if e.Replace != nil {
+		if !expectReplace {
+			s.fail("replaced handler %d, neither stopped nor unanswered to a probe", e.Replace.Old)
+		}
+		for _, d := range s.out {
+			if d.s.Handler == e.Replace.Old && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+				s.giveUp(d) // sent again to the successor, uncharged
+			}
+		}
+		s.replacing, s.probe = true, 0
+		s.respawnAt = s.now.Add(time.Duration(s.rng.IntN(60)) * time.Millisecond)
+		s.log("  replace handler %d (%d in a row)", e.Replace.Old, e.Replace.Fails)
+	} else if expectReplace {
+		s.fail("handler %d neither answered its probe nor is running, and is not replaced", s.gen)
+	}
+	for _, g := range e.GivenUp {
+		k := [2]uint64{g.ID, uint64(g.Attempt)}
+		if !s.gone[k] {
+			s.fail("gave up #%d a%d, not late nor sent again", g.ID, g.Attempt)
+		}
+		delete(s.gone, k)
+	}
+	if len(s.gone) > 0 {
+		s.fail("did not say it gave up %d deliveries", len(s.gone))
+	}
+	if f := e.Finished; f.Slots > 0 {
+		for i := range f.Slots {
+			k := s.start + s.prefix + i
+			if k >= s.next {
+				s.fail("the finished prefix passes the events taken")
+				return
+			}
+			if !s.ev(s.events[k].Pos).fin {
+				s.fail("the finished prefix passes event %d, unfinished", s.events[k].Pos)
+			}
+		}
+		s.prefix += f.Slots
+		s.log("  finished %d through %d", f.Slots, f.Through)
+	}
+	for _, l := range e.Letters {
+		led := s.ev(l.Pos)
+		want := led.sends
+		if s.event(l.Pos).Err != nil {
+			want = 0
+		}
+		if l.Attempts != want {
+			s.fail("dead letter of %d counts %d attempts, %d sent", l.Pos, l.Attempts, want)
+		}
+		if l.Budget && led.own < s.cfg.MaxAttempts {
+			s.fail("event %d dead-lettered for its budget after %d failures of its own (budget %d)", l.Pos, led.own, s.cfg.MaxAttempts)
+		}
+		if led.fin {
+			s.fail("dead-lettered event %d, finished", l.Pos)
+		}
+		led.letter = true
+		s.letters = append(s.letters, l)
+		s.log("  letter %d (%s)", l.Pos, l.Reason)
+	}
+	for _, r := range e.Redeliver {
+		for _, d := range s.history {
+			if l := s.ev(d.s.Pos); d.s.ID == r.ID && l.own >= s.cfg.MaxAttempts {
+				s.fail("event %d retried after %d failures of its own (budget %d)", d.s.Pos, l.own, s.cfg.MaxAttempts)
+				break
+			}
+		}
+		s.timers = append(s.timers, r)
+	}
+	if e.Probe != 0 {
+		s.probe, s.probeAt = e.Probe, s.now
+		s.log("  probe %d", e.Probe)
+	}
+	for _, d := range e.Sends {
+		s.sent(d)
+	}
+	if e.CheckLease {
+		s.checking = true
+	}
+	if e.Drained {
+		s.drained()
+	}
+}
+
+func (s *sim) sent(d Send) {
+	s.log("  send %d#%d a%d f%d to %d", d.Pos, d.ID, d.Attempt, d.Free, d.Handler)
+	if !s.ready() {
+		s.fail("sent %d to a handler not ready (replacing %v, probe %d, stopped %v)", d.Pos, s.replacing, s.probe, s.dead && s.told)
+	}
+	if d.Handler != s.gen {
+		s.fail("sent %d to handler %d, not the current %d", d.Pos, d.Handler, s.gen)
+	}
+	e := s.event(d.Pos)
+	if e.Err != nil {
+		s.fail("sent unreadable event %d to the handler", d.Pos)
+	}
+	led := s.ev(d.Pos)
+	if led.fin {
+		s.fail("sent event %d, finished", d.Pos)
+	}
+	unfinished := map[int64]bool{}
+	for k := s.start; k < s.next; k++ {
+		o := s.events[k]
+		if o.Pos < d.Pos && o.Stream == e.Stream && !s.ev(o.Pos).fin {
+			s.fail("sent %d while %d of its stream %s is unfinished", d.Pos, o.Pos, e.Stream)
+		}
+	}
+	for _, o := range s.out {
+		if o.s.Pos == d.Pos {
+			s.fail("sent %d again while attempt %d is out", d.Pos, o.s.Attempt)
+		}
+	}
+	for k := s.start; k < s.next; k++ {
+		p := s.events[k].Pos
+		if l := s.led[p]; (l != nil && l.sends > 0 && !l.fin) || p == d.Pos {
+			unfinished[p] = true
+		}
+	}
+	if len(unfinished) > s.cfg.MaxInFlight {
+		s.fail("%d events sent and unfinished, MaxInFlight %d", len(unfinished), s.cfg.MaxInFlight)
+	}
+	if s.draining && led.retried {
+		led.drainResends++
+		if led.drainResends > 1 {
+			s.fail("the drain sent the retry of %d twice", d.Pos)
+		}
+	}
+	if d.Attempt != led.sends {
+		s.fail("sent %d as attempt %d, its attempt %d", d.Pos, d.Attempt, led.sends)
+	}
+	led.sends++
+	led.retried = false
+	dl := delivery{s: d, sentAt: s.now}
+	s.out = append(s.out, dl)
+	s.history = append(s.history, dl)
+}
+
+func (s *sim) drained() {
+	s.log("  drained")
+	if !s.draining {
+		s.fail("drained without a drain")
+	}
+	if len(s.out) > 0 || len(s.letters) > 0 || len(s.failed) > 0 {
+		s.fail("drained with %d deliveries and %d letters out", len(s.out), len(s.letters)+len(s.failed))
+	}
+	if !s.unsure {
+		first := -1
+		for k := s.start + s.prefix; k < s.next; k++ {
+			l := s.ev(s.events[k].Pos)
+			if first < 0 && !l.fin {
+				first = k
+			}
+			if first >= 0 && l.fin {
+				f := s.ev(s.events[first].Pos)
+				if f.drainResends != 1 || !f.retried {
+					s.fail("the drain left %d unfinished with %d finished after it (the next owner repeats it)",
+						s.events[first].Pos, s.events[k].Pos)
+				}
+				break
+			}
+		}
+	}
+	for k := s.start; k < s.next; k++ {
+		if p := s.events[k].Pos; s.ev(p).fin {
+			s.ever[p] = true
+		}
+	}
+	s.newWindow(nil)
+}
+
+// giveUp drops a delivery the window must say it gave up (late, or
+// sent again to a successor).
+func (s *sim) giveUp(d delivery) {
+	s.out = without(s.out, d)
+	s.gone[[2]uint64{d.s.ID, uint64(d.s.Attempt)}] = true
+}
+
+func without(ds []delivery, d delivery) []delivery {
+	out := ds[:0:0]
+	for _, o := range ds {
+		if o.s.ID != d.s.ID || o.s.Attempt != d.s.Attempt {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// step runs one step; false once everything is finished (faults off).
+func (s *sim) step() bool {
+	s.steps++
+	s.gone = map[[2]uint64]bool{}
+	if !s.faults && s.next == len(s.events) && s.w.Len() == 0 && !s.checking {
+		return false
+	}
+	expect := false
+	for {
+		switch s.rng.IntN(15) {
+		case 0: // events come
+			if s.next == len(s.events) || s.draining {
+				continue
+			}
+			k := min(len(s.events), s.next+1+s.rng.IntN(3))
+			offer := append([]Event(nil), s.events[s.next:k]...)
+			if c := s.carry; c != nil && offer[0].Pos == c.Pos {
+				offer[0] = *c
+			}
+			n, e := s.w.Take(offer)
+			if n > 0 {
+				s.carry = nil
+			}
+			s.log("take %d of %d: %s", n, k-s.next, s.w)
+			s.next += n
+			if s.next-s.start-s.prefix > s.cfg.MaxInFlight {
+				s.fail("the window holds %d events, MaxInFlight %d", s.next-s.start-s.prefix, s.cfg.MaxInFlight)
+			}
+			s.apply(e, false, false)
+		case 1, 2: // a lease check answered
+			if !s.checking {
+				continue
+			}
+			held := !s.faults || s.rng.IntN(40) != 0
+			s.checking = false
+			e := s.w.Lease(s.now, held)
+			if !held {
+				s.draining, s.unsure = true, true
+			}
+			s.log("lease held %v: %s", held, s.w)
+			s.apply(e, held, false)
+		case 3, 4: // the handler answers
+			if len(s.out) == 0 || s.hung || s.dead {
+				continue
+			}
+			d := s.out[s.rng.IntN(len(s.out))]
+			if d.s.Handler != s.gen {
+				continue
+			}
+			s.out = without(s.out, d)
+			a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Acked}
+			if s.faults {
+				a.Outcome = []Outcome{Acked, Acked, Acked, Retry, Retry, Panicked, DeadLettered}[s.rng.IntN(7)]
+				a.After = time.Duration(s.rng.IntN(50)) * time.Millisecond
+			}
+			led := s.ev(d.s.Pos)
+			switch a.Outcome {
+			case Acked:
+				led.fin = true
+			case Retry, Panicked:
+				led.own++
+				led.retried = true
+			}
+			a.Committed = a.Outcome == Acked && s.rng.IntN(5) == 0
+			e := s.w.Answered(s.now, a)
+			s.log("answer %d#%d a%d %s: %s", d.s.Pos, d.s.ID, d.s.Attempt, a.Outcome, s.w)
+			if a.Committed != (e.Finished.Committed == d.s.Pos) {
+				s.fail("an ack committed %v of %d reports committed %d", a.Committed, d.s.Pos, e.Finished.Committed)
+			}
+			s.apply(e, false, false)
+		case 5: // time passes; the timer ticks
+			s.now = s.now.Add(time.Duration(1+s.rng.IntN(40)) * time.Millisecond)
+			if s.probe != 0 && s.now.Sub(s.probeAt) >= s.cfg.ProbeWait {
+				expect = true
+				for _, d := range s.out {
+					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+						s.giveUp(d)
+					}
+				}
+			}
+			for _, d := range s.out {
+				if s.now.Sub(d.sentAt) >= s.cfg.Timeout {
+					s.giveUp(d)
+					l := s.ev(d.s.Pos)
+					l.own++
+					l.retried = true
+				}
+			}
+			e := s.w.Tick(s.now)
+			s.log("tick: %s", s.w)
+			s.apply(e, false, expect)
+		case 6: // a redelivery is due
+			var due []Redelivery
+			for _, r := range s.timers {
+				if !r.At.After(s.now) {
+					due = append(due, r)
+				}
+			}
+			if len(due) == 0 {
+				continue
+			}
+			r := due[s.rng.IntN(len(due))]
+			kept := s.timers[:0:0]
+			for _, o := range s.timers {
+				if o != r {
+					kept = append(kept, o)
+				}
+			}
+			s.timers = kept
+			e := s.w.Redeliver(s.now, r.ID, r.Attempt)
+			s.log("redeliver #%d a%d: %s", r.ID, r.Attempt, s.w)
+			s.apply(e, false, false)
+		case 7: // a dead letter is written, or fails
+			if len(s.letters) == 0 {
+				continue
+			}
+			i := s.rng.IntN(len(s.letters))
+			l := s.letters[i]
+			s.letters = append(s.letters[:i:i], s.letters[i+1:]...)
+			if s.faults && s.rng.IntN(3) == 0 {
+				s.failed = append(s.failed, l)
+				e := s.w.LetterFailed(l.ID)
+				s.log("letter %d fails: %s", l.Pos, s.w)
+				s.apply(e, false, false)
+				break
+			}
+			s.ev(l.Pos).fin = true
+			e := s.w.LetterWritten(l.ID)
+			s.log("letter %d written: %s", l.Pos, s.w)
+			s.apply(e, false, false)
+		case 8: // a failed letter is written again
+			if len(s.failed) == 0 {
+				continue
+			}
+			l := s.failed[0]
+			s.failed = s.failed[1:]
+			e := s.w.RewriteLetter(l.ID)
+			s.log("rewrite letter %d: %s", l.Pos, s.w)
+			if len(e.Letters) != 1 {
+				s.fail("a failed letter is not written again")
+			}
+			s.letters = append(s.letters, e.Letters...)
+		case 9: // the handler answers its probe, or spawns again
+			if s.replacing && !s.now.Before(s.respawnAt) {
+				s.replacing, s.hung, s.dead, s.told = false, false, false, false
+				s.gen++
+				e := s.w.HandlerSpawned()
+				s.log("handler %d spawned: %s", s.gen, s.w)
+				s.apply(e, false, false)
+				break
+			}
+			if s.probe == 0 || s.hung || s.dead {
+				continue
+			}
+			p := s.probe
+			s.probe = 0
+			e := s.w.ProbeAnswered(p)
+			s.log("probe %d answered: %s", p, s.w)
+			s.apply(e, false, false)
+		case 10: // the handler hangs, dies, or its stop is told
+			if s.replacing {
+				continue
+			}
+			if s.dead && !s.told {
+				s.told = true
+				for _, d := range s.out {
+					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+						s.giveUp(d)
+					}
+				}
+				e := s.w.HandlerStopped(s.now, s.gen)
+				s.log("handler %d stopped: %s", s.gen, s.w)
+				s.apply(e, false, true)
+				break
+			}
+			if !s.faults || s.hung || s.dead || s.rng.IntN(4) != 0 {
+				continue
+			}
+			if s.rng.IntN(2) == 0 {
+				s.hung = true
+				s.log("handler %d hangs", s.gen)
+			} else {
+				s.dead = true
+				s.log("handler %d dies", s.gen)
+			}
+		case 11: // a drain
+			if !s.faults || s.draining || s.rng.IntN(8) != 0 {
+				continue
+			}
+			s.draining = true
+			e := s.w.Drain()
+			s.log("drain: %s", s.w)
+			s.apply(e, false, false)
+		case 12: // a stale answer
+			if len(s.history) == 0 {
+				continue
+			}
+			d := s.history[s.rng.IntN(len(s.history))]
+			current := false
+			for _, o := range s.out {
+				current = current || (o.s.ID == d.s.ID && o.s.Attempt == d.s.Attempt)
+			}
+			if current {
+				continue
+			}
+			before := s.w.String()
+			e := s.w.Answered(s.now, Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Outcome(s.rng.IntN(4))})
+			if after := s.w.String(); after != before || !reflect.DeepEqual(e, Effects{}) {
+				s.fail("a stale answer to %d#%d a%d changed the window: %s -> %s, %+v", d.s.Pos, d.s.ID, d.s.Attempt, before, after, e)
+			}
+		case 14: // the reader is stopped at once (a restart), and its successor starts at its prefix
+			if !s.faults || s.rng.IntN(10) != 0 {
+				continue
+			}
+			left, ok := s.w.Left()
+			var want *evLedger
+			if k := s.start + s.prefix; k < s.next {
+				if l := s.ev(s.events[k].Pos); l.sends > 0 && !l.fin && !l.letter {
+					want = l
+				}
+			}
+			switch {
+			case want != nil && !ok:
+				s.fail("a reader stopped at once leaves no retry of event %d, delivered %d times", s.events[s.start+s.prefix].Pos, want.sends)
+			case want == nil && ok:
+				s.fail("a reader stopped at once leaves %+v, not delivered or finished", left)
+			case ok && left.Attempt != want.sends:
+				s.fail("a reader stopped at once leaves event %d at attempt %d, delivered %d times", left.Pos, left.Attempt, want.sends)
+			}
+			s.log("restart: %s leaves %+v %v", s.w, left, ok)
+			for k := s.start; k < s.next; k++ {
+				if p := s.events[k].Pos; s.ev(p).fin {
+					s.ever[p] = true
+				}
+			}
+			if s.carry != nil && !ok {
+				ok, left = true, *s.carry // not taken yet: passed on
+			}
+			if ok {
+				s.newWindow(&left)
+			} else {
+				s.newWindow(nil)
+			}
+		case 13: // the clock jumps
+			s.now = s.now.Add(time.Duration(s.rng.IntN(150)) * time.Millisecond)
+			continue
+		}
+		return true
+	}
+}
+
+func (s *sim) run() string {
+	for range 60 + s.rng.IntN(300) {
+		s.step()
+		if s.broken != "" {
+			return s.broken
+		}
+	}
+	s.faults = false
+	s.log("the faults stop")
+	for s.step() {
+		if s.broken != "" {
+			return s.broken
+		}
+		if s.steps > 50000 {
+			s.fail("no end after %d steps: %s", s.steps, s.w)
+			return s.broken
+		}
+	}
+	for k := s.start; k < s.next; k++ {
+		if p := s.events[k].Pos; s.ev(p).fin {
+			s.ever[p] = true
+		}
+	}
+	for _, e := range s.events {
+		if !s.ever[e.Pos] {
+			s.fail("lost: event %d never finished", e.Pos)
+			break
+		}
+	}
+	return s.broken
+}
+
+func replay(seed uint64) *sim {
+	s := newSim(seed)
+	s.tracing = true
+	s.broken = s.run()
+	return s
+}
+
+func theSim() simrun.Sim {
+	var fs []simrun.Fault
+	for _, m := range faults {
+		fs = append(fs, simrun.Fault{Name: m.name, Set: func() func() {
+			fault = m.fault
+			return func() { fault = faultNone }
+		}})
+	}
+	return simrun.Sim{
+		Check: func(seed uint64) string { return newSim(seed).run() },
+		Replay: func(seed uint64) simrun.Run {
+			s := replay(seed)
+			return simrun.Run{Failed: s.broken, Trace: s.trace,
+				About: fmt.Sprintf("MaxInFlight %d, MaxAttempts %d, %d events", s.cfg.MaxInFlight, s.cfg.MaxAttempts, len(s.events))}
+		},
+		Faults: fs,
+	}
+}
+
+// TestSim runs the simulation over many seeds; a failing seed prints its
+// trace's tail and replays with -seed.
+func TestSim(t *testing.T) { flags.TestSim(t, theSim()) }
+
+// faults are the window's past bugs, and mutations of its rules, by name
+// (see fault).
+var faults = []struct {
+	name  string
+	fault faultKind
+}{
+	{"RetryUnchecked", faultRetryUnchecked},
+	{"LateReplaces", faultLateReplaces},
+	{"SendWhileProbing", faultSendWhileProbing},
+	{"StoppedIgnored", faultStoppedIgnored},
+	{"FreeNotGiven", faultFreeNotGiven},
+	{"FreeCharged", faultFreeCharged},
+	{"DrainLeavesRetries", faultDrainLeavesRetries},
+	{"DrainResendsForEver", faultDrainResendsForEver},
+	{"UnreadableSent", faultUnreadableSent},
+	{"AttemptIgnored", faultAttemptIgnored},
+	{"StreamJump", faultStreamJump},
+	{"OverAdmits", faultOverAdmits},
+	{"PrefixSkips", faultPrefixSkips},
+	{"LetterFailureFinishes", faultLetterFailureFinishes},
+	{"DrainEndsEarly", faultDrainEndsEarly},
+	{"TimeoutUncharged", faultTimeoutUncharged},
+	{"ProbeAnswerIgnored", faultProbeAnswerIgnored},
+	{"DrainEndsUnready", faultDrainEndsUnready},
+	{"LeftForgotten", faultLeftForgotten},
+	{"LeftCharged", faultLeftCharged},
+	{"BudgetOverspent", faultBudgetOverspent},
+}
+
+// TestSimFindsTheFaults re-injects each fault, one at a time, and
+// requires it found within the seeds TestSim runs.
+func TestSimFindsTheFaults(t *testing.T) { flags.TestSimFindsTheFaults(t, theSim()) }

@@ -1,0 +1,766 @@
+package window
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Config is what a window is built with.
+type Config struct {
+	// MaxInFlight is how many slots the window holds at most
+	// (GroupOptions.MaxInFlight); 1 delivers strictly one at a time.
+	MaxInFlight int
+	// MaxAttempts is the retry budget: an event whose charged attempts
+	// reach it is dead-lettered (RetryPolicy.MaxAttempts).
+	MaxAttempts int
+	// Timeout is how long a delivery may stay unanswered
+	// (GroupOptions.HandlerTimeout); ProbeWait how long a probed handler
+	// has to answer before it is taken for hung.
+	Timeout, ProbeWait time.Duration
+	// Backoff is the least wait before attempt n (counted from 0) of a
+	// retried event; nil waits nothing.
+	Backoff func(n int) time.Duration
+}
+
+// Event is an event the window takes, in position order.
+type Event struct {
+	Pos    int64
+	Stream string
+	// Err is set when the store holds the event but cannot give it back:
+	// it is dead-lettered with this reason, never sent to the handler.
+	Err error
+	// Attempt and Free are a retry a predecessor left (the actor's
+	// carried attempts): the slot starts at this attempt, Free of its
+	// attempts not charged to its budget.
+	Attempt, Free int
+}
+
+// Outcome is what a handler's answer to a delivery says.
+type Outcome uint8
+
+const (
+	// Acked: the event is handled.
+	Acked Outcome = iota
+	// Retry: try again after Answer.After at least (or a handler that
+	// answered with something that is not an answer).
+	Retry
+	// Panicked: the handler panicked; retried like Retry.
+	Panicked
+	// DeadLettered: the handler gave up on the event: dead-letter it.
+	DeadLettered
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	return [...]string{"ack", "retry", "panic", "dead-letter"}[o]
+}
+
+// Answer is a handler's answer to one delivery, naming it by ID and
+// Attempt (see [Send]).
+type Answer struct {
+	ID      uint64
+	Attempt int
+	Outcome Outcome
+	// After is the least wait a Retry asked for.
+	After  time.Duration
+	Reason string
+	// Committed: an ack whose handler wrote the checkpoint itself.
+	Committed bool
+}
+
+// Send is an effect: deliver the event to the handler, as attempt
+// Attempt of delivery ID. Its answer names both back.
+type Send struct {
+	ID      uint64
+	Attempt int
+	// Free of its attempts are not charged to its budget.
+	Free   int
+	Pos    int64
+	Stream string
+	// Handler is the handler it goes to (see [ReplaceHandler]).
+	Handler uint64
+}
+
+// Redelivery is an effect: call [State.Redeliver] with ID and Attempt at
+// At.
+type Redelivery struct {
+	ID      uint64
+	Attempt int
+	At      time.Time
+}
+
+// Letter is an effect: write the event's dead letter, and answer with
+// [State.LetterWritten] or [State.LetterFailed] naming ID.
+type Letter struct {
+	ID       uint64
+	Pos      int64
+	Stream   string
+	Reason   string
+	Attempts int
+	// Budget: its retry budget is spent (not a handler's dead letter or
+	// an unreadable event).
+	Budget bool
+}
+
+// ReplaceHandler is an effect: stop handler Old and spawn its successor
+// after the backoff for Fails replacements in a row, then call
+// [State.HandlerSpawned].
+type ReplaceHandler struct {
+	Old   uint64
+	Fails int
+	// Hung, when the handler is replaced for not answering its probe, is
+	// the late delivery that got it probed, sent at SentAt (for the
+	// actor's Warn log); nil when it stopped.
+	Hung   *Send
+	SentAt time.Time
+}
+
+// GivenUp is an effect: the window no longer waits for attempt Attempt
+// of delivery ID — Late: unanswered for Timeout, a failed attempt;
+// else sent again to a replaced handler's successor. Its context is
+// cancelled and its span ended.
+type GivenUp struct {
+	ID      uint64
+	Attempt int
+	Late    bool
+}
+
+// Finished is how far the window's finished prefix moved at an input.
+type Finished struct {
+	// Slots is how many leading slots finished (0: the prefix did not
+	// move); Through is the position of the last of them.
+	Slots   int
+	Through int64
+	// Committed, if not 0, is the position of an acked event whose
+	// handler wrote the checkpoint itself.
+	Committed int64
+}
+
+// Effects are what the actor carries out after an input, in this order:
+// the finished prefix to the checkpoint side, then the rest.
+type Effects struct {
+	// CheckLease: something is to be sent; check the lease and answer
+	// with [State.Lease]. Nothing is sent before.
+	CheckLease bool
+	Sends      []Send
+	Redeliver  []Redelivery
+	Letters    []Letter
+	// Probe, if not 0, is a probe to send the handler; its answer is
+	// [State.ProbeAnswered] with this number.
+	Probe    uint64
+	Replace  *ReplaceHandler
+	GivenUp  []GivenUp
+	Finished Finished
+	// Drained: a drain has nothing left with the handler or the store,
+	// and nothing more to send: the checkpoint side's last write may
+	// start (checkpointing.State.Drain).
+	Drained bool
+}
+
+type slotState uint8
+
+const (
+	waiting       slotState = iota // not sent, or to be sent again
+	sent                           // with the handler, unanswered
+	retrying                       // a redelivery is scheduled
+	deadLettering                  // its letter is being written
+	done
+)
+
+type letterState uint8
+
+const (
+	letterWriting letterState = iota
+	letterFailed
+)
+
+type slot struct {
+	id      uint64
+	ev      Event
+	state   slotState
+	attempt int
+	free    int
+	sentAt  time.Time
+	sent    Send   // the current attempt, as sent
+	to      uint64 // the handler the current attempt went to
+	letter  Letter
+	lstate  letterState
+	onDrain bool // a drain sent it once more at once
+	due     bool // a retry whose delay passed, waiting for the handler
+}
+
+// State is a reader's delivery window. The zero value is not usable: see
+// [New].
+type State struct {
+	cfg      Config
+	slots    []*slot // in position order
+	ids      uint64
+	handler  uint64 // the current handler; 0 while it is replaced
+	handlers uint64
+	fails    int // replacements since a handler last answered
+	probe    uint64
+	probeAt  time.Time
+	probeSnd Send      // the late delivery that got the handler probed
+	probeSnt time.Time // and when it was sent
+	probes   uint64
+	checking bool // a lease check is out
+	draining bool
+	unsure   bool
+}
+
+// New returns an empty window with handler 1 ready.
+func New(cfg Config) *State {
+	return &State{cfg: cfg, handler: 1, handlers: 1}
+}
+
+// Room is how many events [State.Take] takes now: none while draining.
+func (s *State) Room() int {
+	if s.draining {
+		return 0
+	}
+	n := s.cfg.MaxInFlight - len(s.slots)
+	if fault == faultOverAdmits {
+		n++
+	}
+	return max(n, 0)
+}
+
+// Take takes the first Room() events into the window and reports how
+// many it took.
+func (s *State) Take(events []Event) (int, Effects) {
+	n := min(len(events), s.Room())
+	for _, e := range events[:n] {
+		s.ids++
+		s.slots = append(s.slots, &slot{id: s.ids, ev: e, attempt: e.Attempt, free: e.Free})
+	}
+	var eff Effects
+	s.settle(&eff)
+	return n, eff
+}
+
+// ready reports whether deliveries may go to the handler: it exists and
+// no probe of it is out.
+func (s *State) ready() bool {
+	if fault == faultSendWhileProbing {
+		return s.handler != 0
+	}
+	return s.handler != 0 && s.probe == 0
+}
+
+// streams tracks, over one pass of the slots in order, the streams with
+// an unfinished slot so far: a slot is sent only when its stream has
+// none before it.
+type streams map[string]bool
+
+// free reports whether no slot before sl's of its stream is unfinished.
+func (b streams) free(sl *slot) bool { return fault == faultStreamJump || !b[sl.ev.Stream] }
+
+// pass records sl, passed over in the pass.
+func (b *streams) pass(sl *slot) {
+	if sl.state == done {
+		return
+	}
+	if *b == nil {
+		*b = streams{}
+	}
+	(*b)[sl.ev.Stream] = true
+}
+
+// sendable is the slots to send now, handler readiness aside: outside a
+// drain every waiting slot whose stream is free; in a drain the ones
+// sendOnDrain sends (see [State.Drain]).
+func (s *State) sendable() []*slot {
+	if s.unsure {
+		return nil
+	}
+	var out []*slot
+	var busy streams
+	if !s.draining {
+		for _, sl := range s.slots {
+			if sl.state == waiting && busy.free(sl) {
+				out = append(out, sl)
+			}
+			busy.pass(sl)
+		}
+		return out
+	}
+	if fault == faultDrainLeavesRetries {
+		return nil
+	}
+	last := -1 // the last slot that left the waiting state
+	for i, sl := range s.slots {
+		if sl.state != waiting {
+			last = i
+		}
+	}
+	for _, sl := range s.slots[:max(last, 0)] {
+		switch {
+		case sl.state == retrying && sl.onDrain && fault != faultDrainResendsForEver:
+			return out // left: what is sent after it would be repeated
+		case sl.state == retrying, sl.state == waiting && busy.free(sl):
+			out = append(out, sl)
+		}
+		busy.pass(sl)
+	}
+	return out
+}
+
+// Lease takes the answer of a lease check: held, what is to be sent goes;
+// not, the window drains under an unsure lease and sends nothing more.
+func (s *State) Lease(now time.Time, held bool) Effects {
+	var e Effects
+	if !s.checking {
+		return e
+	}
+	s.checking = false
+	if !held {
+		s.unsure, s.draining = true, true
+		s.settle(&e)
+		return e
+	}
+	s.sendNow(now, &e)
+	s.settle(&e)
+	return e
+}
+
+// Unsure takes a lease found unsure elsewhere (a failed store call's
+// check): the window drains and sends nothing more, as after
+// [State.Lease] not held.
+func (s *State) Unsure() Effects {
+	var e Effects
+	s.unsure, s.draining, s.checking = true, true, false
+	s.settle(&e)
+	return e
+}
+
+// sendNow sends what may be sent: an unreadable event is dead-lettered.
+func (s *State) sendNow(now time.Time, e *Effects) {
+	if !s.ready() {
+		return
+	}
+	for _, sl := range s.sendable() {
+		if s.draining && (sl.state == retrying || sl.due) {
+			sl.onDrain = true // a retry a drain sends: once
+		}
+		sl.due = false
+		if err := sl.ev.Err; err != nil && fault != faultUnreadableSent {
+			s.deadLetter(sl, err.Error(), 0, false, e)
+			continue
+		}
+		s.send(now, sl, e)
+	}
+}
+
+func (s *State) send(now time.Time, sl *slot, e *Effects) {
+	sl.state, sl.sentAt, sl.to = sent, now, s.handler
+	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler}
+	e.Sends = append(e.Sends, sl.sent)
+}
+
+// find returns the slot of delivery id.
+func (s *State) find(id uint64) *slot {
+	for _, sl := range s.slots {
+		if sl.id == id {
+			return sl
+		}
+	}
+	return nil
+}
+
+// Answered takes a handler's answer. One to an attempt the window no
+// longer waits for (timed out, sent again, or of a slot finished)
+// changes nothing.
+func (s *State) Answered(now time.Time, a Answer) Effects {
+	var e Effects
+	sl := s.find(a.ID)
+	if sl == nil || sl.state != sent || (a.Attempt != sl.attempt && fault != faultAttemptIgnored) {
+		return e
+	}
+	if a.Outcome != Panicked && sl.to == s.handler {
+		s.fails = 0 // the handler answers: replacements start over
+	}
+	switch a.Outcome {
+	case Acked:
+		sl.state = done
+		if a.Committed {
+			e.Finished.Committed = sl.ev.Pos
+		}
+	case DeadLettered:
+		s.deadLetter(sl, a.Reason, sl.attempt+1, false, &e)
+	default:
+		s.fail(now, sl, a.After, a.Reason, &e)
+	}
+	s.settle(&e)
+	return e
+}
+
+// fail charges a failed attempt: dead-lettered once the budget is spent,
+// else retried after the longer of after and the backoff.
+func (s *State) fail(now time.Time, sl *slot, after time.Duration, reason string, e *Effects) {
+	sl.attempt++
+	free := sl.free
+	if fault == faultFreeCharged {
+		free = 0
+	}
+	budget := s.cfg.MaxAttempts
+	if fault == faultBudgetOverspent {
+		budget++
+	}
+	if sl.attempt-free >= budget {
+		s.deadLetter(sl, fmt.Sprintf("retry budget of %d attempts spent; last: %s", s.cfg.MaxAttempts, reason),
+			sl.attempt, true, e)
+		return
+	}
+	if s.cfg.Backoff != nil {
+		after = max(after, s.cfg.Backoff(sl.attempt))
+	}
+	sl.state = retrying
+	e.Redeliver = append(e.Redeliver, Redelivery{ID: sl.id, Attempt: sl.attempt, At: now.Add(after)})
+}
+
+func (s *State) deadLetter(sl *slot, reason string, attempts int, budget bool, e *Effects) {
+	sl.state, sl.lstate = deadLettering, letterWriting
+	sl.letter = Letter{ID: sl.id, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Reason: reason, Attempts: attempts, Budget: budget}
+	e.Letters = append(e.Letters, sl.letter)
+}
+
+// Redeliver takes a retry's delay passed: the slot is sent again, after a
+// lease check like a first send, once the handler is ready. In a drain it
+// changes nothing: the drain sends it at once, or leaves it.
+func (s *State) Redeliver(now time.Time, id uint64, attempt int) Effects {
+	var e Effects
+	sl := s.find(id)
+	if sl == nil || sl.state != retrying || sl.attempt != attempt || s.draining {
+		return e
+	}
+	if fault == faultRetryUnchecked && s.ready() {
+		s.send(now, sl, &e)
+		return e
+	}
+	sl.state, sl.due = waiting, true
+	s.settle(&e)
+	return e
+}
+
+// Tick acts on the clock: a probe unanswered for ProbeWait replaces the
+// handler; a delivery unanswered for Timeout counts as a retry and gets
+// the handler probed (nothing is sent until it answers).
+func (s *State) Tick(now time.Time) Effects {
+	var e Effects
+	if s.probe != 0 && now.Sub(s.probeAt) >= s.cfg.ProbeWait {
+		s.replace(now, &e)
+		hung := s.probeSnd
+		e.Replace.Hung, e.Replace.SentAt = &hung, s.probeSnt
+	}
+	for _, sl := range s.slots {
+		if sl.state != sent || now.Sub(sl.sentAt) < s.cfg.Timeout {
+			continue
+		}
+		if fault == faultLateReplaces && s.handler != 0 && sl.to == s.handler {
+			s.replace(now, &e)
+		}
+		if s.probe == 0 && s.handler != 0 && sl.to == s.handler {
+			s.probes++
+			s.probe, s.probeAt = s.probes, now
+			s.probeSnd, s.probeSnt = sl.sent, sl.sentAt
+			e.Probe = s.probe
+		}
+		e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt, Late: true})
+		if fault == faultTimeoutUncharged {
+			continue
+		}
+		s.fail(now, sl, 0, fmt.Sprintf("no answer within %v", s.cfg.Timeout), &e)
+	}
+	s.settle(&e)
+	return e
+}
+
+// ProbeAnswered takes a probe's answer: the handler is alive, and what
+// waited for it is sent.
+func (s *State) ProbeAnswered(seq uint64) Effects {
+	var e Effects
+	if seq == 0 || seq != s.probe || fault == faultProbeAnswerIgnored {
+		return e
+	}
+	s.probe = 0
+	s.settle(&e)
+	return e
+}
+
+// HandlerStopped takes handler h's end; the current one is replaced.
+func (s *State) HandlerStopped(now time.Time, h uint64) Effects {
+	var e Effects
+	if h != s.handler || h == 0 || fault == faultStoppedIgnored {
+		return e
+	}
+	s.replace(now, &e)
+	s.settle(&e)
+	return e
+}
+
+// replace gives up on the handler. Its deliveries not yet late go to its
+// successor, not charged: the fault was another event's.
+func (s *State) replace(now time.Time, e *Effects) {
+	old := s.handler
+	s.handler, s.probe = 0, 0
+	s.fails++
+	for _, sl := range s.slots {
+		if sl.state != sent || sl.to != old || now.Sub(sl.sentAt) >= s.cfg.Timeout {
+			continue // answered, or late: Tick charges it
+		}
+		e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt})
+		sl.attempt++
+		if fault != faultFreeNotGiven {
+			sl.free++
+		}
+		sl.state = waiting
+	}
+	e.Replace = &ReplaceHandler{Old: old, Fails: s.fails}
+}
+
+// HandlerSpawned takes the successor's start: what waited is sent to it.
+func (s *State) HandlerSpawned() Effects {
+	var e Effects
+	if s.handler != 0 {
+		return e
+	}
+	s.handlers++
+	s.handler = s.handlers
+	s.settle(&e)
+	return e
+}
+
+// LetterWritten takes a dead letter written: its slot is finished.
+func (s *State) LetterWritten(id uint64) Effects {
+	var e Effects
+	sl := s.find(id)
+	if sl == nil || sl.state != deadLettering || sl.lstate != letterWriting {
+		return e
+	}
+	sl.state = done
+	s.settle(&e)
+	return e
+}
+
+// LetterFailed takes a dead letter's write failed: the slot stays, and
+// [State.RewriteLetter] writes it again (or the actor fails).
+func (s *State) LetterFailed(id uint64) Effects {
+	var e Effects
+	sl := s.find(id)
+	if sl == nil || sl.state != deadLettering || sl.lstate != letterWriting {
+		return e
+	}
+	if fault == faultLetterFailureFinishes {
+		sl.state = done
+	} else {
+		sl.lstate = letterFailed
+	}
+	s.settle(&e)
+	return e
+}
+
+// RewriteLetter writes a failed dead letter again.
+func (s *State) RewriteLetter(id uint64) Effects {
+	var e Effects
+	sl := s.find(id)
+	if sl == nil || sl.state != deadLettering || sl.lstate != letterFailed {
+		return e
+	}
+	sl.lstate = letterWriting
+	e.Letters = append(e.Letters, sl.letter)
+	return e
+}
+
+// Drain starts a drain: nothing new is taken; among the slots before
+// the last one that left the waiting state, the waiting ones go once
+// their stream is free and the retrying ones at once, once (the next
+// owner would send them at once too); a retrying one answered Retry again
+// after that is left, and so is what follows it. The drain ends
+// ([Effects.Drained]) when nothing is with the handler or the store and
+// nothing more is to be sent — under an unsure lease, nothing is.
+func (s *State) Drain() Effects {
+	var e Effects
+	if s.draining {
+		return e
+	}
+	s.draining = true
+	s.settle(&e)
+	return e
+}
+
+// active counts the slots the handler or the store is working on.
+func (s *State) active() int {
+	n := 0
+	for _, sl := range s.slots {
+		if sl.state == sent || sl.state == deadLettering {
+			n++
+		}
+	}
+	return n
+}
+
+// settle ends every input: the finished prefix is dropped and reported,
+// a lease check asked if something is to be sent, and a drain's end
+// reported.
+func (s *State) settle(e *Effects) {
+	n := 0
+	for _, sl := range s.slots {
+		if sl.state != done {
+			if fault != faultPrefixSkips {
+				break
+			}
+			continue
+		}
+		e.Finished.Through = max(e.Finished.Through, sl.ev.Pos)
+		n++
+	}
+	if n > 0 {
+		e.Finished.Slots += n
+		if fault == faultPrefixSkips {
+			kept := s.slots[:0]
+			for _, sl := range s.slots {
+				if sl.state != done {
+					kept = append(kept, sl)
+				}
+			}
+			s.slots = kept
+		} else {
+			s.slots = append(s.slots[:0], s.slots[n:]...)
+		}
+	}
+	more := len(s.sendable()) > 0
+	if more && s.ready() && !s.checking {
+		s.checking = true
+		e.CheckLease = true
+	}
+	if s.draining && s.active() == 0 && (!more || fault == faultDrainEndsEarly || (fault == faultDrainEndsUnready && !s.ready())) {
+		e.Drained = true
+	}
+}
+
+// Left is the event a window stopped at once (a reader restarted, or
+// stopped by its coordinator) leaves its successor at the same epoch to
+// send as the retry it is: its first slot, if delivered and not finished.
+// One waiting out a retry (or to be sent again) keeps its attempts; one
+// with the handler gives its attempt up, not charged — the stop was not
+// the event's fault. The successor takes it with Event.Attempt and
+// Event.Free set.
+func (s *State) Left() (Event, bool) {
+	if len(s.slots) == 0 {
+		return Event{}, false
+	}
+	sl := s.slots[0]
+	e := sl.ev
+	switch {
+	case fault == faultLeftForgotten:
+		return Event{}, false
+	case sl.state == sent:
+		e.Attempt, e.Free = sl.attempt+1, sl.free+1
+		if fault == faultLeftCharged {
+			e.Free = sl.free
+		}
+	case sl.attempt > 0 && (sl.state == retrying || sl.state == waiting):
+		e.Attempt, e.Free = sl.attempt, sl.free
+	default:
+		return Event{}, false
+	}
+	return e, true
+}
+
+// Len is how many slots the window holds.
+func (s *State) Len() int { return len(s.slots) }
+
+// String is the window in one line, for diagnostics and the
+// simulation's trace.
+func (s *State) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "handler %d probe %d fails %d", s.handler, s.probe, s.fails)
+	if s.checking {
+		b.WriteString(" checking")
+	}
+	if s.draining {
+		b.WriteString(" draining")
+	}
+	if s.unsure {
+		b.WriteString(" unsure")
+	}
+	b.WriteString(" [")
+	for i, sl := range s.slots {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "#%d@%d/%s:%s a%d f%d", sl.id, sl.ev.Pos, sl.ev.Stream,
+			[...]string{"waiting", "sent", "retrying", "letter", "done"}[sl.state], sl.attempt, sl.free)
+		if sl.state == deadLettering && sl.lstate == letterFailed {
+			b.WriteString("!")
+		}
+		if sl.onDrain {
+			b.WriteString("d")
+		}
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// fault re-injects one of the window's past bugs (0: none), for the
+// simulation to find; set only by TestSimFindsTheFaults.
+var fault faultKind
+
+type faultKind uint8
+
+const (
+	faultNone faultKind = iota
+	// A retried delivery is sent without a lease check (9fe9fc6).
+	faultRetryUnchecked
+	// A late delivery replaces a handler that is alive, unprobed
+	// (f43cd9d).
+	faultLateReplaces
+	// Deliveries go to a probed handler (f43cd9d: nothing is sent
+	// meanwhile).
+	faultSendWhileProbing
+	// A stopped handler is not replaced (70b76e4).
+	faultStoppedIgnored
+	// Deliveries sent again to a replaced handler's successor are charged
+	// to their events' budgets (70b76e4).
+	faultFreeNotGiven
+	// The budget counts the free attempts too (the verdict ignores free).
+	faultFreeCharged
+	// A drain sends neither the retrying slots nor those waiting behind
+	// them (164e52c).
+	faultDrainLeavesRetries
+	// A drain sends a retrying slot again each time it answers Retry.
+	faultDrainResendsForEver
+	// An unreadable event is sent to the handler (f128c71).
+	faultUnreadableSent
+	// An answer is matched by delivery id only, not attempt.
+	faultAttemptIgnored
+	// A waiting slot is sent while an earlier one of its stream is
+	// unfinished.
+	faultStreamJump
+	// The window takes one event more than MaxInFlight.
+	faultOverAdmits
+	// The finished prefix counts finished slots past an unfinished one.
+	faultPrefixSkips
+	// A failed dead-letter write finishes its slot.
+	faultLetterFailureFinishes
+	// A drain ends with slots it still has to send.
+	faultDrainEndsEarly
+	// A delivery unanswered past the timeout is not counted as a retry:
+	// it waits for ever on a hung handler.
+	faultTimeoutUncharged
+	// A probe's answer does not resume the handler.
+	faultProbeAnswerIgnored
+	// A reader stopped at once leaves no retry: its successor at the
+	// same epoch sends the event as a first attempt (8de5870, b0fedd3).
+	faultLeftForgotten
+	// The attempt given up by a reader stopped at once is charged to the
+	// event's budget (b0fedd3: the stop was not its fault).
+	faultLeftCharged
+	// An event is retried once more than its budget.
+	faultBudgetOverspent
+	// A drain ends while the handler is probed or replaced, leaving what
+	// it would send to the handler once ready (actors/deliver.go today:
+	// sendOnDrain returns, maybeFinishDrain finds nothing active).
+	faultDrainEndsUnready
+)
