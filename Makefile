@@ -65,7 +65,7 @@ chaos:
 ## failing seed prints its trace's tail; `go test -run TestSim ./internal/<pkg>/
 ## -seed N` replays it whole.
 SIM_SEEDS ?= 20000
-SIM_PKGS := ./internal/readfeed/ ./internal/resizepart/ ./internal/coordplan/ ./internal/checkpointing/
+SIM_PKGS := ./internal/readfeed/ ./internal/resizepart/ ./internal/coordplan/ ./internal/checkpointing/ ./internal/window/
 sim:
 	$(GO) test -count=1 -timeout 0 -run '^TestSim$$' $(SIM_PKGS) -seeds $(SIM_SEEDS)
 
