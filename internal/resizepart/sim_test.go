@@ -592,10 +592,7 @@ func theSim(t testing.TB) simrun.Sim {
 		{"AnswerThenOlderTold", mutAnswerThenOlderTold},
 		{"AnswerOverridesToldOnce", mutAnswerOverridesToldOnce},
 	} {
-		fs = append(fs, simrun.Fault{Name: m.name, Set: func() func() {
-			mutation = m.mut
-			return func() { mutation = mutNone }
-		}})
+		fs = append(fs, simrun.Switch(m.name, &mutation, m.mut, mutNone))
 	}
 	return simrun.Sim{
 		Check: func(seed uint64) string { return newSim(t, seed).run() },

@@ -47,6 +47,16 @@ type Fault struct {
 	Set  func() (undo func())
 }
 
+// Switch makes a Fault whose Set turns the variable *v to on, and its
+// undo back to off: the usual way a simulation re-injects a past bug (a
+// package-level fault variable the code under test consults).
+func Switch[V any](name string, v *V, on, off V) Fault {
+	return Fault{Name: name, Set: func() func() {
+		*v = on
+		return func() { *v = off }
+	}}
+}
+
 // Sim is a simulation as the harness sees it.
 type Sim struct {
 	// Check runs a seed without keeping its trace, and returns the

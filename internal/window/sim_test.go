@@ -670,10 +670,7 @@ func replay(seed uint64) *sim {
 func theSim() simrun.Sim {
 	var fs []simrun.Fault
 	for _, m := range faults {
-		fs = append(fs, simrun.Fault{Name: m.name, Set: func() func() {
-			fault = m.fault
-			return func() { fault = faultNone }
-		}})
+		fs = append(fs, simrun.Switch(m.name, &fault, m.fault, faultNone))
 	}
 	return simrun.Sim{
 		Check: func(seed uint64) string { return newSim(seed).run() },
