@@ -134,21 +134,30 @@ func TestSteadyPassesOfManyStoresShareOneRoundTrip(t *testing.T) {
 	}
 }
 
-// TestABatchedPassThatFailsFailsNoOther: of three passes in one round
-// trip, the middle one's statements fail (its tables are gone); it fails,
-// and the passes before and behind it land.
-func TestABatchedPassThatFailsFailsNoOther(t *testing.T) {
+// storesOneOfWhichFails opens three steady stores on one held batcher:
+// first and last on a schema of their own, failing on another schema,
+// dropped before it returns (its passes fail on the server).
+func storesOneOfWhichFails(t *testing.T) (batcher *PassBatcher, first, failing, last *Store) {
+	t.Helper()
 	b := setup(t)
 	other := pgtest.NewSchema(t)
 	require.NoError(t, Migrate(context.Background(), b.pool, other))
 	pool, _ := countedPool(t)
-	batcher := heldBatcher(t, pool)
+	batcher = heldBatcher(t, pool)
 	opts := LeaseOptions{TTL: 30 * time.Second}
-	first := batchedStores(t, pool, b.schema, batcher, opts, "first")[0]
-	middle := batchedStores(t, pool, other, batcher, opts, "middle")[0]
-	last := batchedStores(t, pool, b.schema, batcher, opts, "last")[0]
+	first = batchedStores(t, pool, b.schema, batcher, opts, "first")[0]
+	failing = batchedStores(t, pool, other, batcher, opts, "failing")[0]
+	last = batchedStores(t, pool, b.schema, batcher, opts, "last")[0]
 	_, err := b.pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{other}.Sanitize()+" CASCADE")
 	require.NoError(t, err)
+	return batcher, first, failing, last
+}
+
+// TestABatchedPassThatFailsFailsNoOther: of three passes in one round
+// trip, the middle one's statements fail (its tables are gone); it fails,
+// and the passes before and behind it land.
+func TestABatchedPassThatFailsFailsNoOther(t *testing.T) {
+	batcher, first, middle, last := storesOneOfWhichFails(t)
 
 	var outs []<-chan passOut
 	for i, s := range []*Store{first, middle, last} {
@@ -172,16 +181,7 @@ func TestABatchedPassThatFailsFailsNoOther(t *testing.T) {
 // until the fault is cleared. (Found by a review: the failure left the
 // store steady.)
 func TestAStoreWhosePassFailedPassesOnItsOwnNext(t *testing.T) {
-	b := setup(t)
-	other := pgtest.NewSchema(t)
-	require.NoError(t, Migrate(context.Background(), b.pool, other))
-	pool, _ := countedPool(t)
-	batcher := heldBatcher(t, pool)
-	opts := LeaseOptions{TTL: 30 * time.Second}
-	first := batchedStores(t, pool, b.schema, batcher, opts, "first")[0]
-	failing := batchedStores(t, pool, other, batcher, opts, "failing")[0]
-	_, err := b.pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{other}.Sanitize()+" CASCADE")
-	require.NoError(t, err)
+	batcher, first, failing, _ := storesOneOfWhichFails(t)
 
 	fo := passInBackground(context.Background(), first)
 	queued(t, batcher, 1)

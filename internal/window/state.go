@@ -531,11 +531,21 @@ func (s *State) HandlerSpawned() Effects {
 	return e
 }
 
+// lettering returns id's slot while its dead letter is in state ls, or
+// nil (an answer to a letter no longer in that state changes nothing).
+func (s *State) lettering(id uint64, ls letterState) *slot {
+	sl := s.find(id)
+	if sl == nil || sl.state != deadLettering || sl.lstate != ls {
+		return nil
+	}
+	return sl
+}
+
 // LetterWritten takes a dead letter written: its slot is finished.
 func (s *State) LetterWritten(id uint64) Effects {
 	var e Effects
-	sl := s.find(id)
-	if sl == nil || sl.state != deadLettering || sl.lstate != letterWriting {
+	sl := s.lettering(id, letterWriting)
+	if sl == nil {
 		return e
 	}
 	sl.state = done
@@ -547,8 +557,8 @@ func (s *State) LetterWritten(id uint64) Effects {
 // [State.RewriteLetter] writes it again (or the actor fails).
 func (s *State) LetterFailed(id uint64) Effects {
 	var e Effects
-	sl := s.find(id)
-	if sl == nil || sl.state != deadLettering || sl.lstate != letterWriting {
+	sl := s.lettering(id, letterWriting)
+	if sl == nil {
 		return e
 	}
 	if fault == faultLetterFailureFinishes {
@@ -563,8 +573,8 @@ func (s *State) LetterFailed(id uint64) Effects {
 // RewriteLetter writes a failed dead letter again.
 func (s *State) RewriteLetter(id uint64) Effects {
 	var e Effects
-	sl := s.find(id)
-	if sl == nil || sl.state != deadLettering || sl.lstate != letterFailed {
+	sl := s.lettering(id, letterFailed)
+	if sl == nil {
 		return e
 	}
 	sl.lstate = letterWriting
