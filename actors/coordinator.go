@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/coordplan"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
@@ -119,10 +120,13 @@ func (h *handledMark) load() int64 {
 // event at once, as the retry it is, Attempt one above the last, charged
 // to the same budget; not as a new event. The same worker at the same
 // epoch delivers no event twice as a first attempt, and an event that
-// keeps failing across such stops still uses up its retry budget.
+// keeps failing across such stops still uses up its retry budget. One
+// whose dead letter was being written (letter) is not sent again: its
+// successor writes the letter again (an upsert on the event) and goes on.
 type leftRetry struct {
 	pos           int64
 	attempt, free int
+	letter        *eventsource.DeadLetter
 }
 
 // handledMarks is, by slot, the mark of what the slot's readers handled

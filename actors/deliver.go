@@ -56,6 +56,10 @@ type slot struct {
 	run *run
 	// drainSent: a drain sent it once more, at once (see sendOnDrain).
 	drainSent bool
+	// due: a retry whose delay passed while the handler was not ready,
+	// waiting for it; a drain sends it as the retry it is (see
+	// drainSends).
+	due bool
 }
 
 // last is the position of the slot's last event.
@@ -149,6 +153,10 @@ func (r *reader) pump(ctx actor.Context) {
 			if c := r.carried; c != nil && e.Position >= c.pos {
 				if e.Position == c.pos {
 					n.d.Attempt, n.s.free = c.attempt, c.free // a retry its predecessor left (see leftRetry)
+					if c.letter != nil {
+						dl := *c.letter // a dead letter it was writing: written again, not sent (see sendFirst)
+						n.s.dl = &dl
+					}
 				}
 				r.carried = nil
 			}
@@ -174,6 +182,14 @@ func (r *reader) pump(ctx actor.Context) {
 func (r *reader) sendFirst(ctx actor.Context, s *slot) {
 	r.win.busy[s.d.Event.Stream] = true
 	r.win.byID[s.d.id] = s
+	if s.dl != nil {
+		// Its predecessor at this epoch stopped while writing its dead
+		// letter: the letter is written again (an upsert on the event),
+		// and the event is not delivered again.
+		s.state = slotDeadLettering
+		r.writeDeadLetter(ctx, s)
+		return
+	}
 	if err := s.d.Event.Err; err != nil {
 		// The store holds the event but cannot give it back: no handler
 		// can take it, so it costs its bucket a dead letter.
@@ -196,7 +212,7 @@ func (r *reader) send(ctx actor.Context, s *slot) {
 	// costs no registration with it per delivery.
 	c, s.span = r.g.telemetry.startDelivery(context.Background(), s.d)
 	s.d.Context, s.cancel = context.WithCancel(c)
-	s.state, s.sentAt, s.to = slotSent, time.Now(), r.handler
+	s.state, s.sentAt, s.to, s.due = slotSent, time.Now(), r.handler, false
 	if r.g.opts.Batch.on() {
 		ctx.Request(r.handler, r.takeBatch(s))
 		return
@@ -216,7 +232,7 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 	if !r.handlerReady() {
 		// The handler is probed or replaced: the retry is sent once it
 		// answers the probe, or to its successor.
-		s.state = slotWaiting
+		s.state, s.due = slotWaiting, true
 		delete(r.win.busy, s.d.Event.Stream)
 		return
 	}
@@ -658,8 +674,8 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if r.sendOnDrain(ctx); r.stopped {
 		return
 	}
-	if r.win.active() > 0 {
-		return
+	if r.win.active() > 0 || len(r.drainSends()) > 0 {
+		return // with the handler, or to be sent once it is ready
 	}
 	e, done := r.cp.Drain(checkpointing.Env{Unsure: r.unsure != nil})
 	if r.cpDo(ctx, e); !done {
@@ -679,45 +695,24 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 }
 
 // sendOnDrain delivers, during a drain, the slots that keep the
-// checkpoint before events already sent: with MaxInFlight above 1, the
-// slots before the window's last one that left the waiting state. A slot
-// waiting behind an earlier event of its stream goes once its stream is
-// free, as it would have; a retrying one goes at once, not after its
-// backoff — the next reader of the bucket, which starts from the
-// checkpoint, would send it at once too — for one more attempt, charged
-// to its retry budget. Left, they would keep the checkpoint before the
-// events finished after them, and the next reader — the next owner after
-// a handoff or a graceful stop, the reader spawned after an overflow —
-// would deliver those again. The drain takes no new event, and each of
-// these is bounded, like the events in flight, by HandlerTimeout. A
-// retrying slot answered Retry again (or a panic, or no answer in time)
-// after its drain attempt is left, and so is everything after it not yet
-// sent: the next reader repeats what was finished after it (see
-// docs/guarantees.md). Nothing is sent under an unsure lease.
+// checkpoint before events already sent (see drainSends), once the
+// handler is ready: a drain that begins while it is probed or replaced
+// waits for its answer or its successor (beginDrain spawns one at once),
+// and ends only when nothing more is to be sent. Nothing is sent under an
+// unsure lease.
 func (r *reader) sendOnDrain(ctx actor.Context) {
-	if r.unsure != nil || !r.handlerReady() {
-		return // the handler is probed or replaced: pump calls again once it is ready
+	if !r.handlerReady() {
+		return // pump calls again once it is ready
 	}
-	last := -1 // the last slot that left the waiting state
-	for i, s := range r.win.slots {
-		if s.state != slotWaiting {
-			last = i
-		}
-	}
-	for _, s := range r.win.slots[:max(last, 0)] {
-		switch {
-		case s.state == slotRetrying && s.drainSent:
-			return // left: whatever is sent after it would be repeated
-		case s.state == slotRetrying, s.state == slotWaiting && !r.win.busy[s.d.Event.Stream]:
-		default:
-			continue
-		}
+	for _, s := range r.drainSends() {
 		if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
 			r.unsureLease(ctx, err)
 			return
 		}
+		if s.state == slotRetrying || s.due {
+			s.drainSent = true // the drain's one more attempt of a retried event
+		}
 		if s.state == slotRetrying {
-			s.drainSent = true
 			r.send(ctx, s)
 		} else {
 			r.sendFirst(ctx, s)
@@ -726,6 +721,64 @@ func (r *reader) sendOnDrain(ctx actor.Context) {
 			return
 		}
 	}
+}
+
+// drainSends is what a drain has to send now: with MaxInFlight above 1,
+// the slots before the window's last one that left the waiting state. A
+// slot waiting behind an earlier event of its stream goes once its stream
+// is free, as it would have; a retrying one (or one whose retry fell due
+// while the handler was away) goes at once, not after its backoff — the
+// next reader of the bucket, which starts from the checkpoint, would send
+// it at once too — for one more attempt, charged to its retry budget.
+// Left, they would keep the checkpoint before the events finished after
+// them, and the next reader — the next owner after a handoff or a
+// graceful stop, the reader spawned after an overflow — would deliver
+// those again. The drain takes no new event, and each of these is
+// bounded, like the events in flight, by HandlerTimeout. A retried slot
+// answered Retry again (or a panic, or no answer in time) after its drain
+// attempt is left, and so is everything after it not yet sent: the next
+// reader repeats what was finished after it (see docs/guarantees.md).
+// Nothing, under an unsure lease.
+func (r *reader) drainSends() []*slot {
+	if r.unsure != nil {
+		return nil
+	}
+	last := -1 // the last slot that left the waiting state
+	for i, s := range r.win.slots {
+		if s.state != slotWaiting {
+			last = i
+		}
+	}
+	var out []*slot
+	var taken map[string]bool // streams of slots taken here
+	for _, s := range r.win.slots[:max(last, 0)] {
+		stream := s.d.Event.Stream
+		switch {
+		case s.state == slotRetrying && s.drainSent:
+			return out // left: whatever is sent after it would be repeated
+		case s.state == slotRetrying:
+		case s.state == slotWaiting && !r.win.busy[stream] && !taken[stream]:
+		default:
+			continue
+		}
+		if taken == nil {
+			taken = map[string]bool{}
+		}
+		taken[stream] = true
+		out = append(out, s)
+	}
+	return out
+}
+
+// beginDrain starts a drain (a handoff, a graceful stop, an overflow). A
+// handler being replaced is spawned again at once, not after its backoff,
+// when the drain has something to send: the drain would wait for it.
+func (r *reader) beginDrain(ctx actor.Context) {
+	r.draining = true
+	if r.handler == nil && !r.stopped && len(r.drainSends()) > 0 {
+		r.spawnHandler(ctx)
+	}
+	r.maybeFinishDrain(ctx)
 }
 
 // unsureLease stops the reader once it can no longer be sure it holds its

@@ -197,9 +197,8 @@ func (r *reader) Receive(ctx actor.Context) {
 		// first the events in flight are finished and the checkpoint
 		// flushed, so that the next reader of the bucket repeats nothing.
 		r.overflowed = msg.Err
-		r.draining = true
 		r.g.setReaderState(r.bucket, readerOverflowed)
-		r.maybeFinishDrain(ctx)
+		r.beginDrain(ctx)
 	case *redeliver:
 		if msg.gen == r {
 			r.redeliver(ctx, msg.id)
@@ -245,8 +244,7 @@ func (r *reader) Receive(ctx actor.Context) {
 			r.pump(ctx)
 		}
 	case *drainReader:
-		r.draining = true
-		r.maybeFinishDrain(ctx)
+		r.beginDrain(ctx)
 	case inspectReader:
 		msg(r)
 	case *resizeTold:
@@ -561,8 +559,9 @@ func (r *reader) endOverflowed(err error) {
 // reader stops at once (a restart, or a stop by its coordinator) — of a
 // function handler's run, the event in hand, ended here (see run.end) —
 // whose attempt is given up, not charged to its budget: it was not the
-// event's fault. Else the one carried from a predecessor and not yet
-// taken into the window; nil if none.
+// event's fault; or one whose dead letter was being written, with the
+// letter, for the successor to write again. Else the one carried from a
+// predecessor and not yet taken into the window; nil if none.
 func (r *reader) leftRetry() *leftRetry {
 	if len(r.win.slots) == 0 {
 		return r.carried
@@ -581,6 +580,10 @@ func (r *reader) leftRetry() *leftRetry {
 		return l
 	case s.state == slotSent:
 		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt + 1, free: s.free + 1}
+	case s.state == slotDeadLettering && s.run == nil && len(s.batch) <= 1, s.state == slotWaiting && s.dl != nil:
+		// Its letter being written, or carried and not written again yet.
+		dl := *s.dl
+		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free, letter: &dl}
 	case s.d.Attempt > 0 && (s.state == slotRetrying || s.state == slotWaiting):
 		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -70,7 +71,7 @@ func TestARestartedReaderRedeliversNothingItAcked(t *testing.T) {
 	// The bucket's first two checkpoint writes fail with a raised
 	// exception (SQLSTATE P0001: not transient); the count survives their
 	// rollback.
-	_, err := store.Pool().Exec(ctx, refuseCheckpointWrites(q, 2))
+	_, err := store.Pool().Exec(ctx, refuseWrites(q, "checkpoints", 2))
 	require.NoError(t, err)
 	seed(t, store, "acct", 5, 30)
 	rec := newRecorder()
@@ -84,7 +85,7 @@ func TestARestartedReaderRedeliversNothingItAcked(t *testing.T) {
 	w := startWorker(t, schema, "w", o)
 	writes := func() int64 {
 		var n int64
-		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM `+q+`.refused`).Scan(&n))
+		require.NoError(t, store.Pool().QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM `+q+`.refused_checkpoints`).Scan(&n))
 		return n
 	}
 	pgtest.Eventually(t, waitLong, func() bool {
@@ -158,7 +159,7 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	ck, err := store.Pool().Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = ck.Rollback(ctx) }()
-	_, err = ck.Exec(ctx, `LOCK TABLE `+q+`.checkpoints IN EXCLUSIVE MODE; `+refuseCheckpointWrites(q, 1))
+	_, err = ck.Exec(ctx, `LOCK TABLE `+q+`.checkpoints IN EXCLUSIVE MODE; `+refuseWrites(q, "checkpoints", 1))
 	require.NoError(t, err)
 	appendOne("acct-1", "Seeded") // acked, not checkpointed: the reader keeps writing
 	pgtest.Eventually(t, waitLong, func() bool {
@@ -192,19 +193,73 @@ func TestAReaderRestartedDuringARunRedeliversNothingTheRunFinished(t *testing.T)
 	require.Equal(t, []int{0, 1}, gated, "the held event's attempts")
 }
 
-// refuseCheckpointWrites is the SQL that makes the first n checkpoint
-// writes in schema q (quoted) fail with a raised exception (SQLSTATE
-// P0001: not transient); the sequence q.refused counts the writes tried,
+// refuseWrites is the SQL that makes the first n writes of rows of
+// table in schema q (quoted) fail with a raised exception (SQLSTATE P0001:
+// not transient); the sequence q.refused_<table> counts the writes tried,
 // and its count survives their rollback.
-func refuseCheckpointWrites(q string, n int) string {
-	return fmt.Sprintf(`CREATE SEQUENCE %[1]s.refused;
-		CREATE FUNCTION %[1]s.refuse_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
+func refuseWrites(q, table string, n int) string {
+	return fmt.Sprintf(`CREATE SEQUENCE %[1]s.refused_%[2]s;
+		CREATE FUNCTION %[1]s.refuse_%[2]s() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF nextval('%[1]s.refused') <= %[2]d THEN
-				RAISE EXCEPTION 'checkpoint write refused by the test';
+			IF nextval('%[1]s.refused_%[2]s') <= %[3]d THEN
+				RAISE EXCEPTION '%[2]s write refused by the test';
 			END IF;
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[1]s.checkpoints
-			FOR EACH ROW EXECUTE FUNCTION %[1]s.refuse_checkpoint()`, q, n)
+		CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[1]s.%[2]s
+			FOR EACH ROW EXECUTE FUNCTION %[1]s.refuse_%[2]s()`, q, table, n)
+}
+
+// A reader restarted while it writes an event's dead letter (the write
+// failed with an error that is not transient) leaves the letter to its
+// next incarnation at the same epoch, which writes it again and does not
+// deliver the event again. (Before, the next incarnation delivered the
+// event again from its first attempt, and with a retry budget each
+// restart ran it through the whole budget again.)
+func TestADeadLetterLeftByARestartedReaderIsWrittenNotDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	q := pgx.Identifier{schema}.Sanitize()
+	_, err := store.Pool().Exec(ctx, refuseWrites(q, "dead_letters", 1))
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var attempts []int // of the poison event, in delivery order
+	rec := newRecorder()
+	o := groupOpts("restartletter", 1, rec, "w")
+	o.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+		d, ok := ctx.Message().(*Delivery)
+		if !ok {
+			return
+		}
+		if d.Event.Type == "Poison" {
+			mu.Lock()
+			attempts = append(attempts, d.Attempt)
+			mu.Unlock()
+			ctx.Respond(DeadLetter{Reason: "cannot be handled"})
+			return
+		}
+		rec.begin("w", d.Event)
+		rec.end("w", d.Event)
+		ctx.Respond(Ack{})
+	})
+	w := startWorker(t, schema, "w", o)
+	_, err = store.Append(ctx, "acct-p", eventsource.Any, []eventsource.EventData{{Type: "Poison", Data: []byte(`{}`)}})
+	require.NoError(t, err)
+	seed(t, store, "acct", 3, 6)
+	letters := func() []eventsource.DeadLetter {
+		dl, err := store.DeadLetters(ctx, "restartletter", eventsource.DeadLetterFilter{})
+		require.NoError(t, err)
+		return dl
+	}
+	pgtest.Eventually(t, waitLong, func() bool { return len(letters()) == 1 && rec.distinct() == 6 },
+		"the poison event dead-lettered and the rest handled (letters %v, handled %d)%s",
+		observed(letters), observed(rec.distinct), observed(w.diagnose))
+	var tried int64
+	require.NoError(t, store.Pool().QueryRow(ctx, `SELECT last_value FROM `+q+`.refused_dead_letters`).Scan(&tried))
+	require.Equal(t, int64(2), tried, "the letter's write: refused once, then written again")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{0}, attempts, "the poison event delivered once: the restart wrote its letter again instead")
+	require.Equal(t, 1, letters()[0].Attempts)
 }
