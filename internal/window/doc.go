@@ -38,10 +38,14 @@
 //     once their stream is free and the retrying ones at once, once; one
 //     that fails again is left, with what follows it; the drain ends
 //     ([Effects.Drained]) once nothing is with the handler or the store
-//     and nothing more is to be sent;
+//     and nothing more is to be sent — one that begins while the handler
+//     is probed or replaced waits for it, and has a replaced one spawned
+//     at once ([Effects.SpawnNow]);
 //   - a stop at once ([State.Left]): the first slot, delivered and not
 //     finished, is left to the successor at the same epoch with its
-//     attempts, the one given up in flight not charged.
+//     attempts, the one given up in flight not charged; one whose dead
+//     letter is being written leaves the letter, written again by the
+//     successor, the event not sent again.
 //
 // Batches and function-handler runs (actors/batchdeliver.go,
 // actors/funcrun.go) are not modelled: a slot is one event.

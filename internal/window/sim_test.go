@@ -144,7 +144,7 @@ func (s *sim) newWindow(carry *Event) {
 	s.led = map[int64]*evLedger{}
 	if s.carry = carry; carry != nil {
 		l := old[carry.Pos]
-		s.led[carry.Pos] = &evLedger{sends: l.sends, own: l.own}
+		s.led[carry.Pos] = &evLedger{sends: l.sends, own: l.own, letter: carry.Letter != nil}
 	}
 	s.out, s.history, s.timers, s.letters, s.failed = nil, nil, nil, nil, nil
 	s.gen, s.hung, s.dead, s.told, s.replacing = 1, false, false, false, false
@@ -268,6 +268,13 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 	}
 	if e.CheckLease {
 		s.checking = true
+	}
+	if e.SpawnNow {
+		if !s.replacing {
+			s.fail("asked to spawn a handler while handler %d runs", s.gen)
+		}
+		s.respawnAt = s.now
+		s.log("  spawn now")
 	}
 	if e.Drained {
 		s.drained()
@@ -594,7 +601,7 @@ func (s *sim) step() bool {
 			left, ok := s.w.Left()
 			var want *evLedger
 			if k := s.start + s.prefix; k < s.next {
-				if l := s.ev(s.events[k].Pos); l.sends > 0 && !l.fin && !l.letter {
+				if l := s.ev(s.events[k].Pos); (l.sends > 0 || l.letter) && !l.fin {
 					want = l
 				}
 			}
@@ -603,7 +610,9 @@ func (s *sim) step() bool {
 				s.fail("a reader stopped at once leaves no retry of event %d, delivered %d times", s.events[s.start+s.prefix].Pos, want.sends)
 			case want == nil && ok:
 				s.fail("a reader stopped at once leaves %+v, not delivered or finished", left)
-			case ok && left.Attempt != want.sends:
+			case ok && want.letter != (left.Letter != nil):
+				s.fail("a reader stopped at once leaves event %d with letter %v, its letter being written %v", left.Pos, left.Letter, want.letter)
+			case ok && left.Letter == nil && left.Attempt != want.sends:
 				s.fail("a reader stopped at once leaves event %d at attempt %d, delivered %d times", left.Pos, left.Attempt, want.sends)
 			}
 			s.log("restart: %s leaves %+v %v", s.w, left, ok)
@@ -711,6 +720,8 @@ var faults = []struct {
 	{"TimeoutUncharged", faultTimeoutUncharged},
 	{"ProbeAnswerIgnored", faultProbeAnswerIgnored},
 	{"DrainEndsUnready", faultDrainEndsUnready},
+	{"LeftLetterForgotten", faultLeftLetterForgotten},
+	{"DueNotOnDrain", faultDueNotOnDrain},
 	{"LeftForgotten", faultLeftForgotten},
 	{"LeftCharged", faultLeftCharged},
 	{"BudgetOverspent", faultBudgetOverspent},

@@ -34,6 +34,10 @@ type Event struct {
 	// carried attempts): the slot starts at this attempt, Free of its
 	// attempts not charged to its budget.
 	Attempt, Free int
+	// Letter is a dead letter a predecessor was writing when it stopped
+	// at once (see [State.Left]): the slot writes it again, in its turn,
+	// and never sends the event.
+	Letter *Letter
 }
 
 // Outcome is what a handler's answer to a delivery says.
@@ -156,6 +160,10 @@ type Effects struct {
 	// and nothing more to send: the checkpoint side's last write may
 	// start (checkpointing.State.Drain).
 	Drained bool
+	// SpawnNow: a drain began while the handler is replaced, with
+	// something to send: spawn the successor at once, not after the
+	// backoff, and call [State.HandlerSpawned].
+	SpawnNow bool
 }
 
 type slotState uint8
@@ -340,10 +348,14 @@ func (s *State) sendNow(now time.Time, e *Effects) {
 		return
 	}
 	for _, sl := range s.sendable() {
-		if s.draining && (sl.state == retrying || sl.due) {
+		if s.draining && (sl.state == retrying || (sl.due && fault != faultDueNotOnDrain)) {
 			sl.onDrain = true // a retry a drain sends: once
 		}
 		sl.due = false
+		if l := sl.ev.Letter; l != nil {
+			s.deadLetter(sl, l.Reason, l.Attempts, l.Budget, e) // written again, never sent
+			continue
+		}
 		if err := sl.ev.Err; err != nil && fault != faultUnreadableSent {
 			s.deadLetter(sl, err.Error(), 0, false, e)
 			continue
@@ -595,6 +607,9 @@ func (s *State) Drain() Effects {
 		return e
 	}
 	s.draining = true
+	if s.handler == 0 && len(s.sendable()) > 0 {
+		e.SpawnNow = true // the drain would wait out the backoff
+	}
 	s.settle(&e)
 	return e
 }
@@ -654,7 +669,9 @@ func (s *State) settle(e *Effects) {
 // send as the retry it is: its first slot, if delivered and not finished.
 // One waiting out a retry (or to be sent again) keeps its attempts; one
 // with the handler gives its attempt up, not charged — the stop was not
-// the event's fault. The successor takes it with Event.Attempt and
+// the event's fault; one whose dead letter is being written leaves the
+// letter (Event.Letter), which the successor writes again instead of
+// sending the event. The successor takes it with Event.Attempt and
 // Event.Free set.
 func (s *State) Left() (Event, bool) {
 	if len(s.slots) == 0 {
@@ -672,6 +689,11 @@ func (s *State) Left() (Event, bool) {
 		}
 	case sl.attempt > 0 && (sl.state == retrying || sl.state == waiting):
 		e.Attempt, e.Free = sl.attempt, sl.free
+	case sl.state == deadLettering && fault != faultLeftLetterForgotten:
+		l := sl.letter
+		e.Attempt, e.Free, e.Letter = sl.attempt, sl.free, &l
+	case e.Letter != nil:
+		// A letter carried and not written again yet: carried on.
 	default:
 		return Event{}, false
 	}
@@ -770,7 +792,18 @@ const (
 	// An event is retried once more than its budget.
 	faultBudgetOverspent
 	// A drain ends while the handler is probed or replaced, leaving what
-	// it would send to the handler once ready (actors/deliver.go today:
-	// sendOnDrain returns, maybeFinishDrain finds nothing active).
+	// it would send to the handler once ready (actors/deliver.go before
+	// TestADrainWhileTheHandlerIsReplacedSendsWhatItMust: sendOnDrain
+	// returned, maybeFinishDrain found nothing active).
 	faultDrainEndsUnready
+	// A reader stopped at once while writing a dead letter leaves
+	// nothing: its successor sends the event again from its first
+	// attempt (actors/reader.go before
+	// TestADeadLetterLeftByARestartedReaderIsWrittenNotDeliveredAgain).
+	faultLeftLetterForgotten
+	// A retry whose delay passed while the handler was not ready is sent
+	// by a drain as a first send, and sent once more when it fails again
+	// (actors/deliver.go before
+	// TestADrainSendsARetryDueWhileTheHandlerWasAwayOnce).
+	faultDueNotOnDrain
 )
