@@ -397,7 +397,7 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 		Directive: actor.RestartDirective, Reason: why, Time: now, Attempt: r.handlerFails, Delay: delay,
 		Targets: []string{old.String()},
 	})
-	r.after(ctx, delay, &respawnHandler{gen: r})
+	r.after(ctx, delay, &respawnHandler{inc: r})
 }
 
 // spawnHandler starts a handler for the reader and watches it.
@@ -454,7 +454,7 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 		span.End(a.outcome, errors.New(reason))
 	}
 	s.state = slotRetrying
-	r.after(ctx, wait, &redeliver{gen: r, id: s.d.id})
+	r.after(ctx, wait, &redeliver{inc: r, id: s.d.id})
 	r.maybeFinishDrain(ctx)
 }
 
@@ -506,7 +506,7 @@ func (r *reader) writeDeadLetter(ctx actor.Context, s *slot) {
 	dl, id := *s.dl, s.d.id
 	r.async(ctx, func(c context.Context) any {
 		_, err := r.g.store.AddDeadLetter(c, dl)
-		return &deadLettered{gen: r, id: id, err: err}
+		return &deadLettered{inc: r, id: id, err: err}
 	})
 }
 
@@ -517,7 +517,7 @@ func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) {
 	}
 	if m.err != nil {
 		err := fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err)
-		if r.retryInPlace(ctx, err, &rewriteDeadLetter{gen: r, id: m.id}) {
+		if r.retryInPlace(ctx, err, &rewriteDeadLetter{inc: r, id: m.id}) {
 			return
 		}
 		panic(err)
@@ -607,7 +607,7 @@ func (r *reader) writeCheckpoint(ctx actor.Context, w checkpointing.Write) {
 			r.g.store.SawPosition(pos)
 			_, _ = r.g.store.CheckServer(c)
 		}
-		return &flushDone{gen: r, write: w.ID, err: err}
+		return &flushDone{inc: r, write: w.ID, err: err}
 	})
 }
 

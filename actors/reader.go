@@ -21,7 +21,10 @@ func (*liveBatch) OverflowBatch() {}
 // OverflowBytes is the batch's size for the queue's byte bounds.
 func (b *liveBatch) OverflowBytes() int64 { return b.Bytes }
 
-// Messages between a reader, its coordinator and itself.
+// Messages between a reader, its coordinator and itself. inc, in the
+// reader's own, is the incarnation that asked: a reader restarted by its
+// supervisor is a new *reader in the same actor, and drops what its
+// predecessor's calls answer.
 type (
 	// drainReader asks a reader to finish its in-flight event, flush its
 	// checkpoint and stop (handoff or graceful stop).
@@ -46,43 +49,43 @@ type (
 	}
 
 	checkpointLoaded struct {
-		gen *reader
+		inc *reader
 		pos int64
 		err error
 	}
 	pageRead struct {
-		gen    *reader
+		inc    *reader
 		read   uint64 // the readfeed.Read it answers
 		events []eventsource.RecordedEvent
 		bytes  int64
 		err    error
 	}
 	flushDone struct {
-		gen   *reader
+		inc   *reader
 		write uint64 // the checkpointing.Write it answers
 		err   error
 	}
 	deadLettered struct {
-		gen *reader
+		inc *reader
 		id  uint64
 		err error
 	}
 	redeliver struct {
-		gen *reader
+		inc *reader
 		id  uint64
 	}
-	flushTick      struct{ gen *reader }
-	respawnHandler struct{ gen *reader }
+	flushTick      struct{ inc *reader }
+	respawnHandler struct{ inc *reader }
 	// handlerGone follows a handler's Terminated, behind its answers.
 	handlerGone struct {
-		gen *reader
+		inc *reader
 		pid *actor.PID
 	}
 	// readAgain and rewriteDeadLetter retry a failed read or dead-letter
 	// write in place (see retryInPlace).
-	readAgain         struct{ gen *reader }
+	readAgain         struct{ inc *reader }
 	rewriteDeadLetter struct {
-		gen *reader
+		inc *reader
 		id  uint64
 	}
 	// inspectReader runs on the reader's goroutine with the reader: the
@@ -171,7 +174,7 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *actor.Restarting:
 		r.shutdown(ctx)
 	case *checkpointLoaded:
-		if msg.gen != r {
+		if msg.inc != r {
 			return
 		}
 		if msg.err != nil {
@@ -182,7 +185,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.carried = r.handled.takeLeft(r.cp.Acked())
 		r.feedDo(ctx, r.feed.Loaded(r.cp.Acked(), r.feedEnv())) // reads the first page
 	case *pageRead:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.onPage(ctx, msg)
 		}
 	case *liveBatch:
@@ -200,46 +203,46 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.g.setReaderState(r.bucket, readerOverflowed)
 		r.beginDrain(ctx)
 	case *redeliver:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.redeliver(ctx, msg.id)
 		}
 	case *deadLettered:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.onDeadLettered(ctx, msg)
 		}
 	case *flushDone:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.onFlushed(ctx, msg)
 		}
 	case *flushTick:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.cpDo(ctx, r.cp.Tick())
 			r.checkTimeouts(ctx)
 			r.report()
-			r.after(ctx, r.tick, &flushTick{gen: r})
+			r.after(ctx, r.tick, &flushTick{inc: r})
 		}
 	case *handlerReply:
 		r.onHandlerReply(ctx, msg)
 	case *actor.Terminated:
 		// A system message: it overtakes the handler's last answers, still
 		// queued. Act on it behind them.
-		ctx.Send(ctx.Self(), &handlerGone{gen: r, pid: msg.Who})
+		ctx.Send(ctx.Self(), &handlerGone{inc: r, pid: msg.Who})
 	case *probeAnswer:
 		r.onProbeAnswer(ctx, msg.seq)
 	case *handlerGone:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.onHandlerTerminated(ctx, msg.pid)
 		}
 	case *readAgain:
-		if msg.gen == r && !r.stopped {
+		if msg.inc == r && !r.stopped {
 			r.feedDo(ctx, r.feed.ReadAgain(r.feedEnv()))
 		}
 	case *rewriteDeadLetter:
-		if s := r.win.byID[msg.id]; msg.gen == r && !r.stopped && s != nil && s.state == slotDeadLettering {
+		if s := r.win.byID[msg.id]; msg.inc == r && !r.stopped && s != nil && s.state == slotDeadLettering {
 			r.writeDeadLetter(ctx, s)
 		}
 	case *respawnHandler:
-		if msg.gen == r && !r.stopped && r.handler == nil {
+		if msg.inc == r && !r.stopped && r.handler == nil {
 			r.spawnHandler(ctx)
 			r.pump(ctx)
 		}
@@ -250,19 +253,19 @@ func (r *reader) Receive(ctx actor.Context) {
 	case *resizeTold:
 		r.onResizeTold(ctx, msg)
 	case *proposed:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.onProposed(ctx, msg)
 		}
 	case *cutDrained:
-		if msg.gen == r {
+		if msg.inc == r {
 			r.onCutDrained(ctx, msg)
 		}
 	case *proposeAgain:
-		if msg.gen == r && !r.stopped {
+		if msg.inc == r && !r.stopped {
 			r.apply(ctx, r.part.Retry())
 		}
 	case *drainAgain:
-		if msg.gen == r && !r.stopped {
+		if msg.inc == r && !r.stopped {
 			r.apply(ctx, r.part.Retry())
 		}
 	}
@@ -298,16 +301,16 @@ func (r *reader) start(ctx actor.Context) {
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.size, Bucket: r.genBucket})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
-	r.after(ctx, r.tick, &flushTick{gen: r})
+	r.after(ctx, r.tick, &flushTick{inc: r})
 	r.report()
 	r.async(ctx, func(c context.Context) any {
 		// The index of the reader's generation (a no-op once built: a
 		// resize builds the new generation's before it is requested).
 		if err := r.g.store.EnsureConsumerGroupIndex(c, r.size); err != nil {
-			return &checkpointLoaded{gen: r, err: err}
+			return &checkpointLoaded{inc: r, err: err}
 		}
 		pos, err := r.g.store.Checkpoint(c, r.g.opts.Subscription, r.bucket)
-		return &checkpointLoaded{gen: r, pos: pos, err: err}
+		return &checkpointLoaded{inc: r, pos: pos, err: err}
 	})
 }
 
@@ -396,7 +399,7 @@ func (r *reader) readPage(ctx actor.Context, rd readfeed.Read) {
 			last = events[len(events)-1].Position
 		}
 		span.End(len(events), last, err)
-		return &pageRead{gen: r, read: rd.ID, events: events, bytes: readfeed.SizeOf(events), err: err}
+		return &pageRead{inc: r, read: rd.ID, events: events, bytes: readfeed.SizeOf(events), err: err}
 	})
 }
 
@@ -413,7 +416,7 @@ func (r *reader) readAhead() int64 {
 func (r *reader) onPage(ctx actor.Context, p *pageRead) {
 	if p.err != nil {
 		err := fmt.Errorf("kumi: bucket %d: catch-up read: %w", r.bucket, p.err)
-		if r.retryInPlace(ctx, err, &readAgain{gen: r}) {
+		if r.retryInPlace(ctx, err, &readAgain{inc: r}) {
 			return // still reading: readAgain reads the page again
 		}
 		panic(err)

@@ -48,17 +48,17 @@ type (
 	}
 	// proposed is ProposeCutFor's answer.
 	proposed struct {
-		gen   *reader
+		inc   *reader
 		bound leasestore.Bound
 		err   error
 	}
 	// proposeAgain and drainAgain retry a proposal or a drain that failed
 	// on a transient error.
-	proposeAgain struct{ gen *reader }
-	drainAgain   struct{ gen *reader }
+	proposeAgain struct{ inc *reader }
+	drainAgain   struct{ inc *reader }
 	// cutDrained is DrainCutTx's answer.
 	cutDrained struct {
-		gen *reader
+		inc *reader
 		err error
 	}
 	// readerCutDrained tells the coordinator that the reader drained its
@@ -134,7 +134,7 @@ func (r *reader) propose(ctx actor.Context, resize, cursor int64) {
 	slot, epoch := r.bucket, r.epoch
 	r.async(ctx, func(c context.Context) any {
 		b, err := r.g.leases.ProposeCutFor(c, slot, epoch, resize, cursor)
-		return &proposed{gen: r, bound: b, err: err}
+		return &proposed{inc: r, bound: b, err: err}
 	})
 }
 
@@ -145,7 +145,7 @@ func (r *reader) onProposed(ctx actor.Context, m *proposed) {
 			return
 		}
 		err := fmt.Errorf("kumi: bucket %d: propose a cut: %w", r.bucket, m.err)
-		if r.retryInPlace(ctx, err, &proposeAgain{gen: r}) {
+		if r.retryInPlace(ctx, err, &proposeAgain{inc: r}) {
 			return // still frozen: proposeAgain proposes again
 		}
 		panic(err)
@@ -187,7 +187,7 @@ func (r *reader) drainToCut(ctx actor.Context, resize, cut int64) {
 		err := pgx.BeginFunc(c, r.g.store.Pool(), func(tx pgx.Tx) error {
 			return r.g.leases.DrainCutTx(c, tx, slot, epoch, b)
 		})
-		return &cutDrained{gen: r, err: err}
+		return &cutDrained{inc: r, err: err}
 	})
 }
 
@@ -204,7 +204,7 @@ func (r *reader) onCutDrained(ctx actor.Context, m *cutDrained) {
 		r.lostFence(ctx, m.err)
 	default:
 		err := fmt.Errorf("kumi: bucket %d: drain to the cut: %w", r.bucket, m.err)
-		if r.retryInPlace(ctx, err, &drainAgain{gen: r}) {
+		if r.retryInPlace(ctx, err, &drainAgain{inc: r}) {
 			return // drainAgain drains again
 		}
 		panic(err)
