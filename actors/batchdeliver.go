@@ -8,11 +8,11 @@ import (
 	"github.com/kumi-run/kumi/observability"
 )
 
-// Batched deliveries (GroupOptions.Batch). A batch is one slot of the
+// Batched deliveries (GroupOptions.Batch). A batch is one entry of the
 // delivery window (MaxInFlight is 1) whose delivery, d, is that of the
 // batch's first event: timeouts, probes, handler replacement, retries and
-// dead letters act on it as on any slot, and charge the first event. When
-// the slot is sent, the events that follow in the pending list join it, up
+// dead letters act on it as on any entry, and charge the first event. When
+// the entry is sent, the events that follow in the pending list join it, up
 // to the batch's bounds; when it comes back unfinished, the events after
 // its first go back to the front of the pending list, in order, and join
 // it again when it is sent next. A batch that fails as a whole without
@@ -22,10 +22,10 @@ import (
 // are not. So the window never holds more than one
 // batch, and the checkpoint never passes an unfinished event.
 
-// takeBatch makes the batch of a slot about to be sent: its event and the
+// takeBatch makes the batch of an entry about to be sent: its event and the
 // pending events that follow, within Batch's bounds, up to an unreadable
-// one (dead-lettered on its own, as the first of a slot).
-func (r *reader) takeBatch(s *slot) *Batch {
+// one (dead-lettered on its own, as the first of an entry).
+func (r *reader) takeBatch(s *entry) *Batch {
 	o := r.g.opts.Batch
 	limit := o.MaxEvents
 	if s.alone {
@@ -53,9 +53,9 @@ func (r *reader) takeBatch(s *slot) *Batch {
 // eventSize is what an event counts against Batch.MaxBytes.
 func eventSize(e eventsource.RecordedEvent) int { return len(e.Data) + len(e.Metadata) }
 
-// unbatch gives the events of a slot's batch after its first back to the
+// unbatch gives the events of an entry's batch after its first back to the
 // front of the pending list, in order.
-func (r *reader) unbatch(s *slot) {
+func (r *reader) unbatch(s *entry) {
 	if len(s.batch) > 1 {
 		r.feed.PutBack(s.batch[1:])
 	}
@@ -63,12 +63,12 @@ func (r *reader) unbatch(s *slot) {
 }
 
 // settleBatch applies a batch's answer. The events it says are done are
-// acked (the whole batch: the slot finishes, and settled is true).
-// Otherwise the first event not done becomes the slot's, a new delivery
+// acked (the whole batch: the entry finishes, and settled is true).
+// Otherwise the first event not done becomes the entry's, a new delivery
 // with its own attempts, the events after it go back to pending, and next
 // is the answer for it: what BatchAck.Next says, or, for anything but a
 // BatchAck (a Retry, a panic, a timeout), a retry of the whole batch.
-func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, settled bool) {
+func (r *reader) settleBatch(ctx actor.Context, s *entry, res any) (next any, settled bool) {
 	m := classifyBatchAnswer(res, len(s.batch))
 	if m.warn != "" {
 		r.warnAnswer(m.warn, s, res)
@@ -81,7 +81,7 @@ func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, set
 		r.finish(ctx, s, m.committed)
 		return nil, true
 	case m.done > 0:
-		// The prefix is done. The slot is the window's only one, so the
+		// The prefix is done. The entry is the window's only one, so the
 		// acked position moves over it.
 		r.ackPrefix(ctx, s, m.done, m.committed)
 		s.alone = false
@@ -92,7 +92,7 @@ func (r *reader) settleBatch(ctx actor.Context, s *slot, res any) (next any, set
 
 // batchFailed: the batch failed as a whole, without saying where. It is
 // retried (answer says why) with its first event alone.
-func (r *reader) batchFailed(s *slot, answer any) (any, bool) {
+func (r *reader) batchFailed(s *entry, answer any) (any, bool) {
 	r.unbatch(s)
 	s.alone = true
 	return answer, false
@@ -101,10 +101,10 @@ func (r *reader) batchFailed(s *slot, answer any) (any, bool) {
 // ackPrefix moves the acked position over the first done events of s's
 // batch or run (committed: their checkpoint is written already, by the
 // handler's exactly-once commit) and makes the rest s's next delivery, a
-// first attempt of its head event under a new id. The slot is the
+// first attempt of its head event under a new id. The entry is the
 // window's only one (MaxInFlight 1), so the acked position moves over the
 // prefix.
-func (r *reader) ackPrefix(ctx actor.Context, s *slot, done int, committed bool) {
+func (r *reader) ackPrefix(ctx actor.Context, s *entry, done int, committed bool) {
 	a := checkpointing.Ack{Through: s.batch[done-1].Position, Events: done}
 	if committed {
 		a.Committed = a.Through

@@ -15,29 +15,29 @@ import (
 )
 
 // The delivery window. A reader takes events from its pending list, in
-// position order, into a window of at most MaxInFlight slots, and sends a
-// slot to the handler when no earlier event of the same stream is still
+// position order, into a window of at most MaxInFlight entries, and sends a
+// entry to the handler when no earlier event of the same stream is still
 // unfinished: per-stream order holds, and events of other streams need not
 // wait. The checkpoint moves over the finished prefix of the window only,
 // so it never passes an unfinished event. With MaxInFlight 1 (the default)
 // the reader delivers strictly one event at a time.
 
-type slotState uint8
+type entryState uint8
 
 const (
-	slotWaiting       slotState = iota // its stream has an earlier event unfinished
-	slotSent                           // the handler has it; no answer yet
-	slotRetrying                       // a redelivery is scheduled
-	slotDeadLettering                  // its dead letter is being written
-	slotDone
+	entryWaiting       entryState = iota // its stream has an earlier event unfinished
+	entrySent                            // the handler has it; no answer yet
+	entryRetrying                        // a redelivery is scheduled
+	entryDeadLettering                   // its dead letter is being written
+	entryDone
 )
 
-type slot struct {
+type entry struct {
 	// d is the delivery of the current attempt. It is handed to the
 	// handler as is; a retry makes a new one, so a handler that keeps a
 	// *Delivery never sees it change.
 	d      *Delivery
-	state  slotState
+	state  entryState
 	sentAt time.Time
 	span   observability.DeliverySpan
 	to     *actor.PID         // the handler the current attempt went to
@@ -46,7 +46,7 @@ type slot struct {
 	// again because the handler that had it was replaced for another
 	// event's fault.
 	free int
-	dl   *eventsource.DeadLetter // the row being written (slotDeadLettering)
+	dl   *eventsource.DeadLetter // the row being written (entryDeadLettering)
 	// batch holds the events of the batch sent (Batch.MaxEvents set);
 	// batch[0] is d.Event. See batchdeliver.go.
 	batch []eventsource.RecordedEvent
@@ -62,55 +62,55 @@ type slot struct {
 	due bool
 }
 
-// last is the position of the slot's last event.
-func (s *slot) last() int64 {
+// last is the position of the entry's last event.
+func (s *entry) last() int64 {
 	if n := len(s.batch); n > 0 {
 		return s.batch[n-1].Position
 	}
 	return s.d.Event.Position
 }
 
-// count is the number of the slot's events.
-func (s *slot) count() int { return max(len(s.batch), 1) }
+// count is the number of the entry's events.
+func (s *entry) count() int { return max(len(s.batch), 1) }
 
 // release cancels the current attempt's context.
-func (s *slot) release() {
+func (s *entry) release() {
 	if s.cancel != nil {
 		s.cancel()
 		s.cancel = nil
 	}
 }
 
-// newSlot is a slot and its first delivery, allocated together.
-type newSlot struct {
-	s slot
+// newEntry is an entry and its first delivery, allocated together.
+type newEntry struct {
+	s entry
 	d Delivery
 }
 
 type window struct {
-	slots []*slot          // in position order
-	byID  map[uint64]*slot // slots sent at least once
-	busy  map[string]bool  // streams with a slot sent, retrying or dead-lettering
-	runs  bool             // the handler takes runs (see funcrun.go)
+	entries []*entry          // in position order
+	byID    map[uint64]*entry // entries sent at least once
+	busy    map[string]bool   // streams with an entry sent, retrying or dead-lettering
+	runs    bool              // the handler takes runs (see funcrun.go)
 }
 
-// dropFinished removes the first n slots, keeping the array: the window
+// dropFinished removes the first n entries, keeping the array: the window
 // appends to it again (one allocation per event saved when events come one
 // at a time).
 func (w *window) dropFinished(n int) {
 	if n == 0 {
 		return
 	}
-	k := copy(w.slots, w.slots[n:])
-	clear(w.slots[k:]) // hold no finished delivery
-	w.slots = w.slots[:k]
+	k := copy(w.entries, w.entries[n:])
+	clear(w.entries[k:]) // hold no finished delivery
+	w.entries = w.entries[:k]
 }
 
-// active counts the slots the handler or the store is working on.
+// active counts the entries the handler or the store is working on.
 func (w *window) active() int {
 	n := 0
-	for _, s := range w.slots {
-		if s.state == slotSent || s.state == slotDeadLettering {
+	for _, s := range w.entries {
+		if s.state == entrySent || s.state == entryDeadLettering {
 			n++
 		}
 	}
@@ -119,9 +119,9 @@ func (w *window) active() int {
 
 // cancel ends the spans of unanswered deliveries when the reader stops.
 func (w *window) cancel() {
-	for _, s := range w.slots {
-		if s.state == slotSent {
-			s.state = slotWaiting
+	for _, s := range w.entries {
+		if s.state == entrySent {
+			s.state = entryWaiting
 			s.release()
 			if s.run != nil {
 				s.span = s.run.end().span // the event in hand, or the one not acked
@@ -132,20 +132,20 @@ func (w *window) cancel() {
 	}
 }
 
-// pump fills the window from the pending events and sends every slot whose
+// pump fills the window from the pending events and sends every entry whose
 // stream is free.
 func (r *reader) pump(ctx actor.Context) {
 	if r.win.byID == nil {
-		r.win.byID, r.win.busy = map[uint64]*slot{}, map[string]bool{}
+		r.win.byID, r.win.busy = map[uint64]*entry{}, map[string]bool{}
 	}
 	if r.stopped {
 		return
 	}
 	r.limitRuns()
 	if !r.draining {
-		for len(r.win.slots) < r.g.opts.MaxInFlight && len(r.feed.Pending()) > 0 && !r.beyondBound(r.feed.Pending()[0].Position) {
+		for len(r.win.entries) < r.g.opts.MaxInFlight && len(r.feed.Pending()) > 0 && !r.beyondBound(r.feed.Pending()[0].Position) {
 			e := r.feed.Take(1)[0]
-			n := &newSlot{d: Delivery{
+			n := &newEntry{d: Delivery{
 				Event: e, Subscription: r.g.opts.Subscription, Generation: r.generation, Bucket: r.genBucket, Epoch: r.epoch,
 				Fence: r.fence, id: answerIDs.Add(1), exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
 			}}
@@ -160,10 +160,10 @@ func (r *reader) pump(ctx actor.Context) {
 				}
 				r.carried = nil
 			}
-			r.win.slots = append(r.win.slots, &n.s)
+			r.win.entries = append(r.win.entries, &n.s)
 		}
-		for _, s := range r.win.slots {
-			if s.state != slotWaiting || r.win.busy[s.d.Event.Stream] || !r.handlerReady() {
+		for _, s := range r.win.entries {
+			if s.state != entryWaiting || r.win.busy[s.d.Event.Stream] || !r.handlerReady() {
 				continue // the handler is probed or replaced: sent once it answers, or to its successor
 			}
 			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
@@ -178,15 +178,15 @@ func (r *reader) pump(ctx actor.Context) {
 	r.maybeDrainToCut(ctx)
 }
 
-// sendFirst delivers a waiting slot whose stream is free.
-func (r *reader) sendFirst(ctx actor.Context, s *slot) {
+// sendFirst delivers a waiting entry whose stream is free.
+func (r *reader) sendFirst(ctx actor.Context, s *entry) {
 	r.win.busy[s.d.Event.Stream] = true
 	r.win.byID[s.d.id] = s
 	if s.dl != nil {
 		// Its predecessor at this epoch stopped while writing its dead
 		// letter: the letter is written again (an upsert on the event),
 		// and the event is not delivered again.
-		s.state = slotDeadLettering
+		s.state = entryDeadLettering
 		r.writeDeadLetter(ctx, s)
 		return
 	}
@@ -199,8 +199,8 @@ func (r *reader) sendFirst(ctx actor.Context, s *slot) {
 	r.send(ctx, s)
 }
 
-// send delivers a slot's event (again) to the handler.
-func (r *reader) send(ctx actor.Context, s *slot) {
+// send delivers an entry's event (again) to the handler.
+func (r *reader) send(ctx actor.Context, s *entry) {
 	if r.takesRuns() {
 		r.sendRun(ctx, s)
 		return
@@ -212,7 +212,7 @@ func (r *reader) send(ctx actor.Context, s *slot) {
 	// costs no registration with it per delivery.
 	c, s.span = r.g.telemetry.startDelivery(context.Background(), s.d)
 	s.d.Context, s.cancel = context.WithCancel(c)
-	s.state, s.sentAt, s.to, s.due = slotSent, time.Now(), r.handler, false
+	s.state, s.sentAt, s.to, s.due = entrySent, time.Now(), r.handler, false
 	if r.g.opts.Batch.on() {
 		ctx.Request(r.handler, r.takeBatch(s))
 		return
@@ -220,10 +220,10 @@ func (r *reader) send(ctx actor.Context, s *slot) {
 	ctx.Request(r.handler, s.d)
 }
 
-// redeliver sends a retried slot again once its delay has passed.
+// redeliver sends a retried entry again once its delay has passed.
 func (r *reader) redeliver(ctx actor.Context, id uint64) {
 	s := r.win.byID[id]
-	if s == nil || s.state != slotRetrying || r.stopped {
+	if s == nil || s.state != entryRetrying || r.stopped {
 		return
 	}
 	if r.draining {
@@ -232,7 +232,7 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 	if !r.handlerReady() {
 		// The handler is probed or replaced: the retry is sent once it
 		// answers the probe, or to its successor.
-		s.state, s.due = slotWaiting, true
+		s.state, s.due = entryWaiting, true
 		delete(r.win.busy, s.d.Event.Stream)
 		return
 	}
@@ -243,10 +243,10 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 	r.send(ctx, s)
 }
 
-// onHandlerReply matches a handler's answer to its slot.
+// onHandlerReply matches a handler's answer to its entry.
 func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
 	s := r.win.byID[m.id]
-	if s == nil || s.state != slotSent || m.attempt != s.d.Attempt || r.stopped {
+	if s == nil || s.state != entrySent || m.attempt != s.d.Attempt || r.stopped {
 		return // an answer to an attempt given up on (timeout), or to a stopped reader
 	}
 	if ru, isRun := m.msg.(*run); isRun && ru != s.run {
@@ -287,8 +287,8 @@ func (r *reader) checkTimeouts(ctx actor.Context) {
 		r.replaceHandler(ctx, fmt.Errorf("%w: event %s (stream %s, position %d) unanswered for %v",
 			errHandlerHung, late.id, late.stream, late.position, waited.Round(time.Millisecond)))
 	}
-	for _, s := range r.win.slots {
-		if s.state != slotSent || (s.run == nil && now.Sub(s.sentAt) < r.g.opts.HandlerTimeout) {
+	for _, s := range r.win.entries {
+		if s.state != entrySent || (s.run == nil && now.Sub(s.sentAt) < r.g.opts.HandlerTimeout) {
 			continue
 		}
 		if s.run != nil && !r.timeoutRun(ctx, s, now) {
@@ -362,8 +362,8 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 	ctx.Unwatch(old)
 	ctx.Stop(old)
 	now := time.Now()
-	for _, s := range r.win.slots {
-		if s.state != slotSent || !s.to.Equal(old) {
+	for _, s := range r.win.entries {
+		if s.state != entrySent || !s.to.Equal(old) {
 			continue // answered
 		}
 		if s.run != nil {
@@ -388,7 +388,7 @@ func (r *reader) replaceHandler(ctx actor.Context, why error) {
 		next := *s.d
 		next.Attempt++
 		s.d, s.free = &next, s.free+1
-		s.state = slotWaiting
+		s.state = entryWaiting
 		delete(r.win.busy, s.d.Event.Stream)
 	}
 	delay := r.g.opts.Retry.Backoff.Next(r.handlerFails)
@@ -411,8 +411,8 @@ func (r *reader) spawnHandler(ctx actor.Context) {
 	}
 }
 
-// onReply acts on the handler's answer (or its absence) for a slot.
-func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
+// onReply acts on the handler's answer (or its absence) for an entry.
+func (r *reader) onReply(ctx actor.Context, s *entry, res any, err error) {
 	s.release()
 	if s.run != nil {
 		var settled bool
@@ -440,7 +440,7 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 		r.warnAnswer(a.warn, s, res)
 	}
 	dead, wait, reason := retryVerdict(r.g.opts.Retry, s.d.Attempt, s.free, a.after, a.reason)
-	next := *s.d // a new delivery per attempt (see slot.d)
+	next := *s.d // a new delivery per attempt (see entry.d)
 	next.Attempt++
 	s.d = &next
 	if dead {
@@ -453,7 +453,7 @@ func (r *reader) onReply(ctx actor.Context, s *slot, res any, err error) {
 	} else {
 		span.End(a.outcome, errors.New(reason))
 	}
-	s.state = slotRetrying
+	s.state = entryRetrying
 	r.after(ctx, wait, &redeliver{inc: r, id: s.d.id})
 	r.maybeFinishDrain(ctx)
 }
@@ -477,11 +477,11 @@ type answerWarning struct {
 	msg    string
 }
 
-// warnAnswer logs msg for the slot's answer, unless the group logged it for
+// warnAnswer logs msg for the entry's answer, unless the group logged it for
 // the bucket already: a handler that never answers, or answers with the
 // wrong type, fails every event the same way, and one line per bucket
 // says it.
-func (r *reader) warnAnswer(msg string, s *slot, answer any) {
+func (r *reader) warnAnswer(msg string, s *entry, answer any) {
 	if _, done := r.g.answerWarned.LoadOrStore(answerWarning{r.bucket, msg}, struct{}{}); done {
 		return
 	}
@@ -489,10 +489,10 @@ func (r *reader) warnAnswer(msg string, s *slot, answer any) {
 		"stream", s.d.Event.Stream, "position", s.d.Event.Position, "handler_timeout", r.g.opts.HandlerTimeout)
 }
 
-// deadLetter records a slot's event, delivered attempts times, as a dead
-// letter; the slot finishes when the row is written.
-func (r *reader) deadLetter(ctx actor.Context, s *slot, reason string, attempts int) {
-	s.state = slotDeadLettering
+// deadLetter records an entry's event, delivered attempts times, as a dead
+// letter; the entry finishes when the row is written.
+func (r *reader) deadLetter(ctx actor.Context, s *entry, reason string, attempts int) {
+	s.state = entryDeadLettering
 	d := s.d
 	s.dl = &eventsource.DeadLetter{
 		Subscription: d.Subscription, Generation: d.Generation, Bucket: d.Bucket, EventID: d.Event.ID,
@@ -501,8 +501,8 @@ func (r *reader) deadLetter(ctx actor.Context, s *slot, reason string, attempts 
 	r.writeDeadLetter(ctx, s)
 }
 
-// writeDeadLetter writes a dead-lettering slot's row.
-func (r *reader) writeDeadLetter(ctx actor.Context, s *slot) {
+// writeDeadLetter writes a dead-lettering entry's row.
+func (r *reader) writeDeadLetter(ctx actor.Context, s *entry) {
 	dl, id := *s.dl, s.d.id
 	r.async(ctx, func(c context.Context) any {
 		_, err := r.g.store.AddDeadLetter(c, dl)
@@ -512,7 +512,7 @@ func (r *reader) writeDeadLetter(ctx actor.Context, s *slot) {
 
 func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) {
 	s := r.win.byID[m.id]
-	if s == nil || s.state != slotDeadLettering {
+	if s == nil || s.state != entryDeadLettering {
 		return
 	}
 	if m.err != nil {
@@ -553,16 +553,16 @@ func (r *reader) retryInPlace(ctx actor.Context, err error, again any) bool {
 	return true
 }
 
-// finish marks a slot done, frees its stream, and moves the acknowledged
+// finish marks an entry done, frees its stream, and moves the acknowledged
 // position over the window's finished prefix.
-func (r *reader) finish(ctx actor.Context, s *slot, committed bool) {
-	s.state = slotDone
+func (r *reader) finish(ctx actor.Context, s *entry, committed bool) {
+	s.state = entryDone
 	delete(r.win.byID, s.d.id)
 	delete(r.win.busy, s.d.Event.Stream)
 	var a checkpointing.Ack
 	done := 0
-	for _, f := range r.win.slots {
-		if f.state != slotDone {
+	for _, f := range r.win.entries {
+		if f.state != entryDone {
 			break
 		}
 		a.Through = f.last()
@@ -658,15 +658,15 @@ func writeFailure(err error) checkpointing.Failure {
 	return checkpointing.Permanent
 }
 
-// maybeFinishDrain ends a drain once no slot is with the handler or being
+// maybeFinishDrain ends a drain once no entry is with the handler or being
 // dead-lettered and the checkpoint is flushed — or, under an unsure lease,
-// its write failed. The slots that sendOnDrain does not send are left to
+// its write failed. The entries that sendOnDrain does not send are left to
 // the next owner: the checkpoint stays before them.
 func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if !r.draining || r.stopped {
 		return
 	}
-	for _, s := range r.win.slots {
+	for _, s := range r.win.entries {
 		if s.run != nil {
 			s.run.cutShort() // it answers after the event in hand
 		}
@@ -694,7 +694,7 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	ctx.Stop(ctx.Self())
 }
 
-// sendOnDrain delivers, during a drain, the slots that keep the
+// sendOnDrain delivers, during a drain, the entries that keep the
 // checkpoint before events already sent (see drainSends), once the
 // handler is ready: a drain that begins while it is probed or replaced
 // waits for its answer or its successor (beginDrain spawns one at once),
@@ -709,10 +709,10 @@ func (r *reader) sendOnDrain(ctx actor.Context) {
 			r.unsureLease(ctx, err)
 			return
 		}
-		if s.state == slotRetrying || s.due {
+		if s.state == entryRetrying || s.due {
 			s.drainSent = true // the drain's one more attempt of a retried event
 		}
-		if s.state == slotRetrying {
+		if s.state == entryRetrying {
 			r.send(ctx, s)
 		} else {
 			r.sendFirst(ctx, s)
@@ -724,8 +724,8 @@ func (r *reader) sendOnDrain(ctx actor.Context) {
 }
 
 // drainSends is what a drain has to send now: with MaxInFlight above 1,
-// the slots before the window's last one that left the waiting state. A
-// slot waiting behind an earlier event of its stream goes once its stream
+// the entries before the window's last one that left the waiting state. A
+// entry waiting behind an earlier event of its stream goes once its stream
 // is free, as it would have; a retrying one (or one whose retry fell due
 // while the handler was away) goes at once, not after its backoff — the
 // next reader of the bucket, which starts from the checkpoint, would send
@@ -734,30 +734,30 @@ func (r *reader) sendOnDrain(ctx actor.Context) {
 // them, and the next reader — the next owner after a handoff or a
 // graceful stop, the reader spawned after an overflow — would deliver
 // those again. The drain takes no new event, and each of these is
-// bounded, like the events in flight, by HandlerTimeout. A retried slot
+// bounded, like the events in flight, by HandlerTimeout. A retried entry
 // answered Retry again (or a panic, or no answer in time) after its drain
 // attempt is left, and so is everything after it not yet sent: the next
 // reader repeats what was finished after it (see docs/guarantees.md).
 // Nothing, under an unsure lease.
-func (r *reader) drainSends() []*slot {
+func (r *reader) drainSends() []*entry {
 	if r.unsure != nil {
 		return nil
 	}
-	last := -1 // the last slot that left the waiting state
-	for i, s := range r.win.slots {
-		if s.state != slotWaiting {
+	last := -1 // the last entry that left the waiting state
+	for i, s := range r.win.entries {
+		if s.state != entryWaiting {
 			last = i
 		}
 	}
-	var out []*slot
-	var taken map[string]bool // streams of slots taken here
-	for _, s := range r.win.slots[:max(last, 0)] {
+	var out []*entry
+	var taken map[string]bool // streams of entries taken here
+	for _, s := range r.win.entries[:max(last, 0)] {
 		stream := s.d.Event.Stream
 		switch {
-		case s.state == slotRetrying && s.drainSent:
+		case s.state == entryRetrying && s.drainSent:
 			return out // left: whatever is sent after it would be repeated
-		case s.state == slotRetrying:
-		case s.state == slotWaiting && !r.win.busy[stream] && !taken[stream]:
+		case s.state == entryRetrying:
+		case s.state == entryWaiting && !r.win.busy[stream] && !taken[stream]:
 		default:
 			continue
 		}

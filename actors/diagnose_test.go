@@ -131,13 +131,13 @@ func keys[V any](m map[int]V) []int {
 
 // describe is the reader's state in one line.
 func (r *reader) describe() string {
-	states := map[slotState]int{}
-	for _, s := range r.win.slots {
+	states := map[entryState]int{}
+	for _, s := range r.win.entries {
 		states[s.state]++
 	}
 	first := "none"
-	if len(r.win.slots) > 0 {
-		s := r.win.slots[0]
+	if len(r.win.entries) > 0 {
+		s := r.win.entries[0]
 		first = fmt.Sprintf("position %d state %d attempt %d sent %v ago", s.d.Event.Position, s.state, s.d.Attempt,
 			time.Since(s.sentAt).Round(time.Millisecond))
 	}
@@ -145,7 +145,7 @@ func (r *reader) describe() string {
 		"pending %d window %d %v (first: %s) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v "+
 		"resize %s",
 		r.feed, r.cp,
-		len(r.feed.Pending()), len(r.win.slots), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
+		len(r.feed.Pending()), len(r.win.entries), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
 		r.storeFailures, r.queue.Stats(), r.part.String())
 }
 

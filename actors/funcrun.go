@@ -18,7 +18,7 @@ import (
 // An actor handler is sent one *Delivery per event and answers each: two
 // actor messages per event, each a mailbox run on another goroutine. A
 // function handler needs neither: the reader sends its handler actor a run,
-// the events that follow in the bucket's pending list (one slot of the
+// the events that follow in the bucket's pending list (one entry of the
 // delivery window, as a batch is), and the handler calls the function for
 // them one at a time, in order, each with a Delivery of its own, then
 // answers once. Per event, on the handler's goroutine, it does what the
@@ -61,7 +61,7 @@ type run struct {
 	mu sync.Mutex
 	// limit is the reader's resize bound (beyondBound) as it was when the
 	// reader last looked: no event beyond it is started, but the first
-	// (the slot's, within the bound when it entered the window).
+	// (the entry's, within the bound when it entered the window).
 	limit     int64
 	done      int  // events acked, from the first
 	committed bool // the last acked event was committed with its checkpoint
@@ -180,12 +180,12 @@ func (h *funcHandler) handle(root *actor.RootContext, ru *run) {
 	root.Send(ru.d.replyTo, &handlerReply{id: ru.d.id, attempt: ru.d.Attempt, msg: ru})
 }
 
-// sendRun sends a slot to a function handler as a run: its event and the
+// sendRun sends an entry to a function handler as a run: its event and the
 // pending events that follow, up to the first the single path would not
 // send now — one beyond the resize bound (see beyondBound), or an
-// unreadable one (dead-lettered on its own, as the first of a slot) — and
+// unreadable one (dead-lettered on its own, as the first of an entry) — and
 // at most runEvents.
-func (r *reader) sendRun(ctx actor.Context, s *slot) {
+func (r *reader) sendRun(ctx actor.Context, s *entry) {
 	n, most, pending := 0, r.runEvents(), r.feed.Pending()
 	for n < len(pending) && n+1 < most && pending[n].Err == nil && !r.beyondBound(pending[n].Position) {
 		n++
@@ -193,7 +193,7 @@ func (r *reader) sendRun(ctx actor.Context, s *slot) {
 	evs := make([]eventsource.RecordedEvent, 0, n+1)
 	evs = append(append(evs, s.d.Event), r.feed.Take(n)...)
 	now := time.Now()
-	s.batch, s.state, s.sentAt, s.to = evs, slotSent, now, r.handler
+	s.batch, s.state, s.sentAt, s.to = evs, entrySent, now, r.handler
 	s.run = &run{d: s.d, events: evs, held: r.g.leases.EnsureHeld, slot: r.bucket, tel: r.g.telemetry, until: now.Add(r.tick),
 		limit: r.runLimit()}
 	ctx.Send(r.handler, s.run)
@@ -219,7 +219,7 @@ func (r *reader) runLimit() int64 {
 // of the bound is followed by a pump, which calls this (the freeze at the
 // cursor is not, and needs none: a run holds no event beyond the cursor).
 func (r *reader) limitRuns() {
-	for _, s := range r.win.slots {
+	for _, s := range r.win.entries {
 		if s.run != nil {
 			s.run.mu.Lock()
 			s.run.limit = r.runLimit()
@@ -235,12 +235,12 @@ func (r *reader) takesRuns() bool {
 	return r.win.runs && r.g.opts.MaxInFlight == 1 && !r.g.opts.Batch.on()
 }
 
-// endRun ends a slot's run and applies what the handler finished: the
-// acked prefix moves the acked position (the slot finishes when all its
+// endRun ends an entry's run and applies what the handler finished: the
+// acked prefix moves the acked position (the entry finishes when all its
 // events are done: finished is true), the first event not done becomes
-// the slot's, the events after it go back to the front of the pending
+// the entry's, the events after it go back to the front of the pending
 // list.
-func (r *reader) endRun(ctx actor.Context, s *slot) (o runOutcome, finished bool) {
+func (r *reader) endRun(ctx actor.Context, s *entry) (o runOutcome, finished bool) {
 	o = s.run.end()
 	s.run = nil
 	if o.done == len(s.batch) {
@@ -257,7 +257,7 @@ func (r *reader) endRun(ctx actor.Context, s *slot) (o runOutcome, finished bool
 // onRunAnswer acts on a run's answer. An event not acked is answered for as
 // a single delivery (next); a run cut short leaves its first event not done
 // waiting, uncharged.
-func (r *reader) onRunAnswer(ctx actor.Context, s *slot) (next any, settled bool) {
+func (r *reader) onRunAnswer(ctx actor.Context, s *entry) (next any, settled bool) {
 	o, finished := r.endRun(ctx, s)
 	if finished {
 		return nil, true
@@ -275,17 +275,17 @@ func (r *reader) onRunAnswer(ctx actor.Context, s *slot) (next any, settled bool
 	return o.next, false
 }
 
-// unsend puts a slot whose event was not handled back to waiting.
-func (r *reader) unsend(s *slot) {
-	s.state = slotWaiting
+// unsend puts an entry whose event was not handled back to waiting.
+func (r *reader) unsend(s *entry) {
+	s.state = entryWaiting
 	delete(r.win.busy, s.d.Event.Stream)
 }
 
 // timeoutRun times out a run whose event in hand is late: the events before
-// it are acked, it is the slot's event, its span the slot's. It reports
-// whether the slot's event is late (the caller times it out); a run whose
+// it are acked, it is the entry's event, its span the entry's. It reports
+// whether the entry's event is late (the caller times it out); a run whose
 // handler answered or moved on in the meantime is left or settled.
-func (r *reader) timeoutRun(ctx actor.Context, s *slot, now time.Time) bool {
+func (r *reader) timeoutRun(ctx actor.Context, s *entry, now time.Time) bool {
 	since, inHand := s.run.lateSince()
 	if !inHand || now.Sub(since) < r.g.opts.HandlerTimeout {
 		return false
@@ -297,7 +297,7 @@ func (r *reader) timeoutRun(ctx actor.Context, s *slot, now time.Time) bool {
 	case o.inHand:
 		s.span, s.sentAt = o.span, since
 		return true
-	case o.next != nil: // answered just now: its answer is dropped (the run is no longer the slot's)
+	case o.next != nil: // answered just now: its answer is dropped (the run is no longer the entry's)
 		s.span = o.span
 		r.onReply(ctx, s, o.next, nil)
 	default:

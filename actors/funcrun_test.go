@@ -438,7 +438,7 @@ func TestFunctionHandlerRunsAndLeasesAndResizes(t *testing.T) {
 	// beyond C included — before its first delivery: its runs must take
 	// events up to C and no further. The events beyond C are the next
 	// generation's, delivered once, by it; the runs of its buckets check
-	// the lease of their reader's slot, and find it held.
+	// the lease of their reader's entry, and find it held.
 	t.Run("ARunStopsAtTheResizeBound", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()

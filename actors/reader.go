@@ -100,7 +100,7 @@ type (
 // (so per-stream order holds), and moves the fenced checkpoint after acks.
 type reader struct {
 	g *group
-	// bucket is the reader's slot, the key of its lease and checkpoint
+	// bucket is the reader's entry, the key of its lease and checkpoint
 	// (eventsource.Slot(generation, genBucket); in generation 0 the bucket
 	// itself); genBucket is its bucket within its generation, of size.
 	bucket     int
@@ -151,7 +151,7 @@ type reader struct {
 	// resumeAt).
 	handled *handledMark
 	// carried is the event a predecessor at this epoch left retrying, not
-	// yet in the window: its slot goes on with its attempts (see
+	// yet in the window: its entry goes on with its attempts (see
 	// leftRetry).
 	carried *leftRetry
 	// storeFailures counts transient database failures in a row, retried
@@ -238,7 +238,7 @@ func (r *reader) Receive(ctx actor.Context) {
 			r.feedDo(ctx, r.feed.ReadAgain(r.feedEnv()))
 		}
 	case *rewriteDeadLetter:
-		if s := r.win.byID[msg.id]; msg.inc == r && !r.stopped && s != nil && s.state == slotDeadLettering {
+		if s := r.win.byID[msg.id]; msg.inc == r && !r.stopped && s != nil && s.state == entryDeadLettering {
 			r.writeDeadLetter(ctx, s)
 		}
 	case *respawnHandler:
@@ -507,7 +507,7 @@ type readerReport struct {
 func (r *reader) report() {
 	b := r.part.Bound()
 	pending := r.feed.Pending()
-	st := observability.ReaderStatus{Cursor: r.feed.Cursor(), Acked: r.acked(), Pending: len(pending), InFlight: len(r.win.slots),
+	st := observability.ReaderStatus{Cursor: r.feed.Cursor(), Acked: r.acked(), Pending: len(pending), InFlight: len(r.win.entries),
 		CatchingUp: r.feed.Phase() != readfeed.Live, Bounded: b.Bounded, Bound: b.Limit, CutDecided: b.Decided,
 		Proposing: r.part.Phase() == resizepart.Proposing, Draining: r.draining || r.unsure != nil, HandlerReady: r.handlerReady(), At: time.Now()}
 	if len(pending) > 0 {
@@ -555,7 +555,7 @@ func (r *reader) endOverflowed(err error) {
 	panic(err) // permanent: supervision stops the reader
 }
 
-// leftRetry is the event of the window's first slot — the first after the
+// leftRetry is the event of the window's first entry — the first after the
 // acked position — if it was delivered and not finished: one waiting to be
 // sent again (its backoff, a replaced handler, or the lease found unsure
 // before it went), with its attempts; or one with the handler as the
@@ -566,12 +566,12 @@ func (r *reader) endOverflowed(err error) {
 // letter, for the successor to write again. Else the one carried from a
 // predecessor and not yet taken into the window; nil if none.
 func (r *reader) leftRetry() *leftRetry {
-	if len(r.win.slots) == 0 {
+	if len(r.win.entries) == 0 {
 		return r.carried
 	}
-	s := r.win.slots[0]
+	s := r.win.entries[0]
 	switch {
-	case s.state == slotSent && s.run != nil:
+	case s.state == entrySent && s.run != nil:
 		o := s.run.end()
 		if o.done == len(s.batch) || (!o.inHand && o.next == nil) {
 			return nil // all finished, or the next not started
@@ -581,13 +581,13 @@ func (r *reader) leftRetry() *leftRetry {
 			l.attempt, l.free = s.d.Attempt+1, s.free+1
 		}
 		return l
-	case s.state == slotSent:
+	case s.state == entrySent:
 		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt + 1, free: s.free + 1}
-	case s.state == slotDeadLettering && s.run == nil && len(s.batch) <= 1, s.state == slotWaiting && s.dl != nil:
+	case s.state == entryDeadLettering && s.run == nil && len(s.batch) <= 1, s.state == entryWaiting && s.dl != nil:
 		// Its letter being written, or carried and not written again yet.
 		dl := *s.dl
 		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free, letter: &dl}
-	case s.d.Attempt > 0 && (s.state == slotRetrying || s.state == slotWaiting):
+	case s.d.Attempt > 0 && (s.state == entryRetrying || s.state == entryWaiting):
 		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
 	}
 	return nil

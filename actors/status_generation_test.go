@@ -16,7 +16,7 @@ import (
 
 // After a resize, /status and the per-bucket metrics name each bucket by
 // its generation and its number within it (0 … N-1, as `kumi status`
-// shows), with the store's slot beside it in /status; never by the slot
+// shows), with the store's entry beside it in /status; never by the slot
 // alone (65536 and up), which no operator tool shows.
 func TestStatusAndMetricsNameGenerationAndBucket(t *testing.T) {
 	t.Parallel()
