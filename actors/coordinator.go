@@ -86,6 +86,9 @@ type readerRef struct {
 type handledMark struct {
 	pos  atomic.Int64
 	left atomic.Pointer[leftRetry]
+	// written is the checkpoint the slot's last reader wrote, as it
+	// stopped: the mark above it is handled and not yet checkpointed.
+	written atomic.Int64
 	// server is the store's server epoch the mark belongs to (see
 	// handledMarks.at).
 	server int64
@@ -175,6 +178,47 @@ func (m *handledMarks) at(slot int, epoch, server int64) *handledMark {
 	s.mark.server = server
 	m.bySlot[slot] = s
 	return &s.mark
+}
+
+// unwritten lists the marks above their slots' written checkpoints, on
+// the server of epoch server, of slot (of every slot if slot is -1): what
+// the slots' readers handled and could not checkpoint before they stopped
+// (an unsure lease, a failed last write). A slot forgotten by the plan
+// since (a reader's lost or unsure lease) may still be held at the mark's
+// epoch: its write, fenced at that epoch, lands only then.
+func (m *handledMarks) unwritten(slot int, server int64) []unwrittenMark {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []unwrittenMark
+	for sl, s := range m.bySlot {
+		if (slot >= 0 && sl != slot) || s.mark.server != server {
+			continue
+		}
+		if pos := s.mark.pos.Load(); pos > s.mark.written.Load() {
+			out = append(out, unwrittenMark{slot: sl, epoch: s.epoch, server: server, pos: pos})
+		}
+	}
+	return out
+}
+
+// unwrittenMark is a slot's handled mark not yet checkpointed.
+type unwrittenMark struct {
+	slot               int
+	epoch, server, pos int64
+}
+
+// writeMarks checkpoints marks, fenced, before the coordinator hands
+// their slots over or leaves: the slot's next owner then starts after
+// what was handled here, not at the older checkpoint. No reader of the
+// slot runs (a reader writes its own, and resumes after the mark); a
+// failed write (a lease lost meanwhile) only leaves the next owner to
+// deliver those events again.
+func (c *coordinator) writeMarks(ctx context.Context, marks []unwrittenMark) {
+	for _, m := range marks {
+		_, err := c.g.store.SaveCheckpoint(ctx, c.g.opts.Subscription, m.slot, m.pos, c.g.store.ServerFence(m.server, c.g.leases.Fence(m.slot, m.epoch)))
+		c.g.logger.Debug("kumi: the handled mark checkpointed before the slot goes", "slot", m.slot, "epoch", m.epoch,
+			"position", m.pos, "err", err)
+	}
 }
 
 // forget drops the mark of every slot for which keep reports false.
@@ -558,22 +602,27 @@ func (r *reader) handledThrough() int64 {
 // handedOver brings its end back.
 func (c *coordinator) handOver(ctx actor.Context, bucket int) {
 	self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
+	marks := c.g.marks.unwritten(bucket, c.g.store.Server().Epoch)
 	go func() {
 		cctx, cancel := context.WithTimeout(life, timeout)
 		defer cancel()
 		start := time.Now()
+		c.writeMarks(cctx, marks)
 		err := leases.HandOver(cctx, bucket)
 		root.Send(self, &handedOver{bucket: bucket, start: start, err: err})
 	}()
 }
 
 // leave releases every lease and leaves the pool, the readers all
-// drained (see coordplan.State.BeginLeave); groupLeft ends the group.
+// drained (see coordplan.State.BeginLeave), after checkpointing the
+// handled marks their readers could not write; groupLeft ends the group.
 func (c *coordinator) leave(ctx actor.Context) {
 	self, root, leases, timeout, life := ctx.Self(), ctx.ActorSystem().Root, c.g.leases, c.g.opts.DatabaseTimeout, c.g.life
+	marks := c.g.marks.unwritten(-1, c.g.store.Server().Epoch)
 	go func() {
 		cctx, cancel := context.WithTimeout(life, timeout)
 		defer cancel()
+		c.writeMarks(cctx, marks)
 		root.Send(self, &groupLeft{err: leases.Leave(cctx)})
 	}()
 	c.cancel()

@@ -324,6 +324,9 @@ func (r *reader) shutdown(ctx actor.Context) {
 		r.handled.leave(r.leftRetry())
 	}
 	r.handled.note(r.handledThrough())
+	if r.cp != nil {
+		r.handled.wrote(r.cp.Flushed())
+	}
 	r.g.setReaderState(r.bucket, "")
 	r.unreport()
 	r.win.cancel()
@@ -591,6 +594,13 @@ func (r *reader) leftRetry() *leftRetry {
 		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
 	}
 	return nil
+}
+
+// wrote records the checkpoint a stopping reader wrote.
+func (h *handledMark) wrote(pos int64) {
+	if h != nil {
+		h.written.Store(pos)
+	}
 }
 
 // leave records the event a stopping reader leaves retrying (nil: none).

@@ -290,3 +290,58 @@ func (u *unsureRun) tookWriteFailure(pid *actor.PID) bool {
 		return false
 	}
 }
+
+// A reader stopped unsure of its lease, its last checkpoint write failed,
+// leaves what it handled in its slot's mark, for the next reader at the
+// same epoch. A graceful stop before any is spawned (the renewals still
+// held) checkpoints that mark, fenced, before it releases the lease: the
+// next owner starts after it. (Before, the leave released the slot with
+// the older checkpoint, and the next owner delivered everything the
+// reader had handled since. Found by internal/poolsim, mutation
+// MarkUnwritten; a handover of such a slot takes the same path.)
+func TestALeaveCheckpointsWhatAnUnsureReaderHandledAndCouldNotWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := newTestStore(t)
+	ck, err := pgtest.Pool(t).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = ck.Rollback(ctx) }()
+	_, err = ck.Exec(ctx, `LOCK TABLE `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+` IN EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	u := startUnsureIn(t, schema, "unsureleave", func(o *GroupOptions, _ *recorder) {
+		o.DatabaseTimeout = 2 * time.Second
+		// Usable for 2 s after a renewal, as in every unsure test, but
+		// valid for 30 s: the leave's fenced write lands well before the
+		// lease expires.
+		o.Lease.TTL, o.Lease.Margin = 30*time.Second, 28*time.Second
+	}, nil)
+	checkpoint := func() int64 {
+		cp, err := u.store.Checkpoint(ctx, "unsureleave", 0)
+		require.NoError(t, err)
+		return cp
+	}
+	require.Less(t, checkpoint(), int64(50), "the backlog handled, not checkpointed")
+
+	release := u.holdRenewals(t)
+	defer release()
+	pgtest.Eventually(t, waitLong, func() bool { return u.w.group.g.leases.EnsureHeld(0) != nil }, "the lease becomes unsure")
+	seed(t, u.store, "acct", 1, 1) // the next delivery finds it unsure
+	pgtest.Eventually(t, waitLong, func() bool { return len(u.w.owned()) == 0 },
+		"the reader stops on the unsure lease after its last write failed (owned %v)%s", observed(u.w.owned), observed(u.w.diagnose))
+	require.NoError(t, ck.Rollback(ctx))
+
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		stopped <- u.w.rt.Stop(sctx)
+	}()
+	pgtest.Eventually(t, waitLong, func() bool { return checkpoint() == 50 },
+		"the graceful stop checkpoints what the unsure reader handled (checkpoint %d)", observed(checkpoint))
+	release()
+	select {
+	case <-stopped:
+	case <-time.After(waitLong):
+		t.Fatal("the graceful stop did not end")
+	}
+}
