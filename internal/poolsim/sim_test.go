@@ -11,6 +11,7 @@ import (
 	"github.com/kumi-run/kumi/internal/checkpointing"
 	"github.com/kumi-run/kumi/internal/coordplan"
 	"github.com/kumi-run/kumi/internal/readfeed"
+	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/internal/simrun"
 	"github.com/kumi-run/kumi/internal/window"
 	"github.com/kumi-run/kumi/leasestore"
@@ -73,6 +74,12 @@ const (
 	// mutPublishPastGap: the publisher publishes up to the last visible
 	// position, past positions not yet visible (a commit-order gap).
 	mutPublishPastGap
+	// mutPastTheBound: the window takes events beyond the reader's resize
+	// bound.
+	mutPastTheBound
+	// mutDrainBeforeFinished: the reader drains to the cut once its
+	// cursor reaches it, its window's events unfinished.
+	mutDrainBeforeFinished
 	// mutMarkAtCursor: the handled mark a restarted reader resumes after
 	// is the feed's cursor, not the acknowledged position.
 	mutMarkAtCursor
@@ -92,19 +99,23 @@ func at(tick int) time.Time { return epoch0.Add(time.Duration(tick) * time.Secon
 type event struct {
 	pos     int64
 	stream  string
-	bucket  int
+	st      int // the stream's number: its bucket in a generation of N is st % N
 	visible bool
 	handled bool
 	sent    bool // sent to a handler at least once
 }
 
 type row struct {
-	owner    int // worker, or -1
-	epoch    int64
-	expires  int
-	claimant int  // the worker that claimed it from its owner, or -1
-	given    bool // handed over to the claimant
-	cp       int64
+	gen, bucket int
+	retired     bool  // of a generation that no longer serves (or never will: a cancelled resize's)
+	drained     bool  // drained to the cut, while the resize is in force
+	proposal    int64 // the cut proposed for the resize in force; -1: none
+	owner       int   // worker, or -1
+	epoch       int64
+	expires     int
+	claimant    int  // the worker that claimed it from its owner, or -1
+	given       bool // handed over to the claimant
+	cp          int64
 }
 
 type mark struct {
@@ -162,6 +173,11 @@ type reader struct {
 	tickDue  bool
 	left     *window.Event
 	handlers uint64
+	gen      int
+	part     resizepart.Part
+	told     resizepart.Told // what it was told before it loaded
+	loaded   bool
+	draining bool // asked to drain (a handoff, a leave), or its lease unsure
 }
 
 // item is an effect under way or a message on its way: the scheduler
@@ -181,7 +197,7 @@ type sim struct {
 	failed  string
 	now     int
 	faults  bool
-	n       int // buckets
+	n       int // buckets of the first generation
 	streams int
 	events  []*event
 	head    int64
@@ -192,23 +208,29 @@ type sim struct {
 	appends int
 	qcap    int // live batches a reader's queue holds
 	// budgets of faults
-	unsure, pauses, kills, crashes, leaves int
-	wcfg                                   window.Config
-	ccfg                                   checkpointing.Config
-	fcfg                                   readfeed.Config
+	unsure, pauses, kills, crashes, leaves, resizes, cancels int
+	resize                                                   leasestore.Resize
+	genBuckets                                               []int         // by generation, its bucket count
+	endCut                                                   map[int]int64 // by generation that stopped serving, the cut it stopped at
+	wcfg                                                     window.Config
+	ccfg                                                     checkpointing.Config
+	fcfg                                                     readfeed.Config
 }
 
 func newSim(seed uint64) *sim {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, faults: true, n: 2 + rng.IntN(3), streams: 2 + rng.IntN(4), appends: 10 + rng.IntN(25),
-		unsure: rng.IntN(3), pauses: rng.IntN(4), kills: rng.IntN(3), crashes: rng.IntN(4), leaves: rng.IntN(2)}
+		unsure: rng.IntN(3), pauses: rng.IntN(4), kills: rng.IntN(3), crashes: rng.IntN(4), leaves: rng.IntN(2),
+		resizes: rng.IntN(4), cancels: rng.IntN(3), endCut: map[int]int64{}}
+	s.genBuckets = []int{s.n}
+	s.resize = leasestore.Resize{State: leasestore.ResizeSteady, Buckets: s.n}
 	s.qcap = 1 + rng.IntN(3)
 	s.wcfg = window.Config{MaxInFlight: 1 + rng.IntN(4), MaxAttempts: 2 + rng.IntN(3), Timeout: simTimeout * time.Second,
 		ProbeWait: 2 * time.Second}
 	s.ccfg = checkpointing.Config{Every: 1 + rng.IntN(3)}
 	s.fcfg = readfeed.Config{BatchSize: 1 + rng.IntN(4)}
-	for range s.n {
-		s.rows = append(s.rows, row{owner: -1, claimant: -1})
+	for b := range s.n {
+		s.rows = append(s.rows, row{bucket: b, proposal: -1, owner: -1, claimant: -1})
 	}
 	for w := range 1 + rng.IntN(3) {
 		wk := &worker{id: w}
@@ -221,8 +243,8 @@ func newSim(seed uint64) *sim {
 }
 
 func (s *sim) about() string {
-	return fmt.Sprintf("%d workers, %d buckets, %d streams, %d events, in flight %d, attempts %d, every %d, batch %d, queue %d",
-		len(s.workers), s.n, s.streams, s.appends, s.wcfg.MaxInFlight, s.wcfg.MaxAttempts, s.ccfg.Every, s.fcfg.BatchSize, s.qcap)
+	return fmt.Sprintf("%d workers, %d buckets (%d resizes, %d cancels), %d streams, %d events, in flight %d, attempts %d, every %d, batch %d, queue %d",
+		len(s.workers), s.n, s.resizes, s.cancels, s.streams, s.appends, s.wcfg.MaxInFlight, s.wcfg.MaxAttempts, s.ccfg.Every, s.fcfg.BatchSize, s.qcap)
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -251,14 +273,18 @@ func (s *sim) post(w *worker, due int, what string, run func()) {
 
 // --- the store and the lease table
 
-func (s *sim) bucketOf(stream int) int { return stream % s.n }
+// of reports whether e is of slot's bucket.
+func (s *sim) of(e *event, slot int) bool {
+	r := s.rows[slot]
+	return e.st%s.genBuckets[r.gen] == r.bucket
+}
 
 func (s *sim) appendEvent() {
 	st := s.rng.IntN(s.streams)
-	e := &event{pos: int64(len(s.events) + 1), stream: fmt.Sprintf("s%d", st), bucket: s.bucketOf(st)}
+	e := &event{pos: int64(len(s.events) + 1), stream: fmt.Sprintf("s%d", st), st: st}
 	s.events = append(s.events, e)
 	s.appends--
-	s.logf("append %d %s (bucket %d)", e.pos, e.stream, e.bucket)
+	s.logf("append %d %s", e.pos, e.stream)
 }
 
 // sequence makes a position visible: the earliest not visible, or any.
@@ -328,18 +354,26 @@ func (s *sim) holds(w int) int {
 	return n
 }
 
+// active reports whether slot's row may be held: of the serving
+// generation, not drained to the cut.
+func (s *sim) active(slot int) bool { r := s.rows[slot]; return !r.retired && !r.drained }
+
 // pass is worker w's lease pass, as leasestore's counts it (simplified).
 func (s *sim) pass(w *worker) leasestore.PassResult {
 	w.lastPass = s.now
-	res := leasestore.PassResult{Resize: leasestore.Resize{State: leasestore.ResizeSteady, Buckets: s.n}}
+	res := leasestore.PassResult{Resize: s.resize}
 	claim := func(i int) {
 		r := &s.rows[i]
 		r.owner, r.epoch, r.expires, r.claimant, r.given = w.id, r.epoch+1, s.now+simTTL, -1, false
 		res.Claimed = append(res.Claimed, s.lease(i))
 	}
-	held := 0
+	held, rows := 0, 0
 	for i := range s.rows {
 		r := &s.rows[i]
+		if !s.active(i) {
+			continue
+		}
+		rows++
 		if r.claimant >= 0 && !s.workers[r.claimant].alive {
 			r.claimant = -1
 			if r.given {
@@ -355,25 +389,25 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 		}
 	}
 	live := max(s.live(), 1)
-	fair := (s.n + live - 1) / live
+	fair := (rows + live - 1) / live
 	if w.plan.Leaving {
 		fair = 0
 	}
 	for i := range s.rows {
-		if r := s.rows[i]; held < fair && r.given && r.claimant == w.id {
+		if r := s.rows[i]; s.active(i) && held < fair && r.given && r.claimant == w.id {
 			claim(i)
 			held++
 		}
 	}
 	for i := range s.rows {
-		if r := s.rows[i]; held < fair && r.owner < 0 && !r.given {
+		if r := s.rows[i]; s.active(i) && held < fair && r.owner < 0 && !r.given {
 			claim(i)
 			held++
 		}
 	}
 	have := held
 	for i := range s.rows {
-		if r := &s.rows[i]; r.claimant == w.id {
+		if r := &s.rows[i]; s.active(i) && r.claimant == w.id {
 			if have >= fair && !r.given {
 				r.claimant = -1 // withdrawn
 				continue
@@ -383,14 +417,14 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 	}
 	if have < fair {
 		for i := range s.rows {
-			if r := &s.rows[i]; r.owner >= 0 && r.owner != w.id && r.claimant < 0 && s.holds(r.owner) > fair {
+			if r := &s.rows[i]; s.active(i) && r.owner >= 0 && r.owner != w.id && r.claimant < 0 && s.holds(r.owner) > fair {
 				r.claimant = w.id
 				break
 			}
 		}
 	}
 	for i, r := range s.rows {
-		if r.owner == w.id {
+		if s.active(i) && r.owner == w.id {
 			res.Owned = append(res.Owned, s.lease(i))
 			if r.claimant >= 0 {
 				res.HandOff = append(res.HandOff, i)
@@ -403,7 +437,115 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 
 func (s *sim) lease(slot int) leasestore.Lease {
 	r := s.rows[slot]
-	return leasestore.Lease{Bucket: slot, Slot: slot, Epoch: r.epoch, Expires: at(r.expires), Buckets: s.n, Ready: true}
+	l := leasestore.Lease{Bucket: r.bucket, Slot: slot, Epoch: r.epoch, Expires: at(r.expires), Generation: r.gen,
+		Buckets: s.genBuckets[r.gen], Ready: true}
+	if s.resize.Resizing() && r.gen == s.resize.Generation {
+		switch {
+		case s.resize.CutDecided:
+			l.Bound = leasestore.Bound{Resize: s.resize.ID, Resizing: true, Limit: s.resize.Cut, Decided: true}
+		case r.proposal >= 0:
+			l.Bound = leasestore.Bound{Resize: s.resize.ID, Resizing: true, Limit: r.proposal}
+		default:
+			l.Bound = leasestore.Bound{Resize: s.resize.ID}
+		}
+	}
+	return l
+}
+
+// --- the resize (docs/design/resize.md), as leasestore runs it
+
+// request asks for m buckets: the serving generation's holders propose.
+func (s *sim) request(m int) {
+	s.resize.ID++
+	s.resize.State, s.resize.NextBuckets, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSealing, m, false, 0
+	for i := range s.rows {
+		s.rows[i].proposal = -1
+	}
+	s.logf("resize %d: %d -> %d requested", s.resize.ID, s.resize.Buckets, m)
+}
+
+// cancel cancels the resize before its switch: drained buckets are free
+// again.
+func (s *sim) cancel() {
+	s.logf("resize %d: cancelled", s.resize.ID)
+	s.resize.State, s.resize.NextBuckets, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSteady, 0, false, 0
+	for i := range s.rows {
+		s.rows[i].drained, s.rows[i].proposal = false, -1
+	}
+}
+
+// propose is ProposeCutFor: fenced; a proposal for a resize not in force
+// is refused (the bound names it over); the last proposal decides the cut,
+// the highest of them.
+func (s *sim) propose(r *reader, resize, cursor int64) (leasestore.Bound, bool) {
+	row := &s.rows[r.slot]
+	if row.owner != r.w.id || row.epoch != r.epoch || row.drained {
+		return leasestore.Bound{}, false
+	}
+	if resize != s.resize.ID || !s.resize.Resizing() || row.gen != s.resize.Generation {
+		return leasestore.Bound{Resize: resize}, true
+	}
+	if s.resize.CutDecided {
+		return leasestore.Bound{Resize: resize, Resizing: true, Limit: s.resize.Cut, Decided: true}, true
+	}
+	row.proposal = max(row.proposal, cursor)
+	cut, all := int64(0), true
+	for _, o := range s.rows {
+		if o.gen == s.resize.Generation && !o.retired {
+			all = all && o.proposal >= 0
+			cut = max(cut, o.proposal)
+		}
+	}
+	if all {
+		s.resize.State, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeCut, true, cut
+		s.logf("resize %d: cut decided at %d", s.resize.ID, cut)
+		return leasestore.Bound{Resize: resize, Resizing: true, Limit: cut, Decided: true}, true
+	}
+	return leasestore.Bound{Resize: resize, Resizing: true, Limit: row.proposal}, true
+}
+
+// drainCut is DrainCutTx: fenced; refused (ErrNoResize) unless resize is
+// in force at that cut; the checkpoint moves to the cut and the row is
+// released for good. The last drain switches: the next generation serves
+// from the cut.
+func (s *sim) drainCut(r *reader, resize, cut int64) (fenced, refused bool) {
+	rw := &s.rows[r.slot]
+	if rw.owner != r.w.id || rw.epoch != r.epoch || rw.drained {
+		return false, false
+	}
+	if resize != s.resize.ID || !s.resize.CutDecided || cut != s.resize.Cut || rw.gen != s.resize.Generation {
+		return true, true
+	}
+	for _, e := range s.events {
+		if s.of(e, r.slot) && e.pos <= cut && !e.handled {
+			s.fail("r%d drains slot %d to the cut %d, %d not handled", r.inc, r.slot, cut, e.pos)
+			break
+		}
+	}
+	rw.cp = max(rw.cp, cut)
+	rw.drained, rw.owner, rw.claimant, rw.given = true, -1, -1, false
+	s.logf("slot %d drained to the cut %d", r.slot, cut)
+	for _, o := range s.rows {
+		if o.gen == s.resize.Generation && !o.retired && !o.drained {
+			return true, false
+		}
+	}
+	g := s.resize.Generation
+	s.endCut[g] = cut
+	for i := range s.rows {
+		if s.rows[i].gen == g {
+			s.rows[i].retired = true
+		}
+	}
+	m := s.resize.NextBuckets
+	s.genBuckets = append(s.genBuckets, m)
+	for b := range m {
+		s.rows = append(s.rows, row{gen: g + 1, bucket: b, proposal: -1, owner: -1, claimant: -1, cp: cut})
+	}
+	s.resize.Generation, s.resize.Buckets = g+1, m
+	s.resize.State, s.resize.NextBuckets, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSteady, 0, false, 0
+	s.logf("resize %d: switched and completed: generation %d of %d buckets from %d", s.resize.ID, g+1, m, cut)
+	return true, false
 }
 
 func (s *sim) holdsLease(r *reader) bool {
@@ -468,6 +610,9 @@ func (s *sim) receive(w *worker) {
 		s.do(w, w.plan.LostFence(m.slot, m.epoch))
 	case "gone":
 		s.do(w, w.plan.Gone(m.slot, m.id))
+	case "cut":
+		s.logf("w%d: cut drained slot %d@%d", w.id, m.slot, m.epoch)
+		s.do(w, w.plan.CutDrained(m.slot, m.epoch))
 	case "handed":
 		s.logf("w%d: handed over slot %d: %v", w.id, m.slot, m.ok)
 		s.do(w, w.plan.HandedOver(m.slot, m.ok))
@@ -513,6 +658,7 @@ func (s *sim) do(w *worker, acts []coordplan.Action) {
 		case coordplan.Drain:
 			s.logf("w%d: %s", w.id, a)
 			if r := w.reader(a.Slot, a.Reader); r != nil {
+				r.draining = true
 				s.applyWin(r, r.win.Drain())
 				s.pump(r)
 			}
@@ -529,7 +675,16 @@ func (s *sim) do(w *worker, acts []coordplan.Action) {
 			})
 		case coordplan.Spawn:
 			s.logf("w%d: %s", w.id, a)
-			s.spawn(w, a.Slot, a.Epoch, a.Reader)
+			s.spawn(w, a.Slot, a.Epoch, a.Reader, a.Told)
+		case coordplan.Tell:
+			if r := w.reader(a.Slot, a.Reader); r != nil && r.epoch == a.Epoch {
+				if s.chance(5) {
+					s.logf("r%d misses %+v", r.inc, a.Told) // it converges at the next pass
+					break
+				}
+				s.tell(r, a.Told)
+				s.pump(r)
+			}
 		case coordplan.Pass:
 			if w.plan.Leaving && w.plan.Left {
 				break
@@ -560,7 +715,7 @@ func (s *sim) env(r *reader) readfeed.Env {
 	return readfeed.Env{Published: r.w.published, ReadAhead: 1 << 20}
 }
 
-func (s *sim) spawn(w *worker, slot int, epoch int64, id coordplan.ID) {
+func (s *sim) spawn(w *worker, slot int, epoch int64, id coordplan.ID, told resizepart.Told) {
 	for _, o := range w.readers {
 		if o.slot == slot {
 			s.fail("w%d spawns a second reader for slot %d", w.id, slot)
@@ -568,7 +723,8 @@ func (s *sim) spawn(w *worker, slot int, epoch int64, id coordplan.ID) {
 	}
 	s.incs++
 	r := &reader{w: w, winc: w.inc, inc: s.incs, slot: slot, epoch: epoch, id: id, alive: true,
-		feed: readfeed.New(s.fcfg), win: window.New(s.wcfg), cp: checkpointing.New(s.ccfg), handlers: 1}
+		feed: readfeed.New(s.fcfg), win: window.New(s.wcfg), cp: checkpointing.New(s.ccfg), handlers: 1,
+		gen: s.rows[slot].gen, told: told}
 	if l, ok := w.left[slot]; ok && w.marks[slot].epoch == epoch {
 		r.left = &l
 	}
@@ -590,6 +746,8 @@ func (s *sim) spawn(w *worker, slot int, epoch int64, id coordplan.ID) {
 		s.logf("r%d slot %d@%d: loaded checkpoint %d, mark %d", r.inc, slot, epoch, cp, from)
 		s.applyCp(r, r.cp.Resume(cp, from))
 		s.applyFeed(r, r.feed.Loaded(max(cp, from), s.env(r)))
+		r.loaded = true
+		s.tell(r, r.told)
 		s.pump(r)
 	})
 }
@@ -621,7 +779,97 @@ func (s *sim) crash(r *reader) {
 	}
 	r.alive = false
 	w.readers = slices.DeleteFunc(w.readers, func(o *reader) bool { return o == r })
-	s.spawn(w, r.slot, r.epoch, r.id)
+	var told resizepart.Told
+	if p := w.plan.Readers[r.slot]; p != nil {
+		told = p.Told
+	}
+	s.spawn(w, r.slot, r.epoch, r.id, told)
+}
+
+// tell gives the reader's part what its coordinator tells, once it has
+// loaded (its cursor is where a freeze holds it).
+func (s *sim) tell(r *reader, t resizepart.Told) {
+	if !r.loaded {
+		r.told = t
+		return
+	}
+	s.applyPart(r, r.part.Tell(t, r.feed.Cursor()))
+}
+
+// applyPart carries out the resize part's effects, as
+// actors/resize_reader.go does.
+func (s *sim) applyPart(r *reader, effects []resizepart.Effect) {
+	inc := r.inc
+	alive := func() bool { return r.alive && r.inc == inc }
+	for _, e := range effects {
+		if !r.alive {
+			return
+		}
+		switch e.Kind {
+		case resizepart.Propose:
+			s.logf("r%d slot %d@%d: %s", r.inc, r.slot, r.epoch, e)
+			s.post(r.w, 0, "propose", func() {
+				b, fenced := s.propose(r, e.Resize, e.Position)
+				if !alive() {
+					return
+				}
+				if !fenced {
+					r.lost = true
+					s.end(r, "fence lost (propose)", true)
+					return
+				}
+				s.logf("r%d: proposal answered %+v", r.inc, b)
+				s.applyPart(r, r.part.Proposal(resizepart.Answer{Resize: b.Resize, Active: b.Resizing, Limit: b.Limit,
+					Decided: b.Decided}, r.feed.Cursor()))
+				s.pump(r)
+			})
+		case resizepart.Drain:
+			s.logf("r%d slot %d@%d: %s", r.inc, r.slot, r.epoch, e)
+			s.post(r.w, 0, "drain to the cut", func() {
+				fenced, refused := s.drainCut(r, e.Resize, e.Position)
+				if !alive() {
+					return
+				}
+				switch {
+				case !fenced:
+					r.lost = true
+					s.end(r, "fence lost (drain)", true)
+					return
+				case refused:
+					s.logf("r%d: drain refused", r.inc)
+					s.applyPart(r, r.part.DrainRefused(r.feed.Cursor()))
+				default:
+					s.applyPart(r, r.part.DrainDone())
+				}
+				s.pump(r)
+			})
+		case resizepart.BoundChanged:
+			b := r.part.Bound()
+			s.logf("r%d: bound %+v", r.inc, b)
+			s.applyFeed(r, r.feed.Bound(readfeed.Bound{Bounded: b.Bounded, Decided: b.Decided, Limit: b.Limit}, s.env(r)))
+		case resizepart.Done:
+			r.cp.Cut(e.Position)
+			s.deliver(r.w, msg{kind: "cut", slot: r.slot, epoch: r.epoch})
+			s.end(r, "drained to the cut", false)
+			return
+		}
+	}
+}
+
+// maybeDrainToCut tells the part how far the reader has finished, as the
+// actor does: its cursor, less what its window and pending list hold.
+func (s *sim) maybeDrainToCut(r *reader) {
+	if !r.alive || !r.loaded || r.part.Phase() != resizepart.Cut {
+		return
+	}
+	finished, pending := r.feed.Cursor(), r.feed.Pending()
+	switch {
+	case len(r.taken) > 0 && mutation != mutDrainBeforeFinished:
+		finished = min(finished, r.taken[0]-1)
+	case len(pending) > 0:
+		finished = min(finished, pending[0].Position-1)
+	}
+	s.applyPart(r, r.part.Progress(finished, !r.draining))
 }
 
 // pump feeds the window from the pending list, as the reader does after
@@ -629,6 +877,11 @@ func (s *sim) crash(r *reader) {
 func (s *sim) pump(r *reader) {
 	for r.alive {
 		room := r.win.Room()
+		for i, e := range r.feed.Pending() {
+			if i < room && r.part.Beyond(e.Position) && mutation != mutPastTheBound {
+				room = i // beyond the resize bound: not delivered by this generation (yet)
+			}
+		}
 		if room == 0 || len(r.feed.Pending()) == 0 {
 			break
 		}
@@ -654,6 +907,7 @@ func (s *sim) pump(r *reader) {
 	if r.alive {
 		s.applyFeed(r, r.feed.Poll(s.env(r)))
 	}
+	s.maybeDrainToCut(r)
 }
 
 func (s *sim) applyFeed(r *reader, e readfeed.Effects) {
@@ -688,7 +942,7 @@ func (s *sim) applyFeed(r *reader, e readfeed.Effects) {
 		var p readfeed.Page
 		p.Read = rd.ID
 		for _, ev := range s.events {
-			if ev.bucket == r.slot && ev.visible && ev.pos > rd.From && ev.pos <= rd.Target && len(p.Events) < rd.Limit {
+			if s.of(ev, r.slot) && ev.visible && ev.pos > rd.From && ev.pos <= rd.Target && len(p.Events) < rd.Limit {
 				re := recorded(ev)
 				p.Events = append(p.Events, re)
 				p.Bytes += re.Size()
@@ -738,7 +992,7 @@ func (s *sim) applyWin(r *reader, e window.Effects) {
 			}
 			if !held {
 				s.logf("r%d slot %d@%d: lease not held", r.inc, r.slot, r.epoch)
-				r.lost, r.unsure = true, true
+				r.lost, r.unsure, r.draining = true, true, true
 			}
 			give := held
 			if mutation == mutDeliverAfterLost {
@@ -796,6 +1050,12 @@ func (s *sim) sent(r *reader, snd window.Send) {
 	s.logf("r%d slot %d@%d: send #%d.%d at %d %s", r.inc, r.slot, r.epoch, snd.ID, snd.Attempt, snd.Pos, snd.Stream)
 	if r.lost {
 		s.fail("r%d delivers %d after it learnt its lease of slot %d@%d lost", r.inc, snd.Pos, r.slot, r.epoch)
+	}
+	if c, ok := s.endCut[r.gen]; ok && snd.Pos > c {
+		s.fail("r%d of generation %d delivers %d, past the cut %d its generation stopped at", r.inc, r.gen, snd.Pos, c)
+	}
+	if s.resize.CutDecided && r.gen == s.resize.Generation && snd.Pos > s.resize.Cut {
+		s.fail("r%d of generation %d delivers %d, past the decided cut %d", r.inc, r.gen, snd.Pos, s.resize.Cut)
 	}
 	if !ev.sent {
 		for _, o := range s.events[ev.pos:] {
@@ -1028,6 +1288,12 @@ func (s *sim) step() {
 	if s.hidden() {
 		add(3, s.sequence)
 	}
+	if s.faults && s.resizes > 0 && !s.resize.Resizing() && len(s.events) > 5 {
+		add(1, func() { s.resizes--; s.request(1 + s.rng.IntN(4)) })
+	}
+	if s.faults && s.cancels > 0 && s.resize.Resizing() {
+		add(1, func() { s.cancels--; s.cancel() })
+	}
 	add(2, s.tick)
 	n := s.rng.IntN(total)
 	for _, c := range choices {
@@ -1061,7 +1327,7 @@ func (s *sim) publish(w *worker) {
 	for _, r := range w.readers {
 		b := readfeed.Batch{From: from, To: to}
 		for _, e := range s.events[from:to] {
-			if e.bucket == r.slot && e.visible {
+			if s.of(e, r.slot) && e.visible {
 				b.Events = append(b.Events, recorded(e))
 			}
 		}
@@ -1090,7 +1356,7 @@ func (s *sim) check() {
 			if e.pos > r.cp {
 				break
 			}
-			if e.bucket == slot && !e.handled {
+			if !e.handled && s.of(e, slot) {
 				s.fail("slot %d's checkpoint %d passes %d, not handled", slot, r.cp, e.pos)
 				return
 			}
@@ -1125,12 +1391,16 @@ func (s *sim) run() string {
 	}
 	for _, e := range s.events {
 		if !e.handled {
-			s.fail("after the faults stopped, %d (%s, bucket %d) is never handled", e.pos, e.stream, e.bucket)
+			s.fail("after the faults stopped, %d (%s) is never handled", e.pos, e.stream)
 			return s.failed
 		}
 	}
+	if s.resize.Resizing() {
+		s.fail("after the faults stopped, resize %d stays %s", s.resize.ID, s.resize.State)
+		return s.failed
+	}
 	for slot, r := range s.rows {
-		if l := s.last(slot); r.cp < l {
+		if l := s.last(slot); !r.retired && r.cp < l {
 			s.fail("after the faults stopped, slot %d's checkpoint stays at %d, below its last event %d", slot, r.cp, l)
 			return s.failed
 		}
@@ -1141,7 +1411,7 @@ func (s *sim) run() string {
 func (s *sim) last(slot int) int64 {
 	var l int64
 	for _, e := range s.events {
-		if e.bucket == slot {
+		if s.of(e, slot) {
 			l = e.pos
 		}
 	}
@@ -1155,11 +1425,11 @@ func (s *sim) settled() bool {
 		}
 	}
 	for slot, r := range s.rows {
-		if r.cp < s.last(slot) {
+		if !r.retired && r.cp < s.last(slot) {
 			return false
 		}
 	}
-	return true
+	return !s.resize.Resizing()
 }
 
 func theSim() simrun.Sim {
@@ -1177,6 +1447,8 @@ func theSim() simrun.Sim {
 			simrun.Switch("NoGreatest", &mutation, mutNoGreatest, 0),
 			simrun.Switch("PublishPastGap", &mutation, mutPublishPastGap, 0),
 			simrun.Switch("MarkAtCursor", &mutation, mutMarkAtCursor, 0),
+			simrun.Switch("PastTheBound", &mutation, mutPastTheBound, 0),
+			simrun.Switch("DrainBeforeFinished", &mutation, mutDrainBeforeFinished, 0),
 		},
 	}
 }
