@@ -1,6 +1,7 @@
 package poolsim
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -18,39 +19,51 @@ import (
 )
 
 // The simulation: a pool of one to three workers sharing one subscription
-// of two to four buckets (no resize: every slot is its bucket).
+// of two to four buckets, resized while it runs.
 //
 //   - the store: a producer appends events to a few streams (a stream's
-//     events go to one bucket); the sequencer makes positions visible in
-//     any order, and the store's head — what the publisher and the pages
-//     read up to — is the last position below which all are visible;
+//     events go to one bucket of a generation); the sequencer makes
+//     positions visible in any order, and the store's head — what the
+//     publisher and the pages read up to — is the last position below
+//     which all are visible; a few events cannot be read back (Err);
+//     checkpoints are kept as eventsource.Store.SaveCheckpoint keeps them
+//     (fenced, GREATEST);
 //   - the lease table: a row per slot with its owner, epoch and expiry; a
 //     pass renews, claims free or expired rows up to the fair share
 //     (raising the epoch), and claims one of a worker above it, which
-//     drains its reader and hands the slot over; fenced checkpoint writes
-//     of another epoch are refused;
+//     drains its reader and hands the slot over; fenced checkpoint
+//     writes, proposals and drains of another epoch are refused; a resize
+//     (docs/design/resize.md): proposals that only grow, the cut decided
+//     by the last one, drains to the cut (refused for a resize no longer
+//     in force), the switch to the next generation at the cut once every
+//     old bucket drained (it completes the resize at once here), cancels
+//     that free the drained buckets;
 //   - each worker: the real coordinator plan, its actions carried out as
 //     actors/coordinator.go does (passes off the mailbox, one at a time;
 //     a reader's end a system message ahead of its last reports), its
 //     publisher (live batches to its readers' bounded queues, which pause
 //     when full), handled marks by slot and epoch;
-//   - each reader: the real Feed, Window and checkpoint State, glued as
-//     the reader actor glues them: pages read late and failing, batches
-//     held while the feed says so, the window fed from the pending list,
-//     a lease check before every send, handler answers in any order,
-//     late, retried, panicking, dead-lettered or never, probes and
-//     replaced handlers, dead letters that fail, fenced checkpoint writes
-//     that fail, ticks;
+//   - each reader: the real Feed, Window, checkpoint State and resize
+//     Part, glued as the reader actor glues them: pages read late and
+//     failing, batches held while the feed says so, the window fed from
+//     the pending list up to the resize bound, a lease check before every
+//     send, handler answers in any order, late, retried, panicking,
+//     dead-lettered or never, probes and replaced handlers, dead letters
+//     that fail, fenced checkpoint writes that fail, ticks, a drain to the
+//     cut once its cursor less what its window holds reaches it;
 //   - faults: lease checks found unsure, pauses past the TTL, workers
 //     killed and started again, workers that join late and leave, readers
 //     that crash and are restarted at the same epoch (their successor
-//     carrying the window's Left and the handled mark), handoffs.
+//     carrying the window's Left and the handled mark), handoffs, resizes
+//     up, down and to the same count, cancels, told states missed.
 //
 // Invariants after every step: no checkpoint passes an event not handled
-// (acked or dead-lettered); checkpoints never go back; first deliveries
-// of a stream in position order; no delivery by a reader after it learnt
-// its lease lost or unsure. Then the faults stop, and every event must be
-// handled and every slot's checkpoint reach its last event.
+// (acked or dead-lettered), nor does a drain to the cut; checkpoints never
+// go back; first deliveries of a stream in position order; no delivery by
+// a reader after it learnt its lease lost or unsure; no delivery by a
+// generation past a decided cut or the cut it stopped at; no unreadable
+// event sent. Then the faults stop, and every event must be handled, every
+// serving slot's checkpoint reach its last event, every resize end.
 //
 //	go test -run TestSim ./internal/poolsim/ -seed N   # replay one seed, with its trace
 //	go test -run TestSim ./internal/poolsim/ -seeds 100000
@@ -69,7 +82,7 @@ const (
 	// window as held.
 	mutDeliverAfterLost
 	// mutNoGreatest: the store writes a checkpoint in place, not
-	// GREATEST(stored, written) (eventsource.SaveCheckpoint).
+	// GREATEST(stored, written) (eventsource.Store.SaveCheckpoint).
 	mutNoGreatest
 	// mutPublishPastGap: the publisher publishes up to the last visible
 	// position, past positions not yet visible (a commit-order gap).
@@ -99,7 +112,8 @@ func at(tick int) time.Time { return epoch0.Add(time.Duration(tick) * time.Secon
 type event struct {
 	pos     int64
 	stream  string
-	st      int // the stream's number: its bucket in a generation of N is st % N
+	st      int  // the stream's number: its bucket in a generation of N is st % N
+	bad     bool // the store holds it but cannot give it back (Err): dead-lettered unread
 	visible bool
 	handled bool
 	sent    bool // sent to a handler at least once
@@ -281,7 +295,7 @@ func (s *sim) of(e *event, slot int) bool {
 
 func (s *sim) appendEvent() {
 	st := s.rng.IntN(s.streams)
-	e := &event{pos: int64(len(s.events) + 1), stream: fmt.Sprintf("s%d", st), st: st}
+	e := &event{pos: int64(len(s.events) + 1), stream: fmt.Sprintf("s%d", st), st: st, bad: s.chance(15)}
 	s.events = append(s.events, e)
 	s.appends--
 	s.logf("append %d %s", e.pos, e.stream)
@@ -888,7 +902,7 @@ func (s *sim) pump(r *reader) {
 		evs := r.feed.Take(room)
 		wevs := make([]window.Event, len(evs))
 		for i, e := range evs {
-			wevs[i] = window.Event{Pos: e.Position, Stream: e.Stream}
+			wevs[i] = window.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err}
 			if r.left != nil && r.left.Pos == e.Position {
 				wevs[i].Attempt, wevs[i].Free = r.left.Attempt, r.left.Free
 			}
@@ -954,8 +968,14 @@ func (s *sim) applyFeed(r *reader, e readfeed.Effects) {
 	})
 }
 
+var errUnreadable = errors.New("unreadable")
+
 func recorded(e *event) eventsource.RecordedEvent {
-	return eventsource.RecordedEvent{Stream: e.stream, Position: e.pos, Type: "t"}
+	re := eventsource.RecordedEvent{Stream: e.stream, Position: e.pos, Type: "t"}
+	if e.bad {
+		re.Err = errUnreadable
+	}
+	return re
 }
 
 func (s *sim) applyWin(r *reader, e window.Effects) {
@@ -1048,6 +1068,9 @@ func (s *sim) applyWin(r *reader, e window.Effects) {
 func (s *sim) sent(r *reader, snd window.Send) {
 	ev := s.events[snd.Pos-1]
 	s.logf("r%d slot %d@%d: send #%d.%d at %d %s", r.inc, r.slot, r.epoch, snd.ID, snd.Attempt, snd.Pos, snd.Stream)
+	if ev.bad {
+		s.fail("r%d sends %d, unreadable, to its handler", r.inc, snd.Pos)
+	}
 	if r.lost {
 		s.fail("r%d delivers %d after it learnt its lease of slot %d@%d lost", r.inc, snd.Pos, r.slot, r.epoch)
 	}
@@ -1147,6 +1170,8 @@ func (s *sim) applyCp(r *reader, e checkpointing.Effects) {
 			failure = checkpointing.FenceLost
 		case s.chance(6):
 			failure = checkpointing.Transient
+		case s.chance(40):
+			failure = checkpointing.Permanent // the reader fails, and its supervisor restarts it
 		default:
 			ok = true
 			s.landed(r, wr.Pos)
@@ -1174,7 +1199,7 @@ func (s *sim) applyCp(r *reader, e checkpointing.Effects) {
 	})
 }
 
-// landed stores a checkpoint write, as eventsource.SaveCheckpoint does:
+// landed stores a checkpoint write, as eventsource.Store.SaveCheckpoint does:
 // GREATEST(stored, written). A lower write is possible at the same
 // epoch: a crashed reader's write still out lands after its successor
 // (resumed after the handled mark) wrote the mark (seed 5282).
