@@ -93,6 +93,9 @@ const (
 	// mutDrainBeforeFinished: the reader drains to the cut once its
 	// cursor reaches it, its window's events unfinished.
 	mutDrainBeforeFinished
+	// mutReadyBeforeFeeders: the store makes every new bucket ready at
+	// the first drain to the cut, its feeders not all drained.
+	mutReadyBeforeFeeders
 	// mutMarkAtCursor: the handled mark a restarted reader resumes after
 	// is the feed's cursor, not the acknowledged position.
 	mutMarkAtCursor
@@ -122,6 +125,7 @@ type event struct {
 type row struct {
 	gen, bucket int
 	retired     bool  // of a generation that no longer serves (or never will: a cancelled resize's)
+	ready       bool  // its reader may run: the serving generation's, or the next's once its feeders drained
 	drained     bool  // drained to the cut, while the resize is in force
 	proposal    int64 // the cut proposed for the resize in force; -1: none
 	owner       int   // worker, or -1
@@ -223,19 +227,21 @@ type sim struct {
 	qcap    int // live batches a reader's queue holds
 	// budgets of faults
 	unsure, pauses, kills, crashes, leaves, resizes, cancels int
-	resize                                                   leasestore.Resize
-	genBuckets                                               []int         // by generation, its bucket count
-	endCut                                                   map[int]int64 // by generation that stopped serving, the cut it stopped at
-	wcfg                                                     window.Config
-	ccfg                                                     checkpointing.Config
-	fcfg                                                     readfeed.Config
+
+	resize     leasestore.Resize
+	genBuckets []int         // by generation, its bucket count
+	endCut     map[int]int64 // by generation that stopped serving, the cut it stopped at
+	startAt    map[int]int64 // by generation that started serving, the cut it started after
+	wcfg       window.Config
+	ccfg       checkpointing.Config
+	fcfg       readfeed.Config
 }
 
 func newSim(seed uint64) *sim {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, faults: true, n: 2 + rng.IntN(3), streams: 2 + rng.IntN(4), appends: 10 + rng.IntN(25),
 		unsure: rng.IntN(3), pauses: rng.IntN(4), kills: rng.IntN(3), crashes: rng.IntN(4), leaves: rng.IntN(2),
-		resizes: rng.IntN(4), cancels: rng.IntN(3), endCut: map[int]int64{}}
+		resizes: rng.IntN(4), cancels: rng.IntN(3), endCut: map[int]int64{}, startAt: map[int]int64{}}
 	s.genBuckets = []int{s.n}
 	s.resize = leasestore.Resize{State: leasestore.ResizeSteady, Buckets: s.n}
 	s.qcap = 1 + rng.IntN(3)
@@ -244,7 +250,7 @@ func newSim(seed uint64) *sim {
 	s.ccfg = checkpointing.Config{Every: 1 + rng.IntN(3)}
 	s.fcfg = readfeed.Config{BatchSize: 1 + rng.IntN(4)}
 	for b := range s.n {
-		s.rows = append(s.rows, row{bucket: b, proposal: -1, owner: -1, claimant: -1})
+		s.rows = append(s.rows, row{bucket: b, ready: true, proposal: -1, owner: -1, claimant: -1})
 	}
 	for w := range 1 + rng.IntN(3) {
 		wk := &worker{id: w}
@@ -452,7 +458,7 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 func (s *sim) lease(slot int) leasestore.Lease {
 	r := s.rows[slot]
 	l := leasestore.Lease{Bucket: r.bucket, Slot: slot, Epoch: r.epoch, Expires: at(r.expires), Generation: r.gen,
-		Buckets: s.genBuckets[r.gen], Ready: true}
+		Buckets: s.genBuckets[r.gen], Ready: r.ready}
 	if s.resize.Resizing() && r.gen == s.resize.Generation {
 		switch {
 		case s.resize.CutDecided:
@@ -468,23 +474,42 @@ func (s *sim) lease(slot int) leasestore.Lease {
 
 // --- the resize (docs/design/resize.md), as leasestore runs it
 
-// request asks for m buckets: the serving generation's holders propose.
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// request asks for m buckets: the serving generation's holders propose;
+// the next generation's rows are made, held on standby until their
+// feeders drained.
 func (s *sim) request(m int) {
 	s.resize.ID++
 	s.resize.State, s.resize.NextBuckets, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSealing, m, false, 0
 	for i := range s.rows {
 		s.rows[i].proposal = -1
 	}
+	g := s.resize.Generation
+	s.genBuckets = append(s.genBuckets[:g+1], m)
+	for b := range m {
+		s.rows = append(s.rows, row{gen: g + 1, bucket: b, proposal: -1, owner: -1, claimant: -1})
+	}
 	s.logf("resize %d: %d -> %d requested", s.resize.ID, s.resize.Buckets, m)
 }
 
 // cancel cancels the resize before its switch: drained buckets are free
-// again.
+// again, the next generation's rows go.
 func (s *sim) cancel() {
 	s.logf("resize %d: cancelled", s.resize.ID)
+	g := s.resize.Generation
 	s.resize.State, s.resize.NextBuckets, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSteady, 0, false, 0
 	for i := range s.rows {
-		s.rows[i].drained, s.rows[i].proposal = false, -1
+		r := &s.rows[i]
+		r.drained, r.proposal = false, -1
+		if r.gen == g+1 && !r.retired {
+			r.retired, r.owner, r.claimant, r.given = true, -1, -1, false
+		}
 	}
 }
 
@@ -539,26 +564,42 @@ func (s *sim) drainCut(r *reader, resize, cut int64) (fenced, refused bool) {
 	rw.cp = max(rw.cp, cut)
 	rw.drained, rw.owner, rw.claimant, rw.given = true, -1, -1, false
 	s.logf("slot %d drained to the cut %d", r.slot, cut)
+	g, m := s.resize.Generation, s.resize.NextBuckets
+	d := gcd(s.genBuckets[g], m)
+	all := true
 	for _, o := range s.rows {
-		if o.gen == s.resize.Generation && !o.retired && !o.drained {
-			return true, false
+		all = all && (o.gen != g || o.retired || o.drained)
+	}
+	for i := range s.rows {
+		n := &s.rows[i]
+		if n.gen != g+1 || n.retired || n.ready {
+			continue
+		}
+		fed := true // every old bucket that feeds it drained: o ≡ j (mod gcd(N, M))
+		for _, o := range s.rows {
+			if o.gen == g && !o.retired && o.bucket%d == n.bucket%d && !o.drained {
+				fed = false
+			}
+		}
+		if fed || mutation == mutReadyBeforeFeeders {
+			n.ready, n.cp = true, max(n.cp, cut)
+			s.startAt[g+1] = cut
+			s.resize.State = leasestore.ResizeSwitched
+			s.logf("resize %d: switched: slot %d (generation %d bucket %d) ready from %d", s.resize.ID, i, g+1, n.bucket, cut)
 		}
 	}
-	g := s.resize.Generation
+	if !all {
+		return true, false
+	}
 	s.endCut[g] = cut
 	for i := range s.rows {
 		if s.rows[i].gen == g {
 			s.rows[i].retired = true
 		}
 	}
-	m := s.resize.NextBuckets
-	s.genBuckets = append(s.genBuckets, m)
-	for b := range m {
-		s.rows = append(s.rows, row{gen: g + 1, bucket: b, proposal: -1, owner: -1, claimant: -1, cp: cut})
-	}
 	s.resize.Generation, s.resize.Buckets = g+1, m
 	s.resize.State, s.resize.NextBuckets, s.resize.CutDecided, s.resize.Cut = leasestore.ResizeSteady, 0, false, 0
-	s.logf("resize %d: switched and completed: generation %d of %d buckets from %d", s.resize.ID, g+1, m, cut)
+	s.logf("resize %d: completed: generation %d of %d buckets serves", s.resize.ID, g+1, m)
 	return true, false
 }
 
@@ -1077,6 +1118,9 @@ func (s *sim) sent(r *reader, snd window.Send) {
 	if c, ok := s.endCut[r.gen]; ok && snd.Pos > c {
 		s.fail("r%d of generation %d delivers %d, past the cut %d its generation stopped at", r.inc, r.gen, snd.Pos, c)
 	}
+	if c, ok := s.startAt[r.gen]; ok && snd.Pos <= c {
+		s.fail("r%d of generation %d delivers %d, at or below the cut %d its generation started after", r.inc, r.gen, snd.Pos, c)
+	}
 	if s.resize.CutDecided && r.gen == s.resize.Generation && snd.Pos > s.resize.Cut {
 		s.fail("r%d of generation %d delivers %d, past the decided cut %d", r.inc, r.gen, snd.Pos, s.resize.Cut)
 	}
@@ -1316,7 +1360,7 @@ func (s *sim) step() {
 	if s.faults && s.resizes > 0 && !s.resize.Resizing() && len(s.events) > 5 {
 		add(1, func() { s.resizes--; s.request(1 + s.rng.IntN(4)) })
 	}
-	if s.faults && s.cancels > 0 && s.resize.Resizing() {
+	if s.faults && s.cancels > 0 && s.resize.Resizing() && s.resize.State != leasestore.ResizeSwitched {
 		add(1, func() { s.cancels--; s.cancel() })
 	}
 	add(2, s.tick)
@@ -1474,6 +1518,7 @@ func theSim() simrun.Sim {
 			simrun.Switch("MarkAtCursor", &mutation, mutMarkAtCursor, 0),
 			simrun.Switch("PastTheBound", &mutation, mutPastTheBound, 0),
 			simrun.Switch("DrainBeforeFinished", &mutation, mutDrainBeforeFinished, 0),
+			simrun.Switch("ReadyBeforeFeeders", &mutation, mutReadyBeforeFeeders, 0),
 		},
 	}
 }
