@@ -154,6 +154,7 @@ type msg struct {
 type worker struct {
 	id        int
 	inc       int
+	cinc      int  // its coordinator's incarnation (restarted by its supervisor)
 	alive     bool // its process runs
 	joined    bool
 	departed  bool
@@ -191,6 +192,7 @@ type reader struct {
 	tickDue  bool
 	left     *window.Event
 	handlers uint64
+	cinc     int // the coordinator incarnation that spawned it
 	gen      int
 	part     resizepart.Part
 	told     resizepart.Told // what it was told before it loaded
@@ -226,7 +228,7 @@ type sim struct {
 	appends int
 	qcap    int // live batches a reader's queue holds
 	// budgets of faults
-	unsure, pauses, kills, crashes, leaves, resizes, cancels int
+	unsure, pauses, kills, crashes, leaves, resizes, cancels, restarts int
 
 	resize     leasestore.Resize
 	genBuckets []int         // by generation, its bucket count
@@ -241,7 +243,7 @@ func newSim(seed uint64) *sim {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, faults: true, n: 2 + rng.IntN(3), streams: 2 + rng.IntN(4), appends: 10 + rng.IntN(25),
 		unsure: rng.IntN(3), pauses: rng.IntN(4), kills: rng.IntN(3), crashes: rng.IntN(4), leaves: rng.IntN(2),
-		resizes: rng.IntN(4), cancels: rng.IntN(3), endCut: map[int]int64{}, startAt: map[int]int64{}}
+		resizes: rng.IntN(4), cancels: rng.IntN(3), restarts: rng.IntN(3), endCut: map[int]int64{}, startAt: map[int]int64{}}
 	s.genBuckets = []int{s.n}
 	s.resize = leasestore.Resize{State: leasestore.ResizeSteady, Buckets: s.n}
 	s.qcap = 1 + rng.IntN(3)
@@ -613,12 +615,28 @@ func (s *sim) holdsLease(r *reader) bool {
 func (s *sim) start(w *worker) {
 	w.inc++
 	w.alive, w.joined = true, true
+	w.cinc++
 	w.plan = coordplan.New()
 	w.mailbox, w.system, w.readers, w.passing, w.again = nil, nil, nil, false, false
 	w.marks, w.left = map[int]mark{}, map[int]window.Event{}
 	w.published = s.publishable()
 	w.lastPass = s.now
 	s.logf("w%d: starts (incarnation %d)", w.id, w.inc)
+	s.deliver(w, msg{kind: "tick"})
+}
+
+// restartCoordinator restarts w's coordinator, as its supervisor does:
+// halted, its readers stop with it; its successor starts with no reader,
+// the handled marks kept (they are the group's), its mailbox too.
+func (s *sim) restartCoordinator(w *worker) {
+	s.logf("w%d: coordinator restarts", w.id)
+	w.plan.Halt()
+	for _, r := range w.readers {
+		r.alive = false
+	}
+	w.readers, w.system = nil, nil
+	w.cinc++
+	w.plan, w.passing, w.again = coordplan.New(), false, false
 	s.deliver(w, msg{kind: "tick"})
 }
 
@@ -641,7 +659,9 @@ func (s *sim) receive(w *worker) {
 	if len(w.system) > 0 {
 		r := w.system[0]
 		w.system = w.system[1:]
-		s.do(w, w.plan.Terminated(r.slot, r.id))
+		if r.cinc == w.cinc {
+			s.do(w, w.plan.Terminated(r.slot, r.id))
+		}
 		return
 	}
 	m := w.mailbox[0]
@@ -650,8 +670,8 @@ func (s *sim) receive(w *worker) {
 	case "tick":
 		s.do(w, []coordplan.Action{{Kind: coordplan.Pass}})
 	case "pass":
-		if m.inc != w.inc {
-			return
+		if m.inc != w.cinc {
+			return // its predecessor's
 		}
 		w.passing = false
 		s.logf("w%d: pass %s", w.id, show(m.res))
@@ -664,7 +684,11 @@ func (s *sim) receive(w *worker) {
 		s.logf("w%d: lost fence slot %d@%d", w.id, m.slot, m.epoch)
 		s.do(w, w.plan.LostFence(m.slot, m.epoch))
 	case "gone":
-		s.do(w, w.plan.Gone(m.slot, m.id))
+		id := m.id
+		if m.inc != w.cinc {
+			id = 0 // a reader of the coordinator before: its ids start over
+		}
+		s.do(w, w.plan.Gone(m.slot, id))
 	case "cut":
 		s.logf("w%d: cut drained slot %d@%d", w.id, m.slot, m.epoch)
 		s.do(w, w.plan.CutDrained(m.slot, m.epoch))
@@ -749,7 +773,7 @@ func (s *sim) do(w *worker, acts []coordplan.Action) {
 				break
 			}
 			w.passing = true
-			inc := w.inc
+			inc := w.cinc
 			s.post(w, 0, "pass", func() { s.deliver(w, msg{kind: "pass", inc: inc, res: s.pass(w)}) })
 		case coordplan.Leave:
 			s.logf("w%d: leaves", w.id)
@@ -779,7 +803,7 @@ func (s *sim) spawn(w *worker, slot int, epoch int64, id coordplan.ID, told resi
 	s.incs++
 	r := &reader{w: w, winc: w.inc, inc: s.incs, slot: slot, epoch: epoch, id: id, alive: true,
 		feed: readfeed.New(s.fcfg), win: window.New(s.wcfg), cp: checkpointing.New(s.ccfg), handlers: 1,
-		gen: s.rows[slot].gen, told: told}
+		gen: s.rows[slot].gen, told: told, cinc: w.cinc}
 	if l, ok := w.left[slot]; ok && w.marks[slot].epoch == epoch {
 		r.left = &l
 	}
@@ -819,9 +843,9 @@ func (s *sim) end(r *reader, why string, report bool) {
 	w.readers = slices.DeleteFunc(w.readers, func(o *reader) bool { return o == r })
 	w.system = append(w.system, r)
 	if report {
-		s.deliver(w, msg{kind: "lost", slot: r.slot, epoch: r.epoch})
+		s.deliver(w, msg{kind: "lost", inc: r.cinc, slot: r.slot, epoch: r.epoch})
 	}
-	s.deliver(w, msg{kind: "gone", slot: r.slot, id: r.id})
+	s.deliver(w, msg{kind: "gone", inc: r.cinc, slot: r.slot, id: r.id})
 }
 
 // crash restarts the reader in place, at its epoch, as its supervisor
@@ -904,7 +928,7 @@ func (s *sim) applyPart(r *reader, effects []resizepart.Effect) {
 			s.applyFeed(r, r.feed.Bound(readfeed.Bound{Bounded: b.Bounded, Decided: b.Decided, Limit: b.Limit}, s.env(r)))
 		case resizepart.Done:
 			r.cp.Cut(e.Position)
-			s.deliver(r.w, msg{kind: "cut", slot: r.slot, epoch: r.epoch})
+			s.deliver(r.w, msg{kind: "cut", inc: r.cinc, slot: r.slot, epoch: r.epoch})
 			s.end(r, "drained to the cut", false)
 			return
 		}
@@ -1339,6 +1363,9 @@ func (s *sim) step() {
 		}
 		if s.pauses > 0 {
 			add(2, func() { s.pauses--; w.paused = s.now + simTTL + 2; s.logf("w%d: pauses", w.id) })
+		}
+		if s.restarts > 0 && !w.plan.Leaving {
+			add(1, func() { s.restarts--; s.restartCoordinator(w) })
 		}
 		if s.kills > 0 && s.live() > 1 {
 			add(1, func() { s.kills--; s.kill(w) })
