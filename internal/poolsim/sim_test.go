@@ -96,6 +96,10 @@ const (
 	// mutReadyBeforeFeeders: the store makes every new bucket ready at
 	// the first drain to the cut, its feeders not all drained.
 	mutReadyBeforeFeeders
+	// mutMarkUnwritten: a slot is handed over or released by a leave
+	// with its handled mark above its checkpoint unwritten (what
+	// actors/coordinator.go does today).
+	mutMarkUnwritten
 	// mutMarkAtCursor: the handled mark a restarted reader resumes after
 	// is the feed's cursor, not the acknowledged position.
 	mutMarkAtCursor
@@ -120,6 +124,10 @@ type event struct {
 	visible bool
 	handled bool
 	sent    bool // sent to a handler at least once
+	// excused: it may be delivered again after it was handled — a fault
+	// that is not graceful (a lease lapsed, a process killed) left it
+	// above its slot's checkpoint.
+	excused bool
 }
 
 type row struct {
@@ -133,6 +141,7 @@ type row struct {
 	expires     int
 	claimant    int  // the worker that claimed it from its owner, or -1
 	given       bool // handed over to the claimant
+	lapsed      bool // its owner's lease expired (not handed over, not released)
 	cp          int64
 }
 
@@ -386,6 +395,10 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 	res := leasestore.PassResult{Resize: s.resize}
 	claim := func(i int) {
 		r := &s.rows[i]
+		if r.lapsed {
+			s.excuse(i) // taken over: what its last owner handled past the checkpoint is delivered again
+			r.lapsed = false
+		}
 		r.owner, r.epoch, r.expires, r.claimant, r.given = w.id, r.epoch+1, s.now+simTTL, -1, false
 		res.Claimed = append(res.Claimed, s.lease(i))
 	}
@@ -404,6 +417,7 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 		}
 		switch {
 		case s.expired(*r):
+			r.lapsed = r.lapsed || r.owner >= 0
 			r.owner, r.claimant, r.given = -1, -1, false
 		case r.owner == w.id && r.claimant < 0:
 			r.expires = s.now + simTTL
@@ -640,8 +654,46 @@ func (s *sim) restartCoordinator(w *worker) {
 	s.deliver(w, msg{kind: "tick"})
 }
 
+// writeMark writes slot's handled mark, fenced, before the slot is
+// handed over or released. A reader that stopped unsure of its lease, its
+// last write failed, leaves what it acked in the mark, for the reader
+// spawned again at its epoch to write at once (checkpointing.State.Resume);
+// when the slot is handed over or released first, no reader is, and
+// unwritten, the mark is lost: the next owner repeats what was acked
+// (seeds 3 and 895 of the first version with the graceful-duplicates
+// invariant; actors/coordinator.go's handOver and leave write nothing
+// today: mutMarkUnwritten).
+func (s *sim) writeMark(w *worker, slot int) {
+	r := &s.rows[slot]
+	m, ok := w.marks[slot]
+	if !ok || m.epoch != r.epoch || m.pos <= r.cp || r.owner != w.id {
+		return
+	}
+	if mutation == mutMarkUnwritten {
+		s.logf("w%d: slot %d handed over or released, its mark %d unwritten (checkpoint %d)", w.id, slot, m.pos, r.cp)
+		return
+	}
+	s.logf("w%d: slot %d's mark %d written before it goes", w.id, slot, m.pos)
+	r.cp = m.pos
+}
+
+// excuse excuses the events of slot above its checkpoint: delivered again
+// by its next holder, which starts there.
+func (s *sim) excuse(slot int) {
+	for _, e := range s.events {
+		if e.pos > s.rows[slot].cp && s.of(e, slot) {
+			e.excused = true
+		}
+	}
+}
+
 func (s *sim) kill(w *worker) {
 	s.logf("w%d: killed", w.id)
+	for i, r := range s.rows {
+		if r.owner == w.id {
+			s.excuse(i) // its next process starts at the checkpoint, its marks lost
+		}
+	}
 	w.alive = false
 	for _, r := range w.readers {
 		r.alive = false
@@ -748,6 +800,7 @@ func (s *sim) do(w *worker, acts []coordplan.Action) {
 				r := &s.rows[slot]
 				ok := r.owner == w.id && r.claimant >= 0 && !s.expired(*r)
 				if ok {
+					s.writeMark(w, slot)
 					r.owner, r.given, r.expires = -1, true, s.now+simTTL
 				}
 				s.deliver(w, msg{kind: "handed", slot: slot, ok: ok})
@@ -779,6 +832,7 @@ func (s *sim) do(w *worker, acts []coordplan.Action) {
 			s.logf("w%d: leaves", w.id)
 			for i := range s.rows {
 				if r := &s.rows[i]; r.owner == w.id {
+					s.writeMark(w, i)
 					r.owner, r.claimant, r.given = -1, -1, false
 				}
 			}
@@ -1133,6 +1187,9 @@ func (s *sim) applyWin(r *reader, e window.Effects) {
 func (s *sim) sent(r *reader, snd window.Send) {
 	ev := s.events[snd.Pos-1]
 	s.logf("r%d slot %d@%d: send #%d.%d at %d %s", r.inc, r.slot, r.epoch, snd.ID, snd.Attempt, snd.Pos, snd.Stream)
+	if ev.handled && !ev.excused {
+		s.fail("r%d delivers %d again, handled, on a graceful path", r.inc, snd.Pos)
+	}
 	if ev.bad {
 		s.fail("r%d sends %d, unreadable, to its handler", r.inc, snd.Pos)
 	}
@@ -1546,6 +1603,7 @@ func theSim() simrun.Sim {
 			simrun.Switch("PastTheBound", &mutation, mutPastTheBound, 0),
 			simrun.Switch("DrainBeforeFinished", &mutation, mutDrainBeforeFinished, 0),
 			simrun.Switch("ReadyBeforeFeeders", &mutation, mutReadyBeforeFeeders, 0),
+			simrun.Switch("MarkUnwritten", &mutation, mutMarkUnwritten, 0),
 		},
 	}
 }
