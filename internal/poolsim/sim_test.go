@@ -52,7 +52,8 @@ import (
 //     that fail, fenced checkpoint writes that fail, ticks, a drain to the
 //     cut once its cursor less what its window holds reaches it;
 //   - faults: lease checks found unsure, pauses past the TTL, workers
-//     killed and started again, workers that join late and leave, readers
+//     killed and started again, workers that join late and leave,
+//     coordinators restarted by their supervisor, readers
 //     that crash and are restarted at the same epoch (their successor
 //     carrying the window's Left and the handled mark), handoffs, resizes
 //     up, down and to the same count, cancels, told states missed.
@@ -61,8 +62,10 @@ import (
 // (acked or dead-lettered), nor does a drain to the cut; checkpoints never
 // go back; first deliveries of a stream in position order; no delivery by
 // a reader after it learnt its lease lost or unsure; no delivery by a
-// generation past a decided cut or the cut it stopped at; no unreadable
-// event sent. Then the faults stop, and every event must be handled, every
+// generation past a decided cut or the cut it stopped at, nor at or below
+// the cut it started after; no unreadable event sent; no handled event
+// delivered again but after a lease lapsed or a process was killed (no
+// duplicates on graceful paths). Then the faults stop, and every event must be handled, every
 // serving slot's checkpoint reach its last event, every resize end.
 //
 //	go test -run TestSim ./internal/poolsim/ -seed N   # replay one seed, with its trace
