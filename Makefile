@@ -60,12 +60,13 @@ chaos:
 	KUMI_CHAOS=long $(GO) test -count=1 -timeout 60m -v -run 'Test' ./test/integration/
 
 ## sim: the simulations of the core's state machines (internal/readfeed,
-## internal/resizepart, internal/coordplan, internal/checkpointing), each over
+## internal/resizepart, internal/coordplan, internal/checkpointing,
+## internal/window) and of a whole pool built from them (internal/poolsim), each over
 ## SIM_SEEDS schedules (`make test` runs 1,000-2,000 each); no database. A
 ## failing seed prints its trace's tail; `go test -run TestSim ./internal/<pkg>/
 ## -seed N` replays it whole.
 SIM_SEEDS ?= 20000
-SIM_PKGS := ./internal/readfeed/ ./internal/resizepart/ ./internal/coordplan/ ./internal/checkpointing/ ./internal/window/
+SIM_PKGS := ./internal/readfeed/ ./internal/resizepart/ ./internal/coordplan/ ./internal/checkpointing/ ./internal/window/ ./internal/poolsim/
 sim:
 	$(GO) test -count=1 -timeout 0 -run '^TestSim$$' $(SIM_PKGS) -seeds $(SIM_SEEDS)
 
