@@ -101,7 +101,7 @@ const (
 	mutReadyBeforeFeeders
 	// mutMarkUnwritten: a slot is handed over or released by a leave
 	// with its handled mark above its checkpoint unwritten (what
-	// actors/coordinator.go does today).
+	// actors/coordinator.go did before writeMarks).
 	mutMarkUnwritten
 	// mutMarkAtCursor: the handled mark a restarted reader resumes after
 	// is the feed's cursor, not the acknowledged position.
