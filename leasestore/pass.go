@@ -346,7 +346,16 @@ type firstBatch struct {
 	workers []passWorker
 	mine    []int32
 	events  []string
+	// room is, by generation, what the claim and the placement could
+	// find there as the first batch read it (see my_claims).
+	room map[int]room
 }
+
+// room is what a pass's claim and placement could find in a generation,
+// read without a lock: claimable is at least the rows the claim may take,
+// top the highest load among the other workers owning a bucket a claim may
+// be placed on (0: none).
+type room struct{ claimable, top int }
 
 // passWorker is another worker as workers_view read it.
 type passWorker struct {
@@ -418,10 +427,20 @@ func (s *Store) readFirst(br pgx.BatchResults) (firstBatch, error) {
 		return fail("renew", err)
 	}
 	rows, _ = br.Query()
-	f.mine, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	f.room = map[int]room{}
+	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+		var gen int
+		var mine []int32
+		var rm room
+		err := r.Scan(&gen, &mine, &rm.claimable, &rm.top)
+		f.mine = append(f.mine, mine...)
+		f.room[gen] = rm
+		return struct{}{}, err
+	})
 	if err != nil {
 		return fail("claims", err)
 	}
+	slices.Sort(f.mine)
 	if recovered {
 		f.events = append(f.events, "recover")
 	}
@@ -481,7 +500,18 @@ func (s *Store) passRest(ctx context.Context, tx txConn, acquire bool, f firstBa
 				held++
 			}
 		}
-		if want := share - held; want > 0 && g.active > 0 {
+		// Outside a resize, with no worker's session gone, a claim the
+		// first batch found no claimable row for, and a placement it
+		// found no owner to place on, are skipped: they would find
+		// nothing (a row that turned claimable since is the next pass's,
+		// as if this pass had run a moment earlier). So a worker held at
+		// the floor below the share (N not a multiple of the workers)
+		// passes as a balanced one does, in its first batch alone, not in
+		// a transaction of its own with a claim, a placement and a COMMIT
+		// every heartbeat.
+		rm, known := f.room[g.gen]
+		quiet := known && !v.resizing() && len(deadWorkers) == 0
+		if want := share - held; want > 0 && g.active > 0 && !(quiet && rm.claimable == 0) {
 			if !confirmed && len(deadWorkers) > 0 {
 				if err := tx.QueryRow(ctx, s.st.get("confirm_dead"), sub, deadWorkers, deadKeys).Scan(&dead); err != nil {
 					return out, fmt.Errorf("confirm dead sessions: %w", err)
@@ -533,7 +563,9 @@ func (s *Store) passRest(ctx context.Context, tx txConn, acquire bool, f firstBa
 			if len(gone) > 0 {
 				events = append(events, "withdraw")
 			}
-		case have < share && len(live) > 0:
+		case have < share && len(live) > 0 && !(quiet && have >= g.active/out.live && rm.top <= share):
+			// (At the floor, place takes only from an owner above the
+			// share: none, when the first batch found no load above it.)
 			placed, err := s.place(ctx, tx, g.gen, have, share, g.active/out.live, live)
 			if err != nil {
 				return out, fmt.Errorf("place claims: %w", err)
