@@ -229,7 +229,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		out, batched, err = s.passBatched(ctx, acquire, pid)
 	}
 	if !batched {
-		err = s.runPipelined(ctx, func(conn *pgx.Conn) error {
+		err = s.runPipelined(ctx, func(conn *commitTail) error {
 			var err error
 			out, err = s.passTx(ctx, conn, acquire, pid, nil)
 			return err
@@ -294,7 +294,7 @@ func (s *Store) abandon(bound time.Duration, err error) error {
 // (runPipelined commits it). A steady pass of a balanced worker is that
 // batch alone. carry is events an earlier transaction of the same pass
 // found and did not announce (see passBatched).
-func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *int32, carry []string) (passOutcome, error) {
+func (s *Store) passTx(ctx context.Context, conn *commitTail, acquire bool, pid *int32, carry []string) (passOutcome, error) {
 	b := &pgx.Batch{}
 	s.queueFirst(b, pid)
 	br := conn.SendBatch(ctx, b)
@@ -331,6 +331,15 @@ func (c *countingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 func (c *countingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	c.n++
 	return c.txConn.QueryRow(ctx, sql, args...)
+}
+
+func (c *countingTx) queueNote(sql, channel, payload string) bool {
+	q, ok := c.txConn.(noteQueuer)
+	if !ok || !q.queueNote(sql, channel, payload) {
+		return false
+	}
+	c.n++
+	return true
 }
 
 func (c *countingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {

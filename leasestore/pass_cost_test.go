@@ -198,3 +198,35 @@ func TestEnsureBucketsAfterAJoinThatFoundTheSubscriptionReadsNothing(t *testing.
 		require.Greater(t, tr.trips.Load(), trips, "a second EnsureBuckets reads the subscription")
 	})
 }
+
+// TestAJoinIsOneRoundTripAndACommit: a new worker's join is one batch —
+// BEGIN, the settings, the heartbeat — and its notification with the
+// COMMIT, in one round trip (was the notification in a round trip of its
+// own). A pass that claims sends its notification with its COMMIT too.
+func TestAJoinIsOneRoundTripAndACommit(t *testing.T) {
+	t.Parallel()
+	forKindsWhere(t, withoutSessionEvidence, func(t *testing.T, kind Kind) {
+		b := setup(t)
+		require.NoError(t, b.open(t, b.config(kind, 4, "first")).EnsureBuckets(context.Background()))
+		pool, tr := tracedPool(t, 8)
+		c := b.config(kind, 4, "second")
+		c.NoListen = true
+		s := openOn(t, pool, c)
+		require.Equal(t, [2]int64{5, 2}, [2]int64{tr.stmts.Load(), tr.trips.Load()}, "a join: statements and round trips")
+
+		stmts0, trips0 := tr.stmts.Load(), tr.trips.Load()
+		var res PassResult
+		for range 10 {
+			var err error
+			if res, err = s.Pass(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+				require.NoError(t, err)
+				break
+			}
+			stmts0, trips0 = tr.stmts.Load(), tr.trips.Load() // abandoned on a loaded machine: measured again
+		}
+		require.Len(t, res.Claimed, 2)
+		// The first batch (6), the claim, the notification and the COMMIT.
+		require.Equal(t, [2]int64{9, 3}, [2]int64{tr.stmts.Load() - stmts0, tr.trips.Load() - trips0},
+			"a pass that claims: statements and round trips")
+	})
+}

@@ -182,7 +182,7 @@ func (s *Store) join(ctx context.Context) error {
 	// One round trip and the COMMIT (and the notification, when the
 	// worker was not live): a process starting many groups starts each
 	// in a few round trips.
-	return s.runPipelined(ctx, func(conn *pgx.Conn) error {
+	return s.runPipelined(ctx, func(conn *commitTail) error {
 		fail := func(err error) error {
 			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
 		}
@@ -276,7 +276,7 @@ func (s *Store) ensureBuckets(ctx context.Context) error {
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// One round trip and the COMMIT.
-		err = s.runPipelined(ctx, func(conn *pgx.Conn) error {
+		err = s.runPipelined(ctx, func(conn *commitTail) error {
 			b := &pgx.Batch{}
 			b.Queue(beginSQL)
 			b.Queue(s.st.get("ensure_lock"), s.keys.ensure)
