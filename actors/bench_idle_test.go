@@ -67,9 +67,22 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d p
 // TraceQueryEnd does nothing.
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TraceBatchStart counts a batch as one round trip.
-func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.count(ctx, "(batch)")
+// TraceBatchStart counts a batch as one round trip, named by its first
+// statement after a BEGIN and its number of statements.
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	name := "(batch)"
+	if d.Batch != nil {
+		qs := d.Batch.QueuedQueries
+		first := ""
+		for _, q := range qs {
+			if q.SQL != "BEGIN" {
+				first = q.SQL
+				break
+			}
+		}
+		name = fmt.Sprintf("(batch of %d) %s", len(qs), first)
+	}
+	c.count(ctx, name)
 	return ctx
 }
 
@@ -145,6 +158,7 @@ type idleRow struct {
 	started, owned, fair, join time.Duration
 	joinStarted                time.Duration // the joiner's StartGroup calls returned
 	joinPool                   string        // the joiner's lease pool's waits, through its fair share
+	joinStmts                  string        // the joiner's statements through its fair share, the most frequent first
 	top                        string
 }
 
@@ -187,6 +201,9 @@ func BenchmarkIdleCost(b *testing.B) {
 	}
 	for _, r := range rows { // (before the statements: go test truncates a benchmark's long log)
 		fmt.Fprintf(&t, "K=%d the joiner's lease pool until its fair share: %s\n", r.k, r.joinPool)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&t, "K=%d the joiner's statements until its fair share: %s\n", r.k, r.joinStmts)
 	}
 	for _, r := range rows {
 		fmt.Fprintf(&t, "K=%d worker 0's statements: %s\n", r.k, r.top)
@@ -307,23 +324,9 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 	b.ReportMetric(row.stmts, fmt.Sprintf("stmts/s/worker-K%d", k))
 	b.ReportMetric(xactRate, fmt.Sprintf("xact/s-K%d", k))
 	// The first worker's statements by kind, the busiest first.
-	after := ws[0].stmts.snapshot()
-	type kind struct {
-		sql string
-		n   int64
-	}
-	var kinds []kind
-	for sql, n := range after {
-		if d := n - byBefore[sql]; d > 0 {
-			kinds = append(kinds, kind{sql, d})
-		}
-	}
-	sort.Slice(kinds, func(i, j int) bool { return kinds[i].n > kinds[j].n })
-	var top []string
-	for _, kd := range kinds[:min(len(kinds), 5)] {
-		top = append(top, fmt.Sprintf("%.1f/s %q", float64(kd.n)/window.Seconds(), kd.sql))
-	}
-	row.top = strings.Join(top, ", ")
+	row.top = topStatements(byBefore, ws[0].stmts.snapshot(), 5, func(n int64) string {
+		return fmt.Sprintf("%.1f/s", float64(n)/window.Seconds())
+	})
 	// A worker joins: its fair share of every subscription.
 	joiner := startIdleWorker(b, schema, fmt.Sprintf("kumi-idle-%d-%d", k, nw))
 	joined := time.Now()
@@ -333,6 +336,13 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 	all := append(ws, joiner)
 	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(all, k) }, "the joiner gets its fair share of every subscription")
 	row.join = time.Since(joined)
+	var joinTotal int64
+	for _, n := range joiner.stmts.snapshot() {
+		joinTotal += n
+	}
+	row.joinStmts = fmt.Sprintf("%d in all; ", joinTotal) + topStatements(nil, joiner.stmts.snapshot(), 8, func(n int64) string {
+		return strconv.FormatInt(n, 10)
+	})
 	st := joiner.rt.leasePool.Stat()
 	row.joinPool = fmt.Sprintf("%d acquires, %d waited, %v waiting on average, %d connections", st.AcquireCount(),
 		st.EmptyAcquireCount(), (st.AcquireDuration() / time.Duration(max(st.AcquireCount(), 1))).Round(time.Millisecond), st.TotalConns())
@@ -342,6 +352,27 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 		require.NoError(b, w.rt.Stop(stopCtx))
 	}
 	return row
+}
+
+// topStatements is the n kinds of statements counted most often between
+// the snapshots before and after, with their counts as count renders them.
+func topStatements(before, after map[string]int64, n int, count func(int64) string) string {
+	type kind struct {
+		sql string
+		n   int64
+	}
+	var kinds []kind
+	for sql, c := range after {
+		if d := c - before[sql]; d > 0 {
+			kinds = append(kinds, kind{sql, d})
+		}
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i].n > kinds[j].n })
+	var top []string
+	for _, kd := range kinds[:min(len(kinds), n)] {
+		top = append(top, fmt.Sprintf("%s %q", count(kd.n), kd.sql))
+	}
+	return strings.Join(top, ", ")
 }
 
 // startIdleWorker starts a worker's runtime on a pool of its own named app.

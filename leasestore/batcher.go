@@ -287,7 +287,7 @@ func (s *Store) passBatched(ctx context.Context, acquire bool, pid *int32) (out 
 	if !errors.Is(err, errNotSteady) {
 		return passOutcome{}, true, err
 	}
-	err = s.runPipelined(ctx, func(conn *pgx.Conn) error {
+	err = s.runPipelined(ctx, func(conn *commitTail) error {
 		var err error
 		out, err = s.passTx(ctx, conn, acquire, pid, f.events)
 		return err

@@ -302,7 +302,8 @@ func TestABatchedPassThatMustClaimRunsAWholePassOfItsOwn(t *testing.T) {
 	require.NoError(t, o.err)
 	require.Len(t, o.res.Claimed, 2, "the buckets b left")
 	require.Len(t, o.res.Owned, 4)
-	require.Equal(t, int64(2), trips.batches.Load(), "the shared round trip, then the whole pass's first batch")
+	require.Equal(t, [2]int64{3, 1}, [2]int64{trips.batches.Load(), trips.queries.Load()},
+		"the shared round trip, then the whole pass's first batch, its claim, and its notification with its COMMIT")
 	require.NoError(t, a.EnsureHeld(3))
 	require.NoError(t, a.EnsureHeld(0))
 

@@ -22,6 +22,9 @@ func (s *Store) Changes() <-chan struct{} { return s.changes }
 // resize's transition is "resize:<state>:worker" (docs/design/resize.md), and
 // no other event is sent with it.
 func (s *Store) notify(ctx context.Context, tx txConn, events string) error {
+	if q, ok := tx.(noteQueuer); ok && q.queueNote(s.st.get("notify"), s.channel, events+":"+s.cfg.Worker) {
+		return nil // sent with the COMMIT (see runPipelined)
+	}
 	if _, err := tx.Exec(ctx, s.st.get("notify"), s.channel, events+":"+s.cfg.Worker); err != nil {
 		return fmt.Errorf("leasestore: notify: %w", err)
 	}

@@ -229,7 +229,7 @@ func (s *Store) pass(ctx context.Context, acquire bool) (PassResult, error) {
 		out, batched, err = s.passBatched(ctx, acquire, pid)
 	}
 	if !batched {
-		err = s.runPipelined(ctx, func(conn *pgx.Conn) error {
+		err = s.runPipelined(ctx, func(conn *commitTail) error {
 			var err error
 			out, err = s.passTx(ctx, conn, acquire, pid, nil)
 			return err
@@ -294,7 +294,7 @@ func (s *Store) abandon(bound time.Duration, err error) error {
 // (runPipelined commits it). A steady pass of a balanced worker is that
 // batch alone. carry is events an earlier transaction of the same pass
 // found and did not announce (see passBatched).
-func (s *Store) passTx(ctx context.Context, conn *pgx.Conn, acquire bool, pid *int32, carry []string) (passOutcome, error) {
+func (s *Store) passTx(ctx context.Context, conn *commitTail, acquire bool, pid *int32, carry []string) (passOutcome, error) {
 	b := &pgx.Batch{}
 	s.queueFirst(b, pid)
 	br := conn.SendBatch(ctx, b)
@@ -333,6 +333,15 @@ func (c *countingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.
 	return c.txConn.QueryRow(ctx, sql, args...)
 }
 
+func (c *countingTx) queueNote(sql, channel, payload string) bool {
+	q, ok := c.txConn.(noteQueuer)
+	if !ok || !q.queueNote(sql, channel, payload) {
+		return false
+	}
+	c.n++
+	return true
+}
+
 func (c *countingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	c.n++
 	return c.txConn.SendBatch(ctx, b)
@@ -346,7 +355,16 @@ type firstBatch struct {
 	workers []passWorker
 	mine    []int32
 	events  []string
+	// room is, by generation, what the claim and the placement could
+	// find there as the first batch read it (see my_claims).
+	room map[int]room
 }
+
+// room is what a pass's claim and placement could find in a generation,
+// read without a lock: claimable is at least the rows the claim may take,
+// top the highest load among the other workers owning a bucket a claim may
+// be placed on (0: none).
+type room struct{ claimable, top int }
 
 // passWorker is another worker as workers_view read it.
 type passWorker struct {
@@ -418,10 +436,20 @@ func (s *Store) readFirst(br pgx.BatchResults) (firstBatch, error) {
 		return fail("renew", err)
 	}
 	rows, _ = br.Query()
-	f.mine, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	f.room = map[int]room{}
+	_, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct{}, error) {
+		var gen int
+		var mine []int32
+		var rm room
+		err := r.Scan(&gen, &mine, &rm.claimable, &rm.top)
+		f.mine = append(f.mine, mine...)
+		f.room[gen] = rm
+		return struct{}{}, err
+	})
 	if err != nil {
 		return fail("claims", err)
 	}
+	slices.Sort(f.mine)
 	if recovered {
 		f.events = append(f.events, "recover")
 	}
@@ -481,7 +509,18 @@ func (s *Store) passRest(ctx context.Context, tx txConn, acquire bool, f firstBa
 				held++
 			}
 		}
-		if want := share - held; want > 0 && g.active > 0 {
+		// Outside a resize, with no worker's session gone, a claim the
+		// first batch found no claimable row for, and a placement it
+		// found no owner to place on, are skipped: they would find
+		// nothing (a row that turned claimable since is the next pass's,
+		// as if this pass had run a moment earlier). So a worker held at
+		// the floor below the share (N not a multiple of the workers)
+		// passes as a balanced one does, in its first batch alone, not in
+		// a transaction of its own with a claim, a placement and a COMMIT
+		// every heartbeat.
+		rm, known := f.room[g.gen]
+		quiet := known && !v.resizing() && len(deadWorkers) == 0
+		if want := share - held; want > 0 && g.active > 0 && !(quiet && rm.claimable == 0) {
 			if !confirmed && len(deadWorkers) > 0 {
 				if err := tx.QueryRow(ctx, s.st.get("confirm_dead"), sub, deadWorkers, deadKeys).Scan(&dead); err != nil {
 					return out, fmt.Errorf("confirm dead sessions: %w", err)
@@ -533,7 +572,9 @@ func (s *Store) passRest(ctx context.Context, tx txConn, acquire bool, f firstBa
 			if len(gone) > 0 {
 				events = append(events, "withdraw")
 			}
-		case have < share && len(live) > 0:
+		case have < share && len(live) > 0 && !(quiet && have >= g.active/out.live && rm.top <= share):
+			// (At the floor, place takes only from an owner above the
+			// share: none, when the first batch found no load above it.)
 			placed, err := s.place(ctx, tx, g.gen, have, share, g.active/out.live, live)
 			if err != nil {
 				return out, fmt.Errorf("place claims: %w", err)

@@ -107,3 +107,126 @@ func TestAPassLearnsOfAResizeByItself(t *testing.T) {
 		require.Len(t, res.Lost, 6, "the next generation's slots are gone")
 	})
 }
+
+// TestAPassAtTheFloorIsOneRoundTripAndACommit: a worker held at the floor
+// below the share — 3 buckets and 2 workers: a share of 2, a floor of 1 —
+// passes as a balanced one does, its first batch and a COMMIT, when its
+// first batch found nothing to claim and no owner above the share to place
+// a claim on (was the first batch, a claim, a placement's batch and its
+// savepoint's release, every heartbeat, each in a transaction of its own:
+// outside a PassBatcher's round trip). When a bucket turns claimable it
+// claims it on its next pass.
+func TestAPassAtTheFloorIsOneRoundTripAndACommit(t *testing.T) {
+	t.Parallel()
+	for _, k := range leaseKinds {
+		t.Run(k.kind.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			pool, tr := tracedPool(t, 8)
+			b.pool = pool
+			var stores []*Store
+			for i := range 2 {
+				c := b.config(k.kind, 3, fmt.Sprintf("w%d", i))
+				c.NoListen = true
+				stores = append(stores, b.open(t, c))
+			}
+			settle(t, stores, 3)
+			floor := stores[0]
+			if len(stores[1].Held()) < len(floor.Held()) {
+				floor = stores[1]
+			}
+			require.Len(t, floor.Held(), 1, "one worker at the floor")
+			extra := 0
+			if k.features.sessionEvidence {
+				extra = 1
+			}
+			trips := 2 + extra
+			if os.Getenv("KUMI_LEASE_BATCHED") != "" {
+				trips-- // the COMMIT in the batch, once the last pass was steady
+				pass(t, floor)
+			}
+			for range 10 {
+				stmts0, trips0 := tr.stmts.Load(), tr.trips.Load()
+				res, err := floor.Pass(context.Background())
+				if errors.Is(err, context.DeadlineExceeded) {
+					continue // abandoned on a loaded machine: measured again
+				}
+				require.NoError(t, err)
+				require.Len(t, res.Owned, 1)
+				require.Equal(t, [2]int64{int64(7 + extra), int64(trips)},
+					[2]int64{tr.stmts.Load() - stmts0, tr.trips.Load() - trips0}, "a pass at the floor: statements and round trips")
+				break
+			}
+
+			// The other worker leaves: its buckets are free, and the
+			// worker at the floor takes them on its next pass.
+			other := stores[0]
+			if other == floor {
+				other = stores[1]
+			}
+			require.NoError(t, other.Leave(context.Background()))
+			require.Len(t, pass(t, floor).Owned, 3)
+		})
+	}
+}
+
+// TestEnsureBucketsAfterAJoinThatFoundTheSubscriptionReadsNothing: the
+// join reads the subscription in its heartbeat, and a store whose join
+// found it takes its generation and bucket count from there: the
+// EnsureBuckets that follows a Start (the actors runtime's, for every
+// group it starts) sends nothing (was one round trip on the lease pool
+// for each group a process starts). The one after it reads again.
+func TestEnsureBucketsAfterAJoinThatFoundTheSubscriptionReadsNothing(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		b := setup(t)
+		pool, tr := tracedPool(t, 8)
+		b.pool = pool
+		c := b.config(kind, 4, "first")
+		c.NoListen = true
+		require.NoError(t, b.open(t, c).EnsureBuckets(context.Background()))
+		c = b.config(kind, 6, "second") // the database's 4 rule
+		c.NoListen = true
+		s := b.open(t, c)
+		trips := tr.trips.Load()
+		require.NoError(t, s.EnsureBuckets(context.Background()))
+		require.Equal(t, trips, tr.trips.Load(), "EnsureBuckets after a join that found the subscription")
+		gen, n := s.Serving()
+		require.Equal(t, [2]int{0, 4}, [2]int{gen, n}, "the serving generation and its count, as the join read them")
+		require.Len(t, pass(t, s).Owned, 2)
+		require.NoError(t, s.EnsureBuckets(context.Background()))
+		require.Greater(t, tr.trips.Load(), trips, "a second EnsureBuckets reads the subscription")
+	})
+}
+
+// TestAJoinIsOneRoundTripAndACommit: a new worker's join is one batch —
+// BEGIN, the settings, the heartbeat — and its notification with the
+// COMMIT, in one round trip (was the notification in a round trip of its
+// own). A pass that claims sends its notification with its COMMIT too.
+func TestAJoinIsOneRoundTripAndACommit(t *testing.T) {
+	t.Parallel()
+	forKindsWhere(t, withoutSessionEvidence, func(t *testing.T, kind Kind) {
+		b := setup(t)
+		require.NoError(t, b.open(t, b.config(kind, 4, "first")).EnsureBuckets(context.Background()))
+		pool, tr := tracedPool(t, 8)
+		c := b.config(kind, 4, "second")
+		c.NoListen = true
+		s := openOn(t, pool, c)
+		require.Equal(t, [2]int64{5, 2}, [2]int64{tr.stmts.Load(), tr.trips.Load()}, "a join: statements and round trips")
+
+		stmts0, trips0 := tr.stmts.Load(), tr.trips.Load()
+		var res PassResult
+		for range 10 {
+			var err error
+			if res, err = s.Pass(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+				require.NoError(t, err)
+				break
+			}
+			stmts0, trips0 = tr.stmts.Load(), tr.trips.Load() // abandoned on a loaded machine: measured again
+		}
+		require.Len(t, res.Claimed, 2)
+		// The first batch (6), the claim, the notification and the COMMIT.
+		require.Equal(t, [2]int64{9, 3}, [2]int64{tr.stmts.Load() - stmts0, tr.trips.Load() - trips0},
+			"a pass that claims: statements and round trips")
+	})
+}

@@ -46,13 +46,14 @@ const rollbackTimeout = 2 * time.Second
 // transaction (a rollback that failed, a connection closed to interrupt a
 // statement) is not idle, and the pool closes it on release instead of
 // reusing it.
-func (s *Store) runPipelined(ctx context.Context, fn func(conn *pgx.Conn) error) (err error) {
+func (s *Store) runPipelined(ctx context.Context, fn func(conn *commitTail) error) (err error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Release()
 	conn := c.Conn()
+	tail := &commitTail{Conn: conn}
 	defer func() {
 		if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
@@ -60,18 +61,69 @@ func (s *Store) runPipelined(ctx context.Context, fn func(conn *pgx.Conn) error)
 			_, _ = conn.Exec(rctx, "ROLLBACK")
 		}
 	}()
-	if err := fn(conn); err != nil {
+	if err := fn(tail); err != nil {
 		return err
 	}
 	if st := conn.PgConn().TxStatus(); st != 'T' {
 		return fmt.Errorf("commit: the connection is not in a transaction (status %q): was %s queued first?", st, beginSQL)
 	}
-	tag, err := conn.Exec(ctx, "COMMIT")
+	if len(tail.notes) == 0 {
+		tag, err := conn.Exec(ctx, "COMMIT")
+		if err != nil {
+			return err
+		}
+		if tag.String() == "ROLLBACK" {
+			return errCommitRolledBack
+		}
+		return nil
+	}
+	// The notifications and the COMMIT in one round trip: the same
+	// statements in the same order, in the same transaction (a NOTIFY is
+	// delivered at the commit anyway). A failed notification makes the
+	// server skip the COMMIT; the transaction is then rolled back above.
+	b := &pgx.Batch{}
+	for _, n := range tail.notes {
+		b.Queue(n.sql, n.channel, n.payload)
+	}
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	for range tail.notes {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("leasestore: notify: %w", err)
+		}
+	}
+	tag, err := br.Exec()
 	if err != nil {
+		_ = br.Close()
+		return err
+	}
+	if err := br.Close(); err != nil {
 		return err
 	}
 	if tag.String() == "ROLLBACK" {
 		return errCommitRolledBack
 	}
 	return nil
+}
+
+// commitTail is the connection of a transaction runPipelined runs: the
+// notifications sent on it (Store.notify) wait to go with the COMMIT, in
+// its round trip.
+type commitTail struct {
+	*pgx.Conn
+	notes []queuedNote
+}
+
+// queuedNote is a notification waiting for its transaction's COMMIT.
+type queuedNote struct{ sql, channel, payload string }
+
+// noteQueuer is a txConn that sends notifications with its COMMIT.
+type noteQueuer interface {
+	queueNote(sql, channel, payload string) bool
+}
+
+func (t *commitTail) queueNote(sql, channel, payload string) bool {
+	t.notes = append(t.notes, queuedNote{sql, channel, payload})
+	return true
 }

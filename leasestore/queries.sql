@@ -126,7 +126,34 @@ RETURNING l.bucket, l.epoch, l.expires_at, l.bucket = ANY(sets.pending) AS pendi
     now() AS db_now, l.bucket_count, l.cut_proposal;
 
 -- name: my_claims
-SELECT bucket FROM {{schema}}.lease_buckets WHERE subscription = $1 AND claim_worker = $2 ORDER BY bucket;
+-- By generation: this worker's claims ($2), and what its claim and its
+-- placement could find there, read without a lock so that a pass skips
+-- them when they would find nothing (see passRest): claimable, at least
+-- the rows the claim statement may take (not drained, not this worker's,
+-- free or expired: a bucket another claimant's claim keeps is counted as
+-- well), and top, the highest load among the other workers that own a
+-- bucket a claim may be placed on, as loads counts them (0: none).
+WITH rows AS MATERIALIZED (
+    SELECT bucket, generation, owner, claim_worker, expires_at, drained_at
+    FROM {{schema}}.lease_buckets WHERE subscription = $1
+), per AS (
+    SELECT generation, w, sum(free)::int AS free, sum(n)::int AS n FROM (
+        SELECT generation, owner AS w, 1 AS free, 1 AS n FROM rows
+        WHERE owner IS NOT NULL AND expires_at > now() AND claim_worker IS NULL
+        UNION ALL
+        SELECT generation, claim_worker, 0, 1 FROM rows WHERE claim_worker IS NOT NULL
+    ) x
+    WHERE w <> $2
+    GROUP BY generation, w
+), top AS (
+    SELECT generation, max(n) FILTER (WHERE free > 0) AS top FROM per GROUP BY generation
+)
+SELECT r.generation, coalesce(array_agg(r.bucket ORDER BY r.bucket) FILTER (WHERE r.claim_worker = $2), '{}'),
+    (count(*) FILTER (WHERE r.drained_at IS NULL AND r.owner IS DISTINCT FROM $2
+                        AND (r.owner IS NULL OR r.expires_at < now())))::int,
+    coalesce((SELECT t.top FROM top t WHERE t.generation = r.generation), 0)
+FROM rows r
+GROUP BY r.generation;
 
 -- name: confirm_dead
 -- Liveness evidence, made atomic: a session worker whose advisory lock this
