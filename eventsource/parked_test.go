@@ -277,6 +277,32 @@ func TestParkedStreams(t *testing.T) {
 		require.Equal(t, ps.Version, r.DoneVersion, "rolled back with the caller's transaction")
 	})
 
+	t.Run("ALetterThatParksItsStreamIsNotReplayedOutOfOrder", func(t *testing.T) {
+		t.Parallel()
+		p := setupParked(t)
+		parked := p.park(t, "billing", p.byStream["order-0"][1], "parks")
+		plain, err := p.s.AddDeadLetter(ctx, eventsource.DeadLetter{Subscription: "billing", EventID: p.byStream["order-1"][0].ID})
+		require.NoError(t, err)
+		var handled []string
+		handler := func(_ context.Context, e eventsource.RecordedEvent) error {
+			handled = append(handled, e.ID.String())
+			return nil
+		}
+		d, err := p.s.DeadLetter(ctx, "billing", parked.EventID)
+		require.NoError(t, err)
+		ok, err := p.s.ReplayDeadLetter(ctx, d, false, handler)
+		require.ErrorIs(t, err, eventsource.ErrParkConflict, "its release replays it, in order")
+		require.False(t, ok)
+		n, err := p.s.ReplayDeadLetters(ctx, "billing", eventsource.DeadLetterFilter{}, handler)
+		require.ErrorIs(t, err, eventsource.ErrParkConflict)
+		require.Equal(t, 1, n, "the letter before it (position order) was replayed")
+		require.Equal(t, []string{plain.EventID.String()}, handled, "the parking letter was not handed out")
+		d, err = p.s.DeadLetter(ctx, "billing", parked.EventID)
+		require.NoError(t, err)
+		require.Nil(t, d.ReplayedAt)
+		require.Equal(t, 5, d.Attempts, "a refusal is not a failed attempt")
+	})
+
 	t.Run("AReleasedEventDeadLetteredAgainParksTheStreamThere", func(t *testing.T) {
 		t.Parallel()
 		p := setupParked(t)

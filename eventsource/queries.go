@@ -34,7 +34,7 @@ type queries struct {
 	deadLetterMark, deadLetterFailed, deadLetterDelete string
 
 	// Parked streams (migration 0007; parked.go).
-	parkAdd, parkList, parkRequest, parkDiscardLetter, parkRelease, parkState string
+	parkAdd, parkList, parkRequest, parkDiscardLetter, parkRelease, parkState, parkHeldBy string
 
 	indexState string
 
@@ -395,6 +395,8 @@ SELECT subscription, stream_name, cg_hash, generation, bucket, event_id, positio
 UPDATE %[1]s.dead_letters l SET replayed_at = now() FROM r
 WHERE l.subscription = $1 AND l.event_id = r.event_id AND r.action = 'replay' AND r.done_version >= r.version AND l.replayed_at IS NULL)
 SELECT `+parkedColumns+` FROM r p`, q),
+		// Whether the letter of event $2 parks its stream for $1.
+		parkHeldBy: fmt.Sprintf(`SELECT EXISTS (SELECT FROM %[1]s.parked_streams WHERE subscription = $1 AND event_id = $2)`, q),
 		// Why a change found no row: the row as it is, if any.
 		parkState: fmt.Sprintf(`SELECT `+parkedColumns+` FROM %[1]s.parked_streams p WHERE p.subscription = $1 AND p.stream_name = $2`, q),
 

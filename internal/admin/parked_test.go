@@ -97,6 +97,20 @@ func TestParkedStream(t *testing.T) {
 		require.Equal(t, e.Version, got[0].DoneVersion)
 	})
 
+	t.Run("ALetterThatParksItsStreamIsReplayedThroughTheStream", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t)
+		e := f.events[1]
+		f.parkWithLease(t, "billing", e, 1)
+		d, err := admin.Letter(ctx, f.store, "billing", e.ID, false)
+		require.NoError(t, err)
+		called := false
+		err = admin.Replay(ctx, f.store, d, false, func(context.Context, eventsource.RecordedEvent) error { called = true; return nil })
+		r := refusal(t, err, admin.Conflict, admin.ErrLetterParks)
+		require.Contains(t, r.Error(), "kumi parked replay")
+		require.False(t, called, "the handler never saw it")
+	})
+
 	t.Run("DiscardDeletesTheLetterAndSkipKeepsIt", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t)

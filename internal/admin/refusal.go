@@ -39,6 +39,7 @@ var (
 	ErrUnconfirmed         = errors.New("admin: the action was not confirmed")
 	ErrNotParked           = errors.New("admin: the stream is not parked")
 	ErrParkedBusy          = errors.New("admin: the parked stream is being released or was skipped")
+	ErrLetterParks         = errors.New("admin: the letter parks its stream")
 )
 
 // Refusal is an action refused, and why: Reason is one of the Err values
