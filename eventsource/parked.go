@@ -49,10 +49,9 @@ type ParkedStream struct {
 	Stream       string
 	// Hash is the stream's consumer-group hash: its bucket in a
 	// generation of n buckets is [BucketOfHash](Hash, n). The row has no
-	// bucket of its own, so a resize moves nothing.
+	// bucket of its own, so a resize moves nothing (the dead letter says
+	// which generation and bucket parked it).
 	Hash int64
-	// Generation and Bucket are where it was parked, for the record.
-	Generation, Bucket int
 	// EventID, Position and Version are the dead-lettered event that
 	// parked it, Reason the letter's reason then.
 	EventID  uuid.UUID
@@ -129,7 +128,7 @@ func (s *Store) ParkStream(ctx context.Context, d DeadLetter, fence Fence) (Park
 		if d, err = s.addDeadLetter(ctx, tx, d); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, s.sql.parkAdd, d.Subscription, d.Generation, d.Bucket, d.EventID, d.Position, d.Reason)
+		rows, err := tx.Query(ctx, s.sql.parkAdd, d.Subscription, d.EventID, d.Position, d.Reason)
 		if err != nil {
 			return fmt.Errorf("kumi: park stream: %w", err)
 		}
@@ -291,7 +290,7 @@ func checkParkedBucket(buckets, bucket int) error {
 func scanParked(row pgx.CollectableRow) (ParkedStream, error) {
 	var p ParkedStream
 	var action string
-	err := row.Scan(&p.Subscription, &p.Stream, &p.Hash, &p.Generation, &p.Bucket, &p.EventID, &p.Position, &p.Version,
+	err := row.Scan(&p.Subscription, &p.Stream, &p.Hash, &p.EventID, &p.Position, &p.Version,
 		&p.DoneVersion, &p.Reason, &p.ParkedAt, &action, &p.RequestedAt, &p.Waiting)
 	p.Action = ParkAction(action)
 	return p, err

@@ -79,7 +79,7 @@ const (
   ORDER BY ra.first_version DESC LIMIT 1) r ON true`
 	// parkedColumns are a parked_streams row p's, with the events
 	// waiting behind it (from the stream's row: cheap).
-	parkedColumns = `p.subscription, p.stream_name, p.cg_hash, p.generation, p.bucket, p.event_id, p.position, p.version,
+	parkedColumns = `p.subscription, p.stream_name, p.cg_hash, p.event_id, p.position, p.version,
   p.done_version, p.reason, p.parked_at, coalesce(p.action, ''), p.requested_at,
   GREATEST(coalesce((SELECT s.version FROM %[1]s.streams s WHERE s.stream_name = p.stream_name), p.done_version) - p.done_version, 0)`
 	deadLetterColumns = `subscription, generation, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at, history`
@@ -347,15 +347,14 @@ WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
 		deadLetterDelete: fmt.Sprintf(`DELETE FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
 
 		// Store.ParkStream, after the letter's insert in the same
-		// transaction: the row from the letter's event ($4). A stream
+		// transaction: the row from the letter's event ($2). A stream
 		// parked already is parked again only by a letter beyond what its
 		// release has done (a released event dead-lettered again), or by
 		// the same letter (a retried write): otherwise nothing is returned.
-		parkAdd: fmt.Sprintf(`INSERT INTO %[1]s.parked_streams AS p (subscription, stream_name, cg_hash, generation, bucket,
+		parkAdd: fmt.Sprintf(`INSERT INTO %[1]s.parked_streams AS p (subscription, stream_name, cg_hash,
   event_id, position, version, done_version, reason)
-SELECT $1, e.stream_name, e.cg_hash, $2, $3, e.event_id, $5, e.version, e.version, $6 FROM %[1]s.events e WHERE e.event_id = $4
-ON CONFLICT (subscription, stream_name) DO UPDATE SET generation = excluded.generation, bucket = excluded.bucket,
-  event_id = excluded.event_id, position = excluded.position, version = excluded.version,
+SELECT $1, e.stream_name, e.cg_hash, e.event_id, $3, e.version, e.version, $4 FROM %[1]s.events e WHERE e.event_id = $2
+ON CONFLICT (subscription, stream_name) DO UPDATE SET event_id = excluded.event_id, position = excluded.position, version = excluded.version,
   done_version = excluded.done_version, reason = excluded.reason, action = NULL, requested_at = NULL
 WHERE p.event_id = excluded.event_id OR (p.action IN ('replay', 'discard') AND excluded.version > p.done_version)
 RETURNING `+parkedColumns, q),
@@ -390,7 +389,7 @@ WHERE p.subscription = $1 AND p.stream_name = $2 AND p.action IN ('replay', 'dis
 RETURNING p.*), r AS (
 SELECT * FROM u
 UNION ALL
-SELECT subscription, stream_name, cg_hash, generation, bucket, event_id, position, version, GREATEST(done_version, $5),
+SELECT subscription, stream_name, cg_hash, event_id, position, version, GREATEST(done_version, $5),
   reason, parked_at, action, requested_at FROM x), m AS (
 UPDATE %[1]s.dead_letters l SET replayed_at = now() FROM r
 WHERE l.subscription = $1 AND l.event_id = r.event_id AND r.action = 'replay' AND r.done_version >= r.version AND l.replayed_at IS NULL)

@@ -480,24 +480,21 @@ type statusOut struct {
 type parkedJSON struct {
 	Stream string `json:"stream"`
 	// Bucket is the stream's bucket in the serving generation (null when
-	// the bucket count is unknown); ParkedGeneration and ParkedBucket
-	// where it was parked.
-	Bucket           *int       `json:"bucket"`
-	ParkedGeneration int        `json:"parked_generation"`
-	ParkedBucket     int        `json:"parked_bucket"`
-	EventID          string     `json:"event_id"`
-	Position         int64      `json:"position"`
-	Version          int64      `json:"version"`
-	DoneVersion      int64      `json:"done_version"`
-	Waiting          int64      `json:"waiting"`
-	ParkedAt         time.Time  `json:"parked_at"`
-	Action           string     `json:"action"`
-	RequestedAt      *time.Time `json:"requested_at"`
-	Reason           string     `json:"reason"`
+	// the bucket count is unknown).
+	Bucket      *int       `json:"bucket"`
+	EventID     string     `json:"event_id"`
+	Position    int64      `json:"position"`
+	Version     int64      `json:"version"`
+	DoneVersion int64      `json:"done_version"`
+	Waiting     int64      `json:"waiting"`
+	ParkedAt    time.Time  `json:"parked_at"`
+	Action      string     `json:"action"`
+	RequestedAt *time.Time `json:"requested_at"`
+	Reason      string     `json:"reason"`
 }
 
 func parkedOut(p eventsource.ParkedStream, buckets int) parkedJSON {
-	out := parkedJSON{Stream: p.Stream, ParkedGeneration: p.Generation, ParkedBucket: p.Bucket, EventID: p.EventID.String(),
+	out := parkedJSON{Stream: p.Stream, EventID: p.EventID.String(),
 		Position: p.Position, Version: p.Version, DoneVersion: p.DoneVersion, Waiting: p.Waiting, ParkedAt: p.ParkedAt,
 		Action: string(p.Action), RequestedAt: p.RequestedAt, Reason: p.Reason}
 	if buckets > 0 {

@@ -7,8 +7,8 @@
 -- quoted schema name.
 --
 -- The row has no slot: the bucket a stream belongs to is derived from
--- cg_hash in whichever generation reads it, so a resize moves nothing.
--- generation and bucket are where it was parked, for the record.
+-- cg_hash in whichever generation reads it, so a resize moves nothing
+-- (the dead letter records the generation and bucket that parked it).
 --
 -- event_id, position and version are the dead letter that parked it (at
 -- most one per subscription and stream), reason that letter's reason when
@@ -22,8 +22,6 @@ CREATE TABLE {{schema}}.parked_streams (
     subscription text        NOT NULL,
     stream_name  text        NOT NULL,
     cg_hash      bigint      NOT NULL,
-    generation   integer     NOT NULL CHECK (generation BETWEEN 0 AND 32767),
-    bucket       integer     NOT NULL CHECK (bucket >= 0),
     event_id     uuid        NOT NULL,
     position     bigint      NOT NULL,
     version      bigint      NOT NULL,
