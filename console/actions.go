@@ -199,3 +199,23 @@ func (c *Console) discardAction(w http.ResponseWriter, r *http.Request) {
 		return fmt.Sprintf("discarded the dead letter of event %s; the event stays in the store", d.EventID), nil
 	})
 }
+
+// parkedAction acts on a parked stream, as `kumi parked replay|discard|skip`
+// does: POST …/parked/{replay,discard,skip}?stream=S, and for skip
+// confirm=S (the stream's name again: a skip cannot be undone). The
+// stream's reader carries a release out under its lease.
+func (c *Console) parkedAction(w http.ResponseWriter, r *http.Request) {
+	action, stream := r.PathValue("action"), r.FormValue("stream")
+	c.act(w, r, "parked "+action, []any{"stream", stream}, func(ctx context.Context) (string, error) {
+		ps, err := admin.ParkedStream(ctx, c.opts.Store, admin.Park{Subscription: r.PathValue("sub"), Stream: stream,
+			Action: eventsource.ParkAction(action), Confirm: r.FormValue("confirm")})
+		if err != nil {
+			return "", err
+		}
+		if ps.Action == eventsource.ParkSkip {
+			return fmt.Sprintf("stream %s is skipped for good: its %d waiting events and later ones are not delivered", ps.Stream, ps.Waiting), nil
+		}
+		return fmt.Sprintf("asked to %s stream %s: the reader of its bucket delivers its %d waiting events in order, then the stream flows again",
+			ps.Action, ps.Stream, ps.Waiting), nil
+	})
+}

@@ -306,6 +306,28 @@ func TestTheConsoleInARealBrowser(t *testing.T) {
 		require.Equal(t, 1, eval[int](t, b, `document.scripts.length`), "no script got in")
 	})
 
+	t.Run("AParkedStreamIsListedAsTextAndReplayed", func(t *testing.T) {
+		// The live workers do not park streams (their reader does not honour
+		// parking yet): the test parks the hostile stream itself.
+		_, err := f.store.ParkStream(context.Background(), eventsource.DeadLetter{Subscription: "live",
+			EventID: letter.EventID, Reason: "handler: " + hostile, Attempts: 5}, nil)
+		require.NoError(t, err)
+		b.run(t, chromedp.Navigate(rw.URL+"/s/live"))
+		b.waitFor(t, `[...document.querySelectorAll('#parked tr')].some(tr => tr.dataset.stream === `+
+			"`acct-"+hostile+"`"+`)`, "the parked stream is listed")
+		require.Equal(t, "handler: "+hostile, eval[string](t, b, `document.querySelector('#parked tr td:last-child').textContent`),
+			"its reason is text")
+		b.run(t, chromedp.Click(chromedp.CSS(`#parked tr`)))
+		require.Equal(t, "acct-"+hostile, eval[string](t, b, `document.querySelector('#parked-stream').value`),
+			"a click on the row picks its stream")
+		b.run(t, chromedp.Click(chromedp.ID("parked-replay")))
+		b.waitFor(t, `(document.querySelector('#parked-actions .outcome')?.className ?? '') === 'outcome good'`,
+			"the replay is asked")
+		b.waitFor(t, `document.querySelector('#parked tr td:nth-child(5)').textContent.startsWith('replay asked')`,
+			"the page shows it")
+		require.Equal(t, 1, eval[int](t, b, `document.scripts.length`), "no script got in")
+	})
+
 	require.Empty(t, b.takeErrors(), "no console errors, exceptions or dialogs")
 }
 

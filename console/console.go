@@ -253,6 +253,7 @@ func (c *Console) routes() http.Handler {
 	actions.HandleFunc("POST /api/s/{sub}/buckets/{bucket}/reset", c.resetAction)
 	actions.HandleFunc("POST /api/s/{sub}/letters/{id}/replay", c.replayAction)
 	actions.HandleFunc("POST /api/s/{sub}/letters/{id}/discard", c.discardAction)
+	actions.HandleFunc("POST /api/s/{sub}/parked/{action}", c.parkedAction)
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.log.Warn("console action refused: cross-origin request", "path", r.URL.Path, "origin", r.Header.Get("Origin"),

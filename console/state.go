@@ -50,6 +50,26 @@ type State struct {
 	// positions out again (eventsource.Store.ServerChanges), newest first:
 	// handlers may have seen events that no longer exist.
 	Failovers []Failover `json:"failovers"`
+	// Parked are the subscription's parked streams (docs/design/parking.md),
+	// by stream, the first inspect.MaxParkedShown (then ParkedMore).
+	Parked     []Parked `json:"parked_streams"`
+	ParkedMore bool     `json:"parked_streams_more"`
+}
+
+// Parked is a parked stream: its later events wait, in order, until an
+// operator replays, discards or skips it.
+type Parked struct {
+	Stream  string `json:"stream"`
+	Bucket  *int   `json:"bucket"`  // in the serving generation; null when the bucket count is unknown
+	Waiting int64  `json:"waiting"` // events after what is done
+	// ParkedAgo is since when it waits; Action what an operator asked
+	// ("" while parked: replay, discard or skip), RequestedAgo when.
+	ParkedAgo    float64  `json:"parked_seconds_ago"`
+	Action       string   `json:"action"`
+	RequestedAgo *float64 `json:"requested_seconds_ago"`
+	EventID      string   `json:"event_id"` // the dead letter that parked it
+	Position     int64    `json:"position"`
+	Reason       string   `json:"reason"`
 }
 
 // Failover is one entry of the schema's failover record that handed
@@ -186,6 +206,18 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 			}
 		}
 		st.Rows = append(st.Rows, b)
+	}
+	st.Parked, st.ParkedMore = []Parked{}, in.ParkedMore
+	for _, p := range in.Parked {
+		out := Parked{Stream: p.Stream, Waiting: p.Waiting, ParkedAgo: in.Now.Sub(p.ParkedAt).Seconds(),
+			Action: string(p.Action), EventID: p.EventID.String(), Position: p.Position, Reason: p.Reason}
+		if in.Buckets > 0 {
+			out.Bucket = ptr(eventsource.BucketOfHash(p.Hash, in.Buckets))
+		}
+		if p.RequestedAt != nil {
+			out.RequestedAgo = ptr(in.Now.Sub(*p.RequestedAt).Seconds())
+		}
+		st.Parked = append(st.Parked, out)
 	}
 	st.Generation = rs.Generation
 	if rs.Resizing() {

@@ -225,6 +225,10 @@ type ReplayHandler func(ctx context.Context, event RecordedEvent) error
 // marks each letter replayed when handler returns nil. It returns how many
 // it replayed.
 //
+// A letter that parks its stream (see [Store.ParkStream]) is refused
+// with [ErrParkConflict], without calling handler: the stream's release
+// replays it, in order with the events that wait behind it.
+//
 // It stops at the first handler error: that letter stays pending, its
 // attempts go up by one and its reason becomes the error (the reason it
 // replaces kept in [DeadLetter.History]), and the error is
@@ -280,7 +284,8 @@ func (s *Store) ReplayDeadLetters(ctx context.Context, subscription string, filt
 // with [Store.ReplayDeadLetters]'s claim and outcome, and no other: it
 // reports false, without calling handler, when another replay holds the
 // letter, or it was discarded or (unless includeReplayed) replayed since d
-// was read.
+// was read. A letter that parks its stream is refused with
+// [ErrParkConflict].
 func (s *Store) ReplayDeadLetter(ctx context.Context, d DeadLetter, includeReplayed bool, handler ReplayHandler) (bool, error) {
 	if handler == nil {
 		return false, &kumierr.ConfigError{Field: "eventsource handler", Reason: "is nil"}
@@ -326,6 +331,15 @@ func (s *Store) replayOne(ctx context.Context, d DeadLetter, includeReplayed boo
 		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
 	case d.ReplayedAt != nil && !includeReplayed:
 		return false, nil
+	}
+	var parks bool
+	if err := conn.QueryRow(ctx, s.sql.parkHeldBy, d.Subscription, d.EventID).Scan(&parks); err != nil {
+		return false, fmt.Errorf("kumi: claim dead letter: %w", err)
+	}
+	if parks {
+		return false, fmt.Errorf("%w: the dead letter of event %s parks stream %q of %q: its release replays it, "+
+			"in order with the events that wait behind it (Store.RequestRelease, kumi parked replay)",
+			ErrParkConflict, d.EventID, d.Stream, d.Subscription)
 	}
 	events, err := s.queryOn(ctx, conn, 1, s.sql.readEventsByID, []uuid.UUID{d.EventID})
 	if err != nil {

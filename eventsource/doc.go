@@ -146,6 +146,16 @@
 // them replayed, without ever touching the subscription's checkpoint, and
 // without holding a row lock while the handler runs.
 //
+// # Parked streams
+//
+// [Store.ParkStream] records a dead letter and parks its stream in one
+// fenced transaction: the stream's later events wait, in the store, in
+// order, for one row and no copy of them. [Store.ParkedStreams] lists them
+// (per bucket of a generation, with how many events wait), an operator's
+// [Store.RequestRelease] asks for a replay, a discard or a skip, and the
+// bucket's reader carries a release out with fenced [Store.ReleaseParked]
+// steps. See docs/design/parking.md.
+//
 // # Notifications
 //
 // After each batch the sequencer NOTIFYs [Store.NotifyChannel] with the new

@@ -13,7 +13,7 @@ import (
 // eventTables finds a statement that names one of the store's tables: a
 // FROM, JOIN, INTO or UPDATE followed, on the same line, by
 // <schema>.events (or checkpoints, ...), however the schema is spliced in.
-var eventTables = regexp.MustCompile(`(FROM|JOIN|INTO|UPDATE|TABLE)\b[^;\n]{0,60}?\.(events|appends|streams|sequencer|checkpoints|dead_letters)\b`)
+var eventTables = regexp.MustCompile(`(FROM|JOIN|INTO|UPDATE|TABLE)\b[^;\n]{0,60}?\.(events|appends|streams|sequencer|checkpoints|dead_letters|parked_streams)\b`)
 
 // The store's statements live in this package (queries.go): no other
 // package's code names its tables (tests and migrations aside), so that

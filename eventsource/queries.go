@@ -33,6 +33,9 @@ type queries struct {
 	deadLetterAdd, deadLetterList, deadLetterGet       string
 	deadLetterMark, deadLetterFailed, deadLetterDelete string
 
+	// Parked streams (migration 0007; parked.go).
+	parkAdd, parkList, parkRequest, parkDiscardLetter, parkRelease, parkState, parkHeldBy string
+
 	indexState string
 
 	checkpointLock, operatorNow, subscriptionList, subscriptionKnown, categoryCount string
@@ -74,6 +77,11 @@ const (
 	rangeOf = `LEFT JOIN LATERAL (SELECT ra.last_position - ra.last_version + e.version AS position FROM %[1]s.appends ra
   WHERE ra.stream_name = e.stream_name AND ra.first_version <= e.version AND ra.last_version >= e.version
   ORDER BY ra.first_version DESC LIMIT 1) r ON true`
+	// parkedColumns are a parked_streams row p's, with the events
+	// waiting behind it (from the stream's row: cheap).
+	parkedColumns = `p.subscription, p.stream_name, p.cg_hash, p.event_id, p.position, p.version,
+  p.done_version, p.reason, p.parked_at, coalesce(p.action, ''), p.requested_at,
+  GREATEST(coalesce((SELECT s.version FROM %[1]s.streams s WHERE s.stream_name = p.stream_name), p.done_version) - p.done_version, 0)`
 	deadLetterColumns = `subscription, generation, bucket, event_id, position, stream_name, reason, attempts, created_at, replayed_at, history`
 )
 
@@ -337,6 +345,59 @@ WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
   history = (SELECT CASE WHEN jsonb_array_length(h) <= 20 THEN h ELSE (h -> 0) || (SELECT jsonb_agg(x ORDER BY i) FROM jsonb_array_elements(h) WITH ORDINALITY AS t(x, i) WHERE i > jsonb_array_length(h) - 19) END FROM (SELECT d.history || jsonb_build_array(jsonb_build_object('reason', d.reason, 'attempts', d.attempts, 'replaced_at', now())) AS h) AS p)
 WHERE subscription = $1 AND event_id = $2 AND created_at = $3`, q),
 		deadLetterDelete: fmt.Sprintf(`DELETE FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
+
+		// Store.ParkStream, after the letter's insert in the same
+		// transaction: the row from the letter's event ($2). A stream
+		// parked already is parked again only by a letter beyond what its
+		// release has done (a released event dead-lettered again), or by
+		// the same letter (a retried write): otherwise nothing is returned.
+		parkAdd: fmt.Sprintf(`INSERT INTO %[1]s.parked_streams AS p (subscription, stream_name, cg_hash,
+  event_id, position, version, done_version, reason)
+SELECT $1, e.stream_name, e.cg_hash, e.event_id, $3, e.version, e.version, $4 FROM %[1]s.events e WHERE e.event_id = $2
+ON CONFLICT (subscription, stream_name) DO UPDATE SET event_id = excluded.event_id, position = excluded.position, version = excluded.version,
+  done_version = excluded.done_version, reason = excluded.reason, action = NULL, requested_at = NULL
+WHERE p.event_id = excluded.event_id OR (p.action IN ('replay', 'discard') AND excluded.version > p.done_version)
+RETURNING `+parkedColumns, q),
+		// The parked streams of $1, by stream: of bucket $3 of a $2-bucket
+		// generation when $2 > 0; stream $4 alone when not ''; after the
+		// cursor $5. Waiting comes from the stream's row (its last
+		// version), not from counting events.
+		parkList: fmt.Sprintf(`SELECT `+parkedColumns+` FROM %[1]s.parked_streams p
+WHERE p.subscription = $1 AND ($2::int = 0 OR %[1]s.cg_bucket(p.cg_hash, $2) = $3) AND ($4::text = '' OR p.stream_name = $4)
+  AND p.stream_name > $5
+ORDER BY p.stream_name LIMIT $6`, q),
+		// An operator's request, on a row that is parked and nothing
+		// else; a replay makes the letter's own event due again.
+		parkRequest: fmt.Sprintf(`UPDATE %[1]s.parked_streams p SET action = $3, requested_at = now(),
+  done_version = CASE WHEN $3 = 'replay' THEN p.version - 1 ELSE p.done_version END
+WHERE p.subscription = $1 AND p.stream_name = $2 AND p.action IS NULL
+RETURNING `+parkedColumns, q),
+		parkDiscardLetter: fmt.Sprintf(`DELETE FROM %s.dead_letters WHERE subscription = $1 AND event_id = $2`, q),
+		// A reader's release step on a row being released in its bucket
+		// ($4 of a $3-bucket generation): done_version moves forward to
+		// $5; with $6 the row goes (only once the letter's event is done).
+		// Once a replay's done_version reaches the letter's event, the
+		// letter is marked replayed, in the same statement.
+		parkRelease: fmt.Sprintf(`WITH u AS (
+UPDATE %[1]s.parked_streams p SET done_version = GREATEST(p.done_version, $5)
+WHERE p.subscription = $1 AND p.stream_name = $2 AND p.action IN ('replay', 'discard')
+  AND %[1]s.cg_bucket(p.cg_hash, $3) = $4 AND NOT $6
+RETURNING p.*), x AS (
+DELETE FROM %[1]s.parked_streams p
+WHERE p.subscription = $1 AND p.stream_name = $2 AND p.action IN ('replay', 'discard')
+  AND %[1]s.cg_bucket(p.cg_hash, $3) = $4 AND $6 AND GREATEST(p.done_version, $5) >= p.version
+RETURNING p.*), r AS (
+SELECT * FROM u
+UNION ALL
+SELECT subscription, stream_name, cg_hash, event_id, position, version, GREATEST(done_version, $5),
+  reason, parked_at, action, requested_at FROM x), m AS (
+UPDATE %[1]s.dead_letters l SET replayed_at = now() FROM r
+WHERE l.subscription = $1 AND l.event_id = r.event_id AND r.action = 'replay' AND r.done_version >= r.version AND l.replayed_at IS NULL)
+SELECT `+parkedColumns+` FROM r p`, q),
+		// Whether the letter of event $2 parks its stream for $1.
+		parkHeldBy: fmt.Sprintf(`SELECT EXISTS (SELECT FROM %[1]s.parked_streams WHERE subscription = $1 AND event_id = $2)`, q),
+		// Why a change found no row: the row as it is, if any.
+		parkState: fmt.Sprintf(`SELECT `+parkedColumns+` FROM %[1]s.parked_streams p WHERE p.subscription = $1 AND p.stream_name = $2`, q),
 
 		indexState: `SELECT i.indisvalid FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

@@ -39,6 +39,7 @@ type cli struct {
 	Migrate     migrateCmd     `cmd:"" help:"Create or upgrade kumi's tables (event store and leases); idempotent."`
 	Status      statusCmd      `cmd:"" help:"Show workers, and for each bucket its owner, epoch, lease expiry, checkpoint and lag."`
 	DeadLetters deadLettersCmd `cmd:"" name:"dead-letters" help:"List, show, replay or discard the events a subscription gave up on."`
+	Parked      parkedCmd      `cmd:"" help:"List a subscription's parked streams; replay, discard or skip one."`
 	Checkpoints checkpointsCmd `cmd:"" help:"Show or reset a subscription's checkpoints."`
 	Relinquish  relinquishCmd  `cmd:"" help:"Ask the owner of a bucket to drain it and hand it over."`
 	Resize      resizeCmd      `cmd:"" help:"Change a subscription's bucket count while its workers run; cancel or follow a resize."`

@@ -261,6 +261,7 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
+	printParked(w, in)
 	if in.Category == "" {
 		fmt.Fprintln(w, "\n(lag: pass --category to measure it)")
 	}
@@ -268,6 +269,49 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 		fmt.Fprintf(w, "\nwarning: category %q has no events: a lag of 0 means nothing to read; check it is the subscription's%s\n",
 			in.Category, knownCategories(in.Categories))
 	}
+}
+
+// printParked lists the subscription's parked streams, if any: each
+// one's bucket in the serving generation, how many of its events wait,
+// since when, what an operator asked for, and the letter's reason.
+func printParked(w io.Writer, in inspect.Inspection) {
+	if len(in.Parked) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARKED STREAM\tBUCKET\tWAITING\tSINCE\tSTATE\tREASON")
+	for _, p := range in.Parked {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", inspect.TermSafe(p.Stream), parkedBucket(in, p), p.Waiting,
+			ago(in.Now, p.ParkedAt), parkedState(in.Now, p), inspect.TermSafe(oneLine(p.Reason, 60)))
+	}
+	_ = tw.Flush()
+	if in.ParkedMore {
+		fmt.Fprintf(w, "(more than %d parked: kumi parked list -s %s)\n", inspect.MaxParkedShown, in.Subscription)
+	}
+}
+
+// parkedBucket is p's bucket in the serving generation, "-" when the
+// subscription's bucket count is unknown.
+func parkedBucket(in inspect.Inspection, p eventsource.ParkedStream) string {
+	if in.Buckets == 0 {
+		return "-"
+	}
+	return fmt.Sprint(eventsource.BucketOfHash(p.Hash, in.Buckets))
+}
+
+// parkedState says what an operator asked for a parked stream (and, when
+// now is not zero, how long ago).
+func parkedState(now time.Time, p eventsource.ParkedStream) string {
+	switch {
+	case p.Action == eventsource.ParkSkip:
+		return "skipped"
+	case p.Action != "" && now.IsZero():
+		return string(p.Action) + " asked"
+	case p.Action != "":
+		return fmt.Sprintf("%s asked %s", p.Action, ago(now, *p.RequestedAt))
+	}
+	return "parked"
 }
 
 // knownCategories names the categories that have events, for a warning.
@@ -425,6 +469,39 @@ type statusOut struct {
 	// if any (its state, the next generation and bucket count, the cut).
 	Generation int        `json:"generation"`
 	Resize     *resizeOut `json:"resize,omitempty"`
+	// Parked are the parked streams (at most inspect.MaxParkedShown;
+	// ParkedMore: more are parked).
+	Parked     []parkedJSON `json:"parked_streams"`
+	ParkedMore bool         `json:"parked_streams_more,omitempty"`
+}
+
+// parkedJSON is a parked stream in `kumi status --json` and `kumi parked
+// list --json`.
+type parkedJSON struct {
+	Stream string `json:"stream"`
+	// Bucket is the stream's bucket in the serving generation (null when
+	// the bucket count is unknown).
+	Bucket      *int       `json:"bucket"`
+	EventID     string     `json:"event_id"`
+	Position    int64      `json:"position"`
+	Version     int64      `json:"version"`
+	DoneVersion int64      `json:"done_version"`
+	Waiting     int64      `json:"waiting"`
+	ParkedAt    time.Time  `json:"parked_at"`
+	Action      string     `json:"action"`
+	RequestedAt *time.Time `json:"requested_at"`
+	Reason      string     `json:"reason"`
+}
+
+func parkedOut(p eventsource.ParkedStream, buckets int) parkedJSON {
+	out := parkedJSON{Stream: p.Stream, EventID: p.EventID.String(),
+		Position: p.Position, Version: p.Version, DoneVersion: p.DoneVersion, Waiting: p.Waiting, ParkedAt: p.ParkedAt,
+		Action: string(p.Action), RequestedAt: p.RequestedAt, Reason: p.Reason}
+	if buckets > 0 {
+		b := eventsource.BucketOfHash(p.Hash, buckets)
+		out.Bucket = &b
+	}
+	return out
 }
 
 // overviewOut is `kumi status --json --read-url URL` without a
@@ -440,7 +517,11 @@ func statusJSON(in inspect.Inspection) statusOut {
 	out := statusOut{Schema: in.Schema, Subscription: in.Subscription, Category: in.Category, Now: in.Now,
 		CategoryEmpty: in.CategoryEmpty, Categories: in.Categories,
 		Head: in.Head, BucketCount: in.Buckets, LiveWorkers: in.LiveWorkers(),
-		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Standby: in.Standby, Generation: in.Resize.Generation}
+		Workers: []workerJSON{}, Buckets: []bucketJSON{}, Standby: in.Standby, Generation: in.Resize.Generation,
+		Parked: []parkedJSON{}, ParkedMore: in.ParkedMore}
+	for _, p := range in.Parked {
+		out.Parked = append(out.Parked, parkedOut(p, in.Buckets))
+	}
 	if in.Resize.Resizing() {
 		r := resizeJSON(in.Resize)
 		out.Resize = &r

@@ -1,6 +1,6 @@
 // Package admin does every operator action once — a checkpoint reset, a
 // relinquish (the first phase of leasestore's two-phase handoff), and the
-// replay and discard of one dead letter — for both front ends: `kumi`
+// replay and discard of one dead letter, an action on a parked stream — for both front ends: `kumi`
 // (cmd/kumi) and the console (package console). Each action validates its
 // input, applies the guards of the stores it calls, acts, and returns a
 // typed outcome; a refusal is a *[Refusal], whose Kind says whose fault it

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,10 +32,15 @@ func Letter(ctx context.Context, store *eventsource.Store, sub string, id uuid.U
 // error is returned as it is (the letter stays pending, its attempts
 // counted); a letter another replay holds, or that was discarded or
 // replayed meanwhile, is refused (*Refusal, Reason ErrNotReplayed) and no
-// other letter is touched.
+// other letter is touched; so is a letter that parks its stream (Reason
+// ErrLetterParks): the stream's release replays it.
 func Replay(ctx context.Context, store *eventsource.Store, d eventsource.DeadLetter, again bool, handle eventsource.ReplayHandler) error {
 	ok, err := store.ReplayDeadLetter(ctx, d, again, handle)
 	switch {
+	case errors.Is(err, eventsource.ErrParkConflict):
+		return refuse(Conflict, ErrLetterParks, err, Refusal{Subscription: d.Subscription, Bucket: d.Bucket},
+			"the dead letter of event %s parks stream %q: replay the stream instead (kumi parked replay), "+
+				"which replays the letter in order with the events that wait behind it", d.EventID, d.Stream)
 	case err != nil:
 		return err
 	case !ok:

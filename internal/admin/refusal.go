@@ -13,7 +13,8 @@ const (
 	// BadInput: the request names a bucket, position or event wrongly
 	// (HTTP 400; the CLI's usage error).
 	BadInput Kind = iota + 1
-	// NotFound: the subscription, or the letter, does not exist (HTTP 404).
+	// NotFound: the subscription, the letter or the parked stream does not
+	// exist (HTTP 404).
 	NotFound
 	// Conflict: the state forbids the action now (HTTP 409).
 	Conflict
@@ -33,6 +34,12 @@ var (
 	ErrAlreadyReplayed     = errors.New("admin: the letter was already replayed")
 	ErrNotReplayed         = errors.New("admin: the letter was not replayed")
 	ErrNoLetter            = errors.New("admin: no such dead letter")
+	ErrBadStream           = errors.New("admin: not a stream name")
+	ErrBadAction           = errors.New("admin: no such action on a parked stream")
+	ErrUnconfirmed         = errors.New("admin: the action was not confirmed")
+	ErrNotParked           = errors.New("admin: the stream is not parked")
+	ErrParkedBusy          = errors.New("admin: the parked stream is being released or was skipped")
+	ErrLetterParks         = errors.New("admin: the letter parks its stream")
 )
 
 // Refusal is an action refused, and why: Reason is one of the Err values

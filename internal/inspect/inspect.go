@@ -67,7 +67,16 @@ type Inspection struct {
 	// on a subscription that has handled some is refused: [CategoryError].)
 	CategoryEmpty bool
 	Categories    []string
+	// Parked are the subscription's parked streams (docs/design/parking.md),
+	// by stream name, at most MaxParkedShown of them; ParkedMore reports
+	// that more are parked. A stream's bucket in the serving generation is
+	// eventsource.BucketOfHash(p.Hash, Buckets).
+	Parked     []eventsource.ParkedStream
+	ParkedMore bool
 }
+
+// MaxParkedShown is how many parked streams an Inspection lists.
+const MaxParkedShown = 100
 
 // BucketRow is one bucket: its lease row and its checkpoint.
 type BucketRow struct {
@@ -182,6 +191,12 @@ func InspectReads(ctx context.Context, store, reads *eventsource.Store, subscrip
 				in.SessionUnknown = true
 			}
 		}
+	}
+	if in.Parked, err = store.ParkedStreams(ctx, subscription, eventsource.ParkedFilter{Limit: MaxParkedShown + 1}); err != nil {
+		return Inspection{}, notMigrated(store.Schema(), err)
+	}
+	if len(in.Parked) > MaxParkedShown {
+		in.Parked, in.ParkedMore = in.Parked[:MaxParkedShown], true
 	}
 	checkpoints := make(map[int]eventsource.Checkpoint, len(progress.Checkpoints))
 	for _, c := range progress.Checkpoints {

@@ -195,6 +195,8 @@
           ago(m.heartbeat_age_seconds), until(m.expires_in_seconds), m.owns]);
       }));
 
+      drawParked(s);
+
       const letters = document.getElementById('letters');
       letters.textContent = 'pending dead letters: ' + s.pending_dead_letters + (s.pending_dead_letters_more ? '+' : '');
 
@@ -364,6 +366,57 @@
         act(base + 'reset?' + q);
       });
       p.append(relinquish, el('span', 'sep', ' · '), pos, reset, forceLabel, beyondLabel);
+      return p;
+    }
+
+    // Parked streams: a row each, and one set of controls built once (what
+    // is typed survives the redraws); a click on a row picks its stream.
+    const parkedBody = document.getElementById('parked');
+    const parkedActions = parkedControls();
+    parkedBody.addEventListener('click', (ev) => {
+      const tr = ev.target.closest('tr');
+      if (tr && tr.dataset.stream) parkedActions.querySelector('#parked-stream').value = tr.dataset.stream;
+    });
+
+    function drawParked(s) {
+      const ps = s.parked_streams || [];
+      parkedBody.replaceChildren(...ps.map((p) => {
+        const state = p.action === 'skip' ? 'skipped' : p.action ? p.action + ' asked ' + ago(p.requested_seconds_ago) : 'parked';
+        const tr = row([p.stream, p.bucket === null ? '-' : p.bucket, p.waiting, ago(p.parked_seconds_ago), state, p.reason]);
+        tr.dataset.stream = p.stream;
+        return tr;
+      }));
+      if (!ps.length) parkedBody.replaceChildren(row(['none', '', '', '', '', '']));
+      if (s.parked_streams_more) parkedBody.append(row(['more are parked: kumi parked list', '', '', '', '', '']));
+    }
+
+    function parkedControls() {
+      const p = document.getElementById('parked-actions');
+      const control = (tag, id, text) => {
+        const c = el(tag, '', text);
+        c.id = id;
+        c.disabled = !actionsOn;
+        if (!actionsOn) c.title = 'actions are disabled';
+        return c;
+      };
+      const stream = control('input', 'parked-stream');
+      stream.placeholder = 'stream';
+      const confirm = control('input', 'parked-confirm');
+      confirm.placeholder = 'its name again, to skip';
+      const out = el('span', 'outcome');
+      const act = (action) => {
+        const q = new URLSearchParams({ stream: stream.value.trim() });
+        if (action === 'skip') q.set('confirm', confirm.value.trim());
+        post('api/s/' + seg(sub) + '/parked/' + action + '?' + q)
+          .then((r) => { out.className = 'outcome good'; out.textContent = r.message; },
+            (e) => { out.className = 'outcome bad'; out.textContent = e.message; });
+      };
+      const buttons = ['replay', 'discard', 'skip'].map((action) => {
+        const b = control('button', 'parked-' + action, action[0].toUpperCase() + action.slice(1));
+        b.addEventListener('click', () => act(action));
+        return b;
+      });
+      p.append(stream, buttons[0], buttons[1], el('span', 'sep', ' · '), confirm, buttons[2], out);
       return p;
     }
 
