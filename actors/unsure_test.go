@@ -49,8 +49,29 @@ func TestASurvivedRenewalFailureRedeliversNothing(t *testing.T) {
 // delivered the 50 events again.)
 func TestAnUnsureReaderWhoseLastWriteFailsRedeliversNothing(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	_, schema := newTestStore(t)
+	var before map[int]string
+	u, release := stopUnsureUnwritten(t, schema, "unsurelast", nil, func(u *unsureRun) { before = holders(t, schema, "unsurelast") })
+	defer release()
+	release() // the renewal lands: the lease was held all along
+
+	pgtest.Eventually(t, waitLong, func() bool { return u.rec.distinct() == 51 }, "the new event handled by the respawned reader (got %d)%s",
+		observed(u.rec.distinct), observed(u.w.diagnose))
+	require.Equal(t, before, holders(t, schema, "unsurelast"), "the bucket held at the same epoch throughout")
+	require.Zero(t, u.rec.duplicates(), "nothing acked before the stop was delivered again")
+}
+
+// stopUnsureUnwritten starts an unsure run of sub (opt, if not nil,
+// adjusts its options; started, if not nil, is called once the backlog is
+// handled) whose checkpoint writes wait for a lock and fail after
+// DatabaseTimeout (2 s), holds its renewals until the lease is unsure,
+// appends an event that its next delivery finds so, and waits until the
+// reader stopped, its last write failed (the lock then released): what it
+// handled is in its slot's mark only. The renewals stay held until
+// release (idempotent).
+func stopUnsureUnwritten(t *testing.T, schema, sub string, opt func(*GroupOptions), started func(*unsureRun)) (*unsureRun, func()) {
+	t.Helper()
+	ctx := context.Background()
 	// Every checkpoint write waits for this lock, and gives up after
 	// DatabaseTimeout: none lands until the lock is released (so the
 	// backlog's acks cannot reach the checkpoint by a timely flush).
@@ -59,11 +80,16 @@ func TestAnUnsureReaderWhoseLastWriteFailsRedeliversNothing(t *testing.T) {
 	defer func() { _ = ck.Rollback(ctx) }()
 	_, err = ck.Exec(ctx, `LOCK TABLE `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+` IN EXCLUSIVE MODE`)
 	require.NoError(t, err)
-	u := startUnsureIn(t, schema, "unsurelast", func(o *GroupOptions, _ *recorder) { o.DatabaseTimeout = 2 * time.Second }, nil)
-	before := holders(t, schema, "unsurelast")
-
+	u := startUnsureIn(t, schema, sub, func(o *GroupOptions, _ *recorder) {
+		o.DatabaseTimeout = 2 * time.Second
+		if opt != nil {
+			opt(o)
+		}
+	}, nil)
+	if started != nil {
+		started(u)
+	}
 	release := u.holdRenewals(t)
-	defer release()
 	pgtest.Eventually(t, waitLong, func() bool { return u.w.group.g.leases.EnsureHeld(0) != nil }, "the lease becomes unsure")
 	seed(t, u.store, "acct", 1, 1) // the next delivery finds it unsure
 	// The reader drains: its last write waits for the lock and fails, and
@@ -71,12 +97,7 @@ func TestAnUnsureReaderWhoseLastWriteFailsRedeliversNothing(t *testing.T) {
 	pgtest.Eventually(t, waitLong, func() bool { return len(u.w.owned()) == 0 },
 		"the reader stops on the unsure lease after its last write failed (owned %v)%s", observed(u.w.owned), observed(u.w.diagnose))
 	require.NoError(t, ck.Rollback(ctx))
-	release() // the renewal lands: the lease was held all along
-
-	pgtest.Eventually(t, waitLong, func() bool { return u.rec.distinct() == 51 }, "the new event handled by the respawned reader (got %d)%s",
-		observed(u.rec.distinct), observed(u.w.diagnose))
-	require.Equal(t, before, holders(t, schema, "unsurelast"), "the bucket held at the same epoch throughout")
-	require.Zero(t, u.rec.duplicates(), "nothing acked before the stop was delivered again")
+	return u, release
 }
 
 // unsureRun is a worker whose lease can become unsure while still held.
@@ -303,32 +324,21 @@ func TestALeaveCheckpointsWhatAnUnsureReaderHandledAndCouldNotWrite(t *testing.T
 	t.Parallel()
 	ctx := context.Background()
 	_, schema := newTestStore(t)
-	ck, err := pgtest.Pool(t).Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = ck.Rollback(ctx) }()
-	_, err = ck.Exec(ctx, `LOCK TABLE `+pgx.Identifier{schema, "checkpoints"}.Sanitize()+` IN EXCLUSIVE MODE`)
-	require.NoError(t, err)
-	u := startUnsureIn(t, schema, "unsureleave", func(o *GroupOptions, _ *recorder) {
-		o.DatabaseTimeout = 2 * time.Second
+	var checkpoint func() int64
+	u, release := stopUnsureUnwritten(t, schema, "unsureleave", func(o *GroupOptions) {
 		// Usable for 2 s after a renewal, as in every unsure test, but
 		// valid for 30 s: the leave's fenced write lands well before the
 		// lease expires.
 		o.Lease.TTL, o.Lease.Margin = 30*time.Second, 28*time.Second
-	}, nil)
-	checkpoint := func() int64 {
-		cp, err := u.store.Checkpoint(ctx, "unsureleave", 0)
-		require.NoError(t, err)
-		return cp
-	}
-	require.Less(t, checkpoint(), int64(50), "the backlog handled, not checkpointed")
-
-	release := u.holdRenewals(t)
+	}, func(u *unsureRun) {
+		checkpoint = func() int64 {
+			cp, err := u.store.Checkpoint(ctx, "unsureleave", 0)
+			require.NoError(t, err)
+			return cp
+		}
+		require.Less(t, checkpoint(), int64(50), "the backlog handled, not checkpointed")
+	})
 	defer release()
-	pgtest.Eventually(t, waitLong, func() bool { return u.w.group.g.leases.EnsureHeld(0) != nil }, "the lease becomes unsure")
-	seed(t, u.store, "acct", 1, 1) // the next delivery finds it unsure
-	pgtest.Eventually(t, waitLong, func() bool { return len(u.w.owned()) == 0 },
-		"the reader stops on the unsure lease after its last write failed (owned %v)%s", observed(u.w.owned), observed(u.w.diagnose))
-	require.NoError(t, ck.Rollback(ctx))
 
 	stopped := make(chan error, 1)
 	go func() {
