@@ -21,7 +21,7 @@ func TestMigrate(t *testing.T) {
 	for _, want := range []string{`created schema "` + schema + `": `, `schema "` + schema + `" is up to date: `} {
 		r := kumi(t, env, "--schema", schema, "migrate", "--group-size", "4")
 		require.Equal(t, exitOK, r.code, r.stderr)
-		require.Contains(t, r.stdout, want+"eventsource version 6, leasestore version 5")
+		require.Contains(t, r.stdout, want+"eventsource version 7, leasestore version 5")
 		require.Contains(t, r.stdout, "consumer-group index for 4 buckets: present")
 	}
 	var n int
@@ -56,7 +56,7 @@ func TestMigrateSchemaNames(t *testing.T) {
 	require.NoError(t, err)
 	r := kumi(t, env, "--schema", schema, "migrate")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 6, leasestore version 5 (was: no kumi tables)`)
+	require.Contains(t, r.stdout, `schema "`+schema+`" migrated to eventsource version 7, leasestore version 5 (was: no kumi tables)`)
 
 	odd := pgtest.NewSchema(t) + " Odd!"
 	t.Cleanup(func() {

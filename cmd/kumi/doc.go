@@ -7,6 +7,7 @@
 //	migrate                      create or upgrade the tables (--group-size N builds a consumer-group index)
 //	status [-s SUB] [-c CAT]     workers; per bucket: owner, epoch, lease expiry, pending claim, checkpoint, lag
 //	dead-letters list|show|replay|discard
+//	parked list|replay|discard|skip  streams parked by a dead letter (skip needs --confirm STREAM)
 //	checkpoints show|reset       reset refuses while a live owner holds the bucket, unless --force
 //	relinquish -s SUB --bucket B ask the bucket's owner to drain it and hand it over
 //	resize -s SUB --buckets M    change the bucket count online (--cancel, --no-wait; docs/design/resize.md)
