@@ -19,10 +19,10 @@ import (
 type (
 	passTick struct{}
 	passDone struct {
-		// gen is the coordinator incarnation whose pass it is: a pass
+		// inc is the coordinator incarnation whose pass it is: a pass
 		// that ends between a failure and the restart posts its result
 		// to the restarted incarnation (same PID), which ignores it.
-		gen   *coordinator
+		inc   *coordinator
 		res   leasestore.PassResult
 		err   error
 		ctx   context.Context
@@ -40,10 +40,10 @@ type (
 	// readerGone follows a reader's Terminated, behind the reader's last
 	// messages (see coordplan.State.Terminated).
 	readerGone struct {
-		// gen is the coordinator incarnation that saw the reader end: a
+		// inc is the coordinator incarnation that saw the reader end: a
 		// reader of the incarnation before a restart is no reader of this
 		// one (its ids start over).
-		gen  *coordinator
+		inc  *coordinator
 		slot int
 		id   coordplan.ID
 	}
@@ -307,7 +307,7 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		// queued (readerCutDrained, readerLostFence, readerDrained). The
 		// plan acts on it behind them (coordplan.State.Terminated), on
 		// readerGone.
-		gone := &readerGone{gen: c}
+		gone := &readerGone{inc: c}
 		for slot, ref := range c.readers {
 			if ref.pid.Equal(msg.Who) {
 				gone.slot, gone.id = slot, ref.id
@@ -318,7 +318,7 @@ func (c *coordinator) Receive(ctx actor.Context) {
 	case *readerGone:
 		// What the reader handled stays in the slot's mark, for the
 		// slot's next reader at its epoch (see handledMarks).
-		if msg.gen != c {
+		if msg.inc != c {
 			msg.id = 0
 		}
 		c.do(ctx, c.plan.Gone(msg.slot, msg.id))
@@ -388,7 +388,7 @@ func (c *coordinator) pass(ctx actor.Context) {
 		sctx, span := g.telemetry.startReconcile(context.Background())
 		start := time.Now()
 		res, err := g.leases.Pass(cctx)
-		done := &passDone{gen: c, res: res, err: err, ctx: sctx, span: span, start: start, dur: time.Since(start)}
+		done := &passDone{inc: c, res: res, err: err, ctx: sctx, span: span, start: start, dur: time.Since(start)}
 		if bg.Err() == nil {
 			root.Send(self, done)
 		} else {
@@ -398,7 +398,7 @@ func (c *coordinator) pass(ctx actor.Context) {
 }
 
 func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
-	if p.gen != c {
+	if p.inc != c {
 		// A pass of the incarnation before a restart: what it found may
 		// be older than this incarnation's own passes, and this
 		// incarnation's pass under way is not done. Its own first pass,

@@ -249,7 +249,7 @@ func TestARestartedCoordinatorIgnoresItsPredecessorsPass(t *testing.T) {
 		sctx, span := c.g.telemetry.startReconcile(context.Background())
 		stale := held
 		stale.Epoch = held.Epoch + 41
-		late = &passDone{gen: old, res: leasestore.PassResult{Owned: []leasestore.Lease{stale}}, ctx: sctx, span: span,
+		late = &passDone{inc: old, res: leasestore.PassResult{Owned: []leasestore.Lease{stale}}, ctx: sctx, span: span,
 			start: time.Now()}
 	})
 	w.sys.Root.Send(w.group.coordinator, late)

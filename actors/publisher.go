@@ -69,7 +69,7 @@ type publisherPosition struct{}
 type inspectPublisher func(*publisher, actor.Context)
 
 type publisherFetched struct {
-	gen      *publisher // the incarnation that fetched it (see fetched)
+	inc      *publisher // the incarnation that fetched it (see fetched)
 	epoch    int64      // the server epoch it was started in
 	from, to int64
 	events   []eventsource.RecordedEvent
@@ -164,7 +164,7 @@ func newPublisherProps(reads eventsource.PageReader, o publisherOptions) *actor.
 // publisherReset is the head read for a new server epoch (see
 // restartEpoch).
 type publisherReset struct {
-	gen   *publisher
+	inc   *publisher
 	epoch int64
 	head  int64
 	err   error
@@ -287,7 +287,7 @@ func (p *publisher) fetch(ctx actor.Context) {
 // read is one fetch after from, off the mailbox: the head alone (cheap),
 // or the events, up to limit.
 func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit, subscribers int) *publisherFetched {
-	res := &publisherFetched{gen: p, epoch: p.epoch, from: from, cheap: cheap, limit: limit}
+	res := &publisherFetched{inc: p, epoch: p.epoch, from: from, cheap: cheap, limit: limit}
 	if cheap {
 		res.to, res.err = p.store.HeadPosition(c)
 		return res
@@ -305,7 +305,7 @@ func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit
 }
 
 func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
-	if f.gen != p {
+	if f.inc != p {
 		return // a fetch of the incarnation before a restart: resync covered it
 	}
 	p.fetching = false
@@ -354,7 +354,7 @@ func (p *publisher) restartEpoch(ctx actor.Context, epoch int64) {
 		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		head, err := p.store.HeadPosition(c)
-		root.Send(self, &publisherReset{gen: p, epoch: epoch, head: head, err: err})
+		root.Send(self, &publisherReset{inc: p, epoch: epoch, head: head, err: err})
 	}()
 }
 
@@ -363,7 +363,7 @@ func (p *publisher) restartEpoch(ctx actor.Context, epoch int64) {
 // its checkpoint (see reader.newEpoch), one of this epoch reads through
 // the head from the store.
 func (p *publisher) onReset(ctx actor.Context, m *publisherReset) {
-	if m.gen != p {
+	if m.inc != p {
 		return
 	}
 	p.fetching = false
