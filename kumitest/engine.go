@@ -143,11 +143,23 @@ func (k *Kit) pass(ctx context.Context, user *actor.Props, events []eventsource.
 	e.back = back
 	defer back.close()
 	err = e.run(events)
+	// Every handler is stopped and waited for, so what a handler does after
+	// it responds (its effects, recorded once Respond has been called) is
+	// done when Run returns.
+	stopped := make([]*actor.Future, 0, len(e.handers))
 	for _, h := range e.handers {
-		k.system.Root.Stop(h.pid)
+		stopped = append(stopped, k.system.Root.StopFuture(h.pid))
 	}
-	if werr := e.waitHung(); err == nil {
+	werr := e.waitHung()
+	if err == nil {
 		err = werr
+	}
+	if werr == nil {
+		for _, f := range stopped {
+			if serr := f.Wait(); serr != nil && err == nil {
+				err = fmt.Errorf("kumitest: a handler did not stop after its last call: %w", serr)
+			}
+		}
 	}
 	e.res.Elapsed = e.now
 	return e.res, err

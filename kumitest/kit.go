@@ -113,8 +113,10 @@ func (k *Kit) Close() {
 
 // Run delivers events once, as a group would with no fault: each event
 // until it is acked or dead-lettered, retries included. It returns what
-// happened; err reports a failure of the kit itself (a database call in
-// Store mode, an invalid event).
+// happened once every handler actor has stopped, so whatever a handler
+// does after it responds is done by then; err reports a failure of the kit
+// itself (a database call in Store mode, an invalid event, a handler that
+// did not stop).
 func (k *Kit) Run(ctx context.Context, events ...Event) (*Result, error) {
 	return k.RunFault(ctx, "", 0, events...)
 }

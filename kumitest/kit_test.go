@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,4 +262,32 @@ func TestAnActorThatAlwaysPanicsDeadLettersEveryEvent(t *testing.T) {
 		handlers[d.Handler] = true
 	}
 	require.Greater(t, len(handlers), 1, "the stopped handler was replaced")
+}
+
+// What an actor does after it responds is done when Run returns: the kit
+// waits for every handler to stop. The handler here records its effect only
+// once the gate opens, and the gate opens at the latest 200 ms after Run is
+// called (sooner if Run returns first), so a Run that returned before the
+// handler's Receive did would see nothing recorded.
+func TestRunReturnsAfterTheHandlersLastReceive(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var recorded atomic.Int32
+	k := newKit(t, actors.GroupOptions{Buckets: 1, Handler: actor.PropsFromFunc(func(c actor.Context) {
+		if _, ok := c.Message().(*actors.Delivery); ok {
+			c.Respond(actors.Ack{})
+			<-gate
+			recorded.Add(1)
+		}
+	})})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	timer := time.AfterFunc(200*time.Millisecond, open)
+	res, err := k.Run(context.Background(), deposits(1, 1)...)
+	seen := recorded.Load()
+	timer.Stop()
+	open()
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Acked())
+	require.Equal(t, int32(1), seen, "Run returned while the handler was still in its Receive")
 }
