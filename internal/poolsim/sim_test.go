@@ -11,6 +11,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/checkpointing"
 	"github.com/kumi-run/kumi/internal/coordplan"
+	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/readfeed"
 	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/internal/simrun"
@@ -41,8 +42,10 @@ import (
 //   - each worker: the real coordinator plan, its actions carried out as
 //     actors/coordinator.go does (passes off the mailbox, one at a time;
 //     a reader's end a system message ahead of its last reports), its
-//     publisher (live batches to its readers' bounded queues, which pause
-//     when full), handled marks by slot and epoch;
+//     publisher (live batches to its readers' bounded queues, which, when
+//     full, pause, drop their oldest batch, or drop the subscription — the
+//     reader drains and ends, and a new one starts), handled marks by slot
+//     and epoch;
 //   - each reader: the real Feed, Window, checkpoint State and resize
 //     Part, glued as the reader actor glues them: pages read late and
 //     failing, batches held while the feed says so, the window fed from
@@ -56,7 +59,11 @@ import (
 //     coordinators restarted by their supervisor, readers
 //     that crash and are restarted at the same epoch (their successor
 //     carrying the window's Left and the handled mark), handoffs, resizes
-//     up, down and to the same count, cancels, told states missed.
+//     up, down and to the same count, cancels, told states missed;
+//     an operator's relinquish (a claim placed for another live worker)
+//     and checkpoint reset (fenced: the epoch grows, the owner's reader
+//     restarts from the reset checkpoint; not while a resize runs, not
+//     past the head).
 //
 // Invariants after every step: no checkpoint passes an event not handled
 // (acked or dead-lettered), nor does a drain to the cut; checkpoints never
@@ -65,7 +72,8 @@ import (
 // generation past a decided cut or the cut it stopped at, nor at or below
 // the cut it started after; no unreadable event sent; no handled event
 // delivered again but after a lease lapsed or a process was killed (no
-// duplicates on graceful paths). Then the faults stop, and every event must be handled, every
+// duplicates on graceful paths). Then the faults stop, and every event must
+// be handled (those a reset put back, again, at the reset's epoch), every
 // serving slot's checkpoint reach its last event, every resize end.
 //
 //	go test -run TestSim ./internal/poolsim/ -seed N   # replay one seed, with its trace
@@ -106,6 +114,15 @@ const (
 	// mutMarkAtCursor: the handled mark a restarted reader resumes after
 	// is the feed's cursor, not the acknowledged position.
 	mutMarkAtCursor
+	// mutResetKeepsEpoch: an operator's checkpoint reset writes the
+	// checkpoint without growing the lease's epoch (leasestore's
+	// OperatorFence grows it; before TestFenceOut, the owner's next write
+	// erased the reset).
+	mutResetKeepsEpoch
+	// mutDropOldestNoGap: under DropOldest the batch after an evicted one
+	// is given to the feed as if it followed the last one taken (From
+	// moved back), hiding the gap the eviction made.
+	mutDropOldestNoGap
 )
 
 const (
@@ -131,6 +148,9 @@ type event struct {
 	// that is not graceful (a lease lapsed, a process killed) left it
 	// above its slot's checkpoint.
 	excused bool
+	// owed: an operator reset the checkpoint of its slot below it, so it
+	// is to be handled again, by a reader of the epoch the reset made.
+	owed bool
 }
 
 type row struct {
@@ -145,6 +165,7 @@ type row struct {
 	claimant    int  // the worker that claimed it from its owner, or -1
 	given       bool // handed over to the claimant
 	lapsed      bool // its owner's lease expired (not handed over, not released)
+	reset       bool // an operator fenced it (a checkpoint reset): its owner's next pass reports it claimed
 	cp          int64
 }
 
@@ -197,6 +218,7 @@ type reader struct {
 	queue    []readfeed.Batch
 	held     bool
 	paused   bool // the queue paused: it refuses batches until resumed
+	overflow bool // the queue overflowed under DropSubscription: it takes no batch again
 	taken    []int64
 	lost     bool // it learnt its lease lost or unsure
 	unsure   bool
@@ -240,7 +262,9 @@ type sim struct {
 	appends int
 	qcap    int // live batches a reader's queue holds
 	// budgets of faults
-	unsure, pauses, kills, crashes, leaves, resizes, cancels, restarts int
+	unsure, pauses, kills, crashes, leaves, resizes, cancels, restarts, relinquishes, resets int
+
+	policy overflow.Policy // what a full queue does
 
 	resize     leasestore.Resize
 	genBuckets []int         // by generation, its bucket count
@@ -255,7 +279,9 @@ func newSim(seed uint64) *sim {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, faults: true, n: 2 + rng.IntN(3), streams: 2 + rng.IntN(4), appends: 10 + rng.IntN(25),
 		unsure: rng.IntN(4), pauses: rng.IntN(4), kills: rng.IntN(3), crashes: rng.IntN(4), leaves: rng.IntN(2),
-		resizes: rng.IntN(4), cancels: rng.IntN(3), restarts: rng.IntN(3), endCut: map[int]int64{}, startAt: map[int]int64{}}
+		resizes: rng.IntN(4), cancels: rng.IntN(3), restarts: rng.IntN(3), relinquishes: rng.IntN(3), resets: rng.IntN(3),
+		endCut: map[int]int64{}, startAt: map[int]int64{}}
+	s.policy = []overflow.Policy{overflow.PauseAndResume, overflow.DropOldest, overflow.DropSubscription}[rng.IntN(3)]
 	s.genBuckets = []int{s.n}
 	s.resize = leasestore.Resize{State: leasestore.ResizeSteady, Buckets: s.n}
 	s.qcap = 1 + rng.IntN(3)
@@ -277,8 +303,9 @@ func newSim(seed uint64) *sim {
 }
 
 func (s *sim) about() string {
-	return fmt.Sprintf("%d workers, %d buckets (%d resizes, %d cancels), %d streams, %d events, in flight %d, attempts %d, every %d, batch %d, queue %d",
-		len(s.workers), s.n, s.resizes, s.cancels, s.streams, s.appends, s.wcfg.MaxInFlight, s.wcfg.MaxAttempts, s.ccfg.Every, s.fcfg.BatchSize, s.qcap)
+	return fmt.Sprintf("%d workers, %d buckets (%d resizes, %d cancels), %d streams, %d events, in flight %d, attempts %d, every %d, batch %d, queue %d (%s), %d relinquishes, %d resets",
+		len(s.workers), s.n, s.resizes, s.cancels, s.streams, s.appends, s.wcfg.MaxInFlight, s.wcfg.MaxAttempts, s.ccfg.Every, s.fcfg.BatchSize, s.qcap,
+		s.policy, s.relinquishes, s.resets)
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -402,7 +429,7 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 			s.excuse(i) // taken over: what its last owner handled past the checkpoint is delivered again
 			r.lapsed = false
 		}
-		r.owner, r.epoch, r.expires, r.claimant, r.given = w.id, r.epoch+1, s.now+simTTL, -1, false
+		r.owner, r.epoch, r.expires, r.claimant, r.given, r.reset = w.id, r.epoch+1, s.now+simTTL, -1, false, false
 		res.Claimed = append(res.Claimed, s.lease(i))
 	}
 	held, rows := 0, 0
@@ -425,6 +452,12 @@ func (s *sim) pass(w *worker) leasestore.PassResult {
 		case r.owner == w.id && r.claimant < 0:
 			r.expires = s.now + simTTL
 			held++
+		}
+		if r.reset && r.owner == w.id {
+			// Its renewal returns the epoch the operator's fence grew: the
+			// pass reports it claimed (leasestore: in Lost and Claimed).
+			r.reset = false
+			res.Claimed = append(res.Claimed, s.lease(i))
 		}
 	}
 	live := max(s.live(), 1)
@@ -1118,7 +1151,11 @@ func (s *sim) applyWin(r *reader, e window.Effects) {
 	if f := e.Finished; f.Slots > 0 || f.Committed != 0 {
 		through := f.Through
 		for len(r.taken) > 0 && r.taken[0] <= through && f.Slots > 0 {
-			s.events[r.taken[0]-1].handled = true
+			e := s.events[r.taken[0]-1]
+			e.handled = true
+			if r.epoch == s.rows[r.slot].epoch {
+				e.owed = false // handled again since the reset (a reader fenced out by it does not count)
+			}
 			r.taken = r.taken[1:]
 		}
 		ack := checkpointing.Ack{Through: through, Events: f.Slots, Committed: f.Committed}
@@ -1286,6 +1323,10 @@ func (s *sim) drainStep(r *reader) {
 	e, done := r.cp.Drain(checkpointing.Env{Unsure: r.unsure})
 	s.applyCp(r, e)
 	if done {
+		if r.overflow {
+			s.end(r, "overflowed", false) // before the unsure lease is told, as the actor does
+			return
+		}
 		if r.unsure {
 			s.end(r, "drained, unsure", true)
 		} else {
@@ -1466,6 +1507,12 @@ func (s *sim) step() {
 	if s.faults && s.cancels > 0 && s.resize.Resizing() && s.resize.State != leasestore.ResizeSwitched {
 		add(1, func() { s.cancels--; s.cancel() })
 	}
+	if s.faults && s.relinquishes > 0 {
+		add(1, func() { s.relinquishes--; s.relinquish() })
+	}
+	if s.faults && s.resets > 0 && !s.resize.Resizing() && len(s.events) > 3 {
+		add(1, func() { s.resets--; s.reset() })
+	}
 	add(2, s.tick)
 	n := s.rng.IntN(total)
 	for _, c := range choices {
@@ -1504,7 +1551,15 @@ func (s *sim) publish(w *worker) {
 			}
 		}
 		switch {
-		case r.paused:
+		case r.paused || r.overflow:
+		case len(r.queue) >= s.qcap && s.policy == overflow.DropOldest:
+			s.logf("r%d: queue full, drops its oldest batch (%d, %d]", r.inc, r.queue[0].From, r.queue[0].To)
+			if mutation == mutDropOldestNoGap {
+				b.From = r.queue[0].From
+			}
+			r.queue = append(r.queue[1:], b)
+		case len(r.queue) >= s.qcap && s.policy == overflow.DropSubscription:
+			s.overflowed(r)
 		case len(r.queue) >= s.qcap:
 			s.logf("r%d: queue full, paused", r.inc)
 			r.queue, r.paused = nil, true
@@ -1519,6 +1574,102 @@ func (s *sim) publish(w *worker) {
 			r.queue = append(r.queue, b)
 		}
 	}
+}
+
+// overflowed is a queue's overflow under DropSubscription: it takes no
+// batch again, and its reader drains — finishing what its handler has and
+// flushing its checkpoint — then ends, as actors/reader.go does on the
+// queue's OverflowedSignal; its coordinator starts a new one, with a new
+// queue, from the checkpoint.
+func (s *sim) overflowed(r *reader) {
+	s.logf("r%d: queue full, overflowed: the bucket's subscription is dropped", r.inc)
+	r.queue, r.overflow = nil, true
+	inc := r.inc
+	s.post(r.w, 0, "overflowed", func() {
+		if !r.alive || r.inc != inc {
+			return
+		}
+		r.draining = true
+		s.applyWin(r, r.win.Drain())
+		s.pump(r)
+	})
+}
+
+// relinquish is an operator's handoff request (leasestore.RequestHandoff,
+// kumi relinquish): a claim placed on a live owner's bucket in the name of
+// another live worker, whose pass takes it over or withdraws it above its
+// share.
+func (s *sim) relinquish() {
+	var slots []int
+	for i, r := range s.rows {
+		if s.active(i) && r.owner >= 0 && r.claimant < 0 && !s.expired(r) {
+			slots = append(slots, i)
+		}
+	}
+	if len(slots) == 0 {
+		return
+	}
+	slot := slots[s.rng.IntN(len(slots))]
+	var to []int
+	for _, w := range s.workers {
+		if w.id != s.rows[slot].owner && w.alive && w.joined && !w.departed && !w.plan.Leaving && s.now-w.lastPass <= simTTL {
+			to = append(to, w.id)
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	s.rows[slot].claimant = to[s.rng.IntN(len(to))]
+	s.logf("operator: relinquish slot %d of w%d to w%d", slot, s.rows[slot].owner, s.rows[slot].claimant)
+}
+
+// reset is an operator's checkpoint reset (admin.ResetCheckpoints, refused
+// while a resize runs): under leasestore's OperatorFence, which grows the
+// lease's epoch (owner, expiry and claim stay), the checkpoint is written
+// in place, back or forward. Events above it are delivered again (owed);
+// events it skips are done by the operator's word.
+func (s *sim) reset() {
+	var slots []int
+	for i := range s.rows {
+		if s.active(i) {
+			slots = append(slots, i)
+		}
+	}
+	slot := slots[s.rng.IntN(len(slots))]
+	r := &s.rows[slot]
+	// (Below the cut its generation started after, a reset delivers
+	// again what the generation before delivered: the operator's word,
+	// which the invariants of the resize do not excuse; not drawn.)
+	from := s.startAt[r.gen]
+	top := min(s.last(slot), s.head) // past the head only with BeyondHead, not drawn: a proposal above the head is refused
+	if r.cp > from && s.rng.IntN(3) > 0 {
+		top = r.cp - 1 // back, mostly: what was handled is to be handled again
+	}
+	if top < from {
+		return
+	}
+	to := from + s.rng.Int64N(top-from+1)
+	s.logf("operator: reset slot %d's checkpoint from %d to %d", slot, r.cp, to)
+	if mutation != mutResetKeepsEpoch {
+		r.epoch++
+		r.reset = r.owner >= 0
+	}
+	for _, e := range s.events {
+		if !s.of(e, slot) {
+			continue
+		}
+		switch {
+		case e.pos > to:
+			// The owner is fenced out: what it handles from now on is
+			// not recorded, and is delivered again.
+			e.excused, e.owed = true, true
+		default:
+			// Skipped, or done, by the operator's word: a later delivery
+			// (a reset back) is not a first one.
+			e.handled, e.excused, e.owed, e.sent = true, true, false, true
+		}
+	}
+	r.cp = to
 }
 
 // check runs the invariants checked after every step.
@@ -1566,6 +1717,10 @@ func (s *sim) run() string {
 			s.fail("after the faults stopped, %d (%s) is never handled", e.pos, e.stream)
 			return s.failed
 		}
+		if e.owed {
+			s.fail("after the faults stopped, %d (%s) is not delivered again after its checkpoint was reset below it", e.pos, e.stream)
+			return s.failed
+		}
 	}
 	if s.resize.Resizing() {
 		s.fail("after the faults stopped, resize %d stays %s", s.resize.ID, s.resize.State)
@@ -1592,7 +1747,7 @@ func (s *sim) last(slot int) int64 {
 
 func (s *sim) settled() bool {
 	for _, e := range s.events {
-		if !e.handled {
+		if !e.handled || e.owed {
 			return false
 		}
 	}
@@ -1623,6 +1778,8 @@ func theSim() simrun.Sim {
 			simrun.Switch("DrainBeforeFinished", &mutation, mutDrainBeforeFinished, 0),
 			simrun.Switch("ReadyBeforeFeeders", &mutation, mutReadyBeforeFeeders, 0),
 			simrun.Switch("MarkUnwritten", &mutation, mutMarkUnwritten, 0),
+			simrun.Switch("ResetKeepsEpoch", &mutation, mutResetKeepsEpoch, 0),
+			simrun.Switch("DropOldestNoGap", &mutation, mutDropOldestNoGap, 0),
 		},
 	}
 }
