@@ -45,6 +45,9 @@ type Run struct {
 type Fault struct {
 	Name string
 	Set  func() (undo func())
+	// Seeds, when more than -seeds, is how many seeds TestSimFindsTheFaults
+	// tries for it: a fault that only a rare schedule shows.
+	Seeds int
 }
 
 // Switch makes a Fault whose Set turns the variable *v to on, and its
@@ -126,19 +129,20 @@ func (f *Flags) TestSimFindsTheFaults(t *testing.T, s Sim) {
 	for _, m := range s.Faults {
 		t.Run(m.Name, func(t *testing.T) {
 			defer m.Set()()
-			seed := s.first(*f.seeds)
+			seeds := max(*f.seeds, m.Seeds)
+			seed := s.first(seeds)
 			if seed == 0 {
-				t.Fatalf("the simulation did not find the fault in %d seeds", *f.seeds)
+				t.Fatalf("the simulation did not find the fault in %d seeds", seeds)
 			}
 			t.Logf("first found at seed %d: %s", seed, s.Replay(seed).Failed)
 			if *f.finds {
 				found := 0
-				for n := uint64(1); n <= uint64(*f.seeds); n++ {
+				for n := uint64(1); n <= uint64(seeds); n++ {
 					if s.Check(n) != "" {
 						found++
 					}
 				}
-				t.Logf("%d of %d seeds find it", found, *f.seeds)
+				t.Logf("%d of %d seeds find it", found, seeds)
 			}
 		})
 	}
