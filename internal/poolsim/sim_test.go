@@ -56,7 +56,8 @@ import (
 //     cut once its cursor less what its window holds reaches it;
 //   - faults: lease checks found unsure, pauses past the TTL, workers
 //     killed and started again, workers that join late and leave,
-//     coordinators restarted by their supervisor, readers
+//     coordinators and publishers (in mid-broadcast) restarted by their
+//     supervisor, readers
 //     that crash and are restarted at the same epoch (their successor
 //     carrying the window's Left and the handled mark), handoffs, resizes
 //     up, down and to the same count, cancels, told states missed;
@@ -271,7 +272,7 @@ type sim struct {
 	appends int
 	qcap    int // live batches a reader's queue holds
 	// budgets of faults
-	unsure, pauses, kills, crashes, leaves, resizes, cancels, restarts, relinquishes, resets int
+	unsure, pauses, kills, crashes, leaves, resizes, cancels, restarts, relinquishes, resets, publishers int
 
 	policy overflow.Policy // what a full queue does
 	// exactly: handlers commit their effect and the checkpoint in one
@@ -291,7 +292,7 @@ func newSim(seed uint64) *sim {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	s := &sim{rng: rng, faults: true, n: 2 + rng.IntN(3), streams: 2 + rng.IntN(4), appends: 10 + rng.IntN(25),
 		unsure: rng.IntN(4), pauses: rng.IntN(4), kills: rng.IntN(3), crashes: rng.IntN(4), leaves: rng.IntN(2),
-		resizes: rng.IntN(4), cancels: rng.IntN(3), restarts: rng.IntN(3), relinquishes: rng.IntN(3), resets: rng.IntN(3),
+		resizes: rng.IntN(4), cancels: rng.IntN(3), restarts: rng.IntN(3), relinquishes: rng.IntN(3), resets: rng.IntN(3), publishers: rng.IntN(3),
 		endCut: map[int]int64{}, startAt: map[int]int64{}}
 	s.policy = []overflow.Policy{overflow.PauseAndResume, overflow.DropOldest, overflow.DropSubscription}[rng.IntN(3)]
 	s.genBuckets = []int{s.n}
@@ -1540,6 +1541,9 @@ func (s *sim) step() {
 		if s.pauses > 0 {
 			add(2, func() { s.pauses--; w.paused = s.now + simTTL + 2; s.logf("w%d: pauses", w.id) })
 		}
+		if s.publishers > 0 && w.published < s.publishable() && len(w.readers) > 0 {
+			add(1, func() { s.publishers--; s.restartPublisher(w) })
+		}
 		if s.restarts > 0 && !w.plan.Leaving {
 			add(1, func() { s.restarts--; s.restartCoordinator(w) })
 		}
@@ -1603,10 +1607,15 @@ func (s *sim) tick() {
 }
 
 // publish posts the events up to the head in live batches to w's readers.
-func (s *sim) publish(w *worker) {
+func (s *sim) publish(w *worker) { s.broadcast(w, len(w.readers)) }
+
+// broadcast posts the events up to the head to the first n of w's
+// readers: fewer than all when the publisher panics in mid-broadcast (see
+// restartPublisher).
+func (s *sim) broadcast(w *worker, n int) {
 	from, to := w.published, s.publishable()
 	w.published = to
-	for _, r := range w.readers {
+	for _, r := range w.readers[:n] {
 		b := readfeed.Batch{From: from, To: to}
 		for _, e := range s.events[from:to] {
 			if s.of(e, r.slot) && e.visible {
@@ -1764,6 +1773,29 @@ func (s *sim) reset() {
 // up, or its reader gone) — delivered again, it is found committed. (The
 // graceful-duplicates invariant counts handled only.)
 func (s *sim) done(e *event) bool { return e.handled || e.effects > 0 }
+
+// restartPublisher is w's publisher restarted by its supervisor after a
+// panic, mid-broadcast here (its readers after the n-th got nothing of
+// the last fetch): as actors/publisher.go's resync, the new incarnation
+// starts at the position the last one published, and tells every reader
+// its batches start there (subscribed), so that each reads from the store
+// what it was not posted — at the tail, no later batch would show it the
+// gap.
+func (s *sim) restartPublisher(w *worker) {
+	n := s.rng.IntN(len(w.readers) + 1)
+	s.logf("w%d: the publisher panics after posting to %d of %d readers, and restarts", w.id, n, len(w.readers))
+	s.broadcast(w, n)
+	from := w.published
+	for _, r := range w.readers {
+		inc := r.inc
+		s.post(w, 0, "subscribed", func() {
+			if r.alive && r.inc == inc {
+				s.applyFeed(r, r.feed.Subscribed(from, s.env(r)))
+				s.pump(r)
+			}
+		})
+	}
+}
 
 // check runs the invariants checked after every step.
 func (s *sim) check() {
