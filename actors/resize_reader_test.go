@@ -193,3 +193,78 @@ func holdInTransaction(t *testing.T, sql string, args ...any) (release func()) {
 	require.NoError(t, err)
 	return release
 }
+
+// A reader that starts at a checkpoint at the decided cut drains to it
+// even when no event is to come: its catch-up has nothing to read (the
+// cursor is at the cut), so no page answers and no live batch arrives,
+// and the reader took its loaded checkpoint without a pump — the drain
+// check ran only after a page or a batch. Its bucket was never drained,
+// the resize stayed switched, and the new buckets it feeds never served
+// (the demo, session leases with -exactly-once, under load: a handoff's
+// drain had flushed the checkpoint at the cut; 4 and 17 events never
+// handled). Here one worker, 4 → 5: the reader of acct-3's bucket is held
+// back by its handler; its checkpoint is written at the cut, as a
+// predecessor that handled everything up to it leaves it; the reader is
+// restarted, and nothing more is appended.
+func TestAReaderStartedAtTheCutDrains(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	seed(t, store, "acct", 8, 80)
+	g := &gate{stream: "acct-3", in: make(chan struct{}), open: make(chan struct{})}
+	opts := groupOpts("atcut", 4, rec, "w")
+	opts.Lease = resizeLease()
+	opts.HandlerTimeout = waitLong
+	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			rec.begin("w", d.Event)
+			g.wait(d)
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	w := startWorker(t, schema, "w", opts)
+	<-g.in // one bucket is held back
+
+	_, err := Resize(ctx, store, "atcut", 5, ResizeOptions{By: "test"})
+	require.NoError(t, err)
+	var r leasestore.Resize
+	held := -1
+	pgtest.Eventually(t, waitLong, func() bool {
+		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "atcut")
+		require.NoError(t, err)
+		held = -1
+		for _, s := range r.Old {
+			if !s.Drained {
+				held = s.Slot
+			}
+		}
+		return r.State == leasestore.ResizeCut && len(r.Old) == 4 && held >= 0 && countDrained(r.Old) == 3
+	}, "the cut decided, three old buckets drained, the held-back one not: %+v", observed(func() leasestore.Resize { return r }))
+
+	// Everything of the held-back bucket up to the cut counts as handled.
+	_, err = store.SaveCheckpoint(ctx, "atcut", held, r.Cut, nil)
+	require.NoError(t, err)
+
+	var pid *actor.PID
+	pgtest.Eventually(t, waitLong, func() bool {
+		got := make(chan *actor.PID, 1)
+		w.sys.Root.Send(w.group.coordinator, inspectCoordinator(func(c *coordinator) {
+			if ref := c.readers[held]; ref != nil {
+				got <- ref.pid
+				return
+			}
+			got <- nil
+		}))
+		pid = <-got
+		return pid != nil
+	}, "the held-back bucket's reader runs")
+	// It fails, and its next incarnation loads the checkpoint at the cut;
+	// the held-back handler's answer is its predecessor's.
+	w.sys.Root.Send(pid, inspectReader(func(*reader) { panic(errors.New("test: the reader fails")) }))
+	close(g.open)
+	waitResize(t, store, "atcut", rec, func(r leasestore.Resize) bool {
+		return r.State == leasestore.ResizeSteady && r.Generation == 1
+	}, []*testWorker{w}, "the resize completes: the reader started at the cut drains to it")
+}

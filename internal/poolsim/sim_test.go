@@ -939,6 +939,8 @@ func (s *sim) spawn(w *worker, slot int, epoch int64, id coordplan.ID, told resi
 		s.applyFeed(r, r.feed.Loaded(max(cp, from), s.env(r)))
 		r.loaded = true
 		s.tell(r, r.told)
+		// As the actor's checkpointLoaded: a checkpoint at a decided cut
+		// leaves nothing to read, so no page would run it.
 		s.pump(r)
 	})
 }
@@ -1522,9 +1524,14 @@ func (s *sim) step() {
 			if r.tickDue {
 				add(2, func() {
 					r.tickDue = false
-					s.applyWin(r, r.win.Tick(at(s.now)))
+					e := r.win.Tick(at(s.now))
+					s.applyWin(r, e)
 					s.applyCp(r, r.cp.Tick())
-					s.pump(r)
+					if len(e.GivenUp) > 0 || len(e.Sends) > 0 || e.CheckLease || e.Probe != 0 || e.Replace != nil || len(e.Letters) > 0 {
+						// The actor's tick pumps only through what its
+						// timeouts did (onReply); a quiet tick does not.
+						s.pump(r)
+					}
 				})
 			}
 			if s.faults && s.crashes > 0 {
@@ -1638,8 +1645,7 @@ func (s *sim) broadcast(w *worker, n int) {
 			inc := r.inc
 			s.post(w, 0, "paused", func() {
 				if r.alive && r.inc == inc {
-					s.applyFeed(r, r.feed.Paused(s.env(r)))
-					s.pump(r)
+					s.applyFeed(r, r.feed.Paused(s.env(r))) // (no pump: onPaused has none; the read it starts ends in one)
 				}
 			})
 		default:
@@ -1790,8 +1796,7 @@ func (s *sim) restartPublisher(w *worker) {
 		inc := r.inc
 		s.post(w, 0, "subscribed", func() {
 			if r.alive && r.inc == inc {
-				s.applyFeed(r, r.feed.Subscribed(from, s.env(r)))
-				s.pump(r)
+				s.applyFeed(r, r.feed.Subscribed(from, s.env(r))) // (no pump: onSubscribed has none)
 			}
 		})
 	}
