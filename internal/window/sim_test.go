@@ -419,7 +419,7 @@ func (s *sim) step() bool {
 			}
 			held := !s.faults || s.rng.IntN(40) != 0
 			s.checking = false
-			e := s.w.Lease(s.now, held)
+			e := s.w.Lease(s.now, held, nil)
 			if !held {
 				s.draining, s.unsure = true, true
 			}

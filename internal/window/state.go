@@ -21,7 +21,20 @@ type Config struct {
 	// Backoff is the least wait before attempt n (counted from 0) of a
 	// retried event; nil waits nothing.
 	Backoff func(n int) time.Duration
+	// Batch, its MaxEvents set, makes every slot a batch
+	// (GroupOptions.Batch; MaxInFlight must be 1): see [State.Lease].
+	Batch Batch
 }
+
+// Batch bounds a batch: at most MaxEvents events, and, MaxBytes set, no
+// more than MaxBytes of their Event.Size together (a first event larger
+// goes alone).
+type Batch struct {
+	MaxEvents, MaxBytes int
+}
+
+// on reports whether slots are batches.
+func (b Batch) on() bool { return b.MaxEvents > 0 }
 
 // Event is an event the window takes, in position order.
 type Event struct {
@@ -38,6 +51,9 @@ type Event struct {
 	// at once (see [State.Left]): the slot writes it again, in its turn,
 	// and never sends the event.
 	Letter *Letter
+	// Size is what the event counts against Batch.MaxBytes (its data and
+	// metadata).
+	Size int
 }
 
 // Outcome is what a handler's answer to a delivery says.
@@ -53,11 +69,17 @@ const (
 	Panicked
 	// DeadLettered: the handler gave up on the event: dead-letter it.
 	DeadLettered
+	// BatchAcked: a batch's BatchAck — Answer.Done of its events, from
+	// the first, are handled, and, if not all, Answer.Next is the answer
+	// for the first not done (the actor gives Retry for a BatchAck
+	// without Next). A BatchAck whose Done lies outside the batch is a
+	// Retry (the actor's classifyBatchAnswer).
+	BatchAcked
 )
 
 // String names the outcome.
 func (o Outcome) String() string {
-	return [...]string{"ack", "retry", "panic", "dead-letter"}[o]
+	return [...]string{"ack", "retry", "panic", "dead-letter", "batch-ack"}[o]
 }
 
 // Answer is a handler's answer to one delivery, naming it by ID and
@@ -69,8 +91,13 @@ type Answer struct {
 	// After is the least wait a Retry asked for.
 	After  time.Duration
 	Reason string
-	// Committed: an ack whose handler wrote the checkpoint itself.
+	// Committed: an ack whose handler wrote the checkpoint itself (of a
+	// BatchAck: of its Done events).
 	Committed bool
+	// Done and Next are a BatchAck's (see [BatchAcked]); Next's wait and
+	// reason are After and Reason.
+	Done int
+	Next Outcome
 }
 
 // Send is an effect: deliver the event to the handler, as attempt
@@ -84,6 +111,10 @@ type Send struct {
 	Stream string
 	// Handler is the handler it goes to (see [ReplaceHandler]).
 	Handler uint64
+	// Events, for a batch, are its events: the slot's own first
+	// (Pos), then those it took from the pending list (see
+	// [State.Lease]). Nil for a single delivery.
+	Events []Event
 }
 
 // Redelivery is an effect: call [State.Redeliver] with ID and Attempt at
@@ -132,9 +163,13 @@ type GivenUp struct {
 
 // Finished is how far the window's finished prefix moved at an input.
 type Finished struct {
-	// Slots is how many leading slots finished (0: the prefix did not
-	// move); Through is the position of the last of them.
+	// Slots is how many leading slots finished; Events how many events
+	// the prefix moved over (a batch's slot counts its events, and a
+	// batch acked in part moves it over its done events without its
+	// slot finishing; 0: the prefix did not move); Through is the
+	// position of the last of them.
 	Slots   int
+	Events  int
 	Through int64
 	// Committed, if not 0, is the position of an acked event whose
 	// handler wrote the checkpoint itself.
@@ -148,8 +183,14 @@ type Effects struct {
 	// with [State.Lease]. Nothing is sent before.
 	CheckLease bool
 	Sends      []Send
-	Redeliver  []Redelivery
-	Letters    []Letter
+	// Absorbed is how many of the pending events given to [State.Lease]
+	// the batches sent took: the actor drops them from its pending list.
+	Absorbed int
+	// PutBack are events a batch took and did not finish: the actor puts
+	// them back at the front of its pending list, in this order.
+	PutBack   []Event
+	Redeliver []Redelivery
+	Letters   []Letter
 	// Probe, if not 0, is a probe to send the handler; its answer is
 	// [State.ProbeAnswered] with this number.
 	Probe    uint64
@@ -196,7 +237,22 @@ type slot struct {
 	lstate  letterState
 	onDrain bool // a drain sent it once more at once
 	due     bool // a retry whose delay passed, waiting for the handler
+	// batch is the batch sent (Config.Batch on), batch[0] ev; nil when
+	// not with the handler.
+	batch []Event
+	alone bool // the batch failed as a whole: its first event goes alone next
 }
+
+// last is the position of the slot's last event.
+func (sl *slot) last() int64 {
+	if n := len(sl.batch); n > 0 {
+		return sl.batch[n-1].Pos
+	}
+	return sl.ev.Pos
+}
+
+// count is the number of the slot's events.
+func (sl *slot) count() int { return max(len(sl.batch), 1) }
 
 // State is a reader's delivery window. The zero value is not usable: see
 // [New].
@@ -316,7 +372,17 @@ func (s *State) sendable() []*slot {
 
 // Lease takes the answer of a lease check: held, what is to be sent goes;
 // not, the window drains under an unsure lease and sends nothing more.
-func (s *State) Lease(now time.Time, held bool) Effects {
+//
+// pending is the reader's pending list, the events after the window's,
+// cut before the first beyond the resize bound (the actor's
+// beyondBound): a batch sent takes the ones that follow its first event,
+// up to Config.Batch's bounds and before an unreadable one (dead-lettered
+// alone, as the first of a slot), and Effects.Absorbed says how many. A
+// batch that failed as a whole (a panic, a timeout, a Retry, or an answer
+// not a BatchAck) is sent as its first event alone, until its slot
+// finishes or a BatchAck finds some of it done. Without batches pending is
+// not looked at (nil will do).
+func (s *State) Lease(now time.Time, held bool, pending []Event) Effects {
 	var e Effects
 	if !s.checking {
 		return e
@@ -327,7 +393,7 @@ func (s *State) Lease(now time.Time, held bool) Effects {
 		s.settle(&e)
 		return e
 	}
-	s.sendNow(now, &e)
+	s.sendNow(now, pending, &e)
 	s.settle(&e)
 	return e
 }
@@ -343,7 +409,7 @@ func (s *State) Unsure() Effects {
 }
 
 // sendNow sends what may be sent: an unreadable event is dead-lettered.
-func (s *State) sendNow(now time.Time, e *Effects) {
+func (s *State) sendNow(now time.Time, pending []Event, e *Effects) {
 	if !s.ready() {
 		return
 	}
@@ -360,15 +426,74 @@ func (s *State) sendNow(now time.Time, e *Effects) {
 			s.deadLetter(sl, err.Error(), 0, false, e)
 			continue
 		}
-		s.send(now, sl, e)
+		s.send(now, sl, pending[min(e.Absorbed, len(pending)):], e)
 	}
 }
 
-func (s *State) send(now time.Time, sl *slot, e *Effects) {
+func (s *State) send(now time.Time, sl *slot, pending []Event, e *Effects) {
 	sl.state, sl.sentAt, sl.to = sent, now, s.handler
-	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler}
+	if s.cfg.Batch.on() {
+		sl.batch = s.takeBatch(sl, pending, e)
+	}
+	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler,
+		Events: sl.batch}
 	e.Sends = append(e.Sends, sl.sent)
 }
+
+// takeBatch makes the batch of a slot about to be sent: its event and the
+// pending events that follow, within Config.Batch's bounds (one alone),
+// up to an unreadable one (actors/batchdeliver.go takeBatch).
+func (s *State) takeBatch(sl *slot, pending []Event, e *Effects) []Event {
+	o := s.cfg.Batch
+	limit := o.MaxEvents
+	if sl.alone && fault != faultNotAlone {
+		limit = 1
+	}
+	evs := make([]Event, 1, min(limit, 1+len(pending)))
+	evs[0] = sl.ev
+	size, n := sl.ev.Size, 0
+	for ; n < len(pending) && len(evs) < limit; n++ {
+		p := pending[n]
+		size += p.Size
+		if (p.Err != nil && fault != faultBatchTakesUnreadable) || (o.MaxBytes > 0 && size > o.MaxBytes && fault != faultBatchBytesIgnored) {
+			break
+		}
+		evs = append(evs, p)
+	}
+	e.Absorbed += n
+	return evs
+}
+
+// unbatch puts the events of a slot's batch after its first back, to the
+// front of the pending list, in order.
+func (s *State) unbatch(sl *slot, e *Effects) {
+	if len(sl.batch) > 1 && fault != faultPutBackLost {
+		e.PutBack = append(e.PutBack, sl.batch[1:]...)
+	}
+	sl.batch = nil
+}
+
+// failedWhole: a batch failed as a whole, without saying where (a panic,
+// a timeout, a Retry, an answer not a BatchAck): its events after the
+// first go back, and the first goes alone next, so that an event that
+// breaks its batches is found alone.
+func (s *State) failedWhole(sl *slot, e *Effects) {
+	if sl.batch == nil {
+		return
+	}
+	s.unbatch(sl, e)
+	sl.alone = true
+}
+
+// chargeWholeFailureToFirst is the actor's rule for a batch that failed as
+// a whole: the failure is charged to its first event's budget (its slot's
+// delivery is the first event's), although the event that broke the batch
+// may be another. So with MaxAttempts 1 an event that precedes a poison
+// event in its batch is dead-lettered for its budget without ever failing
+// alone. Kept as the actor does it (actors/batchdeliver.go, deliver.go
+// onReply); reported as a divergence from the doc's "the events before it
+// are not [charged]".
+const chargeWholeFailureToFirst = true
 
 // find returns the slot of delivery id.
 func (s *State) find(id uint64) *slot {
@@ -392,19 +517,72 @@ func (s *State) Answered(now time.Time, a Answer) Effects {
 	if a.Outcome != Panicked && sl.to == s.handler {
 		s.fails = 0 // the handler answers: replacements start over
 	}
-	switch a.Outcome {
-	case Acked:
-		sl.state = done
-		if a.Committed {
-			e.Finished.Committed = sl.ev.Pos
-		}
-	case DeadLettered:
-		s.deadLetter(sl, a.Reason, sl.attempt+1, false, &e)
-	default:
-		s.fail(now, sl, a.After, a.Reason, &e)
+	if sl.batch != nil {
+		s.settleBatch(now, sl, a, &e)
+	} else {
+		s.answer(now, sl, a.Outcome, a, &e)
 	}
 	s.settle(&e)
 	return e
+}
+
+// answer applies outcome o (of answer a) to a single delivery, or to the
+// first event not done of a batch.
+func (s *State) answer(now time.Time, sl *slot, o Outcome, a Answer, e *Effects) {
+	switch o {
+	case Acked:
+		sl.state = done
+		if a.Committed {
+			e.Finished.Committed = max(e.Finished.Committed, sl.last())
+		}
+	case DeadLettered:
+		s.deadLetter(sl, a.Reason, sl.attempt+1, false, e)
+	default:
+		s.fail(now, sl, a.After, a.Reason, e)
+	}
+}
+
+// settleBatch applies a batch's answer (actors/batchdeliver.go
+// settleBatch): all done, the slot finishes; else the done prefix is
+// finished, the first event not done becomes the slot's, a new delivery
+// with its own attempts, the events after it go back, and Next is its
+// answer; anything but a BatchAck fails the batch as a whole.
+func (s *State) settleBatch(now time.Time, sl *slot, a Answer, e *Effects) {
+	n := len(sl.batch)
+	switch {
+	case a.Outcome != BatchAcked || a.Done < 0 || a.Done > n:
+		s.failedWhole(sl, e)
+		if chargeWholeFailureToFirst {
+			s.fail(now, sl, a.After, a.Reason, e)
+		}
+		return
+	case a.Done == n:
+		s.answer(now, sl, Acked, a, e)
+		return
+	case a.Done > 0:
+		s.ackPrefix(sl, a.Done, a.Committed, e)
+		sl.alone = false
+	}
+	s.unbatch(sl, e)
+	s.answer(now, sl, a.Next, a, e)
+}
+
+// ackPrefix finishes the first done events of sl's batch (committed: their
+// checkpoint is written already) and makes the rest its next delivery, a
+// first attempt of its head event under a new id. The slot is the
+// window's only one (MaxInFlight 1), so the prefix moves over them.
+func (s *State) ackPrefix(sl *slot, done int, committed bool, e *Effects) {
+	through := sl.batch[done-1].Pos
+	e.Finished.Events += done
+	e.Finished.Through = max(e.Finished.Through, through)
+	if committed {
+		e.Finished.Committed = max(e.Finished.Committed, through)
+	}
+	s.ids++
+	sl.id, sl.ev, sl.batch = s.ids, sl.batch[done], sl.batch[done:]
+	if fault != faultHeadKeepsAttempts {
+		sl.attempt, sl.free = 0, 0
+	}
 }
 
 // fail charges a failed attempt: dead-lettered once the budget is spent,
@@ -447,7 +625,7 @@ func (s *State) Redeliver(now time.Time, id uint64, attempt int) Effects {
 		return e
 	}
 	if fault == faultRetryUnchecked && s.ready() {
-		s.send(now, sl, &e)
+		s.send(now, sl, nil, &e)
 		return e
 	}
 	sl.state, sl.due = waiting, true
@@ -482,6 +660,7 @@ func (s *State) Tick(now time.Time) Effects {
 		if fault == faultTimeoutUncharged {
 			continue
 		}
+		s.failedWhole(sl, &e)
 		s.fail(now, sl, 0, fmt.Sprintf("no answer within %v", s.cfg.Timeout), &e)
 	}
 	s.settle(&e)
@@ -522,6 +701,7 @@ func (s *State) replace(now time.Time, e *Effects) {
 			continue // answered, or late: Tick charges it
 		}
 		e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt})
+		s.unbatch(sl, e)
 		sl.attempt++
 		if fault != faultFreeNotGiven {
 			sl.free++
@@ -637,7 +817,8 @@ func (s *State) settle(e *Effects) {
 			}
 			continue
 		}
-		e.Finished.Through = max(e.Finished.Through, sl.ev.Pos)
+		e.Finished.Through = max(e.Finished.Through, sl.last())
+		e.Finished.Events += sl.count()
 		n++
 	}
 	if n > 0 {
@@ -730,6 +911,12 @@ func (s *State) String() string {
 		if sl.onDrain {
 			b.WriteString("d")
 		}
+		if len(sl.batch) > 0 {
+			fmt.Fprintf(&b, " b%d", len(sl.batch))
+		}
+		if sl.alone {
+			b.WriteString(" alone")
+		}
 	}
 	b.WriteString("]")
 	return b.String()
@@ -806,4 +993,17 @@ const (
 	// (actors/deliver.go before
 	// TestADrainSendsARetryDueWhileTheHandlerWasAwayOnce).
 	faultDueNotOnDrain
+	// A batch that failed as a whole is sent whole again: the event that
+	// breaks it is never found alone.
+	faultNotAlone
+	// A batch takes an unreadable pending event in.
+	faultBatchTakesUnreadable
+	// A batch takes pending events past Batch.MaxBytes.
+	faultBatchBytesIgnored
+	// The events of a batch after its first not done are not put back:
+	// they are lost to the reader.
+	faultPutBackLost
+	// The first event not done of a batch acked in part keeps the
+	// batch's attempts, not a new delivery's own.
+	faultHeadKeepsAttempts
 )
