@@ -61,6 +61,7 @@ type evLedger struct {
 	retried      bool // its last attempt failed
 	drainResends int  // retries a drain sent
 	letter       bool // a letter is out for it
+	alone        bool // first of a batch that failed as a whole: sent alone until finished
 }
 
 type delivery struct {
@@ -98,6 +99,8 @@ type sim struct {
 	windows    int
 	carry      *Event             // the retry a reader stopped at once left its successor
 	gone       map[[2]uint64]bool // deliveries given up at this step
+	poison     map[int64]bool     // events that break their batches while the faults last
+	putBack    int                // events the window must put back at this step
 
 	faults  bool
 	steps   int
@@ -115,16 +118,24 @@ func newSim(seed uint64) *sim {
 		ProbeWait:   50 * time.Millisecond,
 		Backoff:     func(n int) time.Duration { return time.Duration(n) * 10 * time.Millisecond },
 	}
-	s := &sim{rng: rng, cfg: cfg, now: time.Unix(0, 0), faults: true}
+	if rng.IntN(2) == 0 {
+		cfg.MaxInFlight, cfg.MaxAttempts = 1, 1+rng.IntN(4)
+		cfg.Batch.MaxEvents = 1 + rng.IntN(5)
+		if rng.IntN(2) == 0 {
+			cfg.Batch.MaxBytes = 8 + rng.IntN(20)
+		}
+	}
+	s := &sim{rng: rng, cfg: cfg, now: time.Unix(0, 0), faults: true, poison: map[int64]bool{}}
 	streams := 1 + rng.IntN(4)
 	n := 5 + rng.IntN(25)
 	pos := int64(0)
 	for range n {
 		pos += 1 + int64(rng.IntN(3))
-		e := Event{Pos: pos, Stream: fmt.Sprintf("s%d", rng.IntN(streams))}
+		e := Event{Pos: pos, Stream: fmt.Sprintf("s%d", rng.IntN(streams)), Size: 1 + rng.IntN(12)}
 		if rng.IntN(20) == 0 {
 			e.Err = errors.New("unreadable")
 		}
+		s.poison[pos] = rng.IntN(8) == 0
 		s.events = append(s.events, e)
 	}
 	s.ever = map[int64]bool{}
@@ -217,8 +228,11 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 	if len(s.gone) > 0 {
 		s.fail("did not say it gave up %d deliveries", len(s.gone))
 	}
-	if f := e.Finished; f.Slots > 0 {
-		for i := range f.Slots {
+	if f := e.Finished; f.Events > 0 {
+		if f.Slots > f.Events || (!s.cfg.Batch.on() && f.Slots != f.Events) {
+			s.fail("the finished prefix moves over %d slots and %d events", f.Slots, f.Events)
+		}
+		for i := range f.Events {
 			k := s.start + s.prefix + i
 			if k >= s.next {
 				s.fail("the finished prefix passes the events taken")
@@ -228,8 +242,29 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 				s.fail("the finished prefix passes event %d, unfinished", s.events[k].Pos)
 			}
 		}
-		s.prefix += f.Slots
-		s.log("  finished %d through %d", f.Slots, f.Through)
+		if last := s.events[s.start+s.prefix+f.Events-1].Pos; f.Through != last {
+			s.fail("the finished prefix is through %d, its last event %d", f.Through, last)
+		}
+		s.prefix += f.Events
+		s.log("  finished %d (%d slots) through %d", f.Events, f.Slots, f.Through)
+	}
+	if len(e.PutBack) != s.putBack {
+		s.fail("put back %d events, %d to put back", len(e.PutBack), s.putBack)
+	}
+	for i, p := range e.PutBack {
+		k := s.next - len(e.PutBack) + i
+		if k < s.start+s.prefix || s.events[k].Pos != p.Pos {
+			s.fail("put back %v, not the last events taken", e.PutBack)
+			break
+		}
+		if s.ev(p.Pos).fin {
+			s.fail("put back event %d, finished", p.Pos)
+		}
+	}
+	s.next -= len(e.PutBack)
+	s.putBack = 0
+	if e.Absorbed > 0 && !fromLease {
+		s.fail("absorbed %d pending events without a lease check", e.Absorbed)
 	}
 	for _, l := range e.Letters {
 		led := s.ev(l.Pos)
@@ -263,8 +298,12 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		s.probe, s.probeAt = e.Probe, s.now
 		s.log("  probe %d", e.Probe)
 	}
+	absorbed := 0
 	for _, d := range e.Sends {
-		s.sent(d)
+		s.sent(d, &absorbed)
+	}
+	if absorbed != e.Absorbed {
+		s.fail("the batches sent took %d pending events, Absorbed says %d", absorbed, e.Absorbed)
 	}
 	if e.CheckLease {
 		s.checking = true
@@ -281,8 +320,11 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 	}
 }
 
-func (s *sim) sent(d Send) {
-	s.log("  send %d#%d a%d f%d to %d", d.Pos, d.ID, d.Attempt, d.Free, d.Handler)
+func (s *sim) sent(d Send, absorbed *int) {
+	s.log("  send %d#%d a%d f%d to %d %v", d.Pos, d.ID, d.Attempt, d.Free, d.Handler, poss(d.Events))
+	if s.cfg.Batch.on() {
+		s.sentBatch(d, absorbed)
+	}
 	if !s.ready() {
 		s.fail("sent %d to a handler not ready (replacing %v, probe %d, stopped %v)", d.Pos, s.replacing, s.probe, s.dead && s.told)
 	}
@@ -329,9 +371,55 @@ func (s *sim) sent(d Send) {
 	}
 	led.sends++
 	led.retried = false
+	if len(d.Events) > 1 && led.alone {
+		s.fail("sent %d, the first of a batch that failed as a whole, in a batch of %d", d.Pos, len(d.Events))
+	}
 	dl := delivery{s: d, sentAt: s.now}
 	s.out = append(s.out, dl)
 	s.history = append(s.history, dl)
+}
+
+// sentBatch checks a batch sent: its first event the slot's, then the
+// pending events in order, as many as its bounds let in, none unreadable,
+// none finished; it takes them.
+func (s *sim) sentBatch(d Send, absorbed *int) {
+	b := s.cfg.Batch
+	if len(d.Events) == 0 || d.Events[0].Pos != d.Pos {
+		s.fail("a batch sent as %+v", d)
+		return
+	}
+	limit := b.MaxEvents
+	if s.ev(d.Pos).alone {
+		limit = 1
+	}
+	if len(d.Events) > limit {
+		s.fail("a batch of %d events, at most %d", len(d.Events), limit)
+	}
+	size := d.Events[0].Size
+	for i, e := range d.Events[1:] {
+		k := s.next + *absorbed + i
+		if k >= len(s.events) || s.events[k].Pos != e.Pos {
+			s.fail("a batch takes %d, not the next pending event", e.Pos)
+			return
+		}
+		if e.Err != nil {
+			s.fail("a batch takes unreadable event %d", e.Pos)
+		}
+		if s.ev(e.Pos).fin {
+			s.fail("a batch takes event %d, finished", e.Pos)
+		}
+		if size += e.Size; b.MaxBytes > 0 && size > b.MaxBytes {
+			s.fail("a batch of %d bytes, at most %d", size, b.MaxBytes)
+		}
+	}
+	n := len(d.Events) - 1
+	if k := s.next + *absorbed + n; len(d.Events) < limit && k < len(s.events) {
+		if e := s.events[k]; e.Err == nil && (b.MaxBytes == 0 || size+e.Size <= b.MaxBytes) {
+			s.fail("a batch of %d events leaves out %d, which fits", len(d.Events), e.Pos)
+		}
+	}
+	*absorbed += n
+	s.next += n
 }
 
 func (s *sim) drained() {
@@ -372,6 +460,100 @@ func (s *sim) drained() {
 func (s *sim) giveUp(d delivery) {
 	s.out = without(s.out, d)
 	s.gone[[2]uint64{d.s.ID, uint64(d.s.Attempt)}] = true
+	s.putBack += max(len(d.s.Events)-1, 0)
+}
+
+// failedWhole charges a batch's failure as a whole (or a single
+// delivery's failure) to its first event, which goes alone next.
+func (s *sim) failedWhole(d delivery) {
+	l := s.ev(d.s.Pos)
+	l.own++
+	l.retried = true
+	if len(d.s.Events) > 1 {
+		l.alone = true
+	}
+}
+
+// finish records an event acked, once.
+func (s *sim) finish(pos int64) {
+	l := s.ev(pos)
+	if l.fin {
+		s.fail("event %d finished twice", pos)
+	}
+	l.fin = true
+}
+
+// answerBatch has the handler answer a batch: all done, a prefix done and
+// an answer for the next, or a failure as a whole (a panic, a Retry, a
+// wrong answer, a BatchAck outside the batch). A poison event breaks its
+// batches while the faults last.
+func (s *sim) answerBatch(d delivery) {
+	n := len(d.s.Events)
+	a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: BatchAcked, Done: n}
+	if s.faults {
+		a.After = time.Duration(s.rng.IntN(50)) * time.Millisecond
+		a.Committed, a.NextCommitted = s.rng.IntN(5) == 0, s.rng.IntN(5) == 0
+		poison := -1
+		for i, e := range d.s.Events {
+			if s.poison[e.Pos] && poison < 0 {
+				poison = i
+			}
+		}
+		switch r := s.rng.IntN(8); {
+		case poison >= 0 && r < 5:
+			a.Outcome = []Outcome{Panicked, Retry}[s.rng.IntN(2)]
+		case poison >= 0 && r < 7:
+			a.Done, a.Next = poison, Retry
+		case r < 3:
+		case r < 5:
+			a.Done, a.Next = s.rng.IntN(n), []Outcome{Acked, Retry, DeadLettered}[s.rng.IntN(3)]
+		case r < 7:
+			a.Outcome = []Outcome{Retry, Panicked, Acked, DeadLettered}[s.rng.IntN(4)]
+		default:
+			a.Done = []int{-1, n + 1}[s.rng.IntN(2)]
+		}
+	}
+	committed := int64(0)
+	switch {
+	case a.Outcome != BatchAcked || a.Done < 0 || a.Done > n:
+		s.failedWhole(d)
+		s.putBack = n - 1
+	case a.Done == n:
+		for _, e := range d.s.Events {
+			s.finish(e.Pos)
+		}
+		if a.Committed {
+			committed = d.s.Events[n-1].Pos
+		}
+	default:
+		for _, e := range d.s.Events[:a.Done] {
+			s.finish(e.Pos)
+		}
+		head := s.ev(d.s.Events[a.Done].Pos)
+		if a.Done > 0 {
+			head.sends = 1 // the batch was its first attempt
+			if a.Committed {
+				committed = d.s.Events[a.Done-1].Pos
+			}
+		}
+		switch a.Next {
+		case Acked:
+			s.finish(d.s.Events[a.Done].Pos)
+			if a.NextCommitted {
+				committed = d.s.Events[a.Done].Pos
+			}
+		case Retry:
+			head.own++
+			head.retried = true
+		}
+		s.putBack = n - a.Done - 1
+	}
+	e := s.w.Answered(s.now, a)
+	s.log("answer %v#%d a%d %s done %d next %s: %s", poss(d.s.Events), d.s.ID, d.s.Attempt, a.Outcome, a.Done, a.Next, s.w)
+	if e.Finished.Committed != committed {
+		s.fail("a batch's answer %+v reports committed %d, not %d", a, e.Finished.Committed, committed)
+	}
+	s.apply(e, false, false)
 }
 
 func without(ds []delivery, d delivery) []delivery {
@@ -409,8 +591,8 @@ func (s *sim) step() bool {
 			}
 			s.log("take %d of %d: %s", n, k-s.next, s.w)
 			s.next += n
-			if s.next-s.start-s.prefix > s.cfg.MaxInFlight {
-				s.fail("the window holds %d events, MaxInFlight %d", s.next-s.start-s.prefix, s.cfg.MaxInFlight)
+			if held := s.next - s.start - s.prefix; s.w.Len() > s.cfg.MaxInFlight || (!s.cfg.Batch.on() && held > s.cfg.MaxInFlight) {
+				s.fail("the window holds %d events in %d slots, MaxInFlight %d", held, s.w.Len(), s.cfg.MaxInFlight)
 			}
 			s.apply(e, false, false)
 		case 1, 2: // a lease check answered
@@ -419,7 +601,7 @@ func (s *sim) step() bool {
 			}
 			held := !s.faults || s.rng.IntN(40) != 0
 			s.checking = false
-			e := s.w.Lease(s.now, held, nil)
+			e := s.w.Lease(s.now, held, append([]Event(nil), s.events[s.next:]...))
 			if !held {
 				s.draining, s.unsure = true, true
 			}
@@ -434,6 +616,10 @@ func (s *sim) step() bool {
 				continue
 			}
 			s.out = without(s.out, d)
+			if d.s.Events != nil {
+				s.answerBatch(d)
+				break
+			}
 			a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Acked}
 			if s.faults {
 				a.Outcome = []Outcome{Acked, Acked, Acked, Retry, Retry, Panicked, DeadLettered}[s.rng.IntN(7)]
@@ -467,9 +653,7 @@ func (s *sim) step() bool {
 			for _, d := range s.out {
 				if s.now.Sub(d.sentAt) >= s.cfg.Timeout {
 					s.giveUp(d)
-					l := s.ev(d.s.Pos)
-					l.own++
-					l.retried = true
+					s.failedWhole(d)
 				}
 			}
 			e := s.w.Tick(s.now)
@@ -590,7 +774,7 @@ func (s *sim) step() bool {
 				continue
 			}
 			before := s.w.String()
-			e := s.w.Answered(s.now, Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Outcome(s.rng.IntN(4))})
+			e := s.w.Answered(s.now, Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Outcome(s.rng.IntN(5)), Done: s.rng.IntN(3)})
 			if after := s.w.String(); after != before || !reflect.DeepEqual(e, Effects{}) {
 				s.fail("a stale answer to %d#%d a%d changed the window: %s -> %s, %+v", d.s.Pos, d.s.ID, d.s.Attempt, before, after, e)
 			}
@@ -725,6 +909,11 @@ var faults = []struct {
 	{"LeftForgotten", faultLeftForgotten},
 	{"LeftCharged", faultLeftCharged},
 	{"BudgetOverspent", faultBudgetOverspent},
+	{"NotAlone", faultNotAlone},
+	{"BatchTakesUnreadable", faultBatchTakesUnreadable},
+	{"BatchBytesIgnored", faultBatchBytesIgnored},
+	{"PutBackLost", faultPutBackLost},
+	{"HeadKeepsAttempts", faultHeadKeepsAttempts},
 }
 
 // TestSimFindsTheFaults re-injects each fault, one at a time, and

@@ -95,9 +95,11 @@ type Answer struct {
 	// BatchAck: of its Done events).
 	Committed bool
 	// Done and Next are a BatchAck's (see [BatchAcked]); Next's wait and
-	// reason are After and Reason.
-	Done int
-	Next Outcome
+	// reason are After and Reason, NextCommitted is a Next Acked's
+	// Committed.
+	Done          int
+	Next          Outcome
+	NextCommitted bool
 }
 
 // Send is an effect: deliver the event to the handler, as attempt
@@ -520,25 +522,25 @@ func (s *State) Answered(now time.Time, a Answer) Effects {
 	if sl.batch != nil {
 		s.settleBatch(now, sl, a, &e)
 	} else {
-		s.answer(now, sl, a.Outcome, a, &e)
+		s.answer(now, sl, a.Outcome, a.After, a.Reason, a.Committed, &e)
 	}
 	s.settle(&e)
 	return e
 }
 
-// answer applies outcome o (of answer a) to a single delivery, or to the
-// first event not done of a batch.
-func (s *State) answer(now time.Time, sl *slot, o Outcome, a Answer, e *Effects) {
+// answer applies outcome o to a single delivery, or to the first event
+// not done of a batch.
+func (s *State) answer(now time.Time, sl *slot, o Outcome, after time.Duration, reason string, committed bool, e *Effects) {
 	switch o {
 	case Acked:
 		sl.state = done
-		if a.Committed {
+		if committed {
 			e.Finished.Committed = max(e.Finished.Committed, sl.last())
 		}
 	case DeadLettered:
-		s.deadLetter(sl, a.Reason, sl.attempt+1, false, e)
+		s.deadLetter(sl, reason, sl.attempt+1, false, e)
 	default:
-		s.fail(now, sl, a.After, a.Reason, e)
+		s.fail(now, sl, after, reason, e)
 	}
 }
 
@@ -557,14 +559,14 @@ func (s *State) settleBatch(now time.Time, sl *slot, a Answer, e *Effects) {
 		}
 		return
 	case a.Done == n:
-		s.answer(now, sl, Acked, a, e)
+		s.answer(now, sl, Acked, 0, "", a.Committed, e)
 		return
 	case a.Done > 0:
 		s.ackPrefix(sl, a.Done, a.Committed, e)
 		sl.alone = false
 	}
 	s.unbatch(sl, e)
-	s.answer(now, sl, a.Next, a, e)
+	s.answer(now, sl, a.Next, a.After, a.Reason, a.NextCommitted, e)
 }
 
 // ackPrefix finishes the first done events of sl's batch (committed: their
