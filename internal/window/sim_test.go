@@ -67,6 +67,32 @@ type evLedger struct {
 type delivery struct {
 	s      Send
 	sentAt time.Time
+	prog   *runProg // a run's, as its handler goes through it
+}
+
+// runProg is a run's progress on its handler.
+type runProg struct {
+	done      int
+	committed bool
+	inHand    bool
+	since     time.Time // of the event in hand
+	answered  bool      // the handler answered: next, or cut
+	cut       bool
+	next      Outcome
+	unsure    bool
+	cutReq    bool // the window asked to start no further event
+}
+
+// outcome is the run's outcome as the actor takes it (run.end).
+func (p *runProg) outcome(d delivery) RunOutcome {
+	return RunOutcome{Run: d.s.Run, Done: p.done, Committed: p.committed, InHand: p.inHand && !p.answered,
+		Cut: !p.answered || p.cut, Next: p.next, Unsure: p.unsure}
+}
+
+// late reports whether the run's event in hand is late.
+func (s *sim) late(d delivery) bool {
+	p := d.prog
+	return p.inHand && !p.answered && s.now.Sub(p.since) >= s.cfg.Timeout
 }
 
 type sim struct {
@@ -118,12 +144,15 @@ func newSim(seed uint64) *sim {
 		ProbeWait:   50 * time.Millisecond,
 		Backoff:     func(n int) time.Duration { return time.Duration(n) * 10 * time.Millisecond },
 	}
-	if rng.IntN(2) == 0 {
+	switch rng.IntN(3) {
+	case 1:
 		cfg.MaxInFlight, cfg.MaxAttempts = 1, 1+rng.IntN(4)
 		cfg.Batch.MaxEvents = 1 + rng.IntN(5)
 		if rng.IntN(2) == 0 {
 			cfg.Batch.MaxBytes = 8 + rng.IntN(20)
 		}
+	case 2:
+		cfg.MaxInFlight, cfg.MaxAttempts, cfg.RunEvents = 1, 1+rng.IntN(4), 1+rng.IntN(5)
 	}
 	s := &sim{rng: rng, cfg: cfg, now: time.Unix(0, 0), faults: true, poison: map[int64]bool{}}
 	streams := 1 + rng.IntN(4)
@@ -203,12 +232,35 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 	if len(e.Sends) > 0 && !fromLease {
 		s.fail("sent %+v without a lease check", e.Sends)
 	}
+	var ending *delivery
+	if er := e.EndRun; er != nil {
+		for _, d := range s.out {
+			if d.s.Run == er.Run {
+				ending = &d
+			}
+		}
+		switch {
+		case ending == nil:
+			s.fail("asked to end run %d, not out", er.Run)
+		case er.Late != s.late(*ending):
+			s.fail("asked to end run %d late %v, its event in hand late %v", er.Run, er.Late, s.late(*ending))
+		default:
+			s.giveUp(*ending)
+		}
+	}
+	if e.Replace != nil {
+		for _, d := range s.out {
+			if d.prog != nil && d.s.Handler == e.Replace.Old && !s.late(d) {
+				s.fail("replaced handler %d, its run %d not ended", e.Replace.Old, d.s.Run)
+			}
+		}
+	}
 	if e.Replace != nil {
 		if !expectReplace {
 			s.fail("replaced handler %d, neither stopped nor unanswered to a probe", e.Replace.Old)
 		}
 		for _, d := range s.out {
-			if d.s.Handler == e.Replace.Old && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+			if d.prog == nil && d.s.Handler == e.Replace.Old && s.now.Sub(d.sentAt) < s.cfg.Timeout {
 				s.giveUp(d) // sent again to the successor, uncharged
 			}
 		}
@@ -229,7 +281,7 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		s.fail("did not say it gave up %d deliveries", len(s.gone))
 	}
 	if f := e.Finished; f.Events > 0 {
-		if f.Slots > f.Events || (!s.cfg.Batch.on() && f.Slots != f.Events) {
+		if f.Slots > f.Events || (!s.cfg.Batch.on() && s.cfg.RunEvents == 0 && f.Slots != f.Events) {
 			s.fail("the finished prefix moves over %d slots and %d events", f.Slots, f.Events)
 		}
 		for i := range f.Events {
@@ -315,14 +367,140 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		s.respawnAt = s.now
 		s.log("  spawn now")
 	}
+	if e.CutRun {
+		for _, d := range s.out {
+			if d.prog != nil {
+				d.prog.cutReq = true
+			}
+		}
+	}
+	if s.draining {
+		for _, d := range s.out {
+			if d.prog != nil && !d.prog.cutReq && !d.prog.answered {
+				s.fail("a drain leaves run %d going", d.s.Run)
+			}
+		}
+	}
+	if ending != nil {
+		s.endRun(*ending, e.EndRun.Late)
+	}
 	if e.Drained {
 		s.drained()
 	}
 }
 
+// endRun ends a run the window asked to end, and gives it its outcome.
+func (s *sim) endRun(d delivery, late bool) {
+	o := d.prog.outcome(d)
+	s.runLedger(d, o, late)
+	e := s.w.RunEnded(s.now, o)
+	s.log("end run %d %+v late %v: %s", d.s.Run, o, late, s.w)
+	s.apply(e, false, false)
+}
+
+// runLedger records a run's outcome: its done events finished, the first
+// not done the slot's, at the attempts the window gives it. late: the
+// reader ended it on its event in hand's timeout.
+func (s *sim) runLedger(d delivery, o RunOutcome, late bool) {
+	evs := d.s.Events
+	for _, e := range evs[:o.Done] {
+		s.finish(e.Pos)
+	}
+	if o.Done >= len(evs) {
+		return
+	}
+	s.putBack = len(evs) - o.Done - 1
+	head := s.ev(evs[o.Done].Pos)
+	started := o.InHand || !o.Cut
+	switch {
+	case o.Done > 0 && started:
+		head.sends = 1 // the run was its first attempt
+	case o.Done > 0:
+		head.sends = 0
+	case !started:
+		head.sends-- // not handled: sent again at the same attempt
+	}
+	switch {
+	case late && o.InHand:
+		head.own++
+		head.retried = true
+	case !o.Cut && (o.Next == Retry || o.Next == Panicked):
+		if late || d.prog.answered {
+			head.own++
+			head.retried = true
+		}
+	}
+}
+
+// stepRun has a run's handler take its next step: start an event, finish
+// the one in hand, answer; a hung handler hangs in its next event.
+func (s *sim) stepRun(d delivery) {
+	p := d.prog
+	if p.answered {
+		s.deliverRun(d) // its answer, sent before it hung, arrives
+		return
+	}
+	if s.hung {
+		if !p.inHand {
+			p.inHand, p.since = true, s.now
+		}
+		return
+	}
+	n := len(d.s.Events)
+	if !p.inHand {
+		switch {
+		case p.cutReq, p.done > 0 && s.faults && s.rng.IntN(6) == 0:
+			p.answered, p.cut = true, true // cut short, its time slice spent, or the resize bound
+		case s.faults && s.rng.IntN(40) == 0:
+			p.answered, p.cut, p.unsure = true, true, true // EnsureHeld failed
+		default:
+			p.inHand, p.since = true, s.now
+			s.log("run %d starts %d", d.s.Run, d.s.Events[p.done].Pos)
+			return
+		}
+	} else {
+		p.inHand = false
+		o := Acked
+		if s.faults {
+			o = []Outcome{Acked, Acked, Acked, Acked, Retry, Panicked, DeadLettered}[s.rng.IntN(7)]
+		}
+		if o == Acked {
+			p.done++
+			p.committed = s.rng.IntN(5) == 0
+			p.answered = p.done == n
+		} else {
+			p.next, p.answered = o, true
+		}
+		s.log("run %d: %d done, next %v answered %v", d.s.Run, p.done, p.next, p.answered)
+	}
+	if p.answered && s.rng.IntN(2) == 0 {
+		s.deliverRun(d)
+	}
+}
+
+// deliverRun gives the window a run's answer.
+func (s *sim) deliverRun(d delivery) {
+	s.out = without(s.out, d)
+	o := d.prog.outcome(d)
+	s.runLedger(d, o, false)
+	committed := int64(0)
+	if o.Committed && o.Done > 0 {
+		committed = d.s.Events[o.Done-1].Pos
+	}
+	e := s.w.RunAnswered(s.now, o)
+	s.log("run answer %v %+v: %s", poss(d.s.Events), o, s.w)
+	if e.Finished.Committed != committed {
+		s.fail("a run's answer %+v reports committed %d, not %d", o, e.Finished.Committed, committed)
+	}
+	if o.Unsure {
+		s.draining, s.unsure, s.checking = true, true, false
+	}
+	s.apply(e, false, false)
+}
+
 func (s *sim) sent(d Send, absorbed *int) {
 	s.log("  send %d#%d a%d f%d to %d %v", d.Pos, d.ID, d.Attempt, d.Free, d.Handler, poss(d.Events))
-	if s.cfg.Batch.on() {
+	if s.cfg.Batch.on() || d.Run != 0 {
 		s.sentBatch(d, absorbed)
 	}
 	if !s.ready() {
@@ -375,6 +553,9 @@ func (s *sim) sent(d Send, absorbed *int) {
 		s.fail("sent %d, the first of a batch that failed as a whole, in a batch of %d", d.Pos, len(d.Events))
 	}
 	dl := delivery{s: d, sentAt: s.now}
+	if d.Run != 0 {
+		dl.prog = &runProg{since: s.now}
+	}
 	s.out = append(s.out, dl)
 	s.history = append(s.history, dl)
 }
@@ -391,6 +572,9 @@ func (s *sim) sentBatch(d Send, absorbed *int) {
 	limit := b.MaxEvents
 	if s.ev(d.Pos).alone {
 		limit = 1
+	}
+	if d.Run != 0 {
+		limit = s.cfg.RunEvents
 	}
 	if len(d.Events) > limit {
 		s.fail("a batch of %d events, at most %d", len(d.Events), limit)
@@ -460,7 +644,9 @@ func (s *sim) drained() {
 func (s *sim) giveUp(d delivery) {
 	s.out = without(s.out, d)
 	s.gone[[2]uint64{d.s.ID, uint64(d.s.Attempt)}] = true
-	s.putBack += max(len(d.s.Events)-1, 0)
+	if d.prog == nil {
+		s.putBack += max(len(d.s.Events)-1, 0)
+	}
 }
 
 // failedWhole charges a batch's failure as a whole (or a single
@@ -591,7 +777,7 @@ func (s *sim) step() bool {
 			}
 			s.log("take %d of %d: %s", n, k-s.next, s.w)
 			s.next += n
-			if held := s.next - s.start - s.prefix; s.w.Len() > s.cfg.MaxInFlight || (!s.cfg.Batch.on() && held > s.cfg.MaxInFlight) {
+			if held := s.next - s.start - s.prefix; s.w.Len() > s.cfg.MaxInFlight || (!s.cfg.Batch.on() && s.cfg.RunEvents == 0 && held > s.cfg.MaxInFlight) {
 				s.fail("the window holds %d events in %d slots, MaxInFlight %d", held, s.w.Len(), s.cfg.MaxInFlight)
 			}
 			s.apply(e, false, false)
@@ -608,11 +794,18 @@ func (s *sim) step() bool {
 			s.log("lease held %v: %s", held, s.w)
 			s.apply(e, held, false)
 		case 3, 4: // the handler answers
-			if len(s.out) == 0 || s.hung || s.dead {
+			if len(s.out) == 0 || s.dead {
 				continue
 			}
 			d := s.out[s.rng.IntN(len(s.out))]
 			if d.s.Handler != s.gen {
+				continue
+			}
+			if d.prog != nil {
+				s.stepRun(d)
+				break
+			}
+			if s.hung {
 				continue
 			}
 			s.out = without(s.out, d)
@@ -620,7 +813,7 @@ func (s *sim) step() bool {
 				s.answerBatch(d)
 				break
 			}
-			a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Acked}
+			a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Acked, Runs: s.cfg.RunEvents > 0}
 			if s.faults {
 				a.Outcome = []Outcome{Acked, Acked, Acked, Retry, Retry, Panicked, DeadLettered}[s.rng.IntN(7)]
 				a.After = time.Duration(s.rng.IntN(50)) * time.Millisecond
@@ -645,12 +838,18 @@ func (s *sim) step() bool {
 			if s.probe != 0 && s.now.Sub(s.probeAt) >= s.cfg.ProbeWait {
 				expect = true
 				for _, d := range s.out {
-					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+					if d.prog == nil && d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
 						s.giveUp(d)
 					}
 				}
 			}
+			lateRun := false
 			for _, d := range s.out {
+				if d.prog != nil {
+					s.w.RunProgress(d.prog.since, d.prog.inHand && !d.prog.answered)
+					lateRun = lateRun || s.late(d)
+					continue
+				}
 				if s.now.Sub(d.sentAt) >= s.cfg.Timeout {
 					s.giveUp(d)
 					s.failedWhole(d)
@@ -658,6 +857,9 @@ func (s *sim) step() bool {
 			}
 			e := s.w.Tick(s.now)
 			s.log("tick: %s", s.w)
+			if lateRun && (e.EndRun == nil || !e.EndRun.Late) {
+				s.fail("a run's event in hand is late and the run not ended")
+			}
 			s.apply(e, false, expect)
 		case 6: // a redelivery is due
 			var due []Redelivery
@@ -734,7 +936,9 @@ func (s *sim) step() bool {
 			if s.dead && !s.told {
 				s.told = true
 				for _, d := range s.out {
-					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+					if d.prog != nil {
+						s.w.RunProgress(d.prog.since, d.prog.inHand && !d.prog.answered)
+					} else if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
 						s.giveUp(d)
 					}
 				}
@@ -914,6 +1118,8 @@ var faults = []struct {
 	{"BatchBytesIgnored", faultBatchBytesIgnored},
 	{"PutBackLost", faultPutBackLost},
 	{"HeadKeepsAttempts", faultHeadKeepsAttempts},
+	{"RunTakesOneMore", faultRunTakesOneMore},
+	{"RunNotCut", faultRunNotCut},
 }
 
 // TestSimFindsTheFaults re-injects each fault, one at a time, and

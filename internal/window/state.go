@@ -24,6 +24,12 @@ type Config struct {
 	// Batch, its MaxEvents set, makes every slot a batch
 	// (GroupOptions.Batch; MaxInFlight must be 1): see [State.Lease].
 	Batch Batch
+	// RunEvents, if not 0, is the most events a function handler's run
+	// takes (the actor's runEvents: maxRunEvents and CheckpointEvery at
+	// most): with MaxInFlight 1 and no batches, a handler that says it
+	// takes runs (Answer.Runs) is sent each slot as a run (see
+	// [State.RunAnswered]).
+	RunEvents int
 }
 
 // Batch bounds a batch: at most MaxEvents events, and, MaxBytes set, no
@@ -100,6 +106,9 @@ type Answer struct {
 	Done          int
 	Next          Outcome
 	NextCommitted bool
+	// Runs: the handler says it takes runs (a function handler's
+	// answers; see Config.RunEvents).
+	Runs bool
 }
 
 // Send is an effect: deliver the event to the handler, as attempt
@@ -117,6 +126,39 @@ type Send struct {
 	// (Pos), then those it took from the pending list (see
 	// [State.Lease]). Nil for a single delivery.
 	Events []Event
+	// Run, if not 0, numbers a run (Events its events): its outcome
+	// names it ([RunOutcome]).
+	Run uint64
+}
+
+// RunOutcome is a run's state as the actor takes it, from the run's
+// answer or from its end by the reader (actors/funcrun.go runOutcome).
+type RunOutcome struct {
+	// Run is the run's Send.Run.
+	Run uint64
+	// Done events were acked, from the first; Committed: the last of
+	// them with its checkpoint.
+	Done      int
+	Committed bool
+	// InHand: ended by the reader while event Done was being handled.
+	InHand bool
+	// Cut: no answer for event Done — the run was cut short before it
+	// (a drain, its time slice, the resize bound, EnsureHeld failed:
+	// Unsure) or did not start it. Else Next (with After and Reason) is
+	// the handler's answer for it.
+	Cut    bool
+	Next   Outcome
+	After  time.Duration
+	Reason string
+	Unsure bool
+}
+
+// EndRun is an effect: end the run (run.end) and give its outcome to
+// [State.RunEnded] before any other input. Late: its event in hand is
+// unanswered for Timeout; else its handler is replaced.
+type EndRun struct {
+	Run  uint64
+	Late bool
 }
 
 // Redelivery is an effect: call [State.Redeliver] with ID and Attempt at
@@ -207,6 +249,11 @@ type Effects struct {
 	// something to send: spawn the successor at once, not after the
 	// backoff, and call [State.HandlerSpawned].
 	SpawnNow bool
+	// EndRun, if not nil: end the run in flight (see [EndRun]).
+	EndRun *EndRun
+	// CutRun: the window drains: the run in flight is to start no
+	// further event (run.cutShort).
+	CutRun bool
 }
 
 type slotState uint8
@@ -243,6 +290,8 @@ type slot struct {
 	// not with the handler.
 	batch []Event
 	alone bool // the batch failed as a whole: its first event goes alone next
+	// run is the run sent (0: none); batch is its events.
+	run uint64
 }
 
 // last is the position of the slot's last event.
@@ -273,6 +322,13 @@ type State struct {
 	checking bool // a lease check is out
 	draining bool
 	unsure   bool
+	runs     bool   // the handler takes runs
+	nruns    uint64 // runs sent
+	// the run in flight's event in hand, as the actor last saw it
+	// (RunProgress)
+	runSince  time.Time
+	runInHand bool
+	ending    *EndRun // a run the window asked to end
 }
 
 // New returns an empty window with handler 1 ready.
@@ -434,11 +490,17 @@ func (s *State) sendNow(now time.Time, pending []Event, e *Effects) {
 
 func (s *State) send(now time.Time, sl *slot, pending []Event, e *Effects) {
 	sl.state, sl.sentAt, sl.to = sent, now, s.handler
-	if s.cfg.Batch.on() {
+	switch {
+	case s.cfg.Batch.on():
 		sl.batch = s.takeBatch(sl, pending, e)
+	case s.takesRuns():
+		sl.batch = s.takeRun(sl, pending, e)
+		s.nruns++
+		sl.run = s.nruns
+		s.runSince, s.runInHand = now, false
 	}
 	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler,
-		Events: sl.batch}
+		Events: sl.batch, Run: sl.run}
 	e.Sends = append(e.Sends, sl.sent)
 }
 
@@ -464,6 +526,142 @@ func (s *State) takeBatch(sl *slot, pending []Event, e *Effects) []Event {
 	}
 	e.Absorbed += n
 	return evs
+}
+
+// takesRuns reports whether slots go as runs (actors/funcrun.go
+// takesRuns).
+func (s *State) takesRuns() bool {
+	return s.runs && s.cfg.RunEvents > 0 && s.cfg.MaxInFlight == 1 && !s.cfg.Batch.on()
+}
+
+// takeRun makes the run of a slot about to be sent: its event and the
+// pending events that follow, RunEvents at most, up to an unreadable one
+// (actors/funcrun.go sendRun).
+func (s *State) takeRun(sl *slot, pending []Event, e *Effects) []Event {
+	n, most := 0, s.cfg.RunEvents
+	if fault == faultRunTakesOneMore {
+		most++
+	}
+	for n < len(pending) && n+1 < most && pending[n].Err == nil {
+		n++
+	}
+	e.Absorbed += n
+	return append([]Event{sl.ev}, pending[:n]...)
+}
+
+// RunProgress takes what the actor sees of the run in flight before an
+// input that may time it out or replace its handler (run.lateSince): the
+// event in hand started at since, or none is (inHand false).
+func (s *State) RunProgress(since time.Time, inHand bool) {
+	s.runSince, s.runInHand = since, inHand
+}
+
+// runLate reports whether the run in flight's event in hand is late
+// (actors/funcrun.go timeoutRun: measured from its start).
+func (s *State) runLate(now time.Time) bool {
+	return s.runInHand && now.Sub(s.runSince) >= s.cfg.Timeout
+}
+
+// runSlot returns the slot of run r while it is with the handler.
+func (s *State) runSlot(r uint64) *slot {
+	for _, sl := range s.slots {
+		if r != 0 && sl.run == r && sl.state == sent {
+			return sl
+		}
+	}
+	return nil
+}
+
+// endRun applies a run's outcome (actors/funcrun.go endRun): all done, the
+// slot finishes (true); else the acked prefix finishes, the first event
+// not done becomes the slot's, a new delivery with its own attempts, and
+// the events after it go back.
+func (s *State) endRun(sl *slot, o RunOutcome, e *Effects) bool {
+	sl.run = 0
+	if o.Done >= len(sl.batch) {
+		s.answer(time.Time{}, sl, Acked, 0, "", o.Committed, e)
+		return true
+	}
+	if o.Done > 0 {
+		s.ackPrefix(sl, o.Done, o.Committed, e)
+	}
+	s.unbatch(sl, e)
+	return false
+}
+
+// RunAnswered takes a run's answer (actors/funcrun.go onRunAnswer): its
+// acked prefix finishes; the event not acked is answered for as a single
+// delivery (Next); a run cut short leaves its first event not done
+// waiting, uncharged (and, Unsure, the lease found unsure). The answer of
+// a run the window ended, or of another, changes nothing.
+func (s *State) RunAnswered(now time.Time, o RunOutcome) Effects {
+	var e Effects
+	sl := s.runSlot(o.Run)
+	if sl == nil || (s.ending != nil && s.ending.Run == o.Run) {
+		return e
+	}
+	if sl.to == s.handler && (runAnswerResetsFails || o.Cut || o.Next != Panicked) {
+		s.fails = 0 // see runAnswerResetsFails
+	}
+	switch {
+	case s.endRun(sl, o, &e):
+	case o.Cut:
+		sl.state = waiting
+		if o.Unsure {
+			s.unsure, s.draining, s.checking = true, true, false
+		}
+	default:
+		s.answer(now, sl, o.Next, o.After, o.Reason, false, &e)
+	}
+	s.settle(&e)
+	return e
+}
+
+// runAnswerResetsFails is the actor's rule that any answer of a run from
+// the current handler, one whose event panicked too, starts the handler's
+// replacements over from the shortest backoff (deliver.go onHandlerReply
+// checks for *handlerPanicked, and a run's answer is a *run); a single
+// delivery's panic does not. Kept; reported.
+const runAnswerResetsFails = true
+
+// RunEnded takes the outcome of a run the window asked to end
+// ([Effects.EndRun]). Late (actors/funcrun.go timeoutRun): the event in
+// hand is timed out, a failed attempt, and gets the handler probed; one
+// the handler answered meanwhile takes that answer; one not started
+// waits. Replaced (deliver.go replaceHandler): the event in hand, or
+// answered meanwhile, goes to the successor uncharged; one not started
+// waits. Either way the acked prefix finishes first.
+func (s *State) RunEnded(now time.Time, o RunOutcome) Effects {
+	var e Effects
+	end := s.ending
+	sl := s.runSlot(o.Run)
+	if end == nil || end.Run != o.Run || sl == nil {
+		return e
+	}
+	s.ending = nil
+	switch {
+	case s.endRun(sl, o, &e):
+	case end.Late && o.InHand:
+		if s.probe == 0 && s.handler != 0 && sl.to == s.handler {
+			s.probes++
+			s.probe, s.probeAt = s.probes, now
+			s.probeSnd, s.probeSnt = sl.sent, s.runSince
+			e.Probe = s.probe
+		}
+		s.fail(now, sl, 0, fmt.Sprintf("no answer within %v", s.cfg.Timeout), &e)
+	case end.Late && !o.Cut:
+		s.answer(now, sl, o.Next, o.After, o.Reason, false, &e)
+	case o.Cut && !o.InHand:
+		sl.state = waiting // not started
+	default:
+		sl.attempt++
+		if fault != faultFreeNotGiven {
+			sl.free++
+		}
+		sl.state = waiting
+	}
+	s.settle(&e)
+	return e
 }
 
 // unbatch puts the events of a slot's batch after its first back, to the
@@ -513,11 +711,12 @@ func (s *State) find(id uint64) *slot {
 func (s *State) Answered(now time.Time, a Answer) Effects {
 	var e Effects
 	sl := s.find(a.ID)
-	if sl == nil || sl.state != sent || (a.Attempt != sl.attempt && fault != faultAttemptIgnored) {
+	if sl == nil || sl.state != sent || sl.run != 0 || (a.Attempt != sl.attempt && fault != faultAttemptIgnored) {
 		return e
 	}
 	if a.Outcome != Panicked && sl.to == s.handler {
 		s.fails = 0 // the handler answers: replacements start over
+		s.runs = s.runs || a.Runs
 	}
 	if sl.batch != nil {
 		s.settleBatch(now, sl, a, &e)
@@ -646,7 +845,12 @@ func (s *State) Tick(now time.Time) Effects {
 		e.Replace.Hung, e.Replace.SentAt = &hung, s.probeSnt
 	}
 	for _, sl := range s.slots {
-		if sl.state != sent || now.Sub(sl.sentAt) < s.cfg.Timeout {
+		if sl.state == sent && sl.run != 0 && s.ending == nil && s.runLate(now) {
+			s.ending = &EndRun{Run: sl.run, Late: true}
+			e.EndRun = s.ending
+			e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt, Late: true})
+		}
+		if sl.state != sent || sl.run != 0 || now.Sub(sl.sentAt) < s.cfg.Timeout {
 			continue
 		}
 		if fault == faultLateReplaces && s.handler != 0 && sl.to == s.handler {
@@ -699,7 +903,12 @@ func (s *State) replace(now time.Time, e *Effects) {
 	s.handler, s.probe = 0, 0
 	s.fails++
 	for _, sl := range s.slots {
-		if sl.state != sent || sl.to != old || now.Sub(sl.sentAt) >= s.cfg.Timeout {
+		if sl.state == sent && sl.run != 0 && sl.to == old && s.ending == nil && !s.runLate(now) {
+			s.ending = &EndRun{Run: sl.run}
+			e.EndRun = s.ending
+			e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt})
+		}
+		if sl.state != sent || sl.run != 0 || sl.to != old || now.Sub(sl.sentAt) >= s.cfg.Timeout {
 			continue // answered, or late: Tick charges it
 		}
 		e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt})
@@ -721,6 +930,7 @@ func (s *State) HandlerSpawned() Effects {
 	}
 	s.handlers++
 	s.handler = s.handlers
+	s.runs = false // until it says it takes them
 	s.settle(&e)
 	return e
 }
@@ -837,6 +1047,11 @@ func (s *State) settle(e *Effects) {
 			s.slots = append(s.slots[:0], s.slots[n:]...)
 		}
 	}
+	for _, sl := range s.slots {
+		if s.draining && sl.run != 0 && sl.state == sent && fault != faultRunNotCut {
+			e.CutRun = true // it answers after the event in hand
+		}
+	}
 	more := len(s.sendable()) > 0
 	if more && s.ready() && !s.checking {
 		s.checking = true
@@ -882,6 +1097,41 @@ func (s *State) Left() (Event, bool) {
 	}
 	return e, true
 }
+
+// LeftRun is [State.Left] with a run in flight, ended as the reader stops
+// (o is its outcome; actors/reader.go leftRetry, coordinator.go
+// handledThrough): done of its events are handled, and the successor
+// starts after them; the first not done, in hand or answered, is left
+// given up, not charged — at attempt 1 if it followed done events (a
+// new delivery's first, given up), else at the run's attempt+1. One not
+// started leaves nothing (see runLeftForgetsUnstarted).
+func (s *State) LeftRun(o RunOutcome) (left Event, ok bool, done int) {
+	sl := s.runSlot(o.Run)
+	if sl == nil || len(s.slots) != 1 {
+		left, ok = s.Left()
+		return left, ok, 0
+	}
+	done = min(o.Done, len(sl.batch))
+	if done == len(sl.batch) || (runLeftForgetsUnstarted && !o.InHand && o.Cut) {
+		return Event{}, false, done
+	}
+	left = sl.batch[done]
+	if done > 0 && fault != faultRunLeftKeepsAttempts {
+		left.Attempt, left.Free = 1, 1
+	} else {
+		left.Attempt, left.Free = sl.attempt+1, sl.free+1
+	}
+	return left, true, done
+}
+
+// runLeftForgetsUnstarted is the actor's rule (reader.go leftRetry) that
+// a run stopped at once before it started the event after its done ones
+// leaves nothing: right for a new delivery's first attempt, but a run
+// whose first event is a retry (attempt above 0) not started yet loses
+// the event's attempts — its successor sends it as attempt 0, its retry
+// budget whole again — where a single delivery with the handler is left
+// at attempt+1. Kept as the actor does it; reported.
+const runLeftForgetsUnstarted = true
 
 // Len is how many slots the window holds.
 func (s *State) Len() int { return len(s.slots) }
@@ -1000,6 +1250,14 @@ const (
 	faultNotAlone
 	// A batch takes an unreadable pending event in.
 	faultBatchTakesUnreadable
+	// A run takes one event more than RunEvents.
+	faultRunTakesOneMore
+	// A drain does not cut the run in flight short.
+	faultRunNotCut
+	// A reader stopped at once with a run in flight leaves the run's
+	// first event at the run's attempts when its prefix is done, not as
+	// the new delivery it is.
+	faultRunLeftKeepsAttempts
 	// A batch takes pending events past Batch.MaxBytes.
 	faultBatchBytesIgnored
 	// The events of a batch after its first not done are not put back:
