@@ -986,6 +986,9 @@ func (s *sim) step() bool {
 			if !s.faults || s.rng.IntN(10) != 0 {
 				continue
 			}
+			if s.leftRun() {
+				break
+			}
 			left, ok := s.w.Left()
 			var want *evLedger
 			if k := s.start + s.prefix; k < s.next {
@@ -1023,6 +1026,58 @@ func (s *sim) step() bool {
 		}
 		return true
 	}
+}
+
+// leftRun stops the reader at once with a run in flight, if one is, and
+// starts its successor after the run's done events with what LeftRun
+// leaves.
+func (s *sim) leftRun() bool {
+	var d *delivery
+	for _, o := range s.out {
+		if o.prog != nil {
+			d = &o
+		}
+	}
+	if d == nil {
+		return false
+	}
+	o := d.prog.outcome(*d)
+	left, ok, done := s.w.LeftRun(o)
+	s.log("restart: %s leaves %+v %v after %d done of run %d", s.w, left, ok, done, d.s.Run)
+	evs := d.s.Events
+	if done != o.Done {
+		s.fail("a reader stopped at once with a run %d done says %d done", o.Done, done)
+		return true
+	}
+	for _, e := range evs[:done] {
+		s.finish(e.Pos)
+	}
+	s.prefix += done
+	want := done < len(evs) && (o.InHand || !o.Cut)
+	switch {
+	case want != ok:
+		s.fail("a reader stopped at once with run %+v leaves %v, want %v", o, ok, want)
+	case ok && left.Pos != evs[done].Pos:
+		s.fail("a reader stopped at once with run %+v leaves event %d", o, left.Pos)
+	case ok && done > 0 && left.Attempt != 1:
+		s.fail("a reader stopped at once leaves the head %d of a run at attempt %d, not 1", left.Pos, left.Attempt)
+	case ok && done == 0 && left.Attempt != s.ev(left.Pos).sends:
+		s.fail("a reader stopped at once leaves event %d at attempt %d, delivered %d times", left.Pos, left.Attempt, s.ev(left.Pos).sends)
+	}
+	if ok {
+		s.ev(left.Pos).sends = left.Attempt
+	}
+	for k := s.start; k < s.next; k++ {
+		if p := s.events[k].Pos; s.ev(p).fin {
+			s.ever[p] = true
+		}
+	}
+	if ok {
+		s.newWindow(&left)
+	} else {
+		s.newWindow(nil)
+	}
+	return true
 }
 
 func (s *sim) run() string {
@@ -1120,6 +1175,7 @@ var faults = []struct {
 	{"HeadKeepsAttempts", faultHeadKeepsAttempts},
 	{"RunTakesOneMore", faultRunTakesOneMore},
 	{"RunNotCut", faultRunNotCut},
+	{"RunLeftKeepsAttempts", faultRunLeftKeepsAttempts},
 }
 
 // TestSimFindsTheFaults re-injects each fault, one at a time, and
