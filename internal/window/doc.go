@@ -45,10 +45,38 @@
 //     finished, is left to the successor at the same epoch with its
 //     attempts, the one given up in flight not charged; one whose dead
 //     letter is being written leaves the letter, written again by the
-//     successor, the event not sent again.
+//     successor, the event not sent again;
+//   - batches (Config.Batch, actors/batchdeliver.go): a slot is one
+//     batch (MaxInFlight 1) whose delivery is its first event's; sent, it
+//     takes the pending events [State.Lease] is given that follow, up to
+//     MaxEvents and MaxBytes and before an unreadable one
+//     ([Effects.Absorbed]); a BatchAck of a prefix finishes it, and the
+//     first event not done becomes the slot's, a new delivery with its own
+//     attempts, taking the BatchAck's Next; the rest go back to the front
+//     of the pending list ([Effects.PutBack]); a batch failed as a whole
+//     (a panic, a timeout, a Retry, an answer not a BatchAck) is charged
+//     to its first event (chargeWholeFailureToFirst) and sent as that
+//     event alone until it finishes, so a poison event is found alone;
+//   - function-handler runs (Config.RunEvents, actors/funcrun.go): a
+//     handler that says so (Answer.Runs; reset when it is replaced) is
+//     sent each slot as a run of the pending events that follow, up to
+//     RunEvents and before an unreadable one; its answer
+//     ([State.RunAnswered]) finishes the acked prefix and answers for the
+//     event not acked as a single delivery, or, cut short, leaves it
+//     waiting uncharged; the window ends a run itself ([Effects.EndRun],
+//     answered by [State.RunEnded]) when its event in hand
+//     ([State.RunProgress]) is late — a failed attempt — or its handler is
+//     replaced — sent again uncharged; a drain cuts it short
+//     ([Effects.CutRun]); a reader stopped at once leaves what
+//     [State.LeftRun] says.
 //
-// Batches and function-handler runs (actors/batchdeliver.go,
-// actors/funcrun.go) are not modelled: a slot is one event.
+// Rules kept as the actor has them although they look wrong, each behind
+// a named constant (state.go) and reported: chargeWholeFailureToFirst
+// (with MaxAttempts 1 an event before a poison one is dead-lettered
+// without failing alone), runAnswerResetsFails (a run whose event
+// panicked starts the handler's replacements over), and
+// runLeftForgetsUnstarted (a run stopped at once before it started its
+// first event, a retry, loses that event's attempts).
 //
 // # The simulation
 //
@@ -61,5 +89,8 @@
 // after every step the invariants listed there. TestSimFindsTheFaults
 // re-injects the window's past bugs (9fe9fc6, f43cd9d, 70b76e4, 164e52c,
 // f128c71, and the window's part of 8de5870 and b0fedd3) and mutations
-// of its rules, one at a time, and requires each found.
+// of its rules, batches' and runs' included, one at a time, and requires
+// each found. A third of its seeds run batches (with poison events that
+// break their batches), a third runs (a handler that goes through a run
+// event by event, hangs in one, is cut short).
 package window

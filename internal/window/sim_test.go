@@ -61,11 +61,38 @@ type evLedger struct {
 	retried      bool // its last attempt failed
 	drainResends int  // retries a drain sent
 	letter       bool // a letter is out for it
+	alone        bool // first of a batch that failed as a whole: sent alone until finished
 }
 
 type delivery struct {
 	s      Send
 	sentAt time.Time
+	prog   *runProg // a run's, as its handler goes through it
+}
+
+// runProg is a run's progress on its handler.
+type runProg struct {
+	done      int
+	committed bool
+	inHand    bool
+	since     time.Time // of the event in hand
+	answered  bool      // the handler answered: next, or cut
+	cut       bool
+	next      Outcome
+	unsure    bool
+	cutReq    bool // the window asked to start no further event
+}
+
+// outcome is the run's outcome as the actor takes it (run.end).
+func (p *runProg) outcome(d delivery) RunOutcome {
+	return RunOutcome{Run: d.s.Run, Done: p.done, Committed: p.committed, InHand: p.inHand && !p.answered,
+		Cut: !p.answered || p.cut, Next: p.next, Unsure: p.unsure}
+}
+
+// late reports whether the run's event in hand is late.
+func (s *sim) late(d delivery) bool {
+	p := d.prog
+	return p.inHand && !p.answered && s.now.Sub(p.since) >= s.cfg.Timeout
 }
 
 type sim struct {
@@ -98,6 +125,8 @@ type sim struct {
 	windows    int
 	carry      *Event             // the retry a reader stopped at once left its successor
 	gone       map[[2]uint64]bool // deliveries given up at this step
+	poison     map[int64]bool     // events that break their batches while the faults last
+	putBack    int                // events the window must put back at this step
 
 	faults  bool
 	steps   int
@@ -115,16 +144,27 @@ func newSim(seed uint64) *sim {
 		ProbeWait:   50 * time.Millisecond,
 		Backoff:     func(n int) time.Duration { return time.Duration(n) * 10 * time.Millisecond },
 	}
-	s := &sim{rng: rng, cfg: cfg, now: time.Unix(0, 0), faults: true}
+	switch rng.IntN(3) {
+	case 1:
+		cfg.MaxInFlight, cfg.MaxAttempts = 1, 1+rng.IntN(4)
+		cfg.Batch.MaxEvents = 1 + rng.IntN(5)
+		if rng.IntN(2) == 0 {
+			cfg.Batch.MaxBytes = 8 + rng.IntN(20)
+		}
+	case 2:
+		cfg.MaxInFlight, cfg.MaxAttempts, cfg.RunEvents = 1, 1+rng.IntN(4), 1+rng.IntN(5)
+	}
+	s := &sim{rng: rng, cfg: cfg, now: time.Unix(0, 0), faults: true, poison: map[int64]bool{}}
 	streams := 1 + rng.IntN(4)
 	n := 5 + rng.IntN(25)
 	pos := int64(0)
 	for range n {
 		pos += 1 + int64(rng.IntN(3))
-		e := Event{Pos: pos, Stream: fmt.Sprintf("s%d", rng.IntN(streams))}
+		e := Event{Pos: pos, Stream: fmt.Sprintf("s%d", rng.IntN(streams)), Size: 1 + rng.IntN(12)}
 		if rng.IntN(20) == 0 {
 			e.Err = errors.New("unreadable")
 		}
+		s.poison[pos] = rng.IntN(8) == 0
 		s.events = append(s.events, e)
 	}
 	s.ever = map[int64]bool{}
@@ -192,12 +232,35 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 	if len(e.Sends) > 0 && !fromLease {
 		s.fail("sent %+v without a lease check", e.Sends)
 	}
+	var ending *delivery
+	if er := e.EndRun; er != nil {
+		for _, d := range s.out {
+			if d.s.Run == er.Run {
+				ending = &d
+			}
+		}
+		switch {
+		case ending == nil:
+			s.fail("asked to end run %d, not out", er.Run)
+		case er.Late != s.late(*ending):
+			s.fail("asked to end run %d late %v, its event in hand late %v", er.Run, er.Late, s.late(*ending))
+		default:
+			s.giveUp(*ending)
+		}
+	}
+	if e.Replace != nil {
+		for _, d := range s.out {
+			if d.prog != nil && d.s.Handler == e.Replace.Old && !s.late(d) {
+				s.fail("replaced handler %d, its run %d not ended", e.Replace.Old, d.s.Run)
+			}
+		}
+	}
 	if e.Replace != nil {
 		if !expectReplace {
 			s.fail("replaced handler %d, neither stopped nor unanswered to a probe", e.Replace.Old)
 		}
 		for _, d := range s.out {
-			if d.s.Handler == e.Replace.Old && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+			if d.prog == nil && d.s.Handler == e.Replace.Old && s.now.Sub(d.sentAt) < s.cfg.Timeout {
 				s.giveUp(d) // sent again to the successor, uncharged
 			}
 		}
@@ -217,8 +280,11 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 	if len(s.gone) > 0 {
 		s.fail("did not say it gave up %d deliveries", len(s.gone))
 	}
-	if f := e.Finished; f.Slots > 0 {
-		for i := range f.Slots {
+	if f := e.Finished; f.Events > 0 {
+		if f.Slots > f.Events || (!s.cfg.Batch.on() && s.cfg.RunEvents == 0 && f.Slots != f.Events) {
+			s.fail("the finished prefix moves over %d slots and %d events", f.Slots, f.Events)
+		}
+		for i := range f.Events {
 			k := s.start + s.prefix + i
 			if k >= s.next {
 				s.fail("the finished prefix passes the events taken")
@@ -228,8 +294,29 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 				s.fail("the finished prefix passes event %d, unfinished", s.events[k].Pos)
 			}
 		}
-		s.prefix += f.Slots
-		s.log("  finished %d through %d", f.Slots, f.Through)
+		if last := s.events[s.start+s.prefix+f.Events-1].Pos; f.Through != last {
+			s.fail("the finished prefix is through %d, its last event %d", f.Through, last)
+		}
+		s.prefix += f.Events
+		s.log("  finished %d (%d slots) through %d", f.Events, f.Slots, f.Through)
+	}
+	if len(e.PutBack) != s.putBack {
+		s.fail("put back %d events, %d to put back", len(e.PutBack), s.putBack)
+	}
+	for i, p := range e.PutBack {
+		k := s.next - len(e.PutBack) + i
+		if k < s.start+s.prefix || s.events[k].Pos != p.Pos {
+			s.fail("put back %v, not the last events taken", e.PutBack)
+			break
+		}
+		if s.ev(p.Pos).fin {
+			s.fail("put back event %d, finished", p.Pos)
+		}
+	}
+	s.next -= len(e.PutBack)
+	s.putBack = 0
+	if e.Absorbed > 0 && !fromLease {
+		s.fail("absorbed %d pending events without a lease check", e.Absorbed)
 	}
 	for _, l := range e.Letters {
 		led := s.ev(l.Pos)
@@ -263,8 +350,12 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		s.probe, s.probeAt = e.Probe, s.now
 		s.log("  probe %d", e.Probe)
 	}
+	absorbed := 0
 	for _, d := range e.Sends {
-		s.sent(d)
+		s.sent(d, &absorbed)
+	}
+	if absorbed != e.Absorbed {
+		s.fail("the batches sent took %d pending events, Absorbed says %d", absorbed, e.Absorbed)
 	}
 	if e.CheckLease {
 		s.checking = true
@@ -276,13 +367,142 @@ func (s *sim) apply(e Effects, fromLease, expectReplace bool) {
 		s.respawnAt = s.now
 		s.log("  spawn now")
 	}
+	if e.CutRun {
+		for _, d := range s.out {
+			if d.prog != nil {
+				d.prog.cutReq = true
+			}
+		}
+	}
+	if s.draining {
+		for _, d := range s.out {
+			if d.prog != nil && !d.prog.cutReq && !d.prog.answered {
+				s.fail("a drain leaves run %d going", d.s.Run)
+			}
+		}
+	}
+	if ending != nil {
+		s.endRun(*ending, e.EndRun.Late)
+	}
 	if e.Drained {
 		s.drained()
 	}
 }
 
-func (s *sim) sent(d Send) {
-	s.log("  send %d#%d a%d f%d to %d", d.Pos, d.ID, d.Attempt, d.Free, d.Handler)
+// endRun ends a run the window asked to end, and gives it its outcome.
+func (s *sim) endRun(d delivery, late bool) {
+	o := d.prog.outcome(d)
+	s.runLedger(d, o, late)
+	e := s.w.RunEnded(s.now, o)
+	s.log("end run %d %+v late %v: %s", d.s.Run, o, late, s.w)
+	s.apply(e, false, false)
+}
+
+// runLedger records a run's outcome: its done events finished, the first
+// not done the slot's, at the attempts the window gives it. late: the
+// reader ended it on its event in hand's timeout.
+func (s *sim) runLedger(d delivery, o RunOutcome, late bool) {
+	evs := d.s.Events
+	for _, e := range evs[:o.Done] {
+		s.finish(e.Pos)
+	}
+	if o.Done >= len(evs) {
+		return
+	}
+	s.putBack = len(evs) - o.Done - 1
+	head := s.ev(evs[o.Done].Pos)
+	started := o.InHand || !o.Cut
+	switch {
+	case o.Done > 0 && started:
+		head.sends = 1 // the run was its first attempt
+	case o.Done > 0:
+		head.sends = 0
+	case !started:
+		head.sends-- // not handled: sent again at the same attempt
+	}
+	switch {
+	case late && o.InHand:
+		head.own++
+		head.retried = true
+	case !o.Cut && (o.Next == Retry || o.Next == Panicked):
+		if late || d.prog.answered {
+			head.own++
+			head.retried = true
+		}
+	}
+}
+
+// stepRun has a run's handler take its next step: start an event, finish
+// the one in hand, answer; a hung handler hangs in its next event.
+func (s *sim) stepRun(d delivery) {
+	p := d.prog
+	if p.answered {
+		s.deliverRun(d) // its answer, sent before it hung, arrives
+		return
+	}
+	if s.hung {
+		if !p.inHand {
+			p.inHand, p.since = true, s.now
+		}
+		return
+	}
+	n := len(d.s.Events)
+	if !p.inHand {
+		switch {
+		case p.cutReq, p.done > 0 && s.faults && s.rng.IntN(6) == 0:
+			p.answered, p.cut = true, true // cut short, its time slice spent, or the resize bound
+		case s.faults && s.rng.IntN(40) == 0:
+			p.answered, p.cut, p.unsure = true, true, true // EnsureHeld failed
+		default:
+			p.inHand, p.since = true, s.now
+			s.log("run %d starts %d", d.s.Run, d.s.Events[p.done].Pos)
+			return
+		}
+	} else {
+		p.inHand = false
+		o := Acked
+		if s.faults {
+			o = []Outcome{Acked, Acked, Acked, Acked, Retry, Panicked, DeadLettered}[s.rng.IntN(7)]
+		}
+		if o == Acked {
+			p.done++
+			p.committed = s.rng.IntN(5) == 0
+			p.answered = p.done == n
+		} else {
+			p.next, p.answered = o, true
+		}
+		s.log("run %d: %d done, next %v answered %v", d.s.Run, p.done, p.next, p.answered)
+	}
+	if p.answered && s.rng.IntN(2) == 0 {
+		s.deliverRun(d)
+	}
+}
+
+// deliverRun gives the window a run's answer.
+func (s *sim) deliverRun(d delivery) {
+	s.out = without(s.out, d)
+	o := d.prog.outcome(d)
+	s.runLedger(d, o, false)
+	committed := int64(0)
+	if o.Committed && o.Done > 0 {
+		committed = d.s.Events[o.Done-1].Pos
+	}
+	e := s.w.RunAnswered(s.now, o)
+	s.log("run answer %v %+v: %s", poss(d.s.Events), o, s.w)
+	if e.Finished.Committed != committed {
+		s.fail("a run's answer %+v reports committed %d, not %d", o, e.Finished.Committed, committed)
+	}
+	if o.Unsure {
+		s.draining, s.unsure, s.checking = true, true, false
+	}
+	s.apply(e, false, false)
+}
+
+func (s *sim) sent(d Send, absorbed *int) {
+	s.log("  send %d#%d a%d f%d to %d %v", d.Pos, d.ID, d.Attempt, d.Free, d.Handler, poss(d.Events))
+	if s.cfg.Batch.on() || d.Run != 0 {
+		s.sentBatch(d, absorbed)
+	}
 	if !s.ready() {
 		s.fail("sent %d to a handler not ready (replacing %v, probe %d, stopped %v)", d.Pos, s.replacing, s.probe, s.dead && s.told)
 	}
@@ -329,9 +549,61 @@ func (s *sim) sent(d Send) {
 	}
 	led.sends++
 	led.retried = false
+	if len(d.Events) > 1 && led.alone {
+		s.fail("sent %d, the first of a batch that failed as a whole, in a batch of %d", d.Pos, len(d.Events))
+	}
 	dl := delivery{s: d, sentAt: s.now}
+	if d.Run != 0 {
+		dl.prog = &runProg{since: s.now}
+	}
 	s.out = append(s.out, dl)
 	s.history = append(s.history, dl)
+}
+
+// sentBatch checks a batch sent: its first event the slot's, then the
+// pending events in order, as many as its bounds let in, none unreadable,
+// none finished; it takes them.
+func (s *sim) sentBatch(d Send, absorbed *int) {
+	b := s.cfg.Batch
+	if len(d.Events) == 0 || d.Events[0].Pos != d.Pos {
+		s.fail("a batch sent as %+v", d)
+		return
+	}
+	limit := b.MaxEvents
+	if s.ev(d.Pos).alone {
+		limit = 1
+	}
+	if d.Run != 0 {
+		limit = s.cfg.RunEvents
+	}
+	if len(d.Events) > limit {
+		s.fail("a batch of %d events, at most %d", len(d.Events), limit)
+	}
+	size := d.Events[0].Size
+	for i, e := range d.Events[1:] {
+		k := s.next + *absorbed + i
+		if k >= len(s.events) || s.events[k].Pos != e.Pos {
+			s.fail("a batch takes %d, not the next pending event", e.Pos)
+			return
+		}
+		if e.Err != nil {
+			s.fail("a batch takes unreadable event %d", e.Pos)
+		}
+		if s.ev(e.Pos).fin {
+			s.fail("a batch takes event %d, finished", e.Pos)
+		}
+		if size += e.Size; b.MaxBytes > 0 && size > b.MaxBytes {
+			s.fail("a batch of %d bytes, at most %d", size, b.MaxBytes)
+		}
+	}
+	n := len(d.Events) - 1
+	if k := s.next + *absorbed + n; len(d.Events) < limit && k < len(s.events) {
+		if e := s.events[k]; e.Err == nil && (b.MaxBytes == 0 || size+e.Size <= b.MaxBytes) {
+			s.fail("a batch of %d events leaves out %d, which fits", len(d.Events), e.Pos)
+		}
+	}
+	*absorbed += n
+	s.next += n
 }
 
 func (s *sim) drained() {
@@ -372,6 +644,102 @@ func (s *sim) drained() {
 func (s *sim) giveUp(d delivery) {
 	s.out = without(s.out, d)
 	s.gone[[2]uint64{d.s.ID, uint64(d.s.Attempt)}] = true
+	if d.prog == nil {
+		s.putBack += max(len(d.s.Events)-1, 0)
+	}
+}
+
+// failedWhole charges a batch's failure as a whole (or a single
+// delivery's failure) to its first event, which goes alone next.
+func (s *sim) failedWhole(d delivery) {
+	l := s.ev(d.s.Pos)
+	l.own++
+	l.retried = true
+	if len(d.s.Events) > 1 {
+		l.alone = true
+	}
+}
+
+// finish records an event acked, once.
+func (s *sim) finish(pos int64) {
+	l := s.ev(pos)
+	if l.fin {
+		s.fail("event %d finished twice", pos)
+	}
+	l.fin = true
+}
+
+// answerBatch has the handler answer a batch: all done, a prefix done and
+// an answer for the next, or a failure as a whole (a panic, a Retry, a
+// wrong answer, a BatchAck outside the batch). A poison event breaks its
+// batches while the faults last.
+func (s *sim) answerBatch(d delivery) {
+	n := len(d.s.Events)
+	a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: BatchAcked, Done: n}
+	if s.faults {
+		a.After = time.Duration(s.rng.IntN(50)) * time.Millisecond
+		a.Committed, a.NextCommitted = s.rng.IntN(5) == 0, s.rng.IntN(5) == 0
+		poison := -1
+		for i, e := range d.s.Events {
+			if s.poison[e.Pos] && poison < 0 {
+				poison = i
+			}
+		}
+		switch r := s.rng.IntN(8); {
+		case poison >= 0 && r < 5:
+			a.Outcome = []Outcome{Panicked, Retry}[s.rng.IntN(2)]
+		case poison >= 0 && r < 7:
+			a.Done, a.Next = poison, Retry
+		case r < 3:
+		case r < 5:
+			a.Done, a.Next = s.rng.IntN(n), []Outcome{Acked, Retry, DeadLettered}[s.rng.IntN(3)]
+		case r < 7:
+			a.Outcome = []Outcome{Retry, Panicked, Acked, DeadLettered}[s.rng.IntN(4)]
+		default:
+			a.Done = []int{-1, n + 1}[s.rng.IntN(2)]
+		}
+	}
+	committed := int64(0)
+	switch {
+	case a.Outcome != BatchAcked || a.Done < 0 || a.Done > n:
+		s.failedWhole(d)
+		s.putBack = n - 1
+	case a.Done == n:
+		for _, e := range d.s.Events {
+			s.finish(e.Pos)
+		}
+		if a.Committed {
+			committed = d.s.Events[n-1].Pos
+		}
+	default:
+		for _, e := range d.s.Events[:a.Done] {
+			s.finish(e.Pos)
+		}
+		head := s.ev(d.s.Events[a.Done].Pos)
+		if a.Done > 0 {
+			head.sends = 1 // the batch was its first attempt
+			if a.Committed {
+				committed = d.s.Events[a.Done-1].Pos
+			}
+		}
+		switch a.Next {
+		case Acked:
+			s.finish(d.s.Events[a.Done].Pos)
+			if a.NextCommitted {
+				committed = d.s.Events[a.Done].Pos
+			}
+		case Retry:
+			head.own++
+			head.retried = true
+		}
+		s.putBack = n - a.Done - 1
+	}
+	e := s.w.Answered(s.now, a)
+	s.log("answer %v#%d a%d %s done %d next %s: %s", poss(d.s.Events), d.s.ID, d.s.Attempt, a.Outcome, a.Done, a.Next, s.w)
+	if e.Finished.Committed != committed {
+		s.fail("a batch's answer %+v reports committed %d, not %d", a, e.Finished.Committed, committed)
+	}
+	s.apply(e, false, false)
 }
 
 func without(ds []delivery, d delivery) []delivery {
@@ -409,8 +777,8 @@ func (s *sim) step() bool {
 			}
 			s.log("take %d of %d: %s", n, k-s.next, s.w)
 			s.next += n
-			if s.next-s.start-s.prefix > s.cfg.MaxInFlight {
-				s.fail("the window holds %d events, MaxInFlight %d", s.next-s.start-s.prefix, s.cfg.MaxInFlight)
+			if held := s.next - s.start - s.prefix; s.w.Len() > s.cfg.MaxInFlight || (!s.cfg.Batch.on() && s.cfg.RunEvents == 0 && held > s.cfg.MaxInFlight) {
+				s.fail("the window holds %d events in %d slots, MaxInFlight %d", held, s.w.Len(), s.cfg.MaxInFlight)
 			}
 			s.apply(e, false, false)
 		case 1, 2: // a lease check answered
@@ -419,22 +787,33 @@ func (s *sim) step() bool {
 			}
 			held := !s.faults || s.rng.IntN(40) != 0
 			s.checking = false
-			e := s.w.Lease(s.now, held)
+			e := s.w.Lease(s.now, held, append([]Event(nil), s.events[s.next:]...))
 			if !held {
 				s.draining, s.unsure = true, true
 			}
 			s.log("lease held %v: %s", held, s.w)
 			s.apply(e, held, false)
 		case 3, 4: // the handler answers
-			if len(s.out) == 0 || s.hung || s.dead {
+			if len(s.out) == 0 || s.dead {
 				continue
 			}
 			d := s.out[s.rng.IntN(len(s.out))]
 			if d.s.Handler != s.gen {
 				continue
 			}
+			if d.prog != nil {
+				s.stepRun(d)
+				break
+			}
+			if s.hung {
+				continue
+			}
 			s.out = without(s.out, d)
-			a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Acked}
+			if d.s.Events != nil {
+				s.answerBatch(d)
+				break
+			}
+			a := Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Acked, Runs: s.cfg.RunEvents > 0}
 			if s.faults {
 				a.Outcome = []Outcome{Acked, Acked, Acked, Retry, Retry, Panicked, DeadLettered}[s.rng.IntN(7)]
 				a.After = time.Duration(s.rng.IntN(50)) * time.Millisecond
@@ -459,21 +838,28 @@ func (s *sim) step() bool {
 			if s.probe != 0 && s.now.Sub(s.probeAt) >= s.cfg.ProbeWait {
 				expect = true
 				for _, d := range s.out {
-					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+					if d.prog == nil && d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
 						s.giveUp(d)
 					}
 				}
 			}
+			lateRun := false
 			for _, d := range s.out {
+				if d.prog != nil {
+					s.w.RunProgress(d.prog.since, d.prog.inHand && !d.prog.answered)
+					lateRun = lateRun || s.late(d)
+					continue
+				}
 				if s.now.Sub(d.sentAt) >= s.cfg.Timeout {
 					s.giveUp(d)
-					l := s.ev(d.s.Pos)
-					l.own++
-					l.retried = true
+					s.failedWhole(d)
 				}
 			}
 			e := s.w.Tick(s.now)
 			s.log("tick: %s", s.w)
+			if lateRun && (e.EndRun == nil || !e.EndRun.Late) {
+				s.fail("a run's event in hand is late and the run not ended")
+			}
 			s.apply(e, false, expect)
 		case 6: // a redelivery is due
 			var due []Redelivery
@@ -550,7 +936,9 @@ func (s *sim) step() bool {
 			if s.dead && !s.told {
 				s.told = true
 				for _, d := range s.out {
-					if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
+					if d.prog != nil {
+						s.w.RunProgress(d.prog.since, d.prog.inHand && !d.prog.answered)
+					} else if d.s.Handler == s.gen && s.now.Sub(d.sentAt) < s.cfg.Timeout {
 						s.giveUp(d)
 					}
 				}
@@ -590,13 +978,16 @@ func (s *sim) step() bool {
 				continue
 			}
 			before := s.w.String()
-			e := s.w.Answered(s.now, Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Outcome(s.rng.IntN(4))})
+			e := s.w.Answered(s.now, Answer{ID: d.s.ID, Attempt: d.s.Attempt, Outcome: Outcome(s.rng.IntN(5)), Done: s.rng.IntN(3)})
 			if after := s.w.String(); after != before || !reflect.DeepEqual(e, Effects{}) {
 				s.fail("a stale answer to %d#%d a%d changed the window: %s -> %s, %+v", d.s.Pos, d.s.ID, d.s.Attempt, before, after, e)
 			}
 		case 14: // the reader is stopped at once (a restart), and its successor starts at its prefix
 			if !s.faults || s.rng.IntN(10) != 0 {
 				continue
+			}
+			if s.leftRun() {
+				break
 			}
 			left, ok := s.w.Left()
 			var want *evLedger
@@ -635,6 +1026,58 @@ func (s *sim) step() bool {
 		}
 		return true
 	}
+}
+
+// leftRun stops the reader at once with a run in flight, if one is, and
+// starts its successor after the run's done events with what LeftRun
+// leaves.
+func (s *sim) leftRun() bool {
+	var d *delivery
+	for _, o := range s.out {
+		if o.prog != nil {
+			d = &o
+		}
+	}
+	if d == nil {
+		return false
+	}
+	o := d.prog.outcome(*d)
+	left, ok, done := s.w.LeftRun(o)
+	s.log("restart: %s leaves %+v %v after %d done of run %d", s.w, left, ok, done, d.s.Run)
+	evs := d.s.Events
+	if done != o.Done {
+		s.fail("a reader stopped at once with a run %d done says %d done", o.Done, done)
+		return true
+	}
+	for _, e := range evs[:done] {
+		s.finish(e.Pos)
+	}
+	s.prefix += done
+	want := done < len(evs) && (o.InHand || !o.Cut)
+	switch {
+	case want != ok:
+		s.fail("a reader stopped at once with run %+v leaves %v, want %v", o, ok, want)
+	case ok && left.Pos != evs[done].Pos:
+		s.fail("a reader stopped at once with run %+v leaves event %d", o, left.Pos)
+	case ok && done > 0 && left.Attempt != 1:
+		s.fail("a reader stopped at once leaves the head %d of a run at attempt %d, not 1", left.Pos, left.Attempt)
+	case ok && done == 0 && left.Attempt != s.ev(left.Pos).sends:
+		s.fail("a reader stopped at once leaves event %d at attempt %d, delivered %d times", left.Pos, left.Attempt, s.ev(left.Pos).sends)
+	}
+	if ok {
+		s.ev(left.Pos).sends = left.Attempt
+	}
+	for k := s.start; k < s.next; k++ {
+		if p := s.events[k].Pos; s.ev(p).fin {
+			s.ever[p] = true
+		}
+	}
+	if ok {
+		s.newWindow(&left)
+	} else {
+		s.newWindow(nil)
+	}
+	return true
 }
 
 func (s *sim) run() string {
@@ -725,6 +1168,14 @@ var faults = []struct {
 	{"LeftForgotten", faultLeftForgotten},
 	{"LeftCharged", faultLeftCharged},
 	{"BudgetOverspent", faultBudgetOverspent},
+	{"NotAlone", faultNotAlone},
+	{"BatchTakesUnreadable", faultBatchTakesUnreadable},
+	{"BatchBytesIgnored", faultBatchBytesIgnored},
+	{"PutBackLost", faultPutBackLost},
+	{"HeadKeepsAttempts", faultHeadKeepsAttempts},
+	{"RunTakesOneMore", faultRunTakesOneMore},
+	{"RunNotCut", faultRunNotCut},
+	{"RunLeftKeepsAttempts", faultRunLeftKeepsAttempts},
 }
 
 // TestSimFindsTheFaults re-injects each fault, one at a time, and

@@ -21,7 +21,26 @@ type Config struct {
 	// Backoff is the least wait before attempt n (counted from 0) of a
 	// retried event; nil waits nothing.
 	Backoff func(n int) time.Duration
+	// Batch, its MaxEvents set, makes every slot a batch
+	// (GroupOptions.Batch; MaxInFlight must be 1): see [State.Lease].
+	Batch Batch
+	// RunEvents, if not 0, is the most events a function handler's run
+	// takes (the actor's runEvents: maxRunEvents and CheckpointEvery at
+	// most): with MaxInFlight 1 and no batches, a handler that says it
+	// takes runs (Answer.Runs) is sent each slot as a run (see
+	// [State.RunAnswered]).
+	RunEvents int
 }
+
+// Batch bounds a batch: at most MaxEvents events, and, MaxBytes set, no
+// more than MaxBytes of their Event.Size together (a first event larger
+// goes alone).
+type Batch struct {
+	MaxEvents, MaxBytes int
+}
+
+// on reports whether slots are batches.
+func (b Batch) on() bool { return b.MaxEvents > 0 }
 
 // Event is an event the window takes, in position order.
 type Event struct {
@@ -38,6 +57,9 @@ type Event struct {
 	// at once (see [State.Left]): the slot writes it again, in its turn,
 	// and never sends the event.
 	Letter *Letter
+	// Size is what the event counts against Batch.MaxBytes (its data and
+	// metadata).
+	Size int
 }
 
 // Outcome is what a handler's answer to a delivery says.
@@ -53,11 +75,17 @@ const (
 	Panicked
 	// DeadLettered: the handler gave up on the event: dead-letter it.
 	DeadLettered
+	// BatchAcked: a batch's BatchAck — Answer.Done of its events, from
+	// the first, are handled, and, if not all, Answer.Next is the answer
+	// for the first not done (the actor gives Retry for a BatchAck
+	// without Next). A BatchAck whose Done lies outside the batch is a
+	// Retry (the actor's classifyBatchAnswer).
+	BatchAcked
 )
 
 // String names the outcome.
 func (o Outcome) String() string {
-	return [...]string{"ack", "retry", "panic", "dead-letter"}[o]
+	return [...]string{"ack", "retry", "panic", "dead-letter", "batch-ack"}[o]
 }
 
 // Answer is a handler's answer to one delivery, naming it by ID and
@@ -69,8 +97,18 @@ type Answer struct {
 	// After is the least wait a Retry asked for.
 	After  time.Duration
 	Reason string
-	// Committed: an ack whose handler wrote the checkpoint itself.
+	// Committed: an ack whose handler wrote the checkpoint itself (of a
+	// BatchAck: of its Done events).
 	Committed bool
+	// Done and Next are a BatchAck's (see [BatchAcked]); Next's wait and
+	// reason are After and Reason, NextCommitted is a Next Acked's
+	// Committed.
+	Done          int
+	Next          Outcome
+	NextCommitted bool
+	// Runs: the handler says it takes runs (a function handler's
+	// answers; see Config.RunEvents).
+	Runs bool
 }
 
 // Send is an effect: deliver the event to the handler, as attempt
@@ -84,6 +122,43 @@ type Send struct {
 	Stream string
 	// Handler is the handler it goes to (see [ReplaceHandler]).
 	Handler uint64
+	// Events, for a batch, are its events: the slot's own first
+	// (Pos), then those it took from the pending list (see
+	// [State.Lease]). Nil for a single delivery.
+	Events []Event
+	// Run, if not 0, numbers a run (Events its events): its outcome
+	// names it ([RunOutcome]).
+	Run uint64
+}
+
+// RunOutcome is a run's state as the actor takes it, from the run's
+// answer or from its end by the reader (actors/funcrun.go runOutcome).
+type RunOutcome struct {
+	// Run is the run's Send.Run.
+	Run uint64
+	// Done events were acked, from the first; Committed: the last of
+	// them with its checkpoint.
+	Done      int
+	Committed bool
+	// InHand: ended by the reader while event Done was being handled.
+	InHand bool
+	// Cut: no answer for event Done — the run was cut short before it
+	// (a drain, its time slice, the resize bound, EnsureHeld failed:
+	// Unsure) or did not start it. Else Next (with After and Reason) is
+	// the handler's answer for it.
+	Cut    bool
+	Next   Outcome
+	After  time.Duration
+	Reason string
+	Unsure bool
+}
+
+// EndRun is an effect: end the run (run.end) and give its outcome to
+// [State.RunEnded] before any other input. Late: its event in hand is
+// unanswered for Timeout; else its handler is replaced.
+type EndRun struct {
+	Run  uint64
+	Late bool
 }
 
 // Redelivery is an effect: call [State.Redeliver] with ID and Attempt at
@@ -132,9 +207,13 @@ type GivenUp struct {
 
 // Finished is how far the window's finished prefix moved at an input.
 type Finished struct {
-	// Slots is how many leading slots finished (0: the prefix did not
-	// move); Through is the position of the last of them.
+	// Slots is how many leading slots finished; Events how many events
+	// the prefix moved over (a batch's slot counts its events, and a
+	// batch acked in part moves it over its done events without its
+	// slot finishing; 0: the prefix did not move); Through is the
+	// position of the last of them.
 	Slots   int
+	Events  int
 	Through int64
 	// Committed, if not 0, is the position of an acked event whose
 	// handler wrote the checkpoint itself.
@@ -148,8 +227,14 @@ type Effects struct {
 	// with [State.Lease]. Nothing is sent before.
 	CheckLease bool
 	Sends      []Send
-	Redeliver  []Redelivery
-	Letters    []Letter
+	// Absorbed is how many of the pending events given to [State.Lease]
+	// the batches sent took: the actor drops them from its pending list.
+	Absorbed int
+	// PutBack are events a batch took and did not finish: the actor puts
+	// them back at the front of its pending list, in this order.
+	PutBack   []Event
+	Redeliver []Redelivery
+	Letters   []Letter
 	// Probe, if not 0, is a probe to send the handler; its answer is
 	// [State.ProbeAnswered] with this number.
 	Probe    uint64
@@ -164,6 +249,11 @@ type Effects struct {
 	// something to send: spawn the successor at once, not after the
 	// backoff, and call [State.HandlerSpawned].
 	SpawnNow bool
+	// EndRun, if not nil: end the run in flight (see [EndRun]).
+	EndRun *EndRun
+	// CutRun: the window drains: the run in flight is to start no
+	// further event (run.cutShort).
+	CutRun bool
 }
 
 type slotState uint8
@@ -196,7 +286,24 @@ type slot struct {
 	lstate  letterState
 	onDrain bool // a drain sent it once more at once
 	due     bool // a retry whose delay passed, waiting for the handler
+	// batch is the batch sent (Config.Batch on), batch[0] ev; nil when
+	// not with the handler.
+	batch []Event
+	alone bool // the batch failed as a whole: its first event goes alone next
+	// run is the run sent (0: none); batch is its events.
+	run uint64
 }
+
+// last is the position of the slot's last event.
+func (sl *slot) last() int64 {
+	if n := len(sl.batch); n > 0 {
+		return sl.batch[n-1].Pos
+	}
+	return sl.ev.Pos
+}
+
+// count is the number of the slot's events.
+func (sl *slot) count() int { return max(len(sl.batch), 1) }
 
 // State is a reader's delivery window. The zero value is not usable: see
 // [New].
@@ -215,6 +322,13 @@ type State struct {
 	checking bool // a lease check is out
 	draining bool
 	unsure   bool
+	runs     bool   // the handler takes runs
+	nruns    uint64 // runs sent
+	// the run in flight's event in hand, as the actor last saw it
+	// (RunProgress)
+	runSince  time.Time
+	runInHand bool
+	ending    *EndRun // a run the window asked to end
 }
 
 // New returns an empty window with handler 1 ready.
@@ -316,7 +430,17 @@ func (s *State) sendable() []*slot {
 
 // Lease takes the answer of a lease check: held, what is to be sent goes;
 // not, the window drains under an unsure lease and sends nothing more.
-func (s *State) Lease(now time.Time, held bool) Effects {
+//
+// pending is the reader's pending list, the events after the window's,
+// cut before the first beyond the resize bound (the actor's
+// beyondBound): a batch sent takes the ones that follow its first event,
+// up to Config.Batch's bounds and before an unreadable one (dead-lettered
+// alone, as the first of a slot), and Effects.Absorbed says how many. A
+// batch that failed as a whole (a panic, a timeout, a Retry, or an answer
+// not a BatchAck) is sent as its first event alone, until its slot
+// finishes or a BatchAck finds some of it done. Without batches pending is
+// not looked at (nil will do).
+func (s *State) Lease(now time.Time, held bool, pending []Event) Effects {
 	var e Effects
 	if !s.checking {
 		return e
@@ -327,7 +451,7 @@ func (s *State) Lease(now time.Time, held bool) Effects {
 		s.settle(&e)
 		return e
 	}
-	s.sendNow(now, &e)
+	s.sendNow(now, pending, &e)
 	s.settle(&e)
 	return e
 }
@@ -343,7 +467,7 @@ func (s *State) Unsure() Effects {
 }
 
 // sendNow sends what may be sent: an unreadable event is dead-lettered.
-func (s *State) sendNow(now time.Time, e *Effects) {
+func (s *State) sendNow(now time.Time, pending []Event, e *Effects) {
 	if !s.ready() {
 		return
 	}
@@ -360,15 +484,216 @@ func (s *State) sendNow(now time.Time, e *Effects) {
 			s.deadLetter(sl, err.Error(), 0, false, e)
 			continue
 		}
-		s.send(now, sl, e)
+		s.send(now, sl, pending[min(e.Absorbed, len(pending)):], e)
 	}
 }
 
-func (s *State) send(now time.Time, sl *slot, e *Effects) {
+func (s *State) send(now time.Time, sl *slot, pending []Event, e *Effects) {
 	sl.state, sl.sentAt, sl.to = sent, now, s.handler
-	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler}
+	switch {
+	case s.cfg.Batch.on():
+		sl.batch = s.takeBatch(sl, pending, e)
+	case s.takesRuns():
+		sl.batch = s.takeRun(sl, pending, e)
+		s.nruns++
+		sl.run = s.nruns
+		s.runSince, s.runInHand = now, false
+	}
+	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler,
+		Events: sl.batch, Run: sl.run}
 	e.Sends = append(e.Sends, sl.sent)
 }
+
+// takeBatch makes the batch of a slot about to be sent: its event and the
+// pending events that follow, within Config.Batch's bounds (one alone),
+// up to an unreadable one (actors/batchdeliver.go takeBatch).
+func (s *State) takeBatch(sl *slot, pending []Event, e *Effects) []Event {
+	o := s.cfg.Batch
+	limit := o.MaxEvents
+	if sl.alone && fault != faultNotAlone {
+		limit = 1
+	}
+	evs := make([]Event, 1, min(limit, 1+len(pending)))
+	evs[0] = sl.ev
+	size, n := sl.ev.Size, 0
+	for ; n < len(pending) && len(evs) < limit; n++ {
+		p := pending[n]
+		size += p.Size
+		if (p.Err != nil && fault != faultBatchTakesUnreadable) || (o.MaxBytes > 0 && size > o.MaxBytes && fault != faultBatchBytesIgnored) {
+			break
+		}
+		evs = append(evs, p)
+	}
+	e.Absorbed += n
+	return evs
+}
+
+// takesRuns reports whether slots go as runs (actors/funcrun.go
+// takesRuns).
+func (s *State) takesRuns() bool {
+	return s.runs && s.cfg.RunEvents > 0 && s.cfg.MaxInFlight == 1 && !s.cfg.Batch.on()
+}
+
+// takeRun makes the run of a slot about to be sent: its event and the
+// pending events that follow, RunEvents at most, up to an unreadable one
+// (actors/funcrun.go sendRun).
+func (s *State) takeRun(sl *slot, pending []Event, e *Effects) []Event {
+	n, most := 0, s.cfg.RunEvents
+	if fault == faultRunTakesOneMore {
+		most++
+	}
+	for n < len(pending) && n+1 < most && pending[n].Err == nil {
+		n++
+	}
+	e.Absorbed += n
+	return append([]Event{sl.ev}, pending[:n]...)
+}
+
+// RunProgress takes what the actor sees of the run in flight before an
+// input that may time it out or replace its handler (run.lateSince): the
+// event in hand started at since, or none is (inHand false).
+func (s *State) RunProgress(since time.Time, inHand bool) {
+	s.runSince, s.runInHand = since, inHand
+}
+
+// runLate reports whether the run in flight's event in hand is late
+// (actors/funcrun.go timeoutRun: measured from its start).
+func (s *State) runLate(now time.Time) bool {
+	return s.runInHand && now.Sub(s.runSince) >= s.cfg.Timeout
+}
+
+// runSlot returns the slot of run r while it is with the handler.
+func (s *State) runSlot(r uint64) *slot {
+	for _, sl := range s.slots {
+		if r != 0 && sl.run == r && sl.state == sent {
+			return sl
+		}
+	}
+	return nil
+}
+
+// endRun applies a run's outcome (actors/funcrun.go endRun): all done, the
+// slot finishes (true); else the acked prefix finishes, the first event
+// not done becomes the slot's, a new delivery with its own attempts, and
+// the events after it go back.
+func (s *State) endRun(sl *slot, o RunOutcome, e *Effects) bool {
+	sl.run = 0
+	if o.Done >= len(sl.batch) {
+		s.answer(time.Time{}, sl, Acked, 0, "", o.Committed, e)
+		return true
+	}
+	if o.Done > 0 {
+		s.ackPrefix(sl, o.Done, o.Committed, e)
+	}
+	s.unbatch(sl, e)
+	return false
+}
+
+// RunAnswered takes a run's answer (actors/funcrun.go onRunAnswer): its
+// acked prefix finishes; the event not acked is answered for as a single
+// delivery (Next); a run cut short leaves its first event not done
+// waiting, uncharged (and, Unsure, the lease found unsure). The answer of
+// a run the window ended, or of another, changes nothing.
+func (s *State) RunAnswered(now time.Time, o RunOutcome) Effects {
+	var e Effects
+	sl := s.runSlot(o.Run)
+	if sl == nil || (s.ending != nil && s.ending.Run == o.Run) {
+		return e
+	}
+	if sl.to == s.handler && (runAnswerResetsFails || o.Cut || o.Next != Panicked) {
+		s.fails = 0 // see runAnswerResetsFails
+	}
+	switch {
+	case s.endRun(sl, o, &e):
+	case o.Cut:
+		sl.state = waiting
+		if o.Unsure {
+			s.unsure, s.draining, s.checking = true, true, false
+		}
+	default:
+		s.answer(now, sl, o.Next, o.After, o.Reason, false, &e)
+	}
+	s.settle(&e)
+	return e
+}
+
+// runAnswerResetsFails is the actor's rule that any answer of a run from
+// the current handler, one whose event panicked too, starts the handler's
+// replacements over from the shortest backoff (deliver.go onHandlerReply
+// checks for *handlerPanicked, and a run's answer is a *run); a single
+// delivery's panic does not. Kept; reported.
+const runAnswerResetsFails = true
+
+// RunEnded takes the outcome of a run the window asked to end
+// ([Effects.EndRun]). Late (actors/funcrun.go timeoutRun): the event in
+// hand is timed out, a failed attempt, and gets the handler probed; one
+// the handler answered meanwhile takes that answer; one not started
+// waits. Replaced (deliver.go replaceHandler): the event in hand, or
+// answered meanwhile, goes to the successor uncharged; one not started
+// waits. Either way the acked prefix finishes first.
+func (s *State) RunEnded(now time.Time, o RunOutcome) Effects {
+	var e Effects
+	end := s.ending
+	sl := s.runSlot(o.Run)
+	if end == nil || end.Run != o.Run || sl == nil {
+		return e
+	}
+	s.ending = nil
+	switch {
+	case s.endRun(sl, o, &e):
+	case end.Late && o.InHand:
+		if s.probe == 0 && s.handler != 0 && sl.to == s.handler {
+			s.probes++
+			s.probe, s.probeAt = s.probes, now
+			s.probeSnd, s.probeSnt = sl.sent, s.runSince
+			e.Probe = s.probe
+		}
+		s.fail(now, sl, 0, fmt.Sprintf("no answer within %v", s.cfg.Timeout), &e)
+	case end.Late && !o.Cut:
+		s.answer(now, sl, o.Next, o.After, o.Reason, false, &e)
+	case o.Cut && !o.InHand:
+		sl.state = waiting // not started
+	default:
+		sl.attempt++
+		if fault != faultFreeNotGiven {
+			sl.free++
+		}
+		sl.state = waiting
+	}
+	s.settle(&e)
+	return e
+}
+
+// unbatch puts the events of a slot's batch after its first back, to the
+// front of the pending list, in order.
+func (s *State) unbatch(sl *slot, e *Effects) {
+	if len(sl.batch) > 1 && fault != faultPutBackLost {
+		e.PutBack = append(e.PutBack, sl.batch[1:]...)
+	}
+	sl.batch = nil
+}
+
+// failedWhole: a batch failed as a whole, without saying where (a panic,
+// a timeout, a Retry, an answer not a BatchAck): its events after the
+// first go back, and the first goes alone next, so that an event that
+// breaks its batches is found alone.
+func (s *State) failedWhole(sl *slot, e *Effects) {
+	if sl.batch == nil {
+		return
+	}
+	s.unbatch(sl, e)
+	sl.alone = true
+}
+
+// chargeWholeFailureToFirst is the actor's rule for a batch that failed as
+// a whole: the failure is charged to its first event's budget (its slot's
+// delivery is the first event's), although the event that broke the batch
+// may be another. So with MaxAttempts 1 an event that precedes a poison
+// event in its batch is dead-lettered for its budget without ever failing
+// alone. Kept as the actor does it (actors/batchdeliver.go, deliver.go
+// onReply); reported as a divergence from the doc's "the events before it
+// are not [charged]".
+const chargeWholeFailureToFirst = true
 
 // find returns the slot of delivery id.
 func (s *State) find(id uint64) *slot {
@@ -386,25 +711,79 @@ func (s *State) find(id uint64) *slot {
 func (s *State) Answered(now time.Time, a Answer) Effects {
 	var e Effects
 	sl := s.find(a.ID)
-	if sl == nil || sl.state != sent || (a.Attempt != sl.attempt && fault != faultAttemptIgnored) {
+	if sl == nil || sl.state != sent || sl.run != 0 || (a.Attempt != sl.attempt && fault != faultAttemptIgnored) {
 		return e
 	}
 	if a.Outcome != Panicked && sl.to == s.handler {
 		s.fails = 0 // the handler answers: replacements start over
+		s.runs = s.runs || a.Runs
 	}
-	switch a.Outcome {
-	case Acked:
-		sl.state = done
-		if a.Committed {
-			e.Finished.Committed = sl.ev.Pos
-		}
-	case DeadLettered:
-		s.deadLetter(sl, a.Reason, sl.attempt+1, false, &e)
-	default:
-		s.fail(now, sl, a.After, a.Reason, &e)
+	if sl.batch != nil {
+		s.settleBatch(now, sl, a, &e)
+	} else {
+		s.answer(now, sl, a.Outcome, a.After, a.Reason, a.Committed, &e)
 	}
 	s.settle(&e)
 	return e
+}
+
+// answer applies outcome o to a single delivery, or to the first event
+// not done of a batch.
+func (s *State) answer(now time.Time, sl *slot, o Outcome, after time.Duration, reason string, committed bool, e *Effects) {
+	switch o {
+	case Acked:
+		sl.state = done
+		if committed {
+			e.Finished.Committed = max(e.Finished.Committed, sl.last())
+		}
+	case DeadLettered:
+		s.deadLetter(sl, reason, sl.attempt+1, false, e)
+	default:
+		s.fail(now, sl, after, reason, e)
+	}
+}
+
+// settleBatch applies a batch's answer (actors/batchdeliver.go
+// settleBatch): all done, the slot finishes; else the done prefix is
+// finished, the first event not done becomes the slot's, a new delivery
+// with its own attempts, the events after it go back, and Next is its
+// answer; anything but a BatchAck fails the batch as a whole.
+func (s *State) settleBatch(now time.Time, sl *slot, a Answer, e *Effects) {
+	n := len(sl.batch)
+	switch {
+	case a.Outcome != BatchAcked || a.Done < 0 || a.Done > n:
+		s.failedWhole(sl, e)
+		if chargeWholeFailureToFirst {
+			s.fail(now, sl, a.After, a.Reason, e)
+		}
+		return
+	case a.Done == n:
+		s.answer(now, sl, Acked, 0, "", a.Committed, e)
+		return
+	case a.Done > 0:
+		s.ackPrefix(sl, a.Done, a.Committed, e)
+		sl.alone = false
+	}
+	s.unbatch(sl, e)
+	s.answer(now, sl, a.Next, a.After, a.Reason, a.NextCommitted, e)
+}
+
+// ackPrefix finishes the first done events of sl's batch (committed: their
+// checkpoint is written already) and makes the rest its next delivery, a
+// first attempt of its head event under a new id. The slot is the
+// window's only one (MaxInFlight 1), so the prefix moves over them.
+func (s *State) ackPrefix(sl *slot, done int, committed bool, e *Effects) {
+	through := sl.batch[done-1].Pos
+	e.Finished.Events += done
+	e.Finished.Through = max(e.Finished.Through, through)
+	if committed {
+		e.Finished.Committed = max(e.Finished.Committed, through)
+	}
+	s.ids++
+	sl.id, sl.ev, sl.batch = s.ids, sl.batch[done], sl.batch[done:]
+	if fault != faultHeadKeepsAttempts {
+		sl.attempt, sl.free = 0, 0
+	}
 }
 
 // fail charges a failed attempt: dead-lettered once the budget is spent,
@@ -447,7 +826,7 @@ func (s *State) Redeliver(now time.Time, id uint64, attempt int) Effects {
 		return e
 	}
 	if fault == faultRetryUnchecked && s.ready() {
-		s.send(now, sl, &e)
+		s.send(now, sl, nil, &e)
 		return e
 	}
 	sl.state, sl.due = waiting, true
@@ -466,7 +845,12 @@ func (s *State) Tick(now time.Time) Effects {
 		e.Replace.Hung, e.Replace.SentAt = &hung, s.probeSnt
 	}
 	for _, sl := range s.slots {
-		if sl.state != sent || now.Sub(sl.sentAt) < s.cfg.Timeout {
+		if sl.state == sent && sl.run != 0 && s.ending == nil && s.runLate(now) {
+			s.ending = &EndRun{Run: sl.run, Late: true}
+			e.EndRun = s.ending
+			e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt, Late: true})
+		}
+		if sl.state != sent || sl.run != 0 || now.Sub(sl.sentAt) < s.cfg.Timeout {
 			continue
 		}
 		if fault == faultLateReplaces && s.handler != 0 && sl.to == s.handler {
@@ -482,6 +866,7 @@ func (s *State) Tick(now time.Time) Effects {
 		if fault == faultTimeoutUncharged {
 			continue
 		}
+		s.failedWhole(sl, &e)
 		s.fail(now, sl, 0, fmt.Sprintf("no answer within %v", s.cfg.Timeout), &e)
 	}
 	s.settle(&e)
@@ -518,10 +903,16 @@ func (s *State) replace(now time.Time, e *Effects) {
 	s.handler, s.probe = 0, 0
 	s.fails++
 	for _, sl := range s.slots {
-		if sl.state != sent || sl.to != old || now.Sub(sl.sentAt) >= s.cfg.Timeout {
+		if sl.state == sent && sl.run != 0 && sl.to == old && s.ending == nil && !s.runLate(now) {
+			s.ending = &EndRun{Run: sl.run}
+			e.EndRun = s.ending
+			e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt})
+		}
+		if sl.state != sent || sl.run != 0 || sl.to != old || now.Sub(sl.sentAt) >= s.cfg.Timeout {
 			continue // answered, or late: Tick charges it
 		}
 		e.GivenUp = append(e.GivenUp, GivenUp{ID: sl.id, Attempt: sl.attempt})
+		s.unbatch(sl, e)
 		sl.attempt++
 		if fault != faultFreeNotGiven {
 			sl.free++
@@ -539,6 +930,7 @@ func (s *State) HandlerSpawned() Effects {
 	}
 	s.handlers++
 	s.handler = s.handlers
+	s.runs = false // until it says it takes them
 	s.settle(&e)
 	return e
 }
@@ -637,7 +1029,8 @@ func (s *State) settle(e *Effects) {
 			}
 			continue
 		}
-		e.Finished.Through = max(e.Finished.Through, sl.ev.Pos)
+		e.Finished.Through = max(e.Finished.Through, sl.last())
+		e.Finished.Events += sl.count()
 		n++
 	}
 	if n > 0 {
@@ -652,6 +1045,11 @@ func (s *State) settle(e *Effects) {
 			s.slots = kept
 		} else {
 			s.slots = append(s.slots[:0], s.slots[n:]...)
+		}
+	}
+	for _, sl := range s.slots {
+		if s.draining && sl.run != 0 && sl.state == sent && fault != faultRunNotCut {
+			e.CutRun = true // it answers after the event in hand
 		}
 	}
 	more := len(s.sendable()) > 0
@@ -700,6 +1098,41 @@ func (s *State) Left() (Event, bool) {
 	return e, true
 }
 
+// LeftRun is [State.Left] with a run in flight, ended as the reader stops
+// (o is its outcome; actors/reader.go leftRetry, coordinator.go
+// handledThrough): done of its events are handled, and the successor
+// starts after them; the first not done, in hand or answered, is left
+// given up, not charged — at attempt 1 if it followed done events (a
+// new delivery's first, given up), else at the run's attempt+1. One not
+// started leaves nothing (see runLeftForgetsUnstarted).
+func (s *State) LeftRun(o RunOutcome) (left Event, ok bool, done int) {
+	sl := s.runSlot(o.Run)
+	if sl == nil || len(s.slots) != 1 {
+		left, ok = s.Left()
+		return left, ok, 0
+	}
+	done = min(o.Done, len(sl.batch))
+	if done == len(sl.batch) || (runLeftForgetsUnstarted && !o.InHand && o.Cut) {
+		return Event{}, false, done
+	}
+	left = sl.batch[done]
+	if done > 0 && fault != faultRunLeftKeepsAttempts {
+		left.Attempt, left.Free = 1, 1
+	} else {
+		left.Attempt, left.Free = sl.attempt+1, sl.free+1
+	}
+	return left, true, done
+}
+
+// runLeftForgetsUnstarted is the actor's rule (reader.go leftRetry) that
+// a run stopped at once before it started the event after its done ones
+// leaves nothing: right for a new delivery's first attempt, but a run
+// whose first event is a retry (attempt above 0) not started yet loses
+// the event's attempts — its successor sends it as attempt 0, its retry
+// budget whole again — where a single delivery with the handler is left
+// at attempt+1. Kept as the actor does it; reported.
+const runLeftForgetsUnstarted = true
+
 // Len is how many slots the window holds.
 func (s *State) Len() int { return len(s.slots) }
 
@@ -729,6 +1162,12 @@ func (s *State) String() string {
 		}
 		if sl.onDrain {
 			b.WriteString("d")
+		}
+		if len(sl.batch) > 0 {
+			fmt.Fprintf(&b, " b%d", len(sl.batch))
+		}
+		if sl.alone {
+			b.WriteString(" alone")
 		}
 	}
 	b.WriteString("]")
@@ -806,4 +1245,25 @@ const (
 	// (actors/deliver.go before
 	// TestADrainSendsARetryDueWhileTheHandlerWasAwayOnce).
 	faultDueNotOnDrain
+	// A batch that failed as a whole is sent whole again: the event that
+	// breaks it is never found alone.
+	faultNotAlone
+	// A batch takes an unreadable pending event in.
+	faultBatchTakesUnreadable
+	// A run takes one event more than RunEvents.
+	faultRunTakesOneMore
+	// A drain does not cut the run in flight short.
+	faultRunNotCut
+	// A reader stopped at once with a run in flight leaves the run's
+	// first event at the run's attempts when its prefix is done, not as
+	// the new delivery it is.
+	faultRunLeftKeepsAttempts
+	// A batch takes pending events past Batch.MaxBytes.
+	faultBatchBytesIgnored
+	// The events of a batch after its first not done are not put back:
+	// they are lost to the reader.
+	faultPutBackLost
+	// The first event not done of a batch acked in part keeps the
+	// batch's attempts, not a new delivery's own.
+	faultHeadKeepsAttempts
 )

@@ -56,7 +56,7 @@ func take(t *testing.T, s *State, events []Event) Effects {
 	if len(e.Sends) != 0 {
 		t.Fatalf("sent before the lease check: %+v", e.Sends)
 	}
-	return s.Lease(t0, true)
+	return s.Lease(t0, true, nil)
 }
 
 func id(e Effects, pos int64) (uint64, int) {
@@ -85,7 +85,7 @@ func TestRules(t *testing.T) {
 			wantSends(t, e, [2]int{1, 0}, [2]int{3, 0})
 			i, a := id(e, 1)
 			wantSends(t, s.Answered(t0, Answer{ID: i, Attempt: a}))
-			wantSends(t, s.Lease(t0, true), [2]int{2, 0})
+			wantSends(t, s.Lease(t0, true, nil), [2]int{2, 0})
 		}},
 		{"MaxInFlightOneDeliversOneAtATime", func(t *testing.T) {
 			s := New(cfg(1))
@@ -101,7 +101,7 @@ func TestRules(t *testing.T) {
 		{"AnUnsureLeaseSendsNothingAndDrains", func(t *testing.T) {
 			s := New(cfg(2))
 			s.Take(evs("a"))
-			e := s.Lease(t0, false)
+			e := s.Lease(t0, false, nil)
 			if len(e.Sends) != 0 || !e.Drained || s.Room() != 0 {
 				t.Fatalf("unsure: %+v, room %d", e, s.Room())
 			}
@@ -120,7 +120,7 @@ func TestRules(t *testing.T) {
 		{"ALeaseAnswerNotAskedForSendsNothing", func(t *testing.T) {
 			s := New(cfg(2))
 			take(t, s, evs("a"))
-			wantSends(t, s.Lease(t0, true))
+			wantSends(t, s.Lease(t0, true, nil))
 		}},
 		{"AStaleAnswerChangesNothing", func(t *testing.T) {
 			s := New(cfg(1))
@@ -146,7 +146,7 @@ func TestRules(t *testing.T) {
 			if !r.CheckLease || len(r.Sends) != 0 {
 				t.Fatalf("a retry is sent without a lease check: %+v", r)
 			}
-			wantSends(t, s.Lease(at(15), true), [2]int{1, 1})
+			wantSends(t, s.Lease(at(15), true, nil), [2]int{1, 1})
 		}},
 		{"ASpentBudgetDeadLetters", func(t *testing.T) {
 			s := New(cfg(1))
@@ -154,7 +154,7 @@ func TestRules(t *testing.T) {
 			for a := range 2 {
 				s.Answered(t0, Answer{ID: i, Attempt: a, Outcome: Panicked})
 				s.Redeliver(t0, i, a+1)
-				wantSends(t, s.Lease(t0, true), [2]int{1, a + 1})
+				wantSends(t, s.Lease(t0, true, nil), [2]int{1, a + 1})
 			}
 			e := s.Answered(t0, Answer{ID: i, Attempt: 2, Outcome: Retry})
 			if len(e.Letters) != 1 || !e.Letters[0].Budget || e.Letters[0].Attempts != 3 {
@@ -210,7 +210,7 @@ func TestRules(t *testing.T) {
 				t.Fatalf("finished %+v past event 1", f.Finished)
 			}
 			s.Answered(t0, Answer{ID: i3, Committed: true})
-			if f := s.Answered(t0, Answer{ID: i1}); f.Finished != (Finished{Slots: 3, Through: 3}) {
+			if f := s.Answered(t0, Answer{ID: i1}); f.Finished != (Finished{Slots: 3, Events: 3, Through: 3}) {
 				t.Fatalf("finished %+v", f.Finished)
 			}
 		}},
@@ -228,7 +228,7 @@ func TestRules(t *testing.T) {
 			if r := s.ProbeAnswered(e.Probe); !r.CheckLease {
 				t.Fatalf("the probe's answer sends nothing: %+v", r)
 			}
-			wantSends(t, s.Lease(at(200), true), [2]int{1, 1})
+			wantSends(t, s.Lease(at(200), true, nil), [2]int{1, 1})
 		}},
 		{"AnUnansweredProbeReplacesTheHandlerAndItsDeliveriesGoFree", func(t *testing.T) {
 			s := New(cfg(2))
@@ -236,8 +236,8 @@ func TestRules(t *testing.T) {
 			i1, _ := id(e, 1)
 			s.Answered(t0, Answer{ID: i1, Outcome: Retry}) // event 1 retries
 			s.Redeliver(at(10), i1, 1)
-			wantSends(t, s.Lease(at(60), true), [2]int{1, 1}) // sent at 60: not late at 100
-			p := s.Tick(at(100)).Probe                        // event 2 is late
+			wantSends(t, s.Lease(at(60), true, nil), [2]int{1, 1}) // sent at 60: not late at 100
+			p := s.Tick(at(100)).Probe                             // event 2 is late
 			if p == 0 {
 				t.Fatal("no probe")
 			}
@@ -256,14 +256,14 @@ func TestRules(t *testing.T) {
 			if !sp.CheckLease {
 				t.Fatal("the successor gets nothing")
 			}
-			l := s.Lease(at(150), true)
+			l := s.Lease(at(150), true, nil)
 			wantSends(t, l, [2]int{1, 2})
 			if l.Sends[0].Free != 1 || l.Sends[0].Handler != 2 {
 				t.Fatalf("sends %+v: event 1 goes free to the successor", l.Sends)
 			}
 			i2, _ := id(e, 2)
 			s.Redeliver(at(150), i2, 1) // event 2 was charged its timeout: a retry
-			l = s.Lease(at(150), true)
+			l = s.Lease(at(150), true, nil)
 			wantSends(t, l, [2]int{2, 1})
 			if l.Sends[0].Free != 0 {
 				t.Fatalf("sends %+v: event 2's timeout was its own", l.Sends)
@@ -276,7 +276,7 @@ func TestRules(t *testing.T) {
 				t.Fatal("not replaced")
 			}
 			s.HandlerSpawned()
-			l := s.Lease(at(20), true)
+			l := s.Lease(at(20), true, nil)
 			wantSends(t, l, [2]int{1, 1})
 			if l.Sends[0].Free != 1 {
 				t.Fatalf("charged: %+v", l.Sends)
@@ -288,7 +288,7 @@ func TestRules(t *testing.T) {
 			for h := uint64(1); h <= 4; h++ {
 				s.HandlerStopped(t0, h)
 				s.HandlerSpawned()
-				s.Lease(t0, true)
+				s.Lease(t0, true, nil)
 			}
 			e := s.Answered(t0, Answer{ID: i, Attempt: 4, Outcome: Retry})
 			if len(e.Letters) != 0 || len(e.Redeliver) != 1 {
@@ -306,7 +306,7 @@ func TestRules(t *testing.T) {
 			if !d.CheckLease || d.Drained {
 				t.Fatalf("drain: %+v", d)
 			}
-			wantSends(t, s.Lease(t0, true), [2]int{1, 1})
+			wantSends(t, s.Lease(t0, true, nil), [2]int{1, 1})
 			if r := s.Redeliver(at(1), i1, 1); r.CheckLease {
 				t.Fatal("a redelivery acted in a drain")
 			}
@@ -326,7 +326,7 @@ func TestRules(t *testing.T) {
 				t.Fatal("drained with event 1 to send again")
 			}
 			s.HandlerSpawned()
-			wantSends(t, s.Lease(t0, true), [2]int{1, 1})
+			wantSends(t, s.Lease(t0, true, nil), [2]int{1, 1})
 			if f := s.Answered(t0, Answer{ID: i1, Attempt: 1}); !f.Drained || f.Finished.Slots != 2 {
 				t.Fatalf("answer: %+v", f)
 			}
