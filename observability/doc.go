@@ -37,7 +37,4 @@
 // [Handler] serves /metrics, /healthz and /status; [Serve] runs it.
 // [ProtoactorLoggerFactory] routes protoactor-go's logging through slog with
 // its Info chatter (every dead letter, every recovery) demoted to Debug.
-//
-// Subpackage jaegertest reads spans back from a Jaeger query service for
-// end-to-end tests; tools/jaeger/jaeger.sh runs one locally.
 package observability

@@ -21,10 +21,10 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/jaegertest"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
-	"github.com/kumi-run/kumi/observability/jaegertest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -21,8 +21,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/jaegertest"
 	"github.com/kumi-run/kumi/observability"
-	"github.com/kumi-run/kumi/observability/jaegertest"
 )
 
 // TestRealJaeger exports kumi spans over OTLP/HTTP to a running Jaeger and
