@@ -84,4 +84,4 @@ jaeger:
 
 ## test-jaeger: end-to-end: two workers and a producer export to a real Jaeger.
 test-jaeger:
-	eval "$$(tools/jaeger/jaeger.sh start)" && $(GO) test -count=1 -tags jaeger -v -run 'Jaeger' ./observability/... ./test/e2e/
+	eval "$$(tools/jaeger/jaeger.sh start)" && $(GO) test -count=1 -tags jaeger -v -run 'Jaeger' ./observability/... ./internal/jaegertest/ ./test/e2e/

@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/leasestore"
-	"github.com/kumi-run/kumi/observability"
 )
 
 // A burst of large events reaches a reader whose handler is stuck: its
@@ -130,14 +130,14 @@ func testLargeEvents(t *testing.T, policy overflow.Policy) {
 
 	// Catch-up pages: at most the byte bound and the event that reaches
 	// it; publisher fetches: at most 4 MiB and the event that reaches it.
-	for _, p := range spansNamed(spans, observability.SpanReaderFetch) {
-		count := attr(p, observability.AttrCount).AsInt64()
+	for _, p := range spansNamed(spans, obsname.SpanReaderFetch) {
+		count := attr(p, obsname.AttrCount).AsInt64()
 		require.LessOrEqual(t, count, int64(maxBytes/perEvent+1), "a catch-up page of %d events of at least %d bytes", count, perEvent)
 	}
-	fetches := spansNamed(spans, observability.SpanPublisherFetch)
+	fetches := spansNamed(spans, obsname.SpanPublisherFetch)
 	require.NotEmpty(t, fetches)
 	for _, p := range fetches {
-		count := attr(p, observability.AttrCount).AsInt64()
+		count := attr(p, obsname.AttrCount).AsInt64()
 		require.LessOrEqual(t, count, int64(publisherFetchBytes/hugeEvent+1), "a publisher fetch of %d events", count)
 	}
 
@@ -243,8 +243,8 @@ func TestReadersShareTheProcessBudgetForTheirReadAhead(t *testing.T) {
 
 	share := int64(budget / buckets)
 	var pages int
-	for _, p := range spansNamed(spans, observability.SpanReaderFetch) {
-		count := attr(p, observability.AttrCount).AsInt64()
+	for _, p := range spansNamed(spans, obsname.SpanReaderFetch) {
+		count := attr(p, obsname.AttrCount).AsInt64()
 		require.LessOrEqual(t, count, share/perEvent+1, "a catch-up page of %d events of %d bytes: more than the reader's share", count, perEvent)
 		if count > 0 {
 			pages++

@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
-	"github.com/kumi-run/kumi/observability"
 )
 
 // runFixture runs a function handler's run outside a reader: the run's
@@ -385,9 +385,9 @@ func interruptByUnsureLease(t *testing.T, store *eventsource.Store, schema, sub 
 // fenceLostSlots lists the slots of the fence-lost spans recorded.
 func fenceLostSlots(spans *tracetest.InMemoryExporter) []int64 {
 	var out []int64
-	for _, s := range spansNamed(spans, observability.SpanLeaseFenceLost) {
+	for _, s := range spansNamed(spans, obsname.SpanLeaseFenceLost) {
 		for _, a := range s.Attributes {
-			if a.Key == observability.AttrBucket {
+			if a.Key == obsname.AttrBucket {
 				out = append(out, a.Value.AsInt64())
 			}
 		}
@@ -552,7 +552,7 @@ func TestFunctionHandlerRunsAndLeasesAndResizes(t *testing.T) {
 			func() string { return fmt.Sprintf("b takes the bucket and commits every effect: %d of 60", n) })
 
 		close(g.release) // a wakes
-		waitUntil(t, func() bool { return len(spansNamed(spans, observability.SpanLeaseFenceLost)) > 0 },
+		waitUntil(t, func() bool { return len(spansNamed(spans, obsname.SpanLeaseFenceLost)) > 0 },
 			func() string { return "a's reader stops on its lost lease: no fence-lost span" })
 		require.Zero(t, g.startedUnsure.Load(), "a started no event after waking")
 		free()

@@ -15,6 +15,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/startstop"
+	"github.com/kumi-run/kumi/internal/supervisor"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
@@ -45,13 +46,13 @@ type group struct {
 	publisher         *actor.PID
 	logger            *slog.Logger
 	telemetry         *telemetry
-	handlerSupervisor *supervision.Strategy
+	handlerSupervisor *supervisor.Strategy
 	answerWarned      sync.Map // answerWarning → struct{}: handler contract warnings given (deliver.go)
-	readerSupervisor  *supervision.Strategy
+	readerSupervisor  *supervisor.Strategy
 	// coordinatorSupervisor restarts a failed coordinator (its readers
 	// stop with it; the restarted one reclaims and respawns, its readers
 	// starting after what theirs handled at the same epochs: see marks).
-	coordinatorSupervisor *supervision.Strategy
+	coordinatorSupervisor *supervisor.Strategy
 	// marks is what the slots' readers handled, by slot and epoch: it
 	// outlives the coordinator's incarnations (see handledMarks).
 	marks    handledMarks

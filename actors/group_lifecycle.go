@@ -13,6 +13,7 @@ import (
 
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/startstop"
+	"github.com/kumi-run/kumi/internal/supervisor"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -112,14 +113,14 @@ func (gr *Group) start(ctx context.Context) error {
 	g.life, g.endLife = context.WithCancel(context.Background())
 	g.telemetry = rt.telemetry.forGroup(opts.Subscription, leases.Worker())
 	unregister = g.telemetry.t.RegisterStatus(g.statusSnapshot)
-	if g.handlerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("handler")}); err != nil {
+	if g.handlerSupervisor, err = supervisor.OneForOne(supervisor.Options{Observer: g.observer("handler")}); err != nil {
 		return fail(err)
 	}
-	if g.readerSupervisor, err = supervision.OneForOne(supervision.Options{Observer: g.observer("reader")}); err != nil {
+	if g.readerSupervisor, err = supervisor.OneForOne(supervisor.Options{Observer: g.observer("reader")}); err != nil {
 		return fail(err)
 	}
 	coordinatorObserver := supervision.Observers(g.observer("coordinator"), supervision.ObserverFunc(g.coordinatorDecision))
-	if g.coordinatorSupervisor, err = supervision.OneForOne(supervision.Options{Observer: coordinatorObserver}); err != nil {
+	if g.coordinatorSupervisor, err = supervisor.OneForOne(supervisor.Options{Observer: coordinatorObserver}); err != nil {
 		return fail(err)
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return &coordinator{g: g} },

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/supervision"
+	"github.com/kumi-run/kumi/internal/supervisor"
 )
 
 // Delivery is the message a Handler actor receives for each event. The
@@ -117,7 +117,7 @@ type handlerPanicked struct {
 // then lets the panic go on to the supervisor, which restarts the handler.
 // A delivery handled without a panic is a success for the supervisor: the
 // handler's next panic restarts it with the first backoff again.
-func panicReporter(supervisor *supervision.Strategy) actor.ReceiverMiddleware {
+func panicReporter(supervisor *supervisor.Strategy) actor.ReceiverMiddleware {
 	return func(next actor.ReceiverFunc) actor.ReceiverFunc {
 		return func(c actor.ReceiverContext, env *actor.MessageEnvelope) {
 			d := deliveryOf(env.Message)
@@ -200,7 +200,7 @@ func replyTagger(next actor.SenderFunc) actor.SenderFunc {
 // at the top level, supervised by its guardian, and watched by its reader
 // rather than parented by it: a reader can then stop, restart or replace
 // its handler without waiting for a handler call that never returns.
-func handlerProps(user *actor.Props, supervisor *supervision.Strategy, d actor.Dispatcher) *actor.Props {
+func handlerProps(user *actor.Props, supervisor *supervisor.Strategy, d actor.Dispatcher) *actor.Props {
 	p := *user
 	return p.Configure(actor.WithReceiverMiddleware(probeAnswerer, panicReporter(supervisor)), actor.WithSenderMiddleware(replyTagger),
 		actor.WithSupervisor(supervisor), actor.WithGuardian(supervisor), actor.WithDispatcher(d))

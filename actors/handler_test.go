@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/observability"
@@ -276,7 +277,7 @@ func TestZombie(t *testing.T) {
 	close(gate) // the zombie wakes up and acks
 	pgtest.Eventually(t, waitLong, func() bool {
 		for _, s := range spans.GetSpans() {
-			if s.Name == observability.SpanLeaseFenceLost {
+			if s.Name == obsname.SpanLeaseFenceLost {
 				return true
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/internal/kitbridge"
+	"github.com/kumi-run/kumi/internal/supervisor"
 	"github.com/kumi-run/kumi/supervision"
 )
 
@@ -15,7 +16,7 @@ import (
 // classifyAnswer, classifyBatchAnswer and retryVerdict. It reaches them through internal/kitbridge, set here, so
 // that this package exports nothing for it.
 func init() {
-	kitbridge.Props = func(user *actor.Props, supervisor *supervision.Strategy) *actor.Props {
+	kitbridge.Props = func(user *actor.Props, supervisor *supervisor.Strategy) *actor.Props {
 		return handlerProps(user, supervisor, kitDispatcher)
 	}
 	kitbridge.Deliver = kitDeliver

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/observability"
 )
@@ -94,15 +95,15 @@ func TestMetricsOfAScriptedScenario(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	pgtest.Eventually(t, waitLong, func() bool {
 		require.NoError(t, reader.Collect(ctx, &rm))
-		return sums(rm, observability.MetricBucketsOwned, "")[""] == 2 &&
-			sums(rm, observability.MetricEventsAcked, "")[""] == 20
+		return sums(rm, obsname.MetricBucketsOwned, "")[""] == 2 &&
+			sums(rm, obsname.MetricEventsAcked, "")[""] == 20
 	}, "gauges and counters settle")
-	require.Equal(t, 22.0, sums(rm, observability.MetricEventsDelivered, "")[""], "20 good + the poison twice")
-	require.Equal(t, 1.0, sums(rm, observability.MetricEventsRetried, observability.AttrOutcome)["retry"])
-	require.Equal(t, 1.0, sums(rm, observability.MetricEventsDeadLettered, "")[""])
-	require.Equal(t, 22.0, sums(rm, observability.MetricHandlerDuration, "")[""])
-	require.Equal(t, 2.0, sums(rm, observability.MetricOwnershipChanges, observability.AttrChange)["claim"])
-	require.Positive(t, sums(rm, observability.MetricLeaseOperations, observability.AttrOperation)["renew"])
-	require.Contains(t, sums(rm, observability.MetricLagEvents, observability.AttrBucket), "0")
+	require.Equal(t, 22.0, sums(rm, obsname.MetricEventsDelivered, "")[""], "20 good + the poison twice")
+	require.Equal(t, 1.0, sums(rm, obsname.MetricEventsRetried, obsname.AttrOutcome)["retry"])
+	require.Equal(t, 1.0, sums(rm, obsname.MetricEventsDeadLettered, "")[""])
+	require.Equal(t, 22.0, sums(rm, obsname.MetricHandlerDuration, "")[""])
+	require.Equal(t, 2.0, sums(rm, obsname.MetricOwnershipChanges, obsname.AttrChange)["claim"])
+	require.Positive(t, sums(rm, obsname.MetricLeaseOperations, obsname.AttrOperation)["renew"])
+	require.Contains(t, sums(rm, obsname.MetricLagEvents, obsname.AttrBucket), "0")
 	w.stop(t)
 }

@@ -10,6 +10,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/observability"
@@ -64,7 +65,7 @@ func TestQueueDroppedCountsEveryDroppedBatchOnce(t *testing.T) {
 			var rm metricdata.ResourceMetrics
 			counted := func() float64 {
 				require.NoError(t, reader.Collect(ctx, &rm))
-				return sums(rm, observability.MetricQueueDropped, observability.AttrPolicy)[tc.policy.String()]
+				return sums(rm, obsname.MetricQueueDropped, obsname.AttrPolicy)[tc.policy.String()]
 			}
 			pgtest.Eventually(t, waitLong, func() bool { return counted() == float64(queue().Dropped) },
 				"kumi.queue.dropped{policy=%s} is %v, the queue dropped %d batches (stats %+v)",

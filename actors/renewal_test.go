@@ -14,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
@@ -126,12 +127,12 @@ func TestALatePassIsCounted(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	pgtest.Eventually(t, waitLong, func() bool {
 		require.NoError(t, reader.Collect(ctx, &rm))
-		return sums(rm, observability.MetricLeaseOperations, observability.AttrOutcome)["error"] >= 3
+		return sums(rm, obsname.MetricLeaseOperations, obsname.AttrOutcome)["error"] >= 3
 	}, "passes fail on the locked lease rows")
 	require.NoError(t, tx.Commit(ctx))
 	pgtest.Eventually(t, waitLong, func() bool {
 		require.NoError(t, reader.Collect(ctx, &rm))
-		return sums(rm, observability.MetricLeasePassesLate, "")[""] >= 1
+		return sums(rm, obsname.MetricLeasePassesLate, "")[""] >= 1
 	}, "the late pass is counted")
 }
 

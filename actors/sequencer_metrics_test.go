@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/observability"
 )
@@ -34,11 +35,11 @@ func TestRuntimeReportsItsSequencer(t *testing.T) {
 		return err == nil && h == 1
 	}, "sequenced")
 	require.NoError(t, reader.Collect(ctx, &rm))
-	require.Equal(t, map[string]float64{"": eventsource.SequencerBatchDefault}, sums(rm, observability.MetricSequencerBatch, ""))
-	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerStuck, ""))
-	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerResets, ""))
-	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricSequencerStranded, ""))
-	require.Equal(t, map[string]float64{"": 0}, sums(rm, observability.MetricStoreServerChanges, ""))
+	require.Equal(t, map[string]float64{"": eventsource.SequencerBatchDefault}, sums(rm, obsname.MetricSequencerBatch, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, obsname.MetricSequencerStuck, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, obsname.MetricSequencerResets, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, obsname.MetricSequencerStranded, ""))
+	require.Equal(t, map[string]float64{"": 0}, sums(rm, obsname.MetricStoreServerChanges, ""))
 
 	// A head below a position this process saw is a change of server (as
 	// after a failover to a standby that lacks the last commits).
@@ -46,9 +47,9 @@ func TestRuntimeReportsItsSequencer(t *testing.T) {
 	_, err = store.CheckServer(ctx)
 	require.NoError(t, err)
 	require.NoError(t, reader.Collect(ctx, &rm))
-	require.Equal(t, map[string]float64{"": 1}, sums(rm, observability.MetricStoreServerChanges, ""))
+	require.Equal(t, map[string]float64{"": 1}, sums(rm, obsname.MetricStoreServerChanges, ""))
 
 	require.NoError(t, rt.Stop(ctx))
 	require.NoError(t, reader.Collect(ctx, &rm))
-	require.Empty(t, sums(rm, observability.MetricSequencerBatch, ""), "gone once stopped")
+	require.Empty(t, sums(rm, obsname.MetricSequencerBatch, ""), "gone once stopped")
 }

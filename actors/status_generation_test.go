@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/observability"
 )
@@ -49,19 +50,19 @@ func TestStatusAndMetricsNameGenerationAndBucket(t *testing.T) {
 	var rm metricdata.ResourceMetrics
 	pgtest.Eventually(t, waitLong, func() bool {
 		require.NoError(t, reader.Collect(ctx, &rm))
-		gens := sums(rm, observability.MetricLagEvents, observability.AttrGeneration)
+		gens := sums(rm, obsname.MetricLagEvents, obsname.AttrGeneration)
 		_, one := gens["1"]
-		return one && len(gens) == 1 && len(sums(rm, observability.MetricLagEvents, observability.AttrBucket)) == 3
+		return one && len(gens) == 1 && len(sums(rm, obsname.MetricLagEvents, obsname.AttrBucket)) == 3
 	}, "the lag gauges are the new generation's")
-	for bucket := range sums(rm, observability.MetricLagEvents, observability.AttrBucket) {
+	for bucket := range sums(rm, obsname.MetricLagEvents, obsname.AttrBucket) {
 		n, err := strconv.Atoi(bucket)
 		require.NoError(t, err)
 		require.Less(t, n, 3, "kumi.bucket %q is a slot, not a bucket", bucket)
 	}
-	delivered := sums(rm, observability.MetricEventsDelivered, observability.AttrGeneration)
+	delivered := sums(rm, obsname.MetricEventsDelivered, obsname.AttrGeneration)
 	require.GreaterOrEqual(t, delivered["0"], 40.0, "generation 0 delivered the first 40")
 	require.GreaterOrEqual(t, delivered["1"], 40.0, "generation 1 the next 40")
-	for bucket := range sums(rm, observability.MetricEventsDelivered, observability.AttrBucket) {
+	for bucket := range sums(rm, obsname.MetricEventsDelivered, obsname.AttrBucket) {
 		n, err := strconv.Atoi(bucket)
 		require.NoError(t, err)
 		require.Less(t, n, 3, "kumi.bucket %q is a slot, not a bucket", bucket)

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/observability"
 )
@@ -85,30 +86,30 @@ func TestOwnershipChangesAndDeliveriesAreTraced(t *testing.T) {
 		spans := spansNamed(exp, kind.SpanName())
 		require.NotEmpty(t, spans, "a %s span", kind.SpanName())
 		s := spans[0]
-		require.Equal(t, "traced", attr(s, observability.AttrSubscription).AsString(), kind)
-		require.NotEmpty(t, attr(s, observability.AttrWorker).AsString(), kind)
-		require.True(t, attr(s, observability.AttrBucket).Type() == attribute.INT64, "%s has a bucket", kind)
+		require.Equal(t, "traced", attr(s, obsname.AttrSubscription).AsString(), kind)
+		require.NotEmpty(t, attr(s, obsname.AttrWorker).AsString(), kind)
+		require.True(t, attr(s, obsname.AttrBucket).Type() == attribute.INT64, "%s has a bucket", kind)
 		if kind != observability.ChangeHandoffRequest {
-			require.Positive(t, attr(s, observability.AttrEpoch).AsInt64(), "%s has an epoch", kind)
+			require.Positive(t, attr(s, obsname.AttrEpoch).AsInt64(), "%s has an epoch", kind)
 		}
 	}
 	steal := spansNamed(exp, observability.ChangeSteal.SpanName())[0]
-	require.Equal(t, "lease_expired", attr(steal, observability.AttrEvidence).AsString())
-	require.Equal(t, "a", attr(steal, observability.AttrPeer).AsString())
+	require.Equal(t, "lease_expired", attr(steal, obsname.AttrEvidence).AsString())
+	require.Equal(t, "a", attr(steal, obsname.AttrPeer).AsString())
 
 	// Claims made by a pass are children of its kumi.reconcile span.
 	claim := spansNamed(exp, observability.ChangeClaim.SpanName())[0]
 	var parent string
-	for _, s := range spansNamed(exp, observability.SpanReconcile) {
+	for _, s := range spansNamed(exp, obsname.SpanReconcile) {
 		if s.SpanContext.SpanID() == claim.Parent.SpanID() {
 			parent = s.Name
 		}
 	}
-	require.Equal(t, observability.SpanReconcile, parent)
+	require.Equal(t, obsname.SpanReconcile, parent)
 
 	var joined bool
-	for _, s := range spansNamed(exp, observability.SpanDeliver) {
-		if attr(s, observability.AttrMessagingMessageID).AsString() == res.IDs[0].String() {
+	for _, s := range spansNamed(exp, obsname.SpanDeliver) {
+		if attr(s, obsname.AttrMessagingMessageID).AsString() == res.IDs[0].String() {
 			joined = s.SpanContext.TraceID() == appendSpan.SpanContext().TraceID() &&
 				s.Parent.SpanID() == appendSpan.SpanContext().SpanID()
 		}

@@ -16,9 +16,9 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/checkpointing"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
-	"github.com/kumi-run/kumi/observability"
 )
 
 // A renewal that runs late makes EnsureHeld fail although the lease is
@@ -276,7 +276,7 @@ func (f *failedCheckpointWrites) TraceQueryEnd(ctx context.Context, _ *pgx.Conn,
 // fenceLost reports whether a reader stopped trusting its lease.
 func (u *unsureRun) fenceLost() bool {
 	for _, s := range u.spans.GetSpans() {
-		if s.Name == observability.SpanLeaseFenceLost {
+		if s.Name == obsname.SpanLeaseFenceLost {
 			return true
 		}
 	}

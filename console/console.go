@@ -92,7 +92,7 @@ type Console struct {
 	handler http.Handler
 	pages   pages
 	limit   *limiter
-	looks   *looks[State]
+	looks   *looks[subState]
 	series  *series                               // the charts' points
 	summary *looks[[]inspect.SubscriptionSummary] // the overview's, under ""
 }

@@ -206,7 +206,7 @@ func TestPagesAndJSONShowTheSubscription(t *testing.T) {
 	require.NotContains(t, csp, "unsafe-inline")
 	require.NotContains(t, r.body, "<script>", "no inline script: only <script src>")
 
-	st := decode[State](t, get(t, srv, "/api/s/orders").body)
+	st := decode[subState](t, get(t, srv, "/api/s/orders").body)
 	require.Equal(t, 4, st.Buckets)
 	require.Equal(t, 2, st.LiveWorkers)
 	require.Len(t, st.Rows, 4)
@@ -643,7 +643,7 @@ func TestUnknownSubscriptionsAreRefusedWithA404(t *testing.T) {
 	require.Equal(t, http.StatusOK, get(t, srv, "/s/orders").status)
 	r = get(t, srv, "/s/planned")
 	require.Equal(t, http.StatusOK, r.status, "a subscription named in Options.Categories has a page before it starts")
-	st := decode[State](t, get(t, srv, "/api/s/planned").body)
+	st := decode[subState](t, get(t, srv, "/api/s/planned").body)
 	require.Zero(t, st.Buckets)
 }
 
@@ -662,14 +662,14 @@ func TestViewersOfOneSubscriptionShareOneReadASecond(t *testing.T) {
 	reads := map[string]int{}
 	var mu sync.Mutex
 	read := c.looks.read
-	c.looks.read = func(ctx context.Context, sub string) (State, error) {
+	c.looks.read = func(ctx context.Context, sub string) (subState, error) {
 		mu.Lock()
 		reads[sub]++
 		mu.Unlock()
 		return read(ctx, sub)
 	}
-	viewers := func(sub string, n int) []State {
-		out := make([]State, n)
+	viewers := func(sub string, n int) []subState {
+		out := make([]subState, n)
 		var wg sync.WaitGroup
 		for i := range out {
 			wg.Add(1)
@@ -732,7 +732,7 @@ func TestCountsAreReadOnTheReadStore(t *testing.T) {
 	require.NoError(t, err)
 	_, hs := f.serve(t, Options{Reads: reads, Categories: map[string]string{"orders": "acct"}})
 
-	st := decode[State](t, get(t, hs, "/api/s/orders").body)
+	st := decode[subState](t, get(t, hs, "/api/s/orders").body)
 	require.EqualValues(t, 27, st.Head, "the head is the primary's")
 	var lag int64
 	for _, b := range st.Rows {

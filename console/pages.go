@@ -46,14 +46,14 @@ type page struct {
 	Title   string
 	Root    string // relative path to the console's root
 	CSRF    string // "" when actions are disabled
-	Actions Actions
+	Actions actionsView
 	Sub     string // the subscription, "" on the overview
 	Data    any
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, p page) {
 	p.Root = root(r)
-	p.Actions = Actions{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}
+	p.Actions = actionsView{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}
 	if c.opts.AllowActions {
 		p.CSRF = c.csrf
 	}

@@ -40,7 +40,7 @@ func TestParkedStreamsAreShownAndActedOnWithTheCLIsRefusals(t *testing.T) {
 	require.NoError(t, err)
 
 	ro, roSrv := f.serve(t, Options{})
-	st := decode[State](t, get(t, roSrv, "/api/s/orders").body)
+	st := decode[subState](t, get(t, roSrv, "/api/s/orders").body)
 	require.Len(t, st.Parked, 2)
 	p := st.Parked[0]
 	require.Equal(t, "acct-0", p.Stream)
@@ -88,7 +88,7 @@ func TestParkedStreamsAreShownAndActedOnWithTheCLIsRefusals(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.body)
 	require.Contains(t, r.body, "skipped for good")
 
-	st = decode[State](t, get(t, srv, "/api/s/orders").body)
+	st = decode[subState](t, get(t, srv, "/api/s/orders").body)
 	require.Equal(t, "replay", st.Parked[0].Action)
 	require.NotNil(t, st.Parked[0].RequestedAgo)
 	require.EqualValues(t, 4, st.Parked[0].Waiting, "a replay makes the letter's event wait too")

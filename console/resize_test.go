@@ -81,9 +81,9 @@ func TestTheSubscriptionShowsAResizeInProgress(t *testing.T) {
 	// Each look a second after the last: viewers share one read a second.
 	var clock time.Time
 	c.looks.now = func() time.Time { return clock }
-	look := func() State {
+	look := func() subState {
 		clock = clock.Add(lookEvery)
-		return decode[State](t, get(t, srv, "/api/s/orders").body)
+		return decode[subState](t, get(t, srv, "/api/s/orders").body)
 	}
 
 	st := look()

@@ -13,8 +13,8 @@ const (
 	seriesSpan = time.Hour
 )
 
-// Point is one sample of a subscription for the console's charts.
-type Point struct {
+// seriesPoint is one sample of a subscription for the console's charts.
+type seriesPoint struct {
 	At   time.Time `json:"at"`   // the database's clock at the look
 	Head int64     `json:"head"` // the store's last sequenced position
 	// Lag is the events after every bucket's checkpoint, summed; -1 when
@@ -28,11 +28,11 @@ type series struct {
 	step, span time.Duration
 
 	mu   sync.Mutex
-	subs map[string][]Point // oldest first
+	subs map[string][]seriesPoint // oldest first
 }
 
 func newSeries() *series {
-	return &series{step: seriesStep, span: seriesSpan, subs: map[string][]Point{}}
+	return &series{step: seriesStep, span: seriesSpan, subs: map[string][]seriesPoint{}}
 }
 
 // maxCharted bounds the subscriptions charted; the one looked at longest
@@ -43,7 +43,7 @@ const maxCharted = 256
 // replaces the last point when both fall in one step; points older than
 // the span before p are dropped, and a look older than the last is not
 // recorded (two reads crossing).
-func (s *series) add(sub string, p Point) []Point {
+func (s *series) add(sub string, p seriesPoint) []seriesPoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps, ok := s.subs[sub]
@@ -61,9 +61,9 @@ func (s *series) add(sub string, p Point) []Point {
 	for drop < len(ps) && ps[drop].At.Before(p.At.Add(-s.span)) {
 		drop++
 	}
-	ps = append([]Point(nil), ps[drop:]...)
+	ps = append([]seriesPoint(nil), ps[drop:]...)
 	s.subs[sub] = ps
-	return append([]Point(nil), ps...)
+	return append([]seriesPoint(nil), ps...)
 }
 
 func (s *series) evictOldest() {

@@ -13,9 +13,9 @@ func TestTheChartsKeepAPointAStepForAnHour(t *testing.T) {
 	t.Parallel()
 	s := newSeries()
 	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
-	var ps []Point
+	var ps []seriesPoint
 	for i := range 2 * 3600 { // two hours of looks, one a second
-		ps = s.add("orders", Point{At: t0.Add(time.Duration(i) * time.Second), Head: int64(i), Lag: int64(i % 7)})
+		ps = s.add("orders", seriesPoint{At: t0.Add(time.Duration(i) * time.Second), Head: int64(i), Lag: int64(i % 7)})
 	}
 	require.Len(t, ps, 361, "a point per 10 s over the last hour, both ends kept")
 	last := t0.Add(2*time.Hour - time.Second)
@@ -25,11 +25,11 @@ func TestTheChartsKeepAPointAStepForAnHour(t *testing.T) {
 		require.Equal(t, seriesStep, ps[i].At.Sub(ps[i-1].At), "one point a step")
 	}
 
-	before := s.add("orders", Point{At: last.Add(-time.Minute), Head: 1})
+	before := s.add("orders", seriesPoint{At: last.Add(-time.Minute), Head: 1})
 	require.Equal(t, ps, before, "an older look than the last is not recorded")
 
 	for i := range maxCharted + 1 {
-		s.add(fmt.Sprintf("s%d", i), Point{At: last.Add(time.Duration(i+1) * time.Second)})
+		s.add(fmt.Sprintf("s%d", i), seriesPoint{At: last.Add(time.Duration(i+1) * time.Second)})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -47,7 +47,7 @@ func TestTheChartsInARealBrowser(t *testing.T) {
 	c, srv := f.serve(t, Options{Categories: map[string]string{"charted": "acct"}})
 	now := time.Now()
 	for i := range 30 { // half an hour of points before the page opens
-		c.series.add("charted", Point{At: now.Add(time.Duration(i-30) * time.Minute), Head: int64(600 * i), Lag: int64(i)})
+		c.series.add("charted", seriesPoint{At: now.Add(time.Duration(i-30) * time.Minute), Head: int64(600 * i), Lag: int64(i)})
 	}
 	b := newBrowser(t)
 	b.run(t, chromedp.Navigate(srv.URL+"/s/charted"))

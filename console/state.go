@@ -16,17 +16,17 @@ import (
 // are shown as "1000+".
 const maxPendingCount = 1000
 
-// State is what /api/s/{sub} returns: one subscription at one moment, and
+// subState is what /api/s/{sub} returns: one subscription at one moment, and
 // its last ownership changes.
-type State struct {
-	Subscription string    `json:"subscription"`
-	Category     string    `json:"category,omitempty"` // from Options.Categories; "" when unknown
-	Now          time.Time `json:"now"`                // the database's clock
-	Head         int64     `json:"head"`               // the store's last sequenced position
-	Buckets      int       `json:"bucket_count"`       // N; 0 before any worker started it
-	LiveWorkers  int       `json:"live_workers"`
-	Workers      []Worker  `json:"workers"` // by worker id
-	Rows         []Bucket  `json:"buckets"` // by bucket
+type subState struct {
+	Subscription string       `json:"subscription"`
+	Category     string       `json:"category,omitempty"` // from Options.Categories; "" when unknown
+	Now          time.Time    `json:"now"`                // the database's clock
+	Head         int64        `json:"head"`               // the store's last sequenced position
+	Buckets      int          `json:"bucket_count"`       // N; 0 before any worker started it
+	LiveWorkers  int          `json:"live_workers"`
+	Workers      []workerView `json:"workers"` // by worker id
+	Rows         []bucketView `json:"buckets"` // by bucket
 	// PendingLetters counts pending dead letters, up to 1000 (then
 	// PendingMore is set).
 	PendingLetters int  `json:"pending_dead_letters"`
@@ -34,31 +34,31 @@ type State struct {
 	// Timeline is the subscription's last ownership changes, newest
 	// first, from the ownership record, which keeps them from
 	// WatchingSince (its retention) on.
-	Timeline      []Change  `json:"timeline"`
-	WatchingSince time.Time `json:"watching_since"`
-	Actions       Actions   `json:"actions"`
+	Timeline      []changeView `json:"timeline"`
+	WatchingSince time.Time    `json:"watching_since"`
+	Actions       actionsView  `json:"actions"`
 	// Generation is the serving generation (0 until a resize completes);
 	// Buckets and Rows are its buckets.
 	Generation int `json:"generation"`
 	// Resize is the resize in progress (docs/design/resize.md); null when none.
-	Resize *Resize `json:"resize"`
+	Resize *resizeView `json:"resize"`
 	// Series is what the console's looks saw over the last hour, a point
 	// per 10 s, oldest first, for the charts of lag and append rate: kept
 	// in memory while the console runs (the tables keep no such history).
-	Series []Point `json:"series"`
+	Series []seriesPoint `json:"series"`
 	// Failovers are the schema's failovers of the last week that handed
 	// positions out again (eventsource.Store.ServerChanges), newest first:
 	// handlers may have seen events that no longer exist.
-	Failovers []Failover `json:"failovers"`
+	Failovers []failoverView `json:"failovers"`
 	// Parked are the subscription's parked streams (docs/design/parking.md),
 	// by stream, the first inspect.MaxParkedShown (then ParkedMore).
-	Parked     []Parked `json:"parked_streams"`
-	ParkedMore bool     `json:"parked_streams_more"`
+	Parked     []parkedView `json:"parked_streams"`
+	ParkedMore bool         `json:"parked_streams_more"`
 }
 
-// Parked is a parked stream: its later events wait, in order, until an
+// parkedView is a parked stream: its later events wait, in order, until an
 // operator replays, discards or skips it.
-type Parked struct {
+type parkedView struct {
 	Stream  string `json:"stream"`
 	Bucket  *int   `json:"bucket"`  // in the serving generation; null when the bucket count is unknown
 	Waiting int64  `json:"waiting"` // events after what is done
@@ -72,9 +72,9 @@ type Parked struct {
 	Reason       string   `json:"reason"`
 }
 
-// Failover is one entry of the schema's failover record that handed
+// failoverView is one entry of the schema's failover record that handed
 // positions out again.
-type Failover struct {
+type failoverView struct {
 	At         time.Time `json:"at"`
 	Reason     string    `json:"reason"`
 	Old        string    `json:"old"` // the server before, system/timeline
@@ -88,25 +88,25 @@ type Failover struct {
 const failoverShownFor = 7 * 24 * time.Hour
 
 // failovers reads the recent failovers that handed positions out again.
-func (c *Console) failovers(ctx context.Context, now time.Time) ([]Failover, error) {
+func (c *Console) failovers(ctx context.Context, now time.Time) ([]failoverView, error) {
 	rec, err := c.opts.Store.ServerChanges(ctx, 10)
 	if err != nil {
 		return nil, err
 	}
-	out := []Failover{}
+	out := []failoverView{}
 	for _, r := range rec {
 		if r.Reused() && now.Sub(r.At) < failoverShownFor {
-			out = append(out, Failover{At: r.At, Reason: string(r.Reason), Old: r.Old.String(), New: r.New.String(),
+			out = append(out, failoverView{At: r.At, Reason: string(r.Reason), Old: r.Old.String(), New: r.New.String(),
 				HeadBefore: r.HeadBefore, HeadAfter: r.HeadAfter, FoundBy: r.FoundBy})
 		}
 	}
 	return out, nil
 }
 
-// Resize is a resize in progress, from leasestore.ReadResize: the old
+// resizeView is a resize in progress, from leasestore.ReadResize: the old
 // generation's buckets drain to the cut, the new one's start once the old
 // buckets feeding them have drained.
-type Resize struct {
+type resizeView struct {
 	State          string  `json:"state"` // sealing, cut or switched
 	Generation     int     `json:"generation"`
 	NextGeneration int     `json:"next_generation"`
@@ -118,12 +118,12 @@ type Resize struct {
 	Drained        int     `json:"drained"` // old buckets drained
 	Ready          int     `json:"ready"`   // new buckets ready
 	// Old and New are the two generations' buckets, by bucket.
-	Old []ResizeBucket `json:"old"`
-	New []ResizeBucket `json:"new"`
+	Old []resizeBucketView `json:"old"`
+	New []resizeBucketView `json:"new"`
 }
 
-// ResizeBucket is one bucket of a generation during a resize.
-type ResizeBucket struct {
+// resizeBucketView is one bucket of a generation during a resize.
+type resizeBucketView struct {
 	Bucket   int    `json:"bucket"` // within its generation
 	Slot     int    `json:"slot"`   // its lease and checkpoint key
 	Owner    string `json:"owner"`  // "" when free (a drained bucket has none)
@@ -133,15 +133,15 @@ type ResizeBucket struct {
 	Ready    bool   `json:"ready"`    // a new bucket whose feeders drained: its reader runs
 }
 
-// Actions says which actions the console allows.
-type Actions struct {
+// actionsView says which actions the console allows.
+type actionsView struct {
 	Enabled bool `json:"enabled"` // Options.AllowActions
 	Replay  bool `json:"replay"`  // enabled, and Options.Replay is set
 }
 
-// Worker is one worker's row: a worker that has joined the subscription's
+// workerView is one worker's row: a worker that has joined the subscription's
 // pool, live or not.
-type Worker struct {
+type workerView struct {
 	Worker          string  `json:"worker"`                // the worker id
 	Kind            string  `json:"kind"`                  // "row" or "session"
 	Live            bool    `json:"live"`                  // unexpired, and its session held (session kind)
@@ -151,9 +151,9 @@ type Worker struct {
 	Owns            int     `json:"owns"`                  // buckets it holds live
 }
 
-// Bucket is one bucket: its lease and its checkpoint. Durations are
+// bucketView is one bucket: its lease and its checkpoint. Durations are
 // judged against State.Now.
-type Bucket struct {
+type bucketView struct {
 	Bucket        int      `json:"bucket"`
 	Owner         string   `json:"owner"` // "" when free
 	Live          bool     `json:"live"`  // the owner's lease is unexpired
@@ -168,30 +168,30 @@ type Bucket struct {
 
 // inspect reads one subscription as State, with its last ownership
 // changes.
-func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
+func (c *Console) inspect(ctx context.Context, sub string) (subState, error) {
 	cat := c.opts.Categories[sub]
 	in, err := inspect.InspectReads(ctx, c.opts.Store, c.reads(), sub, cat)
 	if err != nil {
-		return State{}, err
+		return subState{}, err
 	}
 	letters, err := c.reads().DeadLetters(ctx, sub, eventsource.DeadLetterFilter{Limit: maxPendingCount + 1})
 	if err != nil {
-		return State{}, err
+		return subState{}, err
 	}
 	rs := in.Resize
 	in = servingOnly(in)
-	st := State{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets,
-		LiveWorkers: in.LiveWorkers(), Workers: []Worker{}, Rows: []Bucket{},
+	st := subState{Subscription: sub, Category: cat, Now: in.Now, Head: in.Head, Buckets: in.Buckets,
+		LiveWorkers: in.LiveWorkers(), Workers: []workerView{}, Rows: []bucketView{},
 		PendingLetters: min(len(letters), maxPendingCount), PendingMore: len(letters) > maxPendingCount,
-		Actions: Actions{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}}
+		Actions: actionsView{Enabled: c.opts.AllowActions, Replay: c.opts.AllowActions && c.opts.Replay != nil}}
 	owned := in.OwnedBy()
 	for _, w := range in.Workers {
-		st.Workers = append(st.Workers, Worker{Worker: w.Worker, Kind: w.Kind.String(), Live: w.Live && !w.SessionGone,
+		st.Workers = append(st.Workers, workerView{Worker: w.Worker, Kind: w.Kind.String(), Live: w.Live && !w.SessionGone,
 			SessionGone: w.SessionGone, HeartbeatAgeSec: in.Now.Sub(w.Heartbeat).Seconds(),
 			ExpiresInSec: w.Expires.Sub(in.Now).Seconds(), Owns: owned[w.Worker]})
 	}
 	for _, r := range in.Rows {
-		b := Bucket{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch, ClaimWorker: r.ClaimWorker,
+		b := bucketView{Bucket: r.Bucket, Owner: r.Owner, Live: r.Live, Epoch: r.Epoch, ClaimWorker: r.ClaimWorker,
 			Checkpoint: r.Checkpoint}
 		if !r.Expires.IsZero() {
 			b.ExpiresInSec = ptr(r.Expires.Sub(in.Now).Seconds())
@@ -207,9 +207,9 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 		}
 		st.Rows = append(st.Rows, b)
 	}
-	st.Parked, st.ParkedMore = []Parked{}, in.ParkedMore
+	st.Parked, st.ParkedMore = []parkedView{}, in.ParkedMore
 	for _, p := range in.Parked {
-		out := Parked{Stream: p.Stream, Waiting: p.Waiting, ParkedAgo: in.Now.Sub(p.ParkedAt).Seconds(),
+		out := parkedView{Stream: p.Stream, Waiting: p.Waiting, ParkedAgo: in.Now.Sub(p.ParkedAt).Seconds(),
 			Action: string(p.Action), EventID: p.EventID.String(), Position: p.Position, Reason: p.Reason}
 		if in.Buckets > 0 {
 			out.Bucket = ptr(eventsource.BucketOfHash(p.Hash, in.Buckets))
@@ -224,7 +224,7 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 		st.Resize = resizeOf(rs, in.Now)
 	}
 	if st.Timeline, st.WatchingSince, err = c.timeline(ctx, sub, in.Now); err != nil {
-		return State{}, err
+		return subState{}, err
 	}
 	lag := int64(-1)
 	if cat != "" {
@@ -233,9 +233,9 @@ func (c *Console) inspect(ctx context.Context, sub string) (State, error) {
 			lag += max(r.Lag, 0)
 		}
 	}
-	st.Series = c.series.add(sub, Point{At: in.Now, Head: in.Head, Lag: lag})
+	st.Series = c.series.add(sub, seriesPoint{At: in.Now, Head: in.Head, Lag: lag})
 	if st.Failovers, err = c.failovers(ctx, in.Now); err != nil {
-		return State{}, err
+		return subState{}, err
 	}
 	return st, nil
 }
@@ -255,17 +255,17 @@ func servingOnly(in inspect.Inspection) inspect.Inspection {
 }
 
 // resizeOf renders a resize in progress.
-func resizeOf(rs leasestore.Resize, now time.Time) *Resize {
-	out := &Resize{State: string(rs.State), Generation: rs.Generation, NextGeneration: rs.Generation + 1,
-		From: rs.Buckets, To: rs.NextBuckets, RequestedBy: rs.RequestedBy, Old: []ResizeBucket{}, New: []ResizeBucket{}}
+func resizeOf(rs leasestore.Resize, now time.Time) *resizeView {
+	out := &resizeView{State: string(rs.State), Generation: rs.Generation, NextGeneration: rs.Generation + 1,
+		From: rs.Buckets, To: rs.NextBuckets, RequestedBy: rs.RequestedBy, Old: []resizeBucketView{}, New: []resizeBucketView{}}
 	if !rs.RequestedAt.IsZero() {
 		out.RequestedAgo = now.Sub(rs.RequestedAt).Seconds()
 	}
 	if rs.CutDecided {
 		out.Cut = ptr(rs.Cut)
 	}
-	bucket := func(s leasestore.SlotStatus) ResizeBucket {
-		b := ResizeBucket{Bucket: s.Bucket, Slot: s.Slot, Owner: s.Owner, Epoch: s.Epoch, Drained: s.Drained, Ready: s.Ready}
+	bucket := func(s leasestore.SlotStatus) resizeBucketView {
+		b := resizeBucketView{Bucket: s.Bucket, Slot: s.Slot, Owner: s.Owner, Epoch: s.Epoch, Drained: s.Drained, Ready: s.Ready}
 		if s.Proposal >= 0 {
 			b.Proposal = ptr(s.Proposal)
 		}
@@ -290,9 +290,9 @@ func ptr[T any](v T) *T { return &v }
 
 // look is one read of a subscription for its viewers: refused when the
 // schema does not know it, else inspected. Viewers share it (Console.looks).
-func (c *Console) look(ctx context.Context, sub string) (State, error) {
+func (c *Console) look(ctx context.Context, sub string) (subState, error) {
 	if err := c.checkKnown(ctx, sub); err != nil {
-		return State{}, err
+		return subState{}, err
 	}
 	return c.inspect(ctx, sub)
 }
@@ -381,11 +381,11 @@ func statusOf(err error) int {
 	}
 }
 
-// Change is one entry of the subscription's ownership record
+// changeView is one entry of the subscription's ownership record
 // (leasestore.OwnershipChange): the database writes it in the transaction
 // that made the change, so the timeline holds every change the record
 // keeps, with the time it was made — whether or not a page was open.
-type Change struct {
+type changeView struct {
 	At   time.Time `json:"at"`   // the database's clock when the change was made
 	Kind string    `json:"kind"` // claim, handoff, steal, release, drain, request, join, leave, resize, …
 	// Generation and Bucket are the bucket concerned; both -1 for a
@@ -407,7 +407,7 @@ const maxChanges = 200
 // timeline reads the subscription's last changes from the ownership
 // record, newest first, and since when the record keeps them (its
 // retention before now).
-func (c *Console) timeline(ctx context.Context, sub string, now time.Time) ([]Change, time.Time, error) {
+func (c *Console) timeline(ctx context.Context, sub string, now time.Time) ([]changeView, time.Time, error) {
 	pool, schema := c.reads().Pool(), c.opts.Store.Schema()
 	rec, err := leasestore.ReadOwnership(ctx, pool, schema,
 		leasestore.OwnershipFilter{Subscription: sub, Generation: -1, Limit: maxChanges})
@@ -418,13 +418,13 @@ func (c *Console) timeline(ctx context.Context, sub string, now time.Time) ([]Ch
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	out := make([]Change, len(rec))
+	out := make([]changeView, len(rec))
 	for i, r := range rec {
 		by := r.Application
 		if by == "" {
 			by = r.Role
 		}
-		out[i] = Change{At: r.At, Kind: r.Kind, Generation: r.Generation, Bucket: r.Bucket, From: r.From, To: r.To,
+		out[i] = changeView{At: r.At, Kind: r.Kind, Generation: r.Generation, Bucket: r.Bucket, From: r.From, To: r.To,
 			Epoch: r.Epoch, Evidence: r.Evidence, By: by}
 	}
 	return out, now.Add(-keep), nil

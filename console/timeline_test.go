@@ -24,7 +24,7 @@ func TestTheTimelineIsTheOwnershipRecordWithTheTimesOfTheChanges(t *testing.T) {
 	require.NoError(t, err)
 
 	_, srv := f.serve(t, Options{})
-	st := decode[State](t, get(t, srv, "/api/s/tl").body)
+	st := decode[subState](t, get(t, srv, "/api/s/tl").body)
 	var story []string
 	for i := len(st.Timeline) - 1; i >= 0; i-- { // oldest first
 		c := st.Timeline[i]
@@ -70,7 +70,7 @@ func TestThePageShowsAFailoverThatReusedPositions(t *testing.T) {
 	f := newFixture(t)
 	f.lease(t, "fo", "a", 2)
 	_, srv := f.serve(t, Options{})
-	st := decode[State](t, get(t, srv, "/api/s/fo").body)
+	st := decode[subState](t, get(t, srv, "/api/s/fo").body)
 	require.Empty(t, st.Failovers)
 
 	ctx := context.Background()
@@ -80,10 +80,10 @@ func TestThePageShowsAFailoverThatReusedPositions(t *testing.T) {
 	_, err = f.store.Pool().Exec(ctx, note, "system", int64(90), int64(10))
 	require.NoError(t, err)
 	pgtest.Eventually(t, 10*time.Second, func() bool { // a look is shared for a second
-		st = decode[State](t, get(t, srv, "/api/s/fo").body)
+		st = decode[subState](t, get(t, srv, "/api/s/fo").body)
 		return len(st.Failovers) > 0
 	}, "the next look shows the failover")
 	require.Len(t, st.Failovers, 1, "only the one that handed positions out again")
-	require.Equal(t, Failover{At: st.Failovers[0].At, Reason: "system", Old: "7/1", New: "7/2", HeadBefore: 90, HeadAfter: 10,
+	require.Equal(t, failoverView{At: st.Failovers[0].At, Reason: "system", Old: "7/1", New: "7/2", HeadBefore: 90, HeadAfter: 10,
 		FoundBy: st.Failovers[0].FoundBy}, st.Failovers[0])
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/supervisor"
 	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
@@ -67,7 +68,7 @@ type Event struct {
 type Kit struct {
 	opts   Options
 	system *actor.ActorSystem
-	sup    *supervision.Strategy
+	sup    *supervisor.Strategy
 	passes int
 	// given caches the events appended for a list of Events (Store mode).
 	given map[string][]eventsource.RecordedEvent
@@ -93,7 +94,7 @@ func New(opts Options) (*Kit, error) {
 	}
 	g.Handler = user
 	opts.Group = g
-	sup, err := supervision.OneForOne(supervision.Options{
+	sup, err := supervisor.OneForOne(supervisor.Options{
 		// Restarts wait on no real clock: the kit's time is simulated.
 		Backoff:  supervision.Backoff{Initial: time.Microsecond, Max: time.Microsecond},
 		Observer: supervision.ObserverFunc(func(supervision.Decision) {}),

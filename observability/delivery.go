@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/kumi-run/kumi/internal/obsname"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -66,26 +68,26 @@ func (t *Telemetry) StartDelivery(ctx context.Context, info DeliveryInfo) (conte
 	}
 	var span trace.Span
 	if t.tracing() {
-		ctx, span = t.tracer.Start(ctx, SpanDeliver, consumerSpan...)
+		ctx, span = t.tracer.Start(ctx, obsname.SpanDeliver, consumerSpan...)
 	}
 	if span != nil && span.IsRecording() {
 		if info.EventID == "" && info.EventUUID != uuid.Nil {
 			info.EventID = info.EventUUID.String()
 		}
 		span.SetAttributes(
-			attribute.String(AttrMessagingSystem, MessagingSystem),
-			attribute.String(AttrMessagingOperationType, "process"),
-			attribute.String(AttrMessagingOperationName, "deliver"),
-			attribute.String(AttrMessagingDestination, info.Category),
-			attribute.String(AttrMessagingConsumerGroup, info.Subscription),
-			attribute.String(AttrMessagingMessageID, info.EventID),
-			attribute.String(AttrSubscription, info.Subscription),
-			attribute.String(AttrWorker, info.Worker),
-			attribute.String(AttrStream, info.Stream),
-			attribute.String(AttrEventType, info.EventType),
-			attribute.Int64(AttrEventVersion, info.Version),
-			attribute.Int64(AttrPosition, info.Position),
-			attribute.Int(AttrAttempt, info.Attempt),
+			attribute.String(obsname.AttrMessagingSystem, obsname.MessagingSystem),
+			attribute.String(obsname.AttrMessagingOperationType, "process"),
+			attribute.String(obsname.AttrMessagingOperationName, "deliver"),
+			attribute.String(obsname.AttrMessagingDestination, info.Category),
+			attribute.String(obsname.AttrMessagingConsumerGroup, info.Subscription),
+			attribute.String(obsname.AttrMessagingMessageID, info.EventID),
+			attribute.String(obsname.AttrSubscription, info.Subscription),
+			attribute.String(obsname.AttrWorker, info.Worker),
+			attribute.String(obsname.AttrStream, info.Stream),
+			attribute.String(obsname.AttrEventType, info.EventType),
+			attribute.Int64(obsname.AttrEventVersion, info.Version),
+			attribute.Int64(obsname.AttrPosition, info.Position),
+			attribute.Int(obsname.AttrAttempt, info.Attempt),
 		)
 		span.SetAttributes(bucketAttrs(info.Bucket)...)
 	}
@@ -115,7 +117,7 @@ func (d DeliverySpan) end(outcome Outcome, err error, recorded bool) {
 		return
 	}
 	if d.span != nil && d.span.IsRecording() {
-		d.span.SetAttributes(attribute.String(AttrOutcome, string(outcome)))
+		d.span.SetAttributes(attribute.String(obsname.AttrOutcome, string(outcome)))
 		switch outcome {
 		case OutcomeAck, OutcomeCancelled:
 		case OutcomeDeadLetter:
@@ -123,7 +125,7 @@ func (d DeliverySpan) end(outcome Outcome, err error, recorded bool) {
 			if err != nil {
 				reason = err.Error()
 			}
-			d.span.AddEvent(EventDeadLetter, trace.WithAttributes(attribute.String(AttrReason, reason)))
+			d.span.AddEvent(obsname.EventDeadLetter, trace.WithAttributes(attribute.String(obsname.AttrReason, reason)))
 			d.span.SetStatus(codes.Error, reason)
 		default:
 			if err != nil {

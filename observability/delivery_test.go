@@ -18,6 +18,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -60,7 +61,7 @@ func TestDeliveryJoinsAppenderTrace(t *testing.T) {
 	d.End(observability.OutcomeAck, nil)
 
 	app := h.ended("place order")
-	del := h.ended(observability.SpanDeliver)
+	del := h.ended(obsname.SpanDeliver)
 	hs := h.ended("project order")
 	require.Len(t, app, 1)
 	require.Len(t, del, 1)
@@ -72,20 +73,20 @@ func TestDeliveryJoinsAppenderTrace(t *testing.T) {
 	assert.Equal(t, trace.SpanKindConsumer, del[0].SpanKind)
 
 	a := attrs(del[0])
-	assert.Equal(t, "orders", a[observability.AttrSubscription])
-	assert.EqualValues(t, 3, a[observability.AttrBucket])
-	assert.EqualValues(t, 42, a[observability.AttrPosition])
-	assert.EqualValues(t, 1, a[observability.AttrAttempt])
-	assert.Equal(t, "ack", a[observability.AttrOutcome])
-	assert.Equal(t, "order-7", a[observability.AttrStream])
-	assert.Equal(t, "Placed", a[observability.AttrEventType])
-	assert.EqualValues(t, 2, a[observability.AttrEventVersion])
-	assert.Equal(t, "w1", a[observability.AttrWorker])
-	assert.Equal(t, "kumi", a[observability.AttrMessagingSystem])
-	assert.Equal(t, "process", a[observability.AttrMessagingOperationType])
-	assert.Equal(t, "order", a[observability.AttrMessagingDestination])
-	assert.Equal(t, "orders", a[observability.AttrMessagingConsumerGroup])
-	assert.Equal(t, "0190f2e4-6c1a-7d3e-9b2a-3f4e5d6c7b8a", a[observability.AttrMessagingMessageID])
+	assert.Equal(t, "orders", a[obsname.AttrSubscription])
+	assert.EqualValues(t, 3, a[obsname.AttrBucket])
+	assert.EqualValues(t, 42, a[obsname.AttrPosition])
+	assert.EqualValues(t, 1, a[obsname.AttrAttempt])
+	assert.Equal(t, "ack", a[obsname.AttrOutcome])
+	assert.Equal(t, "order-7", a[obsname.AttrStream])
+	assert.Equal(t, "Placed", a[obsname.AttrEventType])
+	assert.EqualValues(t, 2, a[obsname.AttrEventVersion])
+	assert.Equal(t, "w1", a[obsname.AttrWorker])
+	assert.Equal(t, "kumi", a[obsname.AttrMessagingSystem])
+	assert.Equal(t, "process", a[obsname.AttrMessagingOperationType])
+	assert.Equal(t, "order", a[obsname.AttrMessagingDestination])
+	assert.Equal(t, "orders", a[obsname.AttrMessagingConsumerGroup])
+	assert.Equal(t, "0190f2e4-6c1a-7d3e-9b2a-3f4e5d6c7b8a", a[obsname.AttrMessagingMessageID])
 	assert.Equal(t, codes.Unset, del[0].Status.Code)
 }
 
@@ -94,7 +95,7 @@ func TestDeliveryWithoutTraceContextIsRoot(t *testing.T) {
 	ctx := eventsource.TraceContext(context.Background(), json.RawMessage(`{"correlation":"c-1"}`))
 	_, d := h.tel.StartDelivery(ctx, delivery(0, 1, 1))
 	d.End(observability.OutcomeAck, nil)
-	del := h.ended(observability.SpanDeliver)
+	del := h.ended(obsname.SpanDeliver)
 	require.Len(t, del, 1)
 	assert.False(t, del[0].Parent.IsValid())
 }
@@ -125,27 +126,27 @@ func TestDeliveryOutcomes(t *testing.T) {
 
 	ms := h.collect(t)
 	b := func(bucket int) map[string]any {
-		return map[string]any{observability.AttrSubscription: "orders", observability.AttrBucket: int64(bucket)}
+		return map[string]any{obsname.AttrSubscription: "orders", obsname.AttrBucket: int64(bucket)}
 	}
-	assert.EqualValues(t, 4, sum(t, ms, observability.MetricEventsDelivered, b(1)))
-	assert.EqualValues(t, 4, sum(t, ms, observability.MetricEventsDelivered, b(2)))
-	assert.EqualValues(t, 3, sum(t, ms, observability.MetricEventsAcked, b(1)))
-	assert.EqualValues(t, 0, sum(t, ms, observability.MetricEventsAcked, b(2)))
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricEventsRetried, b(1)))
-	assert.EqualValues(t, 2, sum(t, ms, observability.MetricEventsRetried, b(2)))
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricEventsRetried, map[string]any{observability.AttrOutcome: "panic"}))
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricEventsRetried, map[string]any{observability.AttrOutcome: "timeout"}))
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricEventsDeadLettered, b(2)))
-	assert.EqualValues(t, 8, histCount(t, ms, observability.MetricHandlerDuration, map[string]any{observability.AttrSubscription: "orders"}))
-	assert.EqualValues(t, 3, histCount(t, ms, observability.MetricHandlerDuration, map[string]any{observability.AttrOutcome: "ack"}))
+	assert.EqualValues(t, 4, sum(t, ms, obsname.MetricEventsDelivered, b(1)))
+	assert.EqualValues(t, 4, sum(t, ms, obsname.MetricEventsDelivered, b(2)))
+	assert.EqualValues(t, 3, sum(t, ms, obsname.MetricEventsAcked, b(1)))
+	assert.EqualValues(t, 0, sum(t, ms, obsname.MetricEventsAcked, b(2)))
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricEventsRetried, b(1)))
+	assert.EqualValues(t, 2, sum(t, ms, obsname.MetricEventsRetried, b(2)))
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricEventsRetried, map[string]any{obsname.AttrOutcome: "panic"}))
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricEventsRetried, map[string]any{obsname.AttrOutcome: "timeout"}))
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricEventsDeadLettered, b(2)))
+	assert.EqualValues(t, 8, histCount(t, ms, obsname.MetricHandlerDuration, map[string]any{obsname.AttrSubscription: "orders"}))
+	assert.EqualValues(t, 3, histCount(t, ms, obsname.MetricHandlerDuration, map[string]any{obsname.AttrOutcome: "ack"}))
 	// The histogram has no bucket attribute (cardinality).
-	for _, p := range ms[observability.MetricHandlerDuration].Data.(metricdata.Histogram[float64]).DataPoints {
-		assert.False(t, p.Attributes.HasValue(observability.AttrBucket))
+	for _, p := range ms[obsname.MetricHandlerDuration].Data.(metricdata.Histogram[float64]).DataPoints {
+		assert.False(t, p.Attributes.HasValue(obsname.AttrBucket))
 	}
 
 	byOutcome := map[string]int{}
-	for _, s := range h.ended(observability.SpanDeliver) {
-		o := attrs(s)[observability.AttrOutcome].(string)
+	for _, s := range h.ended(obsname.SpanDeliver) {
+		o := attrs(s)[obsname.AttrOutcome].(string)
 		byOutcome[o]++
 		switch o {
 		case "ack", "cancelled":
@@ -153,7 +154,7 @@ func TestDeliveryOutcomes(t *testing.T) {
 		case "dead_letter":
 			assert.Equal(t, codes.Error, s.Status.Code)
 			require.Len(t, s.Events, 1)
-			assert.Equal(t, observability.EventDeadLetter, s.Events[0].Name)
+			assert.Equal(t, obsname.EventDeadLetter, s.Events[0].Name)
 			assert.Equal(t, "poison", s.Events[0].Attributes[0].Value.AsString())
 		case "panic":
 			assert.Equal(t, codes.Error, s.Status.Code)
@@ -194,11 +195,11 @@ func TestNilAndNoopCostNothing(t *testing.T) {
 		_, d = tel.StartDelivery(ctx, delivery(0, 1, 1))
 		d.EndPanic("x", nil)
 		fctx, f := tel.StartPublisherFetch(ctx, 0, 1)
-		tel.Overflow(fctx, observability.OverflowInfo{Policy: observability.PolicyDropOldest})
+		tel.Overflow(fctx, observability.OverflowInfo{Policy: obsname.PolicyDropOldest})
 		f.End(1, 1, nil)
 		_, f = tel.StartReaderFetch(ctx, "s", 0, 0)
 		f.End(0, 0, nil)
-		tel.SupervisionDecision(ctx, observability.SupervisionInfo{Directive: observability.DirectiveRestart})
+		tel.SupervisionDecision(ctx, observability.SupervisionInfo{Directive: obsname.DirectiveRestart})
 		tel.NotifierReconnect(ctx, 1, errors.New("x"))
 		tel.RegisterStatus(func() observability.SubscriptionStatus { return observability.SubscriptionStatus{} })()
 		assert.NotNil(t, tel.Status())

@@ -23,9 +23,10 @@
 //     from snapshots each coordinator registers ([Telemetry.RegisterStatus]),
 //     which also feed the /status page.
 //
-// Every name is a constant in this package, under the prefix "kumi." (plus
-// the OpenTelemetry "messaging.*" conventions); docs/observability.md lists
-// them all. Metrics carry only low-cardinality attributes (subscription,
+// Every name is under the prefix "kumi." (plus the OpenTelemetry
+// "messaging.*" conventions); docs/observability.md lists them all, as the
+// strings a dashboard or alert uses (kumi's own code spells them with the
+// constants of internal/obsname). Metrics carry only low-cardinality attributes (subscription,
 // bucket, outcome, …); ids go on spans.
 //
 // Configuration is OpenTelemetry's own: [Setup] reads the standard
@@ -37,7 +38,4 @@
 // [Handler] serves /metrics, /healthz and /status; [Serve] runs it.
 // [ProtoactorLoggerFactory] routes protoactor-go's logging through slog with
 // its Info chatter (every dead letter, every recovery) demoted to Debug.
-//
-// Subpackage jaegertest reads spans back from a Jaeger query service for
-// end-to-end tests; tools/jaeger/jaeger.sh runs one locally.
 package observability

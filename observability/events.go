@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // OverflowInfo describes one overflow of a reader's bounded queue.
@@ -42,19 +44,19 @@ func (t *Telemetry) Overflow(ctx context.Context, o OverflowInfo) {
 	}
 	attrs := func() []attribute.KeyValue {
 		return []attribute.KeyValue{
-			attribute.String(AttrSubscription, o.Subscription),
-			attribute.Int(AttrGeneration, slotGeneration(o.Bucket)),
-			attribute.Int(AttrBucket, slotBucket(o.Bucket)),
-			attribute.String(AttrPolicy, o.Policy),
-			attribute.Int(AttrDepth, o.Depth),
-			attribute.Int(AttrCapacity, o.Capacity),
-			attribute.Int(AttrDropped, o.Dropped),
+			attribute.String(obsname.AttrSubscription, o.Subscription),
+			attribute.Int(obsname.AttrGeneration, slotGeneration(o.Bucket)),
+			attribute.Int(obsname.AttrBucket, slotBucket(o.Bucket)),
+			attribute.String(obsname.AttrPolicy, o.Policy),
+			attribute.Int(obsname.AttrDepth, o.Depth),
+			attribute.Int(obsname.AttrCapacity, o.Capacity),
+			attribute.Int(obsname.AttrDropped, o.Dropped),
 		}
 	}
 	if span, ok := recording(ctx); ok {
-		span.AddEvent(EventOverflow, trace.WithAttributes(attrs()...))
+		span.AddEvent(obsname.EventOverflow, trace.WithAttributes(attrs()...))
 	} else {
-		_, span := t.tracer.Start(ctx, SpanOverflow, internalSpan...)
+		_, span := t.tracer.Start(ctx, obsname.SpanOverflow, internalSpan...)
 		if span.IsRecording() {
 			span.SetAttributes(attrs()...)
 		}
@@ -66,7 +68,7 @@ func (t *Telemetry) Overflow(ctx context.Context, o OverflowInfo) {
 		t.inst.dropped.Add(ctx, int64(o.Dropped), m.add...)
 	}
 	level := slog.LevelWarn
-	if o.Policy == PolicyPauseAndResume {
+	if o.Policy == obsname.PolicyPauseAndResume {
 		level = slog.LevelDebug
 	}
 	if t.logger.Enabled(ctx, level) {
@@ -128,47 +130,47 @@ func (t *Telemetry) SupervisionDecision(ctx context.Context, s SupervisionInfo) 
 	}
 	attrs := func() []attribute.KeyValue {
 		kv := []attribute.KeyValue{
-			attribute.String(AttrActor, s.Actor),
-			attribute.String(AttrDirective, s.Directive),
-			attribute.Int(AttrRestarts, s.Restarts),
+			attribute.String(obsname.AttrActor, s.Actor),
+			attribute.String(obsname.AttrDirective, s.Directive),
+			attribute.Int(obsname.AttrRestarts, s.Restarts),
 		}
 		if s.Child != "" {
-			kv = append(kv, attribute.String(AttrChild, s.Child))
+			kv = append(kv, attribute.String(obsname.AttrChild, s.Child))
 		}
 		if s.Subscription != "" {
-			kv = append(kv, attribute.String(AttrSubscription, s.Subscription))
+			kv = append(kv, attribute.String(obsname.AttrSubscription, s.Subscription))
 		}
 		if s.Strategy != "" {
-			kv = append(kv, attribute.String(AttrStrategy, s.Strategy))
+			kv = append(kv, attribute.String(obsname.AttrStrategy, s.Strategy))
 		}
 		if s.Backoff > 0 {
-			kv = append(kv, attribute.Float64(AttrBackoff, s.Backoff.Seconds()))
+			kv = append(kv, attribute.Float64(obsname.AttrBackoff, s.Backoff.Seconds()))
 		}
 		if s.Reason != nil {
-			kv = append(kv, attribute.String(AttrReason, s.Reason.Error()))
+			kv = append(kv, attribute.String(obsname.AttrReason, s.Reason.Error()))
 		}
 		return kv
 	}
 	if span, ok := recording(ctx); ok {
-		span.AddEvent(EventSupervision, trace.WithAttributes(attrs()...))
+		span.AddEvent(obsname.EventSupervision, trace.WithAttributes(attrs()...))
 	} else {
-		_, span := t.tracer.Start(ctx, SpanSupervision, internalSpan...)
+		_, span := t.tracer.Start(ctx, obsname.SpanSupervision, internalSpan...)
 		if span.IsRecording() {
 			span.SetAttributes(attrs()...)
-			span.AddEvent(EventSupervision)
+			span.AddEvent(obsname.EventSupervision)
 		}
 		span.End()
 	}
 	t.inst.decisions.Add(ctx, 1, metric.WithAttributes(
-		attribute.String(AttrActor, s.Actor), attribute.String(AttrDirective, s.Directive)))
-	if s.Directive == DirectiveRestart {
-		t.inst.restarts.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrActor, s.Actor)))
+		attribute.String(obsname.AttrActor, s.Actor), attribute.String(obsname.AttrDirective, s.Directive)))
+	if s.Directive == obsname.DirectiveRestart {
+		t.inst.restarts.Add(ctx, 1, metric.WithAttributes(attribute.String(obsname.AttrActor, s.Actor)))
 	}
 	level := slog.LevelWarn
 	switch s.Directive {
-	case DirectiveStop:
+	case obsname.DirectiveStop:
 		level = slog.LevelInfo
-	case DirectiveEscalate:
+	case obsname.DirectiveEscalate:
 		level = slog.LevelError
 	}
 	if t.logger.Enabled(ctx, level) {
@@ -206,11 +208,11 @@ func (t *Telemetry) NotifierReconnect(ctx context.Context, attempt int, err erro
 	}
 	t.inst.reconnects.Add(ctx, 1)
 	if span, ok := recording(ctx); ok {
-		kv := []attribute.KeyValue{attribute.Int(AttrAttempt, attempt)}
+		kv := []attribute.KeyValue{attribute.Int(obsname.AttrAttempt, attempt)}
 		if err != nil {
-			kv = append(kv, attribute.String(AttrReason, err.Error()))
+			kv = append(kv, attribute.String(obsname.AttrReason, err.Error()))
 		}
-		span.AddEvent(EventNotifierReconnect, trace.WithAttributes(kv...))
+		span.AddEvent(obsname.EventNotifierReconnect, trace.WithAttributes(kv...))
 	}
 	level := slog.LevelWarn
 	if err == nil && attempt <= 1 {

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -80,8 +81,8 @@ func ExampleTelemetry_OwnershipChange() {
 		Peer: "worker-b", Reason: "over fair share 2"})
 	pass.End(observability.PassSummary{LiveWorkers: 2, FairShare: 2, Owned: 2, Claimed: 1, Stolen: 1, Given: 1})
 
-	printSpans(spans.GetSpans(), observability.AttrBucket, observability.AttrEpoch,
-		observability.AttrPeer, observability.AttrEvidence, observability.AttrOwned)
+	printSpans(spans.GetSpans(), obsname.AttrBucket, obsname.AttrEpoch,
+		obsname.AttrPeer, obsname.AttrEvidence, obsname.AttrOwned)
 	// Output:
 	// kumi.reconcile kumi.owned=2
 	//   kumi.lease.claim kumi.bucket=0 kumi.epoch=1
@@ -113,8 +114,8 @@ func ExampleTelemetry_StartDelivery() {
 	_ = ctx // the handler's own spans nest under the delivery
 	d.End(observability.OutcomeAck, nil)
 
-	printSpans(spans.GetSpans(), observability.AttrBucket, observability.AttrPosition,
-		observability.AttrAttempt, observability.AttrOutcome)
+	printSpans(spans.GetSpans(), obsname.AttrBucket, obsname.AttrPosition,
+		obsname.AttrAttempt, obsname.AttrOutcome)
 	// Output:
 	// POST /orders
 	//   kumi.deliver kumi.bucket=2 kumi.position=42 kumi.attempt=1 kumi.outcome=ack
@@ -137,7 +138,7 @@ func ExampleDeliverySpan_EndPanic() {
 		panic("nil map")
 	}()
 	s := spans.GetSpans()[0]
-	fmt.Println(s.Name, attrs(s)[observability.AttrOutcome], s.Status.Code, s.Events[0].Name)
+	fmt.Println(s.Name, attrs(s)[obsname.AttrOutcome], s.Status.Code, s.Events[0].Name)
 	// Output: kumi.deliver panic Error exception
 }
 
@@ -151,7 +152,7 @@ func ExampleTelemetry_StartPublisherFetch() {
 
 	ctx, f := tel.StartPublisherFetch(context.Background(), 1000, 4)
 	tel.Overflow(ctx, observability.OverflowInfo{
-		Subscription: "orders", Bucket: 3, Policy: observability.PolicyPauseAndResume,
+		Subscription: "orders", Bucket: 3, Policy: obsname.PolicyPauseAndResume,
 		Depth: 256, Capacity: 256, Dropped: 256})
 	f.End(120, 1120, nil)
 
@@ -159,7 +160,7 @@ func ExampleTelemetry_StartPublisherFetch() {
 	f.End(500, 1300, nil)
 
 	for _, s := range spans.GetSpans() {
-		fmt.Println(s.Name, attrs(s)[observability.AttrCount], len(s.Events))
+		fmt.Println(s.Name, attrs(s)[obsname.AttrCount], len(s.Events))
 	}
 	// Output:
 	// kumi.publisher.fetch 120 1
@@ -176,12 +177,12 @@ func ExampleTelemetry_SupervisionDecision() {
 
 	tel.SupervisionDecision(context.Background(), observability.SupervisionInfo{
 		Actor: "reader", Child: "reader-orders-3", Subscription: "orders", Strategy: "one_for_one",
-		Directive: observability.DirectiveRestart, Reason: errors.New("connection refused"),
+		Directive: obsname.DirectiveRestart, Reason: errors.New("connection refused"),
 		Restarts: 2, Backoff: 400 * time.Millisecond})
 	tel.NotifierReconnect(context.Background(), 1, errors.New("unexpected EOF"))
 
 	s := spans.GetSpans()[0]
-	fmt.Println(s.Name, attrs(s)[observability.AttrDirective], attrs(s)[observability.AttrBackoff])
+	fmt.Println(s.Name, attrs(s)[obsname.AttrDirective], attrs(s)[obsname.AttrBackoff])
 	// Output: kumi.supervision restart 0.4
 }
 
@@ -209,7 +210,7 @@ func ExampleTelemetry_RegisterStatus() {
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(context.Background(), &rm)
 	for _, m := range rm.ScopeMetrics[0].Metrics {
-		if m.Name == observability.MetricBucketsOwned {
+		if m.Name == obsname.MetricBucketsOwned {
 			fmt.Println(m.Name, m.Data.(metricdata.Gauge[int64]).DataPoints[0].Value)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // FetchSpan is an open read of events from the store; end it with End. The
@@ -26,18 +28,18 @@ func (t *Telemetry) StartPublisherFetch(ctx context.Context, from int64, subscri
 	if t == nil {
 		return ctx, FetchSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanPublisherFetch, consumerSpan...)
+	ctx, span := t.tracer.Start(ctx, obsname.SpanPublisherFetch, consumerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
-			attribute.String(AttrMessagingSystem, MessagingSystem),
-			attribute.String(AttrMessagingOperationType, "receive"),
-			attribute.String(AttrMessagingOperationName, "fetch"),
-			attribute.String(AttrSource, SourcePublisher),
-			attribute.Int64(AttrFrom, from),
-			attribute.Int(AttrSubscribers, subscribers),
+			attribute.String(obsname.AttrMessagingSystem, obsname.MessagingSystem),
+			attribute.String(obsname.AttrMessagingOperationType, "receive"),
+			attribute.String(obsname.AttrMessagingOperationName, "fetch"),
+			attribute.String(obsname.AttrSource, obsname.SourcePublisher),
+			attribute.Int64(obsname.AttrFrom, from),
+			attribute.Int(obsname.AttrSubscribers, subscribers),
 		)
 	}
-	return ctx, FetchSpan{t: t, span: span, start: time.Now(), source: SourcePublisher}
+	return ctx, FetchSpan{t: t, span: span, start: time.Now(), source: obsname.SourcePublisher}
 }
 
 // StartReaderFetch opens a kumi.reader.fetch span for one catch-up read of
@@ -46,20 +48,20 @@ func (t *Telemetry) StartReaderFetch(ctx context.Context, subscription string, b
 	if t == nil {
 		return ctx, FetchSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanReaderFetch, consumerSpan...)
+	ctx, span := t.tracer.Start(ctx, obsname.SpanReaderFetch, consumerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
-			attribute.String(AttrMessagingSystem, MessagingSystem),
-			attribute.String(AttrMessagingOperationType, "receive"),
-			attribute.String(AttrMessagingOperationName, "fetch"),
-			attribute.String(AttrMessagingConsumerGroup, subscription),
-			attribute.String(AttrSource, SourceReader),
-			attribute.String(AttrSubscription, subscription),
-			attribute.Int64(AttrFrom, from),
+			attribute.String(obsname.AttrMessagingSystem, obsname.MessagingSystem),
+			attribute.String(obsname.AttrMessagingOperationType, "receive"),
+			attribute.String(obsname.AttrMessagingOperationName, "fetch"),
+			attribute.String(obsname.AttrMessagingConsumerGroup, subscription),
+			attribute.String(obsname.AttrSource, obsname.SourceReader),
+			attribute.String(obsname.AttrSubscription, subscription),
+			attribute.Int64(obsname.AttrFrom, from),
 		)
 		span.SetAttributes(bucketAttrs(bucket)...)
 	}
-	return ctx, FetchSpan{t: t, span: span, start: time.Now(), source: SourceReader}
+	return ctx, FetchSpan{t: t, span: span, start: time.Now(), source: obsname.SourceReader}
 }
 
 // End closes the fetch: events read, the last position read (ignored when
@@ -71,10 +73,10 @@ func (f FetchSpan) End(events int, last int64, err error) {
 	}
 	if f.span.IsRecording() {
 		f.span.SetAttributes(
-			attribute.Int(AttrCount, events),
-			attribute.Int(AttrMessagingBatchCount, events))
+			attribute.Int(obsname.AttrCount, events),
+			attribute.Int(obsname.AttrMessagingBatchCount, events))
 		if events > 0 {
-			f.span.SetAttributes(attribute.Int64(AttrLast, last))
+			f.span.SetAttributes(attribute.Int64(obsname.AttrLast, last))
 		}
 		if err != nil {
 			f.span.RecordError(err)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/internal/leaktest"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -82,7 +83,7 @@ func (h *harness) collect(t *testing.T) map[string]metricdata.Metrics {
 	require.NoError(t, h.reader.Collect(context.Background(), &rm))
 	out := map[string]metricdata.Metrics{}
 	for _, sm := range rm.ScopeMetrics {
-		require.Equal(t, observability.ScopeName, sm.Scope.Name)
+		require.Equal(t, obsname.ScopeName, sm.Scope.Name)
 		for _, m := range sm.Metrics {
 			out[m.Name] = m
 		}

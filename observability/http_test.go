@@ -19,6 +19,7 @@ import (
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -64,7 +65,7 @@ func TestHandler(t *testing.T) {
 	_, d := tel.StartDelivery(ctx, delivery(2, 1, 1))
 	d.End(observability.OutcomeAck, nil)
 	tel.OwnershipChange(ctx, observability.OwnershipChange{Kind: observability.ChangeClaim, Subscription: "orders", Bucket: 2, Worker: "w1", Epoch: 7})
-	tel.Overflow(ctx, observability.OverflowInfo{Subscription: "orders", Bucket: 2, Policy: observability.PolicyPauseAndResume, Dropped: 4})
+	tel.Overflow(ctx, observability.OverflowInfo{Subscription: "orders", Bucket: 2, Policy: obsname.PolicyPauseAndResume, Dropped: 4})
 
 	var unhealthy atomic.Bool
 	h := observability.Handler(observability.HandlerOptions{

@@ -12,14 +12,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 )
 
-// nameConstants returns the string constants of names.go whose identifiers
-// start with one of the prefixes, by identifier.
-func nameConstants(t *testing.T, prefixes ...string) map[string]string {
+// obsnames is the file of the names kumi emits.
+const obsnames = "../internal/obsname/names.go"
+
+// nameConstants returns the string constants of a names.go (this
+// package's, or internal/obsname's) whose identifiers start with one of
+// the prefixes, by identifier.
+func nameConstants(t *testing.T, file string, prefixes ...string) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "names.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, d := range f.Decls {
@@ -55,7 +60,7 @@ func nameConstants(t *testing.T, prefixes ...string) map[string]string {
 // value within a kind.
 func TestNamesPrefixed(t *testing.T) {
 	for _, kind := range []string{"Span", "Event", "Attr", "Metric"} {
-		names := nameConstants(t, kind)
+		names := nameConstants(t, obsnames, kind)
 		require.NotEmpty(t, names, kind)
 		seen := map[string]string{}
 		for id, v := range names {
@@ -75,26 +80,26 @@ func TestNamesPrefixed(t *testing.T) {
 	}
 }
 
-// TestDocsListEveryName keeps docs/observability.md in step with names.go.
+// TestDocsListEveryName keeps docs/observability.md in step with internal/obsname and names.go.
 func TestDocsListEveryName(t *testing.T) {
 	doc, err := os.ReadFile("../docs/observability.md")
 	require.NoError(t, err)
 	text := string(doc)
-	for id, v := range nameConstants(t, "Span", "Event", "Attr", "Metric") {
+	for id, v := range nameConstants(t, obsnames, "Span", "Event", "Attr", "Metric") {
 		assert.Contains(t, text, "`"+v+"`", "%s is not documented", id)
 	}
 	for _, k := range observability.ChangeKinds {
 		assert.Contains(t, text, "`"+string(k)+"`", "change kind %s", k)
 	}
 	for _, v := range []string{
-		observability.PolicyPauseAndResume, observability.PolicyDropSubscription, observability.PolicyDropOldest,
-		observability.DirectiveRestart, observability.DirectiveStop, observability.DirectiveResume, observability.DirectiveEscalate,
+		obsname.PolicyPauseAndResume, obsname.PolicyDropSubscription, obsname.PolicyDropOldest,
+		obsname.DirectiveRestart, obsname.DirectiveStop, obsname.DirectiveResume, obsname.DirectiveEscalate,
 		string(observability.OutcomeAck), string(observability.OutcomeRetry), string(observability.OutcomeDeadLetter),
 		string(observability.OutcomePanic), string(observability.OutcomeTimeout), string(observability.OutcomeCancelled),
 	} {
 		assert.Contains(t, text, "`"+v+"`")
 	}
-	for id, v := range nameConstants(t, "Lease") {
+	for id, v := range nameConstants(t, "names.go", "Lease") {
 		assert.Contains(t, text, "`"+v+"`", "%s is not documented", id)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // Span start options, allocated once: they are on the delivery path.
@@ -20,8 +22,8 @@ var (
 )
 
 var (
-	noopTracer    = tracenoop.NewTracerProvider().Tracer(ScopeName)
-	noopMeter     = metricnoop.NewMeterProvider().Meter(ScopeName)
+	noopTracer    = tracenoop.NewTracerProvider().Tracer(obsname.ScopeName)
+	noopMeter     = metricnoop.NewMeterProvider().Meter(obsname.ScopeName)
 	discardLogger = slog.New(slog.DiscardHandler)
 )
 
@@ -81,20 +83,20 @@ func (t *Telemetry) OwnershipChange(ctx context.Context, c OwnershipChange) {
 	_, span := t.tracer.Start(ctx, c.Kind.SpanName(), opts[:n]...)
 	if span.IsRecording() {
 		span.SetAttributes(
-			attribute.String(AttrChange, string(c.Kind)),
-			attribute.String(AttrSubscription, c.Subscription),
-			attribute.String(AttrWorker, c.Worker),
-			attribute.Int64(AttrEpoch, c.Epoch),
+			attribute.String(obsname.AttrChange, string(c.Kind)),
+			attribute.String(obsname.AttrSubscription, c.Subscription),
+			attribute.String(obsname.AttrWorker, c.Worker),
+			attribute.Int64(obsname.AttrEpoch, c.Epoch),
 		)
 		span.SetAttributes(bucketAttrs(c.Bucket)...)
 		if c.Peer != "" {
-			span.SetAttributes(attribute.String(AttrPeer, c.Peer))
+			span.SetAttributes(attribute.String(obsname.AttrPeer, c.Peer))
 		}
 		if c.Reason != "" {
-			span.SetAttributes(attribute.String(AttrReason, c.Reason))
+			span.SetAttributes(attribute.String(obsname.AttrReason, c.Reason))
 		}
 		if c.Evidence != "" {
-			span.SetAttributes(attribute.String(AttrEvidence, c.Evidence))
+			span.SetAttributes(attribute.String(obsname.AttrEvidence, c.Evidence))
 		}
 		if c.Err != nil {
 			span.RecordError(c.Err)
@@ -153,16 +155,16 @@ func (t *Telemetry) LeaseOperation(ctx context.Context, subscription string, op 
 	d := time.Since(start).Seconds()
 	outcome := outcomeOf(err)
 	t.inst.leaseOps.Add(ctx, 1, metric.WithAttributes(
-		attribute.String(AttrSubscription, subscription),
-		attribute.String(AttrOperation, string(op)),
-		attribute.String(AttrOutcome, outcome)))
+		attribute.String(obsname.AttrSubscription, subscription),
+		attribute.String(obsname.AttrOperation, string(op)),
+		attribute.String(obsname.AttrOutcome, outcome)))
 	t.inst.leaseDur.Record(ctx, d, metric.WithAttributes(
-		attribute.String(AttrSubscription, subscription),
-		attribute.String(AttrOperation, string(op))))
+		attribute.String(obsname.AttrSubscription, subscription),
+		attribute.String(obsname.AttrOperation, string(op))))
 	if err != nil {
 		if span, ok := recording(ctx); ok {
-			span.AddEvent(EventLeaseError, trace.WithAttributes(
-				attribute.String(AttrOperation, string(op)),
+			span.AddEvent(obsname.EventLeaseError, trace.WithAttributes(
+				attribute.String(obsname.AttrOperation, string(op)),
 				attribute.String("exception.message", err.Error())))
 		}
 		t.logger.LogAttrs(ctx, slog.LevelWarn, "kumi: lease operation failed",
@@ -189,7 +191,7 @@ func (t *Telemetry) LeasePassLate(ctx context.Context, p LatePass) {
 	if t == nil {
 		return
 	}
-	t.inst.passesLate.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrSubscription, p.Subscription)))
+	t.inst.passesLate.Add(ctx, 1, metric.WithAttributes(attribute.String(obsname.AttrSubscription, p.Subscription)))
 	t.logger.LogAttrs(ctx, slog.LevelWarn, "kumi: lease pass ran late; the database or this process is too slow for the lease timings",
 		slog.String("subscription", p.Subscription), slog.String("worker", p.Worker),
 		slog.Duration("duration", p.Duration), slog.Duration("gap", p.Gap),

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -32,25 +33,25 @@ func TestOwnershipChangeSpans(t *testing.T) {
 	}
 	pass.End(observability.PassSummary{LiveWorkers: 2, FairShare: 5, Owned: 5, Claimed: 1, Taken: 1, Stolen: 1, Given: 1, Shed: 1, Released: 1, Lost: 2})
 
-	rec := h.ended(observability.SpanReconcile)
+	rec := h.ended(obsname.SpanReconcile)
 	require.Len(t, rec, 1)
 	ra := attrs(rec[0])
-	assert.Equal(t, "orders", ra[observability.AttrSubscription])
-	assert.Equal(t, "w1", ra[observability.AttrWorker])
-	assert.EqualValues(t, 2, ra[observability.AttrLiveWorkers])
-	assert.EqualValues(t, 5, ra[observability.AttrFairShare])
-	assert.EqualValues(t, 2, ra[observability.AttrLost])
+	assert.Equal(t, "orders", ra[obsname.AttrSubscription])
+	assert.Equal(t, "w1", ra[obsname.AttrWorker])
+	assert.EqualValues(t, 2, ra[obsname.AttrLiveWorkers])
+	assert.EqualValues(t, 5, ra[obsname.AttrFairShare])
+	assert.EqualValues(t, 2, ra[obsname.AttrLost])
 
 	wantNames := map[observability.ChangeKind]string{
-		observability.ChangeClaim:          observability.SpanLeaseClaim,
-		observability.ChangeRenewFailed:    observability.SpanLeaseRenewFailed,
-		observability.ChangeShed:           observability.SpanLeaseShed,
-		observability.ChangeHandoffRequest: observability.SpanLeaseHandoffRequest,
-		observability.ChangeHandoffGive:    observability.SpanLeaseHandoffGive,
-		observability.ChangeHandoffTake:    observability.SpanLeaseHandoffTake,
-		observability.ChangeSteal:          observability.SpanLeaseSteal,
-		observability.ChangeRelease:        observability.SpanLeaseRelease,
-		observability.ChangeFenceLost:      observability.SpanLeaseFenceLost,
+		observability.ChangeClaim:          obsname.SpanLeaseClaim,
+		observability.ChangeRenewFailed:    obsname.SpanLeaseRenewFailed,
+		observability.ChangeShed:           obsname.SpanLeaseShed,
+		observability.ChangeHandoffRequest: obsname.SpanLeaseHandoffRequest,
+		observability.ChangeHandoffGive:    obsname.SpanLeaseHandoffGive,
+		observability.ChangeHandoffTake:    obsname.SpanLeaseHandoffTake,
+		observability.ChangeSteal:          obsname.SpanLeaseSteal,
+		observability.ChangeRelease:        obsname.SpanLeaseRelease,
+		observability.ChangeFenceLost:      obsname.SpanLeaseFenceLost,
 	}
 	require.Len(t, wantNames, len(observability.ChangeKinds))
 	ms := h.collect(t)
@@ -64,25 +65,25 @@ func TestOwnershipChangeSpans(t *testing.T) {
 			assert.Equal(t, rec[0].SpanContext.SpanID(), s.Parent.SpanID(), "child of the reconcile pass")
 			assert.Equal(t, trace.SpanKindInternal, s.SpanKind)
 			a := attrs(s)
-			assert.Equal(t, string(kind), a[observability.AttrChange])
-			assert.Equal(t, "orders", a[observability.AttrSubscription])
-			assert.EqualValues(t, i, a[observability.AttrBucket])
-			assert.Equal(t, "w1", a[observability.AttrWorker])
-			assert.EqualValues(t, 100+i, a[observability.AttrEpoch])
-			assert.Equal(t, "w2", a[observability.AttrPeer])
-			assert.Equal(t, "reason "+string(kind), a[observability.AttrReason])
+			assert.Equal(t, string(kind), a[obsname.AttrChange])
+			assert.Equal(t, "orders", a[obsname.AttrSubscription])
+			assert.EqualValues(t, i, a[obsname.AttrBucket])
+			assert.Equal(t, "w1", a[obsname.AttrWorker])
+			assert.EqualValues(t, 100+i, a[obsname.AttrEpoch])
+			assert.Equal(t, "w2", a[obsname.AttrPeer])
+			assert.Equal(t, "reason "+string(kind), a[obsname.AttrReason])
 			if kind == observability.ChangeSteal {
-				assert.Equal(t, "lease_expired", a[observability.AttrEvidence])
+				assert.Equal(t, "lease_expired", a[obsname.AttrEvidence])
 			} else {
-				assert.NotContains(t, a, observability.AttrEvidence)
+				assert.NotContains(t, a, obsname.AttrEvidence)
 			}
 			assert.Equal(t, codes.Unset, s.Status.Code)
-			assert.EqualValues(t, 1, sum(t, ms, observability.MetricOwnershipChanges, map[string]any{
-				observability.AttrSubscription: "orders", observability.AttrChange: string(kind)}))
+			assert.EqualValues(t, 1, sum(t, ms, obsname.MetricOwnershipChanges, map[string]any{
+				obsname.AttrSubscription: "orders", obsname.AttrChange: string(kind)}))
 		})
 	}
-	assert.EqualValues(t, len(observability.ChangeKinds), sum(t, ms, observability.MetricOwnershipChanges, nil))
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricRebalances, map[string]any{observability.AttrSubscription: "orders"}))
+	assert.EqualValues(t, len(observability.ChangeKinds), sum(t, ms, obsname.MetricOwnershipChanges, nil))
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricRebalances, map[string]any{obsname.AttrSubscription: "orders"}))
 
 	logs := h.logs.String()
 	assert.Contains(t, logs, `level=WARN msg="kumi: ownership change" change=renew_failed`)
@@ -98,7 +99,7 @@ func TestOwnershipChangeStartAndError(t *testing.T) {
 		Kind: observability.ChangeFenceLost, Subscription: "orders", Bucket: 2, Worker: "w1", Epoch: 3,
 		Start: start, Err: errors.New("checkpoint fenced"),
 	})
-	s := h.ended(observability.SpanLeaseFenceLost)
+	s := h.ended(obsname.SpanLeaseFenceLost)
 	require.Len(t, s, 1)
 	assert.True(t, s[0].StartTime.Equal(start), "span starts at Start")
 	assert.GreaterOrEqual(t, s[0].EndTime.Sub(s[0].StartTime), 50*time.Millisecond)
@@ -120,10 +121,10 @@ func TestReconcileMetrics(t *testing.T) {
 	p.End(observability.PassSummary{Err: errors.New("db down")})
 
 	ms := h.collect(t)
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricRebalances, nil))
-	assert.EqualValues(t, 2, histCount(t, ms, observability.MetricReconcileDuration, map[string]any{observability.AttrOutcome: "ok"}))
-	assert.EqualValues(t, 1, histCount(t, ms, observability.MetricReconcileDuration, map[string]any{observability.AttrOutcome: "error"}))
-	failed := h.ended(observability.SpanReconcile)[2]
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricRebalances, nil))
+	assert.EqualValues(t, 2, histCount(t, ms, obsname.MetricReconcileDuration, map[string]any{obsname.AttrOutcome: "ok"}))
+	assert.EqualValues(t, 1, histCount(t, ms, obsname.MetricReconcileDuration, map[string]any{obsname.AttrOutcome: "error"}))
+	failed := h.ended(obsname.SpanReconcile)[2]
 	assert.Equal(t, codes.Error, failed.Status.Code)
 }
 
@@ -137,15 +138,15 @@ func TestLeaseOperation(t *testing.T) {
 	pass.End(observability.PassSummary{})
 
 	ms := h.collect(t)
-	renew := map[string]any{observability.AttrOperation: "renew"}
-	assert.EqualValues(t, 2, sum(t, ms, observability.MetricLeaseOperations, map[string]any{observability.AttrOperation: "renew", observability.AttrOutcome: "ok"}))
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricLeaseOperations, map[string]any{observability.AttrOperation: "claim", observability.AttrOutcome: "error"}))
-	assert.EqualValues(t, 2, histCount(t, ms, observability.MetricLeaseDuration, renew))
+	renew := map[string]any{obsname.AttrOperation: "renew"}
+	assert.EqualValues(t, 2, sum(t, ms, obsname.MetricLeaseOperations, map[string]any{obsname.AttrOperation: "renew", obsname.AttrOutcome: "ok"}))
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricLeaseOperations, map[string]any{obsname.AttrOperation: "claim", obsname.AttrOutcome: "error"}))
+	assert.EqualValues(t, 2, histCount(t, ms, obsname.MetricLeaseDuration, renew))
 
-	rec := h.ended(observability.SpanReconcile)
+	rec := h.ended(obsname.SpanReconcile)
 	require.Len(t, rec, 1)
 	require.Len(t, rec[0].Events, 1)
-	assert.Equal(t, observability.EventLeaseError, rec[0].Events[0].Name)
+	assert.Equal(t, obsname.EventLeaseError, rec[0].Events[0].Name)
 	assert.Contains(t, h.logs.String(), `level=WARN msg="kumi: lease operation failed"`)
 }
 
@@ -154,7 +155,7 @@ func TestLeasePassLate(t *testing.T) {
 	h.tel.LeasePassLate(context.Background(), observability.LatePass{Subscription: "orders", Worker: "w1",
 		Duration: 1200 * time.Millisecond, Gap: 2 * time.Second, Heartbeat: 500 * time.Millisecond, TTL: 3 * time.Second, Margin: time.Second})
 	ms := h.collect(t)
-	assert.EqualValues(t, 1, sum(t, ms, observability.MetricLeasePassesLate, map[string]any{observability.AttrSubscription: "orders"}))
+	assert.EqualValues(t, 1, sum(t, ms, obsname.MetricLeasePassesLate, map[string]any{obsname.AttrSubscription: "orders"}))
 	assert.Contains(t, h.logs.String(), `level=WARN msg="kumi: lease pass ran late`)
 	assert.Contains(t, h.logs.String(), `gap=2s`)
 }

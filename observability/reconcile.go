@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // PassSummary is what a reconcile pass did, reported when it ends.
@@ -42,11 +44,11 @@ func (t *Telemetry) StartReconcile(ctx context.Context, subscription, worker str
 	if t == nil {
 		return ctx, ReconcileSpan{}
 	}
-	ctx, span := t.tracer.Start(ctx, SpanReconcile, internalSpan...)
+	ctx, span := t.tracer.Start(ctx, obsname.SpanReconcile, internalSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
-			attribute.String(AttrSubscription, subscription),
-			attribute.String(AttrWorker, worker))
+			attribute.String(obsname.AttrSubscription, subscription),
+			attribute.String(obsname.AttrWorker, worker))
 	}
 	return ctx, ReconcileSpan{t: t, span: span, start: time.Now(), subscription: subscription}
 }
@@ -61,16 +63,16 @@ func (r ReconcileSpan) End(s PassSummary) {
 	}
 	if r.span.IsRecording() {
 		r.span.SetAttributes(
-			attribute.Int(AttrLiveWorkers, s.LiveWorkers),
-			attribute.Int(AttrFairShare, s.FairShare),
-			attribute.Int(AttrOwned, s.Owned),
-			attribute.Int(AttrClaimed, s.Claimed),
-			attribute.Int(AttrTaken, s.Taken),
-			attribute.Int(AttrStolen, s.Stolen),
-			attribute.Int(AttrGiven, s.Given),
-			attribute.Int(AttrShed, s.Shed),
-			attribute.Int(AttrReleased, s.Released),
-			attribute.Int(AttrLost, s.Lost),
+			attribute.Int(obsname.AttrLiveWorkers, s.LiveWorkers),
+			attribute.Int(obsname.AttrFairShare, s.FairShare),
+			attribute.Int(obsname.AttrOwned, s.Owned),
+			attribute.Int(obsname.AttrClaimed, s.Claimed),
+			attribute.Int(obsname.AttrTaken, s.Taken),
+			attribute.Int(obsname.AttrStolen, s.Stolen),
+			attribute.Int(obsname.AttrGiven, s.Given),
+			attribute.Int(obsname.AttrShed, s.Shed),
+			attribute.Int(obsname.AttrReleased, s.Released),
+			attribute.Int(obsname.AttrLost, s.Lost),
 		)
 		if s.Err != nil {
 			r.span.RecordError(s.Err)
@@ -80,9 +82,9 @@ func (r ReconcileSpan) End(s PassSummary) {
 	r.span.End()
 	ctx := context.Background()
 	r.t.inst.reconcileDur.Record(ctx, time.Since(r.start).Seconds(), metric.WithAttributes(
-		attribute.String(AttrSubscription, r.subscription),
-		attribute.String(AttrOutcome, outcomeOf(s.Err))))
+		attribute.String(obsname.AttrSubscription, r.subscription),
+		attribute.String(obsname.AttrOutcome, outcomeOf(s.Err))))
 	if s.changed() {
-		r.t.inst.rebalances.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrSubscription, r.subscription)))
+		r.t.inst.rebalances.Add(ctx, 1, metric.WithAttributes(attribute.String(obsname.AttrSubscription, r.subscription)))
 	}
 }

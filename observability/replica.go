@@ -7,6 +7,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // ReplicaStatus is a snapshot of a process's reads on a hot standby
@@ -31,16 +33,16 @@ func (t *Telemetry) RegisterReplica(f func() ReplicaStatus) (unregister func()) 
 		return func() {}
 	}
 	m := t.meter
-	lagEvents, err1 := m.Int64ObservableGauge(MetricReplicaLagEvents, metric.WithUnit(UnitEvent),
+	lagEvents, err1 := m.Int64ObservableGauge(obsname.MetricReplicaLagEvents, metric.WithUnit(obsname.UnitEvent),
 		metric.WithDescription("Sequenced events the read replica does not show yet (the primary's head minus the standby's)."))
-	lagSeconds, err2 := m.Float64ObservableGauge(MetricReplicaLagSeconds, metric.WithUnit(UnitSeconds),
+	lagSeconds, err2 := m.Float64ObservableGauge(obsname.MetricReplicaLagSeconds, metric.WithUnit(obsname.UnitSeconds),
 		metric.WithDescription("How long ago the primary had a head the read replica does not show yet (0 when it shows the primary's head)."))
-	fallingBack, err3 := m.Int64ObservableGauge(MetricReplicaFallingBack, metric.WithUnit(UnitReplica),
+	fallingBack, err3 := m.Int64ObservableGauge(obsname.MetricReplicaFallingBack, metric.WithUnit(obsname.UnitReplica),
 		metric.WithDescription("1 while reads go to the primary (lag past FallbackLag, or the standby unreachable), else 0."))
-	reads, err4 := m.Int64ObservableCounter(MetricReplicaReads, metric.WithUnit(UnitRead),
+	reads, err4 := m.Int64ObservableCounter(obsname.MetricReplicaReads, metric.WithUnit(obsname.UnitRead),
 		metric.WithDescription("Catch-up and publisher pages read, by where: standby, or primary (a fallback)."))
-	standby := metric.WithAttributes(attribute.String(AttrReadOn, "standby"))
-	primary := metric.WithAttributes(attribute.String(AttrReadOn, "primary"))
+	standby := metric.WithAttributes(attribute.String(obsname.AttrReadOn, "standby"))
+	primary := metric.WithAttributes(attribute.String(obsname.AttrReadOn, "primary"))
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := f()
 		o.ObserveInt64(lagEvents, s.LagEvents)

@@ -6,6 +6,8 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // SequencerStatus is a snapshot of a process's event-store sequencer
@@ -52,17 +54,17 @@ func (t *Telemetry) RegisterSequencer(f func() SequencerStatus) (unregister func
 		errs = append(errs, err)
 		return c
 	}
-	backlog, err := m.Float64ObservableGauge(MetricSequencerBacklogSeconds, metric.WithUnit(UnitSeconds),
+	backlog, err := m.Float64ObservableGauge(obsname.MetricSequencerBacklogSeconds, metric.WithUnit(obsname.UnitSeconds),
 		metric.WithDescription("Age of the oldest committed event without a position (0 when none)."))
 	errs = append(errs, err)
-	failing := gauge(MetricSequencerFailing, UnitFailure, "Failed sequencer tries in a row (0 when healthy).")
-	stuck := gauge(MetricSequencerStuck, UnitSequencer, "1 while the sequencer reports itself stuck, else 0.")
-	batch := gauge(MetricSequencerBatch, UnitEvent, "The sequencer's current step size (halved after timeouts).")
-	timeouts := counter(MetricSequencerTimeouts, UnitStep, "Sequencer steps cancelled by a timeout and retried smaller.")
-	resets := counter(MetricSequencerResets, UnitReset, "Resets of the events' seq sequence found and recovered from.")
-	takeovers := counter(MetricSequencerTakeovers, UnitTakeover, "Stalled holders of the sequencer row this process ended (pg_terminate_backend).")
-	stranded := counter(MetricSequencerStranded, UnitEvent, "Committed appends found below the watermark without a position, and numbered.")
-	changes := counter(MetricStoreServerChanges, UnitChange, "Changes of server the event store found: another system or timeline, or a head below a position seen.")
+	failing := gauge(obsname.MetricSequencerFailing, obsname.UnitFailure, "Failed sequencer tries in a row (0 when healthy).")
+	stuck := gauge(obsname.MetricSequencerStuck, obsname.UnitSequencer, "1 while the sequencer reports itself stuck, else 0.")
+	batch := gauge(obsname.MetricSequencerBatch, obsname.UnitEvent, "The sequencer's current step size (halved after timeouts).")
+	timeouts := counter(obsname.MetricSequencerTimeouts, obsname.UnitStep, "Sequencer steps cancelled by a timeout and retried smaller.")
+	resets := counter(obsname.MetricSequencerResets, obsname.UnitReset, "Resets of the events' seq sequence found and recovered from.")
+	takeovers := counter(obsname.MetricSequencerTakeovers, obsname.UnitTakeover, "Stalled holders of the sequencer row this process ended (pg_terminate_backend).")
+	stranded := counter(obsname.MetricSequencerStranded, obsname.UnitEvent, "Committed appends found below the watermark without a position, and numbered.")
+	changes := counter(obsname.MetricStoreServerChanges, obsname.UnitChange, "Changes of server the event store found: another system or timeline, or a head below a position seen.")
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := f()
 		o.ObserveFloat64(backlog, s.BacklogSeconds)

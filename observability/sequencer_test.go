@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -17,28 +18,28 @@ func TestRegisterSequencer(t *testing.T) {
 
 	ms := h.collect(t)
 	for name, want := range map[string]int64{
-		observability.MetricSequencerFailing:   7,
-		observability.MetricSequencerStuck:     1,
-		observability.MetricSequencerBatch:     625,
-		observability.MetricSequencerTimeouts:  3,
-		observability.MetricSequencerResets:    1,
-		observability.MetricSequencerTakeovers: 2,
+		obsname.MetricSequencerFailing:   7,
+		obsname.MetricSequencerStuck:     1,
+		obsname.MetricSequencerBatch:     625,
+		obsname.MetricSequencerTimeouts:  3,
+		obsname.MetricSequencerResets:    1,
+		obsname.MetricSequencerTakeovers: 2,
 	} {
 		assert.Equal(t, want, sum(t, ms, name, nil), name)
 	}
-	secs, ok := ms[observability.MetricSequencerBacklogSeconds].Data.(metricdata.Gauge[float64])
+	secs, ok := ms[obsname.MetricSequencerBacklogSeconds].Data.(metricdata.Gauge[float64])
 	require.True(t, ok)
 	require.Len(t, secs.DataPoints, 1)
 	assert.InDelta(t, 12.5, secs.DataPoints[0].Value, 1e-9)
 
 	status = observability.SequencerStatus{Batch: 5000, Timeouts: 3, Resets: 1}
 	ms = h.collect(t)
-	assert.Zero(t, sum(t, ms, observability.MetricSequencerStuck, nil), "recovered")
-	assert.Zero(t, sum(t, ms, observability.MetricSequencerFailing, nil))
+	assert.Zero(t, sum(t, ms, obsname.MetricSequencerStuck, nil), "recovered")
+	assert.Zero(t, sum(t, ms, obsname.MetricSequencerFailing, nil))
 
 	unregister()
 	ms = h.collect(t)
-	_, has := ms[observability.MetricSequencerBatch]
+	_, has := ms[obsname.MetricSequencerBatch]
 	assert.False(t, has, "unregistered: gone")
 
 	var nilTel *observability.Telemetry

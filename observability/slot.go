@@ -1,6 +1,10 @@
 package observability
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/kumi-run/kumi/internal/obsname"
+)
 
 // slotSize is the store's slot width: a slot is generation × slotSize +
 // bucket (eventsource.Slot; TestSlotSplitIsTheStores holds the two
@@ -17,7 +21,7 @@ func slotBucket(slot int) int { return slot % slotSize }
 // bucketAttrs are a slot's attributes: its generation and its bucket.
 func bucketAttrs(slot int) []attribute.KeyValue {
 	return []attribute.KeyValue{
-		attribute.Int(AttrGeneration, slotGeneration(slot)),
-		attribute.Int(AttrBucket, slotBucket(slot)),
+		attribute.Int(obsname.AttrGeneration, slotGeneration(slot)),
+		attribute.Int(obsname.AttrBucket, slotBucket(slot)),
 	}
 }

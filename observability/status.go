@@ -7,6 +7,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // SubscriptionStatus is one coordinator's view of its subscription: what
@@ -152,13 +154,13 @@ func (t *Telemetry) Status() []SubscriptionStatus {
 func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
 	for _, s := range t.Status() {
 		o.ObserveInt64(t.inst.bucketsOwned, int64(len(s.Owned)), metric.WithAttributes(
-			attribute.String(AttrSubscription, s.Subscription),
-			attribute.String(AttrWorker, s.Worker)))
+			attribute.String(obsname.AttrSubscription, s.Subscription),
+			attribute.String(obsname.AttrWorker, s.Worker)))
 		for _, b := range s.Owned {
 			opt := metric.WithAttributeSet(attribute.NewSet(
-				attribute.String(AttrSubscription, s.Subscription),
-				attribute.Int(AttrGeneration, b.Generation),
-				attribute.Int(AttrBucket, b.Bucket)))
+				attribute.String(obsname.AttrSubscription, s.Subscription),
+				attribute.Int(obsname.AttrGeneration, b.Generation),
+				attribute.Int(obsname.AttrBucket, b.Bucket)))
 			o.ObserveInt64(t.inst.lagEvents, b.LagEvents, opt)
 			o.ObserveFloat64(t.inst.lagSeconds, b.LagSeconds, opt)
 			o.ObserveInt64(t.inst.queueDepth, int64(b.QueueDepth), opt)

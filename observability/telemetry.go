@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kumi-run/kumi/internal/obsname"
 )
 
 // Options configures New. Every field is optional.
@@ -77,9 +79,9 @@ func New(o Options) *Telemetry {
 		lg = slog.Default()
 	}
 	t := &Telemetry{
-		tracer:  tp.Tracer(ScopeName),
+		tracer:  tp.Tracer(obsname.ScopeName),
 		unset:   unset,
-		meter:   mp.Meter(ScopeName),
+		meter:   mp.Meter(obsname.ScopeName),
 		logger:  lg,
 		sources: map[uint64]func() SubscriptionStatus{},
 	}
@@ -142,7 +144,7 @@ func (t *Telemetry) Logger() *slog.Logger {
 	return t.logger
 }
 
-// instruments are kumi's metric instruments; see names.go for each.
+// instruments are kumi's metric instruments; see internal/obsname for each name.
 type instruments struct {
 	bucketsOwned metric.Int64ObservableGauge
 	lagEvents    metric.Int64ObservableGauge
@@ -191,7 +193,7 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		return c
 	}
 	histogram := func(name, desc string) metric.Float64Histogram {
-		h, err := m.Float64Histogram(name, metric.WithUnit(UnitSeconds), metric.WithDescription(desc),
+		h, err := m.Float64Histogram(name, metric.WithUnit(obsname.UnitSeconds), metric.WithDescription(desc),
 			metric.WithExplicitBucketBoundaries(durationBuckets...))
 		errs = append(errs, err)
 		return h
@@ -202,36 +204,36 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		return g
 	}
 	var err error
-	i.bucketsOwned = gauge(MetricBucketsOwned, UnitBucket, "Buckets this worker owns, per subscription.")
-	i.lagEvents = gauge(MetricLagEvents, UnitEvent, "Events past the bucket's checkpoint.")
-	i.lagSeconds, err = m.Float64ObservableGauge(MetricLagSeconds, metric.WithUnit(UnitSeconds),
+	i.bucketsOwned = gauge(obsname.MetricBucketsOwned, obsname.UnitBucket, "Buckets this worker owns, per subscription.")
+	i.lagEvents = gauge(obsname.MetricLagEvents, obsname.UnitEvent, "Events past the bucket's checkpoint.")
+	i.lagSeconds, err = m.Float64ObservableGauge(obsname.MetricLagSeconds, metric.WithUnit(obsname.UnitSeconds),
 		metric.WithDescription("Age of the oldest event past the bucket's checkpoint (0 when caught up)."))
 	errs = append(errs, err)
-	i.queueDepth = gauge(MetricQueueDepth, UnitBatch, "Live batches waiting in the bucket reader's queue (kumi.queue.bytes: their bytes).")
-	i.queueBytes = gauge(MetricQueueBytes, UnitBytes, "Bytes waiting in the bucket reader's queue (bounded by GroupOptions.QueueBytes).")
+	i.queueDepth = gauge(obsname.MetricQueueDepth, obsname.UnitBatch, "Live batches waiting in the bucket reader's queue (kumi.queue.bytes: their bytes).")
+	i.queueBytes = gauge(obsname.MetricQueueBytes, obsname.UnitBytes, "Bytes waiting in the bucket reader's queue (bounded by GroupOptions.QueueBytes).")
 
-	i.overflows = counter(MetricQueueOverflows, UnitOverflow, "Reader queue overflows, per policy.")
-	i.dropped = counter(MetricQueueDropped, UnitBatch, "Live batches dropped from reader queues by overflows, pauses and DropOldest evictions (the readers re-read them).")
+	i.overflows = counter(obsname.MetricQueueOverflows, obsname.UnitOverflow, "Reader queue overflows, per policy.")
+	i.dropped = counter(obsname.MetricQueueDropped, obsname.UnitBatch, "Live batches dropped from reader queues by overflows, pauses and DropOldest evictions (the readers re-read them).")
 
-	i.delivered = counter(MetricEventsDelivered, UnitEvent, "Deliveries to the handler (every attempt).")
-	i.acked = counter(MetricEventsAcked, UnitEvent, "Deliveries the handler acknowledged.")
-	i.retried = counter(MetricEventsRetried, UnitEvent, "Deliveries to be retried (retry, panic, timeout).")
-	i.deadLettered = counter(MetricEventsDeadLettered, UnitEvent, "Events written to the dead-letter table.")
-	i.handlerDur = histogram(MetricHandlerDuration, "Time from delivery to the handler's reply.")
+	i.delivered = counter(obsname.MetricEventsDelivered, obsname.UnitEvent, "Deliveries to the handler (every attempt).")
+	i.acked = counter(obsname.MetricEventsAcked, obsname.UnitEvent, "Deliveries the handler acknowledged.")
+	i.retried = counter(obsname.MetricEventsRetried, obsname.UnitEvent, "Deliveries to be retried (retry, panic, timeout).")
+	i.deadLettered = counter(obsname.MetricEventsDeadLettered, obsname.UnitEvent, "Events written to the dead-letter table.")
+	i.handlerDur = histogram(obsname.MetricHandlerDuration, "Time from delivery to the handler's reply.")
 
-	i.ownership = counter(MetricOwnershipChanges, UnitChange, "Ownership changes, per kind.")
-	i.leaseOps = counter(MetricLeaseOperations, UnitOperation, "Lease-store operations, per operation and outcome.")
-	i.leaseDur = histogram(MetricLeaseDuration, "Lease-store operation latency.")
-	i.passesLate = counter(MetricLeasePassesLate, UnitPass, "Lease passes that ran late: longer than the heartbeat, or more than two heartbeats after the last good one.")
-	i.rebalances = counter(MetricRebalances, UnitRebalance, "Reconcile passes that changed this worker's set of buckets.")
-	i.reconcileDur = histogram(MetricReconcileDuration, "Reconcile pass duration.")
+	i.ownership = counter(obsname.MetricOwnershipChanges, obsname.UnitChange, "Ownership changes, per kind.")
+	i.leaseOps = counter(obsname.MetricLeaseOperations, obsname.UnitOperation, "Lease-store operations, per operation and outcome.")
+	i.leaseDur = histogram(obsname.MetricLeaseDuration, "Lease-store operation latency.")
+	i.passesLate = counter(obsname.MetricLeasePassesLate, obsname.UnitPass, "Lease passes that ran late: longer than the heartbeat, or more than two heartbeats after the last good one.")
+	i.rebalances = counter(obsname.MetricRebalances, obsname.UnitRebalance, "Reconcile passes that changed this worker's set of buckets.")
+	i.reconcileDur = histogram(obsname.MetricReconcileDuration, "Reconcile pass duration.")
 
-	i.fetchDur = histogram(MetricFetchDuration, "Event-store reads by the publisher and by catching-up readers.")
-	i.fetchEvents = counter(MetricFetchEvents, UnitEvent, "Events read by the publisher and by catching-up readers.")
+	i.fetchDur = histogram(obsname.MetricFetchDuration, "Event-store reads by the publisher and by catching-up readers.")
+	i.fetchEvents = counter(obsname.MetricFetchEvents, obsname.UnitEvent, "Events read by the publisher and by catching-up readers.")
 
-	i.reconnects = counter(MetricNotifierReconnects, UnitReconnect, "Reconnects of the notifier's LISTEN connection.")
-	i.decisions = counter(MetricSupervisionDecision, UnitDecision, "Supervision decisions, per actor kind and directive.")
-	i.restarts = counter(MetricSupervisionRestarts, UnitRestart, "Actor restarts decided by supervision.")
+	i.reconnects = counter(obsname.MetricNotifierReconnects, obsname.UnitReconnect, "Reconnects of the notifier's LISTEN connection.")
+	i.decisions = counter(obsname.MetricSupervisionDecision, obsname.UnitDecision, "Supervision decisions, per actor kind and directive.")
+	i.restarts = counter(obsname.MetricSupervisionRestarts, obsname.UnitRestart, "Actor restarts decided by supervision.")
 	return i, errors.Join(errs...)
 }
 
@@ -268,19 +270,19 @@ func (t *Telemetry) measure(k measureKey) *measure {
 	var kv []attribute.KeyValue
 	switch k.kind {
 	case measureBucket:
-		kv = append([]attribute.KeyValue{attribute.String(AttrSubscription, k.sub)}, bucketAttrs(k.bucket)...)
+		kv = append([]attribute.KeyValue{attribute.String(obsname.AttrSubscription, k.sub)}, bucketAttrs(k.bucket)...)
 	case measureHandler:
-		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrOutcome, k.s)}
+		kv = []attribute.KeyValue{attribute.String(obsname.AttrSubscription, k.sub), attribute.String(obsname.AttrOutcome, k.s)}
 	case measureRetry:
-		kv = append([]attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrOutcome, k.s)}, bucketAttrs(k.bucket)...)
+		kv = append([]attribute.KeyValue{attribute.String(obsname.AttrSubscription, k.sub), attribute.String(obsname.AttrOutcome, k.s)}, bucketAttrs(k.bucket)...)
 	case measureOverflow:
-		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrPolicy, k.s)}
+		kv = []attribute.KeyValue{attribute.String(obsname.AttrSubscription, k.sub), attribute.String(obsname.AttrPolicy, k.s)}
 	case measureFetch:
-		kv = []attribute.KeyValue{attribute.String(AttrSource, k.sub), attribute.String(AttrOutcome, k.s)}
+		kv = []attribute.KeyValue{attribute.String(obsname.AttrSource, k.sub), attribute.String(obsname.AttrOutcome, k.s)}
 	case measureFetchCount:
-		kv = []attribute.KeyValue{attribute.String(AttrSource, k.sub)}
+		kv = []attribute.KeyValue{attribute.String(obsname.AttrSource, k.sub)}
 	case measureOwnershipKind:
-		kv = []attribute.KeyValue{attribute.String(AttrSubscription, k.sub), attribute.String(AttrChange, k.s)}
+		kv = []attribute.KeyValue{attribute.String(obsname.AttrSubscription, k.sub), attribute.String(obsname.AttrChange, k.s)}
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kv...))
 	m, _ := t.cache.LoadOrStore(k, &measure{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}})
@@ -296,7 +298,7 @@ func recording(ctx context.Context) (trace.Span, bool) {
 
 func outcomeOf(err error) string {
 	if err != nil {
-		return OutcomeError
+		return obsname.OutcomeError
 	}
-	return OutcomeOK
+	return obsname.OutcomeOK
 }

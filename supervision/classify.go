@@ -9,8 +9,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/kumi-run/kumi/eventsource"
 )
 
@@ -146,46 +146,4 @@ func classifySQLState(code string) Class {
 		return Config
 	}
 	return Unknown
-}
-
-// ReasonError turns a failure reason — the value a failed actor panicked
-// with — into an error: an error is returned as is, a string becomes an
-// error with that text, and anything else is formatted with %v. A nil
-// reason gives nil.
-func ReasonError(reason any) error {
-	switch r := reason.(type) {
-	case nil:
-		return nil
-	case error:
-		return r
-	case string:
-		return errors.New(r)
-	default:
-		return fmt.Errorf("%v", r)
-	}
-}
-
-// Decider chooses what to do about a failed child: it classifies the
-// failure reason and returns the class with a directive. The strategy then
-// applies its retry budget and backoff to a Restart.
-type Decider func(reason any) (Class, actor.Directive)
-
-// DefaultDecider classifies reason with [Classify] and returns the
-// directive [DirectiveFor] gives its class.
-func DefaultDecider(reason any) (Class, actor.Directive) {
-	c := Classify(ReasonError(reason))
-	return c, DirectiveFor(c)
-}
-
-// DirectiveFor returns kumi's directive for a class: Stop for [FenceLost]
-// and [Permanent], Escalate for [Config], Restart (with backoff) for
-// [Transient] and [Unknown].
-func DirectiveFor(c Class) actor.Directive {
-	switch c {
-	case FenceLost, Permanent:
-		return actor.StopDirective
-	case Config:
-		return actor.EscalateDirective
-	}
-	return actor.RestartDirective
 }

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/kumierr"
@@ -76,34 +76,6 @@ func TestClassify(t *testing.T) {
 				t.Errorf("Classify(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
-	}
-}
-
-func TestDefaultDecider(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		reason any
-		class  Class
-		dir    actor.Directive
-	}{
-		{pg("40001"), Transient, actor.RestartDirective},
-		{eventsource.ErrFenceLost, FenceLost, actor.StopDirective},
-		{&kumierr.ConfigError{Field: "X", Reason: "bad"}, Config, actor.EscalateDirective},
-		{marker{permanent: true}, Permanent, actor.StopDirective},
-		{"a string panic", Unknown, actor.RestartDirective},
-		{42, Unknown, actor.RestartDirective},
-	} {
-		if c, d := DefaultDecider(tc.reason); c != tc.class || d != tc.dir {
-			t.Errorf("DefaultDecider(%v) = %v, %v; want %v, %v", tc.reason, c, d, tc.class, tc.dir)
-		}
-	}
-}
-
-func TestReasonError(t *testing.T) {
-	t.Parallel()
-	err := errors.New("x")
-	if ReasonError(nil) != nil || ReasonError(err) != err || ReasonError("s").Error() != "s" || ReasonError(7).Error() != "7" {
-		t.Error("ReasonError")
 	}
 }
 

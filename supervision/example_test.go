@@ -1,15 +1,14 @@
 package supervision_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/kumierr"
 	"github.com/kumi-run/kumi/supervision"
@@ -23,15 +22,14 @@ func ExampleClassify() {
 		&kumierr.ConfigError{Field: "actors.GroupOptions.Buckets", Value: 0, Reason: "must be at least 1"},
 		errors.New("who knows"),
 	} {
-		c := supervision.Classify(err)
-		fmt.Println(c, supervision.DirectiveFor(c))
+		fmt.Println(supervision.Classify(err))
 	}
 	// Output:
-	// transient RestartDirective
-	// transient RestartDirective
-	// fence_lost StopDirective
-	// config EscalateDirective
-	// unknown RestartDirective
+	// transient
+	// transient
+	// fence_lost
+	// config
+	// unknown
 }
 
 func ExampleBackoff() {
@@ -49,76 +47,21 @@ func ExampleBackoff() {
 	// true
 }
 
-// A custom decider: shutting down is not worth a restart.
-func ExampleDecider() {
-	decider := supervision.Decider(func(reason any) (supervision.Class, actor.Directive) {
-		if errors.Is(supervision.ReasonError(reason), context.Canceled) {
-			return supervision.Permanent, actor.StopDirective
-		}
-		return supervision.DefaultDecider(reason)
-	})
-	fmt.Println(decider(context.Canceled))
-	fmt.Println(decider(&pgconn.PgError{Code: "57P01"}))
+// An observer for actors.RuntimeOptions.Supervision: decisions logged at
+// Debug, and the ones that stop a child counted.
+func ExampleObservers() {
+	stops := 0
+	obs := supervision.Observers(
+		supervision.LogObserver(nil), // Debug logs, for operators
+		supervision.ObserverFunc(func(d supervision.Decision) {
+			if d.Directive == actor.StopDirective {
+				stops++
+			}
+		}),
+	)
+	obs.Observe(supervision.Decision{Class: supervision.FenceLost, Directive: actor.StopDirective})
+	obs.Observe(supervision.Decision{Class: supervision.Transient, Directive: actor.RestartDirective, Attempt: 1})
+	fmt.Println("stops:", stops)
 	// Output:
-	// permanent StopDirective
-	// transient RestartDirective
-}
-
-// A parent supervises its child one-for-one: a transient database error
-// restarts the child after a backoff, a lost fence stops it.
-func ExampleOneForOne() {
-	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.DiscardHandler) // protoactor logs every recovery at Info
-	}))
-	defer sys.Shutdown()
-
-	decisions := make(chan supervision.Decision, 4)
-	strategy, err := supervision.OneForOne(supervision.Options{
-		MaxRestarts: 5,
-		Window:      time.Minute,
-		Backoff:     supervision.Backoff{Initial: 10 * time.Millisecond, Max: time.Second},
-		Observer: supervision.Observers(
-			supervision.LogObserver(nil), // Debug logs, for operators
-			supervision.ObserverFunc(func(d supervision.Decision) { decisions <- d }),
-		),
-	})
-	if err != nil {
-		panic(err)
-	}
-	defer strategy.Close()
-
-	started := make(chan *actor.PID, 4)
-	reader := actor.PropsFromFunc(func(ctx actor.Context) {
-		switch msg := ctx.Message().(type) {
-		case *actor.Started:
-			started <- ctx.Self()
-		case error:
-			panic(msg) // a BucketReader fails by panicking with the error
-		}
-	})
-	stopped := make(chan struct{})
-	coordinator := actor.PropsFromFunc(func(ctx actor.Context) {
-		switch ctx.Message().(type) {
-		case *actor.Started:
-			ctx.Spawn(reader)
-		case *actor.Terminated:
-			close(stopped)
-		}
-	}, actor.WithSupervisor(strategy))
-	pid := sys.Root.Spawn(coordinator)
-	defer func() { _ = sys.Root.StopFuture(pid).Wait() }()
-
-	child := <-started
-	sys.Root.Send(child, error(&pgconn.PgError{Code: "40001"}))
-	d := <-decisions
-	fmt.Println(d.Class, d.Directive, "attempt", d.Attempt, "within backoff:", d.Delay <= 10*time.Millisecond)
-	<-started // restarted
-
-	sys.Root.Send(child, fmt.Errorf("renew: %w", eventsource.ErrFenceLost))
-	d = <-decisions
-	fmt.Println(d.Class, d.Directive)
-	<-stopped
-	// Output:
-	// transient RestartDirective attempt 1 within backoff: true
-	// fence_lost StopDirective
+	// stops: 1
 }

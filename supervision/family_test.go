@@ -11,6 +11,7 @@ import (
 	"github.com/kumi-run/kumi/internal/inspect"
 	"github.com/kumi-run/kumi/internal/migrate"
 	"github.com/kumi-run/kumi/internal/overflow"
+	"github.com/kumi-run/kumi/internal/supervisor"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -59,7 +60,7 @@ func TestEveryConfigErrorClassifiesAsConfig(t *testing.T) {
 					t.Errorf("Classify(%v) = %v, want %v", err, got, supervision.Config)
 				}
 			}
-			if c, d := supervision.DefaultDecider(tc.err); c != supervision.Config || d != supervision.DirectiveFor(supervision.Config) {
+			if c, d := supervisor.DefaultDecider(tc.err); c != supervision.Config || d != supervisor.DirectiveFor(supervision.Config) {
 				t.Errorf("DefaultDecider(%v) = %v, %v", tc.err, c, d)
 			}
 		})

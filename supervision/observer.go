@@ -8,7 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 )
 
-// Decision is what a [Strategy] decided about one failure. Logs, metrics
+// Decision is what a supervisor strategy decided about one failure. Logs, metrics
 // and traces hook in through an [Observer].
 type Decision struct {
 	// Strategy is "one_for_one" or "all_for_one".
@@ -31,7 +31,7 @@ type Decision struct {
 	// Exhausted reports that the retry budget ran out: Directive is then
 	// the strategy's exhaustion directive instead of Restart.
 	Exhausted bool
-	// Reason is the failure, as an error (see [ReasonError]).
+	// Reason is the failure, as an error (a string or other panic value becomes an error with its text).
 	Reason error
 	// Time is when the decision was made.
 	Time time.Time
@@ -39,7 +39,7 @@ type Decision struct {
 
 // Observer receives every [Decision], before the decision is carried out,
 // on the goroutine of the supervisor that made it (for a guardian, of the
-// failed actor). A [Strategy] shared by several supervisors calls it
+// failed actor). A strategy shared by several supervisors calls it
 // concurrently. It must be quick, must not block and must be safe for
 // concurrent use.
 type Observer interface {
@@ -75,7 +75,7 @@ func (m multiObserver) Observe(d Decision) {
 // LogObserver returns an [Observer] that logs each decision at Debug — so
 // kumi is quiet by default — as "kumi supervision decision" with the
 // decision's fields as attributes. A nil logger means [slog.Default].
-// It is the default observer of [Options].
+// It is the default observer of kumi's strategies.
 func LogObserver(logger *slog.Logger) Observer {
 	return ObserverFunc(func(d Decision) {
 		l := logger

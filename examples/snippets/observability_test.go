@@ -15,9 +15,9 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/jaegertest"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/observability"
-	"github.com/kumi-run/kumi/observability/jaegertest"
 	"github.com/kumi-run/kumi/observability/otelsetup"
 )
 

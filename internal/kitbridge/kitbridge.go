@@ -14,6 +14,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/supervisor"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
 )
@@ -62,7 +63,7 @@ type BatchMeaning struct {
 var (
 	// Props returns the user's handler props with kumi's middleware
 	// (panic reporter, reply tagger, probe answerer) and the supervisor.
-	Props func(user *actor.Props, supervisor *supervision.Strategy) *actor.Props
+	Props func(user *actor.Props, supervisor *supervisor.Strategy) *actor.Props
 	// Deliver makes the *actors.Delivery (or *actors.Batch) m describes,
 	// with a fresh id, and returns it and its id.
 	Deliver func(m Message) (msg any, id uint64)

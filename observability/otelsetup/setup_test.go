@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/internal/leaktest"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/observability/otelsetup"
 )
@@ -130,7 +131,7 @@ func TestSetupExportsOTLPHTTPFromEnv(t *testing.T) {
 	// Protobuf keeps strings verbatim.
 	assert.Contains(t, string(body), "kumi.lease.claim")
 	assert.Contains(t, string(body), "kumi-setup-test")
-	assert.Contains(t, string(body), observability.ScopeName)
+	assert.Contains(t, string(body), obsname.ScopeName)
 }
 
 // Without a collector, KUMI_TRACES_FILE appends every span to a file as a

@@ -21,10 +21,11 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/jaegertest"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
-	"github.com/kumi-run/kumi/observability/jaegertest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -129,35 +130,35 @@ func TestJaegerSeesOwnershipChangesAndJoinedDeliveries(t *testing.T) {
 	require.NoError(t, ptp.ForceFlush(ctx))
 
 	hasOwnership := func(s jaegertest.Span) bool {
-		return s.HasTag(observability.AttrBucket) && s.HasTag(observability.AttrWorker) && s.HasTag(observability.AttrEpoch)
+		return s.HasTag(obsname.AttrBucket) && s.HasTag(obsname.AttrWorker) && s.HasTag(obsname.AttrEpoch)
 	}
 	spansB, err := jaegertest.WaitForSpans(ctx, base, svcB, func(spans []jaegertest.Span) bool {
-		return len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseHandoffTake), hasOwnership)) > 0 &&
-			len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseSteal), hasOwnership)) > 0
+		return len(jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanLeaseHandoffTake), hasOwnership)) > 0 &&
+			len(jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanLeaseSteal), hasOwnership)) > 0
 	}, jaegertest.Lookback(time.Hour), jaegertest.WithClient(client))
 	require.NoError(t, err, "b's handoff.take and steal spans reach Jaeger")
-	steal := jaegertest.Filter(spansB, jaegertest.Operation(observability.SpanLeaseSteal))[0]
-	require.Equal(t, "lease_expired", steal.Tag(observability.AttrEvidence))
-	require.Equal(t, "a-"+run, steal.Tag(observability.AttrPeer))
+	steal := jaegertest.Filter(spansB, jaegertest.Operation(obsname.SpanLeaseSteal))[0]
+	require.Equal(t, "lease_expired", steal.Tag(obsname.AttrEvidence))
+	require.Equal(t, "a-"+run, steal.Tag(obsname.AttrPeer))
 
 	_, err = jaegertest.WaitForSpans(ctx, base, svcA, func(spans []jaegertest.Span) bool {
-		return len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseHandoffGive), hasOwnership)) > 0 &&
-			len(jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseClaim), hasOwnership)) > 0
+		return len(jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanLeaseHandoffGive), hasOwnership)) > 0 &&
+			len(jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanLeaseClaim), hasOwnership)) > 0
 	}, jaegertest.Lookback(time.Hour), jaegertest.WithClient(client))
 	require.NoError(t, err, "a's claim and handoff.give spans reach Jaeger")
 
 	// The delivery span (from a or b) is in the producer's trace.
 	var deliver jaegertest.Span
 	for _, svc := range []string{svcA, svcB} {
-		spans, err := jaegertest.QuerySpans(ctx, base, svc, jaegertest.WithOperation(observability.SpanDeliver), jaegertest.Lookback(time.Hour), jaegertest.WithClient(client))
+		spans, err := jaegertest.QuerySpans(ctx, base, svc, jaegertest.WithOperation(obsname.SpanDeliver), jaegertest.Lookback(time.Hour), jaegertest.WithClient(client))
 		require.NoError(t, err)
-		for _, s := range jaegertest.Filter(spans, jaegertest.Tagged(observability.AttrMessagingMessageID, res.IDs[0].String())) {
+		for _, s := range jaegertest.Filter(spans, jaegertest.Tagged(obsname.AttrMessagingMessageID, res.IDs[0].String())) {
 			deliver = s
 		}
 	}
 	require.Equal(t, appendTrace, deliver.TraceID, "the delivery joined the producer's trace: %+v", deliver)
 	require.Equal(t, appendSpan, deliver.ParentSpanID)
-	fmt.Printf("jaeger: %s handoff.take, steal (evidence %s), delivery in trace %s\n", svcB, steal.Tag(observability.AttrEvidence), deliver.TraceID)
+	fmt.Printf("jaeger: %s handoff.take, steal (evidence %s), delivery in trace %s\n", svcB, steal.Tag(obsname.AttrEvidence), deliver.TraceID)
 	ctxStop, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelStop()
 	require.NoError(t, b.rt.Stop(ctxStop))

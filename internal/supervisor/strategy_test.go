@@ -1,4 +1,4 @@
-package supervision
+package supervisor
 
 import (
 	"errors"
@@ -8,8 +8,10 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/kumierr"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 var (
@@ -20,9 +22,9 @@ var (
 
 // fast restarts in a millisecond or two, without jitter, so delays can be
 // checked exactly.
-var fast = Backoff{Initial: time.Millisecond, Max: time.Second, Jitter: NoJitter}
+var fast = supervision.Backoff{Initial: time.Millisecond, Max: time.Second, Jitter: supervision.NoJitter}
 
-func checkDecision(t *testing.T, d Decision, class Class, directive actor.Directive, attempt int) {
+func checkDecision(t *testing.T, d supervision.Decision, class supervision.Class, directive actor.Directive, attempt int) {
 	t.Helper()
 	if d.Class != class || d.Directive != directive || d.Attempt != attempt {
 		t.Fatalf("decision %v/%v attempt %d, want %v/%v attempt %d (%+v)",
@@ -41,7 +43,7 @@ func TestOneForOne(t *testing.T) {
 			failed := time.Now()
 			tr.fail(0, errTransient)
 			d := recv(t, tr.decisions, "a decision")
-			checkDecision(t, d, Transient, actor.RestartDirective, attempt)
+			checkDecision(t, d, supervision.Transient, actor.RestartDirective, attempt)
 			if want := time.Millisecond << (attempt - 1); d.Delay != want || d.Delay <= last {
 				t.Fatalf("attempt %d waits %v, want %v", attempt, d.Delay, want)
 			}
@@ -74,7 +76,7 @@ func TestOneForOne(t *testing.T) {
 		for round := 1; round <= 4; round++ {
 			tr.fail(0, errTransient)
 			d := recv(t, tr.decisions, "a decision")
-			checkDecision(t, d, Transient, actor.RestartDirective, 1)
+			checkDecision(t, d, supervision.Transient, actor.RestartDirective, 1)
 			if d.Delay != fast.Initial {
 				t.Fatalf("round %d waits %v, want the first delay, %v", round, d.Delay, fast.Initial)
 			}
@@ -85,7 +87,7 @@ func TestOneForOne(t *testing.T) {
 		// Another child's success does not reset c1's count.
 		for attempt := 1; attempt <= 2; attempt++ {
 			tr.fail(1, errTransient)
-			checkDecision(t, recv(t, tr.decisions, "a decision"), Transient, actor.RestartDirective, attempt)
+			checkDecision(t, recv(t, tr.decisions, "a decision"), supervision.Transient, actor.RestartDirective, attempt)
 			tr.waitEvent(t, "started", "c1")
 			tr.succeed(0)
 			tr.waitEvent(t, "succeeded", "c0")
@@ -96,7 +98,7 @@ func TestOneForOne(t *testing.T) {
 		t.Parallel()
 		tr, _ := newTree(t, OneForOne, Options{Backoff: fast}, 2)
 		tr.fail(1, errFence)
-		checkDecision(t, recv(t, tr.decisions, "a decision"), FenceLost, actor.StopDirective, 0)
+		checkDecision(t, recv(t, tr.decisions, "a decision"), supervision.FenceLost, actor.StopDirective, 0)
 		tr.waitEvent(t, "stopped", "c1")
 		tr.waitEvent(t, "terminated", "c1")
 	})
@@ -106,7 +108,7 @@ func TestOneForOne(t *testing.T) {
 		tr, _ := newTree(t, OneForOne, Options{Backoff: fast}, 1)
 		tr.fail(0, errConfig)
 		d := recv(t, tr.decisions, "a decision")
-		checkDecision(t, d, Config, actor.EscalateDirective, 0)
+		checkDecision(t, d, supervision.Config, actor.EscalateDirective, 0)
 		if len(d.Targets) != 0 {
 			t.Fatalf("targets %v", d.Targets)
 		}
@@ -123,12 +125,12 @@ func TestOneForOne(t *testing.T) {
 		tr, _ := newTree(t, OneForOne, Options{Backoff: fast, MaxRestarts: 2}, 1)
 		for attempt := 1; attempt <= 2; attempt++ {
 			tr.fail(0, errTransient)
-			checkDecision(t, recv(t, tr.decisions, "a decision"), Transient, actor.RestartDirective, attempt)
+			checkDecision(t, recv(t, tr.decisions, "a decision"), supervision.Transient, actor.RestartDirective, attempt)
 			tr.waitEvent(t, "started", "c0")
 		}
 		tr.fail(0, errors.New("something else"))
 		d := recv(t, tr.decisions, "the last decision")
-		checkDecision(t, d, Unknown, actor.StopDirective, 3)
+		checkDecision(t, d, supervision.Unknown, actor.StopDirective, 3)
 		if !d.Exhausted || d.Delay != 0 {
 			t.Fatalf("decision %+v", d)
 		}
@@ -143,7 +145,7 @@ func TestOneForOne(t *testing.T) {
 		tr.waitEvent(t, "started", "c0")
 		tr.fail(0, errTransient)
 		d := recv(t, tr.decisions, "the last decision")
-		checkDecision(t, d, Transient, actor.EscalateDirective, 2)
+		checkDecision(t, d, supervision.Transient, actor.EscalateDirective, 2)
 		if esc := recv(t, tr.escalated, "the escalation"); !esc.who.Equal(tr.parent) {
 			t.Fatalf("escalated %+v", esc)
 		}
@@ -151,7 +153,7 @@ func TestOneForOne(t *testing.T) {
 
 	t.Run("KeepsTheSupervisorResponsiveWhileARestartWaits", func(t *testing.T) {
 		t.Parallel()
-		tr, s := newTree(t, OneForOne, Options{Backoff: Backoff{Initial: time.Hour, Jitter: NoJitter}}, 2)
+		tr, s := newTree(t, OneForOne, Options{Backoff: supervision.Backoff{Initial: time.Hour, Jitter: supervision.NoJitter}}, 2)
 		tr.fail(0, errTransient)
 		if d := recv(t, tr.decisions, "a decision"); d.Delay != time.Hour {
 			t.Fatalf("delay %v", d.Delay)
@@ -178,9 +180,9 @@ func TestOneForOne(t *testing.T) {
 	t.Run("SupervisesATopLevelActorAsGuardian", func(t *testing.T) {
 		t.Parallel()
 		sys := newSystem(t)
-		decisions := make(chan Decision, 8)
+		decisions := make(chan supervision.Decision, 8)
 		started := make(chan int, 8)
-		s, err := OneForOne(Options{Backoff: fast, Observer: ObserverFunc(func(d Decision) { decisions <- d })})
+		s, err := OneForOne(Options{Backoff: fast, Observer: supervision.ObserverFunc(func(d supervision.Decision) { decisions <- d })})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +202,7 @@ func TestOneForOne(t *testing.T) {
 		recv(t, started, "the start")
 		sys.Root.Send(pid, fail{errTransient})
 		d := recv(t, decisions, "a decision")
-		checkDecision(t, d, Transient, actor.RestartDirective, 1)
+		checkDecision(t, d, supervision.Transient, actor.RestartDirective, 1)
 		if d.Supervisor != "" {
 			t.Fatalf("supervisor %q", d.Supervisor)
 		}
@@ -223,7 +225,7 @@ func TestAllForOne(t *testing.T) {
 		tr, _ := newTree(t, AllForOne, Options{Backoff: fast}, 3)
 		tr.fail(1, errTransient)
 		d := recv(t, tr.decisions, "a decision")
-		checkDecision(t, d, Transient, actor.RestartDirective, 1)
+		checkDecision(t, d, supervision.Transient, actor.RestartDirective, 1)
 		if len(d.Targets) != 3 || d.Strategy != "all_for_one" {
 			t.Fatalf("decision %+v", d)
 		}
@@ -239,13 +241,13 @@ func TestAllForOne(t *testing.T) {
 		t.Parallel()
 		tr, _ := newTree(t, AllForOne, Options{Backoff: fast}, 3)
 		tr.fail(2, errFence)
-		checkDecision(t, recv(t, tr.decisions, "a decision"), FenceLost, actor.StopDirective, 0)
+		checkDecision(t, recv(t, tr.decisions, "a decision"), supervision.FenceLost, actor.StopDirective, 0)
 		tr.waitEvents(t, "terminated", "c0", "c1", "c2")
 	})
 
 	t.Run("SiblingsFailingDuringTheDelayJoinOneRestart", func(t *testing.T) {
 		t.Parallel()
-		tr, s := newTree(t, AllForOne, Options{Backoff: Backoff{Initial: time.Hour, Jitter: NoJitter}}, 2)
+		tr, s := newTree(t, AllForOne, Options{Backoff: supervision.Backoff{Initial: time.Hour, Jitter: supervision.NoJitter}}, 2)
 		tr.fail(0, errTransient)
 		first := recv(t, tr.decisions, "a decision")
 		tr.fail(1, errTransient)
@@ -263,19 +265,19 @@ func TestOptions(t *testing.T) {
 		opts  Options
 		field string
 	}{
-		{Options{MaxRestarts: -1}, "supervision.Options.MaxRestarts"},
-		{Options{Window: -time.Second}, "supervision.Options.Window"},
-		{Options{Exhausted: 5}, "supervision.Options.Exhausted"},
-		{Options{Backoff: Backoff{Multiplier: 0.5}}, "supervision.Options.Backoff.Multiplier"},
+		{Options{MaxRestarts: -1}, "supervisor.Options.MaxRestarts"},
+		{Options{Window: -time.Second}, "supervisor.Options.Window"},
+		{Options{Exhausted: 5}, "supervisor.Options.Exhausted"},
+		{Options{Backoff: supervision.Backoff{Multiplier: 0.5}}, "supervisor.Options.Backoff.Multiplier"},
 	} {
 		_, err := OneForOne(tc.opts)
 		var ce *kumierr.ConfigError
-		if !errors.As(err, &ce) || ce.Field != tc.field || Classify(err) != Config {
+		if !errors.As(err, &ce) || ce.Field != tc.field || supervision.Classify(err) != supervision.Config {
 			t.Errorf("OneForOne(%+v) = %v, want a ConfigError naming %s", tc.opts, err, tc.field)
 		}
 	}
 	o := Options{}.WithDefaults()
-	if o.MaxRestarts != MaxRestartsDefault || o.Window != WindowDefault || o.Decider == nil || o.Observer == nil || o.Backoff.Initial != InitialDefault {
+	if o.MaxRestarts != MaxRestartsDefault || o.Window != WindowDefault || o.Decider == nil || o.Observer == nil || o.Backoff.Initial != supervision.InitialDefault {
 		t.Errorf("defaults %+v", o)
 	}
 }

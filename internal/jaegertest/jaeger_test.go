@@ -21,8 +21,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/jaegertest"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/observability"
-	"github.com/kumi-run/kumi/observability/jaegertest"
 )
 
 // TestRealJaeger exports kumi spans over OTLP/HTTP to a running Jaeger and
@@ -73,43 +74,43 @@ func TestRealJaeger(t *testing.T) {
 	require.NoError(t, tp.Shutdown(ctx))
 
 	spans, err := jaegertest.WaitForSpans(ctx, base, service, func(s []jaegertest.Span) bool {
-		return len(jaegertest.Filter(s, jaegertest.Operation(observability.SpanLeaseHandoffTake))) == 1 &&
-			len(jaegertest.Filter(s, jaegertest.Operation(observability.SpanDeliver))) == 2 &&
+		return len(jaegertest.Filter(s, jaegertest.Operation(obsname.SpanLeaseHandoffTake))) == 1 &&
+			len(jaegertest.Filter(s, jaegertest.Operation(obsname.SpanDeliver))) == 2 &&
 			len(jaegertest.Filter(s, jaegertest.Operation("append"))) == 1
 	}, jaegertest.WithClient(client))
 	require.NoError(t, err)
 
-	take := jaegertest.Filter(spans, jaegertest.Operation(observability.SpanLeaseHandoffTake))[0]
+	take := jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanLeaseHandoffTake))[0]
 	assert.Equal(t, service, take.Service)
-	assert.Equal(t, "3", take.Tag(observability.AttrBucket))
-	assert.Equal(t, "worker-b", take.Tag(observability.AttrWorker))
-	assert.Equal(t, "worker-a", take.Tag(observability.AttrPeer))
-	epoch, ok := take.Int(observability.AttrEpoch)
+	assert.Equal(t, "3", take.Tag(obsname.AttrBucket))
+	assert.Equal(t, "worker-b", take.Tag(obsname.AttrWorker))
+	assert.Equal(t, "worker-a", take.Tag(obsname.AttrPeer))
+	epoch, ok := take.Int(obsname.AttrEpoch)
 	assert.True(t, ok)
 	assert.EqualValues(t, 7, epoch)
-	rec := jaegertest.Filter(spans, jaegertest.Operation(observability.SpanReconcile))
+	rec := jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanReconcile))
 	require.Len(t, rec, 1)
 	assert.Equal(t, rec[0].SpanID, take.ParentSpanID, "the change is a child of its reconcile pass")
 
 	app := jaegertest.Filter(spans, jaegertest.Operation("append"))[0]
-	del := jaegertest.Filter(spans, jaegertest.Operation(observability.SpanDeliver), jaegertest.Tagged(observability.AttrPosition, "42"))[0]
+	del := jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanDeliver), jaegertest.Tagged(obsname.AttrPosition, "42"))[0]
 	assert.Equal(t, app.TraceID, del.TraceID, "delivery joins the appender's trace")
 	assert.Equal(t, app.SpanID, del.ParentSpanID)
-	assert.Equal(t, "ack", del.Tag(observability.AttrOutcome))
-	assert.Equal(t, "42", del.Tag(observability.AttrPosition))
+	assert.Equal(t, "ack", del.Tag(obsname.AttrOutcome))
+	assert.Equal(t, "42", del.Tag(obsname.AttrPosition))
 
-	dead := jaegertest.Filter(spans, jaegertest.Operation(observability.SpanDeliver), jaegertest.Tagged(observability.AttrOutcome, "dead_letter"))
+	dead := jaegertest.Filter(spans, jaegertest.Operation(obsname.SpanDeliver), jaegertest.Tagged(obsname.AttrOutcome, "dead_letter"))
 	require.Len(t, dead, 1)
 	assert.Empty(t, dead[0].ParentSpanID, "no trace context: a root span")
 	require.Len(t, dead[0].Events, 1)
-	assert.Equal(t, observability.EventDeadLetter, dead[0].Events[0].Name)
-	assert.Equal(t, "retry budget spent", dead[0].Events[0].Fields[observability.AttrReason])
+	assert.Equal(t, obsname.EventDeadLetter, dead[0].Events[0].Name)
+	assert.Equal(t, "retry budget spent", dead[0].Events[0].Fields[obsname.AttrReason])
 	assert.Equal(t, "ERROR", dead[0].Tag("otel.status_code"))
 
 	// Tag queries work too.
 	traces, err := jaegertest.QueryTraces(ctx, base, service,
-		jaegertest.WithOperation(observability.SpanLeaseHandoffTake),
-		jaegertest.WithTag(observability.AttrBucket, "3"), jaegertest.WithClient(client))
+		jaegertest.WithOperation(obsname.SpanLeaseHandoffTake),
+		jaegertest.WithTag(obsname.AttrBucket, "3"), jaegertest.WithClient(client))
 	require.NoError(t, err)
 	assert.Len(t, traces, 1)
 }

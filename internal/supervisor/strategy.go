@@ -1,4 +1,4 @@
-package supervision
+package supervisor
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/kumierr"
+	"github.com/kumi-run/kumi/supervision"
 )
 
 // Exhaustion is what a [Strategy] does when a child fails more than
@@ -35,7 +36,7 @@ const (
 )
 
 // Options configures a [Strategy]. The zero value is usable: 10 restarts a
-// minute, the default [Backoff], [DefaultDecider], decisions logged at Debug
+// minute, the default [supervision.Backoff], [DefaultDecider], decisions logged at Debug
 // to slog.Default, and children stopped once the budget runs out.
 type Options struct {
 	// MaxRestarts is the retry budget: how many restarts a child may have
@@ -46,11 +47,11 @@ type Options struct {
 	// After a Window without failures a child's attempts start again at 1.
 	Window time.Duration
 	// Backoff delays every restart.
-	Backoff Backoff
+	Backoff supervision.Backoff
 	// Decider classifies failures; nil means DefaultDecider.
 	Decider Decider
 	// Observer receives every decision; nil means LogObserver(nil).
-	Observer Observer
+	Observer supervision.Observer
 	// Exhausted says what happens when the budget runs out.
 	Exhausted Exhaustion
 }
@@ -68,7 +69,7 @@ func (o Options) WithDefaults() Options {
 		o.Decider = DefaultDecider
 	}
 	if o.Observer == nil {
-		o.Observer = LogObserver(nil)
+		o.Observer = supervision.LogObserver(nil)
 	}
 	return o
 }
@@ -76,15 +77,15 @@ func (o Options) WithDefaults() Options {
 func (o Options) validate() error {
 	switch {
 	case o.MaxRestarts < 0:
-		return &kumierr.ConfigError{Field: "supervision.Options.MaxRestarts", Value: o.MaxRestarts, Reason: fmt.Sprintf("is negative: use a positive budget, or 0 for %d", MaxRestartsDefault)}
+		return &kumierr.ConfigError{Field: "supervisor.Options.MaxRestarts", Value: o.MaxRestarts, Reason: fmt.Sprintf("is negative: use a positive budget, or 0 for %d", MaxRestartsDefault)}
 	case o.Window < 0:
-		return &kumierr.ConfigError{Field: "supervision.Options.Window", Value: o.Window, Reason: fmt.Sprintf("is negative: use a positive duration, or 0 for %v", WindowDefault)}
+		return &kumierr.ConfigError{Field: "supervisor.Options.Window", Value: o.Window, Reason: fmt.Sprintf("is negative: use a positive duration, or 0 for %v", WindowDefault)}
 	case o.Exhausted != StopWhenExhausted && o.Exhausted != EscalateWhenExhausted:
-		return &kumierr.ConfigError{Field: "supervision.Options.Exhausted", Value: int(o.Exhausted), Reason: "use StopWhenExhausted or EscalateWhenExhausted"}
+		return &kumierr.ConfigError{Field: "supervisor.Options.Exhausted", Value: int(o.Exhausted), Reason: "use StopWhenExhausted or EscalateWhenExhausted"}
 	}
 	var ce *kumierr.ConfigError
 	if err := o.Backoff.Validate(); errors.As(err, &ce) {
-		return &kumierr.ConfigError{Field: "supervision.Options." + strings.TrimPrefix(ce.Field, "supervision."), Value: ce.Value, Reason: ce.Reason}
+		return &kumierr.ConfigError{Field: "supervisor.Options." + strings.TrimPrefix(ce.Field, "supervision."), Value: ce.Value, Reason: ce.Reason}
 	} else if err != nil {
 		return err
 	}
@@ -175,7 +176,7 @@ func (s *Strategy) HandleFailure(system *actor.ActorSystem, sup actor.Supervisor
 	}
 	// Decide: class, directive, budget, delay.
 	class, directive := s.opts.Decider(reason)
-	d := Decision{
+	d := supervision.Decision{
 		Strategy:  s.name,
 		Child:     child.String(),
 		Class:     class,

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/internal/jaegertest"
 	"github.com/kumi-run/kumi/internal/leaktest"
-	"github.com/kumi-run/kumi/observability/jaegertest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
