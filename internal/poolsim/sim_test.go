@@ -1213,7 +1213,7 @@ func (s *sim) applyWin(r *reader, e window.Effects) {
 			if mutation == mutDeliverAfterLost {
 				give = true
 			}
-			s.applyWin(r, r.win.Lease(at(s.now), give))
+			s.applyWin(r, r.win.Lease(at(s.now), give, nil)) // (no batches here: the pending list is not looked at)
 			s.pump(r)
 		})
 	}
