@@ -107,7 +107,8 @@ type BatchAck struct {
 //   - an error wrapping [eventsource.ErrFenceLost] or [ErrAlreadyCommitted]
 //     acks the whole batch (as for a HandlerFunc);
 //   - any other error does not say which event failed: the batch is
-//     retried (charged to its first event) with its first event alone,
+//     retried with its first event alone (charged to no event: a batch
+//     of one is charged to its event),
 //     and for a batch of one event the error answers that event as a
 //     HandlerFunc's would (Permanent dead-letters it).
 //

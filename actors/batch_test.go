@@ -165,6 +165,48 @@ func TestBatchedDeliveries(t *testing.T) {
 		require.Equal(t, 1, dls[0].Attempts, "dead-lettered at once")
 	})
 
+	// A batch that fails as a whole (a bare retryable error, a panic, a
+	// timeout) does not say which event broke it: the attempt is charged
+	// to no event, and the batch is narrowed to its first one, whose own
+	// failures are charged. So with a budget of one attempt only the
+	// event at fault is dead-lettered. The failure was charged to the
+	// batch's first event, which, with MaxAttempts 1, was dead-lettered
+	// without ever failing alone — every event before the poison one was
+	// (found by internal/window's model of the actor).
+	t.Run("ABatchFailedAsAWholeIsChargedToNoEventOfIt", func(t *testing.T) {
+		t.Parallel()
+		store, schema := newTestStore(t)
+		seed(t, store, "acct", 3, 30)
+		target := positionOf(t, store, "acct-0", 1) // the 4th event
+		rec := newRecorder()
+		handler := BatchFunc(func(_ context.Context, b *Batch) error {
+			for _, e := range b.Events {
+				if e.Position == target {
+					return errors.New("boom")
+				}
+			}
+			for _, e := range b.Events {
+				rec.begin("w", e)
+				rec.end("w", e)
+			}
+			return nil
+		})
+		opts := batchOpts("wholefail", 1, handler, 10)
+		opts.Retry.MaxAttempts = 1
+		startWorker(t, schema, "w", opts)
+		last := lastPosition(t, store, "acct")
+		pgtest.Eventually(t, waitLong, func() bool {
+			cp, err := store.Checkpoint(ctx, "wholefail", 0)
+			return err == nil && cp == last
+		}, "the checkpoint reaches the last event")
+		dls, err := store.DeadLetters(ctx, "wholefail", eventsource.DeadLetterFilter{})
+		require.NoError(t, err)
+		require.Len(t, dls, 1, "only the event at fault is dead-lettered: %+v", dls)
+		require.Equal(t, target, dls[0].Position)
+		require.Equal(t, 29, rec.distinct())
+		require.Zero(t, rec.duplicates())
+	})
+
 	// A bare Permanent error does not say which event of the batch it is
 	// about: the batch is narrowed to its first event until the error
 	// comes from a batch of one, whose event is then dead-lettered. Only
@@ -243,7 +285,9 @@ func TestBatchedDeliveries(t *testing.T) {
 		require.Len(t, dls, 1, "only the event that panics is dead-lettered")
 		require.Equal(t, target, dls[0].Position)
 		require.Contains(t, dls[0].Reason, "handler panicked: cannot handle")
-		require.Equal(t, 3, dls[0].Attempts)
+		// Four deliveries: the batch it broke first (charged to no event),
+		// then three alone, the budget.
+		require.Equal(t, 4, dls[0].Attempts)
 	})
 
 	// A batch handler stuck in a call is probed and replaced as a

@@ -91,8 +91,15 @@ func (r *reader) settleBatch(ctx actor.Context, s *entry, res any) (next any, se
 }
 
 // batchFailed: the batch failed as a whole, without saying where. It is
-// retried (answer says why) with its first event alone.
+// retried (answer says why) with its first event alone. A batch of more
+// than one event fails at no event's charge (the attempt is free): the
+// first event's own failures, alone, are charged, so that no event before
+// the one at fault spends its budget
+// (TestBatchedDeliveries/ABatchFailedAsAWholeIsChargedToNoEventOfIt).
 func (r *reader) batchFailed(s *entry, answer any) (any, bool) {
+	if len(s.batch) > 1 {
+		s.free++
+	}
 	r.unbatch(s)
 	s.alone = true
 	return answer, false

@@ -504,7 +504,7 @@ func (e *engine) timeout(b *bucket, events []eventsource.RecordedEvent) error {
 	a := kitbridge.Classify(nil, errNoAnswer, e.opts.HandlerTimeout)
 	d.Outcome, d.Reason = a.Outcome, a.Reason
 	if e.opts.Batch.MaxEvents > 0 {
-		b.alone = true
+		e.failedWhole(b, events)
 	}
 	return e.retry(b, a, d)
 }
@@ -567,6 +567,16 @@ func (e *engine) settle(b *bucket, events []eventsource.RecordedEvent, res any, 
 }
 
 // settleBatch applies a batch's answer, read by actors'
+// failedWhole: a batch failed as a whole, without saying where, as the
+// reader's batchFailed takes it: its first event goes alone next, and a
+// batch of more than one event fails at no event's charge.
+func (e *engine) failedWhole(b *bucket, events []eventsource.RecordedEvent) {
+	b.alone = true
+	if len(events) > 1 {
+		b.free++
+	}
+}
+
 // classifyBatchAnswer as the reader's settleBatch reads it: done reports
 // the whole batch acked; otherwise the prefix it says is done is acked,
 // and next is the answer for the first event not done, for
@@ -575,7 +585,7 @@ func (e *engine) settleBatch(b *bucket, events []eventsource.RecordedEvent, res 
 	m := kitbridge.ClassifyBatch(res, len(events))
 	switch {
 	case m.Alone:
-		b.alone = true
+		e.failedWhole(b, events)
 		return m.Next, false, false, nil
 	case m.All:
 		d.Outcome = observability.OutcomeAck

@@ -169,19 +169,28 @@ func TestBatchRules(t *testing.T) {
 				t.Fatalf("sent to the successor as %+v", n)
 			}
 		}},
-		{"ABatchFailedAsAWholeIsChargedToItsFirstEvent", func(t *testing.T) {
-			// chargeWholeFailureToFirst: with MaxAttempts 1, the first
-			// event is dead-lettered for its budget, whichever event broke
-			// the batch.
+		{"ABatchFailedAsAWholeIsChargedToNoEvent", func(t *testing.T) {
+			// With MaxAttempts 1, the first event is retried alone, not
+			// dead-lettered: the batch's failure says nothing of which
+			// event broke it; alone, its own failure is charged.
 			c := bcfg(3, 0)
 			c.MaxAttempts = 1
 			s := New(c)
 			b := wantBatch(t, batchOf(t, s, evs("a", "b", "a")), 2, 1, 2, 3)
 			f := s.Answered(t0, Answer{ID: b.ID, Outcome: Panicked})
-			if len(f.Letters) != 1 || f.Letters[0].Pos != 1 || !f.Letters[0].Budget {
+			if len(f.Letters) != 0 || len(f.Redeliver) != 1 {
 				t.Fatalf("answer: %+v", f)
 			}
 			wantPutBack(t, f, 2, 3)
+			f = s.Redeliver(f.Redeliver[0].At, f.Redeliver[0].ID, f.Redeliver[0].Attempt)
+			if !f.CheckLease {
+				t.Fatalf("redeliver: %+v", f)
+			}
+			alone := wantBatch(t, s.Lease(t0, true, evs("a", "b", "a")[1:]), 0, 1)
+			f = s.Answered(t0, Answer{ID: alone.ID, Attempt: alone.Attempt, Outcome: Panicked})
+			if len(f.Letters) != 1 || f.Letters[0].Pos != 1 || !f.Letters[0].Budget {
+				t.Fatalf("alone: %+v", f)
+			}
 		}},
 	} {
 		t.Run(tc.name, tc.run)

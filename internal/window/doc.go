@@ -55,8 +55,9 @@
 //     attempts, taking the BatchAck's Next; the rest go back to the front
 //     of the pending list ([Effects.PutBack]); a batch failed as a whole
 //     (a panic, a timeout, a Retry, an answer not a BatchAck) is charged
-//     to its first event (chargeWholeFailureToFirst) and sent as that
-//     event alone until it finishes, so a poison event is found alone;
+//     to no event — it says nothing of which one broke it — and is sent
+//     as its first event alone until that finishes, charged for its own
+//     failures, so a poison event is found, and charged, alone;
 //   - function-handler runs (Config.RunEvents, actors/funcrun.go): a
 //     handler that says so (Answer.Runs; reset when it is replaced) is
 //     sent each slot as a run of the pending events that follow, up to
@@ -71,9 +72,7 @@
 //     [State.LeftRun] says.
 //
 // Rules kept as the actor has them although they look wrong, each behind
-// a named constant (state.go) and reported: chargeWholeFailureToFirst
-// (with MaxAttempts 1 an event before a poison one is dead-lettered
-// without failing alone), runAnswerResetsFails (a run whose event
+// a named constant (state.go) and reported: runAnswerResetsFails (a run whose event
 // panicked starts the handler's replacements over), and
 // runLeftForgetsUnstarted (a run stopped at once before it started its
 // first event, a retry, loses that event's attempts).

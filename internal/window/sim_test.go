@@ -649,15 +649,18 @@ func (s *sim) giveUp(d delivery) {
 	}
 }
 
-// failedWhole charges a batch's failure as a whole (or a single
-// delivery's failure) to its first event, which goes alone next.
+// failedWhole records a batch's failure as a whole (or a single
+// delivery's failure): its first event goes alone next; the failure is
+// its own only if it was alone (a batch's says nothing of which event
+// broke it).
 func (s *sim) failedWhole(d delivery) {
 	l := s.ev(d.s.Pos)
-	l.own++
 	l.retried = true
 	if len(d.s.Events) > 1 {
 		l.alone = true
+		return
 	}
+	l.own++
 }
 
 // finish records an event acked, once.
@@ -1169,6 +1172,7 @@ var faults = []struct {
 	{"LeftCharged", faultLeftCharged},
 	{"BudgetOverspent", faultBudgetOverspent},
 	{"NotAlone", faultNotAlone},
+	{"WholeFailureCharged", faultWholeFailureCharged},
 	{"BatchTakesUnreadable", faultBatchTakesUnreadable},
 	{"BatchBytesIgnored", faultBatchBytesIgnored},
 	{"PutBackLost", faultPutBackLost},

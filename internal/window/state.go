@@ -681,19 +681,14 @@ func (s *State) failedWhole(sl *slot, e *Effects) {
 	if sl.batch == nil {
 		return
 	}
+	if len(sl.batch) > 1 && fault != faultWholeFailureCharged {
+		// It says nothing of which event broke it: the attempt is free,
+		// and the first event alone is charged for its own.
+		sl.free++
+	}
 	s.unbatch(sl, e)
 	sl.alone = true
 }
-
-// chargeWholeFailureToFirst is the actor's rule for a batch that failed as
-// a whole: the failure is charged to its first event's budget (its slot's
-// delivery is the first event's), although the event that broke the batch
-// may be another. So with MaxAttempts 1 an event that precedes a poison
-// event in its batch is dead-lettered for its budget without ever failing
-// alone. Kept as the actor does it (actors/batchdeliver.go, deliver.go
-// onReply); reported as a divergence from the doc's "the events before it
-// are not [charged]".
-const chargeWholeFailureToFirst = true
 
 // find returns the slot of delivery id.
 func (s *State) find(id uint64) *slot {
@@ -753,9 +748,7 @@ func (s *State) settleBatch(now time.Time, sl *slot, a Answer, e *Effects) {
 	switch {
 	case a.Outcome != BatchAcked || a.Done < 0 || a.Done > n:
 		s.failedWhole(sl, e)
-		if chargeWholeFailureToFirst {
-			s.fail(now, sl, a.After, a.Reason, e)
-		}
+		s.fail(now, sl, a.After, a.Reason, e)
 		return
 	case a.Done == n:
 		s.answer(now, sl, Acked, 0, "", a.Committed, e)
@@ -1197,6 +1190,9 @@ const (
 	faultFreeNotGiven
 	// The budget counts the free attempts too (the verdict ignores free).
 	faultFreeCharged
+	// A batch that failed as a whole is charged to its first event (the
+	// actor before TestBatchedDeliveries/ABatchFailedAsAWholeIsChargedToNoEventOfIt).
+	faultWholeFailureCharged
 	// A drain sends neither the retrying slots nor those waiting behind
 	// them (164e52c).
 	faultDrainLeavesRetries
