@@ -85,6 +85,23 @@ func batchOpts(sub string, buckets int, handler *actor.Props, maxEvents int) Gro
 	return o
 }
 
+// batchFailingAt is a batch handler that fails with err every batch that
+// holds the event at target, and records the events of every other batch.
+func batchFailingAt(rec *recorder, target int64, err error) *actor.Props {
+	return BatchFunc(func(_ context.Context, b *Batch) error {
+		for _, e := range b.Events {
+			if e.Position == target {
+				return err
+			}
+		}
+		for _, e := range b.Events {
+			rec.begin("w", e)
+			rec.end("w", e)
+		}
+		return nil
+	})
+}
+
 func TestBatchedDeliveries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -179,18 +196,7 @@ func TestBatchedDeliveries(t *testing.T) {
 		seed(t, store, "acct", 3, 30)
 		target := positionOf(t, store, "acct-0", 1) // the 4th event
 		rec := newRecorder()
-		handler := BatchFunc(func(_ context.Context, b *Batch) error {
-			for _, e := range b.Events {
-				if e.Position == target {
-					return errors.New("boom")
-				}
-			}
-			for _, e := range b.Events {
-				rec.begin("w", e)
-				rec.end("w", e)
-			}
-			return nil
-		})
+		handler := batchFailingAt(rec, target, errors.New("boom"))
 		opts := batchOpts("wholefail", 1, handler, 10)
 		opts.Retry.MaxAttempts = 1
 		startWorker(t, schema, "w", opts)
@@ -217,18 +223,7 @@ func TestBatchedDeliveries(t *testing.T) {
 		seed(t, store, "acct", 3, 30)
 		target := positionOf(t, store, "acct-0", 1) // the 4th event
 		rec := newRecorder()
-		handler := BatchFunc(func(_ context.Context, b *Batch) error {
-			for _, e := range b.Events {
-				if e.Position == target {
-					return Permanent(errors.New("cannot apply"))
-				}
-			}
-			for _, e := range b.Events {
-				rec.begin("w", e)
-				rec.end("w", e)
-			}
-			return nil
-		})
+		handler := batchFailingAt(rec, target, Permanent(errors.New("cannot apply")))
 		startWorker(t, schema, "w", batchOpts("barepermanent", 1, handler, 10))
 		last := lastPosition(t, store, "acct")
 		pgtest.Eventually(t, waitLong, func() bool {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/internal/resizepart"
 	"github.com/kumi-run/kumi/leasestore"
@@ -25,41 +26,8 @@ import (
 // and restarted; then let go.
 func TestRestartedReaderKeepsTheCut(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	store, schema := newTestStore(t)
-	rec := newRecorder()
-	seed(t, store, "acct", 8, 80)
-	g := &gate{stream: "acct-3", in: make(chan struct{}), open: make(chan struct{})}
-	opts := groupOpts("restart", 4, rec, "w")
-	opts.Lease = resizeLease()
-	opts.HandlerTimeout = waitLong
-	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
-		if d, ok := ctx.Message().(*Delivery); ok {
-			rec.begin("w", d.Event)
-			g.wait(d)
-			rec.end("w", d.Event)
-			ctx.Respond(Ack{})
-		}
-	})
-	w := startWorker(t, schema, "w", opts)
-	<-g.in // one bucket is held back
-
-	_, err := Resize(ctx, store, "restart", 5, ResizeOptions{By: "test"})
-	require.NoError(t, err)
-	var r leasestore.Resize
-	held := -1
-	pgtest.Eventually(t, waitLong, func() bool {
-		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "restart")
-		require.NoError(t, err)
-		held = -1
-		for _, s := range r.Old {
-			if !s.Drained {
-				held = s.Slot
-			}
-		}
-		return r.State == leasestore.ResizeCut && r.Old != nil && held >= 0 &&
-			len(r.Old) == 4 && countDrained(r.Old) == 3
-	}, "the cut decided, three old buckets drained, the held-back one not: %+v", observed(func() leasestore.Resize { return r }))
+	h := holdOneBucketAtTheCut(t, "restart")
+	store, rec, g, w, r, held := h.store, h.rec, h.g, h.w, h.r, h.held
 
 	// The coordinator tells the held-back reader the cut.
 	told := func() (resizeTold, *actor.PID) {
@@ -108,6 +76,61 @@ func TestRestartedReaderKeepsTheCut(t *testing.T) {
 		return r.State == leasestore.ResizeSteady && r.Generation == 1
 	}, []*testWorker{w}, "the resize completes: the restarted reader drains to the cut")
 	waitDelivered(t, store, "restart", "acct", rec, 80, []int{4, 5}, w)
+}
+
+// heldAtTheCut is a resize 4 → 5 of one worker with the bucket of
+// acct-3 held back by its handler (g): the cut decided (r), the three
+// other old buckets drained, the held-back one's slot held.
+type heldAtTheCut struct {
+	store *eventsource.Store
+	rec   *recorder
+	g     *gate
+	w     *testWorker
+	r     leasestore.Resize
+	held  int
+}
+
+// holdOneBucketAtTheCut starts sub (8 streams, 80 events, 4 buckets) on
+// one worker whose handler holds acct-3's events back, resizes it to 5,
+// and waits for the cut decided and every old bucket but the held-back
+// one drained.
+func holdOneBucketAtTheCut(t *testing.T, sub string) heldAtTheCut {
+	t.Helper()
+	ctx := context.Background()
+	store, schema := newTestStore(t)
+	rec := newRecorder()
+	seed(t, store, "acct", 8, 80)
+	g := &gate{stream: "acct-3", in: make(chan struct{}), open: make(chan struct{})}
+	opts := groupOpts(sub, 4, rec, "w")
+	opts.Lease = resizeLease()
+	opts.HandlerTimeout = waitLong
+	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			rec.begin("w", d.Event)
+			g.wait(d)
+			rec.end("w", d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+	w := startWorker(t, schema, "w", opts)
+	<-g.in // one bucket is held back
+
+	_, err := Resize(ctx, store, sub, 5, ResizeOptions{By: "test"})
+	require.NoError(t, err)
+	var r leasestore.Resize
+	held := -1
+	pgtest.Eventually(t, waitLong, func() bool {
+		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, sub)
+		require.NoError(t, err)
+		held = -1
+		for _, s := range r.Old {
+			if !s.Drained {
+				held = s.Slot
+			}
+		}
+		return r.State == leasestore.ResizeCut && len(r.Old) == 4 && held >= 0 && countDrained(r.Old) == 3
+	}, "the cut decided, three old buckets drained, the held-back one not: %+v", observed(func() leasestore.Resize { return r }))
+	return heldAtTheCut{store: store, rec: rec, g: g, w: w, r: r, held: held}
 }
 
 func countDrained(ss []leasestore.SlotStatus) int {
@@ -209,42 +232,11 @@ func holdInTransaction(t *testing.T, sql string, args ...any) (release func()) {
 func TestAReaderStartedAtTheCutDrains(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, schema := newTestStore(t)
-	rec := newRecorder()
-	seed(t, store, "acct", 8, 80)
-	g := &gate{stream: "acct-3", in: make(chan struct{}), open: make(chan struct{})}
-	opts := groupOpts("atcut", 4, rec, "w")
-	opts.Lease = resizeLease()
-	opts.HandlerTimeout = waitLong
-	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
-		if d, ok := ctx.Message().(*Delivery); ok {
-			rec.begin("w", d.Event)
-			g.wait(d)
-			rec.end("w", d.Event)
-			ctx.Respond(Ack{})
-		}
-	})
-	w := startWorker(t, schema, "w", opts)
-	<-g.in // one bucket is held back
-
-	_, err := Resize(ctx, store, "atcut", 5, ResizeOptions{By: "test"})
-	require.NoError(t, err)
-	var r leasestore.Resize
-	held := -1
-	pgtest.Eventually(t, waitLong, func() bool {
-		r, err = leasestore.ReadResize(ctx, store.Pool(), schema, "atcut")
-		require.NoError(t, err)
-		held = -1
-		for _, s := range r.Old {
-			if !s.Drained {
-				held = s.Slot
-			}
-		}
-		return r.State == leasestore.ResizeCut && len(r.Old) == 4 && held >= 0 && countDrained(r.Old) == 3
-	}, "the cut decided, three old buckets drained, the held-back one not: %+v", observed(func() leasestore.Resize { return r }))
+	h := holdOneBucketAtTheCut(t, "atcut")
+	store, rec, g, w, r, held := h.store, h.rec, h.g, h.w, h.r, h.held
 
 	// Everything of the held-back bucket up to the cut counts as handled.
-	_, err = store.SaveCheckpoint(ctx, "atcut", held, r.Cut, nil)
+	_, err := store.SaveCheckpoint(ctx, "atcut", held, r.Cut, nil)
 	require.NoError(t, err)
 
 	var pid *actor.PID
