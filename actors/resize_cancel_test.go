@@ -198,14 +198,7 @@ func TestACancelFollowedAtOnceByANewResizeCompletes(t *testing.T) {
 	opts := groupOpts("again", 2, rec, "w")
 	opts.Lease = resizeLease()
 	opts.HandlerTimeout = waitLong
-	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
-		if d, ok := ctx.Message().(*Delivery); ok {
-			rec.begin("w", d.Event)
-			g.wait(d)
-			rec.end("w", d.Event)
-			ctx.Respond(Ack{})
-		}
-	})
+	opts.Handler = g.handler(rec, "w")
 	hold := &heldPasses{}
 	w := startHeldWorker(t, schema, "w", opts, hold)
 	<-g.in

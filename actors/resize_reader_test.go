@@ -104,14 +104,7 @@ func holdOneBucketAtTheCut(t *testing.T, sub string) heldAtTheCut {
 	opts := groupOpts(sub, 4, rec, "w")
 	opts.Lease = resizeLease()
 	opts.HandlerTimeout = waitLong
-	opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
-		if d, ok := ctx.Message().(*Delivery); ok {
-			rec.begin("w", d.Event)
-			g.wait(d)
-			rec.end("w", d.Event)
-			ctx.Respond(Ack{})
-		}
-	})
+	opts.Handler = g.handler(rec, "w")
 	w := startWorker(t, schema, "w", opts)
 	<-g.in // one bucket is held back
 

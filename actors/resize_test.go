@@ -316,6 +316,19 @@ type gate struct {
 	open   chan struct{}
 }
 
+// handler is an actor handler for worker that records each delivery,
+// held back by the gate when it is of the gate's stream.
+func (g *gate) handler(rec *recorder, worker string) *actor.Props {
+	return actor.PropsFromFunc(func(ctx actor.Context) {
+		if d, ok := ctx.Message().(*Delivery); ok {
+			rec.begin(worker, d.Event)
+			g.wait(d)
+			rec.end(worker, d.Event)
+			ctx.Respond(Ack{})
+		}
+	})
+}
+
 func (g *gate) wait(d *Delivery) {
 	if d.Event.Stream != g.stream {
 		return
@@ -347,14 +360,7 @@ func TestCancelResizeUnderLoad(t *testing.T) {
 		opts := groupOpts("cancel", 4, rec, name)
 		opts.Lease = resizeLease()
 		opts.HandlerTimeout = waitLong
-		opts.Handler = actor.PropsFromFunc(func(ctx actor.Context) {
-			if d, ok := ctx.Message().(*Delivery); ok {
-				rec.begin(name, d.Event)
-				g.wait(d)
-				rec.end(name, d.Event)
-				ctx.Respond(Ack{})
-			}
-		})
+		opts.Handler = g.handler(rec, name)
 		ws = append(ws, startWorker(t, schema, name, opts))
 	}
 	<-g.in // one bucket is held back
