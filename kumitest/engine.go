@@ -566,7 +566,6 @@ func (e *engine) settle(b *bucket, events []eventsource.RecordedEvent, res any, 
 	return e.retry(b, a, d)
 }
 
-// settleBatch applies a batch's answer, read by actors'
 // failedWhole: a batch failed as a whole, without saying where, as the
 // reader's batchFailed takes it: its first event goes alone next, and a
 // batch of more than one event fails at no event's charge.
@@ -577,6 +576,7 @@ func (e *engine) failedWhole(b *bucket, events []eventsource.RecordedEvent) {
 	}
 }
 
+// settleBatch applies a batch's answer, read by actors'
 // classifyBatchAnswer as the reader's settleBatch reads it: done reports
 // the whole batch acked; otherwise the prefix it says is done is acked,
 // and next is the answer for the first event not done, for
