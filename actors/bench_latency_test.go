@@ -480,9 +480,9 @@ type timedReads struct {
 	tr *latencyTrace
 }
 
-func (t timedReads) ReadAllPage(ctx context.Context, after, known int64, limit int, maxBytes int64) ([]eventsource.RecordedEvent, error) {
+func (t timedReads) ReadAllPage(ctx context.Context, p eventsource.Page) ([]eventsource.RecordedEvent, error) {
 	start := time.Now()
-	events, err := t.PageReader.ReadAllPage(ctx, after, known, limit, maxBytes)
+	events, err := t.PageReader.ReadAllPage(ctx, p)
 	if n := len(events); n > 0 {
 		t.tr.read(start, time.Now(), events[n-1].Position)
 	}

@@ -294,7 +294,7 @@ func (p *publisher) read(c context.Context, from, known int64, cheap bool, limit
 	}
 	var span observability.FetchSpan
 	c, span = p.tel.startFetch(c, from, subscribers)
-	res.events, res.err = p.store.ReadAllPage(c, from, known, limit, publisherFetchBytes)
+	res.events, res.err = p.store.ReadAllPage(c, eventsource.Page{After: from, Known: known, Limit: limit, MaxBytes: publisherFetchBytes})
 	res.to = from
 	if n := len(res.events); n > 0 {
 		res.to = res.events[n-1].Position

@@ -400,7 +400,7 @@ func (r *reader) readPage(ctx actor.Context, rd readfeed.Read) {
 	o := r.g.opts
 	r.async(ctx, func(c context.Context) any {
 		c, span := r.g.telemetry.startReaderFetch(c, r.bucket, rd.From)
-		events, err := r.g.rt.reads.ReadBucketPage(c, o.Category, r.genBucket, r.size, rd.From, rd.Target, rd.Limit, rd.MaxBytes)
+		events, err := r.g.rt.reads.ReadBucketPage(c, o.Category, r.genBucket, r.size, eventsource.Page{After: rd.From, Known: rd.Target, Limit: rd.Limit, MaxBytes: rd.MaxBytes})
 		last := rd.From
 		if len(events) > 0 {
 			last = events[len(events)-1].Position

@@ -34,7 +34,7 @@ type pageFollower struct {
 
 // step reads one page of at most limit events knowing head known.
 func (f *pageFollower) step(ctx context.Context, known int64, limit int) (int, error) {
-	events, err := f.pr.ReadAllPage(ctx, f.cursor, known, limit, 0)
+	events, err := f.pr.ReadAllPage(ctx, eventsource.Page{After: f.cursor, Known: known, Limit: limit})
 	if err != nil {
 		return 0, err
 	}
@@ -345,7 +345,7 @@ type bucketFollower struct {
 }
 
 func (b *bucketFollower) step(ctx context.Context, known int64, limit int) error {
-	events, err := b.pr.ReadBucketPage(ctx, "acct", b.bucket, 3, b.cursor, known, limit, 0)
+	events, err := b.pr.ReadBucketPage(ctx, "acct", b.bucket, 3, eventsource.Page{After: b.cursor, Known: known, Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -411,7 +411,7 @@ func TestReadReplicaRefusesAPoolThatIsNotAStandby(t *testing.T) {
 
 		rr, err := eventsource.NewReadReplica(p, other, eventsource.ReadReplicaOptions{})
 		require.NoError(t, err)
-		_, err = rr.ReadAllPage(ctx, 0, 5, 100, 0)
+		_, err = rr.ReadAllPage(ctx, eventsource.Page{Known: 5, Limit: 100})
 		var m *eventsource.ReplicaMismatchError
 		require.ErrorAs(t, err, &m, "a read is refused")
 		require.Equal(t, "database", m.Field)
@@ -436,7 +436,7 @@ func TestReadReplicaRefusesAPoolThatIsNotAStandby(t *testing.T) {
 		rr, err := eventsource.NewReadReplica(p, p.Pool(), eventsource.ReadReplicaOptions{})
 		require.NoError(t, err)
 		require.NoError(t, rr.Check(ctx))
-		events, err := rr.ReadAllPage(ctx, 0, 5, 100, 0)
+		events, err := rr.ReadAllPage(ctx, eventsource.Page{Known: 5, Limit: 100})
 		require.NoError(t, err)
 		require.Len(t, events, 5)
 	})
@@ -459,7 +459,7 @@ func TestReadReplicaFallsBackWithinTheCallersTimeout(t *testing.T) {
 
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	events, err := rr.ReadAllPage(rctx, 0, 4, 100, 0)
+	events, err := rr.ReadAllPage(rctx, eventsource.Page{Known: 4, Limit: 100})
 	require.NoError(t, err, "the read fell back to the primary within its caller's timeout")
 	require.Len(t, events, 4)
 	require.EqualValues(t, 1, rr.Stats().PrimaryReads)

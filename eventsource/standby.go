@@ -22,35 +22,51 @@ import (
 // a bucket's events, or every event, after a position. [Store] reads them
 // on the primary; a [ReadReplica] on a hot standby of it.
 //
-// known is a position the caller already knows was handed out (from a
-// notification, a checkpoint or an earlier batch): a page that is not full
-// — fewer than limit events, and less than maxBytes of them when
-// maxBytes > 0 — holds every event of the read in (after, known]. A full
-// page holds the first events after after, with no gap. So a caller that
-// moves its cursor to known after a page that is not full skips nothing,
-// wherever the page was read.
+// A page that is not full — fewer than [Page.Limit] events, and less than
+// [Page.MaxBytes] of them when MaxBytes > 0 — holds every event of the read
+// in (After, Known]. A full page holds the first events after After, with
+// no gap. So a caller that moves its cursor to Known after a page that is
+// not full skips nothing, wherever the page was read.
 type PageReader interface {
-	// ReadBucketPage reads up to limit events of bucket of a group of
-	// buckets over category with position > after, in global order,
-	// bounded by maxBytes as [Store.ReadBucketBounded] is.
-	ReadBucketPage(ctx context.Context, category string, bucket, buckets int, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error)
-	// ReadAllPage reads up to limit events of $all with position > after,
-	// bounded by maxBytes as [Store.ReadAllBounded] is.
-	ReadAllPage(ctx context.Context, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error)
+	// ReadBucketPage reads a page of the events of bucket of a group of
+	// buckets over category, in global order, bounded as
+	// [Store.ReadBucketBounded] is.
+	ReadBucketPage(ctx context.Context, category string, bucket, buckets int, p Page) ([]RecordedEvent, error)
+	// ReadAllPage reads a page of $all, bounded as [Store.ReadAllBounded]
+	// is.
+	ReadAllPage(ctx context.Context, p Page) ([]RecordedEvent, error)
 	// HeadPosition returns the highest position the reader's database
 	// shows.
 	HeadPosition(ctx context.Context) (int64, error)
 }
 
+// Page is one read of a [PageReader].
+type Page struct {
+	// After is the position the page starts after.
+	After int64
+	// Known is a position the caller already knows was handed out (from a
+	// notification, a checkpoint or an earlier page): a page that is not
+	// full covers (After, Known]. The primary shows every position it
+	// handed out, so [Store] needs none; a [ReadReplica] waits for its
+	// standby to show Known.
+	Known int64
+	// Limit is the most events the page holds (0 or less: 1,000, as
+	// [Store.ReadAll]).
+	Limit int
+	// MaxBytes bounds the page's size as [Store.ReadAllBounded] does (0 or
+	// less: no bound).
+	MaxBytes int64
+}
+
 // ReadBucketPage is [Store.ReadBucketBounded]. The primary shows every
 // position it handed out, so a page read here covers any known head.
-func (s *Store) ReadBucketPage(ctx context.Context, category string, bucket, buckets int, after, _ int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
-	return s.ReadBucketBounded(ctx, category, bucket, buckets, after, limit, maxBytes)
+func (s *Store) ReadBucketPage(ctx context.Context, category string, bucket, buckets int, p Page) ([]RecordedEvent, error) {
+	return s.ReadBucketBounded(ctx, category, bucket, buckets, p.After, p.Limit, p.MaxBytes)
 }
 
 // ReadAllPage is [Store.ReadAllBounded]; see [Store.ReadBucketPage].
-func (s *Store) ReadAllPage(ctx context.Context, after, _ int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
-	return s.ReadAllBounded(ctx, after, limit, maxBytes)
+func (s *Store) ReadAllPage(ctx context.Context, p Page) ([]RecordedEvent, error) {
+	return s.ReadAllBounded(ctx, p.After, p.Limit, p.MaxBytes)
 }
 
 // Defaults of [ReadReplicaOptions].
@@ -204,20 +220,20 @@ func NewReadReplica(primary *Store, standby *pgxpool.Pool, opts ReadReplicaOptio
 func (r *ReadReplica) Pool() *pgxpool.Pool { return r.standby }
 
 // ReadBucketPage reads as [Store.ReadBucketBounded] does, on the standby.
-func (r *ReadReplica) ReadBucketPage(ctx context.Context, category string, bucket, buckets int, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
+func (r *ReadReplica) ReadBucketPage(ctx context.Context, category string, bucket, buckets int, p Page) ([]RecordedEvent, error) {
 	if err := ValidateCategory(category); err != nil {
 		return nil, err
 	}
 	if err := checkGroup(bucket, buckets); err != nil {
 		return nil, err
 	}
-	return r.read(ctx, bounds{limitOf(limit), maxBytes}, after, known, bucketRead(r.primary.q, buckets),
-		category, bucket, after, limitOf(limit))
+	return r.read(ctx, bounds{limitOf(p.Limit), p.MaxBytes}, p.After, p.Known, bucketRead(r.primary.q, buckets),
+		category, bucket, p.After, limitOf(p.Limit))
 }
 
 // ReadAllPage reads as [Store.ReadAllBounded] does, on the standby.
-func (r *ReadReplica) ReadAllPage(ctx context.Context, after, known int64, limit int, maxBytes int64) ([]RecordedEvent, error) {
-	return r.read(ctx, bounds{limitOf(limit), maxBytes}, after, known, r.primary.sql.readAll, after, limitOf(limit))
+func (r *ReadReplica) ReadAllPage(ctx context.Context, p Page) ([]RecordedEvent, error) {
+	return r.read(ctx, bounds{limitOf(p.Limit), p.MaxBytes}, p.After, p.Known, r.primary.sql.readAll, p.After, limitOf(p.Limit))
 }
 
 // HeadPosition returns the standby's head, or the primary's while reads

@@ -17,10 +17,22 @@ import (
 
 func main() {
 	max := flag.Int("max", 0, "fail when the total is above this (0: only print)")
+	pkg := flag.String("list", "", "print the exported identifiers of this package (a directory such as eventsource), one a line, and exit")
 	flag.Parse()
 	root := "."
 	if flag.NArg() > 0 {
 		root = flag.Arg(0)
+	}
+	if *pkg != "" {
+		names, err := list(root)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "apisurface:", err)
+			os.Exit(2)
+		}
+		for _, n := range names[filepath.ToSlash(filepath.Clean(*pkg))] {
+			fmt.Println(n)
+		}
+		return
 	}
 	counts, err := count(root)
 	if err != nil {
@@ -57,7 +69,18 @@ func private(rel string) bool {
 
 // count returns the exported identifiers of each public package under root.
 func count(root string) (map[string]int, error) {
+	names, err := list(root)
 	out := map[string]int{}
+	for d, n := range names {
+		out[d] = len(n)
+	}
+	return out, err
+}
+
+// list returns the exported identifiers of each public package under root,
+// sorted.
+func list(root string) (map[string][]string, error) {
+	out := map[string][]string{}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return err
@@ -84,25 +107,31 @@ func count(root string) (map[string]int, error) {
 				return err
 			}
 			if f.Name.Name != "main" {
-				out[filepath.ToSlash(rel)] += exported(f)
+				out[filepath.ToSlash(rel)] = append(out[filepath.ToSlash(rel)], exported(f)...)
 			}
 		}
 		return nil
 	})
+	for _, n := range out {
+		sort.Strings(n)
+	}
 	return out, err
 }
 
-// exported counts a file's exported identifiers.
-func exported(f *ast.File) int {
-	n := 0
+// exported returns a file's exported identifiers: Name, Type.Method and
+// Type.Field.
+func exported(f *ast.File) []string {
+	var names []string
 	for _, decl := range f.Decls {
 		switch d := decl.(type) {
 		case *ast.FuncDecl:
 			if !d.Name.IsExported() {
 				continue
 			}
-			if d.Recv == nil || exportedRecv(d.Recv) {
-				n++
+			if d.Recv == nil {
+				names = append(names, d.Name.Name)
+			} else if recv := goname.Of(d.Recv.List[0].Type); ast.IsExported(recv) {
+				names = append(names, recv+"."+d.Name.Name)
 			}
 		case *ast.GenDecl:
 			for _, s := range d.Specs {
@@ -110,23 +139,26 @@ func exported(f *ast.File) int {
 				case *ast.ValueSpec:
 					for _, id := range s.Names {
 						if id.IsExported() {
-							n++
+							names = append(names, id.Name)
 						}
 					}
 				case *ast.TypeSpec:
 					if s.Name.IsExported() {
-						n += 1 + members(s.Type)
+						names = append(names, s.Name.Name)
+						for _, m := range members(s.Type) {
+							names = append(names, s.Name.Name+"."+m)
+						}
 					}
 				}
 			}
 		}
 	}
-	return n
+	return names
 }
 
-// members counts the exported fields of a struct and the methods of an
+// members returns the exported fields of a struct and the methods of an
 // interface.
-func members(t ast.Expr) int {
+func members(t ast.Expr) []string {
 	var fields *ast.FieldList
 	switch t := t.(type) {
 	case *ast.StructType:
@@ -134,20 +166,15 @@ func members(t ast.Expr) int {
 	case *ast.InterfaceType:
 		fields = t.Methods
 	default:
-		return 0
+		return nil
 	}
-	n := 0
+	var names []string
 	for _, f := range fields.List {
 		for _, id := range f.Names {
 			if id.IsExported() {
-				n++
+				names = append(names, id.Name)
 			}
 		}
 	}
-	return n
-}
-
-// exportedRecv reports whether a method's receiver type is exported.
-func exportedRecv(r *ast.FieldList) bool {
-	return len(r.List) > 0 && ast.IsExported(goname.Of(r.List[0].Type))
+	return names
 }
