@@ -286,8 +286,8 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(ws, k) }, "every worker holds its fair share of every subscription")
 	row.fair = time.Since(start)
 	// Let the claims' traffic end, and the sequencers fall quiet: a pass
-	// or two after the last handoff, and SequencerIdleAfter.
-	time.Sleep(3*time.Second + eventsource.SequencerIdleAfter) // a benchmark's settling time: no condition marks the end of the claims' traffic
+	// or two after the last handoff, and the sequencers' 10 s before they idle.
+	time.Sleep(3*time.Second + 10*time.Second) // a benchmark's settling time: no condition marks the end of the claims' traffic
 	xacts := func() int64 {
 		var n int64
 		require.NoError(b, probe.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))

@@ -35,7 +35,7 @@ func TestRuntimeReportsItsSequencer(t *testing.T) {
 		return err == nil && h == 1
 	}, "sequenced")
 	require.NoError(t, reader.Collect(ctx, &rm))
-	require.Equal(t, map[string]float64{"": eventsource.SequencerBatchDefault}, sums(rm, obsname.MetricSequencerBatch, ""))
+	require.Equal(t, map[string]float64{"": 5000}, sums(rm, obsname.MetricSequencerBatch, "")) // a full step
 	require.Equal(t, map[string]float64{"": 0}, sums(rm, obsname.MetricSequencerStuck, ""))
 	require.Equal(t, map[string]float64{"": 0}, sums(rm, obsname.MetricSequencerResets, ""))
 	require.Equal(t, map[string]float64{"": 0}, sums(rm, obsname.MetricSequencerStranded, ""))

@@ -22,3 +22,17 @@ func (s *Store) SequenceWithin(ctx context.Context, timeout time.Duration) (int,
 	n, err := s.sequenceOnPool(ctx, &b, timeout)
 	return n, b.timeouts, err
 }
+
+// The sequencer's fixed timings, for the tests that check them.
+const (
+	SequencerStatementTimeout = sequencerStatementTimeout
+	SequencerLockTimeout      = sequencerLockTimeout
+	SequencerStallTimeout     = sequencerStallTimeout
+	SequencerRetryMin         = sequencerRetryMin
+	SequencerRetryMax         = sequencerRetryMax
+	SequencerReconnectMax     = sequencerReconnectMax
+	SequencerStuckAfter       = sequencerStuckAfter
+	SequencerReportInterval   = sequencerReportInterval
+	SequencerIdleAfter        = sequencerIdleAfter
+	SequencerBatchDefault     = sequencerBatchDefault
+)

@@ -191,7 +191,7 @@ FROM %[1]s.appends WHERE last_position IS NULL AND seq > (SELECT low_seq FROM %[
 		// own bounds allow can finish. The idle timeout, $4, frees the row
 		// should this process stall (paused, partitioned) between the
 		// sequencer's statements: no one else could sequence until then
-		// (see SequencerStallTimeout).
+		// (see sequencerStallTimeout).
 		// With synchronous_commit off, the sequencer's commit is made
 		// durable anyway (flushing, with it, every append before it in the
 		// WAL): positions that readers have seen must survive a crash, or
@@ -249,7 +249,7 @@ LIMIT 1`, q),
 		// the watermark was lowered below it, so that the next step
 		// numbers it. Lowering the watermark never skips an event. It
 		// scans the unsequenced index up to the watermark, dead entries
-		// included: hence only every SequencerReportInterval.
+		// included: hence only every sequencerReportInterval.
 		sequencerStranded: fmt.Sprintf(`WITH found AS (
   SELECT a.seq, a.recorded_at FROM %[1]s.appends a
   WHERE a.last_position IS NULL AND a.seq <= (SELECT low_seq FROM %[1]s.sequencer WHERE id = 1)

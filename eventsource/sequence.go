@@ -27,8 +27,8 @@ import (
 // streams row lock) before it takes its insertion number (seq), so a
 // stream's events are inserted, and so sequenced, in version order.
 //
-// Each step sets its own statement and lock timeouts (SET LOCAL: see
-// [SequencerStatementTimeout]), whatever the role or database sets; a step
+// Each step sets its own statement and lock timeouts (SET LOCAL: 5 s and
+// 2 s), whatever the role or database sets; a step
 // that times out all the same is retried at once with half the batch (of
 // appends), down to a single append, and the batch grows back after steps
 // that succeed.
@@ -38,7 +38,7 @@ import (
 // the events it sequenced with a [*SequenceResetError].
 func (s *Store) Sequence(ctx context.Context) (int, error) {
 	b := newStepSize()
-	return s.sequenceOnPool(ctx, &b, SequencerStatementTimeout)
+	return s.sequenceOnPool(ctx, &b, sequencerStatementTimeout)
 }
 
 // sequenceOnPool is sequence on a connection of the store's pool.
@@ -53,18 +53,18 @@ func (s *Store) sequenceOnPool(ctx context.Context, b *stepSize, timeout time.Du
 
 // Defaults of the sequencer's transaction.
 const (
-	// SequencerStatementTimeout is the statement_timeout each sequencer
+	// sequencerStatementTimeout is the statement_timeout each sequencer
 	// transaction sets for itself (SET LOCAL), overriding the role's or
-	// the database's: far above what a step of SequencerBatchDefault
+	// the database's: far above what a step of sequencerBatchDefault
 	// events needs (tens of milliseconds), short enough that a step stuck
 	// on a sick server ends and is retried with a smaller batch.
-	SequencerStatementTimeout = 5 * time.Second
-	// SequencerLockTimeout is the lock_timeout each sequencer transaction
+	sequencerStatementTimeout = 5 * time.Second
+	// sequencerLockTimeout is the lock_timeout each sequencer transaction
 	// sets for itself: a step waiting behind DDL on the events table gives
 	// up and backs off instead of queueing the store's appends' positions
 	// behind an unbounded wait.
-	SequencerLockTimeout = 2 * time.Second
-	// SequencerStallTimeout bounds how long a sequencer transaction may
+	sequencerLockTimeout = 2 * time.Second
+	// sequencerStallTimeout bounds how long a sequencer transaction may
 	// sit idle, waiting for its client, while it holds the sequencer row,
 	// the one point every event's position goes through. Each step sets it
 	// as its idle_in_transaction_session_timeout (a healthy step is idle
@@ -73,14 +73,14 @@ const (
 	// sending to its client) ends that session (see docs/design/eventsource.md, "A
 	// stalled holder": its transaction rolls back, so nothing is skipped or
 	// numbered twice).
-	SequencerStallTimeout = 500 * time.Millisecond
+	sequencerStallTimeout = 500 * time.Millisecond
 	// growAfter is the number of full steps in a row after which a halved
 	// batch doubles again.
 	growAfter = 4
 )
 
 // stepSize is the sequencer's adaptive batch: halved when a step times out,
-// doubled back towards SequencerBatchDefault after growAfter full steps in
+// doubled back towards sequencerBatchDefault after growAfter full steps in
 // a row. timeouts counts the steps that timed out; held says whether the
 // last step found another transaction holding the row.
 type stepSize struct {
@@ -89,7 +89,7 @@ type stepSize struct {
 	held      bool // the last step found the row held by another transaction
 }
 
-func newStepSize() stepSize { return stepSize{n: SequencerBatchDefault} }
+func newStepSize() stepSize { return stepSize{n: sequencerBatchDefault} }
 
 // timedOut records a step that was cancelled by a timeout; it reports
 // whether a smaller batch is left to try.
@@ -109,8 +109,8 @@ func (b *stepSize) done(n int) {
 		b.streak = 0
 		return
 	}
-	if b.streak++; b.streak >= growAfter && b.n < SequencerBatchDefault {
-		b.n, b.streak = min(b.n*2, SequencerBatchDefault), 0
+	if b.streak++; b.streak >= growAfter && b.n < sequencerBatchDefault {
+		b.n, b.streak = min(b.n*2, sequencerBatchDefault), 0
 	}
 }
 
@@ -295,8 +295,8 @@ func (s *Store) sequenceOnce(ctx context.Context, conn *pgx.Conn, limit int, tim
 	}()
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	batch.Queue(s.sql.sequencerLastSeq, s.q+".appends", pgInterval(timeout), pgInterval(SequencerLockTimeout),
-		pgInterval(SequencerStallTimeout))
+	batch.Queue(s.sql.sequencerLastSeq, s.q+".appends", pgInterval(timeout), pgInterval(sequencerLockTimeout),
+		pgInterval(sequencerStallTimeout))
 	batch.Queue(s.sql.sequencerLock)
 	br := conn.SendBatch(ctx, batch)
 	var lowBefore, lastSeq, last, low, xid int64

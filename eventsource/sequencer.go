@@ -27,7 +27,7 @@ type SequencerOptions struct {
 	// found by polling. Defaults 5 ms and 50 ms.
 	MinInterval, MaxInterval time.Duration
 	// IdleInterval is the interval between looks once the sequencer has
-	// seen no activity for [SequencerIdleAfter]: no local append, no
+	// seen no activity for 10 s: no local append, no
 	// pending event, no move of the head (another process's sequencer
 	// sequenced). It bounds what a quiet process costs the database (one
 	// look per IdleInterval, not per MaxInterval) at the price of finding
@@ -37,38 +37,38 @@ type SequencerOptions struct {
 	IdleInterval time.Duration
 	// Logger receives a failure at Warn (the first of a run of equal
 	// ones; the rest at Debug), a stuck backlog at Warn every
-	// SequencerReportInterval, a recovery at Info and a reset of the
+	// 10 s, a recovery at Info and a reset of the
 	// events' sequence at Error; nil discards.
 	Logger *slog.Logger
 }
 
 // Timings of a [Sequencer]'s error handling.
 const (
-	// SequencerRetryMin and SequencerRetryMax bound the exponential
+	// sequencerRetryMin and sequencerRetryMax bound the exponential
 	// backoff, with jitter (uniform in [d/2, d]), after a failed step.
 	// Appends do not cut a backoff short.
-	SequencerRetryMin = 100 * time.Millisecond
-	SequencerRetryMax = 5 * time.Second
-	// SequencerReconnectMax caps that backoff while the failure is the
+	sequencerRetryMin = 100 * time.Millisecond
+	sequencerRetryMax = 5 * time.Second
+	// sequencerReconnectMax caps that backoff while the failure is the
 	// server being away (a connect refused or turned down, a connection
 	// lost, a server shutting down or starting): a server that went away,
 	// as in a failover, is found again, or its promoted standby, within it
 	// once it accepts. A server that refuses a connection (too many
-	// clients) is retried with the backoff up to SequencerRetryMax.
-	SequencerReconnectMax = 500 * time.Millisecond
-	// SequencerStuckAfter is how long steps fail, or the backlog waits
+	// clients) is retried with the backoff up to sequencerRetryMax.
+	sequencerReconnectMax = 500 * time.Millisecond
+	// sequencerStuckAfter is how long steps fail, or the backlog waits
 	// while the head does not move, before the sequencer reports itself
-	// stuck: at Warn, then every SequencerReportInterval while it lasts.
-	SequencerStuckAfter     = 10 * time.Second
-	SequencerReportInterval = 10 * time.Second
+	// stuck: at Warn, then every sequencerReportInterval while it lasts.
+	sequencerStuckAfter     = 10 * time.Second
+	sequencerReportInterval = 10 * time.Second
 	// sequencerBacklogCountMax bounds the count of a stuck report.
 	sequencerBacklogCountMax = 1_000_000
-	// SequencerIdleAfter is how long a [Sequencer] sees no activity before
+	// sequencerIdleAfter is how long a [Sequencer] sees no activity before
 	// its looks slow from MaxInterval to IdleInterval.
-	SequencerIdleAfter = 10 * time.Second
+	sequencerIdleAfter = 10 * time.Second
 	// holderCheckEvery is the least time between two looks at the holder
 	// of the sequencer row while it stays held.
-	holderCheckEvery = SequencerStallTimeout / 5
+	holderCheckEvery = sequencerStallTimeout / 5
 )
 
 // SequencerStats is a snapshot of a [Sequencer]'s health, for metrics and
@@ -82,7 +82,7 @@ type SequencerStats struct {
 	Failing            int
 	FailingSince       time.Time
 	LastError          error
-	// Batch is the current step size, in appends: SequencerBatchDefault,
+	// Batch is the current step size, in appends: 5,000,
 	// or less for a while after steps were cancelled by a timeout
 	// (Timeouts counts them).
 	Batch    int
@@ -104,10 +104,10 @@ type SequencerStats struct {
 	Head         int64
 	LastProgress time.Time
 	// Stuck reports that steps have failed, or the backlog waited with the
-	// head still, for SequencerStuckAfter.
+	// head still, for 10 s.
 	Stuck bool
 	// Takeovers counts the stalled holders of the sequencer row this
-	// sequencer ended (see [SequencerStallTimeout]).
+	// sequencer ended (see [Sequencer]: stalled for 500 ms).
 	Takeovers int64
 	// Stranded counts the committed appends found below the search
 	// watermark without a position, which the sequencer's search never
@@ -133,7 +133,7 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 //
 // A sequencer whose steps have found the sequencer row held for 100 ms
 // looks at the holder's session, then at most every 100 ms while that
-// lasts, and ends it when it has stalled for [SequencerStallTimeout] (idle
+// lasts, and ends it when it has stalled for 500 ms (idle
 // in its transaction, or blocked sending to its client): a frozen or
 // cut-off process holds every position of the store back for no longer
 // than that. Its transaction
@@ -149,7 +149,7 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // connection is made again at the next step. (Looking at a stalled holder
 // and counting a stuck backlog, both rare, use the pool.)
 //
-// Every SequencerReportInterval (and at its first step) it looks below
+// Every 10 s (and at its first step) it looks below
 // the search watermark for committed appends without a position, which no
 // step would ever reach; none should exist, but a watermark raised by a
 // candidate from before a failover left some (see [Store.Sequence]). It
@@ -157,8 +157,7 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // them, logs it at Warn and counts it in Stranded.
 //
 // A failed step is retried after an exponential backoff with jitter
-// (SequencerRetryMin to SequencerRetryMax, or to SequencerReconnectMax
-// while it cannot connect); a step cancelled by a timeout
+// (100 ms to 5 s, or to 500 ms while it cannot connect); a step cancelled by a timeout
 // is retried at once with half the batch (see [Store.Sequence]). Its
 // health is in [Sequencer.Stats]. Its Start and Stop follow kumi's
 // lifecycle contract (docs/design/architecture.md, "Lifecycle").
@@ -208,7 +207,7 @@ func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Sequencer{store: store, opts: opts, clk: realClock{},
-		stats: SequencerStats{Batch: SequencerBatchDefault, Backlog: -1}}
+		stats: SequencerStats{Batch: sequencerBatchDefault, Backlog: -1}}
 }
 
 // Start runs the sequencer in the background until [Sequencer.Stop]; it
@@ -333,7 +332,7 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 	}
 	q.countAttempt()
 	timeouts := batch.timeouts
-	n, err := q.store.sequence(ctx, db, batch, SequencerStatementTimeout)
+	n, err := q.store.sequence(ctx, db, batch, sequencerStatementTimeout)
 	q.statsMu.Lock()
 	q.stats.Batch, q.stats.Timeouts = batch.n, q.stats.Timeouts+batch.timeouts-timeouts
 	q.statsMu.Unlock()
@@ -343,13 +342,13 @@ func (q *Sequencer) step(ctx context.Context, local bool, batch *stepSize) (int,
 // connection returns the sequencer's own connection, made now if there is
 // none, it closed (a statement cancelled by its context closes it, as does
 // a lost server) or it is not idle (a transaction left open), within
-// SequencerStatementTimeout.
+// sequencerStatementTimeout.
 func (q *Sequencer) connection(ctx context.Context) (*pgx.Conn, error) {
 	if q.conn != nil && !q.conn.IsClosed() && q.conn.PgConn().TxStatus() == 'I' {
 		return q.conn, nil
 	}
 	q.closeConn()
-	ctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	ctx, cancel := context.WithTimeout(ctx, sequencerStatementTimeout)
 	defer cancel()
 	conn, err := connectLike(ctx, q.store.pool)
 	if err != nil {
@@ -417,9 +416,9 @@ func (q *Sequencer) takeOver(ctx context.Context) bool {
 		idle                        float64
 		ended                       bool
 	)
-	lctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	lctx, cancel := context.WithTimeout(ctx, sequencerStatementTimeout)
 	defer cancel()
-	err := q.store.pool.QueryRow(lctx, q.store.sql.sequencerHolder, pgInterval(SequencerStallTimeout)).
+	err := q.store.pool.QueryRow(lctx, q.store.sql.sequencerHolder, pgInterval(sequencerStallTimeout)).
 		Scan(&pid, &app, &addr, &state, &waitEvent, &idle, &ended)
 	log := q.opts.Logger
 	switch {
@@ -451,12 +450,12 @@ func (q *Sequencer) takeOver(ctx context.Context) bool {
 }
 
 // rescue looks below the search watermark for a committed append without
-// a position, at most every SequencerReportInterval, and lowers the
+// a position, at most every sequencerReportInterval, and lowers the
 // watermark below it (queries.sequencerStranded); it reports whether it
 // did.
 func (q *Sequencer) rescue(ctx context.Context) bool {
 	now := q.clk.Now()
-	if !q.rescuedAt.IsZero() && now.Sub(q.rescuedAt) < SequencerReportInterval {
+	if !q.rescuedAt.IsZero() && now.Sub(q.rescuedAt) < sequencerReportInterval {
 		return false
 	}
 	q.rescuedAt = now
@@ -464,7 +463,7 @@ func (q *Sequencer) rescue(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	lctx, cancel := context.WithTimeout(ctx, SequencerStatementTimeout)
+	lctx, cancel := context.WithTimeout(ctx, sequencerStatementTimeout)
 	defer cancel()
 	var seq int64
 	var age float64
@@ -554,9 +553,9 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.
 			log.Debug("kumi: sequencer step failed", "err", err, "failures", st.Failing)
 		}
 	}
-	st.Stuck = (st.Failing > 0 && now.Sub(st.FailingSince) >= SequencerStuckAfter) ||
-		(st.BacklogAge > 0 && !st.LastProgress.IsZero() && now.Sub(st.LastProgress) >= SequencerStuckAfter)
-	stuck := st.Stuck && now.Sub(q.report) >= SequencerReportInterval
+	st.Stuck = (st.Failing > 0 && now.Sub(st.FailingSince) >= sequencerStuckAfter) ||
+		(st.BacklogAge > 0 && !st.LastProgress.IsZero() && now.Sub(st.LastProgress) >= sequencerStuckAfter)
+	stuck := st.Stuck && now.Sub(q.report) >= sequencerReportInterval
 	if stuck {
 		q.report = now
 	}
@@ -568,12 +567,12 @@ func (q *Sequencer) record(ctx context.Context, n int, err error, interval time.
 	}
 	switch {
 	case failing > 0 && q.connLost:
-		return backoff(SequencerRetryMin, SequencerReconnectMax, failing-1), true
+		return backoff(sequencerRetryMin, sequencerReconnectMax, failing-1), true
 	case failing > 0:
-		return backoff(SequencerRetryMin, SequencerRetryMax, failing-1), true
+		return backoff(sequencerRetryMin, sequencerRetryMax, failing-1), true
 	case n > 0:
 		return q.opts.MinInterval, false
-	case now.Sub(q.activeAt) >= SequencerIdleAfter:
+	case now.Sub(q.activeAt) >= sequencerIdleAfter:
 		return q.opts.IdleInterval, false
 	default:
 		return min(max(interval*2, q.opts.MinInterval), q.opts.MaxInterval), false
@@ -627,7 +626,7 @@ func errorKey(err error) string {
 func (q *Sequencer) reportStuck(ctx context.Context) {
 	count := int64(-1)
 	_ = pgx.BeginFunc(ctx, q.store.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, q.store.sql.sequencerTimeout, pgInterval(SequencerStatementTimeout)); err != nil {
+		if _, err := tx.Exec(ctx, q.store.sql.sequencerTimeout, pgInterval(sequencerStatementTimeout)); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, q.store.sql.sequencerBacklog, sequencerBacklogCountMax).Scan(&count)

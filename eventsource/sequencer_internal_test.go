@@ -11,8 +11,8 @@ func TestStepSizeHalvesOnTimeoutsAndGrowsBack(t *testing.T) {
 	for b.timedOut() {
 		sizes = append(sizes, b.n)
 	}
-	if b.n != 1 || len(sizes) != 12 || sizes[0] != SequencerBatchDefault/2 {
-		t.Fatalf("halving from %d: %v, ends at %d; want down to 1 in 12 steps", SequencerBatchDefault, sizes, b.n)
+	if b.n != 1 || len(sizes) != 12 || sizes[0] != sequencerBatchDefault/2 {
+		t.Fatalf("halving from %d: %v, ends at %d; want down to 1 in 12 steps", sequencerBatchDefault, sizes, b.n)
 	}
 	// Partial steps say nothing about a larger batch: no growth.
 	for range 3 * growAfter {
@@ -22,18 +22,18 @@ func TestStepSizeHalvesOnTimeoutsAndGrowsBack(t *testing.T) {
 		t.Fatalf("grew to %d after partial steps", b.n)
 	}
 	steps := 0
-	for b.n < SequencerBatchDefault {
+	for b.n < sequencerBatchDefault {
 		b.done(b.n)
 		steps++
 		if steps > 100 {
 			t.Fatal("never grows back")
 		}
 	}
-	if b.n != SequencerBatchDefault || steps != 13*growAfter {
-		t.Fatalf("grew back to %d in %d full steps; want %d in %d", b.n, steps, SequencerBatchDefault, 13*growAfter)
+	if b.n != sequencerBatchDefault || steps != 13*growAfter {
+		t.Fatalf("grew back to %d in %d full steps; want %d in %d", b.n, steps, sequencerBatchDefault, 13*growAfter)
 	}
 	b.done(b.n)
-	if b.n != SequencerBatchDefault {
+	if b.n != sequencerBatchDefault {
 		t.Fatalf("grew past the default: %d", b.n)
 	}
 	if b.timeouts != 13 {

@@ -34,9 +34,9 @@ const (
 	// be: encoding a batch takes a few times its size in memory, and
 	// PostgreSQL takes no message over 1 GB.
 	MaxBatchBytesLimit = 256 << 20
-	// SequencerBatchDefault is the most appends (each with all its
+	// sequencerBatchDefault is the most appends (each with all its
 	// events) one sequencer step numbers.
-	SequencerBatchDefault = 5_000
+	sequencerBatchDefault = 5_000
 	maxSchemaNameLength   = migrate.MaxSchemaNameLength
 	notifyChannelSuffix   = "_events"
 	cgIndexPrefix         = "events_cg_"
