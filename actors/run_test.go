@@ -164,7 +164,9 @@ func TestRun(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, body)
 		require.Contains(t, body, "go_goroutines", "the Prometheus exposition")
 		pgtest.Eventually(t, 30*time.Second, func() bool {
-			var page observability.StatusPage
+			var page struct {
+				Subscriptions []observability.SubscriptionStatus `json:"subscriptions"`
+			}
 			code, body = get("/status")
 			require.Equal(t, http.StatusOK, code, body)
 			require.NoError(t, json.Unmarshal([]byte(body), &page))

@@ -248,7 +248,9 @@ func ExampleHandler() {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if path == "/ops/status" {
-			var page observability.StatusPage
+			var page struct {
+				Subscriptions []observability.SubscriptionStatus `json:"subscriptions"`
+			}
 			_ = json.Unmarshal(body, &page)
 			b, _ := json.Marshal(page.Subscriptions)
 			body = b

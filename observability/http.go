@@ -46,9 +46,10 @@ type HandlerOptions struct {
 	Hosts []string
 }
 
-// StatusPage is the JSON /status serves when the status comes from a
-// Telemetry.
-type StatusPage struct {
+// statusPage is the JSON /status serves when the status comes from a
+// Telemetry: the JSON is the API (docs/observability.md, "HTTP endpoint";
+// TestTheStatusJSONKeepsItsShape), no Go caller decodes into this type.
+type statusPage struct {
 	Time          time.Time            `json:"time"`
 	Subscriptions []SubscriptionStatus `json:"subscriptions"`
 }
@@ -57,8 +58,9 @@ type StatusPage struct {
 //
 //   - GET /metrics: Prometheus text exposition of o.Gatherer;
 //   - GET /healthz: 200 "ok", or 503 with the error from o.Healthy;
-//   - GET /status: JSON ownership status (StatusPage, or whatever o.Status
-//     returns), 500 with {"error": …} if it fails.
+//   - GET /status: JSON ownership status (the time and every
+//     [SubscriptionStatus] of o.Telemetry, or whatever o.Status returns),
+//     500 with {"error": …} if it fails.
 //
 // Every response carries X-Content-Type-Options: nosniff and
 // Cache-Control: no-store; a request under another host name than
@@ -77,7 +79,7 @@ func Handler(o HandlerOptions) http.Handler {
 	if status == nil {
 		tel := o.Telemetry
 		status = func(context.Context) (any, error) {
-			return StatusPage{Time: time.Now().UTC(), Subscriptions: tel.Status()}, nil
+			return statusPage{Time: time.Now().UTC(), Subscriptions: tel.Status()}, nil
 		}
 	}
 	mux := http.NewServeMux()

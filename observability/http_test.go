@@ -109,7 +109,10 @@ func TestHandler(t *testing.T) {
 	code, body, hdr := get(t, h, "/status")
 	require.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "application/json", hdr.Get("Content-Type"))
-	var page observability.StatusPage
+	var page struct {
+		Time          time.Time                          `json:"time"`
+		Subscriptions []observability.SubscriptionStatus `json:"subscriptions"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(body), &page))
 	require.Len(t, page.Subscriptions, 1)
 	assert.Equal(t, "orders", page.Subscriptions[0].Subscription)
@@ -262,4 +265,34 @@ func TestServe(t *testing.T) {
 	err = observability.Serve(context.Background(), "256.0.0.1:bad", http.NotFoundHandler())
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "256.0.0.1") || strings.Contains(err.Error(), "bad"))
+}
+
+// /status's JSON is the API (docs/observability.md, "HTTP endpoint"): no
+// Go type of it is exported for a caller to decode into, so its keys are
+// kept by this test. A field renamed, retagged or dropped changes the
+// JSON that scripts and dashboards read; one added must be added here.
+func TestTheStatusJSONKeepsItsShape(t *testing.T) {
+	tel, reg := promTelemetry(t)
+	at := time.Date(2026, 11, 29, 22, 29, 59, 0, time.UTC)
+	tel.RegisterStatus(func() observability.SubscriptionStatus {
+		return observability.SubscriptionStatus{Subscription: "orders", Worker: "worker-a", Buckets: 8, LiveWorkers: 2, Published: 4230,
+			Owned: []observability.BucketStatus{{Generation: 1, Bucket: 1, Slot: 65537, Epoch: 7, State: "reading", Checkpoint: 4211,
+				LagEvents: 3, LagSeconds: 0.5, QueueDepth: 1, QueueBytes: 2048,
+				Reader: &observability.ReaderStatus{Cursor: 4230, Acked: 4214, Pending: 2, InFlight: 1, NextPending: 4225,
+					CatchingUp: true, Bounded: true, Bound: 5000, CutDecided: true, Proposing: true, Draining: true,
+					HandlerReady: true, At: at}}}}
+	})
+	_, body, _ := get(t, observability.Handler(observability.HandlerOptions{Gatherer: reg, Telemetry: tel}), "/status")
+	var page map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal([]byte(body), &page))
+	require.Contains(t, page, "time")
+	require.JSONEq(t, `[{
+		"subscription": "orders", "worker": "worker-a", "buckets": 8, "live_workers": 2, "published": 4230,
+		"owned": [{"generation": 1, "bucket": 1, "slot": 65537, "epoch": 7, "state": "reading", "checkpoint": 4211,
+			"lag_events": 3, "lag_seconds": 0.5, "queue_depth": 1, "queue_bytes": 2048,
+			"reader": {"cursor": 4230, "acked": 4214, "pending": 2, "in_flight": 1, "next_pending": 4225,
+				"catching_up": true, "bounded": true, "bound": 5000, "cut_decided": true, "proposing": true, "draining": true,
+				"handler_ready": true, "at": "2026-11-29T22:29:59Z"}}]
+	}]`, string(page["subscriptions"]))
+	require.Len(t, page, 2, "time and subscriptions, nothing else: %s", body)
 }

@@ -280,7 +280,9 @@ func slotStatus(p *proc, slot int) string {
 	if err != nil {
 		return err.Error()
 	}
-	var page observability.StatusPage
+	var page struct {
+		Subscriptions []observability.SubscriptionStatus `json:"subscriptions"`
+	}
 	if err := json.Unmarshal(body, &page); err != nil {
 		return fmt.Sprintf("%s: %v", status, err)
 	}
