@@ -2,6 +2,9 @@
 // the code: every relative link resolves (its file, and its #anchor to a
 // heading there), every test a document cites as evidence exists, and
 // every Go name it gives in backquotes (`actors.GroupOptions`,
-// `GroupOptions.Buckets`, `leasestore.Store.Pass`) is declared. It has
-// no code of its own.
+// `GroupOptions.Buckets`, `leasestore.Store.Pass`) is declared, and
+// every `make TARGET` it shows is a rule of the Makefile (whose .PHONY
+// list and rules agree). The `kumi` commands and flags the docs show are
+// checked against the CLI by cmd/kumi's own tests. It has no code of its
+// own.
 package doccheck
