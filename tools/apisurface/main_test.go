@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,12 @@ func f() {}
 	}
 	if len(got) != 1 || got["pub"] != 8 {
 		t.Fatalf("count = %v, want map[pub:8]", got)
+	}
+	names, err := list(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "A F I I.M T T.Method T.X V"; strings.Join(names["pub"], " ") != want {
+		t.Fatalf("list = %v, want %s", names["pub"], want)
 	}
 }
