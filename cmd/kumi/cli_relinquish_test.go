@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -221,15 +221,14 @@ func TestRelinquishToAWorkerAtItsShare(t *testing.T) {
 func TestRelinquishIsShortWithoutVerbose(t *testing.T) {
 	t.Parallel()
 	owner, target := uuid.NewString(), uuid.NewString()
-	in := inspect.Inspection{Buckets: 4, Workers: []leasestore.WorkerState{
-		{Worker: owner, Live: true}, {Worker: target, Live: true}}}
-	load := map[string]int{owner: 2, target: 2}
-	short := predict(in, 3, owner, target, load, false)
+	h := admin.Handoff{Bucket: 3, Slot: 3, HandoffRequest: leasestore.HandoffRequest{Owner: owner, To: target, Buckets: 4, Live: 2, Load: 2},
+		Loads: map[string]int{owner: 2, target: 2}, Load: 2, Share: 2, AboveShare: true}
+	short := predict(h, false)
 	require.Len(t, short, 1)
 	require.Less(t, len(short[0]), 200, short[0])
 	require.Equal(t, 1, strings.Count(short[0], target), short[0])
 	require.NotContains(t, short[0], owner, short[0])
-	long := predict(in, 3, owner, target, load, true)
+	long := predict(h, true)
 	require.Greater(t, len(long), 1, "-v explains")
 	for _, l := range long {
 		require.Less(t, len(l), 240, "one line each: %s", l)

@@ -44,7 +44,7 @@ func (c *relinquishCmd) Run(e *env) error {
 	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
 		inspect.TermSafe(owner), c.Bucket, epoch, inspect.TermSafe(target))
-	for _, l := range predict(in, c.Bucket, owner, target, h.Loads, c.Verbose) {
+	for _, l := range predict(h, c.Verbose) {
 		fmt.Fprintln(e.stdout, l)
 	}
 	if c.Wait == 0 {
@@ -98,22 +98,24 @@ func inspection(schema string, req leasestore.HandoffRequest) inspect.Inspection
 	return in
 }
 
-// predict says what the claim will lead to, from leasestore's rules, in a
-// line or two (with verbose, how each order of passes plays out): a
-// claimant whose pass finds it above the fair share (ceil(N/live))
-// withdraws its claims — before the owner has handed over, the owner keeps
-// the bucket; after, the bucket is free and a worker below its share takes
-// it (the old owner, as a rule) — and a worker below its share places
-// claims on the buckets of one above it.
-func predict(in inspect.Inspection, bucket int, owner, target string, load map[string]int, verbose bool) []string {
-	live := max(in.LiveWorkers(), 1)
-	share, floor := leasestore.FairShare(in.Buckets, live), in.Buckets/live
+// predict says what the claim will lead to, from leasestore's rules and
+// admin.Relinquish's fair-share check (h.AboveShare, h.Share), in a line or
+// two (with verbose, how each order of passes plays out): a claimant whose
+// pass finds it above the fair share (ceil(N/live)) withdraws its claims —
+// before the owner has handed over, the owner keeps the bucket; after, the
+// bucket is free and a worker below its share takes it (the old owner, as
+// a rule) — and a worker below its share places claims on the buckets of
+// one above it.
+func predict(h admin.Handoff, verbose bool) []string {
+	bucket, owner, target, load, share := h.Bucket, h.Owner, h.To, h.Loads, h.Share
+	live := max(h.Live, 1)
+	floor := h.Buckets / live
 	o, t := inspect.TermSafe(owner), inspect.TermSafe(target)
-	after := load[target] + 1 // its claim on the bucket is counted
-	if after > share {
+	after := h.Load + 1 // its claim on the bucket is counted
+	if h.AboveShare {
 		out := []string{fmt.Sprintf("note: %s is at its fair share already (%d of ceil(%d/%d) = %d), so this claim puts it above: "+
 			"it may withdraw it, or the two trade buckets (-v says when)",
-			t, load[target], in.Buckets, live, share)}
+			t, h.Load, h.Buckets, live, share)}
 		if verbose {
 			out = append(out,
 				fmt.Sprintf("  if the claimant's next pass comes first: %s withdraws the claim and %s keeps bucket %d", t, o, bucket),
