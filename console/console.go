@@ -78,11 +78,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// LoopbackHosts are the usual names of a console that serves on loopback,
-// for [Options.Hosts] when it must be set (to add a name); empty Hosts
-// already answer these, and any other loopback name, on loopback.
-var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
-
 // Console is the web console: an [http.Handler]. Build one with [New]; it
 // is safe for concurrent use and holds no goroutine of its own.
 type Console struct {
@@ -97,9 +92,10 @@ type Console struct {
 	summary *looks[[]inspect.SubscriptionSummary] // the overview's, under ""
 }
 
-// CSRFHeader is the request header that carries the console's per-process
-// action token (the page's data-csrf attribute).
-const CSRFHeader = "X-Kumi-Csrf"
+// csrfHeader is the request header that carries the console's per-process
+// action token (the page's data-csrf attribute): the page's script sets
+// it, no Go caller.
+const csrfHeader = "X-Kumi-Csrf"
 
 // tokenCookie holds the bearer token in the browser after ?token=.
 const tokenCookie = "kumi_console_token"
@@ -267,9 +263,9 @@ func (c *Console) routes() http.Handler {
 				"(Options.AllowActions, or kumi console --allow-actions)")
 			return
 		}
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(c.csrf)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get(csrfHeader)), []byte(c.csrf)) != 1 {
 			c.log.Warn("console action refused: missing or wrong CSRF token", "path", r.URL.Path, "remote", r.RemoteAddr)
-			writeError(w, http.StatusForbidden, "missing or wrong "+CSRFHeader+" token: reload the page")
+			writeError(w, http.StatusForbidden, "missing or wrong "+csrfHeader+" token: reload the page")
 			return
 		}
 		actions.ServeHTTP(w, r)

@@ -178,7 +178,7 @@ func post(t testing.TB, srv *httptest.Server, c *Console, path string) response 
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, srv.URL+path, nil)
 	require.NoError(t, err)
-	req.Header.Set(CSRFHeader, c.csrf)
+	req.Header.Set(csrfHeader, c.csrf)
 	req.Header.Set("Origin", srv.URL)
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	return do(t, req)
@@ -314,7 +314,7 @@ func TestTheTokenGuardsEveryRequest(t *testing.T) {
 func TestHostsRefuseOtherHostNames(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	_, srv := f.serve(t, Options{Hosts: LoopbackHosts})
+	_, srv := f.serve(t, Options{Hosts: []string{"localhost", "127.0.0.1", "::1"}})
 	for host, want := range map[string]int{
 		"":                    http.StatusOK, // the server's own, 127.0.0.1:port
 		"localhost:7070":      http.StatusOK,
@@ -373,13 +373,13 @@ func TestActionsNeedTheTokenAndTheSameOrigin(t *testing.T) {
 
 	cases := map[string]func(r *http.Request){
 		"NoToken":    func(r *http.Request) {},
-		"WrongToken": func(r *http.Request) { r.Header.Set(CSRFHeader, "nope") },
+		"WrongToken": func(r *http.Request) { r.Header.Set(csrfHeader, "nope") },
 		"CrossSite": func(r *http.Request) {
-			r.Header.Set(CSRFHeader, c.csrf)
+			r.Header.Set(csrfHeader, c.csrf)
 			r.Header.Set("Sec-Fetch-Site", "cross-site")
 		},
 		"OtherOrigin": func(r *http.Request) {
-			r.Header.Set(CSRFHeader, c.csrf)
+			r.Header.Set(csrfHeader, c.csrf)
 			r.Header.Set("Origin", "https://evil.example")
 		},
 	}
@@ -564,7 +564,7 @@ func TestResetCheckpointWithTheCLIsSafetyRules(t *testing.T) {
 	t.Run("OnlyWithTheTokenFromTheSameOrigin", func(t *testing.T) {
 		for name, mutate := range map[string]func(r *http.Request){
 			"NoToken":   func(r *http.Request) {},
-			"CrossSite": func(r *http.Request) { r.Header.Set(CSRFHeader, c.csrf); r.Header.Set("Sec-Fetch-Site", "cross-site") },
+			"CrossSite": func(r *http.Request) { r.Header.Set(csrfHeader, c.csrf); r.Header.Set("Sec-Fetch-Site", "cross-site") },
 		} {
 			req, _ := http.NewRequest(http.MethodPost, srv.URL+reset+"&force=1", nil)
 			mutate(req)
