@@ -21,6 +21,7 @@ import (
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability/otelsetup"
 )
@@ -399,7 +400,7 @@ func (d *demo) exited(ex exit) {
 // logf records an event; plain mode prints it at once. Its text may name
 // workers and quote their output: it is escaped for the terminal.
 func (d *demo) logf(kind, format string, args ...any) {
-	e := logEntry{at: time.Since(d.start), kind: kind, text: inspect.TermSafe(fmt.Sprintf(format, args...))}
+	e := logEntry{at: time.Since(d.start), kind: kind, text: termsafe.String(fmt.Sprintf(format, args...))}
 	if d.start.IsZero() {
 		e.at = 0
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -235,7 +236,7 @@ func (d *demo) statusLine() string {
 	if len(names) > 0 {
 		var parts []string
 		for _, w := range names {
-			parts = append(parts, fmt.Sprintf("%s:%d", inspect.TermSafe(w), owned[w]))
+			parts = append(parts, fmt.Sprintf("%s:%d", termsafe.String(w), owned[w]))
 		}
 		owners = strings.Join(parts, " ")
 	}
@@ -474,13 +475,13 @@ func ownerText(r inspect.BucketRow, standby bool) string {
 	case r.Drained:
 		return "∎"
 	case standby && r.Live:
-		return inspect.TermSafe(r.Owner) + "…"
+		return termsafe.String(r.Owner) + "…"
 	case r.Live && r.ClaimWorker != "":
-		return inspect.TermSafe(r.Owner) + "→"
+		return termsafe.String(r.Owner) + "→"
 	case r.Live:
-		return inspect.TermSafe(r.Owner)
+		return termsafe.String(r.Owner)
 	case r.Owner != "":
-		return inspect.TermSafe(r.Owner) + "✗"
+		return termsafe.String(r.Owner) + "✗"
 	}
 	return "-"
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -36,7 +37,7 @@ func requireTermSafe(t *testing.T, lines []string) {
 		// The view's own colours are the only escape sequences.
 		l = strings.NewReplacer("\x1b[1m", "", "\x1b[2m", "", "\x1b[0m", "").Replace(l)
 		for _, r := range l {
-			require.False(t, inspect.TermUnsafe(r), "%q in %q", r, l)
+			require.False(t, termsafe.Unsafe(r), "%q in %q", r, l)
 		}
 	}
 }

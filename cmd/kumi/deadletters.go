@@ -20,6 +20,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 )
 
 type deadLettersCmd struct {
@@ -109,8 +110,8 @@ func (c *dlListCmd) Run(e *env) error {
 		if d.ReplayedAt != nil {
 			state = "replayed"
 		}
-		fmt.Fprintf(tw, "%d\t%s%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, gen(d), d.Bucket, d.EventID, inspect.TermSafe(d.Stream), d.Attempts,
-			d.CreatedAt.UTC().Format(time.RFC3339), state, inspect.TermSafe(oneLine(d.Reason, 60)))
+		fmt.Fprintf(tw, "%d\t%s%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Position, gen(d), d.Bucket, d.EventID, termsafe.String(d.Stream), d.Attempts,
+			d.CreatedAt.UTC().Format(time.RFC3339), state, termsafe.String(oneLine(d.Reason, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -161,27 +162,27 @@ func (c *dlShowCmd) Run(e *env) error {
 		state = "replayed at " + d.ReplayedAt.UTC().Format(time.RFC3339)
 	}
 	w := e.stdout
-	fmt.Fprintf(w, "subscription  %s\n", inspect.TermSafe(d.Subscription))
+	fmt.Fprintf(w, "subscription  %s\n", termsafe.String(d.Subscription))
 	if gen := letterGeneration(e, d); gen != "" {
 		fmt.Fprintf(w, "generation    %s\n", gen)
 	}
 	fmt.Fprintf(w, "bucket        %d\nevent         %s\nposition      %d\nstream        %s\n",
-		d.Bucket, d.EventID, d.Position, inspect.TermSafe(d.Stream))
+		d.Bucket, d.EventID, d.Position, termsafe.String(d.Stream))
 	fmt.Fprintf(w, "attempts      %d\ncreated       %s\nstate         %s\nreason        %s\n",
-		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, inspect.TermSafe(d.Reason))
+		d.Attempts, d.CreatedAt.UTC().Format(time.RFC3339), state, termsafe.String(d.Reason))
 	for i, h := range d.History { // the reasons it had, oldest (the first) first
 		label := "before"
 		if i == 0 {
 			label = "first reason"
 		}
-		fmt.Fprintf(w, "%-13s %s (after %d attempts; replaced %s)\n", label, inspect.TermSafe(h.Reason), h.Attempts,
+		fmt.Fprintf(w, "%-13s %s (after %d attempts; replaced %s)\n", label, termsafe.String(h.Reason), h.Attempts,
 			h.ReplacedAt.UTC().Format(time.RFC3339))
 	}
 	if evErr != nil {
-		fmt.Fprintf(w, "event         (not readable: %s)\n", inspect.TermSafe(evErr.Error()))
+		fmt.Fprintf(w, "event         (not readable: %s)\n", termsafe.String(evErr.Error()))
 		return nil
 	}
-	fmt.Fprintf(w, "type          %s\nversion       %d\nrecorded      %s\n", inspect.TermSafe(ev.Type), ev.Version,
+	fmt.Fprintf(w, "type          %s\nversion       %d\nrecorded      %s\n", termsafe.String(ev.Type), ev.Version,
 		ev.RecordedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "data          %s\n", indentJSON(ev.Data))
 	if len(ev.Metadata) > 0 {
@@ -286,7 +287,7 @@ func (c *dlReplayCmd) Run(e *env) error {
 			case err != nil:
 				return asUsage(notMigrated(e, err))
 			case c.DryRun:
-				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, inspect.TermSafe(d.Stream))
+				fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, termsafe.String(d.Stream))
 				continue
 			}
 			err = admin.Replay(e.ctx, store, d, c.Again, handler)
@@ -330,7 +331,7 @@ func (c *dlReplayCmd) dryRun(e *env, store *eventsource.Store, filter eventsourc
 			return asUsage(notMigrated(e, err))
 		}
 		for _, d := range letters {
-			fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, inspect.TermSafe(d.Stream))
+			fmt.Fprintf(e.stdout, "would replay: position %d, event %s, stream %s\n", d.Position, d.EventID, termsafe.String(d.Stream))
 		}
 		n += len(letters)
 		if len(letters) < page.Limit || (filter.Limit > 0 && n >= filter.Limit) {
@@ -478,9 +479,9 @@ func oneLine(s string, n int) string {
 func indentJSON(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if err := json.Indent(&b, raw, "              ", "  "); err != nil {
-		return inspect.TermSafe(string(raw))
+		return termsafe.String(string(raw))
 	}
-	return string(inspect.TermSafeJSON(b.Bytes()))
+	return string(termsafe.JSON(b.Bytes()))
 }
 
 // tailWriter keeps the last line written to it.

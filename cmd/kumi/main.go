@@ -20,6 +20,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -55,7 +56,7 @@ type env struct {
 	// URL sets one: the ownership record names who made a change by it.
 	app string
 	// stdout and stderr escape what a terminal would act on
-	// (inspect.NewTermWriter); rawStdout and rawStderr are the process's
+	// (termsafe.NewWriter); rawStdout and rawStderr are the process's
 	// own, for the commands `dead-letters replay --exec` runs.
 	stdout, stderr       io.Writer
 	rawStdout, rawStderr io.Writer
@@ -118,7 +119,7 @@ func (e *env) close() {
 }
 
 // printJSON writes v as indented JSON, safe for a terminal
-// (inspect.TermSafeJSON).
+// (termsafe.JSON).
 func (e *env) printJSON(v any) error {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -126,7 +127,7 @@ func (e *env) printJSON(v any) error {
 	if err := enc.Encode(v); err != nil {
 		return err
 	}
-	_, err := e.stdout.Write(inspect.TermSafeJSON(b.Bytes()))
+	_, err := e.stdout.Write(termsafe.JSON(b.Bytes()))
 	return err
 }
 
@@ -152,7 +153,7 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 	// Everything printed passes through a TermWriter: values from the
 	// database are escaped where they are formatted, and whatever is
 	// missed there still never reaches the terminal raw.
-	stdout, stderr := inspect.NewTermWriter(rawStdout), inspect.NewTermWriter(rawStderr)
+	stdout, stderr := termsafe.NewWriter(rawStdout), termsafe.NewWriter(rawStderr)
 	defer func() { _ = stdout.Flush(); _ = stderr.Flush() }()
 	if len(args) == 0 {
 		// No command is a usage error: the help goes to stderr.

@@ -9,6 +9,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 )
 
 type parkedCmd struct {
@@ -73,15 +74,15 @@ func (c *parkedListCmd) Run(e *env) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STREAM\tBUCKET\tWAITING\tPARKED\tSTATE\tEVENT\tPOSITION\tREASON")
 	for _, p := range parked {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", inspect.TermSafe(p.Stream), parkedBucket(in, p), p.Waiting,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", termsafe.String(p.Stream), parkedBucket(in, p), p.Waiting,
 			p.ParkedAt.UTC().Format(time.RFC3339), parkedState(time.Time{}, p), p.EventID, p.Position,
-			inspect.TermSafe(oneLine(p.Reason, 60)))
+			termsafe.String(oneLine(p.Reason, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if len(parked) == c.Limit {
-		fmt.Fprintf(e.stdout, "(more may follow: --after %s)\n", inspect.TermSafe(parked[len(parked)-1].Stream))
+		fmt.Fprintf(e.stdout, "(more may follow: --after %s)\n", termsafe.String(parked[len(parked)-1].Stream))
 	}
 	return nil
 }
@@ -134,10 +135,10 @@ func (e *env) parkedAction(p admin.Park) error {
 	switch p.Action {
 	case eventsource.ParkSkip:
 		fmt.Fprintf(e.stdout, "stream %s is skipped for good: its %d waiting events and later ones are not delivered to %q\n",
-			inspect.TermSafe(ps.Stream), ps.Waiting, p.Subscription)
+			termsafe.String(ps.Stream), ps.Waiting, p.Subscription)
 	default:
 		fmt.Fprintf(e.stdout, "asked to %s stream %s: the reader of its bucket delivers its %d waiting events in order, "+
-			"then the stream flows again\n", p.Action, inspect.TermSafe(ps.Stream), ps.Waiting)
+			"then the stream flows again\n", p.Action, termsafe.String(ps.Stream), ps.Waiting)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/admin"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -43,7 +44,7 @@ func (c *relinquishCmd) Run(e *env) error {
 	in := inspection(store.Schema(), req)
 	owner, epoch, target := req.Owner, req.Epoch, req.To
 	fmt.Fprintf(e.stdout, "asked %s to hand bucket %d (epoch %d) over to %s\n",
-		inspect.TermSafe(owner), c.Bucket, epoch, inspect.TermSafe(target))
+		termsafe.String(owner), c.Bucket, epoch, termsafe.String(target))
 	for _, l := range predict(h, c.Verbose) {
 		fmt.Fprintln(e.stdout, l)
 	}
@@ -70,20 +71,20 @@ func (c *relinquishCmd) refused(e *env, err error, schema string) error {
 		return fmt.Errorf("bucket %d has no owner: nothing to hand over (a worker below its fair share claims it on its next pass)", c.Bucket)
 	case leasestore.ErrLeaseExpired:
 		return fmt.Errorf("bucket %d's lease (owner %s) expired %s: the next pass of any worker takes it without a handoff",
-			c.Bucket, inspect.TermSafe(row.Owner), ago(h.Now, row.Expires))
+			c.Bucket, termsafe.String(row.Owner), ago(h.Now, row.Expires))
 	case leasestore.ErrClaimPending:
 		return fmt.Errorf("bucket %d already has a pending claim by %s (placed %s): its owner %s is handing it over",
-			c.Bucket, inspect.TermSafe(row.ClaimWorker), ago(h.Now, row.ClaimedAt), inspect.TermSafe(row.Owner))
+			c.Bucket, termsafe.String(row.ClaimWorker), ago(h.Now, row.ClaimedAt), termsafe.String(row.Owner))
 	case leasestore.ErrTargetIsOwner:
-		return usageErrorf("--to %s: that worker is the bucket's owner", inspect.TermSafe(h.To))
+		return usageErrorf("--to %s: that worker is the bucket's owner", termsafe.String(h.To))
 	case leasestore.ErrTargetNotLive:
-		return usageErrorf("--to %s: not a live worker of %q (kumi status -s %s lists them)", inspect.TermSafe(h.To), c.Subscription, c.Subscription)
+		return usageErrorf("--to %s: not a live worker of %q (kumi status -s %s lists them)", termsafe.String(h.To), c.Subscription, c.Subscription)
 	case leasestore.ErrNoOtherWorker:
 		return fmt.Errorf("%s is the only live worker of %q: nobody could take bucket %d "+
-			"(start another worker first; to stop %s, stop it gracefully)", inspect.TermSafe(row.Owner), c.Subscription, c.Bucket, inspect.TermSafe(row.Owner))
+			"(start another worker first; to stop %s, stop it gracefully)", termsafe.String(row.Owner), c.Subscription, c.Bucket, termsafe.String(row.Owner))
 	default: // leasestore.ErrHandoffRaced
 		return fmt.Errorf("bucket %d changed while the claim was placed (owner, claim or %s's liveness); "+
-			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, inspect.TermSafe(h.To), c.Subscription)
+			"`kumi status -s %s` shows it now — retry if it still applies", c.Bucket, termsafe.String(h.To), c.Subscription)
 	}
 }
 
@@ -110,7 +111,7 @@ func predict(h admin.Handoff, verbose bool) []string {
 	bucket, owner, target, load, share := h.Bucket, h.Owner, h.To, h.Loads, h.Share
 	live := max(h.Live, 1)
 	floor := h.Buckets / live
-	o, t := inspect.TermSafe(owner), inspect.TermSafe(target)
+	o, t := termsafe.String(owner), termsafe.String(target)
 	after := h.Load + 1 // its claim on the bucket is counted
 	if h.AboveShare {
 		out := []string{fmt.Sprintf("note: %s is at its fair share already (%d of ceil(%d/%d) = %d), so this claim puts it above: "+
@@ -142,7 +143,7 @@ func predict(h admin.Handoff, verbose bool) []string {
 			continue
 		}
 		if (ownerAfter < share && n > share) || (ownerAfter < floor && n > floor) {
-			return append(out, fmt.Sprintf("then: the owner, below its share, claims a bucket back from %s", inspect.TermSafe(w)))
+			return append(out, fmt.Sprintf("then: the owner, below its share, claims a bucket back from %s", termsafe.String(w)))
 		}
 	}
 	return out
@@ -165,12 +166,12 @@ func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before inspect.I
 			switch {
 			case r.Epoch == epoch:
 				fmt.Fprintf(e.stdout, "the claim was withdrawn: %s still holds bucket %d at epoch %d\n",
-					inspect.TermSafe(owner), c.Bucket, epoch)
+					termsafe.String(owner), c.Bucket, epoch)
 			case r.Owner == owner:
 				fmt.Fprintf(e.stdout, "bucket %d went back to %s, at epoch %d (the claimant withdrew after the handoff)\n",
-					c.Bucket, inspect.TermSafe(owner), r.Epoch)
+					c.Bucket, termsafe.String(owner), r.Epoch)
 			default:
-				fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, inspect.TermSafe(r.Owner), r.Epoch)
+				fmt.Fprintf(e.stdout, "bucket %d is now held by %s at epoch %d\n", c.Bucket, termsafe.String(r.Owner), r.Epoch)
 			}
 			for _, m := range moves(before, cur, slot) {
 				fmt.Fprintln(e.stdout, m)
@@ -180,7 +181,7 @@ func (c *relinquishCmd) watch(e *env, store *eventsource.Store, before inspect.I
 		if time.Now().After(deadline) {
 			if resolved {
 				fmt.Fprintf(e.stdout, "bucket %d is held by %s at epoch %d; the pool had not settled within %v "+
-					"(`kumi status -s %s` shows it now)\n", c.Bucket, inspect.TermSafe(r.Owner), r.Epoch, c.Wait, c.Subscription)
+					"(`kumi status -s %s` shows it now)\n", c.Bucket, termsafe.String(r.Owner), r.Epoch, c.Wait, c.Subscription)
 				return nil
 			}
 			return fmt.Errorf("bucket %d did not change hands within %v (owner %q, claim %q); `kumi status -s %s` shows it",
@@ -229,11 +230,11 @@ func moves(before, after inspect.Inspection, skip int) []string {
 		}
 		from := "nobody"
 		if b.Owner != "" {
-			from = inspect.TermSafe(b.Owner)
+			from = termsafe.String(b.Owner)
 		}
 		to := "nobody"
 		if r.Owner != "" {
-			to = inspect.TermSafe(r.Owner)
+			to = termsafe.String(r.Owner)
 		}
 		out = append(out, fmt.Sprintf("meanwhile bucket %d moved from %s to %s (epoch %d)", r.Bucket, from, to, r.Epoch))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -78,7 +79,7 @@ func (c *resizeCmd) request(e *env, store *eventsource.Store) error {
 		return c.refused(e, err)
 	}
 	out := c.text(e)
-	fmt.Fprintf(out, "%s: %d → %d buckets (generation %d → %d)\n", inspect.TermSafe(c.Subscription),
+	fmt.Fprintf(out, "%s: %d → %d buckets (generation %d → %d)\n", termsafe.String(c.Subscription),
 		before.Buckets, *c.Buckets, before.Generation, before.Generation+1)
 	m := *c.Buckets
 	index := eventsource.ConsumerGroupIndexName(m)
@@ -140,14 +141,14 @@ func (c *resizeCmd) follow(e *env, store *eventsource.Store, r leasestore.Resize
 	switch {
 	case errors.Is(err, inspect.ErrResizeCancelled):
 		fmt.Fprintf(out, "  %s  cancelled: %s keeps %d buckets (generation %d)\n", clock(time.Now()),
-			inspect.TermSafe(c.Subscription), last.Buckets, last.Generation)
+			termsafe.String(c.Subscription), last.Buckets, last.Generation)
 		if c.JSON {
 			_ = e.printJSON(resizeJSON(last))
 		}
 		return fmt.Errorf("the resize of %q was cancelled", c.Subscription)
 	case errors.Is(err, context.Canceled) && e.ctx.Err() != nil:
 		return fmt.Errorf("interrupted: the resize goes on without kumi (kumi resize -s %s follows it again)",
-			inspect.TermSafe(c.Subscription))
+			termsafe.String(c.Subscription))
 	case err != nil:
 		return err
 	}
@@ -168,7 +169,7 @@ func (c *resizeCmd) cancel(e *env, store *eventsource.Store) error {
 		return e.printJSON(resizeJSON(r))
 	}
 	fmt.Fprintf(e.stdout, "%s: resize cancelled; %d buckets (generation %d), the old buckets go on from where they are\n",
-		inspect.TermSafe(c.Subscription), r.Buckets, r.Generation)
+		termsafe.String(c.Subscription), r.Buckets, r.Generation)
 	return nil
 }
 
@@ -176,7 +177,7 @@ func (c *resizeCmd) cancel(e *env, store *eventsource.Store) error {
 func (c *resizeCmd) refused(e *env, err error) error {
 	var inProgress *leasestore.ResizeInProgressError
 	var switched *leasestore.ResizeSwitchedError
-	sub := inspect.TermSafe(c.Subscription)
+	sub := termsafe.String(c.Subscription)
 	switch {
 	case errors.As(err, &inProgress):
 		return fmt.Errorf("%s is already resizing %d → %d (state %s, requested %s%s); cancel it or wait",
@@ -199,7 +200,7 @@ func by(who string) string {
 	if who == "" {
 		return ""
 	}
-	return " by " + inspect.TermSafe(who)
+	return " by " + termsafe.String(who)
 }
 
 // clock prints a database time of day, or "-".
@@ -227,7 +228,7 @@ func (c *resizeCmd) printWorkers(e *env, out io.Writer, store *eventsource.Store
 		if m.Live && !m.SessionGone {
 			live++
 			if m.Protocol < 2 {
-				old = append(old, inspect.TermSafe(m.Worker))
+				old = append(old, termsafe.String(m.Worker))
 			}
 		}
 	}
@@ -286,7 +287,7 @@ func (c *resizeCmd) printSteady(e *env, r leasestore.Resize) error {
 	if c.JSON {
 		return e.printJSON(resizeJSON(r))
 	}
-	fmt.Fprintf(e.stdout, "%s: %d buckets (generation %d), no resize running\n", inspect.TermSafe(c.Subscription),
+	fmt.Fprintf(e.stdout, "%s: %d buckets (generation %d), no resize running\n", termsafe.String(c.Subscription),
 		r.Buckets, r.Generation)
 	if !r.RequestedAt.IsZero() {
 		fmt.Fprintf(e.stdout, "  last resize requested %s%s, switched %s\n", r.RequestedAt.Local().Format(time.RFC3339),

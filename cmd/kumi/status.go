@@ -9,6 +9,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
 
@@ -99,7 +100,7 @@ func (s *statusCmd) warnFailovers(e *env, store *eventsource.Store) error {
 // failoverLine says what a recorded failover did.
 func failoverLine(c eventsource.RecordedServerChange) string {
 	line := fmt.Sprintf("%s: the server changed (%s: %s → %s), found by %s",
-		c.At.UTC().Format("2006-01-02 15:04:05 UTC"), c.Reason, c.Old, c.New, inspect.TermSafe(c.FoundBy))
+		c.At.UTC().Format("2006-01-02 15:04:05 UTC"), c.Reason, c.Old, c.New, termsafe.String(c.FoundBy))
 	switch {
 	case c.Reused():
 		line += fmt.Sprintf("; positions %d to %d were handed out again: handlers may have seen events that no longer exist "+
@@ -172,7 +173,7 @@ func (s *statusCmd) printOverview(e *env, subs []inspect.SubscriptionSummary, re
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUBSCRIPTION\tBUCKETS\tHELD\tLIVE WORKERS\tCHECKPOINTS\tDEAD LETTERS")
 	for _, s := range subs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d", inspect.TermSafe(s.Subscription), s.Buckets, s.Held, s.LiveWorkers, s.Checkpoints, s.DeadLetters)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d", termsafe.String(s.Subscription), s.Buckets, s.Held, s.LiveWorkers, s.Checkpoints, s.DeadLetters)
 		if s.Resize != "" {
 			fmt.Fprintf(tw, "\tresizing %s", s.Resize)
 		}
@@ -214,7 +215,7 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 		case in.Standby && w.Kind == leasestore.KindSession:
 			live = "unknown"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", inspect.TermSafe(w.Worker), w.Kind, live, ago(in.Now, w.Heartbeat),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", termsafe.String(w.Worker), w.Kind, live, ago(in.Now, w.Heartbeat),
 			until(in.Now, w.Expires), owned[w.Worker])
 	}
 	if len(in.Workers) == 0 {
@@ -233,7 +234,7 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 	}
 	fmt.Fprintln(tw)
 	for _, r := range in.Rows {
-		owner, lease := inspect.TermSafe(r.Owner), until(in.Now, r.Expires)
+		owner, lease := termsafe.String(r.Owner), until(in.Now, r.Expires)
 		switch {
 		case r.Owner == "":
 			owner, lease = "-", "free"
@@ -242,7 +243,7 @@ func printStatus(w io.Writer, in inspect.Inspection) {
 		}
 		claim := "-"
 		if r.ClaimWorker != "" {
-			claim = fmt.Sprintf("%s (%s)", inspect.TermSafe(r.ClaimWorker), ago(in.Now, r.ClaimedAt))
+			claim = fmt.Sprintf("%s (%s)", termsafe.String(r.ClaimWorker), ago(in.Now, r.ClaimedAt))
 		}
 		lag := "-"
 		if r.Lag >= 0 {
@@ -282,8 +283,8 @@ func printParked(w io.Writer, in inspect.Inspection) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARKED STREAM\tBUCKET\tWAITING\tSINCE\tSTATE\tREASON")
 	for _, p := range in.Parked {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", inspect.TermSafe(p.Stream), parkedBucket(in, p), p.Waiting,
-			ago(in.Now, p.ParkedAt), parkedState(in.Now, p), inspect.TermSafe(oneLine(p.Reason, 60)))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", termsafe.String(p.Stream), parkedBucket(in, p), p.Waiting,
+			ago(in.Now, p.ParkedAt), parkedState(in.Now, p), termsafe.String(oneLine(p.Reason, 60)))
 	}
 	_ = tw.Flush()
 	if in.ParkedMore {
@@ -321,7 +322,7 @@ func knownCategories(cats []string) string {
 	}
 	safe := make([]string, len(cats))
 	for i, c := range cats {
-		safe[i] = inspect.TermSafe(c)
+		safe[i] = termsafe.String(c)
 	}
 	return " (categories with events: " + strings.Join(safe, ", ") + ")"
 }
@@ -634,8 +635,8 @@ func (s *statusCmd) printHistory(e *env, store *eventsource.Store) error {
 			by = c.Role
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.At.UTC().Format("2006-01-02 15:04:05.000"), c.Kind, bucket,
-			orDash(inspect.TermSafe(c.From)), orDash(inspect.TermSafe(c.To)), epoch, orDash(inspect.TermSafe(by)),
-			inspect.TermSafe(c.Evidence))
+			orDash(termsafe.String(c.From)), orDash(termsafe.String(c.To)), epoch, orDash(termsafe.String(by)),
+			termsafe.String(c.Evidence))
 	}
 	return tw.Flush()
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/termsafe"
 )
 
 // hostile is what a terminal would act on: ESC (clear screen), BEL, CR,
@@ -55,7 +55,7 @@ VALUES ('balances', 0, 2, $1, 1, now(), now() + interval '1 hour', now(), NULL, 
 		r := b.run(t, args...)
 		out := r.stdout + r.stderr
 		for _, c := range out {
-			require.False(t, inspect.TermUnsafe(c) && c != '\n' && c != '\t', "kumi %q prints %q raw:\n%s", args, c, out)
+			require.False(t, termsafe.Unsafe(c) && c != '\n' && c != '\t', "kumi %q prints %q raw:\n%s", args, c, out)
 		}
 		if len(args) > 1 { // the overview shows no worker
 			require.Contains(t, out, `w\x1b[2J`, "kumi %q", args)
@@ -78,7 +78,7 @@ VALUES ('balances', 0, 2, $1, 1, now(), now() + interval '1 hour', now(), NULL, 
 		r := b.run(t, c.args...)
 		require.Equal(t, exitOK, r.code, r.stderr)
 		for _, ch := range r.stdout {
-			require.False(t, inspect.TermUnsafe(ch) && ch != '\n', "kumi %q prints %q raw:\n%s", c.args, ch, r.stdout)
+			require.False(t, termsafe.Unsafe(ch) && ch != '\n', "kumi %q prints %q raw:\n%s", c.args, ch, r.stdout)
 		}
 		require.Equal(t, hostile, c.get(r.stdout), "kumi %q", c.args)
 	}

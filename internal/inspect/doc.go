@@ -2,9 +2,9 @@
 // a subscription ([Inspect], [Subscriptions], [Known]), built from
 // leasestore's and eventsource's operator reads without joining the pool
 // as a worker; connecting from a connection string without ever repeating
-// its password ([ConnectPool], [ParseURL], [RedactURL]); and printing what
-// the database holds so a terminal shows it rather than acts on it
-// ([TermSafe], [NewTermWriter], [TermSafeJSON]).
+// its password ([ConnectPool], [ParseURL], [RedactURL]). Printing what the
+// database holds so that a terminal shows it rather than acts on it is
+// internal/termsafe's.
 //
 // It is used by the CLI (cmd/kumi), the console and the demo's screen. It
 // does not depend on the runtime (package actors) nor on the exporters:

@@ -1,4 +1,4 @@
-package inspect
+package termsafe
 
 import (
 	"encoding/json"
@@ -14,14 +14,14 @@ const hostile = "w\x1b[2J\a\r\u009b31m\u0085\x7f\u202eevil\t\n\xff"
 
 func TestTermSafeEscapesWhatATerminalActsOn(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, `w\x1b[2J\a\r\u009b31m\u0085\x7f\u202eevil\t\n\xff`, TermSafe(hostile))
-	require.Equal(t, "plain ✗ → ok", TermSafe("plain ✗ → ok"))
+	require.Equal(t, `w\x1b[2J\a\r\u009b31m\u0085\x7f\u202eevil\t\n\xff`, String(hostile))
+	require.Equal(t, "plain ✗ → ok", String("plain ✗ → ok"))
 }
 
 func TestTermWriterKeepsLayoutAndSplitRunes(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
-	w := NewTermWriter(&b)
+	w := NewWriter(&b)
 	in := []byte("a\tb\n✗" + hostile)
 	for i := range in { // one byte at a time: every rune split
 		_, err := w.Write(in[i : i+1])
@@ -35,9 +35,9 @@ func TestTermSafeJSONStaysTheSameJSON(t *testing.T) {
 	t.Parallel()
 	raw, err := json.Marshal(map[string]string{"v": strings.ToValidUTF8(hostile, "?")})
 	require.NoError(t, err)
-	safe := TermSafeJSON(raw)
+	safe := JSON(raw)
 	for _, r := range string(safe) {
-		require.False(t, TermUnsafe(r), "%q in %s", r, safe)
+		require.False(t, Unsafe(r), "%q in %s", r, safe)
 	}
 	var back map[string]string
 	require.NoError(t, json.Unmarshal(safe, &back))

@@ -1,4 +1,8 @@
-package inspect
+// Package termsafe prints what the database holds so that a terminal
+// shows it rather than acts on it: [String] escapes a value, [JSON] JSON
+// text, and [NewWriter] is the last line of defence of a command's whole
+// output. kumi's CLI and the demo's screen print through it.
+package termsafe
 
 import (
 	"bytes"
@@ -10,26 +14,26 @@ import (
 	"unicode/utf8"
 )
 
-// TermUnsafe reports whether a terminal would act on r, or reorder the
+// Unsafe reports whether a terminal would act on r, or reorder the
 // text around it, instead of showing it: the C0 and C1 control
 // characters, DEL, the bidirectional controls (U+202E and kin) and the
 // line and paragraph separators. utf8.RuneError (an invalid byte) counts.
-func TermUnsafe(r rune) bool {
+func Unsafe(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) ||
 		r == '\u2028' || r == '\u2029' || r == utf8.RuneError
 }
 
-// TermSafe returns s as a terminal can show it: every character
-// TermUnsafe reports — tab and newline included — is replaced by its
+// String returns s as a terminal can show it: every character
+// Unsafe reports — tab and newline included — is replaced by its
 // visible Go escape (\x1b, \a, \r, \n, \u0085, \u202e), and every byte
 // that is not UTF-8 by \xNN. Everything kumi's CLI and demo print from the
 // database passes through it.
-func TermSafe(s string) string { return termSafe(s, "") }
+func String(s string) string { return termSafe(s, "") }
 
-// termSafe is TermSafe that keeps the characters of keep as they are
+// termSafe is String that keeps the characters of keep as they are
 // (the layout characters of its caller, "\n\t" say).
 func termSafe(s, keep string) string {
-	i := strings.IndexFunc(s, func(r rune) bool { return TermUnsafe(r) && !strings.ContainsRune(keep, r) })
+	i := strings.IndexFunc(s, func(r rune) bool { return Unsafe(r) && !strings.ContainsRune(keep, r) })
 	if i < 0 {
 		return s
 	}
@@ -41,7 +45,7 @@ func termSafe(s, keep string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case TermUnsafe(r) && !strings.ContainsRune(keep, r):
+		case Unsafe(r) && !strings.ContainsRune(keep, r):
 			q := strconv.QuoteRuneToASCII(r)
 			b.WriteString(q[1 : len(q)-1])
 		default:
@@ -52,19 +56,19 @@ func termSafe(s, keep string) string {
 	return b.String()
 }
 
-// TermSafeJSON makes JSON text safe for a terminal while keeping it the
+// JSON makes JSON text safe for a terminal while keeping it the
 // same JSON: encoding/json escapes C0 controls in strings but passes DEL,
 // C1 and bidirectional controls through, which can only occur inside
 // strings, where \uXXXX means the same character.
-func TermSafeJSON(b []byte) []byte {
-	i := bytes.IndexFunc(b, func(r rune) bool { return TermUnsafe(r) && r != '\n' && r != '\t' })
+func JSON(b []byte) []byte {
+	i := bytes.IndexFunc(b, func(r rune) bool { return Unsafe(r) && r != '\n' && r != '\t' })
 	if i < 0 {
 		return b
 	}
 	out := append(make([]byte, 0, len(b)+16), b[:i]...)
 	for i < len(b) {
 		r, size := utf8.DecodeRune(b[i:])
-		if TermUnsafe(r) && r != '\n' && r != '\t' && !(r == utf8.RuneError && size == 1) {
+		if Unsafe(r) && r != '\n' && r != '\t' && !(r == utf8.RuneError && size == 1) {
 			out = fmt.Appendf(out, `\u%04x`, r)
 		} else {
 			// An invalid byte stays: encoding/json never writes one.
@@ -75,24 +79,24 @@ func TermSafeJSON(b []byte) []byte {
 	return out
 }
 
-// NewTermWriter returns a writer that passes text to w with every
-// character TermUnsafe reports, except newline and tab, escaped as
-// TermSafe does. It is the last line of defence of a command whose
+// NewWriter returns a writer that passes text to w with every
+// character Unsafe reports, except newline and tab, escaped as
+// String does. It is the last line of defence of a command whose
 // output holds values from the database: whatever a formatting path
 // forgot to escape, no escape sequence reaches the terminal. A UTF-8
 // sequence split between two writes is held until the next one (or
 // Flush).
-func NewTermWriter(w io.Writer) *TermWriter { return &TermWriter{w: w} }
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
-// TermWriter is the writer NewTermWriter returns.
-type TermWriter struct {
+// Writer is the writer NewWriter returns.
+type Writer struct {
 	w    io.Writer
 	tail []byte // an incomplete UTF-8 sequence at the end of the last write
 }
 
 // Write escapes p and writes it; it reports len(p) when the underlying
 // write succeeds.
-func (t *TermWriter) Write(p []byte) (int, error) {
+func (t *Writer) Write(p []byte) (int, error) {
 	buf := append(t.tail, p...)
 	t.tail = nil
 	// Hold back a trailing sequence that may yet complete.
@@ -117,7 +121,7 @@ func (t *TermWriter) Write(p []byte) (int, error) {
 
 // Flush writes a sequence held back by the last Write, escaped byte by
 // byte: no write completed it.
-func (t *TermWriter) Flush() error {
+func (t *Writer) Flush() error {
 	if len(t.tail) == 0 {
 		return nil
 	}
