@@ -292,19 +292,3 @@ func ExampleProtoactorLoggerFactory() {
 	system.Shutdown()
 	// Output: level=DEBUG msg="actor system started" lib=protoactor
 }
-
-// DemoteHandler quiets any chatty library the same way.
-func ExampleDemoteHandler() {
-	base := slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	})
-	l := slog.New(observability.DemoteHandler(base, slog.LevelInfo, slog.LevelDebug))
-	l.Info("connected") // now Debug: below the handler's Info level
-	l.Warn("slow query", "ms", 900)
-	// Output: level=WARN msg="slow query" ms=900
-}

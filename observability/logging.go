@@ -24,7 +24,7 @@ func ProtoactorLoggerFactory(base *slog.Logger) func(*actor.ActorSystem) *slog.L
 		if b == nil {
 			b = slog.Default()
 		}
-		l := slog.New(DemoteHandler(b.Handler(), slog.LevelInfo, slog.LevelDebug)).With(slog.String("lib", "protoactor"))
+		l := slog.New(demote(b.Handler(), slog.LevelInfo, slog.LevelDebug)).With(slog.String("lib", "protoactor"))
 		if system != nil {
 			l = l.With(slog.String("actor_system", system.ID))
 		}
@@ -32,31 +32,31 @@ func ProtoactorLoggerFactory(base *slog.Logger) func(*actor.ActorSystem) *slog.L
 	}
 }
 
-// DemoteHandler wraps h so that records at or below level from are logged
+// demote wraps h so that records at or below level from are logged
 // at level to instead (records above from are unchanged). It is how
 // ProtoactorLoggerFactory quiets a chatty library without losing its
 // warnings.
-func DemoteHandler(h slog.Handler, from, to slog.Level) slog.Handler {
-	return demoteHandler{h: h, from: from, to: to}
+func demote(h slog.Handler, from, to slog.Level) slog.Handler {
+	return demoted{h: h, from: from, to: to}
 }
 
-type demoteHandler struct {
+type demoted struct {
 	h        slog.Handler
 	from, to slog.Level
 }
 
-func (d demoteHandler) level(l slog.Level) slog.Level {
+func (d demoted) level(l slog.Level) slog.Level {
 	if l <= d.from && l > d.to {
 		return d.to
 	}
 	return l
 }
 
-func (d demoteHandler) Enabled(ctx context.Context, l slog.Level) bool {
+func (d demoted) Enabled(ctx context.Context, l slog.Level) bool {
 	return d.h.Enabled(ctx, d.level(l))
 }
 
-func (d demoteHandler) Handle(ctx context.Context, r slog.Record) error {
+func (d demoted) Handle(ctx context.Context, r slog.Record) error {
 	if nl := d.level(r.Level); nl != r.Level {
 		r = r.Clone()
 		r.Level = nl
@@ -64,10 +64,10 @@ func (d demoteHandler) Handle(ctx context.Context, r slog.Record) error {
 	return d.h.Handle(ctx, r)
 }
 
-func (d demoteHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return demoteHandler{h: d.h.WithAttrs(as), from: d.from, to: d.to}
+func (d demoted) WithAttrs(as []slog.Attr) slog.Handler {
+	return demoted{h: d.h.WithAttrs(as), from: d.from, to: d.to}
 }
 
-func (d demoteHandler) WithGroup(name string) slog.Handler {
-	return demoteHandler{h: d.h.WithGroup(name), from: d.from, to: d.to}
+func (d demoted) WithGroup(name string) slog.Handler {
+	return demoted{h: d.h.WithGroup(name), from: d.from, to: d.to}
 }

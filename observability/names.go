@@ -17,8 +17,8 @@ const (
 	ChangeFenceLost      ChangeKind = "fence_lost"
 )
 
-// ChangeKinds lists every ownership-change kind.
-var ChangeKinds = []ChangeKind{
+// changeKinds lists every ownership-change kind.
+var changeKinds = []ChangeKind{
 	ChangeClaim, ChangeRenewFailed, ChangeShed, ChangeHandoffRequest,
 	ChangeHandoffGive, ChangeHandoffTake, ChangeSteal, ChangeRelease,
 	ChangeFenceLost,
