@@ -29,3 +29,7 @@ var TextSize = textSize
 // BucketLagsSQL exposes the statement of Store.BucketLags for sizes, for
 // its plan.
 func (s *Store) BucketLagsSQL(sizes ...int) string { return bucketLagsSQL(s.q, sizes) }
+
+// Measure measures the replica's lag once, as its Start does every
+// LagInterval.
+func (r *ReadReplica) Measure(ctx context.Context) ReadReplicaStats { return r.measure(ctx) }

@@ -398,7 +398,7 @@ func (r *ReadReplica) run(ctx context.Context) {
 	t := time.NewTicker(r.opts.LagInterval)
 	defer t.Stop()
 	for {
-		r.Measure(ctx)
+		r.measure(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -407,9 +407,9 @@ func (r *ReadReplica) run(ctx context.Context) {
 	}
 }
 
-// Measure measures the lag once (Start does it every LagInterval) and
+// measure measures the lag once (Start does it every LagInterval) and
 // returns the stats it leaves.
-func (r *ReadReplica) Measure(ctx context.Context) ReadReplicaStats {
+func (r *ReadReplica) measure(ctx context.Context) ReadReplicaStats {
 	c, cancel := context.WithTimeout(ctx, max(r.opts.LagInterval, time.Second))
 	defer cancel()
 	var primary, standby int64
