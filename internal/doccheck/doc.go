@@ -4,7 +4,8 @@
 // every Go name it gives in backquotes (`actors.GroupOptions`,
 // `GroupOptions.Buckets`, `leasestore.Store.Pass`) is declared, and
 // every `make TARGET` it shows is a rule of the Makefile (whose .PHONY
-// list and rules agree), and every KUMI_* environment variable it names is
+// list and rules agree), every demo flag it shows is one cmd/demo defines,
+// and every KUMI_* environment variable it names is
 // spelled in the code. The `kumi` commands and flags the docs show are
 // checked against the CLI by cmd/kumi's own tests. It has no code of its
 // own.

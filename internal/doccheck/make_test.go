@@ -82,3 +82,40 @@ func TestDocsNameOnlyMakeTargetsThatExist(t *testing.T) {
 		}
 	}
 }
+
+var (
+	demoFlagDef = regexp.MustCompile(`fs\.[A-Za-z0-9]+Var\(&[^,]+, "([a-z][a-z0-9-]*)"`)
+	demoFlags   = regexp.MustCompile(`DEMO_FLAGS="([^"]*)"`)
+	demoRun     = regexp.MustCompile(`go run \./cmd/demo((?: [^|&;` + "`" + `]*)?)`)
+	flagWord    = regexp.MustCompile(`(?:^|\s)--?([a-z][a-z0-9-]*)`)
+)
+
+// The demo's flags that README.md and docs/ show (`make demo
+// DEMO_FLAGS="-lease session"`, `go run ./cmd/demo -workers 4`) are flags
+// cmd/demo defines.
+func TestDocsNameOnlyDemoFlagsThatExist(t *testing.T) {
+	defined := map[string]bool{"h": true, "help": true}
+	for _, m := range demoFlagDef.FindAllStringSubmatch(read(t, "cmd/demo/main.go"), -1) {
+		defined[m[1]] = true
+	}
+	if len(defined) < 5 {
+		t.Fatalf("found only %d flags in cmd/demo/main.go: has the way they are defined changed?", len(defined))
+	}
+	for _, doc := range documents(t) {
+		text := read(t, doc)
+		var args []string
+		for _, m := range demoFlags.FindAllStringSubmatch(text, -1) {
+			args = append(args, m[1])
+		}
+		for _, m := range demoRun.FindAllStringSubmatch(text, -1) {
+			args = append(args, m[1])
+		}
+		for _, a := range args {
+			for _, f := range flagWord.FindAllStringSubmatch(a, -1) {
+				if !defined[f[1]] {
+					t.Errorf("%s: demo flag -%s: cmd/demo defines no such flag", doc, f[1])
+				}
+			}
+		}
+	}
+}
