@@ -11,7 +11,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/admin"
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/redact"
 )
 
 // refusal is an action the console will not take, and why: its status is
@@ -48,7 +48,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request, action string, att
 		case errors.As(err, &adm):
 			status = adminStatus[adm.Kind]
 		}
-		c.log.Warn("console action refused or failed", append(attrs, "status", status, "err", inspect.RedactURL(err.Error()))...)
+		c.log.Warn("console action refused or failed", append(attrs, "status", status, "err", redact.URL(err.Error()))...)
 		writeError(w, status, err.Error())
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/httpguard"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/redact"
 	"github.com/kumi-run/kumi/kumierr"
 )
 
@@ -283,5 +284,5 @@ func writeJSON(w http.ResponseWriter, v any) {
 func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": inspect.RedactURL(msg)})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": redact.URL(msg)})
 }

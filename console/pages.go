@@ -15,7 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/redact"
 )
 
 // pages are the HTML templates, one per page, each with the layout.
@@ -59,7 +59,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, p p
 	}
 	var buf bytes.Buffer
 	if err := c.pages[p.Name].Execute(&buf, p); err != nil {
-		c.log.Error("console: render", "page", p.Name, "err", inspect.RedactURL(err.Error()))
+		c.log.Error("console: render", "page", p.Name, "err", redact.URL(err.Error()))
 		http.Error(w, "console: internal error rendering the page", http.StatusInternalServerError)
 		return
 	}
@@ -74,7 +74,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusNotFound {
 		title = "not found"
 	}
-	c.render(w, r, status, page{Name: "error", Title: title, Data: inspect.RedactURL(err.Error())})
+	c.render(w, r, status, page{Name: "error", Title: title, Data: redact.URL(err.Error())})
 }
 
 func (c *Console) overviewPage(w http.ResponseWriter, r *http.Request) {
@@ -158,7 +158,7 @@ func (c *Console) letterPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ld := letterData{Letter: d}
 	if ev, err := eventOf(r.Context(), c.opts.Store, d); err != nil {
-		ld.EventErr = inspect.RedactURL(err.Error())
+		ld.EventErr = redact.URL(err.Error())
 	} else {
 		ld.Event, ld.Data, ld.Metadata = &ev, indent(ev.Data), indent(ev.Metadata)
 	}

@@ -56,7 +56,7 @@ func (c Class) String() string {
 // refuses, with what was found: eventsource.ReplicaMismatchError,
 // leasestore.SessionMismatchError, leasestore.SessionPoolerError,
 // leasestore.IndexMissingError, and the internal packages'
-// migrate.SchemaError, migrate.NewerSchemaError and inspect.URLError. A
+// migrate.SchemaError, migrate.NewerSchemaError and dburl.Error. A
 // test classifies one of each.
 type ConfigMarker interface {
 	ConfigError() bool

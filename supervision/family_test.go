@@ -8,7 +8,7 @@ import (
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/console"
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/dburl"
 	"github.com/kumi-run/kumi/internal/migrate"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/internal/supervisor"
@@ -44,7 +44,7 @@ func TestEveryConfigErrorClassifiesAsConfig(t *testing.T) {
 		{"*eventsource.ReplicaMismatchError", &eventsource.ReplicaMismatchError{Field: "database", Primary: "a", Standby: "b"}},
 		{"*migrate.SchemaError", migrate.CheckSchema("")},
 		{"*migrate.NewerSchemaError", &migrate.NewerSchemaError{Component: "leasestore", Schema: "kumi", Version: 9, Known: 3}},
-		{"*inspect.URLError", errOf(inspect.ParseURL(""))},
+		{"*dburl.Error", errOf(dburl.Parse(""))},
 	} {
 		t.Run(tc.typ, func(t *testing.T) {
 			t.Parallel()

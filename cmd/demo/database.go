@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/dburl"
 	"github.com/kumi-run/kumi/internal/pgserver"
+	"github.com/kumi-run/kumi/internal/redact"
 	"github.com/kumi-run/kumi/internal/worker"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -83,9 +84,9 @@ func openDatabase(ctx context.Context, cfg config) (*database, error) {
 			db.close()
 			return nil, err
 		}
-		db.describe = fmt.Sprintf("embedded PostgreSQL %s (removed on exit)", inspect.RedactURL(s.URL))
+		db.describe = fmt.Sprintf("embedded PostgreSQL %s (removed on exit)", redact.URL(s.URL))
 	}
-	pool, err := inspect.ConnectPool(ctx, db.url, 6, "kumi demo")
+	pool, err := dburl.Connect(ctx, db.url, 6, "kumi demo")
 	if err != nil {
 		db.close()
 		if db.embedded == nil {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/redact"
 	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability/otelsetup"
@@ -129,7 +129,7 @@ func runDemo(cfg config, stdout, stderr io.Writer) int {
 		return exitInterrupted
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "demo: %s\n", inspect.RedactURL(err.Error()))
+		fmt.Fprintf(stderr, "demo: %s\n", redact.URL(err.Error()))
 		return exitFail
 	}
 	defer db.close()
@@ -334,7 +334,7 @@ func (d *demo) resize(why string) {
 	defer cancel()
 	cur, err := leasestore.ReadResize(ctx, d.db.pool, d.db.schema, subscription)
 	if err != nil {
-		d.logf("error", "resize: %s", inspect.RedactURL(err.Error()))
+		d.logf("error", "resize: %s", redact.URL(err.Error()))
 		return
 	}
 	if cur.Resizing() {
@@ -347,7 +347,7 @@ func (d *demo) resize(why string) {
 	}
 	r, err := actors.Resize(ctx, d.db.store, subscription, to, actors.ResizeOptions{By: "demo"})
 	if err != nil {
-		d.logf("error", "resize to %d: %s", to, inspect.RedactURL(err.Error()))
+		d.logf("error", "resize to %d: %s", to, redact.URL(err.Error()))
 		return
 	}
 	d.logf("resize", "%d → %d buckets requested (generation %d → %d): the old buckets drain to a cut, "+
@@ -382,7 +382,7 @@ func (d *demo) exited(ex exit) {
 	case ex.state == stateLeft && ex.err == nil:
 		d.logf("left", "%s stopped gracefully", ex.p.name)
 	case ex.state == stateLeft:
-		d.logf("left", "%s stopped, with %v: %s", ex.p.name, ex.err, inspect.RedactURL(ex.lastLine))
+		d.logf("left", "%s stopped, with %v: %s", ex.p.name, ex.err, redact.URL(ex.lastLine))
 	case ex.state == stateKilled:
 		d.logf("gone", "%s is dead", ex.p.name)
 	default:
@@ -393,7 +393,7 @@ func (d *demo) exited(ex exit) {
 		if ex.lastLine != "" {
 			detail += ": " + ex.lastLine
 		}
-		d.logf("exited", "%s exited on its own%s", ex.p.name, inspect.RedactURL(detail))
+		d.logf("exited", "%s exited on its own%s", ex.p.name, redact.URL(detail))
 	}
 }
 
@@ -496,7 +496,7 @@ func (d *demo) finish() int {
 		d.phase = "done"
 		d.render()
 		d.closeScreen()
-		fmt.Fprintf(d.out, "check: could not count: %s\n", inspect.RedactURL(err.Error()))
+		fmt.Fprintf(d.out, "check: could not count: %s\n", redact.URL(err.Error()))
 		return exitFail
 	}
 	d.final = &t
@@ -506,7 +506,7 @@ func (d *demo) finish() int {
 	d.closeScreen()
 	line, ok := t.verdict(d.cfg.exactly)
 	if err := d.prod.err(); err != nil {
-		fmt.Fprintf(d.out, "producer: %d appends failed, the last with: %s\n", d.prod.failed.Load(), inspect.RedactURL(err.Error()))
+		fmt.Fprintf(d.out, "producer: %d appends failed, the last with: %s\n", d.prod.failed.Load(), redact.URL(err.Error()))
 	}
 	fmt.Fprintln(d.out, line)
 	if ok {

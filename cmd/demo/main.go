@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/redact"
 	"github.com/kumi-run/kumi/internal/worker"
 )
 
@@ -165,7 +165,7 @@ func runWorker(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	if err := worker.Run(context.Background(), cfg); err != nil {
-		fmt.Fprintf(stderr, "worker %s: %s\n", cfg.Worker, inspect.Redact(cfg.DatabaseURL, err.Error()))
+		fmt.Fprintf(stderr, "worker %s: %s\n", cfg.Worker, redact.Conn(cfg.DatabaseURL, err.Error()))
 		return exitFail
 	}
 	return exitOK

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/redact"
 	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -36,7 +37,7 @@ func (d *demo) poll() {
 	defer cancel()
 	in, err := inspect.Inspect(ctx, d.db.store, subscription, category)
 	if err != nil {
-		d.warnOnce("poll", "reading the subscription's state failed: %s", inspect.RedactURL(err.Error()))
+		d.warnOnce("poll", "reading the subscription's state failed: %s", redact.URL(err.Error()))
 		return
 	}
 	s := &sample{at: time.Now(), in: in, byWorker: map[string]int64{}}
@@ -54,7 +55,7 @@ func (d *demo) poll() {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		d.warnOnce("sink", "reading the sink failed: %s", inspect.RedactURL(err.Error()))
+		d.warnOnce("sink", "reading the sink failed: %s", redact.URL(err.Error()))
 		return
 	}
 	prev := d.cur

@@ -19,7 +19,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/dburl"
 	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/redact"
 	"github.com/kumi-run/kumi/internal/termsafe"
 	"github.com/kumi-run/kumi/leasestore"
 )
@@ -72,8 +74,8 @@ func (e *env) connect() (*eventsource.Store, error) {
 	if e.store != nil {
 		return e.store, nil
 	}
-	pool, err := inspect.ConnectPool(e.ctx, e.url, 4, e.app)
-	var ue *inspect.URLError
+	pool, err := dburl.Connect(e.ctx, e.url, 4, e.app)
+	var ue *dburl.Error
 	if errors.As(err, &ue) { // a bad value, not a failed database
 		return nil, &usageError{msg: ue.Error()}
 	}
@@ -92,8 +94,8 @@ func (e *env) connect() (*eventsource.Store, error) {
 // connectReads opens a store on url (a hot standby, for a command's
 // heavy reads), closed with the env.
 func (e *env) connectReads(url string) (*eventsource.Store, error) {
-	pool, err := inspect.ConnectPool(e.ctx, url, 4, e.app)
-	var ue *inspect.URLError
+	pool, err := dburl.Connect(e.ctx, url, 4, e.app)
+	var ue *dburl.Error
 	if errors.As(err, &ue) {
 		return nil, &usageError{msg: "--read-url: " + ue.Error()}
 	}
@@ -191,7 +193,7 @@ func run(args []string, rawStdout, rawStderr io.Writer) (code int) {
 		if errors.As(err, &pe) {
 			kctx = pe.Context
 		}
-		fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), inspect.RedactURL(parseMessage(err)))
+		fmt.Fprintf(stderr, "%s%s\n", commandPrefix(kctx), redact.URL(parseMessage(err)))
 		fmt.Fprintf(stderr, "Run \"kumi %s--help\" for usage.\n", commandPath(kctx))
 		return exitUsage
 	}
@@ -236,7 +238,7 @@ func commandPath(kctx *kong.Context) string {
 // command's namesake package starts its errors with ("console: " after
 // "kumi console: ").
 func message(kctx *kong.Context, err error) string {
-	msg := strings.TrimPrefix(inspect.RedactURL(err.Error()), "kumi: ")
+	msg := strings.TrimPrefix(redact.URL(err.Error()), "kumi: ")
 	if cmd, _, _ := strings.Cut(commandPath(kctx), " "); cmd != "" {
 		msg = strings.TrimPrefix(msg, cmd+": ")
 	}

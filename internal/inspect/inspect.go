@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/leasestore"
@@ -397,60 +396,4 @@ func Known(ctx context.Context, store *eventsource.Store, subscription string) (
 		return 0, false, notMigrated(store.Schema(), err)
 	}
 	return 0, known, nil
-}
-
-// ConnectPool opens a pool on a connection string and checks that the
-// database answers. Its errors never repeat a password: a URL that does
-// not parse is reported without the parser's message (which quotes it),
-// and a failed connection is redacted. app, when the URL sets none, is the
-// connections' application_name: the ownership record names who made a
-// change by it (leasestore.OwnershipChange.Application).
-func ConnectPool(ctx context.Context, url string, maxConns int32, app string) (*pgxpool.Pool, error) {
-	cfg, err := ParseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && app != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = app
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, RedactError(url, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("cannot connect to the database: %s", connectProblem(url, err))
-	}
-	return pool, nil
-}
-
-// connectProblem is a failed connection's message, redacted, with each
-// attempt said once: pgconn lists every attempt, and with sslmode=prefer
-// (the default) the first is a TLS attempt whose "server refused TLS
-// connection" only says that the server has no TLS, after which the plain
-// attempt's error is the one that matters.
-func connectProblem(conn string, err error) string {
-	parts := strings.Split(Redact(conn, err.Error()), "\n\t")
-	head, attempts := parts[0], parts[1:]
-	var kept []string
-	for _, a := range attempts {
-		if strings.HasSuffix(a, "tls error: server refused TLS connection") && len(attempts) > 1 {
-			continue
-		}
-		if !slices.Contains(kept, a) {
-			kept = append(kept, a)
-		}
-	}
-	switch len(kept) {
-	case 0:
-		return head
-	case 1:
-		return head + " " + kept[0]
-	}
-	return head + "\n\t" + strings.Join(kept, "\n\t")
 }

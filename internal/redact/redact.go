@@ -1,7 +1,7 @@
 // Package redact masks passwords in the messages kumi prints: those of
 // connection strings (URL and key=value) within a message, and every
 // piece of a given connection string's password, however a parser split
-// it. internal/inspect builds its connection errors on it; observability's
+// it. internal/dburl builds its connection errors on it; observability's
 // endpoints pass their errors through it.
 package redact
 

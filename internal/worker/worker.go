@@ -22,7 +22,7 @@ import (
 
 	"github.com/kumi-run/kumi/actors"
 	"github.com/kumi-run/kumi/eventsource"
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/dburl"
 	"github.com/kumi-run/kumi/internal/overflow"
 	"github.com/kumi-run/kumi/leasestore"
 	"github.com/kumi-run/kumi/observability"
@@ -226,14 +226,14 @@ func Run(ctx context.Context, c Config) error {
 	}
 	defer func() { _ = shutdown(context.Background()) }()
 
-	pcfg, err := inspect.ParseURL(c.DatabaseURL)
+	pcfg, err := dburl.Parse(c.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	pcfg.MaxConns = int32(cmp.Or(c.PoolConns, 8))
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return inspect.RedactError(c.DatabaseURL, err)
+		return dburl.RedactError(c.DatabaseURL, err)
 	}
 	defer pool.Close()
 	store, err := eventsource.New(pool, eventsource.Config{Schema: c.Schema})
@@ -246,13 +246,13 @@ func Run(ctx context.Context, c Config) error {
 	ro := actors.RuntimeOptions{Logger: logger, Telemetry: tel, QueueBytes: c.ProcessQueueBytes,
 		ReadReplica: eventsource.ReadReplicaOptions{Wait: c.ReplicaWait, FallbackLag: c.ReplicaFallbackLag}}
 	if c.ReadURL != "" {
-		rcfg, err := inspect.ParseURL(c.ReadURL)
+		rcfg, err := dburl.Parse(c.ReadURL)
 		if err != nil {
 			return fmt.Errorf("-read-url: %w", err)
 		}
 		rcfg.MaxConns = pcfg.MaxConns
 		if ro.ReadPool, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
-			return inspect.RedactError(c.ReadURL, err)
+			return dburl.RedactError(c.ReadURL, err)
 		}
 		defer ro.ReadPool.Close()
 	}

@@ -13,7 +13,7 @@
 //   - FuzzLeaseConfig: the group and lease option validation never panics
 //     and, when it refuses, names the field.
 //   - FuzzConnStringRedaction: a password put into a connection string,
-//     broken or not, never appears in what inspect.ParseURL says of it
+//     broken or not, never appears in what dburl.Parse says of it
 //     (the message every kumi command, the demo and the worker print), nor
-//     in a failed connection's message passed through inspect.Redact.
+//     in a failed connection's message passed through redact.Conn.
 package fuzz

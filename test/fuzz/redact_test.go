@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kumi-run/kumi/internal/inspect"
+	"github.com/kumi-run/kumi/internal/dburl"
+	"github.com/kumi-run/kumi/internal/redact"
 )
 
 // FuzzConnStringRedaction puts a password into a connection string, broken
 // or not, and checks that no message kumi prints about it repeats the
 // password: ParseURL's error, and (when it parses) a failed connection's
-// message naming what pgx parsed out of it, passed through inspect.Redact.
+// message naming what pgx parsed out of it, passed through redact.Conn.
 // shape holds "{pw}" where the password goes.
 func FuzzConnStringRedaction(f *testing.F) {
 	for _, c := range [][2]string{
@@ -41,9 +42,9 @@ func FuzzConnStringRedaction(f *testing.F) {
 			return
 		}
 		conn := strings.ReplaceAll(shape, "{pw}", pw)
-		cfg, err := inspect.ParseURL(conn)
+		cfg, err := dburl.Parse(conn)
 		if err != nil {
-			var ue *inspect.URLError
+			var ue *dburl.Error
 			if !errors.As(err, &ue) {
 				t.Fatalf("ParseURL(%q): %T, want a *URLError", conn, err)
 			}
@@ -57,7 +58,7 @@ func FuzzConnStringRedaction(f *testing.F) {
 		cc := cfg.ConnConfig
 		msg := fmt.Sprintf("failed to connect to `user=%s database=%s`: %s:%d (%s): dial error: %s",
 			cc.User, cc.Database, cc.Host, cc.Port, cc.Host, conn)
-		if got := inspect.Redact(conn, msg); inPasswordPosition(shape) && strings.Contains(got, pw) {
+		if got := redact.Conn(conn, msg); inPasswordPosition(shape) && strings.Contains(got, pw) {
 			t.Fatalf("Redact(%q, …) repeats the password: %s", conn, got)
 		}
 	})

@@ -1,9 +1,17 @@
-package inspect
+// Package dburl turns a connection string into a pool without ever
+// repeating its password: [Parse] describes a string that does not parse
+// in words of its own, [Connect] opens and checks a pool, and
+// [RedactError] masks a driver's message. kumi's CLI, console, demo and
+// worker connect through it.
+package dburl
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -14,56 +22,45 @@ import (
 // file. Two rules keep passwords out of them:
 //
 //   - a connection string that does not parse is described from a fixed
-//     vocabulary ([ParseURL]): neither the parser's message nor any part of
+//     vocabulary ([Parse]): neither the parser's message nor any part of
 //     the string is repeated, since a broken string has no reliable
 //     password boundary (a '/' in a password makes the rest of it a
 //     "port", a '%zz' makes it an "escape");
 //   - any other message (a failed connection, a driver error) is passed
-//     through [Redact] with the string it came from, which masks URL and
+//     through [redact.Conn] with the string it came from, which masks URL and
 //     key=value passwords and every piece of what looks like the
 //     string's password, however the parser split it (internal/redact).
 
-// RedactURL replaces passwords in connection strings within s by "xxxxx".
-func RedactURL(s string) string { return redact.URL(s) }
-
-// Redact masks, in msg, the passwords of connection strings (as
-// [RedactURL]) and every piece of conn's password: the whole of it, and
-// each part between the separators a parser may have split it at (so a
-// password "ab/cdef@host" whose "cdef" became a host name is masked there
-// too). Pieces shorter than four characters are left, as they cannot be
-// told from the message's own words.
-func Redact(conn, msg string) string { return redact.Conn(conn, msg) }
-
-// RedactError is err with its message passed through [Redact]; nil for
+// RedactError is err with its message passed through [redact.Conn]; nil for
 // nil. It keeps no chain: the wrapped errors still hold the password.
 func RedactError(conn string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.New(Redact(conn, err.Error()))
+	return errors.New(redact.Conn(conn, err.Error()))
 }
 
-// URLError reports a connection string that is missing or does not
+// Error reports a connection string that is missing or does not
 // parse: a bad value, not a database that failed. Its message never
 // repeats the string (which may hold a password).
-type URLError struct{ msg string }
+type Error struct{ msg string }
 
 // Error says what is wrong and what a connection string looks like.
-func (e *URLError) Error() string { return e.msg }
+func (e *Error) Error() string { return e.msg }
 
 // ConfigError reports true: the error is a supervision.ConfigMarker, so
 // supervision classifies it as invalid configuration.
-func (e *URLError) ConfigError() bool { return true }
+func (e *Error) ConfigError() bool { return true }
 
-// ParseURL parses a connection string as pgxpool does; its error is a
-// *URLError.
-func ParseURL(url string) (*pgxpool.Config, error) {
+// Parse parses a connection string as pgxpool does; its error is a
+// *Error.
+func Parse(url string) (*pgxpool.Config, error) {
 	if url == "" {
-		return nil, &URLError{"no database: set DATABASE_URL or pass --database-url"}
+		return nil, &Error{"no database: set DATABASE_URL or pass --database-url"}
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, &URLError{Redact(url, fmt.Sprintf("the database URL is not a valid PostgreSQL connection string (%s); "+
+		return nil, &Error{redact.Conn(url, fmt.Sprintf("the database URL is not a valid PostgreSQL connection string (%s); "+
 			"expected postgres://USER@HOST:PORT/DBNAME?sslmode=disable (with :PASSWORD after USER if needed, "+
 			"its '/', '@', ':' and '%%' written %%2F, %%40, %%3A and %%25) or key=value pairs",
 			parseProblem(url, err)))}
@@ -132,4 +129,60 @@ func parseProblem(conn string, err error) string {
 		return "it does not parse as a URL"
 	}
 	return "it does not parse as key=value pairs"
+}
+
+// Connect opens a pool on a connection string and checks that the
+// database answers. Its errors never repeat a password: a URL that does
+// not parse is reported without the parser's message (which quotes it),
+// and a failed connection is redacted. app, when the URL sets none, is the
+// connections' application_name: the ownership record names who made a
+// change by it (leasestore.OwnershipChange.Application).
+func Connect(ctx context.Context, url string, maxConns int32, app string) (*pgxpool.Pool, error) {
+	cfg, err := Parse(url)
+	if err != nil {
+		return nil, err
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["application_name"]; !set && app != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, RedactError(url, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot connect to the database: %s", connectProblem(url, err))
+	}
+	return pool, nil
+}
+
+// connectProblem is a failed connection's message, redacted, with each
+// attempt said once: pgconn lists every attempt, and with sslmode=prefer
+// (the default) the first is a TLS attempt whose "server refused TLS
+// connection" only says that the server has no TLS, after which the plain
+// attempt's error is the one that matters.
+func connectProblem(conn string, err error) string {
+	parts := strings.Split(redact.Conn(conn, err.Error()), "\n\t")
+	head, attempts := parts[0], parts[1:]
+	var kept []string
+	for _, a := range attempts {
+		if strings.HasSuffix(a, "tls error: server refused TLS connection") && len(attempts) > 1 {
+			continue
+		}
+		if !slices.Contains(kept, a) {
+			kept = append(kept, a)
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return head
+	case 1:
+		return head + " " + kept[0]
+	}
+	return head + "\n\t" + strings.Join(kept, "\n\t")
 }

@@ -1,0 +1,9 @@
+package dburl
+
+import (
+	"testing"
+
+	"github.com/kumi-run/kumi/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
