@@ -136,7 +136,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.offset = int(h.Sum32() % (1 << 16)) // the claim statement takes it modulo each generation's count
 	s.keys.ensure = lockKey("ensure", cfg.Schema, cfg.Subscription)
 	s.keys.place = lockKey("place", cfg.Schema, cfg.Subscription)
-	if cfg.Kind == KindSession {
+	if cfg.Kind == KindSession && cfg.Sessions != nil {
+		s.session = &session{sessionConn: cfg.Sessions.c, key: lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker),
+			bound: s.usable}
+	} else if cfg.Kind == KindSession {
 		cc, err := sessionConfig(cfg.SessionURL, pool.Config().ConnConfig)
 		if err != nil {
 			return nil, err
