@@ -21,6 +21,9 @@ type session struct {
 	*sessionConn
 	key   int64
 	bound time.Duration // how long a check of this store may run: TTL − Margin (see check)
+	// member: the store's lock is among the connection's members (open
+	// succeeded, close has not run). Under the turn.
+	member bool
 }
 
 // sessionConn is KindSession's dedicated connection and the session
@@ -117,11 +120,28 @@ func (ss *session) open(ctx context.Context) error {
 		return err
 	}
 	defer ss.release()
-	ss.members[ss.key] = ss.bound
-	if ss.shared && ss.alive() {
-		return ss.take(ctx, ss.conn, ss.key)
+	if _, dup := ss.members[ss.key]; dup && !ss.member {
+		// Another store of this process holds the lock on this very
+		// connection: an advisory lock is re-entrant within its session,
+		// so pg_try_advisory_lock would grant it twice
+		// (TestPoolerDetection/TheSameWorkerIdCannotHoldTwoSessions).
+		return fmt.Errorf("leasestore: %w", errSessionLockHeld)
 	}
-	return ss.openLocked(ctx, ss.key)
+	ss.members[ss.key] = ss.bound
+	var err error
+	if ss.shared && ss.alive() {
+		err = ss.take(ctx, ss.conn, ss.key)
+	} else {
+		err = ss.openLocked(ctx, ss.key)
+	}
+	if err != nil {
+		delete(ss.members, ss.key)
+		delete(ss.held, ss.key)
+		ss.member = false
+		return err
+	}
+	ss.member = true
+	return nil
 }
 
 // alive reports that the connection is open. Under the turn.
@@ -513,6 +533,13 @@ func (ss *sessionConn) backendPID() int32 {
 func (ss *session) close() {
 	_ = ss.acquire(context.Background())
 	defer ss.release()
+	if !ss.member {
+		if !ss.shared {
+			ss.closeLocked() // a connection of its own: nobody else's lock is on it
+		}
+		return // shared: never opened, or closed; the key may be another store's
+	}
+	ss.member = false
 	delete(ss.members, ss.key)
 	_, taken := ss.held[ss.key]
 	delete(ss.held, ss.key)
@@ -583,7 +610,8 @@ func (ss *sessionConn) closeLocked() {
 // first store's Start and closes when the last store stops, or with
 // [Sessions.Close]. Its methods are safe for concurrent use.
 type Sessions struct {
-	c *sessionConn
+	c      *sessionConn
+	schema string
 }
 
 // NewSessions returns a shared session connection for the stores on pool
@@ -602,7 +630,7 @@ func NewSessions(pool *pgxpool.Pool, schema, sessionURL string) (*Sessions, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Sessions{c: newSessionConn(cc, renderStatements(schema), pool, true)}, nil
+	return &Sessions{c: newSessionConn(cc, renderStatements(schema), pool, true), schema: schema}, nil
 }
 
 // Close closes the connection, which releases every lock still on it:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/startstop"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Store is one worker's view of one subscription's bucket leases. Its
@@ -137,6 +138,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.keys.ensure = lockKey("ensure", cfg.Schema, cfg.Subscription)
 	s.keys.place = lockKey("place", cfg.Schema, cfg.Subscription)
 	if cfg.Kind == KindSession && cfg.Sessions != nil {
+		if cfg.Sessions.schema != cfg.Schema {
+			return nil, &kumierr.ConfigError{Field: "leasestore.Config.Sessions", Value: cfg.Sessions.schema,
+				Reason: fmt.Sprintf("is for schema %q, not the store's Schema %q: its locks would not be where the store's workers look", cfg.Sessions.schema, cfg.Schema)}
+		}
 		s.session = &session{sessionConn: cfg.Sessions.c, key: lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker),
 			bound: s.usable}
 	} else if cfg.Kind == KindSession {
