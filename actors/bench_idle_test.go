@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -404,4 +405,123 @@ func startIdleWorker(b *testing.B, schema, app string) *idleWorker {
 		_ = w.rt.Stop(ctx)
 	})
 	return w
+}
+
+// busyLatency appends rate events a second for d on app's own store (its
+// pool and sequencer, as an appending process has), over 64 streams of
+// category, each event's data the time just before its Append, and
+// returns the time from then to the handler's receiving it (seen), once
+// every event was received, sorted.
+func busyLatency(b *testing.B, app *eventsource.Store, category string, rate int, d time.Duration, seen *latencies) []time.Duration {
+	b.Helper()
+	seen.reset()
+	n := int(float64(rate) * d.Seconds())
+	start := time.Now()
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Millisecond)
+	for sent := 0; sent < n; {
+		<-tick.C
+		for due := min(n, int(time.Since(start).Seconds()*float64(rate))); sent < due; sent++ {
+			i := sent
+			wg.Go(func() {
+				at := time.Now()
+				_, err := app.Append(context.Background(), fmt.Sprintf("%s-%d", category, i%64), eventsource.Any,
+					[]eventsource.EventData{{Type: "Tick", Data: []byte(strconv.FormatInt(at.UnixNano(), 10))}})
+				if err != nil {
+					b.Error(err)
+				}
+			})
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+	pgtest.Eventually(b, time.Minute, func() bool { return seen.count() >= n }, "every event of the busy subscription handled")
+	return seen.sorted()
+}
+
+// latencies collects a handler's latencies.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) { l.mu.Lock(); l.d = append(l.d, d); l.mu.Unlock() }
+func (l *latencies) reset()              { l.mu.Lock(); l.d = nil; l.mu.Unlock() }
+func (l *latencies) count() int          { l.mu.Lock(); defer l.mu.Unlock(); return len(l.d) }
+func (l *latencies) sorted() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.d)
+	slices.Sort(out)
+	return out
+}
+
+// BenchmarkBusyBesideIdle: the live latency (append → handler, the
+// appender a store of its own in this process) of one busy subscription
+// of 16 buckets at KUMI_BENCH_BUSY_RATE events a second (default 200) for
+// KUMI_BENCH_BUSY_SECONDS (default 8), on a worker of BenchmarkIdleCost's
+// (store pool 8, default runtime and group options): alone, then with 99
+// idle subscriptions of 16 buckets beside it on the same runtime, then
+// alone again once they stopped. It prints p50 and p99 of each run and the
+// p99 beside the idle ones over the better and over the worse of the two
+// alone (issue 27's target: at most 1.20; the metric is over the better,
+// the stricter).
+func BenchmarkBusyBesideIdle(b *testing.B) {
+	rate := latencyEnv("KUMI_BENCH_BUSY_RATE", 200)
+	d := time.Duration(latencyEnv("KUMI_BENCH_BUSY_SECONDS", 8)) * time.Second
+	ctx := context.Background()
+	schema := pgtest.NewSchema(b)
+	w := startIdleWorker(b, schema, "kumi-busy-"+schema)
+	app, err := eventsource.New(pgtest.NewPool(b, 16), eventsource.Config{Schema: schema})
+	require.NoError(b, err)
+	seq := eventsource.NewSequencer(app, eventsource.SequencerOptions{})
+	require.NoError(b, seq.Start(ctx))
+	b.Cleanup(func() { _ = seq.Stop(context.Background()) })
+	seen := &latencies{}
+	busy, err := w.rt.StartGroup(ctx, GroupOptions{Subscription: "busy", Category: "busy", Buckets: 16, Worker: w.app,
+		Handler: Func(func(_ context.Context, dl *Delivery) error {
+			if ns, err := strconv.ParseInt(string(dl.Event.Data), 10, 64); err == nil {
+				seen.add(time.Since(time.Unix(0, ns)))
+			}
+			return nil
+		})})
+	require.NoError(b, err)
+	pgtest.Eventually(b, time.Minute, func() bool { return len(busy.g.ownedBuckets()) == 16 }, "the busy subscription owned")
+	busyLatency(b, app, "busy", rate, time.Second, seen) // warm: connections, statements, readers at the tail
+	type run struct {
+		name     string
+		p50, p99 time.Duration
+	}
+	var runs []run
+	measure := func(name string) {
+		lat := busyLatency(b, app, "busy", rate, d, seen)
+		runs = append(runs, run{name, lat[len(lat)/2], lat[len(lat)*99/100]})
+	}
+	for range b.N {
+		runs = runs[:0]
+		measure("alone")
+		startIdleGroups(b, w, 99)
+		require.False(b, b.Failed())
+		pgtest.Eventually(b, 5*time.Minute, func() bool { return allOwned([]*idleWorker{w}, 99) }, "the idle subscriptions owned")
+		time.Sleep(3 * time.Second) // a benchmark's settling time: the claims' traffic has no end to wait for
+		measure("beside 99 idle")
+		stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		for _, g := range w.groups {
+			require.NoError(b, g.Stop(stopCtx))
+		}
+		cancel()
+		w.groups = nil
+		measure("alone again")
+		better, worse := min(runs[0].p99, runs[2].p99), max(runs[0].p99, runs[2].p99)
+		ratio := float64(runs[1].p99) / float64(better)
+		b.ReportMetric(ratio, "p99-beside/alone")
+		var t strings.Builder
+		fmt.Fprintf(&t, "busy subscription beside idle ones (%d events/s for %v; load %s):\n", rate, d, loadAverage())
+		for _, r := range runs {
+			fmt.Fprintf(&t, "  %-15s p50 %v, p99 %v\n", r.name, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond))
+		}
+		fmt.Fprintf(&t, "  p99 beside 99 idle / the better alone: %.2f, / the worse alone: %.2f (target ≤ 1.20)",
+			ratio, float64(runs[1].p99)/float64(worse))
+		b.Log(t.String())
+	}
 }
