@@ -114,12 +114,16 @@ func idleWindow() time.Duration {
 }
 
 // idlePoolConns is the size of each worker's store pool in the idle
-// benchmark (the demo's workers' 8); KUMI_BENCH_IDLE_POOL overrides it.
+// benchmark: 4, pgxpool's own default on up to 4 CPUs, which with the
+// default lease pool of 4, the sequencer's and the notifier's connections
+// is issue 27's budget of 10 (docs/operations.md, "Connection and
+// statement budget"); KUMI_BENCH_IDLE_POOL overrides it (8, the demo's
+// workers', was the default before).
 func idlePoolConns() int32 {
 	if n, err := strconv.Atoi(os.Getenv("KUMI_BENCH_IDLE_POOL")); err == nil && n > 0 && n <= 1000 {
 		return int32(n)
 	}
-	return 8
+	return 4
 }
 
 // idleKs is the subscription counts measured; KUMI_BENCH_IDLE_K (comma
@@ -178,7 +182,7 @@ type idleRow struct {
 // xact_rollback delta); then how long a worker joining the W gets its fair
 // share of every subscription. It prints the table of all of them.
 // KUMI_BENCH_IDLE_K (default 1,10,50,100), KUMI_BENCH_IDLE_POOL (each
-// worker's store pool, default 8), KUMI_BENCH_IDLE_LEASE_POOL (its
+// worker's store pool, default 4), KUMI_BENCH_IDLE_LEASE_POOL (its
 // RuntimeOptions.LeasePoolConns, default the default), KUMI_BENCH_WORKERS (default 4) and
 // KUMI_BENCH_IDLE_BEFORE (sequencers that never slow their idle look)
 // vary it; see docs/benchmarks.md, "Idle cost of many subscriptions".
@@ -199,6 +203,26 @@ func BenchmarkIdleCost(b *testing.B) {
 		fmt.Fprintf(&t, "| %d × %d | %.1f | %.1f | %.1f | %v | %v | %v | %v | %v |\n", r.k, r.workers, r.conns, r.stmts, r.xacts,
 			r.started.Round(time.Millisecond), r.owned.Round(time.Millisecond), r.fair.Round(time.Millisecond),
 			r.joinStarted.Round(time.Millisecond), r.join.Round(time.Millisecond))
+	}
+	// Issue 27's targets, for the rows they name (K = 100 for the
+	// connections and the times; K = 1 and K = 100 for the statements).
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	for _, r := range rows {
+		if r.k != 1 && r.k != 100 {
+			continue
+		}
+		fmt.Fprintf(&t, "targets K=%d: idle statements/s per worker %.1f ≤ 5 %s", r.k, r.stmts, verdict(r.stmts <= 5))
+		if r.k == 100 {
+			fmt.Fprintf(&t, "; connections per worker %.1f ≤ 10 %s; every bucket owned %v ≤ 5s %s; joiner's fair share %v ≤ 10s %s",
+				r.conns, verdict(r.conns <= 10), r.owned.Round(time.Millisecond), verdict(r.owned <= 5*time.Second),
+				r.join.Round(time.Millisecond), verdict(r.join <= 10*time.Second))
+		}
+		t.WriteString("\n")
 	}
 	for _, r := range rows { // (before the statements: go test truncates a benchmark's long log)
 		fmt.Fprintf(&t, "K=%d the joiner's lease pool until its fair share: %s\n", r.k, r.joinPool)
@@ -460,7 +484,7 @@ func (l *latencies) sorted() []time.Duration {
 // appender a store of its own in this process) of one busy subscription
 // of 16 buckets at KUMI_BENCH_BUSY_RATE events a second (default 200) for
 // KUMI_BENCH_BUSY_SECONDS (default 8), on a worker of BenchmarkIdleCost's
-// (store pool 8, default runtime and group options): alone, then with 99
+// (its store pool, default runtime and group options): alone, then with 99
 // idle subscriptions of 16 buckets beside it on the same runtime, then
 // alone again once they stopped. It prints p50 and p99 of each run and the
 // p99 beside the idle ones over the better and over the worse of the two
