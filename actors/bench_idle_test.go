@@ -19,6 +19,7 @@ import (
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // statementCounter is a pgx tracer that counts the statements (queries,
@@ -141,6 +142,16 @@ func idleKs() []int {
 	return ks
 }
 
+// idleKind is the groups' lease kind: KUMI_BENCH_IDLE_KIND=session for
+// session leases (every worker's on its runtime's one shared session
+// connection), else row leases, the default.
+func idleKind() leasestore.Kind {
+	if os.Getenv("KUMI_BENCH_IDLE_KIND") == "session" {
+		return leasestore.KindSession
+	}
+	return leasestore.KindRow
+}
+
 // idleBefore reports KUMI_BENCH_IDLE_BEFORE: the workers' sequencers keep
 // looking every MaxInterval however long they are quiet (IdleInterval =
 // MaxInterval), as before they slowed to IdleInterval.
@@ -183,7 +194,8 @@ type idleRow struct {
 // share of every subscription. It prints the table of all of them.
 // KUMI_BENCH_IDLE_K (default 1,10,50,100), KUMI_BENCH_IDLE_POOL (each
 // worker's store pool, default 4), KUMI_BENCH_IDLE_LEASE_POOL (its
-// RuntimeOptions.LeasePoolConns, default the default), KUMI_BENCH_WORKERS (default 4) and
+// RuntimeOptions.LeasePoolConns, default the default), KUMI_BENCH_IDLE_KIND
+// (session: session leases), KUMI_BENCH_WORKERS (default 4) and
 // KUMI_BENCH_IDLE_BEFORE (sequencers that never slow their idle look)
 // vary it; see docs/benchmarks.md, "Idle cost of many subscriptions".
 func BenchmarkIdleCost(b *testing.B) {
@@ -196,7 +208,7 @@ func BenchmarkIdleCost(b *testing.B) {
 		rows = append(rows, measureIdle(b, k, workers))
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "idle cost (in-process runtimes, store pools of %d, before=%v; load %s):\n", idlePoolConns(), idleBefore(), loadAverage())
+	fmt.Fprintf(&t, "idle cost (in-process runtimes, store pools of %d, %v leases, before=%v; load %s):\n", idlePoolConns(), idleKind(), idleBefore(), loadAverage())
 	t.WriteString("| K subscriptions × workers | connections per worker | idle statements/s per worker | idle xact/s per worker | groups started | all buckets owned | fair share | joiner's groups started | join fair share |\n")
 	t.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rows {
@@ -242,7 +254,8 @@ func startIdleGroups(b *testing.B, w *idleWorker, k int) {
 	opts := make([]GroupOptions, k)
 	for s := range k {
 		opts[s] = GroupOptions{Subscription: fmt.Sprintf("idle-%d", s), Category: "idle",
-			Buckets: 16, Worker: w.app, Handler: Func(func(context.Context, *Delivery) error { return nil })}
+			Buckets: 16, Worker: w.app, Handler: Func(func(context.Context, *Delivery) error { return nil }),
+			Lease: leasestore.LeaseOptions{Kind: idleKind()}}
 	}
 	groups, _, err := startGroups(context.Background(), w.rt, opts)
 	if err != nil {
