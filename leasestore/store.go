@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
@@ -162,7 +163,7 @@ func (s *Store) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.join(ctx); err != nil {
+	if err := s.joinRetrying(ctx); err != nil {
 		if s.session != nil {
 			s.session.close()
 		}
@@ -178,6 +179,31 @@ func (s *Store) start(ctx context.Context) error {
 	}
 	s.started.Store(true)
 	return nil
+}
+
+// strayCancelRetries is how many times a join cancelled on the server
+// while its context is live is tried again.
+const strayCancelRetries = 3
+
+// joinRetrying is join, tried again when the server cancelled it
+// (query_canceled) while ctx is live: that cancel was not the join's. A
+// cancel request is addressed to a backend, not a statement, so one sent
+// for a statement that ended just before it arrived (a pass abandoned at
+// its bound on the same pooled connection) cancels whatever that backend
+// runs next; a group's start failed so, and its worker process with it,
+// in TestManySessionSubscriptionsOnADefaultServer
+// (TestAJoinCancelledByAStrayCancelIsTriedAgain). The join is idempotent
+// (an upsert of the worker row), and a failed join committed nothing.
+func (s *Store) joinRetrying(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := s.join(ctx)
+		var pgErr *pgconn.PgError
+		if err == nil || ctx.Err() != nil || attempt == strayCancelRetries ||
+			!errors.As(err, &pgErr) || pgErr.Code != "57014" {
+			return err
+		}
+		s.log.Info("lease join cancelled on the server, not by its caller; joining again", "err", err)
+	}
 }
 
 // join registers (or heartbeats) the worker row.

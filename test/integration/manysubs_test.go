@@ -133,6 +133,21 @@ func manySubscriptions(t *testing.T, kind leasestore.Kind) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	delivered := time.Since(begun)
+	// Every worker has started all its groups (it logs "worker started"
+	// then) before the connections are counted and the workers stopped:
+	// the others may deliver everything while one is still starting its
+	// last groups (one at a time), and a stop then interrupts its start.
+	startedAll := time.Now()
+	for _, p := range c.all {
+		for grepFile(p.logPath, "worker started") == "" {
+			if time.Since(startedAll) > manySubsStall {
+				c.checkProcesses()
+				t.Fatalf("%s did not start all its %d groups within %v of the last delivery", p.id, subscriptions, manySubsStall)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	allStarted := time.Since(begun)
 	var missing, subs int64
 	if err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM `+q+`.events e WHERE e.category = $1 AND
@@ -158,7 +173,7 @@ func manySubscriptions(t *testing.T, kind leasestore.Kind) {
 	}
 	t.Logf("many subscriptions (%s form, %v leases): %d workers × %d subscriptions × %d buckets, %d events: %d deliveries; "+
 		"%d worker connections at the end (%.1f per worker), peak %d client connections of max_connections 100; "+
-		"appended %v after the start, all delivered %v after it, the workers stopped in %v",
+		"appended %v after the start, all delivered %v after it, every worker's groups started %v after it, the workers stopped in %v",
 		form(), kind, workers, subscriptions, buckets, events, sunk, conns, float64(conns)/workers, peak.Load(),
-		appended.Round(time.Millisecond), delivered.Round(time.Millisecond), stopped.Round(time.Millisecond))
+		appended.Round(time.Millisecond), delivered.Round(time.Millisecond), allStarted.Round(time.Millisecond), stopped.Round(time.Millisecond))
 }
