@@ -19,6 +19,8 @@ test:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	@echo "the lease suite again, every pass through a PassBatcher (as a runtime's groups pass)"
 	KUMI_LEASE_BATCHED=1 $(GO) test $(TEST_FLAGS) ./leasestore/
+	@echo "the lease suite again, each worker's KindSession stores on one shared session connection (leasestore.Sessions, as a runtime's groups hold them)"
+	KUMI_LEASE_SHARED_SESSIONS=1 $(GO) test $(TEST_FLAGS) ./leasestore/
 
 ## bench: benchmarks that print figures (see docs/benchmarks.md).
 bench:

@@ -77,6 +77,14 @@ func (gr *Group) start(ctx context.Context) error {
 	if base == nil {
 		base = rt.logger
 	}
+	var sessions *leasestore.Sessions
+	var err error
+	if opts.Lease.Kind == leasestore.KindSession {
+		sessions, err = rt.sessionsFor(opts.Lease.SessionURL)
+		if err != nil {
+			return reroot(err, "leasestore.Config.", "GroupOptions.Lease.")
+		}
+	}
 	leases, err := leasestore.New(rt.leasePool, leasestore.Config{
 		Schema:       rt.store.Schema(),
 		Subscription: opts.Subscription,
@@ -86,6 +94,7 @@ func (gr *Group) start(ctx context.Context) error {
 		Logger:       base,
 		Notifier:     rt.notifier, // the process's one LISTEN connection
 		Batcher:      rt.passes,   // the process's passes share round trips
+		Sessions:     sessions,    // KindSession: the process's one session connection (per SessionURL)
 	})
 	if err == nil {
 		err = leases.Start(ctx)

@@ -13,6 +13,7 @@ import (
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/kumierr"
+	"github.com/kumi-run/kumi/leasestore"
 )
 
 // namedPool is a pool of maxConns on the test database whose connections,
@@ -190,4 +191,66 @@ func TestLagIsMeasuredInOneStatementPerProcess(t *testing.T) {
 	for _, b := range st.Owned {
 		require.Equal(t, want[w.group.g][b.Slot], b.Lag, "Status: slot %d", b.Slot)
 	}
+}
+
+// Every session-kind group of a process holds its session lock on the
+// runtime's one session connection (leasestore.Sessions): six groups cost
+// one connection beside the pools, not six, and hold six locks on it, one
+// per (subscription, worker). When that connection is terminated, every
+// group's locks go at once: each group's next pass reopens it (one
+// connection again) and takes its lock back, and every group holds its
+// buckets again.
+func TestSessionKindGroupsShareOneSessionConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := newTestStore(t)
+	app := "kumi-sessions-" + schema
+	store, err := eventsource.New(namedPool(t, app, 4), eventsource.Config{Schema: schema})
+	require.NoError(t, err)
+	rt, err := startedRuntime(ctx, quietSystem(), store, RuntimeOptions{Logger: testLogger(), LeasePoolConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Stop(sctx))
+	})
+	lease := fastLease()
+	lease.Kind = leasestore.KindSession
+	var groups []*Group
+	for i := range 6 {
+		g, err := rt.StartGroup(ctx, GroupOptions{Subscription: fmt.Sprintf("sessions-%d", i), Category: "sessions",
+			Buckets: 4, Worker: "w", Lease: lease, Handler: Func(func(context.Context, *Delivery) error { return nil })})
+		require.NoError(t, err)
+		groups = append(groups, g)
+	}
+	sessions := rt.sessions[""]
+	require.Len(t, rt.sessions, 1)
+	locksOn := func(pid int) int {
+		var n int
+		require.NoError(t, pgtest.Pool(t).QueryRow(ctx,
+			"SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND granted AND objsubid = 1", pid).Scan(&n))
+		return n
+	}
+	holding := func(pid *int) func() bool {
+		return func() bool {
+			for _, g := range groups {
+				if len(g.g.ownedBuckets()) != 4 {
+					return false
+				}
+			}
+			*pid = sessions.BackendPID()
+			return *pid != 0 && locksOn(*pid) == 6 && rt.Healthy(ctx) == nil
+		}
+	}
+	var pid int
+	pgtest.Eventually(t, time.Minute, holding(&pid), "every group holds its buckets, its lock on the one session")
+	require.LessOrEqual(t, connectionsOf(t, app), 4+2+1+1+1, "the pools, the sequencer, the notifier and one session")
+
+	var killed bool
+	require.NoError(t, pgtest.Pool(t).QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", pid).Scan(&killed))
+	require.True(t, killed)
+	var again int
+	pgtest.Eventually(t, time.Minute, func() bool { return holding(&again)() && again != pid },
+		"every group holds its buckets again, its lock on a new session")
+	require.LessOrEqual(t, connectionsOf(t, app), 4+2+1+1+1)
 }

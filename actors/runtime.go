@@ -128,6 +128,13 @@ type Runtime struct {
 	// passes carries the groups' lease passes in shared round trips (see
 	// leasestore.PassBatcher), on leasePool; made by Start.
 	passes *leasestore.PassBatcher
+	// sessions are the process's KindSession connections, one per
+	// session URL ("" for the store pool's settings), each shared by
+	// every session-kind group that names that URL: one connection
+	// holding one advisory lock per (subscription, worker), however many
+	// groups (leasestore.Sessions). Made by the first such group's Start
+	// (sessionsFor), under mu; closed by Stop once the groups ended.
+	sessions map[string]*leasestore.Sessions
 	// beat is the origin of the groups' heartbeats: every group of the
 	// runtime with the same heartbeat passes at the same moments
 	// (beat + n × heartbeat), so that its passes share a round trip.
@@ -275,6 +282,25 @@ func (rt *Runtime) start(ctx context.Context) (err error) {
 	return nil
 }
 
+// sessionsFor returns the process's shared session connection for
+// sessionURL, made on first use (see Runtime.sessions).
+func (rt *Runtime) sessionsFor(sessionURL string) (*leasestore.Sessions, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if ss, ok := rt.sessions[sessionURL]; ok {
+		return ss, nil
+	}
+	ss, err := leasestore.NewSessions(rt.leasePool, rt.store.Schema(), sessionURL)
+	if err != nil {
+		return nil, err
+	}
+	if rt.sessions == nil {
+		rt.sessions = map[string]*leasestore.Sessions{}
+	}
+	rt.sessions[sessionURL] = ss
+	return ss, nil
+}
+
 // publishedIn is the publisher's position if it belongs to server epoch
 // epoch, else 0 (nothing known of that epoch yet): positions of another
 // server mean nothing on this one. The publisher stores a new epoch's
@@ -338,6 +364,11 @@ func (rt *Runtime) halt(ctx context.Context) error {
 	errs = append(errs, rt.pub.Stop(ctx))
 	// Every group has ended (or been cut loose by ctx, its lease calls
 	// cancelled with its life): nothing holds a lease connection for long.
+	rt.mu.Lock()
+	for _, ss := range rt.sessions {
+		ss.Close() // what a group cut loose still held is released with it
+	}
+	rt.mu.Unlock()
 	rt.leasePool.Close()
 	rt.listener.Close()
 	errs = append(errs, rt.notifier.Stop(ctx))

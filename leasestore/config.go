@@ -199,6 +199,12 @@ type Config struct {
 	// [PassBatcher]); it must send on the store's pool. nil: each pass
 	// has round trips of its own.
 	Batcher *PassBatcher
+	// Sessions, if set, is the process's shared KindSession connection
+	// (the actors runtime passes its own): the store holds its session
+	// lock on it beside the other stores' locks instead of on a
+	// connection of its own, and its SessionURL is ignored (the Sessions'
+	// rules). Its schema must be Schema. Ignored with KindRow.
+	Sessions *Sessions
 }
 
 // WithDefaults returns c with every zero optional field set to its default.

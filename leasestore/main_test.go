@@ -67,11 +67,50 @@ func batcherFor(pool *pgxpool.Pool) *PassBatcher {
 	return got.(*PassBatcher)
 }
 
+// testSessions is, by pool, schema, worker and session URL, the Sessions
+// every KindSession store of that worker shares when the suite runs with
+// KUMI_LEASE_SHARED_SESSIONS set: each worker id of a test is then one
+// process, whose stores hold their locks on one connection, as the actors
+// runtime's groups do.
+var testSessions sync.Map
+
+type sessionsKey struct {
+	pool                   *pgxpool.Pool
+	schema, worker, source string
+}
+
+// sessionsFor returns the worker's Sessions, made on first use.
+func sessionsFor(pool *pgxpool.Pool, cfg Config) (*Sessions, error) {
+	k := sessionsKey{pool, cfg.Schema, cfg.Worker, cfg.SessionURL}
+	if s, ok := testSessions.Load(k); ok {
+		return s.(*Sessions), nil
+	}
+	s, err := NewSessions(pool, cfg.Schema, cfg.SessionURL)
+	if err != nil {
+		return nil, err
+	}
+	got, _ := testSessions.LoadOrStore(k, s)
+	return got.(*Sessions), nil
+}
+
+// sharedSessions reports that the suite runs with shared sessions
+// (KUMI_LEASE_SHARED_SESSIONS).
+func sharedSessions() bool { return os.Getenv("KUMI_LEASE_SHARED_SESSIONS") != "" }
+
 // startedStore is New, then Start bounded by ctx (with a batcher shared by
-// the pool's stores when KUMI_LEASE_BATCHED is set).
+// the pool's stores when KUMI_LEASE_BATCHED is set, and a Sessions shared
+// by a named worker's KindSession stores when KUMI_LEASE_SHARED_SESSIONS
+// is).
 func startedStore(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.Batcher == nil && os.Getenv("KUMI_LEASE_BATCHED") != "" {
 		cfg.Batcher = batcherFor(pool)
+	}
+	if cfg.Sessions == nil && cfg.Kind == KindSession && cfg.Worker != "" && sharedSessions() {
+		ss, err := sessionsFor(pool, cfg)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Sessions = ss
 	}
 	s, err := New(pool, cfg)
 	if err != nil {

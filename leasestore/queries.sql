@@ -365,13 +365,16 @@ ORDER BY m.worker;
 SELECT pg_try_advisory_lock($1), pg_backend_pid();
 
 -- name: session_check
--- Asked on the dedicated session itself: does it still hold its lock, and
--- which backend answers (another than the lock's: a transaction pooler)?
-SELECT EXISTS (
-    SELECT 1 FROM pg_locks
-    WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted AND objsubid = 1
-      AND classid = ((($1::bigint) >> 32) & 4294967295)::oid
-      AND objid = (($1::bigint) & 4294967295)::oid), pg_backend_pid();
+-- Asked on the dedicated session itself: which of its locks $1 does it
+-- still hold, and which backend answers (another than the locks': a
+-- transaction pooler)?
+SELECT ARRAY(
+    SELECT k FROM unnest($1::bigint[]) AS k
+    WHERE EXISTS (
+        SELECT 1 FROM pg_locks
+        WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted AND objsubid = 1
+          AND classid = ((k >> 32) & 4294967295)::oid
+          AND objid = (k & 4294967295)::oid)), pg_backend_pid();
 
 -- name: session_identity
 -- Where a connection is: its database, whether it is a standby, whether it

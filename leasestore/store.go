@@ -13,10 +13,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/startstop"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Store is one worker's view of one subscription's bucket leases. Its
@@ -136,7 +138,14 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s.offset = int(h.Sum32() % (1 << 16)) // the claim statement takes it modulo each generation's count
 	s.keys.ensure = lockKey("ensure", cfg.Schema, cfg.Subscription)
 	s.keys.place = lockKey("place", cfg.Schema, cfg.Subscription)
-	if cfg.Kind == KindSession {
+	if cfg.Kind == KindSession && cfg.Sessions != nil {
+		if cfg.Sessions.schema != cfg.Schema {
+			return nil, &kumierr.ConfigError{Field: "leasestore.Config.Sessions", Value: cfg.Sessions.schema,
+				Reason: fmt.Sprintf("is for schema %q, not the store's Schema %q: its locks would not be where the store's workers look", cfg.Sessions.schema, cfg.Schema)}
+		}
+		s.session = &session{sessionConn: cfg.Sessions.c, key: lockKey("session", cfg.Schema, cfg.Subscription, cfg.Worker),
+			bound: s.usable}
+	} else if cfg.Kind == KindSession {
 		cc, err := sessionConfig(cfg.SessionURL, pool.Config().ConnConfig)
 		if err != nil {
 			return nil, err
@@ -154,7 +163,7 @@ func (s *Store) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.join(ctx); err != nil {
+	if err := s.joinRetrying(ctx); err != nil {
 		if s.session != nil {
 			s.session.close()
 		}
@@ -170,6 +179,31 @@ func (s *Store) start(ctx context.Context) error {
 	}
 	s.started.Store(true)
 	return nil
+}
+
+// strayCancelRetries is how many times a join cancelled on the server
+// while its context is live is tried again.
+const strayCancelRetries = 3
+
+// joinRetrying is join, tried again when the server cancelled it
+// (query_canceled) while ctx is live: that cancel was not the join's. A
+// cancel request is addressed to a backend, not a statement, so one sent
+// for a statement that ended just before it arrived (a pass abandoned at
+// its bound on the same pooled connection) cancels whatever that backend
+// runs next; a group's start failed so, and its worker process with it,
+// in TestManySessionSubscriptionsOnADefaultServer
+// (TestAJoinCancelledByAStrayCancelIsTriedAgain). The join is idempotent
+// (an upsert of the worker row), and a failed join committed nothing.
+func (s *Store) joinRetrying(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := s.join(ctx)
+		var pgErr *pgconn.PgError
+		if err == nil || ctx.Err() != nil || attempt == strayCancelRetries ||
+			!errors.As(err, &pgErr) || pgErr.Code != "57014" {
+			return err
+		}
+		s.log.Info("lease join cancelled on the server, not by its caller; joining again", "err", err)
+	}
 }
 
 // join registers (or heartbeats) the worker row.

@@ -24,13 +24,18 @@ import (
 // Each worker holds its store pool, its lease pool, its sequencer's and its
 // notifier's connections whatever its number of subscriptions (before the
 // process's one lease pool, each group had a pool of its own: 4 × 50 × 2
-// more than the server allows). Row leases: session-kind groups still
-// hold one session connection each.
-// manySubsStall is how long TestManySubscriptionsOnADefaultServer's
-// deliveries may make no progress.
+// more than the server allows). Row leases here;
+// TestManySessionSubscriptionsOnADefaultServer runs the same with
+// session-kind ones.
+func TestManySubscriptionsOnADefaultServer(t *testing.T) { manySubscriptions(t, leasestore.KindRow) }
+
+// manySubsStall is how long a manySubscriptions scenario's deliveries may
+// make no progress.
 const manySubsStall = 5 * time.Minute
 
-func TestManySubscriptionsOnADefaultServer(t *testing.T) {
+// manySubscriptions runs the scenario of
+// TestManySubscriptionsOnADefaultServer with leases of kind.
+func manySubscriptions(t *testing.T, kind leasestore.Kind) {
 	const workers, subscriptions, buckets = 4, 50, 16
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -50,7 +55,7 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 		t.Fatalf("prepare schema: %v", err)
 	}
 	cfg := clusterConfig{URL: url, Schema: schema, Subscription: "many", Category: categoryName, Buckets: buckets,
-		Kind: leasestore.KindRow, PoolConns: 8,
+		Kind: kind, PoolConns: 8,
 		// The leasestore's proportions at a fifth of its defaults: 50
 		// groups a worker renew every second, not every 300 ms.
 		Lease: leaseTimings{TTL: 6 * time.Second, Heartbeat: time.Second, Margin: 2 * time.Second},
@@ -128,6 +133,21 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	delivered := time.Since(begun)
+	// Every worker has started all its groups (it logs "worker started"
+	// then) before the connections are counted and the workers stopped:
+	// the others may deliver everything while one is still starting its
+	// last groups (one at a time), and a stop then interrupts its start.
+	startedAll := time.Now()
+	for _, p := range c.all {
+		for grepFile(p.logPath, "worker started") == "" {
+			if time.Since(startedAll) > manySubsStall {
+				c.checkProcesses()
+				t.Fatalf("%s did not start all its %d groups within %v of the last delivery", p.id, subscriptions, manySubsStall)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	allStarted := time.Since(begun)
 	var missing, subs int64
 	if err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM `+q+`.events e WHERE e.category = $1 AND
@@ -151,9 +171,9 @@ func TestManySubscriptionsOnADefaultServer(t *testing.T) {
 	if missing != 0 || subs != subscriptions {
 		t.Errorf("%d events not delivered to every one of the %d subscriptions (%d subscriptions in the sink)", missing, subscriptions, subs)
 	}
-	t.Logf("many subscriptions (%s form): %d workers × %d subscriptions × %d buckets, %d events: %d deliveries; "+
+	t.Logf("many subscriptions (%s form, %v leases): %d workers × %d subscriptions × %d buckets, %d events: %d deliveries; "+
 		"%d worker connections at the end (%.1f per worker), peak %d client connections of max_connections 100; "+
-		"appended %v after the start, all delivered %v after it, the workers stopped in %v",
-		form(), workers, subscriptions, buckets, events, sunk, conns, float64(conns)/workers, peak.Load(),
-		appended.Round(time.Millisecond), delivered.Round(time.Millisecond), stopped.Round(time.Millisecond))
+		"appended %v after the start, all delivered %v after it, every worker's groups started %v after it, the workers stopped in %v",
+		form(), kind, workers, subscriptions, buckets, events, sunk, conns, float64(conns)/workers, peak.Load(),
+		appended.Round(time.Millisecond), delivered.Round(time.Millisecond), allStarted.Round(time.Millisecond), stopped.Round(time.Millisecond))
 }
