@@ -67,15 +67,13 @@
 //     waiting uncharged; the window ends a run itself ([Effects.EndRun],
 //     answered by [State.RunEnded]) when its event in hand
 //     ([State.RunProgress]) is late — a failed attempt — or its handler is
-//     replaced — sent again uncharged; a drain cuts it short
+//     replaced — sent again uncharged, unless the handler answered it
+//     meanwhile, whose answer counts; a drain cuts it short
 //     ([Effects.CutRun]); a reader stopped at once leaves what
-//     [State.LeftRun] says.
-//
-// Rules kept as the actor has them although they look wrong, each behind
-// a named constant (state.go) and reported: runAnswerResetsFails (a run whose event
-// panicked starts the handler's replacements over), and
-// runLeftForgetsUnstarted (a run stopped at once before it started its
-// first event, a retry, loses that event's attempts).
+//     [State.LeftRun] says: a run not started yet, its first event a
+//     retry, leaves that event at its attempt, as a waiting one; a run's
+//     panic, as a single delivery's, does not start the handler's
+//     replacements over.
 //
 // # The simulation
 //
@@ -87,7 +85,8 @@
 // their successors carrying what [State.Left] leaves; stale answers — and checks
 // after every step the invariants listed there. TestSimFindsTheFaults
 // re-injects the window's past bugs (9fe9fc6, f43cd9d, 70b76e4, 164e52c,
-// f128c71, and the window's part of 8de5870 and b0fedd3) and mutations
+// f128c71, the window's part of 8de5870 and b0fedd3, and the two run
+// rules above that the window once kept as the actor had them) and mutations
 // of its rules, batches' and runs' included, one at a time, and requires
 // each found. A third of its seeds run batches (with poison events that
 // break their batches), a third runs (a handler that goes through a run

@@ -112,7 +112,44 @@ func TestRunRules(t *testing.T) {
 				t.Fatalf("left %+v %v %d", l, ok, done)
 			}
 			if _, ok, _ := s.LeftRun(RunOutcome{Run: r.Run, Done: 1, Cut: true}); ok {
-				t.Fatal("left a head not started (runLeftForgetsUnstarted)")
+				t.Fatal("left a new delivery's head not started")
+			}
+			if _, ok, _ := s.LeftRun(RunOutcome{Run: r.Run, Cut: true}); ok {
+				t.Fatal("left a run's first event not started, a first attempt")
+			}
+		}},
+		{"AStoppedReaderLeavesARetryRunNotStartedAtItsAttempt", func(t *testing.T) {
+			s := New(rcfg(3))
+			events := evs("a", "b", "a")
+			r := runOf(t, s, events)
+			f := s.RunAnswered(t0, RunOutcome{Run: r.Run, Next: Retry})
+			if len(f.Redeliver) != 1 || f.Redeliver[0].Attempt != 1 {
+				t.Fatalf("answer: %+v", f)
+			}
+			if g := s.Redeliver(at(20), f.Redeliver[0].ID, 1); !g.CheckLease {
+				t.Fatalf("redeliver: %+v", g)
+			}
+			again := s.Lease(at(20), true, events[1:])
+			if len(again.Sends) != 1 || again.Sends[0].Run == 0 || again.Sends[0].Attempt != 1 {
+				t.Fatalf("the retry sent as %+v", again.Sends)
+			}
+			l, ok, done := s.LeftRun(RunOutcome{Run: again.Sends[0].Run, Cut: true})
+			if !ok || done != 0 || l.Pos != 1 || l.Attempt != 1 || l.Free != 0 {
+				t.Fatalf("left %+v %v %d, want event 1 at attempt 1, free 0", l, ok, done)
+			}
+		}},
+		{"ARunAnsweredAsItsHandlerIsReplacedIsCharged", func(t *testing.T) {
+			c := rcfg(3)
+			c.MaxAttempts = 1
+			s := New(c)
+			r := runOf(t, s, evs("a", "b", "a"))
+			f := s.HandlerStopped(at(10), 1)
+			if f.EndRun == nil || f.EndRun.Late {
+				t.Fatalf("stopped: %+v", f)
+			}
+			g := s.RunEnded(at(10), RunOutcome{Run: r.Run, Next: Panicked, Reason: "boom"})
+			if len(g.Letters) != 1 || !g.Letters[0].Budget || g.Letters[0].Pos != 1 {
+				t.Fatalf("a panic answered as the handler was replaced, budget 1, not charged: %+v", g)
 			}
 		}},
 	} {

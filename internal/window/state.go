@@ -600,8 +600,8 @@ func (s *State) RunAnswered(now time.Time, o RunOutcome) Effects {
 	if sl == nil || (s.ending != nil && s.ending.Run == o.Run) {
 		return e
 	}
-	if sl.to == s.handler && (runAnswerResetsFails || o.Cut || o.Next != Panicked) {
-		s.fails = 0 // see runAnswerResetsFails
+	if sl.to == s.handler && (o.Cut || o.Next != Panicked) {
+		s.fails = 0 // the handler answers: replacements start over; a panic, as a single delivery's, does not
 	}
 	switch {
 	case s.endRun(sl, o, &e):
@@ -617,20 +617,14 @@ func (s *State) RunAnswered(now time.Time, o RunOutcome) Effects {
 	return e
 }
 
-// runAnswerResetsFails is the actor's rule that any answer of a run from
-// the current handler, one whose event panicked too, starts the handler's
-// replacements over from the shortest backoff (deliver.go onHandlerReply
-// checks for *handlerPanicked, and a run's answer is a *run); a single
-// delivery's panic does not. Kept; reported.
-const runAnswerResetsFails = true
-
 // RunEnded takes the outcome of a run the window asked to end
 // ([Effects.EndRun]). Late (actors/funcrun.go timeoutRun): the event in
 // hand is timed out, a failed attempt, and gets the handler probed; one
 // the handler answered meanwhile takes that answer; one not started
-// waits. Replaced (deliver.go replaceHandler): the event in hand, or
-// answered meanwhile, goes to the successor uncharged; one not started
-// waits. Either way the acked prefix finishes first.
+// waits. Replaced (deliver.go replaceHandler): the event in hand goes to
+// the successor uncharged; one the handler answered meanwhile takes that
+// answer, charged as any; one not started waits. Either way the acked
+// prefix finishes first.
 func (s *State) RunEnded(now time.Time, o RunOutcome) Effects {
 	var e Effects
 	end := s.ending
@@ -649,7 +643,7 @@ func (s *State) RunEnded(now time.Time, o RunOutcome) Effects {
 			e.Probe = s.probe
 		}
 		s.fail(now, sl, 0, fmt.Sprintf("no answer within %v", s.cfg.Timeout), &e)
-	case end.Late && !o.Cut:
+	case !o.Cut && (end.Late || fault != faultRunAnswerFree):
 		s.answer(now, sl, o.Next, o.After, o.Reason, false, &e)
 	case o.Cut && !o.InHand:
 		sl.state = waiting // not started
@@ -1097,7 +1091,8 @@ func (s *State) Left() (Event, bool) {
 // starts after them; the first not done, in hand or answered, is left
 // given up, not charged — at attempt 1 if it followed done events (a
 // new delivery's first, given up), else at the run's attempt+1. One not
-// started leaves nothing (see runLeftForgetsUnstarted).
+// started is left at its attempt, free as it was, as a waiting one is:
+// nothing, unless it is a retry (the run's first event, attempt above 0).
 func (s *State) LeftRun(o RunOutcome) (left Event, ok bool, done int) {
 	sl := s.runSlot(o.Run)
 	if sl == nil || len(s.slots) != 1 {
@@ -1105,10 +1100,17 @@ func (s *State) LeftRun(o RunOutcome) (left Event, ok bool, done int) {
 		return left, ok, 0
 	}
 	done = min(o.Done, len(sl.batch))
-	if done == len(sl.batch) || (runLeftForgetsUnstarted && !o.InHand && o.Cut) {
+	if done == len(sl.batch) {
 		return Event{}, false, done
 	}
 	left = sl.batch[done]
+	if !o.InHand && o.Cut { // not started
+		if done > 0 || sl.attempt == 0 || fault == faultRunLeftForgetsUnstarted {
+			return Event{}, false, done // a first attempt: nothing delivered
+		}
+		left.Attempt, left.Free = sl.attempt, sl.free
+		return left, true, done
+	}
 	if done > 0 && fault != faultRunLeftKeepsAttempts {
 		left.Attempt, left.Free = 1, 1
 	} else {
@@ -1116,15 +1118,6 @@ func (s *State) LeftRun(o RunOutcome) (left Event, ok bool, done int) {
 	}
 	return left, true, done
 }
-
-// runLeftForgetsUnstarted is the actor's rule (reader.go leftRetry) that
-// a run stopped at once before it started the event after its done ones
-// leaves nothing: right for a new delivery's first attempt, but a run
-// whose first event is a retry (attempt above 0) not started yet loses
-// the event's attempts — its successor sends it as attempt 0, its retry
-// budget whole again — where a single delivery with the handler is left
-// at attempt+1. Kept as the actor does it; reported.
-const runLeftForgetsUnstarted = true
 
 // Len is how many slots the window holds.
 func (s *State) Len() int { return len(s.slots) }
@@ -1262,4 +1255,13 @@ const (
 	// The first event not done of a batch acked in part keeps the
 	// batch's attempts, not a new delivery's own.
 	faultHeadKeepsAttempts
+	// A reader stopped at once with a run in flight that had not started
+	// its first event, a retry, leaves nothing: its successor sends it as
+	// attempt 0, its retry budget whole again (the actor's leftRetry
+	// before TestFunctionHandlerRuns/ARetryRunNotStartedWhenItsReaderRestartsKeepsItsAttempts).
+	faultRunLeftForgetsUnstarted
+	// A run the handler answered (a Retry, a panic) as the window ended
+	// it for its handler's replacement is sent to the successor free, its
+	// failure not charged (found by the simulation, seed 6793).
+	faultRunAnswerFree
 )
