@@ -175,6 +175,8 @@ type idleRow struct {
 	joinStarted                time.Duration // the joiner's StartGroup calls returned
 	joinPool                   string        // the joiner's lease pool's waits, through its fair share
 	joinStmts                  string        // the joiner's statements through its fair share, the most frequent first
+	startPool                  string        // worker 0's lease pool's waits, through every worker's fair share
+	startStmts                 string        // worker 0's statements through every worker's fair share, the most frequent first
 	top                        string
 }
 
@@ -240,7 +242,13 @@ func BenchmarkIdleCost(b *testing.B) {
 		fmt.Fprintf(&t, "K=%d the joiner's lease pool until its fair share: %s\n", r.k, r.joinPool)
 	}
 	for _, r := range rows {
+		fmt.Fprintf(&t, "K=%d worker 0's lease pool until every fair share: %s\n", r.k, r.startPool)
+	}
+	for _, r := range rows {
 		fmt.Fprintf(&t, "K=%d the joiner's statements until its fair share: %s\n", r.k, r.joinStmts)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(&t, "K=%d worker 0's statements until every fair share: %s\n", r.k, r.startStmts)
 	}
 	for _, r := range rows {
 		fmt.Fprintf(&t, "K=%d worker 0's statements: %s\n", r.k, r.top)
@@ -323,6 +331,8 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 	row.owned = time.Since(start)
 	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(ws, k) }, "every worker holds its fair share of every subscription")
 	row.fair = time.Since(start)
+	row.startStmts = countedStatements(ws[0].stmts.snapshot(), 12)
+	row.startPool = leasePoolWaits(ws[0].rt.leasePool)
 	// Let the claims' traffic end, and the sequencers fall quiet: a pass
 	// or two after the last handoff, and the sequencers' 10 s before they idle.
 	time.Sleep(3*time.Second + 10*time.Second) // a benchmark's settling time: no condition marks the end of the claims' traffic
@@ -374,22 +384,32 @@ func measureIdle(b *testing.B, k, nw int) idleRow {
 	all := append(ws, joiner)
 	pgtest.Eventually(b, 5*time.Minute, func() bool { return fairShares(all, k) }, "the joiner gets its fair share of every subscription")
 	row.join = time.Since(joined)
-	var joinTotal int64
-	for _, n := range joiner.stmts.snapshot() {
-		joinTotal += n
-	}
-	row.joinStmts = fmt.Sprintf("%d in all; ", joinTotal) + topStatements(nil, joiner.stmts.snapshot(), 8, func(n int64) string {
-		return strconv.FormatInt(n, 10)
-	})
-	st := joiner.rt.leasePool.Stat()
-	row.joinPool = fmt.Sprintf("%d acquires, %d waited, %v waiting on average, %d connections", st.AcquireCount(),
-		st.EmptyAcquireCount(), (st.AcquireDuration() / time.Duration(max(st.AcquireCount(), 1))).Round(time.Millisecond), st.TotalConns())
+	row.joinStmts = countedStatements(joiner.stmts.snapshot(), 12)
+	row.joinPool = leasePoolWaits(joiner.rt.leasePool)
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for _, w := range all {
 		require.NoError(b, w.rt.Stop(stopCtx))
 	}
 	return row
+}
+
+// countedStatements is the total of counts and its n most frequent kinds.
+func countedStatements(counts map[string]int64, n int) string {
+	var total int64
+	for _, c := range counts {
+		total += c
+	}
+	return fmt.Sprintf("%d in all; ", total) + topStatements(nil, counts, n, func(c int64) string {
+		return strconv.FormatInt(c, 10)
+	})
+}
+
+// leasePoolWaits is what pool's acquires waited so far.
+func leasePoolWaits(pool *pgxpool.Pool) string {
+	st := pool.Stat()
+	return fmt.Sprintf("%d acquires, %d waited, %v waiting on average, %d connections", st.AcquireCount(),
+		st.EmptyAcquireCount(), (st.AcquireDuration() / time.Duration(max(st.AcquireCount(), 1))).Round(time.Millisecond), st.TotalConns())
 }
 
 // topStatements is the n kinds of statements counted most often between

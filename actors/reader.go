@@ -158,9 +158,14 @@ type reader struct {
 	// in place (see retryInPlace).
 	storeFailures int
 	tick          time.Duration
+	// ticking: a flushTick is armed. The tick runs only while there is
+	// something for it to do (see tickNeeded): an idle reader arms no
+	// timer and gets no message.
+	ticking bool
 }
 
 func (r *reader) Receive(ctx actor.Context) {
+	defer r.keepTicking(ctx)
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		r.start(ctx)
@@ -220,10 +225,10 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 	case *flushTick:
 		if msg.inc == r {
+			r.ticking = false // keepTicking arms the next one if there is work for it
 			r.cpDo(ctx, r.cp.Tick())
 			r.checkTimeouts(ctx)
 			r.report()
-			r.after(ctx, r.tick, &flushTick{inc: r})
 		}
 	case *handlerReply:
 		r.onHandlerReply(ctx, msg)
@@ -305,6 +310,7 @@ func (r *reader) start(ctx actor.Context) {
 	ctx.Send(r.g.publisher, &subscribe{PID: ctx.Self(), Category: r.g.opts.Category, Size: r.size, Bucket: r.genBucket})
 	// One timer serves the checkpoint interval and the handler timeout.
 	r.tick = min(r.g.opts.CheckpointInterval, max(r.g.opts.HandlerTimeout/4, time.Millisecond))
+	r.ticking = true
 	r.after(ctx, r.tick, &flushTick{inc: r})
 	r.report()
 	r.async(ctx, func(c context.Context) any {
@@ -357,6 +363,28 @@ func (r *reader) async(ctx actor.Context, fn func(context.Context) any) {
 }
 
 // after posts msg to the reader once d has passed, unless it stopped.
+// keepTicking arms the next flushTick after any message, unless one is
+// armed, the reader stopped, or the tick has nothing to do (see
+// tickNeeded).
+func (r *reader) keepTicking(ctx actor.Context) {
+	if r.ticking || r.stopped || r.cp == nil || !r.tickNeeded() {
+		return
+	}
+	r.ticking = true
+	r.after(ctx, r.tick, &flushTick{inc: r})
+}
+
+// tickNeeded reports whether the flushTick has work: a checkpoint to
+// write or being written, events delivered or pending (their handler
+// timeouts, a probe), a catch-up under way — and the reader's report
+// to keep fresh meanwhile. An idle reader at the tail, everything
+// handled written, needs none: its last report stands until something
+// comes (1,600 idle buckets' ticks were 8,000 messages a second).
+func (r *reader) tickNeeded() bool {
+	return r.cp.Acked() > r.cp.Flushed() || r.cp.Phase() == checkpointing.Writing || len(r.win.entries) > 0 ||
+		r.probe != 0 || r.feed.Phase() != readfeed.Live || len(r.feed.Pending()) > 0
+}
+
 func (r *reader) after(ctx actor.Context, d time.Duration, msg any) {
 	self, root, bg := ctx.Self(), ctx.ActorSystem().Root, r.bg
 	time.AfterFunc(d, func() {

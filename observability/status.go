@@ -61,8 +61,10 @@ type BucketStatus struct {
 // ReaderStatus is a bucket reader's own account of where it stands: how
 // far it has read and handled its bucket, and what it is waiting for. It
 // answers an operator asking why a bucket does not move. A reader reports
-// it at its start and then at every checkpoint tick, so At older than a
-// few ticks says the reader itself is stuck.
+// it at its start and then at every checkpoint tick while it has work —
+// events pending, in flight or not yet checkpointed, a catch-up — and an
+// idle reader's last report stands until something comes: At older than a
+// few ticks beside Pending or InFlight says the reader itself is stuck.
 type ReaderStatus struct {
 	// Cursor is the position through which every event of the bucket was
 	// read (queued or handled); Acked the position through which every
