@@ -61,7 +61,7 @@ func (rt *Runtime) NewGroup(opts GroupOptions) (*Group, error) {
 // lease rows and index exist, and spawns the group's coordinator on the runtime's actor system, which
 // claims buckets and runs their readers. The runtime must be running. ctx
 // bounds the start only. A second Start does nothing; after Stop it
-// returns [ErrStopped]; a failed start undoes what it did, and may be tried
+// returns [kumierr.ErrStopped]; a failed start undoes what it did, and may be tried
 // again.
 func (gr *Group) Start(ctx context.Context) error { return gr.life.Start(ctx, gr.start) }
 
@@ -71,7 +71,7 @@ func (gr *Group) start(ctx context.Context) error {
 		if st == startstop.New || st == startstop.Starting {
 			return errors.New("kumi: start group: the runtime is not started (call Runtime.Start first)")
 		}
-		return fmt.Errorf("kumi: start group: the runtime is %v: %w", st, ErrStopped)
+		return fmt.Errorf("kumi: start group: the runtime is %v: %w", st, startstop.ErrStopped)
 	}
 	base := opts.Logger // the lease store adds the subscription (and the worker) itself
 	if base == nil {
@@ -139,7 +139,7 @@ func (gr *Group) start(ctx context.Context) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if st := rt.life.State(); st != startstop.Running {
-		return fail(fmt.Errorf("kumi: start group: the runtime is %v: %w", st, ErrStopped))
+		return fail(fmt.Errorf("kumi: start group: the runtime is %v: %w", st, startstop.ErrStopped))
 	}
 	g.unregister = unregister
 	gr.coordinator = rt.system.Root.Spawn(props)

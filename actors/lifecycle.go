@@ -6,15 +6,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/startstop"
 )
-
-// ErrStopped is returned by [Runtime.Start], [Group.Start] and
-// [Runtime.StartGroup] once the runtime or group was stopped: a stopped
-// one never starts again. It is eventsource.ErrStopped (see
-// docs/design/architecture.md, "Lifecycle").
-var ErrStopped = eventsource.ErrStopped
 
 // publisherService is the runtime's Publisher actor as a service of kumi's
 // lifecycle contract: Start spawns it, Stop stops it and waits for it.

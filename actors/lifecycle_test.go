@@ -13,6 +13,7 @@ import (
 	"github.com/kumi-run/kumi/internal/pgtest"
 	"github.com/kumi-run/kumi/internal/startstop"
 	"github.com/kumi-run/kumi/internal/startstop/startstoptest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // The runtime, a group and the publisher keep kumi's lifecycle contract
@@ -46,7 +47,6 @@ func TestLifecycleContract(t *testing.T) {
 				props: newPublisherProps(store, publisherOptions{wake: make(chan struct{}), poll: time.Hour, logger: testLoggerOrDiscard(), tel: newTelemetry(nil, testLoggerOrDiscard())})}
 		})
 	})
-	require.ErrorIs(t, ErrStopped, startstop.ErrStopped)
 }
 
 // Start's context bounds the start only: the runtime's notifier keeps
@@ -94,8 +94,8 @@ func TestAGroupNeedsARunningRuntime(t *testing.T) {
 	require.Error(t, rt.Healthy(context.Background()))
 	require.NoError(t, rt.Stop(context.Background()))
 	_, err = rt.StartGroup(context.Background(), groupOpts("late", 1, newRecorder(), "w"))
-	require.ErrorIs(t, err, ErrStopped)
-	require.ErrorIs(t, rt.Start(context.Background()), ErrStopped)
+	require.ErrorIs(t, err, kumierr.ErrStopped)
+	require.ErrorIs(t, rt.Start(context.Background()), kumierr.ErrStopped)
 }
 
 // A runtime whose start failed starts on a later try (its start undid

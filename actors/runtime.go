@@ -211,7 +211,7 @@ func New(system *actor.ActorSystem, store *eventsource.Store, opts RuntimeOption
 // the notifier and the read replica's lag measurement (with a read pool),
 // and spawns the Publisher on the runtime's actor system. ctx bounds the
 // start only. A second Start does nothing; after Stop it returns
-// [ErrStopped]; a failed start undoes what it did, and may be tried again.
+// [kumierr.ErrStopped]; a failed start undoes what it did, and may be tried again.
 func (rt *Runtime) Start(ctx context.Context) error { return rt.life.Start(ctx, rt.start) }
 
 func (rt *Runtime) start(ctx context.Context) (err error) {

@@ -39,7 +39,6 @@ func TestLifecycle(t *testing.T) {
 			return r
 		})
 	})
-	require.ErrorIs(t, eventsource.ErrStopped, startstop.ErrStopped)
 }
 
 // Start's context bounds the start only: a notifier keeps listening after

@@ -373,7 +373,7 @@ func (n *Notifier) Stats() NotifierStats {
 // [NotifierStats].Connected). It follows kumi's lifecycle contract
 // (docs/design/architecture.md, "Lifecycle"): ctx bounds starting only, never the
 // notifier's life; a second Start does nothing, and after Stop it returns
-// [ErrStopped].
+// [kumierr.ErrStopped].
 func (n *Notifier) Start(ctx context.Context) error {
 	return n.life.Start(ctx, func(context.Context) error {
 		n.life.Go(n.listenLoop)

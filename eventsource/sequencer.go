@@ -213,7 +213,7 @@ func NewSequencer(store *Store, opts SequencerOptions) *Sequencer {
 // Start runs the sequencer in the background until [Sequencer.Stop]; it
 // returns at once. It follows kumi's lifecycle contract
 // (docs/design/architecture.md, "Lifecycle"): ctx bounds starting only, a second
-// Start does nothing, and after Stop it returns [ErrStopped].
+// Start does nothing, and after Stop it returns [kumierr.ErrStopped].
 func (q *Sequencer) Start(ctx context.Context) error {
 	return q.life.Start(ctx, func(context.Context) error {
 		q.life.Go(q.run)

@@ -22,4 +22,10 @@
 // Package supervision classifies a [*ConfigError] as invalid
 // configuration (its [ConfigError.ConfigError] method), so a supervised
 // actor that meets one escalates instead of restarting in vain.
+//
+// # A stopped service
+//
+// Every long-lived kumi service returns [ErrStopped] from Start once Stop
+// has been called: test for it with errors.Is, whichever package the
+// service comes from.
 package kumierr

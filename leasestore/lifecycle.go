@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/startstop"
 )
 
@@ -12,18 +11,13 @@ import (
 // until [Store.Start] has succeeded.
 var ErrNotStarted = errors.New("leasestore: store not started (call Start, or make it with New)")
 
-// ErrStopped is returned by [Store.Start] once [Store.Stop] has
-// been called: a stopped store never starts again. It is
-// eventsource.ErrStopped (see docs/design/architecture.md, "Lifecycle").
-var ErrStopped = eventsource.ErrStopped
-
 // Start joins the subscription's workers: KindSession first opens its
 // dedicated connection and takes the session lock; then the store writes
 // its membership row, so the other workers count it in their next fair
 // share, and listens for their announcements (see [Store.Changes]). It
 // follows kumi's lifecycle contract (docs/design/architecture.md, "Lifecycle"):
 // ctx bounds the start only; a second Start does nothing; after Stop it
-// returns [ErrStopped]; a failed start undoes what it did, and may be tried
+// returns [kumierr.ErrStopped]; a failed start undoes what it did, and may be tried
 // again.
 func (s *Store) Start(ctx context.Context) error { return s.life.Start(ctx, s.start) }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kumi-run/kumi/internal/startstop"
 	"github.com/kumi-run/kumi/internal/startstop/startstoptest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Every kind's Store keeps kumi's lifecycle contract (docs/design/architecture.md,
@@ -31,7 +32,6 @@ func TestLifecycleContract(t *testing.T) {
 			}
 		})
 	}
-	require.ErrorIs(t, ErrStopped, startstop.ErrStopped)
 }
 
 // A store made by NewStore does nothing until Start: it has not joined,
@@ -60,6 +60,6 @@ func TestAStoreWorksBetweenStartAndStop(t *testing.T) {
 	require.NoError(t, s.Stop(ctx))
 	_, err = s.Pass(ctx)
 	require.ErrorIs(t, err, ErrClosed)
-	require.ErrorIs(t, s.Start(ctx), ErrStopped)
+	require.ErrorIs(t, s.Start(ctx), kumierr.ErrStopped)
 	require.NoError(t, s.Stop(context.Background()), "Close is Stop")
 }

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Service is the shape of every long-lived kumi service.
@@ -24,8 +26,9 @@ type Service interface {
 }
 
 // ErrStopped is returned by Start once Stop has been called: a stopped
-// service never starts again (make a new one).
-var ErrStopped = errors.New("kumi: the service was stopped; a stopped service cannot start again (make a new one)")
+// service never starts again (make a new one). It is kumierr.ErrStopped,
+// the name users test for.
+var ErrStopped = kumierr.ErrStopped
 
 // State is where a service is in its life.
 type State int

@@ -10,6 +10,7 @@ import (
 	"github.com/kumi-run/kumi/internal/leaktest"
 	"github.com/kumi-run/kumi/internal/startstop"
 	"github.com/kumi-run/kumi/internal/startstop/startstoptest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
@@ -95,6 +96,7 @@ func TestStopCancelsAStartUnderWay(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, startstop.Stopped, s.life.State())
 	require.ErrorIs(t, s.Start(context.Background()), startstop.ErrStopped)
+	require.ErrorIs(t, s.Start(context.Background()), kumierr.ErrStopped, "the error users test for is kumierr's")
 }
 
 // A Stop whose ctx ends first returns ctx.Err(); the next Stop waits once
