@@ -71,7 +71,7 @@ func (r *reader) unbatch(s *entry) {
 func (r *reader) settleBatch(ctx actor.Context, s *entry, res any) (next any, settled bool) {
 	m := classifyBatchAnswer(res, len(s.batch))
 	if m.warn != "" {
-		r.warnAnswer(m.warn, s, res)
+		r.warnAnswer(m.warn, s.d, res)
 	}
 	switch {
 	case m.alone:

@@ -142,7 +142,9 @@ func (r *reader) pump(ctx actor.Context) {
 		return
 	}
 	r.limitRuns()
-	if !r.draining {
+	if r.wired() {
+		r.wpump(ctx)
+	} else if !r.draining {
 		for len(r.win.entries) < r.g.opts.MaxInFlight && len(r.feed.Pending()) > 0 && !r.beyondBound(r.feed.Pending()[0].Position) {
 			e := r.feed.Take(1)[0]
 			n := &newEntry{d: Delivery{
@@ -221,8 +223,14 @@ func (r *reader) send(ctx actor.Context, s *entry) {
 }
 
 // redeliver sends a retried entry again once its delay has passed.
-func (r *reader) redeliver(ctx actor.Context, id uint64) {
-	s := r.win.byID[id]
+func (r *reader) redeliver(ctx actor.Context, m *redeliver) {
+	if r.wired() {
+		if !r.stopped {
+			r.wstep(ctx, r.ws.st.Redeliver(time.Now(), m.id, m.attempt))
+		}
+		return
+	}
+	s := r.win.byID[m.id]
 	if s == nil || s.state != entryRetrying || r.stopped {
 		return
 	}
@@ -245,6 +253,10 @@ func (r *reader) redeliver(ctx actor.Context, id uint64) {
 
 // onHandlerReply matches a handler's answer to its entry.
 func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
+	if r.wired() {
+		r.wanswer(ctx, m)
+		return
+	}
 	s := r.win.byID[m.id]
 	if s == nil || s.state != entrySent || m.attempt != s.d.Attempt || r.stopped {
 		return // an answer to an attempt given up on (timeout), or to a stopped reader
@@ -278,6 +290,12 @@ func (r *reader) handlerReady() bool { return r.handler != nil && r.probe == 0 }
 // call.
 func (r *reader) checkTimeouts(ctx actor.Context) {
 	now := time.Now()
+	if r.wired() {
+		if !r.stopped {
+			r.wstep(ctx, r.ws.st.Tick(now))
+		}
+		return
+	}
 	if r.probe != 0 && now.Sub(r.probeAt) >= r.probeWait() {
 		late := r.probeFor
 		waited := now.Sub(late.sentAt)
@@ -323,6 +341,9 @@ func (r *reader) onProbeAnswer(ctx actor.Context, seq uint64) {
 		return
 	}
 	r.probe = 0
+	if r.wired() {
+		r.wdo(ctx, r.ws.st.ProbeAnswered(r.ws.probe))
+	}
 	r.pump(ctx)
 }
 
@@ -340,6 +361,10 @@ func (r *reader) onHandlerTerminated(ctx actor.Context, who *actor.PID) {
 		return // a handler replaced earlier
 	}
 	r.g.logger.Warn("kumi: handler stopped; replacing it", "bucket", r.bucket, "handler", who.String())
+	if r.wired() {
+		r.wstep(ctx, r.ws.st.HandlerStopped(time.Now(), r.ws.hno))
+		return
+	}
 	r.replaceHandler(ctx, errHandlerStopped)
 }
 
@@ -405,6 +430,7 @@ func (r *reader) spawnHandler(ctx actor.Context) {
 	props := handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher)
 	r.win.runs = false // until it says it takes them
 	r.handler = ctx.ActorSystem().Root.SpawnPrefix(props, fmt.Sprintf("kumi-handler-%s-%d-", r.g.opts.Subscription, r.bucket))
+	r.ws.hno++ // the window numbers its handlers so (see windowed.go)
 	ctx.Watch(r.handler)
 	if r.replacements > 0 && r.overflowed == nil {
 		r.g.setReaderState(r.bucket, "")
@@ -437,7 +463,7 @@ func (r *reader) onReply(ctx actor.Context, s *entry, res any, err error) {
 		r.deadLetter(ctx, s, a.reason, s.d.Attempt+1)
 		return
 	case a.warn != "":
-		r.warnAnswer(a.warn, s, res)
+		r.warnAnswer(a.warn, s.d, res)
 	}
 	dead, wait, reason := retryVerdict(r.g.opts.Retry, s.d.Attempt, s.free, a.after, a.reason)
 	next := *s.d // a new delivery per attempt (see entry.d)
@@ -481,12 +507,12 @@ type answerWarning struct {
 // the bucket already: a handler that never answers, or answers with the
 // wrong type, fails every event the same way, and one line per bucket
 // says it.
-func (r *reader) warnAnswer(msg string, s *entry, answer any) {
+func (r *reader) warnAnswer(msg string, d *Delivery, answer any) {
 	if _, done := r.g.answerWarned.LoadOrStore(answerWarning{r.bucket, msg}, struct{}{}); done {
 		return
 	}
-	r.g.logger.Warn(msg, "bucket", r.bucket, "answer", fmt.Sprintf("%T", answer), "event_id", s.d.Event.ID.String(),
-		"stream", s.d.Event.Stream, "position", s.d.Event.Position, "handler_timeout", r.g.opts.HandlerTimeout)
+	r.g.logger.Warn(msg, "bucket", r.bucket, "answer", fmt.Sprintf("%T", answer), "event_id", d.Event.ID.String(),
+		"stream", d.Event.Stream, "position", d.Event.Position, "handler_timeout", r.g.opts.HandlerTimeout)
 }
 
 // deadLetter records an entry's event, delivered attempts times, as a dead
@@ -511,6 +537,10 @@ func (r *reader) writeDeadLetter(ctx actor.Context, s *entry) {
 }
 
 func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) {
+	if r.wired() {
+		r.wdeadLettered(ctx, m)
+		return
+	}
 	s := r.win.byID[m.id]
 	if s == nil || s.state != entryDeadLettering {
 		return
@@ -666,6 +696,13 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if !r.draining || r.stopped {
 		return
 	}
+	if r.wired() {
+		if !r.ws.drained {
+			return // with the handler or the store, or to be sent once it is ready
+		}
+		r.endDrain(ctx)
+		return
+	}
 	for _, s := range r.win.entries {
 		if s.run != nil {
 			s.run.cutShort() // it answers after the event in hand
@@ -677,6 +714,12 @@ func (r *reader) maybeFinishDrain(ctx actor.Context) {
 	if r.win.active() > 0 || len(r.drainSends()) > 0 {
 		return // with the handler, or to be sent once it is ready
 	}
+	r.endDrain(ctx)
+}
+
+// endDrain writes the drain's last checkpoint, and, once it is written
+// (or, under an unsure lease, failed), stops the reader.
+func (r *reader) endDrain(ctx actor.Context) {
 	e, done := r.cp.Drain(checkpointing.Env{Unsure: r.unsure != nil})
 	if r.cpDo(ctx, e); !done {
 		return // the last write is out
@@ -775,6 +818,12 @@ func (r *reader) drainSends() []*entry {
 // when the drain has something to send: the drain would wait for it.
 func (r *reader) beginDrain(ctx actor.Context) {
 	r.draining = true
+	if r.wired() {
+		if !r.stopped {
+			r.wstep(ctx, r.ws.st.Drain()) // a handler being replaced is spawned at once (SpawnNow)
+		}
+		return
+	}
 	if r.handler == nil && !r.stopped && len(r.drainSends()) > 0 {
 		r.spawnHandler(ctx)
 	}
@@ -794,9 +843,11 @@ func (r *reader) unsureLease(ctx actor.Context, err error) {
 	if r.stopped || r.unsure != nil {
 		return
 	}
-	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
-	r.unsure = err
-	r.draining = true
+	r.markUnsure(err)
+	if r.wired() {
+		r.wstep(ctx, r.ws.st.Unsure())
+		return
+	}
 	r.maybeFinishDrain(ctx)
 }
 

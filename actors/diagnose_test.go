@@ -136,7 +136,9 @@ func (r *reader) describe() string {
 		states[s.state]++
 	}
 	first := "none"
-	if len(r.win.entries) > 0 {
+	if r.wired() {
+		first = r.ws.st.String()
+	} else if len(r.win.entries) > 0 {
 		s := r.win.entries[0]
 		first = fmt.Sprintf("position %d state %d attempt %d sent %v ago", s.d.Event.Position, s.state, s.d.Attempt,
 			time.Since(s.sentAt).Round(time.Millisecond))
@@ -145,7 +147,7 @@ func (r *reader) describe() string {
 		"pending %d window %d %v (first: %s) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v "+
 		"resize %s",
 		r.feed, r.cp,
-		len(r.feed.Pending()), len(r.win.entries), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
+		len(r.feed.Pending()), r.inFlight(), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
 		r.storeFailures, r.queue.Stats(), r.part.String())
 }
 

@@ -71,8 +71,9 @@ type (
 		err error
 	}
 	redeliver struct {
-		inc *reader
-		id  uint64
+		inc     *reader
+		id      uint64
+		attempt int // the window's (see windowed.go)
 	}
 	flushTick      struct{ inc *reader }
 	respawnHandler struct{ inc *reader }
@@ -136,6 +137,9 @@ type reader struct {
 	// live queue. The reader carries out its effects (see feedDo).
 	feed *readfeed.Feed
 	win  window // events being delivered
+	// ws is the window as a state machine, when the reader's is one (see
+	// windowed.go): win is then unused.
+	ws windowed
 	// cp is the checkpoint side (internal/checkpointing): the acked
 	// position — how far the window's finished prefix reaches — and the
 	// fenced checkpoint writes that follow it, one at a time. The reader
@@ -213,7 +217,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		r.beginDrain(ctx)
 	case *redeliver:
 		if msg.inc == r {
-			r.redeliver(ctx, msg.id)
+			r.redeliver(ctx, msg)
 		}
 	case *deadLettered:
 		if msg.inc == r {
@@ -247,12 +251,17 @@ func (r *reader) Receive(ctx actor.Context) {
 			r.feedDo(ctx, r.feed.ReadAgain(r.feedEnv()))
 		}
 	case *rewriteDeadLetter:
-		if s := r.win.byID[msg.id]; msg.inc == r && !r.stopped && s != nil && s.state == entryDeadLettering {
+		if msg.inc == r && !r.stopped && r.wired() {
+			r.wdo(ctx, r.ws.st.RewriteLetter(msg.id))
+		} else if s := r.win.byID[msg.id]; msg.inc == r && !r.stopped && s != nil && s.state == entryDeadLettering {
 			r.writeDeadLetter(ctx, s)
 		}
 	case *respawnHandler:
 		if msg.inc == r && !r.stopped && r.handler == nil {
 			r.spawnHandler(ctx)
+			if r.wired() {
+				r.wdo(ctx, r.ws.st.HandlerSpawned())
+			}
 			r.pump(ctx)
 		}
 	case *drainReader:
@@ -300,6 +309,7 @@ func (r *reader) start(ctx actor.Context) {
 	if err := r.queue.Resume(); err != nil {
 		r.endOverflowed(err)
 	}
+	r.wireWindow()
 	r.spawnHandler(ctx)
 	// What the coordinator last told: started on a decided cut, the
 	// catch-up reads through it, even in a bucket with no event near it
@@ -340,6 +350,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 	r.g.setReaderState(r.bucket, "")
 	r.unreport()
 	r.win.cancel()
+	r.wcancel()
 	if r.handler != nil {
 		ctx.Stop(r.handler) // not a child: it does not stop with the reader by itself
 	}
@@ -542,7 +553,7 @@ type readerReport struct {
 func (r *reader) report() {
 	b := r.part.Bound()
 	pending := r.feed.Pending()
-	st := observability.ReaderStatus{Cursor: r.feed.Cursor(), Acked: r.acked(), Pending: len(pending), InFlight: len(r.win.entries),
+	st := observability.ReaderStatus{Cursor: r.feed.Cursor(), Acked: r.acked(), Pending: len(pending), InFlight: r.inFlight(),
 		CatchingUp: r.feed.Phase() != readfeed.Live, Bounded: b.Bounded, Bound: b.Limit, CutDecided: b.Decided,
 		Proposing: r.part.Phase() == resizepart.Proposing, Draining: r.draining || r.unsure != nil, HandlerReady: r.handlerReady(), At: time.Now()}
 	if len(pending) > 0 {
@@ -601,6 +612,9 @@ func (r *reader) endOverflowed(err error) {
 // letter, for the successor to write again. Else the one carried from a
 // predecessor and not yet taken into the window; nil if none.
 func (r *reader) leftRetry() *leftRetry {
+	if r.wired() {
+		return r.wleft()
+	}
 	if len(r.win.entries) == 0 {
 		return r.carried
 	}

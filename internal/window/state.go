@@ -1122,6 +1122,22 @@ func (s *State) LeftRun(o RunOutcome) (left Event, ok bool, done int) {
 // Len is how many slots the window holds.
 func (s *State) Len() int { return len(s.slots) }
 
+// First describes the window's first slot, for diagnostics: its state
+// ("waiting", "sent", "retrying", "letter"), its attempt and its free
+// attempts; ok false if the window is empty.
+func (s *State) First() (state string, attempt, free int, ok bool) {
+	if len(s.slots) == 0 {
+		return "", 0, 0, false
+	}
+	sl := s.slots[0]
+	return sl.state.String(), sl.attempt, sl.free, true
+}
+
+// String names a slot state.
+func (st slotState) String() string {
+	return [...]string{"waiting", "sent", "retrying", "letter", "done"}[st]
+}
+
 // String is the window in one line, for diagnostics and the
 // simulation's trace.
 func (s *State) String() string {
@@ -1141,8 +1157,7 @@ func (s *State) String() string {
 		if i > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "#%d@%d/%s:%s a%d f%d", sl.id, sl.ev.Pos, sl.ev.Stream,
-			[...]string{"waiting", "sent", "retrying", "letter", "done"}[sl.state], sl.attempt, sl.free)
+		fmt.Fprintf(&b, "#%d@%d/%s:%s a%d f%d", sl.id, sl.ev.Pos, sl.ev.Stream, sl.state, sl.attempt, sl.free)
 		if sl.state == deadLettering && sl.lstate == letterFailed {
 			b.WriteString("!")
 		}
