@@ -54,7 +54,8 @@ var ErrResizeCancelled = inspect.ErrResizeCancelled
 // leasestore.MaxBuckets] (*kumierr.ConfigError naming actors buckets),
 // leasestore.ErrSameBuckets, leasestore.ErrNoSubscription (no worker has
 // started it), *leasestore.ResizeInProgressError,
-// *leasestore.OldWorkersError, *leasestore.IndexMissingError.
+// *leasestore.OldWorkersError, leasestore.ErrIndexMissing (a
+// *kumierr.ConfigError naming leasestore.ResizeRequest.Buckets).
 func Resize(ctx context.Context, store *eventsource.Store, subscription string, buckets int, opts ResizeOptions) (leasestore.Resize, error) {
 	if store == nil {
 		return leasestore.Resize{}, &kumierr.ConfigError{Field: "actors store", Reason: "is required"}

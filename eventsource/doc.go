@@ -135,7 +135,7 @@
 // values. [Store.ServerFence] refuses a write begun on another server
 // ([*ServerChangedError]), looking at the write's own connection. A
 // [ReadReplica] refuses a read pool that is not a standby of
-// the primary ([*ReplicaMismatchError]). See docs/design/eventsource.md,
+// the primary ([ErrReplicaMismatch]). See docs/design/eventsource.md,
 // "Failover".
 //
 // # Dead letters

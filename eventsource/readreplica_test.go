@@ -412,10 +412,10 @@ func TestReadReplicaRefusesAPoolThatIsNotAStandby(t *testing.T) {
 		rr, err := eventsource.NewReadReplica(p, other, eventsource.ReadReplicaOptions{})
 		require.NoError(t, err)
 		_, err = rr.ReadAllPage(ctx, eventsource.Page{Known: 5, Limit: 100})
-		var m *eventsource.ReplicaMismatchError
+		var m *kumierr.ConfigError
 		require.ErrorAs(t, err, &m, "a read is refused")
-		require.Equal(t, "database", m.Field)
-		require.Equal(t, `"`+name+`"`, m.Standby)
+		require.Equal(t, "eventsource standby", m.Field)
+		require.Contains(t, m.Reason, `its database is "`+name+`", the primary's "postgres"`)
 		_, err = rr.HeadPosition(ctx)
 		require.ErrorIs(t, err, eventsource.ErrReplicaMismatch)
 		require.ErrorIs(t, rr.Start(ctx), eventsource.ErrReplicaMismatch, "Start refuses it")
@@ -427,9 +427,11 @@ func TestReadReplicaRefusesAPoolThatIsNotAStandby(t *testing.T) {
 		t.Cleanup(other.Stop)
 		rr, err := eventsource.NewReadReplica(p, pgtest.PoolOn(t, other.URL, 2), eventsource.ReadReplicaOptions{})
 		require.NoError(t, err)
-		var m *eventsource.ReplicaMismatchError
-		require.ErrorAs(t, rr.Check(ctx), &m)
-		require.Equal(t, "system identifier", m.Field)
+		err = rr.Check(ctx)
+		require.ErrorIs(t, err, eventsource.ErrReplicaMismatch)
+		var m *kumierr.ConfigError
+		require.ErrorAs(t, err, &m)
+		require.Contains(t, m.Reason, "its system identifier is ")
 	})
 
 	t.Run("ThePrimaryItselfIsAccepted", func(t *testing.T) {

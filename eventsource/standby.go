@@ -186,7 +186,7 @@ type ReadReplica struct {
 	// checked is set once a Check found the standby fit; mismatch holds
 	// the last Check's refusal (nil when fit).
 	checked  atomic.Bool
-	mismatch atomic.Pointer[ReplicaMismatchError]
+	mismatch atomic.Pointer[kumierr.ConfigError]
 
 	mu      sync.Mutex
 	stats   ReadReplicaStats
@@ -378,9 +378,9 @@ func (b bounds) full(events []RecordedEvent) bool {
 // every LagInterval until Stop. Start and Stop follow kumi's lifecycle
 // contract (docs/design/architecture.md, "Lifecycle"): ctx bounds the start
 // only; Stop is final and idempotent. A read pool that is not a standby
-// of the primary is refused: Start returns the [*ReplicaMismatchError].
-// One that cannot be reached now is not: reads go to the primary until it
-// can. Reads work whether or not it runs.
+// of the primary is refused: Start returns the Check's refusal
+// ([ErrReplicaMismatch]). One that cannot be reached now is not: reads go
+// to the primary until it can. Reads work whether or not it runs.
 func (r *ReadReplica) Start(ctx context.Context) error {
 	return r.life.Start(ctx, func(ctx context.Context) error {
 		if err := r.Check(ctx); errors.Is(err, ErrReplicaMismatch) {
@@ -513,34 +513,23 @@ func (l *lagTracker) observe(now time.Time, primary, standby int64) time.Duratio
 	return now.Sub(l.samples[0].at)
 }
 
-// ErrReplicaMismatch is wrapped by [*ReplicaMismatchError].
+// ErrReplicaMismatch is the Err of the *kumierr.ConfigError that refuses
+// a read pool ([ReadReplica]) reaching neither a hot standby of the
+// store's primary nor the primary itself: another cluster, another
+// database, or a primary of another timeline. Its events are not the
+// store's: a subscription reading them would deliver them as its own and
+// checkpoint past the real ones. Test for it with errors.Is; the error's
+// Field is "eventsource standby" and its Reason names what differs and
+// both sides' values.
 var ErrReplicaMismatch = errors.New("kumi: the read pool is not a standby of the store's primary")
 
-// ReplicaMismatchError reports a read pool ([ReadReplica]) that reaches
-// neither a hot standby of the store's primary nor the primary itself:
-// another cluster, another database, or a primary of another timeline. Its
-// events are not the store's: a subscription reading them would deliver
-// them as its own and checkpoint past the real ones. Reads through it are
-// refused. It is a configuration error for supervision.
-type ReplicaMismatchError struct {
-	// Field names what differs: "system identifier", "database" or
-	// "timeline"; Primary and Standby are its values on each side.
-	Field            string
-	Primary, Standby string
+// replicaMismatch is the refusal of a read pool whose what (the system
+// identifier, the database or the timeline) is standby where the
+// primary's is primary.
+func replicaMismatch(what, primary, standby string) *kumierr.ConfigError {
+	return &kumierr.ConfigError{Field: "eventsource standby", Err: ErrReplicaMismatch, Reason: fmt.Sprintf(
+		"its %s is %s, the primary's %s: it is not a standby of the store's primary (check the read pool's URL)", what, standby, primary)}
 }
-
-// Error names the mismatch and the fix.
-func (e *ReplicaMismatchError) Error() string {
-	return fmt.Sprintf("kumi: read replica refused: the read pool's %s is %s, the primary's %s: "+
-		"it is not a standby of the store's primary (check the read pool's URL)", e.Field, e.Standby, e.Primary)
-}
-
-// Unwrap returns [ErrReplicaMismatch].
-func (e *ReplicaMismatchError) Unwrap() error { return ErrReplicaMismatch }
-
-// ConfigError marks the error as an invalid configuration (see
-// supervision's classifier).
-func (e *ReplicaMismatchError) ConfigError() bool { return true }
 
 // replicaSide is what Check compares of a pool's server.
 type replicaSide struct {
@@ -574,8 +563,8 @@ func readSide(ctx context.Context, pool *pgxpool.Pool) (replicaSide, error) {
 // hot standby of the same cluster (system identifier, where both may read
 // it) and database, or a server of the same cluster, database and
 // timeline (the primary itself). Otherwise it returns a
-// [*ReplicaMismatchError], and reads fail with it until a Check finds the
-// pool fit again. Start checks, and so does every measurement of the lag;
+// *[kumierr.ConfigError] wrapping [ErrReplicaMismatch], and reads fail
+// with it until a Check finds the pool fit again. Start checks, and so does every measurement of the lag;
 // a read made before the first successful check checks first.
 func (r *ReadReplica) Check(ctx context.Context) error {
 	p, err := readSide(ctx, r.primary.pool)
@@ -586,15 +575,14 @@ func (r *ReadReplica) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kumi: read replica: read the standby's identity: %w", err)
 	}
-	var m *ReplicaMismatchError
+	var m *kumierr.ConfigError
 	switch {
 	case p.system != 0 && sb.system != 0 && p.system != sb.system:
-		m = &ReplicaMismatchError{Field: "system identifier", Primary: fmt.Sprint(p.system), Standby: fmt.Sprint(sb.system)}
+		m = replicaMismatch("system identifier", fmt.Sprint(p.system), fmt.Sprint(sb.system))
 	case p.database != sb.database:
-		m = &ReplicaMismatchError{Field: "database", Primary: pgx.Identifier{p.database}.Sanitize(), Standby: pgx.Identifier{sb.database}.Sanitize()}
+		m = replicaMismatch("database", pgx.Identifier{p.database}.Sanitize(), pgx.Identifier{sb.database}.Sanitize())
 	case !sb.recovery && sb.timeline != p.timeline:
-		m = &ReplicaMismatchError{Field: "timeline", Primary: fmt.Sprint(p.timeline),
-			Standby: fmt.Sprintf("%d (a primary, not in recovery)", sb.timeline)}
+		m = replicaMismatch("timeline", fmt.Sprint(p.timeline), fmt.Sprintf("%d (a primary, not in recovery)", sb.timeline))
 	}
 	r.mismatch.Store(m)
 	if m != nil {

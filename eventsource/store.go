@@ -84,9 +84,8 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
-	var schemaErr *migrate.SchemaError
-	if errors.As(migrate.CheckSchema(c.Schema), &schemaErr) {
-		return &kumierr.ConfigError{Field: "eventsource.Config.Schema", Value: c.Schema, Reason: schemaErr.Reason}
+	if err := migrate.CheckSchema("eventsource.Config.Schema", c.Schema); err != nil {
+		return err
 	}
 	if c.MaxEventSize < 0 {
 		return &kumierr.ConfigError{Field: "eventsource.Config.MaxEventSize", Value: c.MaxEventSize, Reason: "must not be negative (0 means the default)"}

@@ -19,6 +19,12 @@ type ConfigError struct {
 	Value any
 	// Reason says what is wrong and what is accepted.
 	Reason string
+	// Err, when set, is the sentinel the error wraps, so that errors.Is
+	// tells one refusal from another without parsing Reason: a read pool
+	// that is not a standby of the store's primary
+	// (eventsource.ErrReplicaMismatch), a resize whose index is missing
+	// (leasestore.ErrIndexMissing). Its text is not repeated in Error.
+	Err error
 }
 
 // Error returns "kumi: invalid <Field> = <Value>: <Reason>", without
@@ -33,6 +39,9 @@ func (e *ConfigError) Error() string {
 		return fmt.Sprintf("kumi: invalid %s = %v: %s", e.Field, v, e.Reason)
 	}
 }
+
+// Unwrap returns Err.
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // ConfigError reports true: the error is a supervision.ConfigMarker, so
 // supervision classifies it as invalid configuration.

@@ -36,3 +36,13 @@ func TestConfigError(t *testing.T) {
 		})
 	}
 }
+
+// Err is what errors.Is finds, and is not repeated in the message.
+func TestConfigErrorWrapsItsSentinel(t *testing.T) {
+	t.Parallel()
+	errMismatch := errors.New("not a standby")
+	err := fmt.Errorf("read: %w", &kumierr.ConfigError{Field: "eventsource standby", Reason: "its database is \"b\", the primary's \"a\"", Err: errMismatch})
+	require.ErrorIs(t, err, errMismatch)
+	require.Equal(t, `read: kumi: invalid eventsource standby: its database is "b", the primary's "a"`, err.Error())
+	require.NotErrorIs(t, &kumierr.ConfigError{Field: "f", Reason: "r"}, errMismatch)
+}

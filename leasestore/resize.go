@@ -181,7 +181,7 @@ func lockSubscription(ctx context.Context, tx pgx.Tx, st statements, subscriptio
 // control characters or too long (a *[kumierr.ConfigError] naming By); M = N
 // ([ErrSameBuckets]); no such subscription ([ErrNoSubscription]); a
 // resize running (*[ResizeInProgressError]); the index missing or invalid
-// (*[IndexMissingError]); live protocol-1 workers without EvictOldWorkers
+// (a *[kumierr.ConfigError] naming Buckets, wrapping [ErrIndexMissing]); live protocol-1 workers without EvictOldWorkers
 // (*[OldWorkersError]); no event store in the schema ([ErrNoEventStore]).
 func RequestResize(ctx context.Context, pool *pgxpool.Pool, schema string, req ResizeRequest) (Resize, error) {
 	if err := checkOperatorArgs(schema, req.Subscription); err != nil {
@@ -227,7 +227,7 @@ func RequestResize(ctx context.Context, pool *pgxpool.Pool, schema string, req R
 			return err
 		}
 		if valid == nil || !*valid {
-			return &IndexMissingError{Buckets: req.Buckets, Index: indexName(req.Buckets), Invalid: valid != nil}
+			return indexMissing(req.Buckets, valid != nil)
 		}
 		rows, _ := tx.Query(ctx, st.get("resize_old_workers"), req.Subscription)
 		old, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -265,10 +265,8 @@ func resizeError(op string, err error) error {
 	var inProgress *ResizeInProgressError
 	var switched *ResizeSwitchedError
 	var old *OldWorkersError
-	var index *IndexMissingError
 	switch {
-	case errors.As(err, &cfg), errors.As(err, &inProgress), errors.As(err, &switched), errors.As(err, &old),
-		errors.As(err, &index):
+	case errors.As(err, &cfg), errors.As(err, &inProgress), errors.As(err, &switched), errors.As(err, &old):
 		return err
 	case errors.Is(err, ErrNoSubscription), errors.Is(err, ErrSameBuckets), errors.Is(err, ErrNoResize),
 		errors.Is(err, ErrNoEventStore):

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // The refusals of [RequestResize] and [CancelResize] (docs/design/resize.md, API,
@@ -32,7 +34,9 @@ var (
 	// checkpoints), which a resize reads and writes.
 	ErrNoEventStore = errors.New("leasestore: the schema has no event store tables")
 	// ErrIndexMissing: the consumer-group index for the new bucket count is
-	// missing or invalid; see *[IndexMissingError].
+	// missing or invalid. It is wrapped by a *[kumierr.ConfigError] naming
+	// ResizeRequest.Buckets, whose Reason names the index and the command
+	// that builds it.
 	ErrIndexMissing = errors.New("leasestore: the consumer-group index for the new bucket count is not valid")
 )
 
@@ -95,30 +99,17 @@ func (e *OldWorkersError) Error() string {
 // Unwrap returns [ErrOldWorkers].
 func (e *OldWorkersError) Unwrap() error { return ErrOldWorkers }
 
-// IndexMissingError is returned by [RequestResize] when the consumer-group
-// index for the new bucket count does not exist or is invalid (left so by
-// a cancelled CREATE INDEX CONCURRENTLY): no worker may read by the new
+// indexMissing is [RequestResize]'s refusal when the consumer-group index
+// for the new bucket count does not exist or is invalid (left so by a
+// cancelled CREATE INDEX CONCURRENTLY): no worker may read by the new
 // count before it is valid. Nothing was written. It is a configuration
-// error: the index must be built, by its owner, before the resize.
-type IndexMissingError struct {
-	Buckets int    // the new bucket count M
-	Index   string // the index's name
-	Invalid bool   // it exists but is invalid
-}
-
-// Error names the index and the command that builds it.
-func (e *IndexMissingError) Error() string {
+// error naming ResizeRequest.Buckets, wrapping [ErrIndexMissing]: the
+// index must be built, by its owner, before the resize.
+func indexMissing(buckets int, invalid bool) error {
 	state := "does not exist"
-	if e.Invalid {
+	if invalid {
 		state = "is invalid (an interrupted concurrent build)"
 	}
-	return fmt.Sprintf("leasestore: the consumer-group index %s for %d buckets %s: build it first "+
-		"(kumi migrate --group-size %d, as the tables' owner)", e.Index, e.Buckets, state, e.Buckets)
+	return &kumierr.ConfigError{Field: "leasestore.ResizeRequest.Buckets", Value: buckets, Err: ErrIndexMissing, Reason: fmt.Sprintf(
+		"the consumer-group index %s %s: build it first (kumi migrate --group-size %d, as the tables' owner)", indexName(buckets), state, buckets)}
 }
-
-// Unwrap returns [ErrIndexMissing].
-func (e *IndexMissingError) Unwrap() error { return ErrIndexMissing }
-
-// ConfigError reports true: the error is a supervision.ConfigMarker (an
-// operator must build the index; no retry helps).
-func (e *IndexMissingError) ConfigError() bool { return true }

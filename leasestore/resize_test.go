@@ -201,11 +201,11 @@ func TestResizeRequestRefusals(t *testing.T) {
 	_, err = RequestResize(ctx, b.pool, b.schema, ResizeRequest{Subscription: "nobody", Buckets: 4})
 	require.ErrorIs(t, err, ErrNoSubscription)
 
-	var missing *IndexMissingError
+	var missing *kumierr.ConfigError
 	require.ErrorAs(t, req(3, false), &missing)
-	require.Equal(t, IndexMissingError{Buckets: 3, Index: "events_cg_3"}, *missing)
+	require.Equal(t, kumierr.ConfigError{Field: "leasestore.ResizeRequest.Buckets", Value: 3, Err: ErrIndexMissing,
+		Reason: "the consumer-group index events_cg_3 does not exist: build it first (kumi migrate --group-size 3, as the tables' owner)"}, *missing)
 	require.ErrorIs(t, req(3, false), ErrIndexMissing)
-	require.Contains(t, missing.Error(), "kumi migrate --group-size 3")
 	// An index left invalid, as by an interrupted CREATE INDEX CONCURRENTLY.
 	_, err = b.pool.Exec(ctx, "CREATE INDEX events_cg_5 ON "+b.table("events")+" (category)")
 	require.NoError(t, err)
@@ -213,7 +213,8 @@ func TestResizeRequestRefusals(t *testing.T) {
 		b.table("events_cg_5"))
 	require.NoError(t, err)
 	require.ErrorAs(t, req(5, false), &missing)
-	require.True(t, missing.Invalid)
+	require.ErrorIs(t, missing, ErrIndexMissing)
+	require.Contains(t, missing.Reason, "events_cg_5 is invalid (an interrupted concurrent build)")
 
 	// A live protocol-1 worker.
 	p1 := newProtocolOne(b.pool, b.schema, b.sub, "older", 2, 30*time.Second, nil)

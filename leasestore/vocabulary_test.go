@@ -13,6 +13,7 @@ import (
 
 	"github.com/kumi-run/kumi/internal/migrate"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Migration 0002 leaves no table, column, constraint or index of the lease
@@ -83,9 +84,10 @@ func TestAnOlderWorkerHoldsNothingOnceTheSchemaIsRenamed(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, [2]any{"old", int64(1)}, [2]any{owner, epoch}, "its holding is fenced out")
 
-	var newer *migrate.NewerSchemaError
+	var newer *kumierr.ConfigError
 	require.ErrorAs(t, migrate.Apply(ctx, b.pool, b.schema, "leasestore", ms[:1]), &newer,
 		"the older binary refuses to start on the newer schema")
+	require.Contains(t, newer.Reason, "upgrade the binary")
 }
 
 // A rename keeps a table's grants: a least-privilege worker role granted

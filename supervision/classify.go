@@ -50,14 +50,15 @@ func (c Class) String() string {
 // and return true. Any package can mark its errors without importing this
 // one.
 //
-// It is the one mark of kumi's configuration errors. An invalid field is a
-// [*kumierr.ConfigError], whichever package refused it; the other marked
-// errors report a setting that the database or the server it reaches
-// refuses, with what was found: eventsource.ReplicaMismatchError,
-// leasestore.SessionMismatchError, leasestore.SessionPoolerError,
-// leasestore.IndexMissingError, and the internal packages'
-// migrate.SchemaError, migrate.NewerSchemaError and dburl.Error. A
-// test classifies one of each.
+// It is the one mark of kumi's configuration errors. An invalid field or
+// argument is a [*kumierr.ConfigError], whichever package refused it and
+// whether it was refused at construction or once the database was reached
+// (a read pool that is not a standby of the primary, a resize whose index
+// is missing, a schema newer than the binary; its Err tells them apart).
+// The other marked errors report KindSession's connection refused by what
+// it reaches, with what was found (leasestore.SessionMismatchError,
+// leasestore.SessionPoolerError), and the internal dburl.Error, a
+// connection string that does not parse. A test classifies one of each.
 type ConfigMarker interface {
 	ConfigError() bool
 }

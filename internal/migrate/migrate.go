@@ -23,6 +23,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 // Migration is one numbered SQL file.
@@ -70,25 +72,12 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 // name one schema.
 const MaxSchemaNameLength = 63
 
-// SchemaError reports a schema name that [Apply] refuses.
-type SchemaError struct {
-	Schema string // the name as given
-	Reason string // what is wrong with it
-}
-
-// Error names the schema and the problem.
-func (e *SchemaError) Error() string {
-	return fmt.Sprintf("migrate: invalid schema name %q: %s", e.Schema, e.Reason)
-}
-
-// ConfigError marks the error as an invalid configuration (see
-// supervision's classifier).
-func (e *SchemaError) ConfigError() bool { return true }
-
 // CheckSchema refuses a schema name that PostgreSQL would not keep as
 // given: empty, over [MaxSchemaNameLength] bytes, with NUL or invalid
-// UTF-8, or starting with "pg_" (reserved for system schemas).
-func CheckSchema(schema string) error {
+// UTF-8, or starting with "pg_" (reserved for system schemas). Its error is
+// a *kumierr.ConfigError naming field, the caller's name for the schema
+// ("eventsource.Config.Schema", "leasestore schema").
+func CheckSchema(field, schema string) error {
 	reason := ""
 	switch {
 	case schema == "":
@@ -104,27 +93,16 @@ func CheckSchema(schema string) error {
 	default:
 		return nil
 	}
-	return &SchemaError{Schema: schema, Reason: reason}
+	return &kumierr.ConfigError{Field: field, Value: schema, Reason: reason}
 }
 
-// NewerSchemaError reports a schema migrated by a newer binary: this one
-// does not know its latest migrations, and must be upgraded.
-type NewerSchemaError struct {
-	Component string // the component ("eventsource", "leasestore")
-	Schema    string // the schema name
-	Version   int    // the schema's version of the component
-	Known     int    // the latest version this binary knows
+// newerSchema reports a schema migrated by a newer binary: this one does
+// not know its latest migrations, and must be upgraded. No retry helps, so
+// it is a *kumierr.ConfigError, naming "<component> schema".
+func newerSchema(component, schema string, version, known int) error {
+	return &kumierr.ConfigError{Field: component + " schema", Value: schema, Reason: fmt.Sprintf(
+		"is at version %d of %s's migrations, newer than this binary's %d: upgrade the binary", version, component, known)}
 }
-
-// Error says to upgrade the binary.
-func (e *NewerSchemaError) Error() string {
-	return fmt.Sprintf("migrate %s: schema %s is at version %d, newer than this binary's %d; upgrade the binary",
-		e.Component, pgx.Identifier{e.Schema}.Sanitize(), e.Version, e.Known)
-}
-
-// ConfigError marks the error as one no retry can fix (see supervision's
-// classifier).
-func (e *NewerSchemaError) ConfigError() bool { return true }
 
 // LockKey is the advisory lock key that serialises migrations of one schema.
 func LockKey(schema string) int64 {
@@ -136,7 +114,7 @@ func LockKey(schema string) int64 {
 // Apply brings component's migrations in schema up to date. It is
 // idempotent and safe to run from several processes at once.
 func Apply(ctx context.Context, pool *pgxpool.Pool, schema, component string, migrations []Migration) error {
-	if err := CheckSchema(schema); err != nil {
+	if err := CheckSchema(component+" schema", schema); err != nil {
 		return err
 	}
 	q := pgx.Identifier{schema}.Sanitize()
@@ -149,7 +127,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema, component string, mi
 		case current == len(migrations):
 			return nil
 		case current > len(migrations):
-			return &NewerSchemaError{Component: component, Schema: schema, Version: current, Known: len(migrations)}
+			return newerSchema(component, schema, current, len(migrations))
 		}
 	}
 	for {
@@ -195,7 +173,7 @@ func applyNext(ctx context.Context, pool *pgxpool.Pool, q, schema, component str
 		return false, fmt.Errorf("migrate %s: read version: %w", component, err)
 	}
 	if current > len(migrations) {
-		return false, &NewerSchemaError{Component: component, Schema: schema, Version: current, Known: len(migrations)}
+		return false, newerSchema(component, schema, current, len(migrations))
 	}
 	if current == len(migrations) {
 		return false, tx.Commit(ctx)

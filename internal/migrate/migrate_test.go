@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kumi-run/kumi/internal/migrate"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/kumierr"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -41,11 +41,10 @@ func TestApplyRefusesASchemaNamePostgreSQLWouldCut(t *testing.T) {
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+long+`" CASCADE`) })
 	for _, name := range []string{long + "a", long + "b", strings.Repeat("é", 32), "", "a\x00b", "a\xffb", "pg_mine"} {
 		err := migrate.Apply(ctx, pool, name, "test", migrations(t))
-		var schemaErr *migrate.SchemaError
+		var schemaErr *kumierr.ConfigError
 		require.ErrorAs(t, err, &schemaErr, "%q", name)
-		require.Equal(t, name, schemaErr.Schema)
-		var cfg interface{ ConfigError() bool }
-		require.True(t, errors.As(err, &cfg) && cfg.ConfigError(), "a configuration error")
+		require.Equal(t, "test schema", schemaErr.Field)
+		require.Equal(t, name, schemaErr.Value)
 	}
 	var schemas int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1 || '%'`, base).Scan(&schemas))
@@ -90,11 +89,11 @@ func TestApplyReportsANewerSchemaBeforeAnyDDL(t *testing.T) {
 	t.Cleanup(old.Close)
 
 	err = migrate.Apply(ctx, old, schema, "test", migrations(t))
-	var newerErr *migrate.NewerSchemaError
+	var newerErr *kumierr.ConfigError
 	require.ErrorAs(t, err, &newerErr)
-	require.Equal(t, 2, newerErr.Version)
-	require.Equal(t, 1, newerErr.Known)
-	require.Contains(t, err.Error(), "upgrade the binary")
+	require.Equal(t, "test schema", newerErr.Field)
+	require.Equal(t, schema, newerErr.Value)
+	require.Equal(t, "is at version 2 of test's migrations, newer than this binary's 1: upgrade the binary", newerErr.Reason)
 	// Up to date, the same role needs nothing more.
 	require.NoError(t, migrate.Apply(ctx, old, schema, "test", newer))
 }
