@@ -215,10 +215,6 @@ func (r *reader) send(ctx actor.Context, s *entry) {
 	c, s.span = r.g.telemetry.startDelivery(context.Background(), s.d)
 	s.d.Context, s.cancel = context.WithCancel(c)
 	s.state, s.sentAt, s.to, s.due = entrySent, time.Now(), r.handler, false
-	if r.g.opts.Batch.on() {
-		ctx.Request(r.handler, r.takeBatch(s))
-		return
-	}
 	ctx.Request(r.handler, s.d)
 }
 
@@ -443,11 +439,6 @@ func (r *reader) onReply(ctx actor.Context, s *entry, res any, err error) {
 	if s.run != nil {
 		var settled bool
 		if res, settled = r.onRunAnswer(ctx, s); settled {
-			return
-		}
-	} else if r.g.opts.Batch.on() {
-		var settled bool
-		if res, settled = r.settleBatch(ctx, s, res); settled {
 			return
 		}
 	}

@@ -17,21 +17,24 @@ import (
 )
 
 // The delivery window as a state machine. A reader of single deliveries
-// (MaxInFlight above 1, no batches) keeps its window in a window.State
+// (MaxInFlight above 1) or of batches keeps its window in a window.State
 // (internal/window): the state machine decides what is admitted, sent,
 // retried, given up, dead-lettered and finished, and when a drain ends;
 // the reader feeds it its inputs — the pending events, the handler's
 // answers, the clock, lease checks, probes, handler stops and spawns, dead
 // letters written — and carries out the effects it gives back (see wdo).
-// The other readers (batches, and MaxInFlight 1, where a function
+// The other readers (MaxInFlight 1 without batches, where a function
 // handler takes runs) still thread the window by hand (deliver.go).
 
 // wsent is a delivery with the handler: its Delivery, allocated with it,
 // and what the reader ends when the answer comes or the window gives it
 // up.
 type wsent struct {
-	d      Delivery
-	wid    uint64 // the window's id of its slot
+	d   Delivery
+	wid uint64 // the window's id of its slot
+	// batch are a batch's events (nil for a single delivery), the
+	// first d.Event.
+	batch  []eventsource.RecordedEvent
 	span   observability.DeliverySpan
 	cancel context.CancelFunc
 	sentAt time.Time
@@ -57,28 +60,32 @@ type windowed struct {
 func (r *reader) wired() bool { return r.ws.st != nil }
 
 // wireWindow builds the reader's window.State from the group's options,
-// for single deliveries.
+// for single deliveries and batches.
 func (r *reader) wireWindow() {
 	o := r.g.opts
-	if o.Batch.on() || o.MaxInFlight <= 1 {
+	if !o.Batch.on() && o.MaxInFlight <= 1 {
 		return
 	}
 	backoff := o.Retry.Backoff
 	r.ws = windowed{
 		st: wstate.New(wstate.Config{MaxInFlight: o.MaxInFlight, MaxAttempts: o.Retry.MaxAttempts,
-			Timeout: o.HandlerTimeout, ProbeWait: r.probeWait(), Backoff: backoff.Next}),
+			Timeout: o.HandlerTimeout, ProbeWait: r.probeWait(), Backoff: backoff.Next,
+			Batch: wstate.Batch{MaxEvents: o.Batch.MaxEvents, MaxBytes: o.Batch.MaxBytes}}),
 		out: map[uint64]*wsent{},
 	}
 }
 
 // wevent returns the held event at pos.
-func (r *reader) wevent(pos int64) eventsource.RecordedEvent {
+func (r *reader) wevent(pos int64) eventsource.RecordedEvent { return r.ws.held[r.wheldAt(pos)] }
+
+// wheldAt is the index of the held event at pos.
+func (r *reader) wheldAt(pos int64) int {
 	h := r.ws.held
 	i := sort.Search(len(h), func(i int) bool { return h[i].Position >= pos })
 	if i == len(h) || h[i].Position != pos {
 		panic(fmt.Sprintf("kumi: bucket %d: the window names position %d, not held", r.bucket, pos))
 	}
-	return h[i]
+	return i
 }
 
 // wpump takes the pending events the window has room for, within the
@@ -98,7 +105,7 @@ func (r *reader) wpump(ctx actor.Context) {
 	}
 	evs := r.ws.scratch[:0]
 	for _, e := range pending[:n] {
-		we := wstate.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err}
+		we := wstate.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e)}
 		if c := r.carried; c != nil && e.Position >= c.pos {
 			if e.Position == c.pos {
 				we.Attempt, we.Free = c.attempt, c.free // a retry its predecessor left (see leftRetry)
@@ -121,13 +128,22 @@ func (r *reader) wpump(ctx actor.Context) {
 // the checkpoint side, then the rest; a lease check is answered at once
 // (EnsureHeld), and what its answer gives carried out in turn.
 func (r *reader) wdo(ctx actor.Context, e wstate.Effects) {
-	if f := e.Finished; f.Slots > 0 || f.Events > 0 {
-		k := copy(r.ws.held, r.ws.held[f.Slots:])
+	if f := e.Finished; f.Events > 0 {
+		// A batch's slot counts its events: held drops as many.
+		k := copy(r.ws.held, r.ws.held[f.Events:])
 		clear(r.ws.held[k:])
 		r.ws.held = r.ws.held[:k]
-		if f.Events > 0 {
-			r.cpDo(ctx, r.cp.Finished(checkpointing.Ack{Through: f.Through, Events: f.Events, Committed: f.Committed}))
-		}
+		r.cpDo(ctx, r.cp.Finished(checkpointing.Ack{Through: f.Through, Events: f.Events, Committed: f.Committed}))
+	}
+	if n := len(e.PutBack); n > 0 {
+		// A batch's events after its first, not finished: the last held.
+		k := len(r.ws.held) - n
+		r.feed.PutBack(r.ws.held[k:]) // copied
+		clear(r.ws.held[k:])
+		r.ws.held = r.ws.held[:k]
+	}
+	if e.Absorbed > 0 {
+		r.ws.held = append(r.ws.held, r.feed.Take(e.Absorbed)...)
 	}
 	var late *wsent
 	for _, g := range e.GivenUp {
@@ -169,8 +185,28 @@ func (r *reader) wdo(ctx actor.Context, e wstate.Effects) {
 		if err != nil {
 			r.markUnsure(err)
 		}
-		r.wdo(ctx, r.ws.st.Lease(time.Now(), err == nil, nil))
+		r.wdo(ctx, r.ws.st.Lease(time.Now(), err == nil, r.wpending()))
 	}
+}
+
+// wpending is the pending list a batch sent may take from, cut before
+// the first event beyond the resize bound: as many as a batch takes at
+// most (nil without batches, where the window does not look).
+func (r *reader) wpending() []wstate.Event {
+	most := r.g.opts.Batch.MaxEvents - 1
+	if most <= 0 {
+		return nil
+	}
+	pending := r.feed.Pending()
+	evs := r.ws.scratch[:0]
+	for _, e := range pending[:min(most, len(pending))] {
+		if r.beyondBound(e.Position) {
+			break
+		}
+		evs = append(evs, wstate.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e)})
+	}
+	r.ws.scratch = evs
+	return evs
 }
 
 // wstep carries out an input's effects, then takes what the window has
@@ -192,6 +228,14 @@ func (r *reader) wsend(ctx actor.Context, s wstate.Send) {
 	ws.span = span
 	ws.d.Context, ws.cancel = context.WithCancel(c)
 	r.ws.out[ws.d.id] = ws
+	if n := len(s.Events); n > 0 {
+		i := r.wheldAt(s.Pos)
+		ws.batch = append(make([]eventsource.RecordedEvent, 0, n), r.ws.held[i:i+n]...)
+		d := &ws.d
+		ctx.Request(r.handler, &Batch{Events: ws.batch, Attempt: d.Attempt, Subscription: d.Subscription,
+			Generation: d.Generation, Bucket: d.Bucket, Epoch: d.Epoch, Fence: d.Fence, Context: d.Context, d: d})
+		return
+	}
 	ctx.Request(r.handler, &ws.d)
 }
 
@@ -234,7 +278,7 @@ func (r *reader) wgiveUp(g wstate.GivenUp, e *wstate.Effects) *wsent {
 	}
 	a := classifyAnswer(nil, errHandlerTimeout, r.g.opts.HandlerTimeout)
 	r.warnAnswer(a.warn, &ws.d, nil)
-	if l, dead := letterOf(e, g.ID); dead {
+	if l, dead := letterAt(e, ws.d.Event.Position); dead {
 		ws.span.End(observability.OutcomeDeadLetter, errors.New(l.Reason))
 	} else {
 		ws.span.End(a.outcome, errors.New(a.reason))
@@ -242,10 +286,11 @@ func (r *reader) wgiveUp(g wstate.GivenUp, e *wstate.Effects) *wsent {
 	return ws
 }
 
-// letterOf returns the dead letter e writes for slot id, if any.
-func letterOf(e *wstate.Effects, id uint64) (wstate.Letter, bool) {
+// letterAt returns the dead letter e writes for the event at pos, if
+// any.
+func letterAt(e *wstate.Effects, pos int64) (wstate.Letter, bool) {
 	for _, l := range e.Letters {
-		if l.ID == id {
+		if l.Pos == pos {
 			return l, true
 		}
 	}
@@ -260,22 +305,22 @@ func (r *reader) wanswer(ctx actor.Context, m *handlerReply) {
 	}
 	delete(r.ws.out, m.id)
 	ws.cancel()
-	a := classifyAnswer(m.msg, nil, r.g.opts.HandlerTimeout)
+	var wa wstate.Answer
+	var a replyMeaning
+	head := ws.d.Event.Position // the event the answer's outcome is of
+	if ws.batch != nil {
+		wa, a, head = r.wbatchAnswer(ws, m.msg)
+	} else {
+		a = classifyAnswer(m.msg, nil, r.g.opts.HandlerTimeout)
+		wa = wstate.Answer{Outcome: outcomeOf(a), After: a.after, Reason: a.reason, Committed: a.committed}
+	}
 	if a.warn != "" {
 		r.warnAnswer(a.warn, &ws.d, m.msg)
 	}
-	o := wstate.Retry
-	switch a.outcome {
-	case observability.OutcomeAck:
-		o = wstate.Acked
-	case observability.OutcomeDeadLetter:
-		o = wstate.DeadLettered
-	case observability.OutcomePanic:
-		o = wstate.Panicked
-	}
-	e := r.ws.st.Answered(time.Now(), wstate.Answer{ID: ws.wid, Attempt: ws.d.Attempt, Outcome: o, After: a.after,
-		Reason: a.reason, Committed: a.committed, Runs: m.runs})
-	switch l, dead := letterOf(&e, ws.wid); {
+	wa.ID, wa.Attempt, wa.Runs = ws.wid, ws.d.Attempt, m.runs
+	e := r.ws.st.Answered(time.Now(), wa)
+	o := outcomeOf(a)
+	switch l, dead := letterAt(&e, head); {
 	case o == wstate.Acked:
 		ws.span.End(observability.OutcomeAck, nil)
 	case dead:
@@ -384,4 +429,47 @@ func (r *reader) inFlight() int {
 		return r.ws.st.Len()
 	}
 	return len(r.win.entries)
+}
+
+// outcomeOf is the window's outcome of a single delivery's answer.
+func outcomeOf(a replyMeaning) wstate.Outcome {
+	switch a.outcome {
+	case observability.OutcomeAck:
+		return wstate.Acked
+	case observability.OutcomeDeadLetter:
+		return wstate.DeadLettered
+	case observability.OutcomePanic:
+		return wstate.Panicked
+	}
+	return wstate.Retry
+}
+
+// wbatchAnswer reads a batch's answer for the window (see
+// classifyBatchAnswer): all done; a prefix done and the answer for the
+// first not done; or a failure as a whole. a is the meaning of the answer
+// for the event at head — the first not done — for its span and logs.
+func (r *reader) wbatchAnswer(ws *wsent, res any) (wa wstate.Answer, a replyMeaning, head int64) {
+	n := len(ws.batch)
+	m := classifyBatchAnswer(res, n)
+	switch {
+	case m.all:
+		return wstate.Answer{Outcome: wstate.BatchAcked, Done: n, Committed: m.committed},
+			replyMeaning{outcome: observability.OutcomeAck, warn: m.warn}, ws.batch[n-1].Position
+	case m.alone:
+		a = classifyAnswer(m.next, nil, r.g.opts.HandlerTimeout)
+		if a.outcome != observability.OutcomePanic {
+			a.outcome = observability.OutcomeRetry // a whole failure is a retry
+		}
+		wa = wstate.Answer{Outcome: outcomeOf(a), After: a.after, Reason: a.reason}
+		head = ws.batch[0].Position
+	default:
+		a = classifyAnswer(m.next, nil, r.g.opts.HandlerTimeout)
+		wa = wstate.Answer{Outcome: wstate.BatchAcked, Done: m.done, Committed: m.committed, Next: outcomeOf(a),
+			After: a.after, Reason: a.reason, NextCommitted: a.committed}
+		head = ws.batch[m.done].Position
+	}
+	if m.warn != "" {
+		a.warn = m.warn
+	}
+	return wa, a, head
 }

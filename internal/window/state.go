@@ -329,6 +329,9 @@ type State struct {
 	runSince  time.Time
 	runInHand bool
 	ending    *EndRun // a run the window asked to end
+	// out and busy are sendable's, reused.
+	out  []*slot
+	busy streams
 }
 
 // New returns an empty window with handler 1 ready.
@@ -391,20 +394,27 @@ func (b *streams) pass(sl *slot) {
 
 // sendable is the slots to send now, handler readiness aside: outside a
 // drain every waiting slot whose stream is free; in a drain the ones
-// sendOnDrain sends (see [State.Drain]).
+// sendOnDrain sends (see [State.Drain]). The slice and the streams map
+// are the window's, reused (an input allocates nothing for them once the
+// window has run a while); the slice is good until the next call.
 func (s *State) sendable() []*slot {
 	if s.unsure {
 		return nil
 	}
-	var out []*slot
-	var busy streams
+	out := s.out[:0]
+	defer func() { clear(out[len(out):cap(out)]) }() // hold no slot finished since
+	clear(s.busy)
+	n := len(s.slots)
 	if !s.draining {
-		for _, sl := range s.slots {
-			if sl.state == waiting && busy.free(sl) {
+		for i, sl := range s.slots {
+			if sl.state == waiting && s.busy.free(sl) {
 				out = append(out, sl)
 			}
-			busy.pass(sl)
+			if i < n-1 { // a later slot asks
+				s.busy.pass(sl)
+			}
 		}
+		s.out = out
 		return out
 	}
 	if fault == faultDrainLeavesRetries {
@@ -419,12 +429,14 @@ func (s *State) sendable() []*slot {
 	for _, sl := range s.slots[:max(last, 0)] {
 		switch {
 		case sl.state == retrying && sl.onDrain && fault != faultDrainResendsForEver:
+			s.out = out
 			return out // left: what is sent after it would be repeated
-		case sl.state == retrying, sl.state == waiting && busy.free(sl):
+		case sl.state == retrying, sl.state == waiting && s.busy.free(sl):
 			out = append(out, sl)
 		}
-		busy.pass(sl)
+		s.busy.pass(sl)
 	}
+	s.out = out
 	return out
 }
 
