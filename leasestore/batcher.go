@@ -464,4 +464,3 @@ func (b *PassBatcher) flushJoins(qs []*batchedJoin) {
 		j.notified = j.hb.joined
 	}
 }
-

@@ -359,13 +359,14 @@ func (s *Store) ensureBuckets(ctx context.Context) error {
 		err = s.pool.QueryRow(ctx, s.st.get("subscription_present"), s.cfg.Subscription).Scan(&gen, &n)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		// One round trip and the COMMIT.
-		err = s.runPipelined(ctx, func(conn *commitTail) error {
-			b := &pgx.Batch{}
-			b.Queue(beginSQL)
-			b.Queue(s.st.get("ensure_lock"), s.keys.ensure)
-			b.Queue(s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets)
-			br := conn.SendBatch(ctx, b)
+		// One round trip, the COMMIT in it: nothing is decided between
+		// the statements (was a round trip and the COMMIT's).
+		b := &pgx.Batch{}
+		b.Queue(beginSQL)
+		b.Queue(s.st.get("ensure_lock"), s.keys.ensure)
+		b.Queue(s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets)
+		b.Queue("COMMIT")
+		err = s.runOneTrip(ctx, b, func(br pgx.BatchResults) error {
 			_, err := br.Exec()
 			if err == nil {
 				_, err = br.Exec()
@@ -373,11 +374,14 @@ func (s *Store) ensureBuckets(ctx context.Context) error {
 			if err == nil {
 				err = br.QueryRow().Scan(&gen, &n)
 			}
-			if err != nil {
-				_ = br.Close()
-				return err
+			var tag pgconn.CommandTag
+			if err == nil {
+				tag, err = br.Exec()
 			}
-			return br.Close()
+			if err == nil && tag.String() != "COMMIT" {
+				err = errCommitRolledBack
+			}
+			return err
 		})
 	}
 	if err != nil {
