@@ -19,14 +19,16 @@ import (
 
 // sharedPasses is a pgx tracer that records the most lease passes one
 // round trip has carried: a batch that opens a pass (see opensLeasePass)
-// and commits as many transactions as it has COMMITs.
+// carries as many passes as it has renewals — not its COMMITs: the joins
+// that share a round trip (leasestore.PassBatcher) open as a pass does,
+// without a renewal.
 type sharedPasses struct{ most atomic.Int64 }
 
 func (s *sharedPasses) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	if opensLeasePass(data.Batch.QueuedQueries) {
 		n := int64(0)
 		for _, q := range data.Batch.QueuedQueries {
-			if strings.TrimSpace(q.SQL) == "COMMIT" {
+			if strings.Contains(q.SQL, "WITH mine AS MATERIALIZED") { // the renewal (leasestore's renew)
 				n++
 			}
 		}

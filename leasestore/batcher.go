@@ -38,6 +38,14 @@ import (
 // others from renewing. A store whose last pass was abandoned passes on
 // its own until one lands, and so does one whose last pass had more to
 // do than its first batch, until one has not.
+//
+// The stores' joins ([Store.Start]) share round trips the same way: the
+// joins that come within the linger go in one round trip, each a
+// transaction of its own (its BEGIN, the settings, the heartbeat and its
+// COMMIT, the statements of a join without a batcher), and the
+// notifications of the workers that joined together in the next. A
+// process starting K groups eight at a time joins in 2K/8 round trips,
+// not 2K. A join the shared round trip did not carry joins on its own.
 type PassBatcher struct {
 	pool   *pgxpool.Pool
 	linger time.Duration
@@ -45,6 +53,9 @@ type PassBatcher struct {
 	mu      sync.Mutex
 	pending []*batchedPass
 	armed   bool // a flush is scheduled
+	// joins are the joins queued (see join), joinArmed their flush.
+	joins     []*batchedJoin
+	joinArmed bool
 	// manual, set by tests, flushes only when the test calls flush.
 	manual bool
 }
@@ -293,4 +304,163 @@ func (s *Store) passBatched(ctx context.Context, acquire bool, pid *int32) (out 
 		return err
 	})
 	return out, true, err
+}
+
+// batchedJoin is one store's join in a batcher: queued, then sent, then
+// done.
+type batchedJoin struct {
+	s    *Store
+	pid  *int32
+	ctx  context.Context
+	done chan struct{} // closed once hb and v, or err, are set
+	hb   heartbeat
+	v    subscriptionView
+	// notified: the join's notification went out (when hb.joined).
+	notified bool
+	err      error
+}
+
+// join runs s's join — BEGIN, the settings, the heartbeat, COMMIT — in a
+// round trip shared with the joins of the other stores that come within
+// the linger, each a transaction of its own, as passes are (a process
+// that starts K groups joins K times at once); the notifications of the
+// stores that joined go in one more round trip, together. It returns what
+// the heartbeat read, whether the notification went out (if it did not,
+// the store sends its own), errRunAlone when the shared round trip did
+// not carry the join (the store joins on its own), or ctx's error.
+func (b *PassBatcher) join(ctx context.Context, s *Store, pid *int32) (heartbeat, subscriptionView, bool, error) {
+	j := &batchedJoin{s: s, pid: pid, ctx: ctx, done: make(chan struct{})}
+	b.mu.Lock()
+	b.joins = append(b.joins, j)
+	switch {
+	case len(b.joins) >= maxPassBatch:
+		qs := b.joins
+		b.joins = nil
+		go b.flushJoins(qs)
+	case !b.joinArmed && !b.manual:
+		b.joinArmed = true
+		time.AfterFunc(min(b.linger, s.cfg.Heartbeat/10), b.flushJoinsQueued)
+	}
+	b.mu.Unlock()
+	select {
+	case <-j.done:
+		return j.hb, j.v, j.notified, j.err
+	case <-ctx.Done():
+	}
+	// As a pass: a join still queued leaves the queue; one under way is
+	// waited for (its round trip is bounded), so that it never commits
+	// after Start returned.
+	b.mu.Lock()
+	queued := slices.Index(b.joins, j)
+	if queued >= 0 {
+		b.joins = slices.Delete(b.joins, queued, queued+1)
+	}
+	b.mu.Unlock()
+	if queued < 0 {
+		<-j.done
+	}
+	return heartbeat{}, subscriptionView{}, false, ctx.Err()
+}
+
+// flushJoinsQueued sends every join queued.
+func (b *PassBatcher) flushJoinsQueued() {
+	b.mu.Lock()
+	qs := b.joins
+	b.joins, b.joinArmed = nil, false
+	b.mu.Unlock()
+	if len(qs) > 0 {
+		b.flushJoins(qs)
+	}
+}
+
+// flushJoins runs qs's joins, each in a transaction of its own, in one
+// round trip, then the notifications of those that joined in another, and
+// tells each join its end. The round trips are bounded as a pass's shared
+// round trip is, and at most by the shortest heartbeat among them (a
+// join's own context may have no deadline): a join they did not carry
+// runs on its own.
+func (b *PassBatcher) flushJoins(qs []*batchedJoin) {
+	live := qs[:0]
+	for _, j := range qs {
+		if j.ctx.Err() != nil {
+			j.err = j.ctx.Err()
+			close(j.done)
+			continue
+		}
+		live = append(live, j)
+	}
+	qs = live
+	if len(qs) == 0 {
+		return
+	}
+	now := time.Now()
+	bound := time.Duration(-1)
+	for _, j := range qs {
+		if bound < 0 || j.s.cfg.Heartbeat < bound {
+			bound = j.s.cfg.Heartbeat
+		}
+		if d, ok := j.ctx.Deadline(); ok && d.Sub(now)/2 < bound {
+			bound = d.Sub(now) / 2
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	done := 0
+	defer func() {
+		for _, j := range qs[done:] {
+			j.err = errRunAlone
+		}
+		for _, j := range qs {
+			close(j.done)
+		}
+	}()
+	c, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return
+	}
+	defer c.Release()
+	conn := c.Conn()
+	defer func() {
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			rctx, rcancel := context.WithTimeout(context.Background(), rollbackTimeout)
+			defer rcancel()
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+		}
+	}()
+	batch := &pgx.Batch{}
+	for _, j := range qs {
+		j.s.queueJoin(batch, j.pid)
+		batch.Queue("COMMIT")
+	}
+	br := conn.SendBatch(ctx, batch)
+	for _, j := range qs {
+		hb, v, err := j.s.readJoin(br) // (closes br on an error)
+		if err != nil {
+			return
+		}
+		tag, err := br.Exec()
+		if err != nil || tag.String() != "COMMIT" {
+			_ = br.Close()
+			return
+		}
+		j.hb, j.v = hb, v
+		done++
+	}
+	if err := br.Close(); err != nil {
+		return
+	}
+	// Every join landed: the notifications of those that joined, in one
+	// round trip (a failed one leaves each store to send its own).
+	notes := &pgx.Batch{}
+	for _, j := range qs {
+		if j.hb.joined {
+			notes.Queue(j.s.st.get("notify"), j.s.channel, "join:"+j.s.cfg.Worker)
+		}
+	}
+	if notes.Len() == 0 || conn.SendBatch(ctx, notes).Close() != nil {
+		return
+	}
+	for _, j := range qs {
+		j.notified = j.hb.joined
+	}
 }

@@ -373,3 +373,63 @@ func TestAStoreThatLeavesWhileItsPassIsBatchedLeavesNoWorkerRowBehind(t *testing
 		" WHERE subscription = 'leaving'").Scan(&rows))
 	require.Zero(t, rows, "the worker row of the store that left")
 }
+
+// queuedJoins waits until n joins are queued in b.
+func queuedJoins(t *testing.T, b *PassBatcher, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.joins) == n
+	}, func() string { return fmt.Sprintf("%d joins queued, not %d", len(b.joins), n) })
+}
+
+// TestJoinsOfManyStoresShareOneRoundTrip: the joins of five stores that
+// start together on one batcher go in one round trip, each its own
+// transaction (BEGIN, the settings, the heartbeat, COMMIT), and their
+// notifications together in one more — two round trips for five joins,
+// not two each — and each worker is a member at once: a worker of the
+// same subscription is woken, and counts it in its fair share. A join of
+// a subscription not created yet leaves its EnsureBuckets nothing to read
+// before it creates it, in one round trip.
+func TestJoinsOfManyStoresShareOneRoundTrip(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	watcher := b.open(t, b.config(KindRow, 4, "watcher")) // of b.sub, listening
+	require.Len(t, pass(t, watcher).Owned, 4)
+	woken(t, watcher, "the watcher listens")
+	drain(watcher)
+	pool, trips := countedPool(t)
+	batcher := heldBatcher(t, pool)
+	subs := []string{b.sub, "b", "c", "d", "e"}
+	stores := make([]*Store, len(subs))
+	errs := make(chan error, len(subs))
+	for i, sub := range subs {
+		s, err := New(pool, Config{Schema: b.schema, Subscription: sub, Worker: "joiner", Buckets: 4, Batcher: batcher,
+			LeaseOptions: LeaseOptions{TTL: 30 * time.Second, NoListen: true}})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Stop(context.Background()) })
+		stores[i] = s
+		go func() { errs <- s.Start(ctx) }()
+	}
+	queuedJoins(t, batcher, len(subs))
+	batcher.flushJoinsQueued()
+	for range subs {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, [2]int64{2, 0}, [2]int64{trips.batches.Load(), trips.queries.Load()},
+		"five joins: one round trip, and one for their notifications")
+	woken(t, watcher, "the joiner's join is announced")
+	res := pass(t, watcher)
+	require.Equal(t, [2]int{2, 2}, [2]int{res.Live, res.FairShare}, "the watcher counts the joiner")
+
+	trips.reset()
+	require.NoError(t, stores[1].EnsureBuckets(ctx))
+	require.Equal(t, [2]int64{1, 0}, [2]int64{trips.batches.Load(), trips.queries.Load()},
+		"the creation of a subscription the join found absent: one batch, its COMMIT in it, no read before")
+	require.NoError(t, stores[0].EnsureBuckets(ctx))
+	require.Equal(t, [2]int64{1, 0}, [2]int64{trips.batches.Load(), trips.queries.Load()},
+		"a subscription the join found: nothing read")
+	gen, n := stores[1].Serving()
+	require.Equal(t, [2]int{0, 4}, [2]int{gen, n})
+}

@@ -26,9 +26,14 @@ func (s *Store) HandOver(ctx context.Context, bucket int) error {
 	if !ok {
 		return nil
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, s.st.get("hand_over"), s.cfg.Subscription, s.cfg.Worker, bucket, h.epoch)
-		to, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	// BEGIN and the statement in one round trip, the notification with
+	// the COMMIT in the next (was four round trips: a handoff of each
+	// group's buckets to a joiner held the lease pool that long).
+	return s.runPipelined(ctx, func(conn *commitTail) error {
+		b := &pgx.Batch{}
+		b.Queue(beginSQL)
+		b.Queue(s.st.get("hand_over"), s.cfg.Subscription, s.cfg.Worker, bucket, h.epoch)
+		to, err := beginAndCollect(ctx, conn, b, pgx.RowTo[string])
 		if err != nil {
 			return fmt.Errorf("leasestore: hand over bucket %d: %w", bucket, err)
 		}
@@ -36,8 +41,25 @@ func (s *Store) HandOver(ctx context.Context, bucket int) error {
 			return nil
 		}
 		s.log.Info("lease handed over", "bucket", bucket, "epoch", h.epoch, "to", to[0])
-		return s.notify(ctx, tx, "handoff")
+		return s.notify(ctx, conn, "handoff")
 	})
+}
+
+// beginAndCollect sends b — beginSQL and one statement — on conn, and
+// collects the statement's rows with scan.
+func beginAndCollect[T any](ctx context.Context, conn *commitTail, b *pgx.Batch, scan pgx.RowToFunc[T]) ([]T, error) {
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	rows, _ := br.Query()
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return out, br.Close()
 }
 
 // Release gives up buckets at once, so that other workers can claim them on
@@ -54,9 +76,11 @@ func (s *Store) Release(ctx context.Context, buckets []int) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	s.forget(buckets...)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, s.st.get("release"), s.cfg.Subscription, s.cfg.Worker, buckets)
-		released, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	return s.runPipelined(ctx, func(conn *commitTail) error { // two round trips, as HandOver
+		b := &pgx.Batch{}
+		b.Queue(beginSQL)
+		b.Queue(s.st.get("release"), s.cfg.Subscription, s.cfg.Worker, buckets)
+		released, err := beginAndCollect(ctx, conn, b, pgx.RowTo[int32])
 		if err != nil {
 			return fmt.Errorf("leasestore: release: %w", err)
 		}
@@ -64,7 +88,7 @@ func (s *Store) Release(ctx context.Context, buckets []int) error {
 			return nil
 		}
 		s.log.Info("leases released", "buckets", released)
-		return s.notify(ctx, tx, "release")
+		return s.notify(ctx, conn, "release")
 	})
 }
 

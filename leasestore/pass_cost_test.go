@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -228,5 +229,42 @@ func TestAJoinIsOneRoundTripAndACommit(t *testing.T) {
 		// The first batch (6), the claim, the notification and the COMMIT.
 		require.Equal(t, [2]int64{9, 3}, [2]int64{tr.stmts.Load() - stmts0, tr.trips.Load() - trips0},
 			"a pass that claims: statements and round trips")
+	})
+}
+
+// TestAHandOverIsTwoRoundTrips: a handover is BEGIN and its statement in
+// one round trip, its notification with the COMMIT in the next (was four
+// round trips, one a statement: a joiner's share of 100 subscriptions was
+// 100 handovers on each owner's lease pool); a release is the same.
+func TestAHandOverIsTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	forEachKind(t, func(t *testing.T, kind Kind) {
+		ctx := context.Background()
+		b := setup(t)
+		pool, tr := tracedPool(t, 8)
+		c := b.config(kind, 4, "a")
+		c.NoListen = true
+		a := openOn(t, pool, c)
+		require.Len(t, pass(t, a).Owned, 4)
+		require.Len(t, pass(t, b.open(t, b.config(kind, 4, "b"))).Requested, 2)
+		res := pass(t, a)
+		require.Len(t, res.HandOff, 2)
+
+		stmts, trips := tr.stmts.Load(), tr.trips.Load()
+		require.NoError(t, a.HandOver(ctx, res.HandOff[0]))
+		require.Equal(t, [2]int64{4, 2}, [2]int64{tr.stmts.Load() - stmts, tr.trips.Load() - trips},
+			"a handover: statements (BEGIN, the handover, the notification, COMMIT) and round trips")
+
+		var kept int
+		for _, l := range res.Owned {
+			if !slices.Contains(res.HandOff, l.Slot) {
+				kept = l.Slot
+			}
+		}
+		stmts, trips = tr.stmts.Load(), tr.trips.Load()
+		require.NoError(t, a.Release(ctx, []int{kept}))
+		require.Equal(t, [2]int64{4, 2}, [2]int64{tr.stmts.Load() - stmts, tr.trips.Load() - trips},
+			"a release: statements and round trips")
+		require.ErrorIs(t, a.EnsureHeld(kept), ErrNotHeld)
 	})
 }

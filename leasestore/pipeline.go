@@ -107,6 +107,31 @@ func (s *Store) runPipelined(ctx context.Context, fn func(conn *commitTail) erro
 	return nil
 }
 
+// runOneTrip sends b — a whole transaction, BEGIN to COMMIT — in one
+// round trip on a connection of the pool, and reads its results with
+// read. A transaction left open (a statement failed, ctx ended) is rolled
+// back as runPipelined rolls back, so that the connection goes back to the
+// pool idle.
+func (s *Store) runOneTrip(ctx context.Context, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	conn := c.Conn()
+	br := conn.SendBatch(ctx, b)
+	err = read(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+	}
+	return err
+}
+
 // commitTail is the connection of a transaction runPipelined runs: the
 // notifications sent on it (Store.notify) wait to go with the COMMIT, in
 // its round trip.

@@ -40,9 +40,10 @@ type Store struct {
 	ensured bool       // EnsureBuckets succeeded; under opMu
 	warned  bool       // the database's bucket count differs from Config.Buckets, and it was logged; under opMu
 	// joined is the subscription's serving generation and bucket count
-	// as the join read them, when it found the subscription: the next
-	// EnsureBuckets takes them instead of reading them again (one round
-	// trip less for each group a process starts). Under opMu.
+	// as the join read them, {-1, -1} when it found no subscription: the
+	// next EnsureBuckets takes them instead of reading them again, or goes
+	// straight to the creation (one round trip less for each group a
+	// process starts). Under opMu.
 	joined *[2]int
 	// abandoned counts the passes abandoned in a row (see passBound);
 	// under opMu.
@@ -213,45 +214,87 @@ func (s *Store) join(ctx context.Context) error {
 		p := s.session.backendPID()
 		pid = &p
 	}
+	fail := func(err error) error {
+		return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
+	}
+	if s.cfg.Batcher != nil {
+		// The joins of the process's stores that start together share a
+		// round trip, as their passes do (see PassBatcher).
+		hb, v, notified, err := s.cfg.Batcher.join(ctx, s, pid)
+		switch {
+		case errors.Is(err, errRunAlone):
+		case err != nil:
+			return fail(err)
+		default:
+			s.joinedAs(hb, v)
+			if hb.joined && !notified {
+				if _, err := s.pool.Exec(ctx, s.st.get("notify"), s.channel, "join:"+s.cfg.Worker); err != nil {
+					// Joined: the others count it at their next pass.
+					s.log.Warn("lease join not announced; the other workers count it at their next pass", "err", err)
+				}
+			}
+			return nil
+		}
+	}
 	// One round trip and the COMMIT (and the notification, when the
 	// worker was not live): a process starting many groups starts each
 	// in a few round trips.
 	return s.runPipelined(ctx, func(conn *commitTail) error {
-		fail := func(err error) error {
-			return fmt.Errorf("leasestore: join subscription %q: %w%s", s.cfg.Subscription, err, migrateHint(err))
-		}
 		b := &pgx.Batch{}
-		b.Queue(beginSQL)
-		b.Queue(s.st.get("pass_begin"), s.boundLocksArg())
-		b.Queue(s.st.get("worker_heartbeat"), s.workerArgs(pid)...)
+		s.queueJoin(b, pid)
 		br := conn.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return fail(err)
-		}
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return fail(err)
-		}
-		var v subscriptionView
-		hb, err := scanHeartbeat(br.QueryRow(), &v)
+		hb, v, err := s.readJoin(br)
 		if err != nil {
-			_ = br.Close()
 			return fail(err)
 		}
 		if err := br.Close(); err != nil {
 			return fail(err)
 		}
-		if hb.found {
-			s.opMu.Lock()
-			s.joined = &[2]int{v.generation, v.buckets}
-			s.opMu.Unlock()
-		}
+		s.joinedAs(hb, v)
 		if hb.joined {
 			return s.notify(ctx, conn, "join")
 		}
 		return nil
 	})
+}
+
+// queueJoin queues a join's statements on b: begin, the settings, the
+// heartbeat.
+func (s *Store) queueJoin(b *pgx.Batch, pid *int32) {
+	b.Queue(beginSQL)
+	b.Queue(s.st.get("pass_begin"), s.boundLocksArg())
+	b.Queue(s.st.get("worker_heartbeat"), s.workerArgs(pid)...)
+}
+
+// readJoin reads the results of the statements queueJoin queued from br,
+// leaving it open for what follows; it closes br only on an error.
+func (s *Store) readJoin(br pgx.BatchResults) (heartbeat, subscriptionView, error) {
+	var v subscriptionView
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return heartbeat{}, v, err
+		}
+	}
+	hb, err := scanHeartbeat(br.QueryRow(), &v)
+	if err != nil {
+		_ = br.Close()
+		return heartbeat{}, v, err
+	}
+	return hb, v, nil
+}
+
+// joinedAs keeps what a join read of the subscription for the next
+// EnsureBuckets: its serving generation and bucket count, or that it has
+// none yet (see ensureBuckets).
+func (s *Store) joinedAs(hb heartbeat, v subscriptionView) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if hb.found {
+		s.joined = &[2]int{v.generation, v.buckets}
+	} else {
+		s.joined = &[2]int{-1, -1}
+	}
 }
 
 func (s *Store) workerArgs(pid *int32) []any {
@@ -300,22 +343,30 @@ func (s *Store) EnsureBuckets(ctx context.Context) error {
 func (s *Store) ensureBuckets(ctx context.Context) error {
 	var gen, n int
 	var err error
-	if j := s.joined; j != nil {
+	switch j := s.joined; {
+	case j != nil && j[1] < 0:
+		// The join found no subscription: straight to its creation,
+		// which is idempotent under its lock (a worker that created it
+		// meanwhile leaves it to be read there).
+		s.joined = nil
+		err = pgx.ErrNoRows
+	case j != nil:
 		// The join found the subscription (a subscription is never
 		// deleted): no need to read it again.
 		s.joined = nil
 		gen, n = j[0], j[1]
-	} else {
+	default:
 		err = s.pool.QueryRow(ctx, s.st.get("subscription_present"), s.cfg.Subscription).Scan(&gen, &n)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		// One round trip and the COMMIT.
-		err = s.runPipelined(ctx, func(conn *commitTail) error {
-			b := &pgx.Batch{}
-			b.Queue(beginSQL)
-			b.Queue(s.st.get("ensure_lock"), s.keys.ensure)
-			b.Queue(s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets)
-			br := conn.SendBatch(ctx, b)
+		// One round trip, the COMMIT in it: nothing is decided between
+		// the statements (was a round trip and the COMMIT's).
+		b := &pgx.Batch{}
+		b.Queue(beginSQL)
+		b.Queue(s.st.get("ensure_lock"), s.keys.ensure)
+		b.Queue(s.st.get("subscription_create"), s.cfg.Subscription, s.cfg.Buckets)
+		b.Queue("COMMIT")
+		err = s.runOneTrip(ctx, b, func(br pgx.BatchResults) error {
 			_, err := br.Exec()
 			if err == nil {
 				_, err = br.Exec()
@@ -323,11 +374,14 @@ func (s *Store) ensureBuckets(ctx context.Context) error {
 			if err == nil {
 				err = br.QueryRow().Scan(&gen, &n)
 			}
-			if err != nil {
-				_ = br.Close()
-				return err
+			var tag pgconn.CommandTag
+			if err == nil {
+				tag, err = br.Exec()
 			}
-			return br.Close()
+			if err == nil && tag.String() != "COMMIT" {
+				err = errCommitRolledBack
+			}
+			return err
 		})
 	}
 	if err != nil {
