@@ -540,8 +540,13 @@ func (s *State) takeBatch(sl *slot, pending []Event, e *Effects) []Event {
 	return evs
 }
 
-// takesRuns reports whether slots go as runs (actors/funcrun.go
-// takesRuns).
+// Runs reports whether the slot sent next goes as a run: [State.Lease]
+// then looks at its pending list (the actor gives it the events a run
+// may take).
+func (s *State) Runs() bool { return s.takesRuns() }
+
+// takesRuns reports whether slots go as runs: the handler said it takes
+// them (Answer.Runs), with MaxInFlight 1 and no batches.
 func (s *State) takesRuns() bool {
 	return s.runs && s.cfg.RunEvents > 0 && s.cfg.MaxInFlight == 1 && !s.cfg.Batch.on()
 }
