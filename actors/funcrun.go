@@ -210,8 +210,12 @@ func (r *reader) limitRuns() {
 }
 
 // runInFlight is the run with the handler, if one is (a run is the
-// window's only slot: runs need MaxInFlight 1).
+// window's only slot: runs need MaxInFlight 1 and no batches, and no
+// other reader looks through its deliveries for one).
 func (r *reader) runInFlight() *wsent {
+	if r.g.opts.MaxInFlight != 1 || r.g.opts.Batch.on() {
+		return nil
+	}
 	for _, ws := range r.ws.out {
 		if ws.run != nil {
 			return ws
