@@ -584,15 +584,13 @@ func (r *reader) resumeAt(ctx actor.Context, checkpoint int64) {
 // handledThrough is the position through which the reader's events were
 // all handled: its acked position or, with a function handler's run in
 // flight, the last event of the run its handler finished — the run is the
-// window's only entry (runs need MaxInFlight 1), right after what was
-// acked. Called as the reader stops, before window.cancel: it ends the run
+// window's only slot (runs need MaxInFlight 1), right after what was
+// acked. Called as the reader stops, before wcancel: it ends the run
 // (so the handler starts no further event) and takes what it finished.
 func (r *reader) handledThrough() int64 {
-	if len(r.win.entries) == 1 {
-		if s := r.win.entries[0]; s.state == entrySent && s.run != nil {
-			if o := s.run.end(); o.done > 0 {
-				return max(r.acked(), s.batch[o.done-1].Position)
-			}
+	if ws := r.runInFlight(); ws != nil {
+		if o := ws.run.end(); o.done > 0 {
+			return max(r.acked(), ws.batch[o.done-1].Position)
 		}
 	}
 	return r.acked()

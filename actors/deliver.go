@@ -4,268 +4,552 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
 	"github.com/kumi-run/kumi/internal/checkpointing"
+	"github.com/kumi-run/kumi/internal/window"
 	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
 )
 
-// The delivery window. A reader takes events from its pending list, in
-// position order, into a window of at most MaxInFlight entries, and sends a
-// entry to the handler when no earlier event of the same stream is still
-// unfinished: per-stream order holds, and events of other streams need not
-// wait. The checkpoint moves over the finished prefix of the window only,
-// so it never passes an unfinished event. With MaxInFlight 1 (the default)
-// the reader delivers strictly one event at a time.
+// The delivery window. A reader keeps its window in a window.State
+// (internal/window), a pure state machine of its rules: events admitted in
+// position order, at most MaxInFlight slots, each sent when no earlier
+// event of its stream is unfinished (so MaxInFlight 1 delivers strictly
+// one at a time), only after a lease check; answers matched by delivery
+// and attempt; retries and their budget; timeouts, probes and handler
+// replacement; dead letters; the finished prefix, over which alone the
+// checkpoint moves; what a drain still sends and when it ends; batches
+// (GroupOptions.Batch) and a function handler's runs (funcrun.go) as
+// slots of it. The reader feeds it its inputs — the pending events, the
+// handler's answers, the clock, lease checks (EnsureHeld), probes,
+// handler stops and spawns, dead letters written, drains, unsure leases —
+// and carries out the effects it gives back (see wdo): deliveries,
+// redeliveries, dead-letter writes, probes, handler replacements, the
+// finished prefix to the checkpoint side (internal/checkpointing), the
+// end of a drain.
 
-type entryState uint8
-
-const (
-	entryWaiting       entryState = iota // its stream has an earlier event unfinished
-	entrySent                            // the handler has it; no answer yet
-	entryRetrying                        // a redelivery is scheduled
-	entryDeadLettering                   // its dead letter is being written
-	entryDone
-)
-
-type entry struct {
-	// d is the delivery of the current attempt. It is handed to the
-	// handler as is; a retry makes a new one, so a handler that keeps a
-	// *Delivery never sees it change.
-	d      *Delivery
-	state  entryState
-	sentAt time.Time
-	span   observability.DeliverySpan
-	to     *actor.PID         // the handler the current attempt went to
-	cancel context.CancelFunc // cancels d.Context
-	// free counts attempts not charged to the event's retry budget: sent
-	// again because the handler that had it was replaced for another
-	// event's fault.
-	free int
-	dl   *eventsource.DeadLetter // the row being written (entryDeadLettering)
-	// batch holds the events of the batch sent (Batch.MaxEvents set);
-	// batch[0] is d.Event. See batchdeliver.go.
+// wsent is a delivery with the handler: its Delivery, allocated with it,
+// and what the reader ends when the answer comes or the window gives it
+// up.
+type wsent struct {
+	d   Delivery
+	wid uint64 // the window's id of its slot
+	// batch are a batch's events (nil for a single delivery), the
+	// first d.Event.
 	batch []eventsource.RecordedEvent
-	alone bool // the batch failed as a whole: its first event goes alone next
-	// run is the run sent to a function handler (see funcrun.go); its
-	// events are batch.
-	run *run
-	// drainSent: a drain sent it once more, at once (see sendOnDrain).
-	drainSent bool
-	// due: a retry whose delay passed while the handler was not ready,
-	// waiting for it; a drain sends it as the retry it is (see
-	// drainSends).
-	due bool
+	// run, for a function handler's run (its events batch), and runNo
+	// the window's number of it.
+	run    *run
+	runNo  uint64
+	span   observability.DeliverySpan
+	cancel context.CancelFunc
+	sentAt time.Time
 }
 
-// last is the position of the entry's last event.
-func (s *entry) last() int64 {
-	if n := len(s.batch); n > 0 {
-		return s.batch[n-1].Position
-	}
-	return s.d.Event.Position
-}
-
-// count is the number of the entry's events.
-func (s *entry) count() int { return max(len(s.batch), 1) }
-
-// release cancels the current attempt's context.
-func (s *entry) release() {
-	if s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
+// release cancels the delivery's context, if it has one (a run has
+// none: its handler makes one per event).
+func (ws *wsent) release() {
+	if ws.cancel != nil {
+		ws.cancel()
+		ws.cancel = nil
 	}
 }
 
-// newEntry is an entry and its first delivery, allocated together.
-type newEntry struct {
-	s entry
-	d Delivery
+// windowed is the reader's state beside its window.State.
+type windowed struct {
+	st *window.State
+	// held are the events of the window's slots, in position order: a
+	// Send names its event by position.
+	held []eventsource.RecordedEvent
+	// out are the deliveries with the handler, by Delivery id.
+	out map[uint64]*wsent
+	// hno is the window's number of the reader's handler; probe the
+	// window's number of the probe out (r.probe its process-unique
+	// sequence).
+	hno, probe uint64
+	drained    bool // the window's drain ended (Effects.Drained)
+	scratch    []window.Event
 }
 
-type window struct {
-	entries []*entry          // in position order
-	byID    map[uint64]*entry // entries sent at least once
-	busy    map[string]bool   // streams with an entry sent, retrying or dead-lettering
-	runs    bool              // the handler takes runs (see funcrun.go)
-}
-
-// dropFinished removes the first n entries, keeping the array: the window
-// appends to it again (one allocation per event saved when events come one
-// at a time).
-func (w *window) dropFinished(n int) {
-	if n == 0 {
-		return
+// wireWindow builds the reader's window.State from the group's options.
+func (r *reader) wireWindow() {
+	o := r.g.opts
+	backoff := o.Retry.Backoff
+	r.ws = windowed{
+		st: window.New(window.Config{MaxInFlight: o.MaxInFlight, MaxAttempts: o.Retry.MaxAttempts,
+			Timeout: o.HandlerTimeout, ProbeWait: r.probeWait(), Backoff: backoff.Next,
+			Batch:     window.Batch{MaxEvents: o.Batch.MaxEvents, MaxBytes: o.Batch.MaxBytes},
+			RunEvents: r.runEvents()}),
+		out: map[uint64]*wsent{},
 	}
-	k := copy(w.entries, w.entries[n:])
-	clear(w.entries[k:]) // hold no finished delivery
-	w.entries = w.entries[:k]
-}
-
-// active counts the entries the handler or the store is working on.
-func (w *window) active() int {
-	n := 0
-	for _, s := range w.entries {
-		if s.state == entrySent || s.state == entryDeadLettering {
-			n++
-		}
-	}
-	return n
-}
-
-// cancel ends the spans of unanswered deliveries when the reader stops.
-func (w *window) cancel() {
-	for _, s := range w.entries {
-		if s.state == entrySent {
-			s.state = entryWaiting
-			s.release()
-			if s.run != nil {
-				s.span = s.run.end().span // the event in hand, or the one not acked
-				s.run = nil
-			}
-			s.span.End(observability.OutcomeCancelled, nil)
-		}
+	if r.draining {
+		// Restarted while draining (see coordinator.go's drain): the new
+		// incarnation's window takes nothing, and its drain ends at once.
+		r.ws.drained = r.ws.st.Drain().Drained
 	}
 }
 
-// pump fills the window from the pending events and sends every entry whose
-// stream is free.
+// wevent returns the held event at pos.
+func (r *reader) wevent(pos int64) eventsource.RecordedEvent { return r.ws.held[r.wheldAt(pos)] }
+
+// wheldAt is the index of the held event at pos.
+func (r *reader) wheldAt(pos int64) int {
+	h := r.ws.held
+	i := sort.Search(len(h), func(i int) bool { return h[i].Position >= pos })
+	if i == len(h) || h[i].Position != pos {
+		panic(fmt.Sprintf("kumi: bucket %d: the window names position %d, not held", r.bucket, pos))
+	}
+	return i
+}
+
+// pump takes the pending events the window has room for, within the
+// resize bound (the window sends what it may), then has the read side
+// poll and checks the drains.
 func (r *reader) pump(ctx actor.Context) {
-	if r.win.byID == nil {
-		r.win.byID, r.win.busy = map[uint64]*entry{}, map[string]bool{}
-	}
 	if r.stopped {
 		return
 	}
 	r.limitRuns()
-	if r.wired() {
-		r.wpump(ctx)
-	} else if !r.draining {
-		for len(r.win.entries) < r.g.opts.MaxInFlight && len(r.feed.Pending()) > 0 && !r.beyondBound(r.feed.Pending()[0].Position) {
-			e := r.feed.Take(1)[0]
-			n := &newEntry{d: Delivery{
-				Event: e, Subscription: r.g.opts.Subscription, Generation: r.generation, Bucket: r.genBucket, Epoch: r.epoch,
-				Fence: r.fence, id: answerIDs.Add(1), exclusive: r.g.opts.MaxInFlight == 1, replyTo: ctx.Self(),
-			}}
-			n.s.d = &n.d
-			if c := r.carried; c != nil && e.Position >= c.pos {
-				if e.Position == c.pos {
-					n.d.Attempt, n.s.free = c.attempt, c.free // a retry its predecessor left (see leftRetry)
-					if c.letter != nil {
-						dl := *c.letter // a dead letter it was writing: written again, not sent (see sendFirst)
-						n.s.dl = &dl
-					}
-				}
-				r.carried = nil
-			}
-			r.win.entries = append(r.win.entries, &n.s)
-		}
-		for _, s := range r.win.entries {
-			if s.state != entryWaiting || r.win.busy[s.d.Event.Stream] || !r.handlerReady() {
-				continue // the handler is probed or replaced: sent once it answers, or to its successor
-			}
-			if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-				r.unsureLease(ctx, err) // every delivery needs a lease it can trust
-				return
-			}
-			r.sendFirst(ctx, s)
-		}
-	}
+	r.take(ctx)
 	r.feedDo(ctx, r.feed.Poll(r.feedEnv())) // the hold for what is pending now, and the catch-up's next page
 	r.maybeFinishDrain(ctx)
 	r.maybeDrainToCut(ctx)
 }
 
-// sendFirst delivers a waiting entry whose stream is free.
-func (r *reader) sendFirst(ctx actor.Context, s *entry) {
-	r.win.busy[s.d.Event.Stream] = true
-	r.win.byID[s.d.id] = s
-	if s.dl != nil {
-		// Its predecessor at this epoch stopped while writing its dead
-		// letter: the letter is written again (an upsert on the event),
-		// and the event is not delivered again.
-		s.state = entryDeadLettering
-		r.writeDeadLetter(ctx, s)
+// take gives the window the pending events it has room for.
+func (r *reader) take(ctx actor.Context) {
+	room := r.ws.st.Room()
+	if room == 0 {
 		return
 	}
-	if err := s.d.Event.Err; err != nil {
-		// The store holds the event but cannot give it back: no handler
-		// can take it, so it costs its bucket a dead letter.
-		r.deadLetter(ctx, s, err.Error(), 0)
+	pending := r.feed.Pending()
+	n := 0
+	for n < len(pending) && n < room && !r.beyondBound(pending[n].Position) {
+		n++
+	}
+	if n == 0 {
 		return
 	}
-	r.send(ctx, s)
-}
-
-// send delivers an entry's event (again) to the handler.
-func (r *reader) send(ctx actor.Context, s *entry) {
-	if r.takesRuns() {
-		r.sendRun(ctx, s)
-		return
-	}
-	var c context.Context
-	// Not a child of r.bg: the reader cancels every delivery context
-	// itself, after the answer, on a timeout, and when it stops (see
-	// window.cancel), and a context not derived from a cancellable one
-	// costs no registration with it per delivery.
-	c, s.span = r.g.telemetry.startDelivery(context.Background(), s.d)
-	s.d.Context, s.cancel = context.WithCancel(c)
-	s.state, s.sentAt, s.to, s.due = entrySent, time.Now(), r.handler, false
-	ctx.Request(r.handler, s.d)
-}
-
-// redeliver sends a retried entry again once its delay has passed.
-func (r *reader) redeliver(ctx actor.Context, m *redeliver) {
-	if r.wired() {
-		if !r.stopped {
-			r.wstep(ctx, r.ws.st.Redeliver(time.Now(), m.id, m.attempt))
+	evs := r.ws.scratch[:0]
+	for _, e := range pending[:n] {
+		we := window.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e)}
+		if c := r.carried; c != nil && e.Position >= c.pos {
+			if e.Position == c.pos {
+				we.Attempt, we.Free = c.attempt, c.free // a retry its predecessor left (see leftRetry)
+				if c.letter != nil {
+					we.Letter = &window.Letter{Reason: c.letter.Reason, Attempts: c.letter.Attempts}
+				}
+			}
+			r.carried = nil
 		}
-		return
+		evs = append(evs, we)
 	}
-	s := r.win.byID[m.id]
-	if s == nil || s.state != entryRetrying || r.stopped {
-		return
-	}
-	if r.draining {
-		return // a drain sends it at once, or leaves it (see sendOnDrain)
-	}
-	if !r.handlerReady() {
-		// The handler is probed or replaced: the retry is sent once it
-		// answers the probe, or to its successor.
-		s.state, s.due = entryWaiting, true
-		delete(r.win.busy, s.d.Event.Stream)
-		return
-	}
-	if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-		r.unsureLease(ctx, err) // a retry, too, needs a lease it can trust
-		return
-	}
-	r.send(ctx, s)
+	took, e := r.ws.st.Take(evs)
+	clear(evs)
+	r.ws.scratch = evs[:0]
+	r.ws.held = append(r.ws.held, r.feed.Take(took)...)
+	r.wdo(ctx, e)
 }
 
-// onHandlerReply matches a handler's answer to its entry.
-func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
-	if r.wired() {
-		r.wanswer(ctx, m)
+// wdo carries out the window's effects, in order: the finished prefix to
+// the checkpoint side, then the rest; a lease check is answered at once
+// (EnsureHeld), and what its answer gives carried out in turn.
+func (r *reader) wdo(ctx actor.Context, e window.Effects) {
+	if f := e.Finished; f.Events > 0 {
+		// A batch's slot counts its events: held drops as many.
+		k := copy(r.ws.held, r.ws.held[f.Events:])
+		clear(r.ws.held[k:])
+		r.ws.held = r.ws.held[:k]
+		r.cpDo(ctx, r.cp.Finished(checkpointing.Ack{Through: f.Through, Events: f.Events, Committed: f.Committed}))
+	}
+	if n := len(e.PutBack); n > 0 {
+		// A batch's events after its first, not finished: the last held.
+		k := len(r.ws.held) - n
+		r.feed.PutBack(r.ws.held[k:]) // copied
+		clear(r.ws.held[k:])
+		r.ws.held = r.ws.held[:k]
+	}
+	if e.Absorbed > 0 {
+		r.ws.held = append(r.ws.held, r.feed.Take(e.Absorbed)...)
+	}
+	var late *wsent
+	for _, g := range e.GivenUp {
+		if ws := r.wgiveUp(g, &e); late == nil && g.Late {
+			late = ws
+		}
+	}
+	if er := e.EndRun; er != nil {
+		r.endRun(ctx, er)
+	}
+	if e.CutRun {
+		for _, ws := range r.ws.out {
+			if ws.run != nil {
+				ws.run.cutShort() // it answers after the event in hand
+			}
+		}
+	}
+	for _, s := range e.Sends {
+		r.wsend(ctx, s)
+	}
+	for _, d := range e.Redeliver {
+		r.after(ctx, time.Until(d.At), &redeliver{inc: r, id: d.ID, attempt: d.Attempt})
+	}
+	for _, l := range e.Letters {
+		r.wletter(ctx, l)
+	}
+	if e.Probe != 0 && r.handler != nil {
+		r.probe, r.probeAt, r.ws.probe = answerIDs.Add(1), time.Now(), e.Probe
+		if late != nil {
+			r.probeFor = lateDelivery{id: late.d.Event.ID.String(), stream: late.d.Event.Stream,
+				position: late.d.Event.Position, attempt: late.d.Attempt, sentAt: late.sentAt}
+		}
+		ctx.Send(r.handler, &handlerProbe{seq: r.probe, replyTo: ctx.Self()})
+	}
+	if e.Replace != nil {
+		r.wreplace(ctx, e.Replace)
+	}
+	if e.Drained {
+		r.ws.drained = true
+	}
+	if e.SpawnNow && r.handler == nil {
+		r.spawnHandler(ctx)
+		r.wdo(ctx, r.ws.st.HandlerSpawned())
+	}
+	if e.CheckLease {
+		// Every delivery, a retry's as a first one's, needs a lease it
+		// can trust.
+		err := r.g.leases.EnsureHeld(r.bucket)
+		if err != nil {
+			r.markUnsure(err)
+		}
+		r.wdo(ctx, r.ws.st.Lease(time.Now(), err == nil, r.wpending()))
+	}
+}
+
+// wpending is the pending list a batch sent may take from, cut before
+// the first event beyond the resize bound: as many as a batch takes at
+// most, or a run (nil when neither is sent: the window does not look).
+func (r *reader) wpending() []window.Event {
+	most := r.g.opts.Batch.MaxEvents - 1
+	if r.ws.st.Runs() {
+		most = r.runEvents() - 1
+	}
+	if most <= 0 {
+		return nil
+	}
+	pending := r.feed.Pending()
+	evs := r.ws.scratch[:0]
+	for _, e := range pending[:min(most, len(pending))] {
+		if r.beyondBound(e.Position) {
+			break
+		}
+		evs = append(evs, window.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e)})
+	}
+	r.ws.scratch = evs
+	return evs
+}
+
+// wstep carries out an input's effects, then takes what the window has
+// room for and checks the drains (see pump).
+func (r *reader) wstep(ctx actor.Context, e window.Effects) {
+	r.wdo(ctx, e)
+	r.pump(ctx)
+}
+
+// wsend delivers an event to the handler, as the window says.
+func (r *reader) wsend(ctx actor.Context, s window.Send) {
+	ws := &wsent{wid: s.ID, sentAt: time.Now()}
+	ws.d = Delivery{Event: r.wevent(s.Pos), Attempt: s.Attempt, Subscription: r.g.opts.Subscription, Generation: r.generation,
+		Bucket: r.genBucket, Epoch: r.epoch, Fence: r.fence, id: answerIDs.Add(1), exclusive: r.g.opts.MaxInFlight == 1,
+		replyTo: ctx.Self()}
+	if s.Run != 0 {
+		// A run: its handler makes each event's context and span.
+		i := r.wheldAt(s.Pos)
+		ws.batch, ws.runNo = append(make([]eventsource.RecordedEvent, 0, len(s.Events)), r.ws.held[i:i+len(s.Events)]...), s.Run
+		ws.run = &run{d: &ws.d, events: ws.batch, held: r.g.leases.EnsureHeld, slot: r.bucket, tel: r.g.telemetry,
+			until: ws.sentAt.Add(r.tick), limit: r.runLimit()}
+		r.ws.out[ws.d.id] = ws
+		ctx.Send(r.handler, ws.run)
 		return
 	}
-	s := r.win.byID[m.id]
-	if s == nil || s.state != entrySent || m.attempt != s.d.Attempt || r.stopped {
+	// Not a child of r.bg: the reader cancels every delivery context
+	// itself (see wcancel), and a context not derived from a cancellable
+	// one costs no registration with it per delivery.
+	c, span := r.g.telemetry.startDelivery(context.Background(), &ws.d)
+	ws.span = span
+	ws.d.Context, ws.cancel = context.WithCancel(c)
+	r.ws.out[ws.d.id] = ws
+	if n := len(s.Events); n > 0 {
+		i := r.wheldAt(s.Pos)
+		ws.batch = append(make([]eventsource.RecordedEvent, 0, n), r.ws.held[i:i+n]...)
+		d := &ws.d
+		ctx.Request(r.handler, &Batch{Events: ws.batch, Attempt: d.Attempt, Subscription: d.Subscription,
+			Generation: d.Generation, Bucket: d.Bucket, Epoch: d.Epoch, Fence: d.Fence, Context: d.Context, d: d})
+		return
+	}
+	ctx.Request(r.handler, &ws.d)
+}
+
+// wletterOf is the dead letter of the held event at pos.
+func (r *reader) wletterOf(pos int64, reason string, attempts int) eventsource.DeadLetter {
+	ev := r.wevent(pos)
+	return eventsource.DeadLetter{Subscription: r.g.opts.Subscription, Generation: r.generation, Bucket: r.genBucket,
+		EventID: ev.ID, Position: ev.Position, Stream: ev.Stream, Reason: reason, Attempts: attempts}
+}
+
+// wletter writes a dead letter the window asks for; its answer names the
+// window's slot.
+func (r *reader) wletter(ctx actor.Context, l window.Letter) {
+	dl, id := r.wletterOf(l.Pos, l.Reason, l.Attempts), l.ID
+	r.async(ctx, func(c context.Context) any {
+		_, err := r.g.store.AddDeadLetter(c, dl)
+		return &deadLettered{inc: r, id: id, err: err}
+	})
+}
+
+// wgiveUp ends a delivery the window no longer waits for: late (a failed
+// attempt; e says whether it spent the event's budget), or sent again to
+// a replaced handler's successor.
+func (r *reader) wgiveUp(g window.GivenUp, e *window.Effects) *wsent {
+	var ws *wsent
+	for _, o := range r.ws.out {
+		if o.wid == g.ID && o.d.Attempt == g.Attempt {
+			ws = o
+			break
+		}
+	}
+	if ws == nil || ws.run != nil {
+		return ws // a run: ended by EndRun
+	}
+	delete(r.ws.out, ws.d.id)
+	ws.release()
+	if !g.Late {
+		ws.span.End(observability.OutcomeCancelled, nil)
+		return ws
+	}
+	a := classifyAnswer(nil, errHandlerTimeout, r.g.opts.HandlerTimeout)
+	r.warnAnswer(a.warn, &ws.d, nil)
+	if l, dead := letterAt(e, ws.d.Event.Position); dead {
+		ws.span.End(observability.OutcomeDeadLetter, errors.New(l.Reason))
+	} else {
+		ws.span.End(a.outcome, errors.New(a.reason))
+	}
+	return ws
+}
+
+// letterAt returns the dead letter e writes for the event at pos, if
+// any.
+func letterAt(e *window.Effects, pos int64) (window.Letter, bool) {
+	for _, l := range e.Letters {
+		if l.Pos == pos {
+			return l, true
+		}
+	}
+	return window.Letter{}, false
+}
+
+// wanswer gives the window a handler's answer.
+func (r *reader) wanswer(ctx actor.Context, m *handlerReply) {
+	ws := r.ws.out[m.id]
+	if ws == nil || m.attempt != ws.d.Attempt || r.stopped {
 		return // an answer to an attempt given up on (timeout), or to a stopped reader
 	}
-	if ru, isRun := m.msg.(*run); isRun && ru != s.run {
-		return // a run the reader ended
+	delete(r.ws.out, m.id)
+	if ws.run != nil {
+		r.runAnswered(ctx, ws)
+		return
 	}
-	if _, panicked := m.msg.(*handlerPanicked); !panicked && s.to.Equal(r.handler) {
-		r.handlerFails = 0 // the handler answers: replacements start over from the shortest backoff
-		r.win.runs = r.win.runs || m.runs
+	ws.release()
+	var wa window.Answer
+	var a replyMeaning
+	head := ws.d.Event.Position // the event the answer's outcome is of
+	if ws.batch != nil {
+		wa, a, head = r.wbatchAnswer(ws, m.msg)
+	} else {
+		a = classifyAnswer(m.msg, nil, r.g.opts.HandlerTimeout)
+		wa = window.Answer{Outcome: outcomeOf(a), After: a.after, Reason: a.reason, Committed: a.committed}
 	}
-	r.onReply(ctx, s, m.msg, nil)
+	if a.warn != "" {
+		r.warnAnswer(a.warn, &ws.d, m.msg)
+	}
+	wa.ID, wa.Attempt, wa.Runs = ws.wid, ws.d.Attempt, m.runs
+	e := r.ws.st.Answered(time.Now(), wa)
+	o := outcomeOf(a)
+	switch l, dead := letterAt(&e, head); {
+	case o == window.Acked:
+		ws.span.End(observability.OutcomeAck, nil)
+	case dead:
+		ws.span.End(observability.OutcomeDeadLetter, errors.New(l.Reason))
+	case o == window.Panicked:
+		ws.span.EndPanic(a.reason, nil)
+	default:
+		ws.span.End(a.outcome, errors.New(a.reason))
+	}
+	r.wstep(ctx, e)
 }
+
+// wreplace gives up on the handler, as the window says (its probe
+// unanswered, or its stop), and spawns its successor after the group's
+// retry backoff for the replacements in a row.
+func (r *reader) wreplace(ctx actor.Context, rp *window.ReplaceHandler) {
+	old := r.handler
+	if old == nil {
+		return
+	}
+	why := errHandlerStopped
+	if rp.Hung != nil {
+		late := r.probeFor
+		waited := time.Since(late.sentAt)
+		r.g.logger.Warn(msgHandlerHung, "bucket", r.bucket, "event_id", late.id,
+			"stream", late.stream, "position", late.position, "attempt", late.attempt,
+			"unanswered_for", waited, "handler_timeout", r.g.opts.HandlerTimeout, "handler", old.String())
+		why = fmt.Errorf("%w: event %s (stream %s, position %d) unanswered for %v",
+			errHandlerHung, late.id, late.stream, late.position, waited.Round(time.Millisecond))
+	}
+	r.handler, r.probe = nil, 0
+	r.replacements++
+	r.g.setReaderState(r.bucket, readerReplacingHandler)
+	ctx.Unwatch(old)
+	ctx.Stop(old)
+	delay := r.g.opts.Retry.Backoff.Next(rp.Fails)
+	r.g.observer("handler").Observe(supervision.Decision{
+		Strategy: "reader", Supervisor: ctx.Self().String(), Child: old.String(), Class: supervision.Unknown,
+		Directive: actor.RestartDirective, Reason: why, Time: time.Now(), Attempt: rp.Fails, Delay: delay,
+		Targets: []string{old.String()},
+	})
+	r.after(ctx, delay, &respawnHandler{inc: r})
+}
+
+// markUnsure records a lease found unsure: the reader drains and stops
+// (see unsureLease).
+func (r *reader) markUnsure(err error) {
+	if r.unsure != nil {
+		return
+	}
+	r.g.telemetry.fenceLost(r.bucket, r.epoch, err)
+	r.unsure = err
+	r.draining = true
+}
+
+// wleft is the event the window leaves its successor at this epoch (see
+// leftRetry).
+func (r *reader) wleft() *leftRetry {
+	if r.ws.st == nil || r.ws.st.Len() == 0 {
+		return r.carried
+	}
+	l, ok := r.ws.st.Left()
+	if ws := r.runInFlight(); ws != nil {
+		l, ok, _ = r.ws.st.LeftRun(r.runOutcome(ws, ws.run.end()))
+	}
+	if !ok {
+		return nil
+	}
+	left := &leftRetry{pos: l.Pos, attempt: l.Attempt, free: l.Free}
+	if l.Letter != nil {
+		dl := r.wletterOf(l.Pos, l.Letter.Reason, l.Letter.Attempts)
+		left.letter = &dl
+	}
+	return left
+}
+
+// wcancel ends the contexts and spans of the deliveries with the handler
+// as the reader stops.
+func (r *reader) wcancel() {
+	for id, ws := range r.ws.out {
+		ws.release()
+		if ws.run != nil {
+			ws.span = ws.run.end().span // the event in hand, or the one not acked
+		}
+		ws.span.End(observability.OutcomeCancelled, nil)
+		delete(r.ws.out, id)
+	}
+}
+
+// wdeadLettered takes a dead letter's write: written, its slot finishes;
+// failed, it is written again in place (see retryInPlace), or the reader
+// fails.
+func (r *reader) wdeadLettered(ctx actor.Context, m *deadLettered) {
+	if r.stopped {
+		return
+	}
+	if m.err != nil {
+		err := fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err)
+		r.wdo(ctx, r.ws.st.LetterFailed(m.id))
+		if r.retryInPlace(ctx, err, &rewriteDeadLetter{inc: r, id: m.id}) {
+			return
+		}
+		panic(err)
+	}
+	r.storeFailures = 0
+	r.wstep(ctx, r.ws.st.LetterWritten(m.id))
+}
+
+// inFlight is how many slots the reader's window holds.
+func (r *reader) inFlight() int {
+	if r.ws.st == nil {
+		return 0
+	}
+	return r.ws.st.Len()
+}
+
+// outcomeOf is the window's outcome of a single delivery's answer.
+func outcomeOf(a replyMeaning) window.Outcome {
+	switch a.outcome {
+	case observability.OutcomeAck:
+		return window.Acked
+	case observability.OutcomeDeadLetter:
+		return window.DeadLettered
+	case observability.OutcomePanic:
+		return window.Panicked
+	}
+	return window.Retry
+}
+
+// wbatchAnswer reads a batch's answer for the window (see
+// classifyBatchAnswer): all done; a prefix done and the answer for the
+// first not done; or a failure as a whole. a is the meaning of the answer
+// for the event at head — the first not done — for its span and logs.
+func (r *reader) wbatchAnswer(ws *wsent, res any) (wa window.Answer, a replyMeaning, head int64) {
+	n := len(ws.batch)
+	m := classifyBatchAnswer(res, n)
+	switch {
+	case m.all:
+		return window.Answer{Outcome: window.BatchAcked, Done: n, Committed: m.committed},
+			replyMeaning{outcome: observability.OutcomeAck, warn: m.warn}, ws.batch[n-1].Position
+	case m.alone:
+		a = classifyAnswer(m.next, nil, r.g.opts.HandlerTimeout)
+		if a.outcome != observability.OutcomePanic {
+			a.outcome = observability.OutcomeRetry // a whole failure is a retry
+		}
+		wa = window.Answer{Outcome: outcomeOf(a), After: a.after, Reason: a.reason}
+		head = ws.batch[0].Position
+	default:
+		a = classifyAnswer(m.next, nil, r.g.opts.HandlerTimeout)
+		wa = window.Answer{Outcome: window.BatchAcked, Done: m.done, Committed: m.committed, Next: outcomeOf(a),
+			After: a.after, Reason: a.reason, NextCommitted: a.committed}
+		head = ws.batch[m.done].Position
+	}
+	if m.warn != "" {
+		a.warn = m.warn
+	}
+	return wa, a, head
+}
+
+// redeliver sends a retried event again once its delay has passed (the
+// window checks the lease first).
+func (r *reader) redeliver(ctx actor.Context, m *redeliver) {
+	if !r.stopped {
+		r.wstep(ctx, r.ws.st.Redeliver(time.Now(), m.id, m.attempt))
+	}
+}
+
+// onHandlerReply gives the window a handler's answer.
+func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) { r.wanswer(ctx, m) }
 
 var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
 
@@ -285,36 +569,9 @@ func (r *reader) handlerReady() bool { return r.handler != nil && r.probe == 0 }
 // taken for hung and replaced. So a retry never queues behind a stuck
 // call.
 func (r *reader) checkTimeouts(ctx actor.Context) {
-	now := time.Now()
-	if r.wired() {
-		if !r.stopped {
-			r.wstep(ctx, r.ws.st.Tick(now))
-		}
-		return
-	}
-	if r.probe != 0 && now.Sub(r.probeAt) >= r.probeWait() {
-		late := r.probeFor
-		waited := now.Sub(late.sentAt)
-		r.g.logger.Warn(msgHandlerHung, "bucket", r.bucket, "event_id", late.id,
-			"stream", late.stream, "position", late.position, "attempt", late.attempt,
-			"unanswered_for", waited, "handler_timeout", r.g.opts.HandlerTimeout, "handler", r.handler.String())
-		r.replaceHandler(ctx, fmt.Errorf("%w: event %s (stream %s, position %d) unanswered for %v",
-			errHandlerHung, late.id, late.stream, late.position, waited.Round(time.Millisecond)))
-	}
-	for _, s := range r.win.entries {
-		if s.state != entrySent || (s.run == nil && now.Sub(s.sentAt) < r.g.opts.HandlerTimeout) {
-			continue
-		}
-		if s.run != nil && !r.timeoutRun(ctx, s, now) {
-			continue // its event in hand is not late
-		}
-		if r.probe == 0 && s.to.Equal(r.handler) {
-			r.probe, r.probeAt = answerIDs.Add(1), now
-			r.probeFor = lateDelivery{id: s.d.Event.ID.String(), stream: s.d.Event.Stream,
-				position: s.d.Event.Position, attempt: s.d.Attempt, sentAt: s.sentAt}
-			ctx.Send(r.handler, &handlerProbe{seq: r.probe, replyTo: ctx.Self()})
-		}
-		r.onReply(ctx, s, nil, errHandlerTimeout)
+	if !r.stopped {
+		r.runProgress()
+		r.wstep(ctx, r.ws.st.Tick(time.Now()))
 	}
 }
 
@@ -337,10 +594,7 @@ func (r *reader) onProbeAnswer(ctx actor.Context, seq uint64) {
 		return
 	}
 	r.probe = 0
-	if r.wired() {
-		r.wdo(ctx, r.ws.st.ProbeAnswered(r.ws.probe))
-	}
-	r.pump(ctx)
+	r.wstep(ctx, r.ws.st.ProbeAnswered(r.ws.probe))
 }
 
 // errHandlerHung and errHandlerStopped are why a reader replaces its
@@ -357,122 +611,19 @@ func (r *reader) onHandlerTerminated(ctx actor.Context, who *actor.PID) {
 		return // a handler replaced earlier
 	}
 	r.g.logger.Warn("kumi: handler stopped; replacing it", "bucket", r.bucket, "handler", who.String())
-	if r.wired() {
-		r.wstep(ctx, r.ws.st.HandlerStopped(time.Now(), r.ws.hno))
-		return
-	}
-	r.replaceHandler(ctx, errHandlerStopped)
-}
-
-// replaceHandler gives up on the current handler and spawns its successor
-// after the group's retry backoff (growing while handlers keep failing,
-// from the start again once one answers). Deliveries it has not answered
-// and that are not yet late go to the successor without being charged to
-// their events' retry budgets: the fault was another event's. The old
-// handler is stopped; if it is stuck in a call, the stop takes effect when
-// the call returns, and nothing is sent to it meanwhile.
-func (r *reader) replaceHandler(ctx actor.Context, why error) {
-	old := r.handler
-	if old == nil {
-		return
-	}
-	r.handler, r.probe = nil, 0
-	r.handlerFails++
-	r.replacements++
-	r.g.setReaderState(r.bucket, readerReplacingHandler)
-	ctx.Unwatch(old)
-	ctx.Stop(old)
-	now := time.Now()
-	for _, s := range r.win.entries {
-		if s.state != entrySent || !s.to.Equal(old) {
-			continue // answered
-		}
-		if s.run != nil {
-			if since, inHand := s.run.lateSince(); inHand && now.Sub(since) >= r.g.opts.HandlerTimeout {
-				continue // late: the caller charges it
-			}
-			o, finished := r.endRun(ctx, s)
-			switch {
-			case finished:
-				continue
-			case !o.inHand && o.next == nil:
-				r.unsend(s) // its event was not started
-				continue
-			}
-			s.span = o.span
-		} else if now.Sub(s.sentAt) >= r.g.opts.HandlerTimeout {
-			continue // late: the caller charges it
-		}
-		s.release()
-		s.span.End(observability.OutcomeCancelled, nil)
-		r.unbatch(s)
-		next := *s.d
-		next.Attempt++
-		s.d, s.free = &next, s.free+1
-		s.state = entryWaiting
-		delete(r.win.busy, s.d.Event.Stream)
-	}
-	delay := r.g.opts.Retry.Backoff.Next(r.handlerFails)
-	r.g.observer("handler").Observe(supervision.Decision{
-		Strategy: "reader", Supervisor: ctx.Self().String(), Child: old.String(), Class: supervision.Unknown,
-		Directive: actor.RestartDirective, Reason: why, Time: now, Attempt: r.handlerFails, Delay: delay,
-		Targets: []string{old.String()},
-	})
-	r.after(ctx, delay, &respawnHandler{inc: r})
+	r.runProgress()
+	r.wstep(ctx, r.ws.st.HandlerStopped(time.Now(), r.ws.hno)) // replaced (see wreplace)
 }
 
 // spawnHandler starts a handler for the reader and watches it.
 func (r *reader) spawnHandler(ctx actor.Context) {
 	props := handlerProps(r.g.opts.Handler, r.g.handlerSupervisor, r.g.rt.dispatcher)
-	r.win.runs = false // until it says it takes them
 	r.handler = ctx.ActorSystem().Root.SpawnPrefix(props, fmt.Sprintf("kumi-handler-%s-%d-", r.g.opts.Subscription, r.bucket))
-	r.ws.hno++ // the window numbers its handlers so (see windowed.go)
+	r.ws.hno++ // the window numbers its handlers so (see window.State.HandlerSpawned)
 	ctx.Watch(r.handler)
 	if r.replacements > 0 && r.overflowed == nil {
 		r.g.setReaderState(r.bucket, "")
 	}
-}
-
-// onReply acts on the handler's answer (or its absence) for an entry.
-func (r *reader) onReply(ctx actor.Context, s *entry, res any, err error) {
-	s.release()
-	if s.run != nil {
-		var settled bool
-		if res, settled = r.onRunAnswer(ctx, s); settled {
-			return
-		}
-	}
-	span := s.span
-	a := classifyAnswer(res, err, r.g.opts.HandlerTimeout)
-	switch {
-	case a.outcome == observability.OutcomeAck:
-		span.End(observability.OutcomeAck, nil)
-		r.finish(ctx, s, a.committed)
-		return
-	case a.outcome == observability.OutcomeDeadLetter:
-		span.End(observability.OutcomeDeadLetter, errors.New(a.reason))
-		r.deadLetter(ctx, s, a.reason, s.d.Attempt+1)
-		return
-	case a.warn != "":
-		r.warnAnswer(a.warn, s.d, res)
-	}
-	dead, wait, reason := retryVerdict(r.g.opts.Retry, s.d.Attempt, s.free, a.after, a.reason)
-	next := *s.d // a new delivery per attempt (see entry.d)
-	next.Attempt++
-	s.d = &next
-	if dead {
-		span.End(observability.OutcomeDeadLetter, errors.New(reason))
-		r.deadLetter(ctx, s, reason, s.d.Attempt)
-		return
-	}
-	if a.outcome == observability.OutcomePanic {
-		span.EndPanic(reason, nil)
-	} else {
-		span.End(a.outcome, errors.New(reason))
-	}
-	s.state = entryRetrying
-	r.after(ctx, wait, &redeliver{inc: r, id: s.d.id})
-	r.maybeFinishDrain(ctx)
 }
 
 // The Warn logs of a handler that breaks the contract, once per bucket
@@ -494,7 +645,7 @@ type answerWarning struct {
 	msg    string
 }
 
-// warnAnswer logs msg for the entry's answer, unless the group logged it for
+// warnAnswer logs msg for the answer to d, unless the group logged it for
 // the bucket already: a handler that never answers, or answers with the
 // wrong type, fails every event the same way, and one line per bucket
 // says it.
@@ -506,46 +657,8 @@ func (r *reader) warnAnswer(msg string, d *Delivery, answer any) {
 		"stream", d.Event.Stream, "position", d.Event.Position, "handler_timeout", r.g.opts.HandlerTimeout)
 }
 
-// deadLetter records an entry's event, delivered attempts times, as a dead
-// letter; the entry finishes when the row is written.
-func (r *reader) deadLetter(ctx actor.Context, s *entry, reason string, attempts int) {
-	s.state = entryDeadLettering
-	d := s.d
-	s.dl = &eventsource.DeadLetter{
-		Subscription: d.Subscription, Generation: d.Generation, Bucket: d.Bucket, EventID: d.Event.ID,
-		Position: d.Event.Position, Stream: d.Event.Stream, Reason: reason, Attempts: attempts,
-	}
-	r.writeDeadLetter(ctx, s)
-}
-
-// writeDeadLetter writes a dead-lettering entry's row.
-func (r *reader) writeDeadLetter(ctx actor.Context, s *entry) {
-	dl, id := *s.dl, s.d.id
-	r.async(ctx, func(c context.Context) any {
-		_, err := r.g.store.AddDeadLetter(c, dl)
-		return &deadLettered{inc: r, id: id, err: err}
-	})
-}
-
-func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) {
-	if r.wired() {
-		r.wdeadLettered(ctx, m)
-		return
-	}
-	s := r.win.byID[m.id]
-	if s == nil || s.state != entryDeadLettering {
-		return
-	}
-	if m.err != nil {
-		err := fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err)
-		if r.retryInPlace(ctx, err, &rewriteDeadLetter{inc: r, id: m.id}) {
-			return
-		}
-		panic(err)
-	}
-	r.storeFailures = 0
-	r.finish(ctx, s, false)
-}
+// onDeadLettered takes a dead letter's write (see wdeadLettered).
+func (r *reader) onDeadLettered(ctx actor.Context, m *deadLettered) { r.wdeadLettered(ctx, m) }
 
 // retryInPlace decides about a failed database call of the reader. A
 // transient failure (a dropped connection, a timeout, a serialization
@@ -572,30 +685,6 @@ func (r *reader) retryInPlace(ctx actor.Context, err error, again any) bool {
 		r.after(ctx, r.g.opts.Retry.Backoff.Next(r.storeFailures), again)
 	}
 	return true
-}
-
-// finish marks an entry done, frees its stream, and moves the acknowledged
-// position over the window's finished prefix.
-func (r *reader) finish(ctx actor.Context, s *entry, committed bool) {
-	s.state = entryDone
-	delete(r.win.byID, s.d.id)
-	delete(r.win.busy, s.d.Event.Stream)
-	var a checkpointing.Ack
-	done := 0
-	for _, f := range r.win.entries {
-		if f.state != entryDone {
-			break
-		}
-		a.Through = f.last()
-		a.Events += f.count()
-		done++
-	}
-	r.win.dropFinished(done)
-	if committed {
-		a.Committed = s.last()
-	}
-	r.cpDo(ctx, r.cp.Finished(a))
-	r.pump(ctx)
 }
 
 // acked is the position through which the reader's events were handled
@@ -679,31 +768,14 @@ func writeFailure(err error) checkpointing.Failure {
 	return checkpointing.Permanent
 }
 
-// maybeFinishDrain ends a drain once no entry is with the handler or being
-// dead-lettered and the checkpoint is flushed — or, under an unsure lease,
-// its write failed. The entries that sendOnDrain does not send are left to
-// the next owner: the checkpoint stays before them.
+// maybeFinishDrain ends a drain once the window says so — nothing with
+// the handler or being dead-lettered, nothing more to send — and the
+// checkpoint is flushed, or, under an unsure lease, its write failed. The
+// events the window does not send are left to the next owner: the
+// checkpoint stays before them.
 func (r *reader) maybeFinishDrain(ctx actor.Context) {
-	if !r.draining || r.stopped {
+	if !r.draining || r.stopped || !r.ws.drained {
 		return
-	}
-	if r.wired() {
-		if !r.ws.drained {
-			return // with the handler or the store, or to be sent once it is ready
-		}
-		r.endDrain(ctx)
-		return
-	}
-	for _, s := range r.win.entries {
-		if s.run != nil {
-			s.run.cutShort() // it answers after the event in hand
-		}
-	}
-	if r.sendOnDrain(ctx); r.stopped {
-		return
-	}
-	if r.win.active() > 0 || len(r.drainSends()) > 0 {
-		return // with the handler, or to be sent once it is ready
 	}
 	r.endDrain(ctx)
 }
@@ -728,97 +800,15 @@ func (r *reader) endDrain(ctx actor.Context) {
 	ctx.Stop(ctx.Self())
 }
 
-// sendOnDrain delivers, during a drain, the entries that keep the
-// checkpoint before events already sent (see drainSends), once the
-// handler is ready: a drain that begins while it is probed or replaced
-// waits for its answer or its successor (beginDrain spawns one at once),
-// and ends only when nothing more is to be sent. Nothing is sent under an
-// unsure lease.
-func (r *reader) sendOnDrain(ctx actor.Context) {
-	if !r.handlerReady() {
-		return // pump calls again once it is ready
-	}
-	for _, s := range r.drainSends() {
-		if err := r.g.leases.EnsureHeld(r.bucket); err != nil {
-			r.unsureLease(ctx, err)
-			return
-		}
-		if s.state == entryRetrying || s.due {
-			s.drainSent = true // the drain's one more attempt of a retried event
-		}
-		if s.state == entryRetrying {
-			r.send(ctx, s)
-		} else {
-			r.sendFirst(ctx, s)
-		}
-		if r.stopped {
-			return
-		}
-	}
-}
-
-// drainSends is what a drain has to send now: with MaxInFlight above 1,
-// the entries before the window's last one that left the waiting state. A
-// entry waiting behind an earlier event of its stream goes once its stream
-// is free, as it would have; a retrying one (or one whose retry fell due
-// while the handler was away) goes at once, not after its backoff — the
-// next reader of the bucket, which starts from the checkpoint, would send
-// it at once too — for one more attempt, charged to its retry budget.
-// Left, they would keep the checkpoint before the events finished after
-// them, and the next reader — the next owner after a handoff or a
-// graceful stop, the reader spawned after an overflow — would deliver
-// those again. The drain takes no new event, and each of these is
-// bounded, like the events in flight, by HandlerTimeout. A retried entry
-// answered Retry again (or a panic, or no answer in time) after its drain
-// attempt is left, and so is everything after it not yet sent: the next
-// reader repeats what was finished after it (see docs/guarantees.md).
-// Nothing, under an unsure lease.
-func (r *reader) drainSends() []*entry {
-	if r.unsure != nil {
-		return nil
-	}
-	last := -1 // the last entry that left the waiting state
-	for i, s := range r.win.entries {
-		if s.state != entryWaiting {
-			last = i
-		}
-	}
-	var out []*entry
-	var taken map[string]bool // streams of entries taken here
-	for _, s := range r.win.entries[:max(last, 0)] {
-		stream := s.d.Event.Stream
-		switch {
-		case s.state == entryRetrying && s.drainSent:
-			return out // left: whatever is sent after it would be repeated
-		case s.state == entryRetrying:
-		case s.state == entryWaiting && !r.win.busy[stream] && !taken[stream]:
-		default:
-			continue
-		}
-		if taken == nil {
-			taken = map[string]bool{}
-		}
-		taken[stream] = true
-		out = append(out, s)
-	}
-	return out
-}
-
-// beginDrain starts a drain (a handoff, a graceful stop, an overflow). A
-// handler being replaced is spawned again at once, not after its backoff,
-// when the drain has something to send: the drain would wait for it.
+// beginDrain starts a drain (a handoff, a graceful stop, an overflow):
+// the window takes nothing new, sends what keeps the checkpoint before
+// events already sent (see window.State.Drain), and has a handler being
+// replaced spawned at once when it has something to send.
 func (r *reader) beginDrain(ctx actor.Context) {
 	r.draining = true
-	if r.wired() {
-		if !r.stopped {
-			r.wstep(ctx, r.ws.st.Drain()) // a handler being replaced is spawned at once (SpawnNow)
-		}
-		return
+	if !r.stopped {
+		r.wstep(ctx, r.ws.st.Drain())
 	}
-	if r.handler == nil && !r.stopped && len(r.drainSends()) > 0 {
-		r.spawnHandler(ctx)
-	}
-	r.maybeFinishDrain(ctx)
 }
 
 // unsureLease stops the reader once it can no longer be sure it holds its
@@ -835,11 +825,7 @@ func (r *reader) unsureLease(ctx actor.Context, err error) {
 		return
 	}
 	r.markUnsure(err)
-	if r.wired() {
-		r.wstep(ctx, r.ws.st.Unsure())
-		return
-	}
-	r.maybeFinishDrain(ctx)
+	r.wstep(ctx, r.ws.st.Unsure())
 }
 
 // lostFence stops the reader at once: another worker holds the bucket (a
@@ -863,3 +849,6 @@ func (r *reader) lostFence(ctx actor.Context, err error) {
 func (r *reader) tellLost(ctx actor.Context, err error) {
 	ctx.Send(ctx.Parent(), &readerLostFence{Bucket: r.bucket, Epoch: r.epoch, Err: err})
 }
+
+// eventSize is what an event counts against Batch.MaxBytes.
+func eventSize(e eventsource.RecordedEvent) int { return len(e.Data) + len(e.Metadata) }

@@ -131,23 +131,18 @@ func keys[V any](m map[int]V) []int {
 
 // describe is the reader's state in one line.
 func (r *reader) describe() string {
-	states := map[entryState]int{}
-	for _, s := range r.win.entries {
-		states[s.state]++
+	win, oldest := "none", time.Duration(0)
+	if r.ws.st != nil {
+		win = r.ws.st.String()
 	}
-	first := "none"
-	if r.wired() {
-		first = r.ws.st.String()
-	} else if len(r.win.entries) > 0 {
-		s := r.win.entries[0]
-		first = fmt.Sprintf("position %d state %d attempt %d sent %v ago", s.d.Event.Position, s.state, s.d.Attempt,
-			time.Since(s.sentAt).Round(time.Millisecond))
+	for _, ws := range r.ws.out {
+		oldest = max(oldest, time.Since(ws.sentAt).Round(time.Millisecond))
 	}
 	return fmt.Sprintf("feed %s checkpoint %v "+
-		"pending %d window %d %v (first: %s) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v "+
+		"pending %d window %d %s (oldest delivery sent %v ago) handler %v probe %d draining %v stopped %v unsure %v overflowed %v store failures %d queue %+v "+
 		"resize %s",
 		r.feed, r.cp,
-		len(r.feed.Pending()), r.inFlight(), states, first, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
+		len(r.feed.Pending()), r.inFlight(), win, oldest, r.handler != nil, r.probe, r.draining, r.stopped, r.unsure, r.overflowed,
 		r.storeFailures, r.queue.Stats(), r.part.String())
 }
 

@@ -110,12 +110,7 @@ func (w *testWorker) firstSlot() (st string, attempt, free int, handler, ok bool
 	got := make(chan view, 1)
 	w.sys.Root.Send(ps[0], inspectReader(func(r *reader) {
 		v := view{handler: r.handler != nil}
-		if r.wired() {
-			v.st, v.attempt, v.free, v.ok = r.ws.st.First()
-		} else if len(r.win.entries) > 0 {
-			s := r.win.entries[0]
-			v.st, v.attempt, v.free, v.ok = [...]string{"waiting", "sent", "retrying", "letter", "done"}[s.state], s.d.Attempt, s.free, true
-		}
+		v.st, v.attempt, v.free, v.ok = r.ws.st.First()
 		got <- v
 	}))
 	select {

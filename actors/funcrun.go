@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/window"
 	"github.com/kumi-run/kumi/observability"
 )
 
@@ -18,7 +20,7 @@ import (
 // An actor handler is sent one *Delivery per event and answers each: two
 // actor messages per event, each a mailbox run on another goroutine. A
 // function handler needs neither: the reader sends its handler actor a run,
-// the events that follow in the bucket's pending list (one entry of the
+// the events that follow in the bucket's pending list (one slot of the
 // delivery window, as a batch is), and the handler calls the function for
 // them one at a time, in order, each with a Delivery of its own, then
 // answers once. Per event, on the handler's goroutine, it does what the
@@ -61,7 +63,7 @@ type run struct {
 	mu sync.Mutex
 	// limit is the reader's resize bound (beyondBound) as it was when the
 	// reader last looked: no event beyond it is started, but the first
-	// (the entry's, within the bound when it entered the window).
+	// (the slot's, within the bound when it entered the window).
 	limit     int64
 	done      int  // events acked, from the first
 	committed bool // the last acked event was committed with its checkpoint
@@ -180,25 +182,6 @@ func (h *funcHandler) handle(root *actor.RootContext, ru *run) {
 	root.Send(ru.d.replyTo, &handlerReply{id: ru.d.id, attempt: ru.d.Attempt, msg: ru})
 }
 
-// sendRun sends an entry to a function handler as a run: its event and the
-// pending events that follow, up to the first the single path would not
-// send now — one beyond the resize bound (see beyondBound), or an
-// unreadable one (dead-lettered on its own, as the first of an entry) — and
-// at most runEvents.
-func (r *reader) sendRun(ctx actor.Context, s *entry) {
-	n, most, pending := 0, r.runEvents(), r.feed.Pending()
-	for n < len(pending) && n+1 < most && pending[n].Err == nil && !r.beyondBound(pending[n].Position) {
-		n++
-	}
-	evs := make([]eventsource.RecordedEvent, 0, n+1)
-	evs = append(append(evs, s.d.Event), r.feed.Take(n)...)
-	now := time.Now()
-	s.batch, s.state, s.sentAt, s.to = evs, entrySent, now, r.handler
-	s.run = &run{d: s.d, events: evs, held: r.g.leases.EnsureHeld, slot: r.bucket, tel: r.g.telemetry, until: now.Add(r.tick),
-		limit: r.runLimit()}
-	ctx.Send(r.handler, s.run)
-}
-
 // runEvents is the most events a run takes: maxRunEvents, and no more
 // than CheckpointEvery, so that the checkpoint keeps the pace of single
 // deliveries (a run's answer brings at most CheckpointEvery acks) and a
@@ -219,90 +202,119 @@ func (r *reader) runLimit() int64 {
 // of the bound is followed by a pump, which calls this (the freeze at the
 // cursor is not, and needs none: a run holds no event beyond the cursor).
 func (r *reader) limitRuns() {
-	for _, s := range r.win.entries {
-		if s.run != nil {
-			s.run.mu.Lock()
-			s.run.limit = r.runLimit()
-			s.run.mu.Unlock()
+	if ws := r.runInFlight(); ws != nil {
+		ws.run.mu.Lock()
+		ws.run.limit = r.runLimit()
+		ws.run.mu.Unlock()
+	}
+}
+
+// runInFlight is the run with the handler, if one is (a run is the
+// window's only slot: runs need MaxInFlight 1 and no batches, and no
+// other reader looks through its deliveries for one).
+func (r *reader) runInFlight() *wsent {
+	if r.g.opts.MaxInFlight != 1 || r.g.opts.Batch.on() {
+		return nil
+	}
+	for _, ws := range r.ws.out {
+		if ws.run != nil {
+			return ws
 		}
 	}
+	return nil
 }
 
-// takesRuns reports whether the reader sends its handler runs: a function
-// handler (it said so in its first answer), one event in flight, no
-// batches.
-func (r *reader) takesRuns() bool {
-	return r.win.runs && r.g.opts.MaxInFlight == 1 && !r.g.opts.Batch.on()
-}
-
-// endRun ends an entry's run and applies what the handler finished: the
-// acked prefix moves the acked position (the entry finishes when all its
-// events are done: finished is true), the first event not done becomes
-// the entry's, the events after it go back to the front of the pending
-// list.
-func (r *reader) endRun(ctx actor.Context, s *entry) (o runOutcome, finished bool) {
-	o = s.run.end()
-	s.run = nil
-	if o.done == len(s.batch) {
-		r.finish(ctx, s, o.committed)
-		return o, true
+// runProgress tells the window how far the run in flight is, before an
+// input that may time it out or replace its handler.
+func (r *reader) runProgress() {
+	if ws := r.runInFlight(); ws != nil {
+		since, inHand := ws.run.lateSince()
+		r.ws.st.RunProgress(since, inHand)
 	}
+}
+
+// runOutcome is a run's outcome as the window takes it.
+func (r *reader) runOutcome(ws *wsent, o runOutcome) window.RunOutcome {
+	ro := window.RunOutcome{Run: ws.runNo, Done: o.done, Committed: o.committed, InHand: o.inHand, Cut: o.next == nil,
+		Unsure: o.unsure != nil}
+	if o.next != nil {
+		a := classifyAnswer(o.next, nil, r.g.opts.HandlerTimeout)
+		ro.Next, ro.After, ro.Reason = outcomeOf(a), a.after, a.reason
+	}
+	return ro
+}
+
+// runAnswered gives the window a run's answer: its acked prefix finishes,
+// the event not acked is answered for as a single delivery, a run cut
+// short leaves its first event not done waiting, uncharged.
+func (r *reader) runAnswered(ctx actor.Context, ws *wsent) {
+	o := ws.run.end()
+	e := r.ws.st.RunAnswered(time.Now(), r.runOutcome(ws, o))
+	if o.unsure != nil {
+		r.markUnsure(o.unsure) // EnsureHeld failed before the event not started
+	}
+	r.endRunSpan(ws, o, &e, false)
+	r.wstep(ctx, e)
+}
+
+// endRun ends the run the window asks to end (its event in hand late, or
+// its handler replaced) and gives the window its outcome.
+func (r *reader) endRun(ctx actor.Context, er *window.EndRun) {
+	ws := r.runInFlight()
+	if ws == nil || ws.runNo != er.Run {
+		return
+	}
+	delete(r.ws.out, ws.d.id)
+	since, _ := ws.run.lateSince()
+	o := ws.run.end()
+	e := r.ws.st.RunEnded(time.Now(), r.runOutcome(ws, o))
+	if er.Late && o.inHand && e.Probe != 0 {
+		head := ws.batch[o.done]
+		attempt := 0
+		if o.done == 0 {
+			attempt = ws.d.Attempt
+		}
+		r.probeFor = lateDelivery{id: head.ID.String(), stream: head.Stream, position: head.Position, attempt: attempt,
+			sentAt: since}
+	}
+	r.endRunSpan(ws, o, &e, er.Late)
+	r.wdo(ctx, e)
+}
+
+// endRunSpan ends the span of the run's event not acked, as the window
+// took it (e): timed out, sent again uncharged, or answered.
+func (r *reader) endRunSpan(ws *wsent, o runOutcome, e *window.Effects, late bool) {
+	if o.done >= len(ws.batch) {
+		return // all acked: the handler ended their spans
+	}
+	d := ws.d
+	d.Event = ws.batch[o.done]
 	if o.done > 0 {
-		r.ackPrefix(ctx, s, o.done, o.committed)
+		d.Attempt = 0
 	}
-	r.unbatch(s)
-	return o, false
-}
-
-// onRunAnswer acts on a run's answer. An event not acked is answered for as
-// a single delivery (next); a run cut short leaves its first event not done
-// waiting, uncharged.
-func (r *reader) onRunAnswer(ctx actor.Context, s *entry) (next any, settled bool) {
-	o, finished := r.endRun(ctx, s)
-	if finished {
-		return nil, true
-	}
-	if o.next == nil {
-		r.unsend(s)
-		if o.unsure != nil {
-			r.unsureLease(ctx, o.unsure)
-			return nil, true
-		}
-		r.pump(ctx)
-		return nil, true
-	}
-	s.span = o.span
-	return o.next, false
-}
-
-// unsend puts an entry whose event was not handled back to waiting.
-func (r *reader) unsend(s *entry) {
-	s.state = entryWaiting
-	delete(r.win.busy, s.d.Event.Stream)
-}
-
-// timeoutRun times out a run whose event in hand is late: the events before
-// it are acked, it is the entry's event, its span the entry's. It reports
-// whether the entry's event is late (the caller times it out); a run whose
-// handler answered or moved on in the meantime is left or settled.
-func (r *reader) timeoutRun(ctx actor.Context, s *entry, now time.Time) bool {
-	since, inHand := s.run.lateSince()
-	if !inHand || now.Sub(since) < r.g.opts.HandlerTimeout {
-		return false
-	}
-	o, finished := r.endRun(ctx, s)
+	var a replyMeaning
 	switch {
-	case finished:
-		return false
+	case o.inHand && late:
+		a = classifyAnswer(nil, errHandlerTimeout, r.g.opts.HandlerTimeout)
 	case o.inHand:
-		s.span, s.sentAt = o.span, since
-		return true
-	case o.next != nil: // answered just now: its answer is dropped (the run is no longer the entry's)
-		s.span = o.span
-		r.onReply(ctx, s, o.next, nil)
+		o.span.End(observability.OutcomeCancelled, nil)
+		return
+	case o.next != nil:
+		a = classifyAnswer(o.next, nil, r.g.opts.HandlerTimeout)
 	default:
-		r.unsend(s)
-		r.pump(ctx)
+		return // cut short before it: not started
 	}
-	return false
+	if a.warn != "" {
+		r.warnAnswer(a.warn, &d, o.next)
+	}
+	switch l, dead := letterAt(e, d.Event.Position); {
+	case a.outcome == observability.OutcomeAck:
+		o.span.End(observability.OutcomeAck, nil)
+	case dead:
+		o.span.End(observability.OutcomeDeadLetter, errors.New(l.Reason))
+	case a.outcome == observability.OutcomePanic:
+		o.span.EndPanic(a.reason, nil)
+	default:
+		o.span.End(a.outcome, errors.New(a.reason))
+	}
 }

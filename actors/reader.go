@@ -73,7 +73,7 @@ type (
 	redeliver struct {
 		inc     *reader
 		id      uint64
-		attempt int // the window's (see windowed.go)
+		attempt int // the window's (see window.State.Redeliver)
 	}
 	flushTick      struct{ inc *reader }
 	respawnHandler struct{ inc *reader }
@@ -124,7 +124,6 @@ type reader struct {
 	told resizeTold
 
 	handler      *actor.PID // nil while it is being replaced
-	handlerFails int        // replacements since a handler last answered
 	replacements int        // handlers replaced in this reader's life
 	probe        uint64     // the probe of the handler that is out (see answerIDs), 0 if none
 	probeAt      time.Time
@@ -136,9 +135,8 @@ type reader struct {
 	// read and not yet in the window, the catch-up and the hold of the
 	// live queue. The reader carries out its effects (see feedDo).
 	feed *readfeed.Feed
-	win  window // events being delivered
-	// ws is the window as a state machine, when the reader's is one (see
-	// windowed.go): win is then unused.
+	// ws is the delivery window, a state machine (internal/window), and
+	// what the reader keeps beside it (see deliver.go).
 	ws windowed
 	// cp is the checkpoint side (internal/checkpointing): the acked
 	// position — how far the window's finished prefix reaches — and the
@@ -251,18 +249,13 @@ func (r *reader) Receive(ctx actor.Context) {
 			r.feedDo(ctx, r.feed.ReadAgain(r.feedEnv()))
 		}
 	case *rewriteDeadLetter:
-		if msg.inc == r && !r.stopped && r.wired() {
+		if msg.inc == r && !r.stopped {
 			r.wdo(ctx, r.ws.st.RewriteLetter(msg.id))
-		} else if s := r.win.byID[msg.id]; msg.inc == r && !r.stopped && s != nil && s.state == entryDeadLettering {
-			r.writeDeadLetter(ctx, s)
 		}
 	case *respawnHandler:
 		if msg.inc == r && !r.stopped && r.handler == nil {
 			r.spawnHandler(ctx)
-			if r.wired() {
-				r.wdo(ctx, r.ws.st.HandlerSpawned())
-			}
-			r.pump(ctx)
+			r.wstep(ctx, r.ws.st.HandlerSpawned())
 		}
 	case *drainReader:
 		r.beginDrain(ctx)
@@ -349,7 +342,6 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.g.setReaderState(r.bucket, "")
 	r.unreport()
-	r.win.cancel()
 	r.wcancel()
 	if r.handler != nil {
 		ctx.Stop(r.handler) // not a child: it does not stop with the reader by itself
@@ -392,7 +384,7 @@ func (r *reader) keepTicking(ctx actor.Context) {
 // handled written, needs none: its last report stands until something
 // comes (1,600 idle buckets' ticks were 8,000 messages a second).
 func (r *reader) tickNeeded() bool {
-	return r.cp.Acked() > r.cp.Flushed() || r.cp.Phase() == checkpointing.Writing || len(r.win.entries) > 0 ||
+	return r.cp.Acked() > r.cp.Flushed() || r.cp.Phase() == checkpointing.Writing || r.ws.st.Len() > 0 ||
 		r.probe != 0 || r.feed.Phase() != readfeed.Live || len(r.feed.Pending()) > 0
 }
 
@@ -601,8 +593,9 @@ func (r *reader) endOverflowed(err error) {
 	panic(err) // permanent: supervision stops the reader
 }
 
-// leftRetry is the event of the window's first entry — the first after the
-// acked position — if it was delivered and not finished: one waiting to be
+// leftRetry is the event of the window's first slot — the first after the
+// acked position — if it was delivered and not finished (window.State.Left,
+// and LeftRun with a run in flight): one waiting to be
 // sent again (its backoff, a replaced handler, or the lease found unsure
 // before it went), with its attempts; or one with the handler as the
 // reader stops at once (a restart, or a stop by its coordinator) — of a
@@ -611,36 +604,7 @@ func (r *reader) endOverflowed(err error) {
 // event's fault; or one whose dead letter was being written, with the
 // letter, for the successor to write again. Else the one carried from a
 // predecessor and not yet taken into the window; nil if none.
-func (r *reader) leftRetry() *leftRetry {
-	if r.wired() {
-		return r.wleft()
-	}
-	if len(r.win.entries) == 0 {
-		return r.carried
-	}
-	s := r.win.entries[0]
-	switch {
-	case s.state == entrySent && s.run != nil:
-		o := s.run.end()
-		if o.done == len(s.batch) || (!o.inHand && o.next == nil) {
-			return nil // all finished, or the next not started
-		}
-		l := &leftRetry{pos: s.batch[o.done].Position, attempt: 1, free: 1}
-		if o.done == 0 {
-			l.attempt, l.free = s.d.Attempt+1, s.free+1
-		}
-		return l
-	case s.state == entrySent:
-		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt + 1, free: s.free + 1}
-	case s.state == entryDeadLettering && s.run == nil && len(s.batch) <= 1, s.state == entryWaiting && s.dl != nil:
-		// Its letter being written, or carried and not written again yet.
-		dl := *s.dl
-		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free, letter: &dl}
-	case s.d.Attempt > 0 && (s.state == entryRetrying || s.state == entryWaiting):
-		return &leftRetry{pos: s.d.Event.Position, attempt: s.d.Attempt, free: s.free}
-	}
-	return nil
-}
+func (r *reader) leftRetry() *leftRetry { return r.wleft() }
 
 // wrote records the checkpoint a stopping reader wrote.
 func (h *handledMark) wrote(pos int64) {

@@ -61,7 +61,7 @@ func TestReaderReadsNothingBeforeItsCheckpoint(t *testing.T) {
 	var early bool
 	w.onReader(t, pid, func(r *reader) {
 		state = r.describe()
-		early = !r.loaded() && (r.feed.Reading() || len(r.feed.Pending()) > 0 || len(r.win.entries) > 0 || r.feed.Cursor() != 0)
+		early = !r.loaded() && (r.feed.Reading() || len(r.feed.Pending()) > 0 || r.inFlight() > 0 || r.feed.Cursor() != 0)
 		require.False(t, r.loaded(), "the precondition: the checkpoint is not loaded yet (%s)", state)
 	})
 	require.False(t, early, "the reader read before its checkpoint was loaded: %s", state)

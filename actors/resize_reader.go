@@ -169,8 +169,6 @@ func (r *reader) maybeDrainToCut(ctx actor.Context) {
 	switch {
 	case len(r.ws.held) > 0:
 		finished = min(finished, r.ws.held[0].Position-1)
-	case len(r.win.entries) > 0:
-		finished = min(finished, r.win.entries[0].d.Event.Position-1)
 	case len(pending) > 0:
 		finished = min(finished, pending[0].Position-1)
 	}

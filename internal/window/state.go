@@ -403,20 +403,18 @@ func (s *State) sendable() []*slot {
 	}
 	out := s.out[:0]
 	defer func() { clear(out[len(out):cap(out)]) }() // hold no slot finished since
-	clear(s.busy)
-	n := len(s.slots)
 	if !s.draining {
+		// The waiting slots are few (the ones just taken, or sent
+		// again): each looks back for its stream, with no map to fill.
 		for i, sl := range s.slots {
-			if sl.state == waiting && s.busy.free(sl) {
+			if sl.state == waiting && s.streamFree(i) {
 				out = append(out, sl)
-			}
-			if i < n-1 { // a later slot asks
-				s.busy.pass(sl)
 			}
 		}
 		s.out = out
 		return out
 	}
+	clear(s.busy)
 	if fault == faultDrainLeavesRetries {
 		return nil
 	}
@@ -438,6 +436,21 @@ func (s *State) sendable() []*slot {
 	}
 	s.out = out
 	return out
+}
+
+// streamFree reports whether no slot before slot i of its stream is
+// unfinished.
+func (s *State) streamFree(i int) bool {
+	if fault == faultStreamJump {
+		return true
+	}
+	st := s.slots[i].ev.Stream
+	for _, o := range s.slots[:i] {
+		if o.state != done && o.ev.Stream == st {
+			return false
+		}
+	}
+	return true
 }
 
 // Lease takes the answer of a lease check: held, what is to be sent goes;
@@ -540,8 +553,13 @@ func (s *State) takeBatch(sl *slot, pending []Event, e *Effects) []Event {
 	return evs
 }
 
-// takesRuns reports whether slots go as runs (actors/funcrun.go
-// takesRuns).
+// Runs reports whether the slot sent next goes as a run: [State.Lease]
+// then looks at its pending list (the actor gives it the events a run
+// may take).
+func (s *State) Runs() bool { return s.takesRuns() }
+
+// takesRuns reports whether slots go as runs: the handler said it takes
+// them (Answer.Runs), with MaxInFlight 1 and no batches.
 func (s *State) takesRuns() bool {
 	return s.runs && s.cfg.RunEvents > 0 && s.cfg.MaxInFlight == 1 && !s.cfg.Batch.on()
 }
