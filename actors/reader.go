@@ -370,7 +370,10 @@ func (r *reader) async(ctx actor.Context, fn func(context.Context) any) {
 // armed, the reader stopped, or the tick has nothing to do (see
 // tickNeeded).
 func (r *reader) keepTicking(ctx actor.Context) {
-	if r.ticking || r.stopped || r.cp == nil || !r.tickNeeded() {
+	// A start that panicked before its window was built (endOverflowed)
+	// has none: this runs deferred, during the panic, and must not
+	// replace the panic's error with its own.
+	if r.ticking || r.stopped || r.cp == nil || r.ws.st == nil || !r.tickNeeded() {
 		return
 	}
 	r.ticking = true
