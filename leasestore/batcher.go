@@ -50,12 +50,10 @@ type PassBatcher struct {
 	pool   *pgxpool.Pool
 	linger time.Duration
 
-	mu      sync.Mutex
-	pending []*batchedPass
-	armed   bool // a flush is scheduled
-	// joins are the joins queued (see join), joinArmed their flush.
-	joins     []*batchedJoin
-	joinArmed bool
+	mu sync.Mutex
+	// passes are the passes queued (see run), joins the joins (see join).
+	passes batchQueue[*batchedPass]
+	joins  batchQueue[*batchedJoin]
 	// manual, set by tests, flushes only when the test calls flush.
 	manual bool
 }
@@ -83,14 +81,106 @@ func NewPassBatcher(pool *pgxpool.Pool, linger time.Duration) (*PassBatcher, err
 // batchedPass is one store's pass in a batcher: queued, then sent, then
 // done.
 type batchedPass struct {
+	// batchCall's done is closed once first or err is set; err is why
+	// the pass has no first (errRunAlone: it runs on its own).
+	batchCall
+	// first is what the pass's first batch read, committed.
+	first firstBatch
+}
+
+// batchCall is what a pass and a join queued in a batcher share: the
+// store and its pid, the caller's context, and the end — done, closed
+// once the call's outcome is set, err among it.
+type batchCall struct {
 	s    *Store
 	pid  *int32
 	ctx  context.Context
-	done chan struct{} // closed once first or err is set
-	// first is what the pass's first batch read, committed; err is why it
-	// has none (errRunAlone: the pass runs on its own).
-	first firstBatch
-	err   error
+	done chan struct{}
+	err  error
+}
+
+func (c *batchCall) call() *batchCall { return c }
+
+// batchItem is a call a batcher queues: a *batchedPass or a *batchedJoin.
+type batchItem interface {
+	comparable
+	call() *batchCall
+}
+
+// batchQueue is the calls of one kind queued in a batcher, and whether
+// their flush is scheduled; the batcher's mu guards it.
+type batchQueue[T batchItem] struct {
+	items []T
+	armed bool
+}
+
+// submit queues it in q and sends q at once, by send, when it is full;
+// otherwise it schedules q's flush after the linger (a tenth of the
+// heartbeat at most: a pass's bound is one), unless one is scheduled or
+// the batcher is flushed by hand.
+func submit[T batchItem](b *PassBatcher, q *batchQueue[T], it T, send func([]T)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q.items = append(q.items, it)
+	switch {
+	case len(q.items) >= maxPassBatch:
+		qs := q.items
+		q.items = nil
+		go send(qs)
+	case !q.armed && !b.manual:
+		q.armed = true
+		time.AfterFunc(min(b.linger, it.call().s.cfg.Heartbeat/10), func() { flushQueue(b, q, send) })
+	}
+}
+
+// flushQueue sends every call queued in q, by send.
+func flushQueue[T batchItem](b *PassBatcher, q *batchQueue[T], send func([]T)) {
+	b.mu.Lock()
+	qs := q.items
+	q.items, q.armed = nil, false
+	b.mu.Unlock()
+	if len(qs) > 0 {
+		send(qs)
+	}
+}
+
+// await waits for it's end and reports whether it came before its
+// context's. When the context ended first, a call still queued leaves
+// q; one under way is waited for (its round trip is bounded), so that a
+// call never commits after its caller returned.
+func await[T batchItem](b *PassBatcher, q *batchQueue[T], it T) bool {
+	c := it.call()
+	select {
+	case <-c.done:
+		return true
+	case <-c.ctx.Done():
+	}
+	b.mu.Lock()
+	queued := slices.Index(q.items, it)
+	if queued >= 0 {
+		q.items = slices.Delete(q.items, queued, queued+1)
+	}
+	b.mu.Unlock()
+	if queued < 0 {
+		<-c.done
+	}
+	return false
+}
+
+// liveCalls ends the calls of qs whose context has ended, with its error,
+// and returns the others, in qs's array.
+func liveCalls[T batchItem](qs []T) []T {
+	live := qs[:0]
+	for _, it := range qs {
+		c := it.call()
+		if c.ctx.Err() != nil {
+			c.err = c.ctx.Err()
+			close(c.done)
+			continue
+		}
+		live = append(live, it)
+	}
+	return live
 }
 
 // errRunAlone: the shared round trip did not carry the pass through (its
@@ -102,68 +192,28 @@ var errRunAlone = errors.New("leasestore: the pass runs on its own")
 // returns what it read; errRunAlone when it was not carried through, or
 // ctx's error.
 func (b *PassBatcher) run(ctx context.Context, s *Store, pid *int32) (firstBatch, error) {
-	p := &batchedPass{s: s, pid: pid, ctx: ctx, done: make(chan struct{})}
-	b.mu.Lock()
-	b.pending = append(b.pending, p)
-	switch {
-	case len(b.pending) >= maxPassBatch:
-		qs := b.pending
-		b.pending = nil
-		go b.flushPasses(qs)
-	case !b.armed && !b.manual:
-		// A tenth of the heartbeat at most: the pass's bound is one.
-		b.armed = true
-		time.AfterFunc(min(b.linger, s.cfg.Heartbeat/10), b.flush)
-	}
-	b.mu.Unlock()
-	select {
-	case <-p.done:
+	p := &batchedPass{batchCall: batchCall{s: s, pid: pid, ctx: ctx, done: make(chan struct{})}}
+	submit(b, &b.passes, p, b.flushPasses)
+	if await(b, &b.passes, p) {
 		return p.first, p.err
-	case <-ctx.Done():
 	}
-	// A pass still queued leaves the queue. One under way is waited for
+	// A pass still queued has left the queue; one under way was waited for
 	// (its round trip is bounded: see flushPasses), so that a pass never
 	// commits after it returned — a store that stops while its pass is
 	// batched leaves the pool after that pass, never before it, and no
 	// heartbeat of its lands after its worker row is deleted — and what
 	// it read is dropped: the view stays as it was, which errs towards
 	// "not held".
-	b.mu.Lock()
-	queued := slices.Index(b.pending, p)
-	if queued >= 0 {
-		b.pending = slices.Delete(b.pending, queued, queued+1)
-	}
-	b.mu.Unlock()
-	if queued < 0 {
-		<-p.done
-	}
 	return firstBatch{}, ctx.Err()
 }
 
 // flush sends every pass queued.
-func (b *PassBatcher) flush() {
-	b.mu.Lock()
-	qs := b.pending
-	b.pending, b.armed = nil, false
-	b.mu.Unlock()
-	if len(qs) > 0 {
-		b.flushPasses(qs)
-	}
-}
+func (b *PassBatcher) flush() { flushQueue(b, &b.passes, b.flushPasses) }
 
 // flushPasses runs qs's first batches, each in a transaction of its own,
 // in one round trip, and tells each pass its end.
 func (b *PassBatcher) flushPasses(qs []*batchedPass) {
-	live := qs[:0]
-	for _, p := range qs {
-		if p.ctx.Err() != nil {
-			p.err = p.ctx.Err()
-			close(p.done)
-			continue
-		}
-		live = append(live, p)
-	}
-	qs = live
+	qs = liveCalls(qs)
 	if len(qs) == 0 {
 		return
 	}
@@ -309,15 +359,11 @@ func (s *Store) passBatched(ctx context.Context, acquire bool, pid *int32) (out 
 // batchedJoin is one store's join in a batcher: queued, then sent, then
 // done.
 type batchedJoin struct {
-	s    *Store
-	pid  *int32
-	ctx  context.Context
-	done chan struct{} // closed once hb and v, or err, are set
-	hb   heartbeat
-	v    subscriptionView
+	batchCall // its done is closed once hb and v, or err, are set
+	hb        heartbeat
+	v         subscriptionView
 	// notified: the join's notification went out (when hb.joined).
 	notified bool
-	err      error
 }
 
 // join runs s's join — BEGIN, the settings, the heartbeat, COMMIT — in a
@@ -329,49 +375,18 @@ type batchedJoin struct {
 // the store sends its own), errRunAlone when the shared round trip did
 // not carry the join (the store joins on its own), or ctx's error.
 func (b *PassBatcher) join(ctx context.Context, s *Store, pid *int32) (heartbeat, subscriptionView, bool, error) {
-	j := &batchedJoin{s: s, pid: pid, ctx: ctx, done: make(chan struct{})}
-	b.mu.Lock()
-	b.joins = append(b.joins, j)
-	switch {
-	case len(b.joins) >= maxPassBatch:
-		qs := b.joins
-		b.joins = nil
-		go b.flushJoins(qs)
-	case !b.joinArmed && !b.manual:
-		b.joinArmed = true
-		time.AfterFunc(min(b.linger, s.cfg.Heartbeat/10), b.flushJoinsQueued)
-	}
-	b.mu.Unlock()
-	select {
-	case <-j.done:
+	j := &batchedJoin{batchCall: batchCall{s: s, pid: pid, ctx: ctx, done: make(chan struct{})}}
+	submit(b, &b.joins, j, b.flushJoins)
+	if await(b, &b.joins, j) {
 		return j.hb, j.v, j.notified, j.err
-	case <-ctx.Done():
 	}
-	// As a pass: a join still queued leaves the queue; one under way is
-	// waited for (its round trip is bounded), so that it never commits
-	// after Start returned.
-	b.mu.Lock()
-	queued := slices.Index(b.joins, j)
-	if queued >= 0 {
-		b.joins = slices.Delete(b.joins, queued, queued+1)
-	}
-	b.mu.Unlock()
-	if queued < 0 {
-		<-j.done
-	}
+	// As a pass: a join still queued has left the queue; one under way
+	// was waited for, so that it never commits after Start returned.
 	return heartbeat{}, subscriptionView{}, false, ctx.Err()
 }
 
 // flushJoinsQueued sends every join queued.
-func (b *PassBatcher) flushJoinsQueued() {
-	b.mu.Lock()
-	qs := b.joins
-	b.joins, b.joinArmed = nil, false
-	b.mu.Unlock()
-	if len(qs) > 0 {
-		b.flushJoins(qs)
-	}
-}
+func (b *PassBatcher) flushJoinsQueued() { flushQueue(b, &b.joins, b.flushJoins) }
 
 // flushJoins runs qs's joins, each in a transaction of its own, in one
 // round trip, then the notifications of those that joined in another, and
@@ -380,16 +395,7 @@ func (b *PassBatcher) flushJoinsQueued() {
 // join's own context may have no deadline): a join they did not carry
 // runs on its own.
 func (b *PassBatcher) flushJoins(qs []*batchedJoin) {
-	live := qs[:0]
-	for _, j := range qs {
-		if j.ctx.Err() != nil {
-			j.err = j.ctx.Err()
-			close(j.done)
-			continue
-		}
-		live = append(live, j)
-	}
-	qs = live
+	qs = liveCalls(qs)
 	if len(qs) == 0 {
 		return
 	}

@@ -61,8 +61,8 @@ func queued(t *testing.T, b *PassBatcher, n int) {
 	eventually(t, 10*time.Second, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return len(b.pending) == n
-	}, func() string { return fmt.Sprintf("%d passes queued, not %d", len(b.pending), n) })
+		return len(b.passes.items) == n
+	}, func() string { return fmt.Sprintf("%d passes queued, not %d", len(b.passes.items), n) })
 }
 
 type passOut struct {
@@ -205,7 +205,7 @@ func TestAStoreWhosePassFailedPassesOnItsOwnNext(t *testing.T) {
 		}
 		batcher.mu.Lock()
 		defer batcher.mu.Unlock()
-		require.Empty(t, batcher.pending, "the failed store's next pass was queued in the batcher")
+		require.Empty(t, batcher.passes.items, "the failed store's next pass was queued in the batcher")
 		return false
 	}, func() string { return "the failed store's next pass did not return" })
 	require.Error(t, o.err)
@@ -354,7 +354,7 @@ func TestAStoreThatLeavesWhileItsPassIsBatchedLeavesNoWorkerRowBehind(t *testing
 	eventually(t, 10*time.Second, func() bool {
 		batcher.mu.Lock()
 		defer batcher.mu.Unlock()
-		return len(batcher.pending) == 0
+		return len(batcher.passes.items) == 0
 	}, func() string { return "the round trip never started" })
 	cancel()
 	left := make(chan error, 1)
@@ -380,8 +380,8 @@ func queuedJoins(t *testing.T, b *PassBatcher, n int) {
 	eventually(t, 10*time.Second, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return len(b.joins) == n
-	}, func() string { return fmt.Sprintf("%d joins queued, not %d", len(b.joins), n) })
+		return len(b.joins.items) == n
+	}, func() string { return fmt.Sprintf("%d joins queued, not %d", len(b.joins.items), n) })
 }
 
 // TestJoinsOfManyStoresShareOneRoundTrip: the joins of five stores that
