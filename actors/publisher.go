@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -77,6 +78,10 @@ type publisherFetched struct {
 	bytes    int64 // the events' total size
 	cheap    bool
 	err      error
+	// bound is the fetch's bound, and timedOut whether it failed for
+	// running out of it.
+	bound    time.Duration
+	timedOut bool
 }
 
 type subscriber struct {
@@ -120,7 +125,23 @@ type publisher struct {
 	fetching  bool
 	again     bool
 	cancel    context.CancelFunc
+	// fetchTimeout bounds a fetch; bound is the next fetch's bound: the
+	// last one's doubled after a fetch that ran out of time, up to
+	// maxFetchTimeout, back to fetchTimeout after one that landed. A read
+	// that takes longer than fetchTimeout — an unreadable event's page on
+	// a loaded server fails slowly, twice, before it is isolated — would
+	// otherwise be cut off at the same point for ever, and the readers
+	// that wait for the publisher with it.
+	fetchTimeout, bound time.Duration
 }
+
+// publisherFetchTimeout is a publisher fetch's first bound;
+// maxFetchTimeout the longest bound a fetch gets after fetches that ran
+// out of time.
+const (
+	publisherFetchTimeout = 30 * time.Second
+	maxFetchTimeout       = 8 * publisherFetchTimeout
+)
 
 // publisherOptions are what a publisher works with beside its reads.
 type publisherOptions struct {
@@ -136,6 +157,8 @@ type publisherOptions struct {
 	server func() eventsource.ServerEpoch
 	logger *slog.Logger
 	tel    *telemetry
+	// fetchTimeout is a fetch's first bound (0: publisherFetchTimeout).
+	fetchTimeout time.Duration
 }
 
 // newPublisherProps makes the publisher: it reads through reads when
@@ -153,11 +176,15 @@ func newPublisherProps(reads eventsource.PageReader, o publisherOptions) *actor.
 	if o.server == nil {
 		o.server = func() eventsource.ServerEpoch { return eventsource.ServerEpoch{} }
 	}
+	if o.fetchTimeout <= 0 {
+		o.fetchTimeout = publisherFetchTimeout
+	}
 	subs, incarnations := map[string]*subscriber{}, 0
 	return actor.PropsFromProducer(func() actor.Actor {
 		incarnations++ // on the actor's goroutine: the first start, then each restart
 		return &publisher{store: reads, known: o.known, published: o.published, publishedEpoch: o.publishedEpoch,
-			server: o.server, wake: o.wake, poll: o.poll, logger: o.logger, tel: o.tel, subs: subs, restarted: incarnations > 1}
+			server: o.server, wake: o.wake, poll: o.poll, logger: o.logger, tel: o.tel, subs: subs, restarted: incarnations > 1,
+			fetchTimeout: o.fetchTimeout, bound: o.fetchTimeout}
 	})
 }
 
@@ -277,10 +304,13 @@ func (p *publisher) fetch(ctx actor.Context) {
 	self, root, from, known := ctx.Self(), ctx.ActorSystem().Root, p.pos, p.known()
 	cheap, subscribers := len(p.subs) == 0, len(p.subs)
 	limit := readfeed.FetchLimit(publisherBatchSize, publisherFetchBytes, p.size)
+	bound := p.bound
 	go func() {
-		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		c, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		root.Send(self, p.read(c, from, known, cheap, limit, subscribers))
+		res := p.read(c, from, known, cheap, limit, subscribers)
+		res.bound, res.timedOut = bound, res.err != nil && errors.Is(c.Err(), context.DeadlineExceeded)
+		root.Send(self, res)
 	}()
 }
 
@@ -315,14 +345,19 @@ func (p *publisher) fetched(ctx actor.Context, f *publisherFetched) {
 		// position of the old: fetch starts the new one.
 		p.again = true
 	case f.err != nil:
-		p.logger.Warn("kumi: publisher fetch failed; retrying on the next wake-up", "err", f.err)
+		if f.timedOut {
+			p.bound = min(2*f.bound, maxFetchTimeout)
+		}
+		p.logger.Warn("kumi: publisher fetch failed; retrying on the next wake-up", "err", f.err, "next_bound", p.bound)
 	case f.cheap && len(p.subs) > 0:
 		// A reader subscribed while the tail was read without payloads:
 		// read the range in full instead, so it misses nothing.
 		p.again = true
 	case f.cheap:
+		p.bound = p.fetchTimeout
 		p.setPos(max(p.pos, f.to))
 	default:
+		p.bound = p.fetchTimeout
 		for _, e := range f.events {
 			if e.Err != nil {
 				p.logger.Warn("kumi: publisher read an event the store cannot give back; its bucket's readers dead-letter it",
@@ -351,7 +386,7 @@ func (p *publisher) restartEpoch(ctx actor.Context, epoch int64) {
 	p.fetching, p.again = true, false
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	go func() {
-		c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		c, cancel := context.WithTimeout(context.Background(), publisherFetchTimeout)
 		defer cancel()
 		head, err := p.store.HeadPosition(c)
 		root.Send(self, &publisherReset{inc: p, epoch: epoch, head: head, err: err})

@@ -173,3 +173,62 @@ func TestPublisher(t *testing.T) {
 		}
 	})
 }
+
+// slowReads is a store whose reads need at least need of their context's
+// time: one bounded tighter runs out of time (as a page with an
+// unreadable event does, read twice on a loaded server) and fails with
+// its context's error.
+type slowReads struct {
+	eventsource.PageReader
+	need time.Duration
+}
+
+func (s slowReads) enough(ctx context.Context) error {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < s.need {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s slowReads) HeadPosition(ctx context.Context) (int64, error) {
+	if err := s.enough(ctx); err != nil {
+		return 0, err
+	}
+	return s.PageReader.HeadPosition(ctx)
+}
+
+func (s slowReads) ReadAllPage(ctx context.Context, p eventsource.Page) ([]eventsource.RecordedEvent, error) {
+	if err := s.enough(ctx); err != nil {
+		return nil, err
+	}
+	return s.PageReader.ReadAllPage(ctx, p)
+}
+
+// TestAPublisherFetchThatRunsOutOfTimeGetsALongerBound: a read slower than
+// a fetch's bound is not cut off at the same point for ever (the readers
+// waiting for the publisher with it): each fetch that ran out of time
+// doubles the next one's bound, until one lands.
+func TestAPublisherFetchThatRunsOutOfTimeGetsALongerBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, _ := newTestStore(t)
+	sys := quietSystem()
+	// Reads need 4 bounds' time: the fourth fetch, bounded by 8, lands.
+	// (The start's read of the head has a bound of its own.)
+	const bound = 50 * time.Millisecond
+	pid := sys.Root.Spawn(newPublisherProps(slowReads{PageReader: store, need: 4 * bound}, publisherOptions{wake: make(chan struct{}, 1),
+		poll: 20 * time.Millisecond, logger: testLoggerOrDiscard(), tel: newTelemetry(nil, testLoggerOrDiscard()), fetchTimeout: bound}))
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+	seed(t, store, "acct", 5, 50)
+	_, err := store.Sequence(ctx)
+	require.NoError(t, err)
+	pgtest.Eventually(t, 30*time.Second, func() bool {
+		var pos int64
+		f := sys.Root.RequestFuture(pid, &publisherPosition{}, time.Second)
+		if r, err := f.Result(); err == nil {
+			pos = r.(int64)
+		}
+		return pos == 50
+	}, "publisher position reaches the head through reads slower than its first bound")
+}
