@@ -121,11 +121,20 @@ func (r *reader) pump(ctx actor.Context) {
 	r.maybeDrainToCut(ctx)
 }
 
-// take gives the window the pending events it has room for.
+// take gives the window the pending events it has room for, again while
+// it finishes what it takes at once (the events of parked streams).
 func (r *reader) take(ctx actor.Context) {
+	for more := true; more && !r.stopped; {
+		more = r.takeOnce(ctx)
+	}
+}
+
+// takeOnce gives the window the pending events it has room for, and
+// reports whether it took some and finished them at once, its room back.
+func (r *reader) takeOnce(ctx actor.Context) bool {
 	room := r.ws.st.Room()
 	if room == 0 {
-		return
+		return false
 	}
 	pending := r.feed.Pending()
 	n := 0
@@ -133,11 +142,11 @@ func (r *reader) take(ctx actor.Context) {
 		n++
 	}
 	if n == 0 {
-		return
+		return false
 	}
 	evs := r.ws.scratch[:0]
 	for _, e := range pending[:n] {
-		we := window.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e)}
+		we := window.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e), Parked: r.isParked(e.Stream)}
 		if c := r.carried; c != nil && e.Position >= c.pos {
 			if e.Position == c.pos {
 				we.Attempt, we.Free = c.attempt, c.free // a retry its predecessor left (see leftRetry)
@@ -154,6 +163,7 @@ func (r *reader) take(ctx actor.Context) {
 	r.ws.scratch = evs[:0]
 	r.ws.held = append(r.ws.held, r.feed.Take(took)...)
 	r.wdo(ctx, e)
+	return took > 0 && e.Finished.Events > 0 && r.ws.st.Room() > 0 && len(r.feed.Pending()) > 0
 }
 
 // wdo carries out the window's effects, in order: the finished prefix to
@@ -248,7 +258,8 @@ func (r *reader) wpending() []window.Event {
 		if r.beyondBound(e.Position) {
 			break
 		}
-		evs = append(evs, window.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e)})
+		evs = append(evs, window.Event{Pos: e.Position, Stream: e.Stream, Err: e.Err, Size: eventSize(e),
+			Parked: r.isParked(e.Stream)})
 	}
 	r.ws.scratch = evs
 	return evs
@@ -306,6 +317,10 @@ func (r *reader) wletterOf(pos int64, reason string, attempts int) eventsource.D
 // window's slot.
 func (r *reader) wletter(ctx actor.Context, l window.Letter) {
 	dl, id := r.wletterOf(l.Pos, l.Reason, l.Attempts), l.ID
+	if r.parked != nil {
+		r.park(ctx, dl, id)
+		return
+	}
 	r.async(ctx, func(c context.Context) any {
 		_, err := r.g.store.AddDeadLetter(c, dl)
 		return &deadLettered{inc: r, id: id, err: err}
@@ -478,6 +493,10 @@ func (r *reader) wdeadLettered(ctx actor.Context, m *deadLettered) {
 		return
 	}
 	if m.err != nil {
+		if errors.Is(m.err, eventsource.ErrFenceLost) {
+			r.lostFence(ctx, m.err) // parking is fenced: the bucket is another's
+			return
+		}
 		err := fmt.Errorf("kumi: bucket %d: dead-letter: %w", r.bucket, m.err)
 		r.wdo(ctx, r.ws.st.LetterFailed(m.id))
 		if r.retryInPlace(ctx, err, &rewriteDeadLetter{inc: r, id: m.id}) {
@@ -486,6 +505,10 @@ func (r *reader) wdeadLettered(ctx actor.Context, m *deadLettered) {
 		panic(err)
 	}
 	r.storeFailures = 0
+	if m.parked != nil {
+		r.wstep(ctx, r.parkedStream(m))
+		return
+	}
 	r.wstep(ctx, r.ws.st.LetterWritten(m.id))
 }
 

@@ -149,6 +149,7 @@ func TestOptionsAreValidatedNamingTheField(t *testing.T) {
 		"Retry.MaxAttempts":        func(o *GroupOptions) { o.Retry.MaxAttempts = -1 },
 		"HandlerTimeout":           func(o *GroupOptions) { o.HandlerTimeout = -time.Second },
 		"MaxInFlight":              func(o *GroupOptions) { o.MaxInFlight = 5000 },
+		"OnDeadLetter":             func(o *GroupOptions) { o.OnDeadLetter = 9 },
 		"CheckpointEvery":          func(o *GroupOptions) { o.CheckpointEvery = -1 },
 		"CheckpointInterval":       func(o *GroupOptions) { o.CheckpointInterval = -time.Second },
 		"DatabaseTimeout":          func(o *GroupOptions) { o.DatabaseTimeout = -time.Second },

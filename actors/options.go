@@ -96,6 +96,11 @@ type GroupOptions struct {
 	// when the handler is fast or asynchronous. Default 1: strictly one at a
 	// time, which [CommitWithCheckpoint] (exactly-once) and Batch require.
 	MaxInFlight int
+	// OnDeadLetter is what a dead letter does to the rest of its stream:
+	// [SkipEvent] (the default) goes on past it; [ParkStream] parks the
+	// stream, whose later events wait, in order, until an operator
+	// releases it (see docs/design/parking.md).
+	OnDeadLetter DeadLetterAction
 	// HandlerTimeout bounds the wait for a handler's answer; a timeout
 	// counts as a retry. Default 30 s.
 	HandlerTimeout time.Duration
@@ -200,6 +205,8 @@ func (o GroupOptions) Validate() error {
 		return invalid("GroupOptions.QueueBytes", o.QueueBytes, fmt.Sprintf("must be in [%d, %d] bytes (64 KiB to 1 TiB; 0 means %d)", MinQueueBytes, MaxQueueBytes, QueueBytesDefault))
 	case o.MaxInFlight < 1 || o.MaxInFlight > 1024:
 		return invalid("GroupOptions.MaxInFlight", o.MaxInFlight, "must be in [1, 1024]")
+	case o.OnDeadLetter > ParkStream:
+		return invalid("GroupOptions.OnDeadLetter", o.OnDeadLetter, "must be actors.SkipEvent or actors.ParkStream")
 	case o.HandlerTimeout < 0:
 		return invalid("GroupOptions.HandlerTimeout", o.HandlerTimeout, "must be positive")
 	case o.Retry.MaxAttempts < 1:

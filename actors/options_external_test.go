@@ -90,6 +90,7 @@ func TestEveryOptionIsSettableFromOutside(t *testing.T) {
 		QueueBytes:         1 << 20,
 		Overflow:           policy,
 		MaxInFlight:        1, // Batch needs 1
+		OnDeadLetter:       actors.ParkStream,
 		HandlerTimeout:     5 * time.Second,
 		CheckpointEvery:    10,
 		CheckpointInterval: 50 * time.Millisecond,

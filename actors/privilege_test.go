@@ -44,6 +44,9 @@ func TestWorkerRunsUnderTheLeastPrivilegeRole(t *testing.T) {
 		// retired generation's lease rows a completion deletes.
 		"GRANT SELECT, INSERT, UPDATE ON " + q + ".subscriptions, " + q + ".generations TO " + r,
 		"GRANT DELETE ON " + q + ".lease_buckets TO " + r,
+		// Parking (docs/design/parking.md): a reader parks, releases and
+		// drops parked streams' rows.
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + q + ".parked_streams TO " + r,
 	} {
 		_, err := pool.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)
@@ -72,11 +75,19 @@ func TestWorkerRunsUnderTheLeastPrivilegeRole(t *testing.T) {
 	require.NoError(t, err)
 	o := groupOpts("least", 2, rec, "w")
 	o.Worker = "w"
+	// A group that parks, with a poison event in acct-1 (version 2).
+	o.Handler, _ = parkingHandler("actor", rec, ws, "acct-1")
+	o.OnDeadLetter = ParkStream
 	w.group, err = w.rt.StartGroup(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { w.stop(t) })
 	seed(t, ws, "acct", 3, 30) // appends as the worker role too
-	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 30 }, "handled (got %d)", observed(rec.distinct))
+	// acct-1's versions 2 to 9 wait, parked.
+	pgtest.Eventually(t, waitLong, func() bool { return rec.distinct() == 22 }, "handled (got %d)", observed(rec.distinct))
+	pgtest.Eventually(t, waitLong, func() bool {
+		p, err := ws.ParkedStreams(ctx, "least", eventsource.ParkedFilter{})
+		return err == nil && len(p) == 1 && p[0].Stream == "acct-1"
+	}, "acct-1 parked by the worker role")
 	_, err = wpool.Exec(ctx, "CREATE TABLE "+q+".nope (x int)")
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "permission denied"), "the role really cannot create: %v", err)

@@ -51,7 +51,10 @@ type (
 	checkpointLoaded struct {
 		inc *reader
 		pos int64
-		err error
+		// parked are the bucket's parked streams, when the group parks
+		// (see parking.go).
+		parked []eventsource.ParkedStream
+		err    error
 	}
 	pageRead struct {
 		inc    *reader
@@ -68,7 +71,10 @@ type (
 	deadLettered struct {
 		inc *reader
 		id  uint64
-		err error
+		// parked is the row of the stream the letter parked (nil unless
+		// the group parks).
+		parked *eventsource.ParkedStream
+		err    error
 	}
 	redeliver struct {
 		inc     *reader
@@ -160,6 +166,9 @@ type reader struct {
 	// in place (see retryInPlace).
 	storeFailures int
 	tick          time.Duration
+	// parked are the bucket's parked streams by name, with their
+	// operator's action (see parking.go); nil unless the group parks.
+	parked map[string]eventsource.ParkAction
 	// ticking: a flushTick is armed. The tick runs only while there is
 	// something for it to do (see tickNeeded): an idle reader arms no
 	// timer and gets no message.
@@ -189,6 +198,7 @@ func (r *reader) Receive(ctx actor.Context) {
 		}
 		r.g.logger.Debug("kumi: reader checkpoint loaded", "slot", r.bucket, "epoch", r.epoch, "checkpoint", msg.pos)
 		r.resumeAt(ctx, msg.pos)
+		r.loadParked(msg.parked)
 		r.carried = r.handled.takeLeft(r.cp.Acked())
 		r.feedDo(ctx, r.feed.Loaded(r.cp.Acked(), r.feedEnv())) // reads the first page
 		// A checkpoint at a decided cut leaves nothing to read: no page
@@ -322,8 +332,12 @@ func (r *reader) start(ctx actor.Context) {
 		if err := r.g.store.EnsureConsumerGroupIndex(c, r.size); err != nil {
 			return &checkpointLoaded{inc: r, err: err}
 		}
+		parked, err := r.readParked(c)
+		if err != nil {
+			return &checkpointLoaded{inc: r, err: err}
+		}
 		pos, err := r.g.store.Checkpoint(c, r.g.opts.Subscription, r.bucket)
-		return &checkpointLoaded{inc: r, pos: pos, err: err}
+		return &checkpointLoaded{inc: r, pos: pos, parked: parked, err: err}
 	})
 }
 

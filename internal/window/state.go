@@ -60,6 +60,9 @@ type Event struct {
 	// Size is what the event counts against Batch.MaxBytes (its data and
 	// metadata).
 	Size int
+	// Parked: the event's stream is parked (see parked.go): its slot is
+	// done as it is taken, never sent, and no batch or run takes it.
+	Parked bool
 }
 
 // Outcome is what a handler's answer to a delivery says.
@@ -357,7 +360,7 @@ func (s *State) Take(events []Event) (int, Effects) {
 	n := min(len(events), s.Room())
 	for _, e := range events[:n] {
 		s.ids++
-		s.slots = append(s.slots, &slot{id: s.ids, ev: e, attempt: e.Attempt, free: e.Free})
+		s.slots = append(s.slots, &slot{id: s.ids, ev: e, attempt: e.Attempt, free: e.Free, state: parkedState(e)})
 	}
 	var eff Effects
 	s.settle(&eff)
@@ -544,7 +547,7 @@ func (s *State) takeBatch(sl *slot, pending []Event, e *Effects) []Event {
 	for ; n < len(pending) && len(evs) < limit; n++ {
 		p := pending[n]
 		size += p.Size
-		if (p.Err != nil && fault != faultBatchTakesUnreadable) || (o.MaxBytes > 0 && size > o.MaxBytes && fault != faultBatchBytesIgnored) {
+		if (p.Err != nil && fault != faultBatchTakesUnreadable) || p.Parked || (o.MaxBytes > 0 && size > o.MaxBytes && fault != faultBatchBytesIgnored) {
 			break
 		}
 		evs = append(evs, p)
@@ -572,7 +575,7 @@ func (s *State) takeRun(sl *slot, pending []Event, e *Effects) []Event {
 	if fault == faultRunTakesOneMore {
 		most++
 	}
-	for n < len(pending) && n+1 < most && pending[n].Err == nil {
+	for n < len(pending) && n+1 < most && pending[n].Err == nil && !pending[n].Parked {
 		n++
 	}
 	e.Absorbed += n
