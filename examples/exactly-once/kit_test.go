@@ -66,12 +66,17 @@ func TestTheProjectionWithTheKit(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(k.Close)
 
+	// applied counts, per pass of the kit, the deposits the handler applied
+	// and saw commit: passes[0] is the clean pass.
 	var mu sync.Mutex
-	applied := 0
-	handler := projection(store, func(*actors.Delivery, Deposited, int64) { mu.Lock(); applied++; mu.Unlock() })
+	var passes []int
+	handler := projection(store, func(*actors.Delivery, Deposited, int64) { mu.Lock(); passes[len(passes)-1]++; mu.Unlock() })
 	world := func() kumitest.World {
 		_, err := store.Pool().Exec(ctx, `TRUNCATE account_balances`)
 		require.NoError(t, err)
+		mu.Lock()
+		passes = append(passes, 0)
+		mu.Unlock()
 		return kumitest.World{Handler: handler.Props(), Effects: func() any { return balances(t, store) }}
 	}
 	require.NoError(t, k.Check(ctx, deposits(), world, kumitest.CheckOptions{Seeds: 2}))
@@ -82,7 +87,15 @@ func TestTheProjectionWithTheKit(t *testing.T) {
 	require.Equal(t, want, balances(t, store), "the last pass's projection is exact")
 	mu.Lock()
 	defer mu.Unlock()
-	require.GreaterOrEqual(t, applied, 30*11, "the clean pass and 2 seeds of 5 schedules each applied every deposit")
+	require.Len(t, passes, 1+2*5, "the clean pass, then 2 seeds of the 5 schedules that run without batches")
+	require.Equal(t, 30, passes[0], "the clean pass applied every deposit once")
+	for i, n := range passes {
+		// A timed-out attempt (timeout-retry cancels up to 8 of a pass) can
+		// commit as its context is cancelled and see an error: its retry
+		// finds it committed (ErrAlreadyCommitted) and applies nothing, so
+		// the handler does not see that deposit commit, though it did.
+		require.GreaterOrEqual(t, n, 30-8, "pass %d applied every deposit, but for timed-out attempts that committed unseen", i)
+	}
 }
 
 // The same update without CommitWithCheckpoint, deliberately not
