@@ -64,8 +64,9 @@ func (ws *wsent) release() {
 type windowed struct {
 	st *window.State
 	// held are the events of the window's slots, in position order: a
-	// Send names its event by position.
-	held []eventsource.RecordedEvent
+	// Send names its event by position. Its finished prefix is cut off
+	// its front; hbuf is the array it lives in (see hold).
+	held, hbuf []eventsource.RecordedEvent
 	// out are the deliveries with the handler, by Delivery id.
 	out map[uint64]*wsent
 	// hno is the window's number of the reader's handler; probe the
@@ -100,6 +101,9 @@ func (r *reader) wevent(pos int64) eventsource.RecordedEvent { return r.ws.held[
 // wheldAt is the index of the held event at pos.
 func (r *reader) wheldAt(pos int64) int {
 	h := r.ws.held
+	if n := len(h); n > 0 && h[n-1].Position == pos {
+		return n - 1 // the event taken last, as a single delivery sent at once is
+	}
 	i := sort.Search(len(h), func(i int) bool { return h[i].Position >= pos })
 	if i == len(h) || h[i].Position != pos {
 		panic(fmt.Sprintf("kumi: bucket %d: the window names position %d, not held", r.bucket, pos))
@@ -161,9 +165,26 @@ func (r *reader) takeOnce(ctx actor.Context) bool {
 	took, e := r.ws.st.Take(evs)
 	clear(evs)
 	r.ws.scratch = evs[:0]
-	r.ws.held = append(r.ws.held, r.feed.Take(took)...)
+	r.ws.hold(r.feed.Take(took))
 	r.wdo(ctx, e)
 	return took > 0 && e.Finished.Events > 0 && r.ws.st.Room() > 0 && len(r.feed.Pending()) > 0
+}
+
+// hold appends evs to the held events. The finished prefix is cut off
+// held's front, not moved over at each event: once held reaches the end
+// of its array, what it holds moves to the array's start, and only if it
+// does not fit there does append grow it.
+func (w *windowed) hold(evs []eventsource.RecordedEvent) {
+	if l := len(w.held); l+len(evs) > cap(w.held) && l+len(evs) <= cap(w.hbuf) {
+		off := cap(w.hbuf) - cap(w.held) // held is w.hbuf[off : off+l]
+		copy(w.hbuf[:l], w.held)
+		clear(w.hbuf[max(l, off) : off+l]) // hold no event twice
+		w.held = w.hbuf[:l]
+	}
+	w.held = append(w.held, evs...)
+	if cap(w.held) > cap(w.hbuf) {
+		w.hbuf = w.held[:0] // grown: a new array
+	}
 }
 
 // wdo carries out the window's effects, in order: the finished prefix to
@@ -172,9 +193,8 @@ func (r *reader) takeOnce(ctx actor.Context) bool {
 func (r *reader) wdo(ctx actor.Context, e window.Effects) {
 	if f := e.Finished; f.Events > 0 {
 		// A batch's slot counts its events: held drops as many.
-		k := copy(r.ws.held, r.ws.held[f.Events:])
-		clear(r.ws.held[k:])
-		r.ws.held = r.ws.held[:k]
+		clear(r.ws.held[:f.Events])
+		r.ws.held = r.ws.held[f.Events:]
 		r.cpDo(ctx, r.cp.Finished(checkpointing.Ack{Through: f.Through, Events: f.Events, Committed: f.Committed}))
 	}
 	if n := len(e.PutBack); n > 0 {
@@ -185,7 +205,7 @@ func (r *reader) wdo(ctx actor.Context, e window.Effects) {
 		r.ws.held = r.ws.held[:k]
 	}
 	if e.Absorbed > 0 {
-		r.ws.held = append(r.ws.held, r.feed.Take(e.Absorbed)...)
+		r.ws.hold(r.feed.Take(e.Absorbed))
 	}
 	var late *wsent
 	for _, g := range e.GivenUp {

@@ -28,10 +28,10 @@ func (s *State) Parked(id uint64) Effects {
 	if sl == nil {
 		return e
 	}
-	sl.state = done
+	s.setState(sl, done)
 	for _, o := range s.slots {
 		if o.ev.Stream == sl.ev.Stream && o.ev.Pos > sl.ev.Pos && o.state == waiting {
-			o.state = done
+			s.setState(o, done)
 		}
 	}
 	s.settle(&e)

@@ -224,7 +224,8 @@ type Finished struct {
 }
 
 // Effects are what the actor carries out after an input, in this order:
-// the finished prefix to the checkpoint side, then the rest.
+// the finished prefix to the checkpoint side, then the rest. Sends is the
+// window's, good until its next input.
 type Effects struct {
 	// CheckLease: something is to be sent; check the lease and answer
 	// with [State.Lease]. Nothing is sent before.
@@ -295,6 +296,11 @@ type slot struct {
 	alone bool // the batch failed as a whole: its first event goes alone next
 	// run is the run sent (0: none); batch is its events.
 	run uint64
+	// prev and next link the window's slots of one stream, in order, and
+	// key is that stream (see [State.link]); nil while the window does
+	// not link its slots (MaxInFlight 1).
+	prev, next *slot
+	key        string
 }
 
 // last is the position of the slot's last event.
@@ -335,11 +341,81 @@ type State struct {
 	// out and busy are sendable's, reused.
 	out  []*slot
 	busy streams
+	// waiting counts the slots in the waiting state (see setState).
+	waiting int
+	// linked: the window links its slots of each stream (see link), tail
+	// the last one of each stream; with MaxInFlight 1 it holds one slot,
+	// whose stream is free at once, and links none.
+	linked bool
+	tail   map[string]*slot
+	// spare are finished slots dropped, for Take to reuse.
+	spare []*slot
+	// sends is the array of Effects.Sends, reused: see [Effects].
+	sends []Send
 }
 
 // New returns an empty window with handler 1 ready.
 func New(cfg Config) *State {
-	return &State{cfg: cfg, handler: 1, handlers: 1}
+	s := &State{cfg: cfg, handler: 1, handlers: 1, linked: cfg.MaxInFlight > 1}
+	if s.linked {
+		s.tail = map[string]*slot{}
+	}
+	return s
+}
+
+// setState moves sl to state st, keeping the count of waiting slots.
+func (s *State) setState(sl *slot, st slotState) {
+	if sl.state == waiting {
+		s.waiting--
+	}
+	if st == waiting {
+		s.waiting++
+	}
+	sl.state = st
+}
+
+// link appends sl, the window's last slot now, to its stream's slots.
+func (s *State) link(sl *slot) {
+	if !s.linked {
+		return
+	}
+	sl.key = sl.ev.Stream
+	if p := s.tail[sl.key]; p != nil {
+		sl.prev, p.next = p, sl
+	}
+	s.tail[sl.key] = sl
+}
+
+// unlink takes sl, dropped from the window, out of its stream's slots.
+func (s *State) unlink(sl *slot) {
+	if !s.linked {
+		return
+	}
+	if sl.prev != nil {
+		sl.prev.next = sl.next
+	}
+	switch {
+	case sl.next != nil:
+		sl.next.prev = sl.prev
+	case sl.prev != nil:
+		s.tail[sl.key] = sl.prev
+	default:
+		delete(s.tail, sl.key)
+	}
+	sl.prev, sl.next = nil, nil
+}
+
+// relink links the window's slots again, after a slot's event changed
+// stream (a batch acked in part: see ackPrefix).
+func (s *State) relink() {
+	if !s.linked {
+		return
+	}
+	clear(s.tail)
+	for _, sl := range s.slots {
+		sl.prev, sl.next = nil, nil
+		s.link(sl)
+	}
 }
 
 // Room is how many events [State.Take] takes now: none while draining.
@@ -360,7 +436,18 @@ func (s *State) Take(events []Event) (int, Effects) {
 	n := min(len(events), s.Room())
 	for _, e := range events[:n] {
 		s.ids++
-		s.slots = append(s.slots, &slot{id: s.ids, ev: e, attempt: e.Attempt, free: e.Free, state: parkedState(e)})
+		var sl *slot
+		if k := len(s.spare); k > 0 {
+			sl, s.spare = s.spare[k-1], s.spare[:k-1]
+			*sl = slot{}
+		} else {
+			sl = new(slot)
+		}
+		sl.id, sl.ev, sl.attempt, sl.free = s.ids, e, e.Attempt, e.Free
+		s.waiting++ // waiting, the zero state
+		s.setState(sl, parkedState(e))
+		s.slots = append(s.slots, sl)
+		s.link(sl)
 	}
 	var eff Effects
 	s.settle(&eff)
@@ -405,20 +492,22 @@ func (s *State) sendable() []*slot {
 		return nil
 	}
 	out := s.out[:0]
-	defer func() { clear(out[len(out):cap(out)]) }() // hold no slot finished since
 	if !s.draining {
 		// The waiting slots are few (the ones just taken, or sent
 		// again): each looks back for its stream, with no map to fill.
-		for i, sl := range s.slots {
-			if sl.state == waiting && s.streamFree(i) {
-				out = append(out, sl)
+		left := s.waiting // the waiting slots not looked at yet
+		for i := 0; left > 0; i++ {
+			if sl := s.slots[i]; sl.state == waiting {
+				if left--; s.streamFree(i) {
+					out = append(out, sl)
+				}
 			}
 		}
-		s.out = out
-		return out
+		return s.keep(out)
 	}
 	clear(s.busy)
 	if fault == faultDrainLeavesRetries {
+		s.keep(out)
 		return nil
 	}
 	last := -1 // the last slot that left the waiting state
@@ -430,13 +519,19 @@ func (s *State) sendable() []*slot {
 	for _, sl := range s.slots[:max(last, 0)] {
 		switch {
 		case sl.state == retrying && sl.onDrain && fault != faultDrainResendsForEver:
-			s.out = out
-			return out // left: what is sent after it would be repeated
+			return s.keep(out) // left: what is sent after it would be repeated
 		case sl.state == retrying, sl.state == waiting && s.busy.free(sl):
 			out = append(out, sl)
 		}
 		s.busy.pass(sl)
 	}
+	return s.keep(out)
+}
+
+// keep keeps out, sendable's answer, for the next call, holding no slot
+// beyond it (finished since, and reused).
+func (s *State) keep(out []*slot) []*slot {
+	clear(out[len(out):cap(out)])
 	s.out = out
 	return out
 }
@@ -445,6 +540,14 @@ func (s *State) sendable() []*slot {
 // unfinished.
 func (s *State) streamFree(i int) bool {
 	if fault == faultStreamJump {
+		return true
+	}
+	if s.linked {
+		for p := s.slots[i].prev; p != nil; p = p.prev {
+			if p.state != done {
+				return false
+			}
+		}
 		return true
 	}
 	st := s.slots[i].ev.Stream
@@ -517,7 +620,8 @@ func (s *State) sendNow(now time.Time, pending []Event, e *Effects) {
 }
 
 func (s *State) send(now time.Time, sl *slot, pending []Event, e *Effects) {
-	sl.state, sl.sentAt, sl.to = sent, now, s.handler
+	s.setState(sl, sent)
+	sl.sentAt, sl.to = now, s.handler
 	switch {
 	case s.cfg.Batch.on():
 		sl.batch = s.takeBatch(sl, pending, e)
@@ -529,7 +633,11 @@ func (s *State) send(now time.Time, sl *slot, pending []Event, e *Effects) {
 	}
 	sl.sent = Send{ID: sl.id, Attempt: sl.attempt, Free: sl.free, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Handler: s.handler,
 		Events: sl.batch, Run: sl.run}
+	if e.Sends == nil {
+		e.Sends = s.sends[:0]
+	}
 	e.Sends = append(e.Sends, sl.sent)
+	s.sends = e.Sends
 }
 
 // takeBatch makes the batch of a slot about to be sent: its event and the
@@ -639,7 +747,7 @@ func (s *State) RunAnswered(now time.Time, o RunOutcome) Effects {
 	switch {
 	case s.endRun(sl, o, &e):
 	case o.Cut:
-		sl.state = waiting
+		s.setState(sl, waiting)
 		if o.Unsure {
 			s.unsure, s.draining, s.checking = true, true, false
 		}
@@ -679,13 +787,13 @@ func (s *State) RunEnded(now time.Time, o RunOutcome) Effects {
 	case !o.Cut && (end.Late || fault != faultRunAnswerFree):
 		s.answer(now, sl, o.Next, o.After, o.Reason, false, &e)
 	case o.Cut && !o.InHand:
-		sl.state = waiting // not started
+		s.setState(sl, waiting) // not started
 	default:
 		sl.attempt++
 		if fault != faultFreeNotGiven {
 			sl.free++
 		}
-		sl.state = waiting
+		s.setState(sl, waiting)
 	}
 	s.settle(&e)
 	return e
@@ -754,7 +862,7 @@ func (s *State) Answered(now time.Time, a Answer) Effects {
 func (s *State) answer(now time.Time, sl *slot, o Outcome, after time.Duration, reason string, committed bool, e *Effects) {
 	switch o {
 	case Acked:
-		sl.state = done
+		s.setState(sl, done)
 		if committed {
 			e.Finished.Committed = max(e.Finished.Committed, sl.last())
 		}
@@ -800,7 +908,11 @@ func (s *State) ackPrefix(sl *slot, done int, committed bool, e *Effects) {
 		e.Finished.Committed = max(e.Finished.Committed, through)
 	}
 	s.ids++
+	stream := sl.ev.Stream
 	sl.id, sl.ev, sl.batch = s.ids, sl.batch[done], sl.batch[done:]
+	if sl.ev.Stream != stream {
+		s.relink()
+	}
 	if fault != faultHeadKeepsAttempts {
 		sl.attempt, sl.free = 0, 0
 	}
@@ -826,12 +938,13 @@ func (s *State) fail(now time.Time, sl *slot, after time.Duration, reason string
 	if s.cfg.Backoff != nil {
 		after = max(after, s.cfg.Backoff(sl.attempt))
 	}
-	sl.state = retrying
+	s.setState(sl, retrying)
 	e.Redeliver = append(e.Redeliver, Redelivery{ID: sl.id, Attempt: sl.attempt, At: now.Add(after)})
 }
 
 func (s *State) deadLetter(sl *slot, reason string, attempts int, budget bool, e *Effects) {
-	sl.state, sl.lstate = deadLettering, letterWriting
+	s.setState(sl, deadLettering)
+	sl.lstate = letterWriting
 	sl.letter = Letter{ID: sl.id, Pos: sl.ev.Pos, Stream: sl.ev.Stream, Reason: reason, Attempts: attempts, Budget: budget}
 	e.Letters = append(e.Letters, sl.letter)
 }
@@ -849,7 +962,8 @@ func (s *State) Redeliver(now time.Time, id uint64, attempt int) Effects {
 		s.send(now, sl, nil, &e)
 		return e
 	}
-	sl.state, sl.due = waiting, true
+	s.setState(sl, waiting)
+	sl.due = true
 	s.settle(&e)
 	return e
 }
@@ -937,7 +1051,7 @@ func (s *State) replace(now time.Time, e *Effects) {
 		if fault != faultFreeNotGiven {
 			sl.free++
 		}
-		sl.state = waiting
+		s.setState(sl, waiting)
 	}
 	e.Replace = &ReplaceHandler{Old: old, Fails: s.fails}
 }
@@ -972,7 +1086,7 @@ func (s *State) LetterWritten(id uint64) Effects {
 	if sl == nil {
 		return e
 	}
-	sl.state = done
+	s.setState(sl, done)
 	s.settle(&e)
 	return e
 }
@@ -986,7 +1100,7 @@ func (s *State) LetterFailed(id uint64) Effects {
 		return e
 	}
 	if fault == faultLetterFailureFinishes {
-		sl.state = done
+		s.setState(sl, done)
 	} else {
 		sl.lstate = letterFailed
 	}
@@ -1060,16 +1174,26 @@ func (s *State) settle(e *Effects) {
 			for _, sl := range s.slots {
 				if sl.state != done {
 					kept = append(kept, sl)
+				} else {
+					s.drop(sl)
 				}
 			}
+			clear(s.slots[len(kept):])
 			s.slots = kept
 		} else {
-			s.slots = append(s.slots[:0], s.slots[n:]...)
+			for _, sl := range s.slots[:n] {
+				s.drop(sl)
+			}
+			k := copy(s.slots, s.slots[n:])
+			clear(s.slots[k:])
+			s.slots = s.slots[:k]
 		}
 	}
-	for _, sl := range s.slots {
-		if s.draining && sl.run != 0 && sl.state == sent && fault != faultRunNotCut {
-			e.CutRun = true // it answers after the event in hand
+	if s.draining && fault != faultRunNotCut {
+		for _, sl := range s.slots {
+			if sl.run != 0 && sl.state == sent {
+				e.CutRun = true // it answers after the event in hand
+			}
 		}
 	}
 	more := len(s.sendable()) > 0
@@ -1080,6 +1204,13 @@ func (s *State) settle(e *Effects) {
 	if s.draining && s.active() == 0 && (!more || fault == faultDrainEndsEarly || (fault == faultDrainEndsUnready && !s.ready())) {
 		e.Drained = true
 	}
+}
+
+// drop takes sl, finished, out of the window, its struct for Take to
+// reuse.
+func (s *State) drop(sl *slot) {
+	s.unlink(sl)
+	s.spare = append(s.spare, sl)
 }
 
 // Left is the event a window stopped at once (a reader restarted, or
