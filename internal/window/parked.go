@@ -23,17 +23,12 @@ func parkedState(e Event) slotState {
 // (the letter's slot held the stream). An answer to a letter not being
 // written changes nothing.
 func (s *State) Parked(id uint64) Effects {
-	var e Effects
-	sl := s.lettering(id, letterWriting)
-	if sl == nil {
-		return e
-	}
-	s.setState(sl, done)
-	for _, o := range s.slots {
-		if o.ev.Stream == sl.ev.Stream && o.ev.Pos > sl.ev.Pos && o.state == waiting {
-			s.setState(o, done)
+	if sl := s.lettering(id, letterWriting); sl != nil {
+		for _, o := range s.slots {
+			if o.ev.Stream == sl.ev.Stream && o.ev.Pos > sl.ev.Pos && o.state == waiting {
+				s.setState(o, done)
+			}
 		}
 	}
-	s.settle(&e)
-	return e
+	return s.LetterWritten(id) // the letter's own slot, as any letter's
 }
