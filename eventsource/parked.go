@@ -83,6 +83,10 @@ type ParkedFilter struct {
 	Buckets, Bucket int
 	// Stream, when not "", selects that stream alone.
 	Stream string
+	// Requested selects only the streams an operator asked to replay or
+	// discard: the releases due (a reader looks for them on each lease
+	// pass).
+	Requested bool
 	// After is the cursor: streams named after it (the last one's name).
 	After string
 	// Limit is the page size (0 means 1000).
@@ -151,7 +155,7 @@ func (s *Store) ParkedStreams(ctx context.Context, subscription string, filter P
 		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, s.sql.parkList, subscription, filter.Buckets, filter.Bucket, filter.Stream,
-		filter.After, limitOf(filter.Limit))
+		filter.After, limitOf(filter.Limit), filter.Requested)
 	if err != nil {
 		return nil, fmt.Errorf("kumi: list parked streams: %w", err)
 	}

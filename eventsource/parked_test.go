@@ -201,6 +201,15 @@ func TestParkedStreams(t *testing.T) {
 		require.NoError(t, err, "a skip keeps the letter")
 		_, err = p.s.ParkStream(ctx, eventsource.DeadLetter{Subscription: "billing", EventID: p.byStream["order-2"][3].ID}, nil)
 		require.ErrorIs(t, err, eventsource.ErrParkConflict)
+
+		p.park(t, "billing", p.byStream["order-3"][1], "still parked")
+		due, err := p.s.ParkedStreams(ctx, "billing", eventsource.ParkedFilter{Requested: true})
+		require.NoError(t, err)
+		var names []string
+		for _, d := range due {
+			names = append(names, d.Stream)
+		}
+		require.Equal(t, []string{"order-0", "order-1"}, names, "the releases due: neither the skipped stream nor the one still parked")
 	})
 
 	t.Run("AReplayedReleaseDeliversTheLetterThenTheRestAndEnds", func(t *testing.T) {

@@ -359,12 +359,12 @@ ON CONFLICT (subscription, stream_name) DO UPDATE SET event_id = excluded.event_
 WHERE p.event_id = excluded.event_id OR (p.action IN ('replay', 'discard') AND excluded.version > p.done_version)
 RETURNING `+parkedColumns, q),
 		// The parked streams of $1, by stream: of bucket $3 of a $2-bucket
-		// generation when $2 > 0; stream $4 alone when not ''; after the
-		// cursor $5. Waiting comes from the stream's row (its last
+		// generation when $2 > 0; stream $4 alone when not ''; with $7
+		// only those a release is asked for; after the cursor $5. Waiting comes from the stream's row (its last
 		// version), not from counting events.
 		parkList: fmt.Sprintf(`SELECT `+parkedColumns+` FROM %[1]s.parked_streams p
 WHERE p.subscription = $1 AND ($2::int = 0 OR %[1]s.cg_bucket(p.cg_hash, $2) = $3) AND ($4::text = '' OR p.stream_name = $4)
-  AND p.stream_name > $5
+  AND (NOT $7::bool OR p.action IN ('replay', 'discard')) AND p.stream_name > $5
 ORDER BY p.stream_name LIMIT $6`, q),
 		// An operator's request, on a row that is parked and nothing
 		// else; a replay makes the letter's own event due again.
