@@ -198,3 +198,69 @@ func TestACancelCaughtInADeadlockIsTriedAgain(t *testing.T) {
 	require.NoError(t, cancelErr, "and the cancel, tried again, succeeds")
 	require.Equal(t, ResizeSteady, b.resize(t).State)
 }
+
+// A pass holds its own worker row from its heartbeat to its commit. Two
+// passes that each find the other's session gone (a session reopening:
+// its locks are free for a moment, and on a shared session connection
+// every worker of the process is gone at once) confirm each other dead:
+// each holds its own row and wants the other's, a cycle PostgreSQL broke
+// by failing one pass (TestResizeLocksNeverDeadlock/session once). The
+// confirmation skips a row that is locked — its worker is mid-pass — and
+// leaves it to the next pass. Checked to fail (40P01) without SKIP LOCKED.
+func TestConfirmDeadNeverWaitsForARow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	a := b.open(t, b.config(KindSession, 2, "a"))
+	_ = b.open(t, b.config(KindSession, 2, "b"))
+	c := b.open(t, b.config(KindSession, 2, "c"))
+	heartbeat := "UPDATE " + pgx.Identifier{b.schema}.Sanitize() + ".lease_workers SET heartbeat_at = now() " +
+		"WHERE subscription = $1 AND worker = $2"
+	// Keys nobody holds: the confirmations find these sessions gone.
+	const keyA, keyB, keyC = int64(-7_100_001), int64(-7_100_002), int64(-7_100_003)
+
+	// Each pass, mid-way: its heartbeat holds its own row.
+	begin := func(worker string) pgx.Tx {
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		_, err = tx.Exec(ctx, "SELECT set_config('kumi.protocol', '2', true)")
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, heartbeat, b.sub, worker)
+		require.NoError(t, err)
+		return tx
+	}
+	passA, passB := begin("a"), begin("b")
+
+	// a confirms b and c dead while b confirms a: each would wait for the
+	// other's row.
+	type answer struct {
+		dead []string
+		err  error
+	}
+	confirm := func(tx pgx.Tx, workers []string, keys []int64) answer {
+		var dead []string
+		err := tx.QueryRow(ctx, a.st.get("confirm_dead"), b.sub, workers, keys).Scan(&dead)
+		if err != nil {
+			_ = tx.Rollback(ctx) // lets the other side go on
+		}
+		return answer{dead, err}
+	}
+	byA := make(chan answer, 1)
+	go func() { byA <- confirm(passA, []string{"b", "c"}, []int64{keyB, keyC}) }()
+	fromB := confirm(passB, []string{"a"}, []int64{keyA})
+	fromA := <-byA
+	require.NoError(t, fromA.err, "a's confirmation")
+	require.NoError(t, fromB.err, "b's confirmation")
+	require.Equal(t, []string{"c"}, fromA.dead, "b is mid-pass: only c is confirmed")
+	require.Empty(t, fromB.dead, "a is mid-pass")
+	require.NoError(t, passA.Commit(ctx))
+	require.NoError(t, passB.Commit(ctx))
+
+	// With no pass of b's under way, the next confirmation marks it.
+	var dead []string
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, c.st.get("confirm_dead"), b.sub, []string{"b"}, []int64{keyB}).Scan(&dead)
+	}))
+	require.Equal(t, []string{"b"}, dead)
+}

@@ -159,16 +159,24 @@ GROUP BY r.generation;
 -- Liveness evidence, made atomic: a session worker whose advisory lock this
 -- transaction can take has no session. The lock is held until commit, so the
 -- worker cannot come back under the same key while its buckets move.
--- $2 workers, $3 their lock keys.
+-- $2 workers, $3 their lock keys. SKIP LOCKED: a worker whose row is locked
+-- is mid-pass (its heartbeat holds the row to its commit) and is not
+-- confirmed dead this time; waiting for the row would be a cycle, since
+-- this pass holds its own row and the other pass may confirm this worker,
+-- or wait for a lease row this pass holds (TestConfirmDeadNeverWaitsForARow).
 WITH dead AS (
     SELECT d.w FROM unnest($2::text[], $3::bigint[]) AS d(w, k)
     WHERE pg_try_advisory_xact_lock(d.k)
+), free AS (
+    SELECT m.worker FROM {{schema}}.lease_workers m
+    WHERE m.subscription = $1 AND m.worker IN (SELECT w FROM dead)
+    FOR UPDATE SKIP LOCKED
 ), marked AS (
     UPDATE {{schema}}.lease_workers m SET expires_at = LEAST(m.expires_at, now())
-    FROM dead WHERE m.subscription = $1 AND m.worker = dead.w
+    FROM free WHERE m.subscription = $1 AND m.worker = free.worker
     RETURNING m.worker
 )
-SELECT coalesce(array_agg(w), '{}') FROM dead;
+SELECT coalesce(array_agg(worker), '{}') FROM marked;
 
 -- name: claim
 -- Take up to $3 buckets: this worker's own claims whose owner handed over
