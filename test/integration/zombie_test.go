@@ -75,8 +75,8 @@ func (e *env) checkZombie(r *report, z *proc, watch *deliveryWatch, woke time.Ti
 			late += v
 		}
 	}
-	if watch.latest() == 0 {
-		e.t.Errorf("the zombie's /metrics never showed a delivery")
+	if ok, why := watch.readSince(woke); !ok {
+		e.t.Errorf("the zombie's /metrics showed no delivery after it woke: %s", why)
 	}
 	if n > 0 {
 		e.t.Errorf("zombie %s started %v deliveries after its leases could no longer be trusted (%v) and before its next grant (%v); first seen %v",
