@@ -19,8 +19,8 @@ import (
 
 // releaseRig is a subscription that parks, over 8 streams of 10 events
 // (acct-0 … acct-7), whose handler dead-letters acct-1's version 2 while
-// poisoned, and answers Retry{After: an hour} to its version hang (when
-// set, once per worker named in hangOn).
+// poisoned, and its version again when set; and that retries its version
+// hang, an hour apart, on the worker named hangOn.
 type releaseRig struct {
 	store  *eventsource.Store
 	schema string
@@ -31,6 +31,7 @@ type releaseRig struct {
 	hang   atomic.Int64
 	hangOn string
 	hung   atomic.Bool // the hang was answered
+	again  atomic.Int64 // a version of acct-1 dead-lettered (-1: none)
 }
 
 const releaseStream = "acct-1"
@@ -40,6 +41,7 @@ func newReleaseRig(t *testing.T, sub string, exactlyOnce bool) *releaseRig {
 	g := &releaseRig{store: store, schema: schema, rec: newRecorder()}
 	g.poison.Store(true)
 	g.hang.Store(-1)
+	g.again.Store(-1)
 	if exactlyOnce {
 		g.proj = newProjection(t, store, schema)
 	}
@@ -55,6 +57,9 @@ func (g *releaseRig) handler(worker string) *actor.Props {
 		e := d.Event
 		if e.Stream == releaseStream && e.Version == 2 && g.poison.Load() {
 			return Permanent(errors.New("poison"))
+		}
+		if e.Stream == releaseStream && e.Version == g.again.Load() {
+			return Permanent(errors.New("poison again"))
 		}
 		if e.Stream == releaseStream && e.Version == g.hang.Load() && worker == g.hangOn {
 			g.hung.Store(true)
@@ -252,4 +257,72 @@ func TestAReleaseGoesOnWithTheNextOwner(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A released event dead-lettered again parks the stream there: the
+// events before it are delivered, the row stands at it with no action,
+// and a second release (discard) delivers the events after it.
+func TestAReleasedEventDeadLetteredAgainParksTheStreamThere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	g := newReleaseRig(t, "again", false)
+	g.start(t, "a")
+	g.waitParked(t)
+	g.poison.Store(false)
+	g.again.Store(5)
+	_, err := g.store.RequestRelease(ctx, g.opts.Subscription, releaseStream, eventsource.ParkReplay)
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool {
+		p := g.parked(t)
+		return len(p) == 1 && p[0].Version == 5 && p[0].Action == ""
+	}, "parked again at version 5")
+	require.EqualValues(t, 4, g.lastVersion())
+	require.Equal(t, 75, g.rec.distinct())
+	p := g.parked(t)[0]
+	require.EqualValues(t, 5, p.DoneVersion)
+	require.EqualValues(t, 4, p.Waiting)
+
+	_, err = g.store.RequestRelease(ctx, g.opts.Subscription, releaseStream, eventsource.ParkDiscard)
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return g.rec.distinct() == 79 && len(g.parked(t)) == 0 },
+		"the events after the second letter delivered (got %d of 79)", observed(g.rec.distinct))
+	require.EqualValues(t, 9, g.lastVersion())
+	g.rec.mu.Lock()
+	require.Empty(t, g.rec.order, "per-stream order")
+	g.rec.mu.Unlock()
+	require.Zero(t, g.rec.duplicates())
+}
+
+// A stream parked in one generation stays parked through a resize 2 → 3
+// (its events appended meanwhile wait) and is released in the new
+// generation, by the bucket its hash maps to there: the letter, then
+// everything that waited, in order, then the stream flows.
+func TestAStreamParkedBeforeAResizeIsReleasedAfterIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	g := newReleaseRig(t, "resized", false)
+	g.opts.Lease = resizeLease()
+	w := g.start(t, "a")
+	g.waitParked(t)
+	resizeTo(t, g.store, g.opts.Subscription, 3, w)
+	appendTo(t, g.store, releaseStream, 2)
+	appendTo(t, g.store, "acct-3", 2)
+	pgtest.Eventually(t, waitLong, func() bool { return g.rec.distinct() == 74 }, "the neighbour's new events delivered (got %d)", observed(g.rec.distinct))
+	require.EqualValues(t, 1, g.lastVersion(), "still parked in the new generation")
+	p := g.parked(t)
+	require.Len(t, p, 1)
+	require.EqualValues(t, 9, p[0].Waiting)
+
+	g.poison.Store(false)
+	_, err := g.store.RequestRelease(ctx, g.opts.Subscription, releaseStream, eventsource.ParkReplay)
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return g.rec.distinct() == 84 && len(g.parked(t)) == 0 },
+		"released in the new generation (got %d of 84)", observed(g.rec.distinct))
+	appendTo(t, g.store, releaseStream, 1)
+	pgtest.Eventually(t, waitLong, func() bool { return g.rec.distinct() == 85 }, "the stream flows (got %d)", observed(g.rec.distinct))
+	require.EqualValues(t, 12, g.lastVersion())
+	g.rec.mu.Lock()
+	require.Empty(t, g.rec.order, "per-stream order")
+	g.rec.mu.Unlock()
+	require.Zero(t, g.rec.duplicates())
 }
