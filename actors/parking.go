@@ -117,6 +117,6 @@ func (r *reader) parkedStream(m *deadLettered) window.Effects {
 	p := m.parked
 	r.parked[p.Stream] = p.Action
 	r.noteParkedHeld()
-	r.g.telemetry.parkedStream(r.bucket, len(r.parked), p.Stream, p.Reason)
+	r.g.telemetry.parking(r.bucket, *p, false)
 	return r.ws.st.Parked(m.id)
 }

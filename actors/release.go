@@ -86,8 +86,7 @@ type release struct {
 	stream string
 	action eventsource.ParkAction
 	phase  releasePhase
-	// done is the row's done_version (-1 until the first step reads
-	// it); page the stream's events read after
+	// done is the row's done_version; page the stream's events read after
 	// it, not yet delivered; caughtUp: no event of the stream up to the
 	// bound lies beyond page.
 	done     int64
@@ -158,6 +157,13 @@ func (h *parkedHolds) startAsking() bool {
 	}
 	h.asking = true
 	return true
+}
+
+// held is how many parked streams slot's reader holds.
+func (h *parkedHolds) held(slot int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bySlot[slot].n
 }
 
 func (h *parkedHolds) doneAsking() {
@@ -307,7 +313,7 @@ func (r *reader) startRelease(ctx actor.Context) {
 		return
 	}
 	r.parked[p.Stream] = p.Action
-	r.rel = &release{stream: p.Stream, action: p.Action, done: -1}
+	r.rel = &release{stream: p.Stream, action: p.Action}
 	r.g.logger.Info("kumi: releasing a parked stream", "bucket", r.bucket, "stream", p.Stream, "action", string(p.Action),
 		"done_version", p.DoneVersion)
 	r.releaseStep(ctx, r.rel, eventsource.ParkedRelease{Through: 0}) // where it stands, fenced
@@ -395,8 +401,8 @@ func (r *reader) releaseAnswered(ctx actor.Context, a replyMeaning) {
 		rel.phase = relStoring
 		fence := r.fence
 		r.async(ctx, func(c context.Context) any {
-			_, err := r.g.store.ParkStream(c, dl, fence)
-			return &releaseDone{inc: r, rel: rel, parked: true, err: err}
+			row, err := r.g.store.ParkStream(c, dl, fence)
+			return &releaseDone{inc: r, rel: rel, row: &row, parked: true, err: err}
 		})
 	default:
 		if a.outcome == observability.OutcomePanic {
@@ -433,19 +439,16 @@ func (r *reader) onReleaseDone(ctx actor.Context, m *releaseDone) {
 		r.endRelease(ctx, m.err.Error())
 	case m.parked:
 		r.parked[rel.stream] = ""
-		r.g.telemetry.parkedStream(r.bucket, len(r.parked), rel.stream, "parked again")
+		r.g.telemetry.parking(r.bucket, *m.row, false)
 		r.endRelease(ctx, "dead-lettered again: parked there")
 	case m.row != nil && rel.ending:
 		delete(r.parked, rel.stream)
 		r.noteParkedHeld()
-		r.g.telemetry.releasedStream(r.bucket, len(r.parked), rel.stream, string(rel.action))
-		r.g.logger.Info("kumi: a parked stream is released: its events flow again", "bucket", r.bucket,
-			"stream", rel.stream, "action", string(rel.action), "done_version", m.row.DoneVersion)
+		row := *m.row
+		row.Action = rel.action
+		r.g.telemetry.parking(r.bucket, row, true)
 		r.endRelease(ctx, "")
 	case m.row != nil:
-		if rel.done >= 0 && m.row.DoneVersion > rel.done {
-			r.g.telemetry.releasedEvents(r.bucket, m.row.DoneVersion-rel.done)
-		}
 		rel.done = m.row.DoneVersion
 	default:
 		rel.page, rel.caughtUp = m.events, len(m.events) < releasePage
@@ -505,7 +508,8 @@ func commitReleased(ctx context.Context, store *eventsource.Store, d *Delivery, 
 	})
 }
 
-// The telemetry of parking: stubs until the metrics land.
-func (t *telemetry) parkedStream(bucket, held int, stream, reason string)   {}
-func (t *telemetry) releasedStream(bucket, held int, stream, action string) {}
-func (t *telemetry) releasedEvents(bucket int, n int64)                     {}
+// parking records a stream parked (p.Action "") or its release ended.
+func (t *telemetry) parking(bucket int, p eventsource.ParkedStream, released bool) {
+	t.t.Parking(context.Background(), observability.ParkingInfo{Subscription: t.subscription, Bucket: bucket,
+		Stream: p.Stream, Version: p.DoneVersion, Released: released, Action: string(p.Action), Reason: p.Reason})
+}

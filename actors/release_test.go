@@ -11,9 +11,15 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kumi-run/kumi/eventsource"
+	"github.com/kumi-run/kumi/internal/obsname"
 	"github.com/kumi-run/kumi/internal/pgtest"
+	"github.com/kumi-run/kumi/observability"
 	"github.com/kumi-run/kumi/supervision"
 )
 
@@ -30,7 +36,7 @@ type releaseRig struct {
 	poison atomic.Bool
 	hang   atomic.Int64
 	hangOn string
-	hung   atomic.Bool // the hang was answered
+	hung   atomic.Bool  // the hang was answered
 	again  atomic.Int64 // a version of acct-1 dead-lettered (-1: none)
 }
 
@@ -325,4 +331,46 @@ func TestAStreamParkedBeforeAResizeIsReleasedAfterIt(t *testing.T) {
 	require.Empty(t, g.rec.order, "per-stream order")
 	g.rec.mu.Unlock()
 	require.Zero(t, g.rec.duplicates())
+}
+
+// Parking and releasing are seen: kumi.parked.streams counts the parked
+// stream on its bucket while it waits and 0 once released; the release
+// counts in kumi.parked.releases by action; each is a kumi.parking span
+// with its event, kumi.stream.parked then kumi.stream.released.
+func TestParkingIsSeenInMetricsAndSpans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	g := newReleaseRig(t, "seen", false)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = mp.Shutdown(ctx); _ = tp.Shutdown(ctx) })
+	tel := observability.New(observability.Options{MeterProvider: mp, TracerProvider: tp, Logger: testLoggerOrDiscard()})
+	opts := g.opts
+	opts.Handler = g.handler("a")
+	startTracedWorker(t, g.schema, "a", opts, tel)
+	g.waitParked(t)
+	b := eventsource.BucketOf(eventsource.StreamName{CardinalID: "1"}, 2)
+	var rm metricdata.ResourceMetrics
+	parkedOn := func() map[string]float64 {
+		require.NoError(t, reader.Collect(ctx, &rm))
+		return sums(rm, obsname.MetricParkedStreams, obsname.AttrBucket)
+	}
+	require.Equal(t, map[string]float64{"0": float64(1 - b), "1": float64(b)}, parkedOn())
+
+	g.poison.Store(false)
+	_, err := g.store.RequestRelease(ctx, g.opts.Subscription, releaseStream, eventsource.ParkReplay)
+	require.NoError(t, err)
+	pgtest.Eventually(t, waitLong, func() bool { return g.rec.distinct() == 80 && parkedOn()[fmt.Sprint(b)] == 0 },
+		"released, and the gauge at 0 (got %d events)", observed(g.rec.distinct))
+	require.Equal(t, 1.0, sums(rm, obsname.MetricParkedReleases, obsname.AttrAction)["replay"])
+	var events []string
+	for _, s := range spansNamed(exp, obsname.SpanParking) {
+		require.Equal(t, releaseStream, attr(s, obsname.AttrStream).AsString())
+		for _, e := range s.Events {
+			events = append(events, e.Name)
+		}
+	}
+	require.Equal(t, []string{obsname.EventStreamParked, obsname.EventStreamReleased}, events)
 }
