@@ -508,6 +508,20 @@ func commitReleased(ctx context.Context, store *eventsource.Store, d *Delivery, 
 	})
 }
 
+// commitReleasedBatch is CommitBatchWithCheckpoint for a released event,
+// delivered alone (a BatchFunc takes it as a batch of one): fn commits
+// with the release's step (see commitReleased).
+func commitReleasedBatch(ctx context.Context, store *eventsource.Store, b *Batch,
+	fn func(ctx context.Context, tx pgx.Tx, events []eventsource.RecordedEvent) error) error {
+	return commitReleased(ctx, store, b.d, func(c context.Context, tx pgx.Tx) error {
+		err := fn(c, tx, b.Events)
+		if p := (*PartialError)(nil); errors.As(err, &p) && p.Done == len(b.Events) && p.Err == nil {
+			return nil // all done after all
+		}
+		return err // a DoneUpTo(0, err) rolls back: BatchFunc answers err's answer
+	})
+}
+
 // parking records a stream parked (p.Action "") or its release ended.
 func (t *telemetry) parking(bucket int, p eventsource.ParkedStream, released bool) {
 	t.t.Parking(context.Background(), observability.ParkingInfo{Subscription: t.subscription, Bucket: bucket,

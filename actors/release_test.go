@@ -38,27 +38,39 @@ type releaseRig struct {
 	hangOn string
 	hung   atomic.Bool  // the hang was answered
 	again  atomic.Int64 // a version of acct-1 dead-lettered (-1: none)
+	// batches: the handler takes batches (Batch.MaxEvents 10), committing
+	// them exactly-once (see batchHandler).
+	batches bool
 }
 
 const releaseStream = "acct-1"
 
-func newReleaseRig(t *testing.T, sub string, exactlyOnce bool) *releaseRig {
+// newReleaseRig makes a rig whose handler is of kind: "single" (a Func),
+// "exactlyonce" (a Func committing through CommitWithCheckpoint) or
+// "batches" (see batchHandler).
+func newReleaseRig(t *testing.T, sub, kind string) *releaseRig {
 	store, schema := newTestStore(t)
-	g := &releaseRig{store: store, schema: schema, rec: newRecorder()}
+	g := &releaseRig{store: store, schema: schema, rec: newRecorder(), batches: kind == "batches"}
 	g.poison.Store(true)
 	g.hang.Store(-1)
 	g.again.Store(-1)
-	if exactlyOnce {
+	if kind != "single" {
 		g.proj = newProjection(t, store, schema)
 	}
 	seed(t, store, "acct", 8, 80)
 	g.opts = groupOpts(sub, 2, g.rec, "")
 	g.opts.OnDeadLetter = ParkStream
+	if g.batches {
+		g.opts.Batch = BatchOptions{MaxEvents: 10}
+	}
 	return g
 }
 
 // handler is the rig's handler for worker.
 func (g *releaseRig) handler(worker string) *actor.Props {
+	if g.batches {
+		return g.batchHandler(worker)
+	}
 	return Func(func(ctx context.Context, d *Delivery) error {
 		e := d.Event
 		if e.Stream == releaseStream && e.Version == 2 && g.poison.Load() {
@@ -82,6 +94,29 @@ func (g *releaseRig) handler(worker string) *actor.Props {
 			}
 			g.rec.begin(worker, e)
 			g.rec.end(worker, e)
+			return nil
+		})
+	})
+}
+
+// batchHandler is the rig's handler as a BatchFunc committing each batch
+// through CommitBatchWithCheckpoint, up to its first poisoned event.
+func (g *releaseRig) batchHandler(worker string) *actor.Props {
+	return BatchFunc(func(ctx context.Context, b *Batch) error {
+		return CommitBatchWithCheckpoint(ctx, g.store, b, func(c context.Context, tx pgx.Tx, evs []eventsource.RecordedEvent) error {
+			for i, e := range evs {
+				if e.Stream == releaseStream && ((e.Version == 2 && g.poison.Load()) || e.Version == g.again.Load()) {
+					return DoneUpTo(i, Permanent(errors.New("poison")))
+				}
+				d := &Delivery{Event: e}
+				if err := g.proj.apply(d)(c, tx); err != nil {
+					return err
+				}
+			}
+			for _, e := range evs {
+				g.rec.begin(worker, e)
+				g.rec.end(worker, e)
+			}
 			return nil
 		})
 	})
@@ -131,23 +166,19 @@ func appendTo(t *testing.T, store *eventsource.Store, stream string, n int) {
 }
 
 // A parked stream's release, for each operator action, with single
-// deliveries and with exactly-once commits: replay delivers the letter's
+// deliveries, exactly-once commits and exactly-once batches: replay delivers the letter's
 // event, then the events that waited, in order, and the stream flows
 // again; discard delivers the events after the letter; skip delivers
 // nothing of the stream, ever. Every event is delivered once, in its
 // stream's order; under CommitWithCheckpoint each committed once.
 func TestAReleasedStreamDeliversWhatWaitedInOrderThenFlows(t *testing.T) {
 	t.Parallel()
-	for _, eo := range []bool{false, true} {
+	for _, kind := range []string{"single", "exactlyonce", "batches"} {
 		for _, action := range []eventsource.ParkAction{eventsource.ParkReplay, eventsource.ParkDiscard, eventsource.ParkSkip} {
-			name := string(action)
-			if eo {
-				name += "/exactlyonce"
-			}
-			t.Run(name, func(t *testing.T) {
+			t.Run(kind+"/"+string(action), func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				g := newReleaseRig(t, "releases", eo)
+				g := newReleaseRig(t, "releases", kind)
 				g.start(t, "a")
 				g.waitParked(t)
 				require.EqualValues(t, 1, g.lastVersion())
@@ -226,11 +257,11 @@ func TestAReleasedStreamDeliversWhatWaitedInOrderThenFlows(t *testing.T) {
 // is skipped, the order holds (single deliveries and exactly-once).
 func TestAReleaseGoesOnWithTheNextOwner(t *testing.T) {
 	t.Parallel()
-	for _, eo := range []bool{false, true} {
-		t.Run(fmt.Sprintf("exactlyonce=%v", eo), func(t *testing.T) {
+	for _, kind := range []string{"single", "exactlyonce"} {
+		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			g := newReleaseRig(t, "handoff", eo)
+			g := newReleaseRig(t, "handoff", kind)
 			g.hang.Store(5)
 			g.hangOn = "a"
 			a := g.start(t, "a")
@@ -271,7 +302,7 @@ func TestAReleaseGoesOnWithTheNextOwner(t *testing.T) {
 func TestAReleasedEventDeadLetteredAgainParksTheStreamThere(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	g := newReleaseRig(t, "again", false)
+	g := newReleaseRig(t, "again", "single")
 	g.start(t, "a")
 	g.waitParked(t)
 	g.poison.Store(false)
@@ -306,7 +337,7 @@ func TestAReleasedEventDeadLetteredAgainParksTheStreamThere(t *testing.T) {
 func TestAStreamParkedBeforeAResizeIsReleasedAfterIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	g := newReleaseRig(t, "resized", false)
+	g := newReleaseRig(t, "resized", "single")
 	g.opts.Lease = resizeLease()
 	w := g.start(t, "a")
 	g.waitParked(t)
@@ -340,7 +371,7 @@ func TestAStreamParkedBeforeAResizeIsReleasedAfterIt(t *testing.T) {
 func TestParkingIsSeenInMetricsAndSpans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	g := newReleaseRig(t, "seen", false)
+	g := newReleaseRig(t, "seen", "single")
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	exp := tracetest.NewInMemoryExporter()
