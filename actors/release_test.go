@@ -157,6 +157,15 @@ func (g *releaseRig) lastVersion() int64 {
 	return g.rec.lastVer[releaseStream]
 }
 
+// requireOnceInOrder checks that every event was delivered once, in its
+// stream's order.
+func (g *releaseRig) requireOnceInOrder(t *testing.T) {
+	g.rec.mu.Lock()
+	require.Empty(t, g.rec.order, "per-stream order")
+	g.rec.mu.Unlock()
+	require.Zero(t, g.rec.duplicates())
+}
+
 // appendTo appends n events to stream.
 func appendTo(t *testing.T, store *eventsource.Store, stream string, n int) {
 	for range n {
@@ -324,10 +333,7 @@ func TestAReleasedEventDeadLetteredAgainParksTheStreamThere(t *testing.T) {
 	pgtest.Eventually(t, waitLong, func() bool { return g.rec.distinct() == 79 && len(g.parked(t)) == 0 },
 		"the events after the second letter delivered (got %d of 79)", observed(g.rec.distinct))
 	require.EqualValues(t, 9, g.lastVersion())
-	g.rec.mu.Lock()
-	require.Empty(t, g.rec.order, "per-stream order")
-	g.rec.mu.Unlock()
-	require.Zero(t, g.rec.duplicates())
+	g.requireOnceInOrder(t)
 }
 
 // A stream parked in one generation stays parked through a resize 2 → 3
@@ -358,10 +364,7 @@ func TestAStreamParkedBeforeAResizeIsReleasedAfterIt(t *testing.T) {
 	appendTo(t, g.store, releaseStream, 1)
 	pgtest.Eventually(t, waitLong, func() bool { return g.rec.distinct() == 85 }, "the stream flows (got %d)", observed(g.rec.distinct))
 	require.EqualValues(t, 12, g.lastVersion())
-	g.rec.mu.Lock()
-	require.Empty(t, g.rec.order, "per-stream order")
-	g.rec.mu.Unlock()
-	require.Zero(t, g.rec.duplicates())
+	g.requireOnceInOrder(t)
 }
 
 // Parking and releasing are seen: kumi.parked.streams counts the parked
