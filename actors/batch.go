@@ -271,6 +271,9 @@ func CommitBatchWithCheckpoint(ctx context.Context, store *eventsource.Store, b 
 	if b.d != nil && !b.d.exclusive {
 		return invalid("GroupOptions.MaxInFlight", ">1", "CommitBatchWithCheckpoint needs MaxInFlight 1 (the default)")
 	}
+	if b.d != nil && b.d.release != nil {
+		return commitReleasedBatch(ctx, store, b, fn)
+	}
 	events, skipped := b.Events, 0
 	var partial *PartialError
 	err := commitEvents(ctx, store, b, func(stored int64) []eventsource.RecordedEvent {

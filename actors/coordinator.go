@@ -324,6 +324,8 @@ func (c *coordinator) Receive(ctx actor.Context) {
 		c.do(ctx, c.plan.Gone(msg.slot, msg.id))
 	case inspectCoordinator:
 		msg(c)
+	case *releasesAsked:
+		c.onReleasesAsked(ctx, msg)
 	case stopGroup:
 		c.do(ctx, c.plan.BeginLeave())
 	case *groupLeft:
@@ -431,6 +433,7 @@ func (c *coordinator) onPass(ctx actor.Context, p *passDone) {
 	c.noteResize(prev, res.Resize)
 	c.g.setPass(res, p.start)
 	c.do(ctx, acts)
+	c.askReleases(ctx)
 }
 
 // checkLate reports a successful pass that ran late: one that took longer

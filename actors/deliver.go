@@ -592,7 +592,11 @@ func (r *reader) redeliver(ctx actor.Context, m *redeliver) {
 }
 
 // onHandlerReply gives the window a handler's answer.
-func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) { r.wanswer(ctx, m) }
+func (r *reader) onHandlerReply(ctx actor.Context, m *handlerReply) {
+	if !r.onReleaseAnswer(ctx, m) {
+		r.wanswer(ctx, m)
+	}
+}
 
 var errHandlerTimeout = errors.New("kumi: the handler did not answer in time")
 

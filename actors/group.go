@@ -89,6 +89,9 @@ type group struct {
 	// resize is the subscription's generation and resize as the last pass
 	// read them, guarded by mu.
 	resize leasestore.Resize
+	// parkedHolds counts the parked streams the readers hold (see
+	// release.go).
+	parkedHolds parkedHolds
 }
 
 // setResize records the resize the last pass read.

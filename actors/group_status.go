@@ -40,6 +40,7 @@ func (g *group) statusSnapshot() observability.SubscriptionStatus {
 			rs := rep.st
 			bs.Reader = &rs
 		}
+		bs.Parked = g.parkedHolds.held(b)
 		st.Owned = append(st.Owned, bs)
 	}
 	sort.Slice(st.Owned, func(i, j int) bool { return st.Owned[i].Slot < st.Owned[j].Slot })

@@ -66,6 +66,8 @@ type Delivery struct {
 	id        uint64
 	replyTo   *actor.PID
 	exclusive bool // MaxInFlight is 1: no other event of the bucket is in flight
+	// release is set on a released parked stream's event (see release.go).
+	release *parkedStep
 }
 
 // Respond answers the delivery from outside its handling: a handler that
@@ -231,6 +233,9 @@ func CommitWithCheckpoint(ctx context.Context, store *eventsource.Store, d *Deli
 		// With several events of a bucket in flight, this event's position
 		// may lie past an unfinished one: committing it would skip that one.
 		return invalid("GroupOptions.MaxInFlight", ">1", "CommitWithCheckpoint needs MaxInFlight 1 (the default)")
+	}
+	if d.release != nil {
+		return commitReleased(ctx, store, d, fn)
 	}
 	return pgx.BeginFunc(ctx, store.Pool(), func(tx pgx.Tx) error {
 		if err := d.Fence.Check(ctx, tx); err != nil {

@@ -85,6 +85,7 @@ func (r *reader) loadParked(rows []eventsource.ParkedStream) {
 	for _, p := range rows {
 		r.parked[p.Stream] = p.Action
 	}
+	r.noteParkedHeld()
 }
 
 // isParked reports whether stream is parked for the reader's bucket: its
@@ -115,5 +116,7 @@ func (r *reader) park(ctx actor.Context, dl eventsource.DeadLetter, id uint64) {
 func (r *reader) parkedStream(m *deadLettered) window.Effects {
 	p := m.parked
 	r.parked[p.Stream] = p.Action
+	r.noteParkedHeld()
+	r.g.telemetry.parking(r.bucket, *p, false)
 	return r.ws.st.Parked(m.id)
 }

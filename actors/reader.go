@@ -169,6 +169,10 @@ type reader struct {
 	// parked are the bucket's parked streams by name, with their
 	// operator's action (see parking.go); nil unless the group parks.
 	parked map[string]eventsource.ParkAction
+	// due are the releases an operator asked for of its parked streams,
+	// as the coordinator last told; rel the one under way (release.go).
+	due []eventsource.ParkedStream
+	rel *release
 	// ticking: a flushTick is armed. The tick runs only while there is
 	// something for it to do (see tickNeeded): an idle reader arms no
 	// timer and gets no message.
@@ -273,6 +277,13 @@ func (r *reader) Receive(ctx actor.Context) {
 		msg(r)
 	case *resizeTold:
 		r.onResizeTold(ctx, msg)
+	case *releasesDue:
+		r.onReleasesDue(msg)
+	case *releaseDone:
+		if msg.inc == r {
+			r.onReleaseDone(ctx, msg)
+		}
+	case *releaseWake:
 	case *proposed:
 		if msg.inc == r {
 			r.onProposed(ctx, msg)
@@ -290,6 +301,7 @@ func (r *reader) Receive(ctx actor.Context) {
 			r.apply(ctx, r.part.Retry())
 		}
 	}
+	r.advanceRelease(ctx)
 }
 
 func (r *reader) start(ctx actor.Context) {
@@ -356,6 +368,7 @@ func (r *reader) shutdown(ctx actor.Context) {
 	}
 	r.g.setReaderState(r.bucket, "")
 	r.unreport()
+	r.g.parkedHolds.forget(r)
 	r.wcancel()
 	if r.handler != nil {
 		ctx.Stop(r.handler) // not a child: it does not stop with the reader by itself
@@ -402,7 +415,7 @@ func (r *reader) keepTicking(ctx actor.Context) {
 // comes (1,600 idle buckets' ticks were 8,000 messages a second).
 func (r *reader) tickNeeded() bool {
 	return r.cp.Acked() > r.cp.Flushed() || r.cp.Phase() == checkpointing.Writing || r.ws.st.Len() > 0 ||
-		r.probe != 0 || r.feed.Phase() != readfeed.Live || len(r.feed.Pending()) > 0
+		r.probe != 0 || r.feed.Phase() != readfeed.Live || len(r.feed.Pending()) > 0 || r.releasing()
 }
 
 func (r *reader) after(ctx actor.Context, d time.Duration, msg any) {

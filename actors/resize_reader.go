@@ -72,7 +72,7 @@ type (
 
 // beyondBound reports whether the event at pos lies beyond the reader's
 // resize bound: it may not be delivered by this generation (yet).
-func (r *reader) beyondBound(pos int64) bool { return r.part.Beyond(pos) }
+func (r *reader) beyondBound(pos int64) bool { return r.part.Beyond(pos) || r.releaseHolds(pos) }
 
 // onResizeTold takes the coordinator's desired state of the slot's resize.
 func (r *reader) onResizeTold(ctx actor.Context, m *resizeTold) {

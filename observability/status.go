@@ -52,6 +52,9 @@ type BucketStatus struct {
 	QueueDepth int `json:"queue_depth"`
 	// QueueBytes is the size of what waits in the reader's queue, in bytes.
 	QueueBytes int64 `json:"queue_bytes"`
+	// Parked is how many parked streams the bucket's reader holds (a
+	// subscription that parks: see actors.ParkStream).
+	Parked int `json:"parked,omitempty"`
 	// Reader is what the bucket's reader last reported of itself; nil
 	// while the bucket has no reader (a next generation's bucket on
 	// standby, a handoff, a reader being replaced).
@@ -167,6 +170,7 @@ func (t *Telemetry) observe(_ context.Context, o metric.Observer) error {
 			o.ObserveFloat64(t.inst.lagSeconds, b.LagSeconds, opt)
 			o.ObserveInt64(t.inst.queueDepth, int64(b.QueueDepth), opt)
 			o.ObserveInt64(t.inst.queueBytes, b.QueueBytes, opt)
+			o.ObserveInt64(t.inst.parkedStreams, int64(b.Parked), opt)
 		}
 	}
 	return nil

@@ -88,7 +88,7 @@ func New(o Options) *Telemetry {
 	var err error
 	t.inst, err = newInstruments(t.meter)
 	reg, rerr := t.meter.RegisterCallback(t.observe,
-		t.inst.bucketsOwned, t.inst.lagEvents, t.inst.lagSeconds, t.inst.queueDepth, t.inst.queueBytes)
+		t.inst.bucketsOwned, t.inst.lagEvents, t.inst.lagSeconds, t.inst.queueDepth, t.inst.queueBytes, t.inst.parkedStreams)
 	if err = errors.Join(err, rerr); err != nil {
 		otel.Handle(err)
 	}
@@ -174,6 +174,9 @@ type instruments struct {
 	reconnects metric.Int64Counter
 	decisions  metric.Int64Counter
 	restarts   metric.Int64Counter
+
+	parkedStreams  metric.Int64ObservableGauge
+	parkedReleases metric.Int64Counter
 }
 
 // durationBuckets suit database round trips and handler calls, in seconds
@@ -227,6 +230,9 @@ func newInstruments(m metric.Meter) (instruments, error) {
 	i.passesLate = counter(obsname.MetricLeasePassesLate, obsname.UnitPass, "Lease passes that ran late: longer than the heartbeat, or more than two heartbeats after the last good one.")
 	i.rebalances = counter(obsname.MetricRebalances, obsname.UnitRebalance, "Reconcile passes that changed this worker's set of buckets.")
 	i.reconcileDur = histogram(obsname.MetricReconcileDuration, "Reconcile pass duration.")
+
+	i.parkedStreams = gauge(obsname.MetricParkedStreams, obsname.UnitStream, "Parked streams the bucket's reader holds: their events wait until an operator releases them.")
+	i.parkedReleases = counter(obsname.MetricParkedReleases, obsname.UnitRelease, "Parked streams' releases that ended, their events flowing again, per action.")
 
 	i.fetchDur = histogram(obsname.MetricFetchDuration, "Event-store reads by the publisher and by catching-up readers.")
 	i.fetchEvents = counter(obsname.MetricFetchEvents, obsname.UnitEvent, "Events read by the publisher and by catching-up readers.")

@@ -55,6 +55,10 @@ const (
 	// SpanSupervision is emitted for a supervision decision taken outside
 	// any recording span; inside one, EventSupervision is added instead.
 	SpanSupervision = "kumi.supervision"
+	// SpanParking is a subscription parking a stream or ending its
+	// release, outside any recording span; it carries EventStreamParked or
+	// EventStreamReleased (inside one, only the event is added to it).
+	SpanParking = "kumi.parking"
 )
 
 // Span event names.
@@ -69,6 +73,12 @@ const (
 	EventLeaseError = "kumi.lease.error"
 	// EventNotifierReconnect: the LISTEN connection is being re-established.
 	EventNotifierReconnect = "kumi.notifier.reconnect"
+	// EventStreamParked: a dead letter parked its stream (or, during a
+	// release, parked it again there).
+	EventStreamParked = "kumi.stream.parked"
+	// EventStreamReleased: a parked stream's release ended: its events
+	// flow again.
+	EventStreamReleased = "kumi.stream.released"
 )
 
 // Attribute keys. Identifiers (event id, stream, position, epoch, peer) go
@@ -118,6 +128,7 @@ const (
 	AttrShed         = "kumi.shed"          // buckets shed in a pass
 	AttrReleased     = "kumi.released"      // buckets released in a pass
 	AttrLost         = "kumi.lost"          // buckets lost (renew failed, fence lost) in a pass
+	AttrAction       = "kumi.action"        // a parked stream's release: replay or discard
 
 	// OpenTelemetry messaging semantic conventions, on delivery and fetch
 	// spans.
@@ -160,6 +171,8 @@ const (
 	MetricNotifierReconnects  = "kumi.notifier.reconnects"   // counter {reconnect}
 	MetricSupervisionDecision = "kumi.supervision.decisions" // counter {decision}: actor, directive
 	MetricSupervisionRestarts = "kumi.supervision.restarts"  // counter {restart}: actor
+	MetricParkedStreams       = "kumi.parked.streams"        // gauge {stream}: subscription, bucket
+	MetricParkedReleases      = "kumi.parked.releases"       // counter {release}: subscription, action
 )
 
 // The sequencer's metrics (see observability.Telemetry.RegisterSequencer); no
@@ -215,6 +228,8 @@ const (
 	UnitReconnect = "{reconnect}"
 	UnitDecision  = "{decision}"
 	UnitRestart   = "{restart}"
+	UnitStream    = "{stream}"
+	UnitRelease   = "{release}"
 )
 
 // Values of kumi.outcome for operations that simply succeed or fail.
